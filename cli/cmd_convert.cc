@@ -1,0 +1,210 @@
+// cmd_convert.cc: `qmx-sim convert`: round FP32/FP16/BF16/FP64 values (a .npy file or command-line
+// values) into any format with the reference routine, writing codes (or decoded FP32) atomically.
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "qmx/error.h"
+#include "qmx/io.h"
+#include "qmx/rng.h"
+#include "qmx/round.h"
+
+namespace qmx::cli {
+namespace {
+
+struct ConvertArgs {
+  std::string to = "e4m3";
+  std::string from;  // fp32 fp16 bf16 fp64; default: from the .npy dtype, fp64 for decimal values
+  std::string round = "rne";
+  std::string sat = "satfinite";
+  std::string nan_sign = "keep";
+  std::string nan_fallback = "max";
+  std::string subnormals = "keep";
+  int sr_bits = 8;
+  uint64_t seed = 0;
+  std::string in, out;
+  bool decode = false;
+  std::vector<std::string> values;
+};
+
+CastOptions BuildOptions(const ConvertArgs& a, const Format& dst) {
+  CastOptions o;
+  o.rounding = ParseRounding(a.round);
+  o.saturation = ParseSaturation(a.sat);
+  if (a.nan_sign == "keep") o.nan_sign = NanSign::kKeep;
+  else if (a.nan_sign == "positive") o.nan_sign = NanSign::kPositive;
+  else throw Error("--nan-sign must be keep or positive, not '" + a.nan_sign + "'");
+  if (a.nan_fallback == "max") o.nan_fallback = NanFallback::kMaxPositive;
+  else if (a.nan_fallback == "zero") o.nan_fallback = NanFallback::kZero;
+  else throw Error("--nan-fallback must be max or zero, not '" + a.nan_fallback + "'");
+  if (a.subnormals == "keep") o.subnormals = Subnormals::kKeep;
+  else if (a.subnormals == "flush") o.subnormals = Subnormals::kFlush;
+  else throw Error("--subnormals must be keep or flush, not '" + a.subnormals + "'");
+  o.sr_bits = a.sr_bits;
+  ValidateCastOptions(dst, o);
+  return o;
+}
+
+// Input formats a conversion reads from.
+const Format& SourceFormat(const std::string& name) {
+  if (name == "fp32" || name == "f32") return fmt::kFP32;
+  if (name == "fp16" || name == "f16") return fmt::kFP16;
+  if (name == "bf16") return fmt::kBF16;
+  if (name == "fp64" || name == "f64") return fmt::kFP64;
+  throw Error("--from must be fp32, fp16, bf16 or fp64, not '" + name + "'");
+}
+
+struct Counts {
+  uint64_t inexact = 0, saturated = 0, overflow = 0, underflow = 0, invalid = 0;
+  void Add(uint32_t f) {
+    inexact += (f & kFlagInexact) != 0;
+    saturated += (f & kFlagSaturated) != 0;
+    overflow += (f & kFlagOverflow) != 0;
+    underflow += (f & kFlagUnderflow) != 0;
+    invalid += (f & kFlagInvalid) != 0;
+  }
+};
+
+std::string FlagText(uint32_t f) {
+  std::string s;
+  const struct { uint32_t bit; const char* name; } kNames[] = {{kFlagInexact, "inexact"},   {kFlagUnderflow, "underflow"},
+                                                              {kFlagOverflow, "overflow"}, {kFlagInvalid, "invalid"},
+                                                              {kFlagSaturated, "saturated"}};
+  for (const auto& n : kNames)
+    if (f & n.bit) s += (s.empty() ? "" : ",") + std::string(n.name);
+  return s.empty() ? "exact" : s;
+}
+
+// One command-line value: "0x..." is a bit pattern of --from (default fp32); anything else is read
+// as a decimal (or C99 hex-float) number into FP64 and, with --from, rounded RNE into that format.
+void ConvertValues(const ConvertArgs& a, const Format& dst, const CastOptions& opt) {
+  const Format& src = SourceFormat(a.from.empty() ? "fp64" : a.from);
+  std::printf("%-24s %-20s %-8s %-22s %s\n", "input", (std::string(src.name) + " bits").c_str(),
+              (std::string(dst.name) + "").c_str(), "value", "flags");
+  uint64_t index = 0;
+  for (const std::string& tok : a.values) {
+    uint64_t src_bits;
+    const Format* in_fmt = &src;
+    if (tok.size() > 2 && tok[0] == '0' && (tok[1] == 'x' || tok[1] == 'X') && tok.find('.') == std::string::npos &&
+        tok.find('p') == std::string::npos) {
+      in_fmt = a.from.empty() ? &fmt::kFP32 : &src;
+      char* end = nullptr;
+      errno = 0;
+      src_bits = std::strtoull(tok.c_str(), &end, 16);
+      if (*end != '\0' || errno != 0 || (in_fmt->Bits() < 64 && (src_bits >> in_fmt->Bits()) != 0))
+        throw Error("'" + tok + "' is not a " + std::to_string(in_fmt->Bits()) + "-bit hex pattern of " + in_fmt->name);
+    } else {
+      char* end = nullptr;
+      const double v = std::strtod(tok.c_str(), &end);
+      if (end == tok.c_str() || *end != '\0') throw Error("'" + tok + "' is not a number");
+      uint64_t dbits;
+      std::memcpy(&dbits, &v, 8);
+      // Round the FP64 reading into the input format with RNE (exact for fp64 itself).
+      CastOptions to_src;
+      to_src.saturation = Saturation::kNoSat;
+      src_bits = src.Bits() == 64 ? dbits : Convert(fmt::kFP64, dbits, src, to_src).code;
+    }
+    const uint32_t r = RandomBitsForElement(a.seed, index++);
+    const RoundResult res = Convert(*in_fmt, src_bits, dst, opt, r);
+    char bits_txt[32], code_txt[32];
+    std::snprintf(bits_txt, sizeof bits_txt, "0x%0*llX", (in_fmt->Bits() + 3) / 4, static_cast<unsigned long long>(src_bits));
+    std::snprintf(code_txt, sizeof code_txt, "0x%0*llX", (dst.Bits() + 3) / 4, static_cast<unsigned long long>(res.code));
+    std::printf("%-24s %-20s %-8s %-22.17g %s\n", tok.c_str(), bits_txt, code_txt, DecodeToDouble(dst, res.code),
+                FlagText(res.flags).c_str());
+  }
+}
+
+void ConvertFile(const ConvertArgs& a, const Format& dst, const CastOptions& opt) {
+  if (a.out.empty()) throw Error("--in needs --out (the file to write)");
+  const NpyArray in = ReadNpy(a.in);
+  const Format* src = nullptr;
+  switch (in.dtype) {
+    case DType::kF32: src = &fmt::kFP32; break;
+    case DType::kF64: src = &fmt::kFP64; break;
+    case DType::kF16: src = &fmt::kFP16; break;
+    case DType::kBF16: src = &fmt::kBF16; break;
+    case DType::kU16:
+      if (a.from == "bf16" || a.from == "fp16") {
+        src = &SourceFormat(a.from);
+        break;
+      }
+      throw Error(a.in + ": dtype <u2 holds raw bits; say --from bf16 or --from fp16");
+    default:
+      throw Error(a.in + ": dtype " + DTypeName(in.dtype) + " is not an input the converter reads (f32, f64, f16, bf16)");
+  }
+  if (!a.from.empty() && in.dtype != DType::kU16 && &SourceFormat(a.from) != src)
+    throw Error(a.in + ": --from " + a.from + " does not match the file's dtype " + DTypeName(in.dtype));
+  if (!a.decode && dst.Bits() > 16 && dst.Bits() != 32)
+    throw Error(std::string("codes of ") + dst.name + " have no .npy dtype; use --decode");
+
+  const size_t n = in.count();
+  const size_t in_size = DTypeSize(in.dtype);
+  NpyArray out;
+  out.shape = in.shape;
+  if (a.decode) out.dtype = DType::kF32;
+  else if (dst.Bits() <= 8) out.dtype = DType::kU8;
+  else if (dst.Bits() <= 16) out.dtype = dst.name == std::string("fp16") ? DType::kF16 : dst.name == std::string("bf16") ? DType::kBF16 : DType::kU16;
+  else out.dtype = DType::kF32;
+  const size_t out_size = DTypeSize(out.dtype);
+  out.data.resize(n * out_size);
+  std::vector<uint32_t> flags(n);
+  // Element-wise and independent: any thread count gives the same bytes.
+#pragma omp parallel for schedule(static)
+  for (size_t k = 0; k < n; ++k) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, in.data.data() + k * in_size, in_size);
+    const RoundResult res = Convert(*src, bits, dst, opt, RandomBitsForElement(a.seed, k));
+    flags[k] = res.flags;
+    if (a.decode) {
+      const float v = DecodeToFloat(dst, res.code);
+      std::memcpy(out.data.data() + k * 4, &v, 4);
+    } else {
+      std::memcpy(out.data.data() + k * out_size, &res.code, out_size);
+    }
+  }
+  Counts c;
+  for (uint32_t f : flags) c.Add(f);
+  WriteNpy(a.out, out);
+  std::printf("%s -> %s: %zu elements %s -> %s (%s, %s); inexact %llu, saturated %llu, overflow %llu, underflow %llu, invalid %llu\n",
+              a.in.c_str(), a.out.c_str(), n, src->name, a.decode ? (std::string(dst.name) + " decoded to f32").c_str() : dst.name,
+              RoundingName(opt.rounding), SaturationName(opt.saturation), static_cast<unsigned long long>(c.inexact),
+              static_cast<unsigned long long>(c.saturated), static_cast<unsigned long long>(c.overflow),
+              static_cast<unsigned long long>(c.underflow), static_cast<unsigned long long>(c.invalid));
+}
+
+}  // namespace
+
+void AddConvertCommand(CLI::App& app) {
+  static ConvertArgs a;
+  auto* cmd = app.add_subcommand("convert", "Round values into a format with the bit-exact reference routine");
+  cmd->add_option("--to", a.to, "Destination format (registry name or description)")->capture_default_str();
+  cmd->add_option("--from", a.from, "Input format: fp32, fp16, bf16, fp64 (default: the .npy dtype; fp64 for values)");
+  cmd->add_option("--round", a.round, "rne, rna, rz, ru, rd, ro, sr (= sr-a), sr-b, sr-c")->capture_default_str();
+  cmd->add_option("--sat", a.sat, "satfinite, nosat, satpropagate")->capture_default_str();
+  cmd->add_option("--nan-sign", a.nan_sign, "NaN results: keep the input sign, or positive")->capture_default_str();
+  cmd->add_option("--nan-fallback", a.nan_fallback, "NaN into a format without NaN: max (+max, as PTX) or zero")
+      ->capture_default_str();
+  cmd->add_option("--subnormals", a.subnormals, "keep, or flush (inputs and results)")->capture_default_str();
+  cmd->add_option("--sr-bits", a.sr_bits, "Random bits per element for stochastic rounding (1..32)")->capture_default_str();
+  cmd->add_option("--seed", a.seed, "Philox seed for stochastic rounding (element i uses stream index i)")
+      ->capture_default_str();
+  cmd->add_option("--in", a.in, "Input .npy (<f4, <f8, <f2, bf16 as |V2, or <u2 with --from)");
+  cmd->add_option("--out", a.out, "Output .npy: codes (|u1 for 8 bits or fewer), or f32 with --decode");
+  cmd->add_flag("--decode", a.decode, "Write the decoded FP32 value of each result instead of its code");
+  cmd->add_option("values", a.values, "Values to convert: decimal numbers, nan, inf, or 0x bit patterns of --from");
+  cmd->callback([] {
+    const Format dst = ParseFormat(a.to);
+    const CastOptions opt = BuildOptions(a, dst);
+    if (!a.in.empty() && !a.values.empty()) throw Error("give either --in FILE or values, not both");
+    if (a.in.empty() && a.values.empty()) throw Error("nothing to convert: give --in FILE --out FILE, or values");
+    if (!a.in.empty()) ConvertFile(a, dst, opt);
+    else ConvertValues(a, dst, opt);
+  });
+}
+
+}  // namespace qmx::cli

@@ -1,0 +1,9 @@
+// commands.h: registration of the qmx-sim subcommands (one cmd_<name>.cc each).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace qmx::cli {
+void AddFormatsCommand(CLI::App& app);
+void AddConvertCommand(CLI::App& app);
+}  // namespace qmx::cli

@@ -1,0 +1,26 @@
+// main.cc: the qmx-sim command line. Each subcommand lives in cmd_<name>.cc and only calls lib/.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "commands.h"
+#include "qmx/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"qmx-sim " QMX_VERSION ": bit-exact emulation of OCP FP8/FP6/FP4, MX and NVFP4 numerics"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "qmx-sim " QMX_VERSION);
+  qmx::cli::AddFormatsCommand(app);
+  qmx::cli::AddConvertCommand(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const qmx::Error& e) {
+    std::fprintf(stderr, "qmx-sim: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "qmx-sim: internal error: %s\n", e.what());
+    return 3;
+  }
+  return 0;
+}

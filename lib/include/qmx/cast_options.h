@@ -1,0 +1,67 @@
+// qmx/cast_options.h: everything that decides how a value is rounded into a format, passed explicitly
+// (OFP8 rev 1.0 section 5.2.1 saturation, P3109 projections, IEEE 754 rounding attributes).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "qmx/format.h"
+
+namespace qmx {
+
+enum class Rounding : uint8_t {
+  kRne,  // nearest, ties to the even code
+  kRna,  // nearest, ties away from zero
+  kRz,   // toward zero
+  kRu,   // toward +Inf
+  kRd,   // toward -Inf
+  kRo,   // to odd: truncate, then pick the odd code when inexact
+  kSrA,  // stochastic, P3109 SR-A: away iff floor(nu*2^N) + R >= 2^N (Blackwell cvt.rs for N = 8)
+  kSrB,  // stochastic, P3109 SR-B: away iff floor(nu*2^(N+1)) + 2R + 1 >= 2^(N+1)
+  kSrC,  // stochastic, P3109 SR-C: away iff RNE(nu*2^N) + R >= 2^N
+};
+
+enum class Saturation : uint8_t {
+  kSatFinite,     // finite overflow and +-Inf go to +-max (OFP8 SAT, P3109 SatFinite)
+  kNoSat,         // overflow goes to Inf, or NaN where there is no Inf (OFP8 NONSAT, P3109 SatNone)
+  kSatPropagate,  // finite overflow goes to +-max, Inf stays Inf (or NaN where there is no Inf)
+};
+
+// Sign of a NaN result in formats that have NaN.
+enum class NanSign : uint8_t { kKeep, kPositive };
+// What a NaN input becomes in a format without a NaN code (FP6, FP4, INT8).
+enum class NanFallback : uint8_t { kMaxPositive, kZero };
+enum class Subnormals : uint8_t {
+  kKeep,
+  kFlush,  // subnormal inputs read as zero, subnormal results become zero (sign kept)
+};
+
+struct CastOptions {
+  Rounding rounding = Rounding::kRne;
+  Saturation saturation = Saturation::kSatFinite;
+  NanSign nan_sign = NanSign::kKeep;
+  NanFallback nan_fallback = NanFallback::kMaxPositive;  // what PTX and cuda_fp6.h/cuda_fp4.h do
+  Subnormals subnormals = Subnormals::kKeep;
+  int sr_bits = 8;  // N, random bits per element for stochastic rounding (1..32)
+};
+
+// Exception flags, TestFloat numbering (bits 0..4) plus a saturation bit.
+enum Flag : uint32_t {
+  kFlagInexact = 1u << 0,
+  kFlagUnderflow = 1u << 1,  // tiny (nonzero and |x| < min normal, before rounding) and inexact
+  kFlagOverflow = 1u << 2,   // the rounded magnitude exceeded the largest finite value
+  kFlagInfinite = 1u << 3,   // reserved for TestFloat compatibility (division by zero)
+  kFlagInvalid = 1u << 4,    // NaN into a format without NaN, negative into unsigned, Inf with nowhere to go
+  kFlagSaturated = 1u << 5,  // the result was clamped to +-max
+};
+
+bool IsStochastic(Rounding r);
+const char* RoundingName(Rounding r);
+const char* SaturationName(Saturation s);
+// Parse the CLI/golden spellings; throw qmx::Error listing the valid names.
+Rounding ParseRounding(const std::string& s);   // rne rna rz ru rd ro sr (= sr-a) sr-a sr-b sr-c
+Saturation ParseSaturation(const std::string& s);  // satfinite nosat satpropagate
+// Rejects option sets the destination cannot honour (e.g. nosat into e2m1, which has no Inf or NaN).
+void ValidateCastOptions(const Format& dst, const CastOptions& opt);
+
+}  // namespace qmx

@@ -1,0 +1,254 @@
+// format.cc: format registry, user format parsing, decoding of codes and derived limits.
+// Spec tables: OCP OFP8 rev 1.0 table 1, OCP MX v1.0 tables 2-4, IEEE P3109 interim report section 3.
+#include "qmx/format.h"
+
+#include <cmath>
+#include <deque>
+#include <mutex>
+#include <regex>
+
+#include "qmx/error.h"
+
+namespace qmx {
+namespace {
+
+// True when sig * 2^e equals num * 2^e2 (integers only, so it works in static_assert).
+constexpr bool SameValue(int64_t sig, int e, int64_t num, int e2) {
+  while (e > e2) { sig *= 2; --e; }
+  while (e2 > e) { num *= 2; --e2; }
+  return sig == num;
+}
+constexpr bool MaxIs(const Format& f, int64_t num, int e2) {
+  return SameValue(CodeSig(f, f.MaxFiniteCode()), CodeExp(f, f.MaxFiniteCode()), num, e2);
+}
+constexpr bool MinSubIs(const Format& f, int64_t num, int e2) {
+  return SameValue(CodeSig(f, f.MinPositiveCode()), CodeExp(f, f.MinPositiveCode()), num, e2);
+}
+
+// The OCP tables of ../shared/docs/REFERENCES.md section 1, checked against the derived limits.
+static_assert(fmt::kE4M3.Bits() == 8 && MaxIs(fmt::kE4M3, 448, 0) && MinSubIs(fmt::kE4M3, 1, -9), "e4m3");
+static_assert(fmt::kE4M3.Emin() == -6 && fmt::kE4M3.MaxFiniteCode() == 0x7E && fmt::kE4M3.CanonicalNan() == 0x7F,
+              "e4m3 codes");
+static_assert(fmt::kE5M2.Bits() == 8 && MaxIs(fmt::kE5M2, 57344, 0) && MinSubIs(fmt::kE5M2, 1, -16), "e5m2");
+static_assert(fmt::kE5M2.Emin() == -14 && fmt::kE5M2.PositiveInfCode() == 0x7C, "e5m2 codes");
+static_assert(fmt::kE3M2.Bits() == 6 && MaxIs(fmt::kE3M2, 28, 0) && MinSubIs(fmt::kE3M2, 1, -4) &&
+                  fmt::kE3M2.Emin() == -2,
+              "e3m2");
+static_assert(fmt::kE2M3.Bits() == 6 && MaxIs(fmt::kE2M3, 15, -1) && MinSubIs(fmt::kE2M3, 1, -3) &&
+                  fmt::kE2M3.Emin() == 0,
+              "e2m3");
+static_assert(fmt::kE2M1.Bits() == 4 && MaxIs(fmt::kE2M1, 6, 0) && MinSubIs(fmt::kE2M1, 1, -1) &&
+                  fmt::kE2M1.Emin() == 0,
+              "e2m1");
+static_assert(fmt::kInt8.Bits() == 8 && MaxIs(fmt::kInt8, 127, -6) && MinSubIs(fmt::kInt8, 1, -6), "int8");
+static_assert(fmt::kUE8M0.Bits() == 8 && MaxIs(fmt::kUE8M0, 1, 127) && MinSubIs(fmt::kUE8M0, 1, -127) &&
+                  fmt::kUE8M0.CanonicalNan() == 0xFF,
+              "ue8m0");
+static_assert(fmt::kBF16.Bits() == 16 && fmt::kFP16.Bits() == 16 && fmt::kFP32.Bits() == 32 &&
+                  fmt::kFP64.Bits() == 64 && MaxIs(fmt::kFP16, 65504, 0),
+              "ieee");
+
+const std::vector<RegistryEntry> kRegistry = {
+    {fmt::kE4M3, "OCP OFP8 E4M3: bias 7, no Inf, NaN S.1111.111, max 448"},
+    {fmt::kE5M2, "OCP OFP8 E5M2: bias 15, IEEE Inf/NaN, max 57344"},
+    {fmt::kE3M2, "OCP MX FP6 E3M2: bias 3, no Inf/NaN, max 28"},
+    {fmt::kE2M3, "OCP MX FP6 E2M3: bias 1, no Inf/NaN, max 7.5"},
+    {fmt::kE2M1, "OCP MX FP4 E2M1: bias 1, no Inf/NaN, max 6"},
+    {fmt::kInt8, "OCP MX INT8: two's complement, implicit scale 2^-6, max 127/64"},
+    {fmt::kUE8M0, "OCP MX scale UE8M0: unsigned 2^(code-127), no zero, NaN 0xFF"},
+    {fmt::kBF16, "bfloat16: 1-8-7, bias 127, IEEE Inf/NaN"},
+    {fmt::kFP16, "IEEE 754 binary16: 1-5-10, bias 15"},
+    {fmt::kFP32, "IEEE 754 binary32: 1-8-23, bias 127"},
+};
+
+// User-described formats keep their names here so Format::name stays valid.
+std::deque<std::string>& InternedNames() {
+  static std::deque<std::string> names;
+  return names;
+}
+const char* Intern(const std::string& s) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& n : InternedNames())
+    if (n == s) return n.c_str();
+  InternedNames().push_back(s);
+  return InternedNames().back().c_str();
+}
+
+void CheckUsable(const Format& f, const std::string& spec) {
+  auto fail = [&](const std::string& why) { throw Error("format '" + spec + "': " + why); };
+  if (f.exp_bits < 1) fail("needs at least 1 exponent bit");
+  if (f.exp_bits > 11) fail("at most 11 exponent bits are supported (values must fit in FP64)");
+  if (f.man_bits < 0 || f.man_bits > 52) fail("mantissa bits must be in 0..52");
+  if (f.Bits() > 64) fail("more than 64 bits");
+  if (f.Bits() < 2) fail("fewer than 2 bits");
+  if (f.encoding == Encoding::kIeee && f.exp_bits < 2)
+    fail("IEEE-style specials need at least 2 exponent bits (the all-ones exponent is reserved)");
+  if (f.encoding == Encoding::kFnNan && f.MaxFiniteCode() == 0) fail("fn-style NaN leaves no finite nonzero value");
+  // Emin and Emax must keep every value a normal double.
+  const int emax = static_cast<int>((f.MaxFiniteCode() & f.MagMask()) >> f.man_bits) - f.bias;
+  if (f.Emin() - f.man_bits < -1074 || emax > 1023) fail("bias " + std::to_string(f.bias) + " puts values outside FP64");
+  if (f.MaxFiniteCode() < f.MinPositiveCode()) fail("no finite nonzero value");
+}
+
+}  // namespace
+
+const std::vector<RegistryEntry>& Registry() { return kRegistry; }
+
+const Format& GetFormat(const std::string& name) {
+  for (const auto& e : kRegistry)
+    if (name == e.format.name) return e.format;
+  if (name == "fp64") return fmt::kFP64;
+  throw Error("unknown format '" + name + "'");
+}
+
+Format ParseFormat(const std::string& spec) {
+  for (const auto& e : kRegistry)
+    if (spec == e.format.name) return e.format;
+  if (spec == "fp64") return fmt::kFP64;
+
+  std::smatch m;
+  // P3109 binaryKpP{s,u}{e,f}: K bits, precision P (P-1 mantissa bits).
+  static const std::regex p3109(R"(binary(\d+)p(\d+)([su])([ef]))");
+  if (std::regex_match(spec, m, p3109)) {
+    const int k = std::stoi(m[1]);
+    const int p = std::stoi(m[2]);
+    const bool is_signed = m[3] == "s";
+    if (k < 2 || k > 16) throw Error("format '" + spec + "': P3109 bit width K must be in 2..16");
+    if (p < 1 || p > k - (is_signed ? 1 : 0))
+      throw Error("format '" + spec + "': precision P must be in 1..K" + std::string(is_signed ? "-1" : ""));
+    Format f{};
+    f.man_bits = p - 1;
+    f.exp_bits = k - p + (is_signed ? 0 : 1);
+    // Signed: bias 2^(K-P-1) (binary8p4 has bias 8); unsigned: bias 2^(K-P), the same range (as we read the
+    // interim report; see README).
+    f.bias = 1 << (f.exp_bits - 1);
+    f.is_signed = is_signed;
+    f.encoding = m[4] == "e" ? Encoding::kP3109Extended : Encoding::kP3109Finite;
+    f.name = Intern(spec);
+    CheckUsable(f, spec);
+    return f;
+  }
+
+  static const std::regex exmy(R"(e(\d+)m(\d+)((?::[a-z]+(?:=[a-z0-9-]+)?)*))");
+  if (!std::regex_match(spec, m, exmy))
+    throw Error("unknown format '" + spec +
+                "' (use a registry name, eXmY[:bias=B][:special=ieee|fn|finite][:unsigned], or binaryKpP{s,u}{e,f})");
+  Format f{};
+  f.exp_bits = std::stoi(m[1]);
+  f.man_bits = std::stoi(m[2]);
+  if (f.exp_bits > 11 || f.man_bits > 52) throw Error("format '" + spec + "': exponent bits must be <= 11 and mantissa bits <= 52");
+  f.bias = f.exp_bits >= 1 ? (1 << (f.exp_bits - 1)) - 1 : 0;
+  f.is_signed = true;
+  // 8-bit and wider user formats default to IEEE specials (as ml_dtypes' float8_e3m4); narrower ones
+  // follow OCP FP6/FP4 and are all finite.
+  const int bits = 1 + f.exp_bits + f.man_bits;
+  f.encoding = bits >= 8 ? Encoding::kIeee : Encoding::kFinite;
+  std::string opts = m[3];
+  static const std::regex opt_re(R"(:([a-z]+)(?:=([a-z0-9-]+))?)");
+  for (std::sregex_iterator it(opts.begin(), opts.end(), opt_re), end; it != end; ++it) {
+    const std::string key = (*it)[1], val = (*it)[2];
+    if (key == "bias") {
+      if (val.empty()) throw Error("format '" + spec + "': bias needs a value, e.g. :bias=8");
+      try {
+        f.bias = std::stoi(val);
+      } catch (...) {
+        throw Error("format '" + spec + "': bias '" + val + "' is not an integer");
+      }
+    } else if (key == "special") {
+      if (val == "ieee") f.encoding = Encoding::kIeee;
+      else if (val == "fn") f.encoding = Encoding::kFnNan;
+      else if (val == "finite") f.encoding = Encoding::kFinite;
+      else throw Error("format '" + spec + "': special must be ieee, fn or finite, not '" + val + "'");
+    } else if (key == "unsigned") {
+      f.is_signed = false;
+    } else {
+      throw Error("format '" + spec + "': unknown option '" + key + "' (bias, special, unsigned)");
+    }
+  }
+  f.name = Intern(spec);
+  CheckUsable(f, spec);
+  return f;
+}
+
+CodeClass ClassifyCode(const Format& f, uint64_t code) {
+  code &= f.CodeMask();
+  const uint64_t mag = code & f.MagMask();
+  switch (f.encoding) {
+    case Encoding::kInt:
+      return code == 0 ? CodeClass::kZero : CodeClass::kNormal;
+    case Encoding::kExponentOnly:
+      return code == f.CanonicalNan() ? CodeClass::kNan : CodeClass::kNormal;
+    case Encoding::kIeee: {
+      const uint64_t field = mag >> f.man_bits;
+      if (field == (1ull << f.exp_bits) - 1) return (mag & ((1ull << f.man_bits) - 1)) ? CodeClass::kNan : CodeClass::kInf;
+      break;
+    }
+    case Encoding::kFnNan:
+      if (mag == f.MagMask()) return CodeClass::kNan;
+      break;
+    case Encoding::kFinite:
+      break;
+    case Encoding::kP3109Extended:
+    case Encoding::kP3109Finite:
+      if (code == f.CanonicalNan()) return CodeClass::kNan;
+      if (f.encoding == Encoding::kP3109Extended && mag == f.PositiveInfCode()) return CodeClass::kInf;
+      if (!f.is_signed && mag > f.MaxFiniteCode()) return CodeClass::kNan;  // unreachable: NaN is the top code
+      break;
+  }
+  if (mag == 0) return CodeClass::kZero;
+  return (mag >> f.man_bits) == 0 ? CodeClass::kSubnormal : CodeClass::kNormal;
+}
+
+DecodedCode DecodeCode(const Format& f, uint64_t code) {
+  code &= f.CodeMask();
+  DecodedCode d{ClassifyCode(f, code), false, 0, 0};
+  if (f.IsInt()) {
+    const uint64_t half = 1ull << (f.Bits() - 1);
+    d.negative = (code & half) != 0;
+    d.sig = d.negative ? ((1ull << f.Bits()) - code) : code;
+    d.exp = -f.man_bits;
+    return d;
+  }
+  d.negative = (code & f.SignBit()) != 0;
+  if (d.cls == CodeClass::kNan || d.cls == CodeClass::kInf || d.cls == CodeClass::kZero) return d;
+  d.sig = static_cast<uint64_t>(CodeSig(f, code));
+  d.exp = CodeExp(f, code);
+  return d;
+}
+
+double DecodeToDouble(const Format& f, uint64_t code) {
+  const DecodedCode d = DecodeCode(f, code);
+  switch (d.cls) {
+    case CodeClass::kNan:
+      return d.negative ? -std::nan("") : std::nan("");
+    case CodeClass::kInf:
+      return d.negative ? -HUGE_VAL : HUGE_VAL;
+    case CodeClass::kZero:
+      return d.negative ? -0.0 : 0.0;
+    default:
+      // sig < 2^53 for every format we accept, so the product is exact.
+      return (d.negative ? -1.0 : 1.0) * std::ldexp(static_cast<double>(d.sig), d.exp);
+  }
+}
+
+float DecodeToFloat(const Format& f, uint64_t code) { return static_cast<float>(DecodeToDouble(f, code)); }
+
+FormatLimits Limits(const Format& f) {
+  FormatLimits l{};
+  l.max_finite = DecodeToDouble(f, f.MaxFiniteCode());
+  l.min_subnormal = DecodeToDouble(f, f.MinPositiveCode());
+  l.min_normal = f.IsInt() ? l.min_subnormal : std::ldexp(1.0, f.Emin());
+  l.binades = std::log2(l.max_finite / l.min_subnormal);
+  l.emax = static_cast<int>(std::floor(std::log2(l.max_finite)));
+  return l;
+}
+
+std::vector<uint64_t> AllCodes(const Format& f) {
+  if (f.Bits() > 8) throw Error(std::string("format '") + f.name + "' has more than 8 bits; no code table");
+  std::vector<uint64_t> codes(1ull << f.Bits());
+  for (uint64_t c = 0; c < codes.size(); ++c) codes[c] = c;
+  return codes;
+}
+
+}  // namespace qmx

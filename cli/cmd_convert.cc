@@ -202,6 +202,9 @@ void AddConvertCommand(CLI::App& app) {
     const CastOptions opt = BuildOptions(a, dst);
     if (!a.in.empty() && !a.values.empty()) throw Error("give either --in FILE or values, not both");
     if (a.in.empty() && a.values.empty()) throw Error("nothing to convert: give --in FILE --out FILE, or values");
+    // --out and --decode only apply to files; ignoring them would exit 0 without writing what was asked for.
+    if (a.in.empty() && !a.out.empty()) throw Error("--out needs --in FILE (values are printed, not written)");
+    if (a.in.empty() && a.decode) throw Error("--decode needs --in FILE and --out FILE (values print their decoded value)");
     if (!a.in.empty()) ConvertFile(a, dst, opt);
     else ConvertValues(a, dst, opt);
   });

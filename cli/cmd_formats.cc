@@ -20,13 +20,13 @@ std::string NanText(const Format& f) {
 
 void PrintRow(const Format& f, const char* comment) {
   const FormatLimits l = Limits(f);
-  std::printf("%-7s %4d %4d %4d %5d  %-13.9g %-13.9g %-13.9g %7.2f  %-4s %-6s %s\n", f.name, f.Bits(),
+  std::printf("%-7s %4d %4d %4d %5d  %-15.9g %-15.9g %-15.9g %7.2f  %-4s %-10s %s\n", f.name, f.Bits(),
               f.IsInt() ? 0 : f.exp_bits, f.man_bits, f.bias, l.max_finite, l.min_normal, l.min_subnormal,
               l.binades, InfText(f), NanText(f).c_str(), comment);
 }
 
 void ListFormats() {
-  std::printf("%-7s %4s %4s %4s %5s  %-13s %-13s %-13s %7s  %-4s %-6s %s\n", "format", "bits", "exp", "man", "bias",
+  std::printf("%-7s %4s %4s %4s %5s  %-15s %-15s %-15s %7s  %-4s %-10s %s\n", "format", "bits", "exp", "man", "bias",
               "max", "min_normal", "min_subnorm", "binades", "inf", "nan", "spec");
   for (const auto& e : Registry()) PrintRow(e.format, e.comment);
 }

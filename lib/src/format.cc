@@ -251,4 +251,16 @@ std::vector<uint64_t> AllCodes(const Format& f) {
   return codes;
 }
 
+std::vector<double> DecodeTable(const Format& f) {
+  std::vector<double> t;
+  for (uint64_t c : AllCodes(f)) t.push_back(DecodeToDouble(f, c));
+  return t;
+}
+
+std::vector<float> DecodeTableF32(const Format& f) {
+  std::vector<float> t;
+  for (uint64_t c : AllCodes(f)) t.push_back(DecodeToFloat(f, c));
+  return t;
+}
+
 }  // namespace qmx

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "qmx/error.h"
 #include "qmx/format.h"
@@ -113,7 +114,12 @@ TEST_CASE("Every code of every 8-bit-or-narrower registry format: classes and or
     INFO(f.name);
     int nans = 0, infs = 0;
     double prev = -1;
+    const std::vector<double> table = DecodeTable(f);
+    const std::vector<float> table32 = DecodeTableF32(f);
+    REQUIRE(table.size() == (1u << f.Bits()));
     for (uint64_t c : AllCodes(f)) {
+      CHECK(qmx::test::FloatBits(table32[c]) == qmx::test::FloatBits(DecodeToFloat(f, c)));
+      CHECK((table[c] == DecodeToDouble(f, c) || std::isnan(table[c])));
       const CodeClass cls = ClassifyCode(f, c);
       nans += cls == CodeClass::kNan;
       infs += cls == CodeClass::kInf;

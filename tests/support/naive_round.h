@@ -17,8 +17,9 @@ class NaiveRounder {
  public:
   explicit NaiveRounder(const Format& f) : f_(f) {
     // Non-negative finite values and their codes, ascending (codes of 8-bit formats decode exactly).
-    for (uint64_t c : AllCodes(f)) {
-      const double v = DecodeToDouble(f, c);
+    const std::vector<double> table = DecodeTable(f);
+    for (uint64_t c = 0; c < table.size(); ++c) {
+      const double v = table[c];
       if (!std::isfinite(v) || std::signbit(v)) continue;
       if (f.IsInt() && (c >> (f.Bits() - 1))) continue;
       values_.push_back(v);

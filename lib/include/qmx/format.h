@@ -141,6 +141,9 @@ Format ParseFormat(const std::string& spec);
 const Format& GetFormat(const std::string& name);
 // Every code of a format of 8 bits or fewer, in code order.
 std::vector<uint64_t> AllCodes(const Format& f);
+// Decode tables indexed by code (formats of 8 bits or fewer), generated from the descriptor.
+std::vector<double> DecodeTable(const Format& f);
+std::vector<float> DecodeTableF32(const Format& f);
 
 namespace fmt {
 // Registry formats as constexpr values so limits can be static_asserted against the spec tables.

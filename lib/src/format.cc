@@ -5,7 +5,7 @@
 #include <cmath>
 #include <deque>
 #include <mutex>
-#include <regex>
+#include <cctype>
 
 #include "qmx/error.h"
 
@@ -75,6 +75,16 @@ const char* Intern(const std::string& s) {
   return InternedNames().back().c_str();
 }
 
+// Reads a run of decimal digits at s[*pos] (at most 4, so no overflow); -1 when there is none.
+int ReadNumber(const std::string& s, size_t* pos) {
+  size_t end = *pos;
+  while (end < s.size() && end - *pos < 4 && std::isdigit(static_cast<unsigned char>(s[end]))) ++end;
+  if (end == *pos || (end < s.size() && std::isdigit(static_cast<unsigned char>(s[end])))) return -1;
+  const int v = std::stoi(s.substr(*pos, end - *pos));
+  *pos = end;
+  return v;
+}
+
 void CheckUsable(const Format& f, const std::string& spec) {
   auto fail = [&](const std::string& why) { throw Error("format '" + spec + "': " + why); };
   if (f.exp_bits < 1) fail("needs at least 1 exponent bit");
@@ -107,13 +117,20 @@ Format ParseFormat(const std::string& spec) {
     if (spec == e.format.name) return e.format;
   if (spec == "fp64") return fmt::kFP64;
 
-  std::smatch m;
+  const std::string kUsage =
+      "' (use a registry name, eXmY[:bias=B][:special=ieee|fn|finite][:unsigned], or binaryKpP{s,u}{e,f})";
+  size_t pos = 0;
   // P3109 binaryKpP{s,u}{e,f}: K bits, precision P (P-1 mantissa bits).
-  static const std::regex p3109(R"(binary(\d+)p(\d+)([su])([ef]))");
-  if (std::regex_match(spec, m, p3109)) {
-    const int k = std::stoi(m[1]);
-    const int p = std::stoi(m[2]);
-    const bool is_signed = m[3] == "s";
+  if (spec.rfind("binary", 0) == 0) {
+    pos = 6;
+    const int k = ReadNumber(spec, &pos);
+    const bool has_p = k >= 0 && pos < spec.size() && spec[pos] == 'p';
+    if (has_p) ++pos;
+    const int p = has_p ? ReadNumber(spec, &pos) : -1;
+    if (p < 0 || pos + 2 != spec.size() || (spec[pos] != 's' && spec[pos] != 'u') ||
+        (spec[pos + 1] != 'e' && spec[pos + 1] != 'f'))
+      throw Error("unknown format '" + spec + kUsage);
+    const bool is_signed = spec[pos] == 's';
     if (k < 2 || k > 16) throw Error("format '" + spec + "': P3109 bit width K must be in 2..16");
     if (p < 1 || p > k - (is_signed ? 1 : 0))
       throw Error("format '" + spec + "': precision P must be in 1..K" + std::string(is_signed ? "-1" : ""));
@@ -124,19 +141,26 @@ Format ParseFormat(const std::string& spec) {
     // interim report; see README).
     f.bias = 1 << (f.exp_bits - 1);
     f.is_signed = is_signed;
-    f.encoding = m[4] == "e" ? Encoding::kP3109Extended : Encoding::kP3109Finite;
+    f.encoding = spec[pos + 1] == 'e' ? Encoding::kP3109Extended : Encoding::kP3109Finite;
     f.name = Intern(spec);
     CheckUsable(f, spec);
     return f;
   }
 
-  static const std::regex exmy(R"(e(\d+)m(\d+)((?::[a-z]+(?:=[a-z0-9-]+)?)*))");
-  if (!std::regex_match(spec, m, exmy))
-    throw Error("unknown format '" + spec +
-                "' (use a registry name, eXmY[:bias=B][:special=ieee|fn|finite][:unsigned], or binaryKpP{s,u}{e,f})");
+  // eXmY followed by ":key" or ":key=value" options.
+  int x = -1, y = -1;
+  if (!spec.empty() && spec[0] == 'e') {
+    pos = 1;
+    x = ReadNumber(spec, &pos);
+    if (x >= 0 && pos < spec.size() && spec[pos] == 'm') {
+      ++pos;
+      y = ReadNumber(spec, &pos);
+    }
+  }
+  if (x < 0 || y < 0 || (pos < spec.size() && spec[pos] != ':')) throw Error("unknown format '" + spec + kUsage);
   Format f{};
-  f.exp_bits = std::stoi(m[1]);
-  f.man_bits = std::stoi(m[2]);
+  f.exp_bits = x;
+  f.man_bits = y;
   if (f.exp_bits > 11 || f.man_bits > 52) throw Error("format '" + spec + "': exponent bits must be <= 11 and mantissa bits <= 52");
   f.bias = f.exp_bits >= 1 ? (1 << (f.exp_bits - 1)) - 1 : 0;
   f.is_signed = true;
@@ -144,17 +168,20 @@ Format ParseFormat(const std::string& spec) {
   // follow OCP FP6/FP4 and are all finite.
   const int bits = 1 + f.exp_bits + f.man_bits;
   f.encoding = bits >= 8 ? Encoding::kIeee : Encoding::kFinite;
-  std::string opts = m[3];
-  static const std::regex opt_re(R"(:([a-z]+)(?:=([a-z0-9-]+))?)");
-  for (std::sregex_iterator it(opts.begin(), opts.end(), opt_re), end; it != end; ++it) {
-    const std::string key = (*it)[1], val = (*it)[2];
+  while (pos < spec.size()) {
+    // spec[pos] == ':' here.
+    const size_t next = spec.find(':', pos + 1);
+    const std::string item = spec.substr(pos + 1, next == std::string::npos ? std::string::npos : next - pos - 1);
+    pos = next == std::string::npos ? spec.size() : next;
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    const std::string val = eq == std::string::npos ? "" : item.substr(eq + 1);
     if (key == "bias") {
       if (val.empty()) throw Error("format '" + spec + "': bias needs a value, e.g. :bias=8");
-      try {
-        f.bias = std::stoi(val);
-      } catch (...) {
-        throw Error("format '" + spec + "': bias '" + val + "' is not an integer");
-      }
+      size_t vpos = val[0] == '-' ? 1 : 0;
+      const int mag = ReadNumber(val, &vpos);
+      if (mag < 0 || vpos != val.size()) throw Error("format '" + spec + "': bias '" + val + "' is not an integer");
+      f.bias = val[0] == '-' ? -mag : mag;
     } else if (key == "special") {
       if (val == "ieee") f.encoding = Encoding::kIeee;
       else if (val == "fn") f.encoding = Encoding::kFnNan;

@@ -87,7 +87,7 @@ class NaiveRounder {
       const size_t k = std::upper_bound(values_.begin(), values_.end(), a) - values_.begin() - 1;
       lo = values_[k];
       lo_code = static_cast<int64_t>(codes_[k]);
-      if (a == lo) return Finish(lo_code, false, neg, opt);
+      if (a == lo) return Finish(lo_code, neg, opt);
       hi = values_[k + 1];
       hi_code = static_cast<int64_t>(codes_[k + 1]);
     }
@@ -115,7 +115,7 @@ class NaiveRounder {
     }
     if (pick_hi && hi_virtual) return Overflow(neg, opt);
     if (!pick_hi && lo_virtual_zero) return codes_.front();  // no zero: the smallest value
-    return Finish(pick_hi ? hi_code : lo_code, true, neg, opt);
+    return Finish(pick_hi ? hi_code : lo_code, neg, opt);
   }
 
  private:
@@ -137,8 +137,7 @@ class NaiveRounder {
     if (f_.HasInf()) return Signed(f_.PositiveInfCode(), neg);
     return Nan(neg);
   }
-  uint64_t Finish(int64_t code, bool inexact, bool neg, const CastOptions& opt) const {
-    (void)inexact;
+  uint64_t Finish(int64_t code, bool neg, const CastOptions& opt) const {
     uint64_t c = static_cast<uint64_t>(code);
     if (opt.subnormals == Subnormals::kFlush && ClassifyCode(f_, c) == CodeClass::kSubnormal) c = 0;
     return Signed(c, neg);

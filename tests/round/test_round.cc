@@ -8,11 +8,13 @@
 #include "qmx/error.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
+#include "support/grid.h"
 #include "support/hex.h"
 #include "support/naive_round.h"
 
 using namespace qmx;
 using qmx::test::Case;
+using qmx::test::GridInputs;
 using qmx::test::Hex;
 
 namespace {
@@ -34,39 +36,6 @@ uint64_t Cvt(const Format& f, float x, Rounding r = Rounding::kRne, Saturation s
 }
 uint32_t Flags(const Format& f, float x, Rounding r = Rounding::kRne, Saturation s = Saturation::kSatFinite) {
   return Convert(fmt::kFP32, qmx::test::FloatBits(x), f, Opt(r, s)).flags;
-}
-
-// Every input worth checking around the value grid of f: each code, each midpoint between neighbours
-// (including the virtual value past max and zero), one FP32 ulp either side, with both signs.
-std::vector<float> GridInputs(const Format& f) {
-  std::vector<double> v;
-  for (uint64_t c : AllCodes(f)) {
-    const double d = DecodeToDouble(f, c);
-    if (std::isfinite(d) && d >= 0) v.push_back(d);
-  }
-  std::sort(v.begin(), v.end());
-  v.erase(std::unique(v.begin(), v.end()), v.end());
-  const double top = v.back(), below = v[v.size() - 2];
-  v.push_back((f.man_bits == 0 && !f.IsInt()) ? 2 * top : 2 * top - below);
-  std::vector<float> out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    std::vector<double> pts = {v[i]};
-    if (i + 1 < v.size()) pts.push_back((v[i] + v[i + 1]) / 2);
-    if (i == 0) pts.push_back(v[0] / 2);
-    for (double p : pts) {
-      const float x = static_cast<float>(p);
-      if (static_cast<double>(x) != p) continue;  // only ue8m0's virtual 2^128 is not an FP32 number
-      for (float y : {x, std::nextafter(x, 0.0f), std::nextafter(x, HUGE_VALF)}) {
-        out.push_back(y);
-        out.push_back(-y);
-      }
-    }
-  }
-  for (float s : {0.0f, HUGE_VALF, std::nanf(""), 0x1p-149f, 3.0e38f}) {
-    out.push_back(s);
-    out.push_back(-s);
-  }
-  return out;
 }
 
 }  // namespace

@@ -1,0 +1,178 @@
+// convert.cc: the public fast conversion entry points (qmx/convert.h): options flattened for the SIMD
+// kernels, OpenMP over fixed chunks, the scalar reference loop, and SIMD target selection.
+#include "qmx/convert.h"
+
+#include <omp.h>
+
+#include <algorithm>
+
+#include "hwy/targets.h"
+#include "qmx/error.h"
+#include "qmx/rng.h"
+#include "qmx/round.h"
+#include "simd/convert_params.h"
+
+namespace qmx {
+namespace {
+
+// Work split for Exec::kParallel: fixed chunks, so each element sees the same computation whatever the
+// thread count (the random stream is indexed by element, not by thread).
+constexpr size_t kChunk = size_t{1} << 16;
+
+size_t SourceSize(DType src) { return src == DType::kF32 ? 4 : 2; }
+
+uint32_t ReadSourceBits(DType src, const void* p, size_t i) {
+  if (src == DType::kF32) return static_cast<const uint32_t*>(p)[i];
+  return static_cast<const uint16_t*>(p)[i];
+}
+
+void CheckFast(DType src, const Format& dst, const CastOptions& opt) {
+  (void)FormatOfSource(src);
+  if (!IsFastFormat(dst))
+    throw Error(std::string("format '") + dst.name + "' has " + std::to_string(dst.Bits()) +
+                " bits; the fast paths handle formats of 8 bits or fewer");
+  ValidateCastOptions(dst, opt);
+}
+
+std::string forced_target;  // "" = the dispatcher's own choice
+
+}  // namespace
+
+namespace simd {
+
+ConvertParams MakeConvertParams(const Format& dst, const CastOptions& opt, DType src) {
+  ConvertParams p{};
+  p.rounding = opt.rounding;
+  if (dst.IsInt()) {
+    p.kind = Kind::kInt;
+    p.emin127 = 1 << 20;  // never exceeded: the quantum is fixed at 2^-frac
+    p.sbase = 150 - dst.man_bits - (1 << 20);
+    p.man_bits = 0;
+    p.big_e = 127 + Limits(dst).emax + 2;  // |x| >= 2^(emax+2) overflows whatever the rounding
+    p.int_mask = static_cast<uint32_t>(dst.CodeMask());
+  } else {
+    p.kind = Kind::kFloat;
+    p.emin127 = dst.Emin() + 127;
+    p.sbase = 23 - dst.man_bits;
+    p.man_bits = dst.man_bits;
+    p.adj = dst.FirstNormalField() == 0 ? 1 : 0;
+    p.big_e = 1 << 30;
+  }
+  p.max_code = static_cast<uint32_t>(dst.MaxFiniteCode());
+  p.sign_bit = static_cast<uint32_t>(dst.SignBit());
+  p.has_neg_zero = dst.HasNegativeZero() ? ~0u : 0u;
+  p.flush_out = opt.subnormals == Subnormals::kFlush && dst.HasSubnormals() ? ~0u : 0u;
+  p.min_normal_mag = 1u << dst.man_bits;
+  if (opt.subnormals == Subnormals::kFlush) p.flush_below = src == DType::kF16 ? 0x38800000u : 0x00800000u;
+  p.is_unsigned = dst.is_signed ? 0u : ~0u;
+  // The codes of the special cases come from the reference routine itself.
+  for (int negative = 0; negative < 2; ++negative) {
+    const bool neg = negative != 0;
+    p.nan_code[negative] = static_cast<uint32_t>(RoundExact({ExactValue::Kind::kNan, neg, 0, 0}, dst, opt).code);
+    p.inf_code[negative] = static_cast<uint32_t>(RoundExact({ExactValue::Kind::kInf, neg, 0, 0}, dst, opt).code);
+    p.ovf_code[negative] = static_cast<uint32_t>(RoundExact({ExactValue::Kind::kFinite, neg, 1, 4000}, dst, opt).code);
+  }
+  p.invalid_code = static_cast<uint32_t>(RoundExact({ExactValue::Kind::kFinite, true, 1, 0}, dst, opt).code);
+  p.sr_bits = static_cast<uint32_t>(opt.sr_bits);
+  p.sr_mask = opt.sr_bits >= 32 ? 0xFFFFFFFFu : (1u << opt.sr_bits) - 1;
+  return p;
+}
+
+}  // namespace simd
+
+const Format& FormatOfSource(DType src) {
+  switch (src) {
+    case DType::kF32: return fmt::kFP32;
+    case DType::kBF16: return fmt::kBF16;
+    case DType::kF16: return fmt::kFP16;
+    default: throw Error(std::string("conversions read fp32, bf16 or fp16, not ") + DTypeName(src));
+  }
+}
+
+bool IsFastSource(DType src) { return src == DType::kF32 || src == DType::kBF16 || src == DType::kF16; }
+
+bool IsFastFormat(const Format& f) { return f.Bits() <= 8; }
+
+void ConvertToCodes(DType src_type, const void* src, size_t n, const Format& dst, const CastOptions& opt,
+                    uint8_t* out, const SrSource& sr, Exec exec) {
+  CheckFast(src_type, dst, opt);
+  const simd::ConvertParams p = simd::MakeConvertParams(dst, opt, src_type);
+  const size_t esize = SourceSize(src_type);
+  if (exec == Exec::kSequential || n <= kChunk) {
+    simd::ConvertCodes(p, src_type, src, n, out, sr.seed, sr.first_index, sr.bits);
+    return;
+  }
+  const int64_t chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const size_t start = static_cast<size_t>(c) * kChunk;
+    const size_t len = std::min(kChunk, n - start);
+    simd::ConvertCodes(p, src_type, static_cast<const uint8_t*>(src) + start * esize, len, out + start, sr.seed,
+                       sr.first_index + start, sr.bits != nullptr ? sr.bits + start : nullptr);
+  }
+}
+
+void ConvertToCodesRef(DType src_type, const void* src, size_t n, const Format& dst, const CastOptions& opt,
+                       uint8_t* out, const SrSource& sr, Exec exec) {
+  const Format& sf = FormatOfSource(src_type);
+  ValidateCastOptions(dst, opt);
+  const bool parallel = exec == Exec::kParallel;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) {
+    const size_t k = static_cast<size_t>(i);
+    const uint32_t r = sr.bits != nullptr ? sr.bits[k] : RandomBitsForElement(sr.seed, sr.first_index + k);
+    out[k] = static_cast<uint8_t>(Convert(sf, ReadSourceBits(src_type, src, k), dst, opt, r).code);
+  }
+}
+
+void DecodeToF32(const uint8_t* codes, size_t n, const Format& f, float* out, Exec exec) {
+  if (!IsFastFormat(f)) throw Error(std::string("cannot decode '") + f.name + "' from bytes: it has more than 8 bits");
+  // Bytes beyond the format's width are masked, as DecodeCode does.
+  const std::vector<float> t = DecodeTableF32(f);
+  float table[256];
+  for (int c = 0; c < 256; ++c) table[c] = t[static_cast<size_t>(c) & f.CodeMask()];
+  if (exec == Exec::kSequential || n <= kChunk) {
+    simd::DecodeCodes(table, codes, n, out);
+    return;
+  }
+  const int64_t chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const size_t start = static_cast<size_t>(c) * kChunk;
+    simd::DecodeCodes(table, codes + start, std::min(kChunk, n - start), out + start);
+  }
+}
+
+std::vector<std::string> SimdTargets() {
+  std::vector<std::string> names;
+  hwy::SetSupportedTargetsForTest(0);
+  for (int64_t t : hwy::SupportedAndGeneratedTargets()) names.push_back(hwy::TargetName(t));
+  if (!forced_target.empty()) ForceSimdTarget(forced_target);
+  return names;
+}
+
+std::string SimdTargetName() {
+  if (!forced_target.empty()) return forced_target;
+  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  return targets.empty() ? "none" : hwy::TargetName(targets.front());
+}
+
+void ForceSimdTarget(const std::string& name) {
+  hwy::SetSupportedTargetsForTest(0);
+  if (name.empty()) {
+    forced_target.clear();
+    return;
+  }
+  std::string known;
+  for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
+    if (name == hwy::TargetName(t)) {
+      hwy::SetSupportedTargetsForTest(t);
+      forced_target = name;
+      return;
+    }
+    known += std::string(known.empty() ? "" : ", ") + hwy::TargetName(t);
+  }
+  throw Error("SIMD target '" + name + "' is not compiled in or not supported by this CPU (available: " + known + ")");
+}
+
+}  // namespace qmx

@@ -1,0 +1,102 @@
+// mx.cc: MX block quantization entry points (qmx/mx.h): spec validation, scale rule names, and the fast
+// path (SIMD kernels of simd/convert_simd.cc, OpenMP over fixed runs of blocks).
+#include "qmx/mx.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "qmx/error.h"
+#include "simd/convert_params.h"
+
+namespace qmx {
+
+const char* ScaleRuleName(ScaleRule r) {
+  switch (r) {
+    case ScaleRule::kOcpFloor: return "ocp-floor";
+    case ScaleRule::kRoundUp: return "round-up";
+  }
+  return "?";
+}
+
+ScaleRule ParseScaleRule(const std::string& s) {
+  if (s == "ocp-floor" || s == "floor" || s == "round-down") return ScaleRule::kOcpFloor;
+  if (s == "round-up" || s == "rceil") return ScaleRule::kRoundUp;
+  throw Error("unknown scale rule '" + s + "' (ocp-floor, round-up)");
+}
+
+uint8_t Ue8m0ScaleFromAmax(float amax, const Format& elem, ScaleRule rule) {
+  if (!(amax >= 0.0f) || std::isinf(amax)) throw Error("block amax must be finite and >= 0");
+  uint32_t bits;
+  __builtin_memcpy(&bits, &amax, 4);
+  const FormatLimits lim = Limits(elem);
+  return simd::ScaleByteFromAmaxBits(bits, static_cast<int>(rule), static_cast<float>(lim.max_finite), lim.emax);
+}
+
+void ValidateMxSpec(const MxSpec& spec) {
+  if (!IsFastFormat(spec.elem) || spec.elem.encoding == Encoding::kExponentOnly)
+    throw Error(std::string("'") + spec.elem.name + "' cannot be an MX element format (it needs 8 bits or fewer and a zero)");
+  if (spec.block < 1 || spec.block > 4096)
+    throw Error("MX block length must be 1..4096, not " + std::to_string(spec.block));
+  ValidateCastOptions(spec.elem, spec.cast);
+}
+
+namespace {
+
+constexpr size_t kBlocksPerChunk = 2048;
+
+simd::MxKernelArgs MakeArgs(const MxSpec& spec, const simd::ConvertParams& p) {
+  const FormatLimits lim = Limits(spec.elem);
+  simd::MxKernelArgs a{};
+  a.p = &p;
+  a.block = spec.block;
+  a.rule = static_cast<int>(spec.rule);
+  a.destmax = static_cast<float>(lim.max_finite);
+  a.emax = lim.emax;
+  a.elem_nan = spec.elem.HasNan() ? static_cast<uint32_t>(spec.elem.CanonicalNan()) : 0u;
+  return a;
+}
+
+}  // namespace
+
+void QuantizeMx(DType src_type, const void* src, size_t n, const MxSpec& spec, uint8_t* codes, uint8_t* scales,
+                const SrSource& sr, Exec exec) {
+  ValidateMxSpec(spec);
+  if (!IsFastSource(src_type)) throw Error(std::string("MX quantization reads fp32, bf16 or fp16, not ") + DTypeName(src_type));
+  const simd::ConvertParams p = simd::MakeConvertParams(spec.elem, spec.cast, src_type);
+  const simd::MxKernelArgs args = MakeArgs(spec, p);
+  const size_t esize = src_type == DType::kF32 ? 4 : 2;
+  const size_t chunk = kBlocksPerChunk * static_cast<size_t>(spec.block);
+  if (exec == Exec::kSequential || n <= chunk) {
+    simd::QuantizeMxBlocks(args, src_type, src, n, codes, scales, sr.seed, sr.first_index, sr.bits);
+    return;
+  }
+  const int64_t chunks = static_cast<int64_t>((n + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const size_t start = static_cast<size_t>(c) * chunk;
+    simd::QuantizeMxBlocks(args, src_type, static_cast<const uint8_t*>(src) + start * esize, std::min(chunk, n - start),
+                           codes + start, scales + static_cast<size_t>(c) * kBlocksPerChunk, sr.seed,
+                           sr.first_index + start, sr.bits != nullptr ? sr.bits + start : nullptr);
+  }
+}
+
+void DequantizeMx(const uint8_t* codes, const uint8_t* scales, size_t n, const MxSpec& spec, float* out, Exec exec) {
+  ValidateMxSpec(spec);
+  const std::vector<float> t = DecodeTableF32(spec.elem);
+  float table[256];
+  for (int c = 0; c < 256; ++c) table[c] = t[static_cast<size_t>(c) & spec.elem.CodeMask()];
+  const size_t chunk = kBlocksPerChunk * static_cast<size_t>(spec.block);
+  if (exec == Exec::kSequential || n <= chunk) {
+    simd::DequantizeMxBlocks(table, spec.block, codes, scales, n, out);
+    return;
+  }
+  const int64_t chunks = static_cast<int64_t>((n + chunk - 1) / chunk);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const size_t start = static_cast<size_t>(c) * chunk;
+    simd::DequantizeMxBlocks(table, spec.block, codes + start, scales + static_cast<size_t>(c) * kBlocksPerChunk,
+                             std::min(chunk, n - start), out + start);
+  }
+}
+
+}  // namespace qmx

@@ -1,0 +1,517 @@
+// convert_simd.cc: Highway kernels for FP32/BF16/FP16 -> any format of 8 bits or fewer, decoding, and MX
+// block quantization, compiled for every x86 target and chosen at run time. They reproduce the reference
+// routine (ref/round_pack.cc) in integer arithmetic on 32-bit lanes; tests/simd checks every target.
+//
+// The arithmetic, per lane, for an input |x| = sig * 2^(Ee - 150) scaled by 2^eoff (MX) :
+//   Ee  = max(E, 1), the FP32 exponent field; sig has the implicit bit for normal inputs;
+//   En  = the exponent of x's leading bit, biased like FP32 (for FP32 subnormals from float(mant));
+//   Eh  = max(En + eoff, emin127), the binade that sets the quantum (subnormals share the lowest one);
+//   s   = Eh - (Ee + eoff) + 23 - man_bits, the number of significand bits discarded (>= -man_bits);
+//   pre = ((Eh - emin127) << man_bits) + (sig >> s), the magnitude code rounded toward zero; adding 1
+//         carries into the exponent field exactly as the reference's step 9 does.
+// The discarded part rem = sig mod 2^s decides the rounding; the code is then checked for overflow,
+// flushed, given its sign, and the specials (NaN, Inf, negative into unsigned) override it.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "simd/convert_simd.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <cstring>
+
+#include "hwy/highway.h"
+#include "simd/convert_params.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qmx::simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DU = hn::ScalableTag<uint32_t>;
+using DI = hn::RebindToSigned<DU>;
+using DF = hn::RebindToFloat<DU>;
+using VU = hn::Vec<DU>;
+using VI = hn::Vec<DI>;
+constexpr size_t kMaxLanes = HWY_LANES(uint32_t);
+
+// Broadcast constants of one call.
+struct Consts {
+  explicit Consts(const ConvertParams& p)
+      : emin127(hn::Set(DI(), p.emin127)),
+        sbase(hn::Set(DI(), p.sbase)),
+        big_e(hn::Set(DI(), p.big_e)),
+        sr_bits(hn::Set(DI(), static_cast<int32_t>(p.sr_bits))),
+        adj(hn::Set(DU(), p.adj)),
+        max_code(hn::Set(DU(), p.max_code)),
+        sign_bit(hn::Set(DU(), p.sign_bit)),
+        min_normal(hn::Set(DU(), p.min_normal_mag)),
+        flush_below(hn::Set(DU(), p.flush_below)),
+        int_mask(hn::Set(DU(), p.int_mask)),
+        sr_mask(hn::Set(DU(), p.sr_mask)),
+        nan_pos(hn::Set(DU(), p.nan_code[0])),
+        nan_neg(hn::Set(DU(), p.nan_code[1])),
+        inf_pos(hn::Set(DU(), p.inf_code[0])),
+        inf_neg(hn::Set(DU(), p.inf_code[1])),
+        ovf_pos(hn::Set(DU(), p.ovf_code[0])),
+        ovf_neg(hn::Set(DU(), p.ovf_code[1])),
+        invalid(hn::Set(DU(), p.invalid_code)),
+        man_bits(p.man_bits),
+        is_int(p.kind == Kind::kInt),
+        has_adj(p.adj != 0),
+        flush_in(p.flush_below != 0),
+        flush_out(p.flush_out != 0),
+        neg_zero(p.has_neg_zero != 0),
+        is_unsigned(p.is_unsigned != 0) {}
+  VI emin127, sbase, big_e, sr_bits;
+  VU adj, max_code, sign_bit, min_normal, flush_below, int_mask, sr_mask;
+  VU nan_pos, nan_neg, inf_pos, inf_neg, ovf_pos, ovf_neg, invalid;
+  int man_bits;
+  bool is_int, has_adj, flush_in, flush_out, neg_zero, is_unsigned;
+};
+
+// |x| bits with input subnormals read as zero when flushing.
+HWY_INLINE VU AbsBits(const Consts& k, VU bits) {
+  const DU du;
+  VU a = hn::And(bits, hn::Set(du, 0x7FFFFFFFu));
+  if (k.flush_in) a = hn::IfThenZeroElse(hn::Lt(a, k.flush_below), a);
+  return a;
+}
+
+// One vector of FP32 bits -> codes (in 32-bit lanes). eoff is added to the exponent (MX: -log2 X).
+template <Rounding R>
+HWY_INLINE VU ConvertVec(const Consts& k, VU bits, VI eoff, VU rbits) {
+  const DU du;
+  const DI di;
+  const DF df;
+  const VU one = hn::Set(du, 1u);
+  const VU zero = hn::Zero(du);
+  const VI zero_i = hn::Zero(di);
+  const VI c31 = hn::Set(di, 31);
+
+  const auto neg = hn::Ne(hn::And(bits, hn::Set(du, 0x80000000u)), zero);
+  const VU a = AbsBits(k, bits);
+  const VU e_field = hn::ShiftRight<23>(a);
+  const VU mant = hn::And(a, hn::Set(du, 0x7FFFFFu));
+  const auto is_norm = hn::Ne(e_field, zero);
+  const VU sig = hn::IfThenElse(is_norm, hn::Or(mant, hn::Set(du, 0x800000u)), mant);
+  const VI ee = hn::BitCast(di, hn::Max(e_field, one));
+  // float(mant) is exact (mant < 2^23); its exponent locates the leading bit of a subnormal input.
+  const VI en_sub = hn::Sub(hn::BitCast(di, hn::ShiftRight<23>(hn::BitCast(du, hn::ConvertTo(df, hn::BitCast(di, mant))))),
+                            hn::Set(di, 149));
+  const VI en = hn::IfThenElse(hn::RebindMask(di, is_norm), ee, en_sub);
+  const VI es = hn::Add(ee, eoff);
+  const VI eh = hn::Max(hn::Add(en, eoff), k.emin127);
+  const VI s = hn::Add(hn::Sub(eh, es), k.sbase);
+  const VU sr = hn::BitCast(du, hn::Min(hn::Max(s, zero_i), c31));
+  const VU sl = hn::BitCast(du, hn::Max(hn::Neg(s), zero_i));
+  const VU sigl = hn::Shl(sig, sl);
+  const VU trunc = hn::Shr(sigl, sr);
+  const VU rem = hn::Sub(sigl, hn::Shl(trunc, sr));
+  const VU pre = hn::Add(hn::ShiftLeftSame(hn::BitCast(du, hn::Sub(eh, k.emin127)), k.man_bits), trunc);
+  const VU mag_t = k.has_adj ? hn::Sub(hn::Max(pre, k.adj), k.adj) : pre;
+  const auto odd = hn::Ne(hn::And(mag_t, one), zero);
+  const auto inexact = hn::Ne(rem, zero);
+
+  hn::Mask<DU> away;
+  if constexpr (R == Rounding::kRne || R == Rounding::kRna) {
+    const VU twice = hn::ShiftLeft<1>(rem);
+    const VU full = hn::Shl(one, sr);
+    if constexpr (R == Rounding::kRne) {
+      away = hn::Or(hn::Gt(twice, full), hn::And(hn::Eq(twice, full), odd));
+    } else {
+      away = hn::Or(hn::Gt(twice, full), hn::Eq(twice, full));
+    }
+  } else if constexpr (R == Rounding::kRz) {
+    away = hn::Lt(one, zero);  // never
+  } else if constexpr (R == Rounding::kRu) {
+    away = hn::AndNot(neg, inexact);
+  } else if constexpr (R == Rounding::kRd) {
+    away = hn::And(neg, inexact);
+  } else if constexpr (R == Rounding::kRo) {
+    away = hn::AndNot(odd, inexact);
+  } else {
+    // Stochastic: t = floor(nu * 2^N); away iff R > (2^N - 1 - t), or R equals it and the variant's
+    // extra unit (B: the bit below t; C: RNE's carry) is set. See README "Stochastic rounding".
+    const VI d = hn::Sub(s, k.sr_bits);
+    const VU dpos = hn::BitCast(du, hn::Min(hn::Max(d, zero_i), c31));
+    const VU dneg = hn::BitCast(du, hn::Min(hn::Max(hn::Neg(d), zero_i), c31));
+    const VU t = hn::IfThenElse(hn::RebindMask(du, hn::Not(hn::Lt(d, zero_i))), hn::Shr(rem, dpos), hn::Shl(rem, dneg));
+    const VU dd = hn::Sub(k.sr_mask, t);
+    const VU r = hn::And(rbits, k.sr_mask);
+    away = hn::Gt(r, dd);
+    if constexpr (R != Rounding::kSrA) {
+      const VU d1 = hn::BitCast(du, hn::Min(hn::Max(hn::Sub(d, hn::Set(di, 1)), zero_i), c31));
+      const auto has_b = hn::RebindMask(du, hn::Gt(d, zero_i));
+      const VU high = hn::Shr(rem, d1);
+      auto extra = hn::And(has_b, hn::Ne(hn::And(high, one), zero));
+      if constexpr (R == Rounding::kSrC) {
+        const auto sticky = hn::Ne(hn::Sub(rem, hn::Shl(high, d1)), zero);
+        const auto t_odd = hn::Ne(hn::And(t, one), zero);
+        extra = hn::And(extra, hn::Or(sticky, t_odd));
+      }
+      away = hn::Or(away, hn::And(extra, hn::Eq(r, dd)));
+    }
+  }
+
+  VU mag = hn::Add(pre, hn::IfThenElseZero(away, one));
+  if (k.has_adj) mag = hn::Sub(hn::Max(mag, k.adj), k.adj);
+  if (k.is_int) mag = hn::IfThenElse(hn::RebindMask(du, hn::Not(hn::Lt(es, k.big_e))), hn::Add(k.max_code, one), mag);
+  const auto ovf = hn::Gt(mag, k.max_code);
+  if (k.flush_out) mag = hn::IfThenZeroElse(hn::And(hn::Ne(mag, zero), hn::Lt(mag, k.min_normal)), mag);
+
+  VU code;
+  if (k.is_int) {
+    code = hn::IfThenElse(neg, hn::And(hn::Sub(zero, mag), k.int_mask), mag);
+  } else {
+    const auto put_sign = k.neg_zero ? neg : hn::And(neg, hn::Ne(mag, zero));
+    code = hn::Or(mag, hn::IfThenElseZero(put_sign, k.sign_bit));
+  }
+  code = hn::IfThenElse(ovf, hn::IfThenElse(neg, k.ovf_neg, k.ovf_pos), code);
+  const VU inf_bits = hn::Set(du, 0x7F800000u);
+  code = hn::IfThenElse(hn::Eq(a, inf_bits), hn::IfThenElse(neg, k.inf_neg, k.inf_pos), code);
+  if (k.is_unsigned) code = hn::IfThenElse(hn::And(neg, hn::Ne(a, zero)), k.invalid, code);
+  code = hn::IfThenElse(hn::Gt(a, inf_bits), hn::IfThenElse(neg, k.nan_neg, k.nan_pos), code);
+  return code;
+}
+
+// ------------------------------------------------------------------ sources
+
+// Lanes of src elements starting at p, as FP32 bits (exact widening for bf16 and fp16).
+template <DType S>
+HWY_INLINE VU LoadBits(const void* src, size_t i) {
+  const DU du;
+  if constexpr (S == DType::kF32) {
+    return hn::LoadU(du, static_cast<const uint32_t*>(src) + i);
+  } else {
+    const hn::Rebind<uint16_t, DU> d16;
+    const VU w = hn::PromoteTo(du, hn::LoadU(d16, static_cast<const uint16_t*>(src) + i));
+    if constexpr (S == DType::kBF16) {
+      return hn::ShiftLeft<16>(w);
+    } else {
+      const DI di;
+      const DF df;
+      const VU sign = hn::ShiftLeft<16>(hn::And(w, hn::Set(du, 0x8000u)));
+      const VU e = hn::And(hn::ShiftRight<10>(w), hn::Set(du, 31u));
+      const VU m = hn::And(w, hn::Set(du, 0x3FFu));
+      const VU normal = hn::Or(hn::ShiftLeft<23>(hn::Add(e, hn::Set(du, 112u))), hn::ShiftLeft<13>(m));
+      const VU special = hn::Or(hn::Set(du, 0x7F800000u), hn::ShiftLeft<13>(m));
+      // Subnormal fp16: m * 2^-24, exact in FP32 (and normal there).
+      const VU sub = hn::BitCast(du, hn::Mul(hn::ConvertTo(df, hn::BitCast(di, m)), hn::Set(df, 5.9604644775390625e-8f)));
+      VU r = hn::IfThenElse(hn::Eq(e, hn::Zero(du)), sub, normal);
+      r = hn::IfThenElse(hn::Eq(e, hn::Set(du, 31u)), special, r);
+      return hn::Or(sign, r);
+    }
+  }
+}
+
+template <DType S>
+constexpr size_t SrcSize() {
+  return S == DType::kF32 ? 4 : 2;
+}
+
+// Loads `count` (< Lanes) elements padded with +0.
+template <DType S>
+HWY_INLINE VU LoadBitsPartial(const void* src, size_t i, size_t count) {
+  alignas(64) uint8_t buf[kMaxLanes * 4] = {};
+  std::memcpy(buf, static_cast<const uint8_t*>(src) + i * SrcSize<S>(), count * SrcSize<S>());
+  return LoadBits<S>(buf, 0);
+}
+
+HWY_INLINE void StoreCodes(VU code, uint8_t* out) {
+  const DU du;
+  const hn::Rebind<uint8_t, DU> d8;
+  hn::StoreU(hn::DemoteTo(d8, hn::BitCast(DI(), code)), d8, out);
+  (void)du;
+}
+
+HWY_INLINE void StoreCodesPartial(VU code, uint8_t* out, size_t count) {
+  alignas(64) uint8_t buf[kMaxLanes];
+  StoreCodes(code, buf);
+  std::memcpy(out, buf, count);
+}
+
+// ------------------------------------------------------------------ random bits
+
+// 32x32 -> 64-bit products per lane, split into high and low halves.
+HWY_INLINE void MulHiLo(VU a, uint32_t m, VU& hi, VU& lo) {
+  const DU du;
+#if HWY_TARGET == HWY_SCALAR
+  const uint64_t p = static_cast<uint64_t>(hn::GetLane(a)) * m;
+  hi = hn::Set(du, static_cast<uint32_t>(p >> 32));
+  lo = hn::Set(du, static_cast<uint32_t>(p));
+#else
+  const hn::Repartition<uint64_t, DU> d64;
+  const VU vm = hn::Set(du, m);
+  lo = hn::Mul(a, vm);
+  const auto even = hn::MulEven(a, vm);
+  const auto odd = hn::MulEven(hn::BitCast(du, hn::ShiftRight<32>(hn::BitCast(d64, a))), vm);
+  hi = hn::OddEven(hn::BitCast(du, odd), hn::BitCast(du, hn::ShiftRight<32>(even)));
+#endif
+}
+
+// Philox4x32-10 (qmx/rng.h) for counters ctr .. ctr + Lanes - 1; words stored in element order.
+HWY_INLINE void PhiloxWords(uint64_t ctr, uint64_t seed, uint32_t* out) {
+  const DU du;
+  const VU base_lo = hn::Set(du, static_cast<uint32_t>(ctr));
+  VU c0 = hn::Add(base_lo, hn::Iota(du, 0));
+  VU c1 = hn::Add(hn::Set(du, static_cast<uint32_t>(ctr >> 32)), hn::IfThenElseZero(hn::Lt(c0, base_lo), hn::Set(du, 1u)));
+  VU c2 = hn::Zero(du), c3 = hn::Zero(du);
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    VU hi0, lo0, hi1, lo1;
+    MulHiLo(c0, 0xD2511F53u, hi0, lo0);
+    MulHiLo(c2, 0xCD9E8D57u, hi1, lo1);
+    const VU n0 = hn::Xor(hn::Xor(hi1, c1), hn::Set(du, k0));
+    const VU n2 = hn::Xor(hn::Xor(hi0, c3), hn::Set(du, k1));
+    c0 = n0;
+    c1 = lo1;
+    c2 = n2;
+    c3 = lo0;
+  }
+  hn::StoreInterleaved4(c0, c1, c2, c3, du, out);
+}
+
+// Random words for consecutive elements: explicit bits, or the Philox stream through a ring buffer.
+class RandomWords {
+ public:
+  RandomWords(uint64_t seed, uint64_t first_index, const uint32_t* bits) : seed_(seed), bits_(bits) {
+    if (bits_ != nullptr) return;
+    const size_t lanes = hn::Lanes(DU());
+    ctr_ = first_index >> 2;
+    pos_ = first_index & 3;
+    PhiloxWords(ctr_, seed_, buf_);
+    PhiloxWords(ctr_ + lanes, seed_, buf_ + 4 * lanes);
+    ctr_ += 2 * lanes;
+  }
+  // Words for elements i .. i + count - 1 of the call (count <= Lanes) in the low lanes.
+  HWY_INLINE VU Take(size_t i, size_t count) {
+    const DU du;
+    const size_t lanes = hn::Lanes(du);
+    if (bits_ != nullptr) {
+      if (count == lanes) return hn::LoadU(du, bits_ + i);
+      alignas(64) uint32_t tmp[kMaxLanes] = {};
+      std::memcpy(tmp, bits_ + i, count * sizeof(uint32_t));
+      return hn::LoadU(du, tmp);
+    }
+    if (pos_ + lanes > 8 * lanes) {
+      std::memcpy(buf_, buf_ + 4 * lanes, 4 * lanes * sizeof(uint32_t));
+      pos_ -= 4 * lanes;
+      PhiloxWords(ctr_, seed_, buf_ + 4 * lanes);
+      ctr_ += lanes;
+    }
+    const VU v = hn::LoadU(du, buf_ + pos_);
+    pos_ += count;
+    return v;
+  }
+
+ private:
+  uint64_t seed_;
+  const uint32_t* bits_;
+  uint64_t ctr_ = 0;
+  size_t pos_ = 0;
+  alignas(64) uint32_t buf_[8 * kMaxLanes];
+};
+
+// ------------------------------------------------------------------ conversion
+
+template <Rounding R, DType S>
+void ConvertLoop(const ConvertParams& p, const void* in, size_t n, uint8_t* out, uint64_t seed, uint64_t first_index,
+                 const uint32_t* rbits) {
+  const DU du;
+  const DI di;
+  const size_t lanes = hn::Lanes(du);
+  const Consts k(p);
+  const VI eoff = hn::Zero(di);
+  constexpr bool kSr = R == Rounding::kSrA || R == Rounding::kSrB || R == Rounding::kSrC;
+  if constexpr (kSr) {
+    RandomWords rw(seed, first_index, rbits);
+    size_t i = 0;
+    for (; i + lanes <= n; i += lanes) StoreCodes(ConvertVec<R>(k, LoadBits<S>(in, i), eoff, rw.Take(i, lanes)), out + i);
+    if (i < n) {
+      const size_t c = n - i;
+      StoreCodesPartial(ConvertVec<R>(k, LoadBitsPartial<S>(in, i, c), eoff, rw.Take(i, c)), out + i, c);
+    }
+  } else {
+    const VU none = hn::Zero(du);
+    size_t i = 0;
+    for (; i + 4 * lanes <= n; i += 4 * lanes) {
+      const VU c0 = ConvertVec<R>(k, LoadBits<S>(in, i), eoff, none);
+      const VU c1 = ConvertVec<R>(k, LoadBits<S>(in, i + lanes), eoff, none);
+      const VU c2 = ConvertVec<R>(k, LoadBits<S>(in, i + 2 * lanes), eoff, none);
+      const VU c3 = ConvertVec<R>(k, LoadBits<S>(in, i + 3 * lanes), eoff, none);
+      StoreCodes(c0, out + i);
+      StoreCodes(c1, out + i + lanes);
+      StoreCodes(c2, out + i + 2 * lanes);
+      StoreCodes(c3, out + i + 3 * lanes);
+    }
+    for (; i + lanes <= n; i += lanes) StoreCodes(ConvertVec<R>(k, LoadBits<S>(in, i), eoff, none), out + i);
+    if (i < n) StoreCodesPartial(ConvertVec<R>(k, LoadBitsPartial<S>(in, i, n - i), eoff, none), out + i, n - i);
+  }
+}
+
+template <Rounding R>
+void ConvertBySource(const ConvertParams& p, DType src, const void* in, size_t n, uint8_t* out, uint64_t seed,
+                     uint64_t first_index, const uint32_t* rbits) {
+  switch (src) {
+    case DType::kBF16: return ConvertLoop<R, DType::kBF16>(p, in, n, out, seed, first_index, rbits);
+    case DType::kF16: return ConvertLoop<R, DType::kF16>(p, in, n, out, seed, first_index, rbits);
+    default: return ConvertLoop<R, DType::kF32>(p, in, n, out, seed, first_index, rbits);
+  }
+}
+
+void ConvertCodesT(const ConvertParams& p, DType src, const void* in, size_t n, uint8_t* out, uint64_t seed,
+                   uint64_t first_index, const uint32_t* rbits) {
+  switch (p.rounding) {
+    case Rounding::kRne: return ConvertBySource<Rounding::kRne>(p, src, in, n, out, seed, first_index, rbits);
+    case Rounding::kRna: return ConvertBySource<Rounding::kRna>(p, src, in, n, out, seed, first_index, rbits);
+    case Rounding::kRz: return ConvertBySource<Rounding::kRz>(p, src, in, n, out, seed, first_index, rbits);
+    case Rounding::kRu: return ConvertBySource<Rounding::kRu>(p, src, in, n, out, seed, first_index, rbits);
+    case Rounding::kRd: return ConvertBySource<Rounding::kRd>(p, src, in, n, out, seed, first_index, rbits);
+    case Rounding::kRo: return ConvertBySource<Rounding::kRo>(p, src, in, n, out, seed, first_index, rbits);
+    case Rounding::kSrA: return ConvertBySource<Rounding::kSrA>(p, src, in, n, out, seed, first_index, rbits);
+    case Rounding::kSrB: return ConvertBySource<Rounding::kSrB>(p, src, in, n, out, seed, first_index, rbits);
+    case Rounding::kSrC: return ConvertBySource<Rounding::kSrC>(p, src, in, n, out, seed, first_index, rbits);
+  }
+}
+
+// ------------------------------------------------------------------ decoding
+
+void DecodeCodesT(const float* table, const uint8_t* codes, size_t n, float* out) {
+  const DF df;
+  const DI di;
+  const hn::Rebind<uint8_t, DI> d8;
+  const size_t lanes = hn::Lanes(df);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    hn::StoreU(hn::GatherIndex(df, table, hn::PromoteTo(di, hn::LoadU(d8, codes + i))), df, out + i);
+  }
+  for (; i < n; ++i) out[i] = table[codes[i]];
+}
+
+// ------------------------------------------------------------------ MX blocks
+
+template <Rounding R, DType S>
+void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uint8_t* scales, uint64_t seed,
+            uint64_t first_index, const uint32_t* rbits) {
+  const DU du;
+  const DI di;
+  const size_t lanes = hn::Lanes(du);
+  const Consts k(*a.p);
+  constexpr bool kSr = R == Rounding::kSrA || R == Rounding::kSrB || R == Rounding::kSrC;
+  RandomWords rw(seed, first_index, kSr ? rbits : nullptr);
+  const VU none = hn::Zero(du);
+  const size_t block = static_cast<size_t>(a.block);
+  const size_t nblocks = (n + block - 1) / block;
+  for (size_t b = 0; b < nblocks; ++b) {
+    const size_t start = b * block;
+    const size_t len = start + block <= n ? block : n - start;
+    // 1. amax as |x| bits: integer order is value order, and NaN/Inf compare highest.
+    VU vmax = hn::Zero(du);
+    size_t j = 0;
+    for (; j + lanes <= len; j += lanes) vmax = hn::Max(vmax, AbsBits(k, LoadBits<S>(in, start + j)));
+    if (j < len) vmax = hn::Max(vmax, AbsBits(k, LoadBitsPartial<S>(in, start + j, len - j)));
+    const uint32_t amax = hn::GetLane(hn::MaxOfLanes(du, vmax));
+    // 2. Scale byte, or a NaN block.
+    if (amax >= 0x7F800000u) {
+      scales[b] = 0xFF;
+      std::memset(codes + start, static_cast<int>(a.elem_nan), len);
+      if constexpr (kSr) {  // keep the random stream aligned with element indices
+        for (size_t jj = 0; jj < len; jj += lanes) (void)rw.Take(start + jj, len - jj < lanes ? len - jj : lanes);
+      }
+      continue;
+    }
+    const uint8_t scale = ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax);
+    scales[b] = scale;
+    const VI eoff = hn::Set(di, 127 - static_cast<int32_t>(scale));
+    // 3. Elements: V_i / X exactly, by moving the exponent.
+    j = 0;
+    for (; j + lanes <= len; j += lanes) {
+      const VU rb = kSr ? rw.Take(start + j, lanes) : none;
+      StoreCodes(ConvertVec<R>(k, LoadBits<S>(in, start + j), eoff, rb), codes + start + j);
+    }
+    if (j < len) {
+      const size_t c = len - j;
+      const VU rb = kSr ? rw.Take(start + j, c) : none;
+      StoreCodesPartial(ConvertVec<R>(k, LoadBitsPartial<S>(in, start + j, c), eoff, rb), codes + start + j, c);
+    }
+  }
+}
+
+template <Rounding R>
+void MxBySource(const MxKernelArgs& a, DType src, const void* in, size_t n, uint8_t* codes, uint8_t* scales,
+                uint64_t seed, uint64_t first_index, const uint32_t* rbits) {
+  switch (src) {
+    case DType::kBF16: return MxLoop<R, DType::kBF16>(a, in, n, codes, scales, seed, first_index, rbits);
+    case DType::kF16: return MxLoop<R, DType::kF16>(a, in, n, codes, scales, seed, first_index, rbits);
+    default: return MxLoop<R, DType::kF32>(a, in, n, codes, scales, seed, first_index, rbits);
+  }
+}
+
+void QuantizeMxBlocksT(const MxKernelArgs& a, DType src, const void* in, size_t n, uint8_t* codes, uint8_t* scales,
+                       uint64_t seed, uint64_t first_index, const uint32_t* rbits) {
+  switch (a.p->rounding) {
+    case Rounding::kRne: return MxBySource<Rounding::kRne>(a, src, in, n, codes, scales, seed, first_index, rbits);
+    case Rounding::kRna: return MxBySource<Rounding::kRna>(a, src, in, n, codes, scales, seed, first_index, rbits);
+    case Rounding::kRz: return MxBySource<Rounding::kRz>(a, src, in, n, codes, scales, seed, first_index, rbits);
+    case Rounding::kRu: return MxBySource<Rounding::kRu>(a, src, in, n, codes, scales, seed, first_index, rbits);
+    case Rounding::kRd: return MxBySource<Rounding::kRd>(a, src, in, n, codes, scales, seed, first_index, rbits);
+    case Rounding::kRo: return MxBySource<Rounding::kRo>(a, src, in, n, codes, scales, seed, first_index, rbits);
+    case Rounding::kSrA: return MxBySource<Rounding::kSrA>(a, src, in, n, codes, scales, seed, first_index, rbits);
+    case Rounding::kSrB: return MxBySource<Rounding::kSrB>(a, src, in, n, codes, scales, seed, first_index, rbits);
+    case Rounding::kSrC: return MxBySource<Rounding::kSrC>(a, src, in, n, codes, scales, seed, first_index, rbits);
+  }
+}
+
+void DequantizeMxBlocksT(const float* table, int block_len, const uint8_t* codes, const uint8_t* scales, size_t n,
+                         float* out) {
+  const DF df;
+  const DI di;
+  const hn::Rebind<uint8_t, DI> d8;
+  const size_t lanes = hn::Lanes(df);
+  const size_t block = static_cast<size_t>(block_len);
+  for (size_t b = 0, start = 0; start < n; ++b, start += block) {
+    const size_t len = start + block <= n ? block : n - start;
+    const uint8_t s = scales[b];
+    const uint32_t fbits = s == 0xFF ? 0x7FC00000u : (s == 0 ? 0x00400000u : static_cast<uint32_t>(s) << 23);
+    float f;
+    std::memcpy(&f, &fbits, 4);
+    const auto vf = hn::Set(df, f);
+    size_t j = 0;
+    for (; j + lanes <= len; j += lanes) {
+      const auto v = hn::GatherIndex(df, table, hn::PromoteTo(di, hn::LoadU(d8, codes + start + j)));
+      hn::StoreU(hn::Mul(v, vf), df, out + start + j);
+    }
+    for (; j < len; ++j) out[start + j] = table[codes[start + j]] * f;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace qmx::simd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qmx::simd {
+HWY_EXPORT(ConvertCodesT);
+HWY_EXPORT(DecodeCodesT);
+HWY_EXPORT(QuantizeMxBlocksT);
+HWY_EXPORT(DequantizeMxBlocksT);
+
+void ConvertCodes(const ConvertParams& p, DType src, const void* in, size_t n, uint8_t* out, uint64_t seed,
+                  uint64_t first_index, const uint32_t* rbits) {
+  HWY_DYNAMIC_DISPATCH(ConvertCodesT)(p, src, in, n, out, seed, first_index, rbits);
+}
+void DecodeCodes(const float* table, const uint8_t* codes, size_t n, float* out) {
+  HWY_DYNAMIC_DISPATCH(DecodeCodesT)(table, codes, n, out);
+}
+void QuantizeMxBlocks(const MxKernelArgs& a, DType src, const void* in, size_t n, uint8_t* codes, uint8_t* scales,
+                      uint64_t seed, uint64_t first_index, const uint32_t* rbits) {
+  HWY_DYNAMIC_DISPATCH(QuantizeMxBlocksT)(a, src, in, n, codes, scales, seed, first_index, rbits);
+}
+void DequantizeMxBlocks(const float* table, int block, const uint8_t* codes, const uint8_t* scales, size_t n,
+                        float* out) {
+  HWY_DYNAMIC_DISPATCH(DequantizeMxBlocksT)(table, block, codes, scales, n, out);
+}
+}  // namespace qmx::simd
+#endif  // HWY_ONCE

@@ -1,0 +1,238 @@
+// test_mx.cc: MX block quantization. The UE8M0 scale rules against independent computations and
+// hand-worked edges; the fast path (every SIMD target, sequential and parallel) against the scalar
+// reference on random, edge and special blocks, ragged lengths and every element format and mode.
+#include <omp.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "qmx/error.h"
+#include "qmx/mx.h"
+#include "qmx/round.h"
+#include "support/hex.h"
+
+using namespace qmx;
+using qmx::test::BitsFloat;
+using qmx::test::FloatBits;
+using qmx::test::Hex;
+
+namespace {
+
+const char* kElems[] = {"e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "int8"};
+
+struct TargetGuard {
+  ~TargetGuard() { ForceSimdTarget(""); }
+};
+
+// Independent statements of the two rules (REFERENCES.md section 3).
+int FloorByte(float amax, const Format& elem) {
+  if (amax == 0) return 0;
+  const int k = std::ilogb(amax) - Limits(elem).emax;
+  return std::min(127, std::max(-127, k)) + 127;
+}
+int RoundUpByte(float amax, const Format& elem) {
+  const float q = amax / static_cast<float>(Limits(elem).max_finite);
+  return static_cast<int>(ConvertF32(q, fmt::kUE8M0, CastOptions{Rounding::kRu, Saturation::kSatFinite}));
+}
+
+// Test tensors: blocks of many kinds, laid end to end.
+std::vector<float> MakeTensor(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::student_t_distribution<float> td(2.0f);
+  std::uniform_int_distribution<int> kind(0, 9), ex(-140, 120);
+  std::vector<float> x(n);
+  for (size_t b = 0; b < n; b += 32) {
+    const int k = kind(rng);
+    const float scale = std::ldexp(1.0f, ex(rng));
+    for (size_t i = b; i < std::min(n, b + 32); ++i) {
+      switch (k) {
+        case 0: x[i] = nd(rng); break;
+        case 1: x[i] = td(rng) * scale; break;
+        case 2: x[i] = 0.0f; break;
+        case 3: x[i] = nd(rng) * 1e-40f; break;  // FP32 subnormals
+        case 4: x[i] = (i % 7 == 0) ? 448.0f * (1 + (i % 3)) : nd(rng); break;
+        case 5: x[i] = std::ldexp(1.0f, static_cast<int>(i % 9)) * ((i & 1) ? -1.0f : 1.0f); break;
+        case 6: x[i] = BitsFloat(static_cast<uint32_t>(rng()) & 0xFF7FFFFFu); break;  // random finite bits
+        case 7: x[i] = (i == b + 5) ? std::nanf("") : nd(rng); break;
+        case 8: x[i] = (i == b + 3) ? -HUGE_VALF : nd(rng) * scale; break;
+        default: x[i] = nd(rng) * 3.4e38f * 0.25f; break;
+      }
+    }
+  }
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("UE8M0 scale rules agree with independent computations over all exponents", "[mx][scale]") {
+  for (const char* name : kElems) {
+    const Format& elem = GetFormat(name);
+    for (uint32_t e = 0; e < 255; ++e) {
+      for (uint32_t m : {0u, 1u, 0x400000u, 0x400001u, 0x7FFFFFu, 0x3FFFFFu, 0x600000u, 0x12345u}) {
+        const float amax = BitsFloat(e << 23 | m);
+        INFO(name << " amax " << Hex(FloatBits(amax), 8));
+        CHECK(Ue8m0ScaleFromAmax(amax, elem, ScaleRule::kOcpFloor) == FloorByte(amax, elem));
+        CHECK(Ue8m0ScaleFromAmax(amax, elem, ScaleRule::kRoundUp) == RoundUpByte(amax, elem));
+      }
+    }
+  }
+}
+
+TEST_CASE("UE8M0 scale rules at the hand-worked edges", "[mx][scale]") {
+  const Format& e4m3 = fmt::kE4M3;
+  const auto floor_rule = ScaleRule::kOcpFloor;
+  const auto up = ScaleRule::kRoundUp;
+  // amax = destmax: both give X = 1.
+  CHECK(Ue8m0ScaleFromAmax(448.0f, e4m3, floor_rule) == 127);
+  CHECK(Ue8m0ScaleFromAmax(448.0f, e4m3, up) == 127);
+  // Just above destmax: round-up doubles X; floor keeps X = 1 and the element saturates.
+  CHECK(Ue8m0ScaleFromAmax(std::nextafter(448.0f, 1e9f), e4m3, up) == 128);
+  CHECK(Ue8m0ScaleFromAmax(480.0f, e4m3, floor_rule) == 127);
+  // A power of two: floor gives 2^(8 - 8) = 1; round-up 256/448 < 1 -> 2^0.
+  CHECK(Ue8m0ScaleFromAmax(256.0f, e4m3, floor_rule) == 127);
+  CHECK(Ue8m0ScaleFromAmax(256.0f, e4m3, up) == 127);
+  CHECK(Ue8m0ScaleFromAmax(224.0f, e4m3, up) == 126);  // 224/448 = 0.5 exactly
+  // amax = 0 and tiny amax: clamped to 2^-127 (byte 0), never an FP32 subnormal artefact.
+  CHECK(Ue8m0ScaleFromAmax(0.0f, e4m3, floor_rule) == 0);
+  CHECK(Ue8m0ScaleFromAmax(0.0f, e4m3, up) == 0);
+  CHECK(Ue8m0ScaleFromAmax(0x1p-149f, e4m3, floor_rule) == 0);
+  CHECK(Ue8m0ScaleFromAmax(0x1p-149f, e4m3, up) == 0);
+  CHECK(Ue8m0ScaleFromAmax(0x1p-118f * 448.0f, e4m3, up) == 9);  // q = 2^-118 exactly
+  // FP32 max: floor 127 - 8 = 119; round-up ceil(log2(FLT_MAX / 448)) = 120.
+  CHECK(Ue8m0ScaleFromAmax(3.4028234663852886e38f, e4m3, floor_rule) == 119 + 127);
+  CHECK(Ue8m0ScaleFromAmax(3.4028234663852886e38f, e4m3, up) == 120 + 127);
+  // e2m1 (emax 2, destmax 6): amax 6 -> X = 1 both; amax 7 -> floor 2^0 (7 saturates to 6), round-up 2^1.
+  CHECK(Ue8m0ScaleFromAmax(6.0f, fmt::kE2M1, floor_rule) == 127);
+  CHECK(Ue8m0ScaleFromAmax(7.0f, fmt::kE2M1, floor_rule) == 127);
+  CHECK(Ue8m0ScaleFromAmax(7.0f, fmt::kE2M1, up) == 128);
+  CHECK_THROWS_WITH(Ue8m0ScaleFromAmax(std::nanf(""), e4m3, up), Catch::Contains("finite"));
+}
+
+TEST_CASE("MX block that separates round-down from round-up", "[mx]") {
+  // amax 480 in e4m3: floor keeps X = 1 and 480 saturates to 448 (0x7E); round-up takes X = 2, 480/2 = 240.
+  std::vector<float> x(32, 1.0f);
+  x[0] = 480.0f;
+  std::vector<uint8_t> codes(32), scales(1);
+  MxSpec spec;
+  spec.rule = ScaleRule::kOcpFloor;
+  QuantizeMx(DType::kF32, x.data(), 32, spec, codes.data(), scales.data());
+  CHECK(scales[0] == 127);
+  CHECK(codes[0] == 0x7E);
+  spec.rule = ScaleRule::kRoundUp;
+  QuantizeMx(DType::kF32, x.data(), 32, spec, codes.data(), scales.data());
+  CHECK(scales[0] == 128);
+  CHECK(codes[0] == ConvertF32(240.0f, fmt::kE4M3, CastOptions{}));
+  CHECK(codes[1] == ConvertF32(0.5f, fmt::kE4M3, CastOptions{}));
+}
+
+TEST_CASE("MX fast path equals the reference on every target, element format, rule and mode", "[mx][simd]") {
+  TargetGuard guard;
+  const size_t n = 32 * 97 + 19;  // a ragged last block
+  const std::vector<float> x = MakeTensor(n, 2024);
+  std::vector<uint16_t> xb(n);
+  for (size_t i = 0; i < n; ++i) xb[i] = static_cast<uint16_t>(FloatBits(x[i]) >> 16);
+  const Rounding modes[] = {Rounding::kRne, Rounding::kRna, Rounding::kRz, Rounding::kRu, Rounding::kRd,
+                            Rounding::kRo,  Rounding::kSrA, Rounding::kSrB, Rounding::kSrC};
+  for (const char* name : kElems) {
+    for (ScaleRule rule : {ScaleRule::kOcpFloor, ScaleRule::kRoundUp}) {
+      for (Rounding r : modes) {
+        for (int variant = 0; variant < 3; ++variant) {
+          MxSpec spec;
+          spec.elem = GetFormat(name);
+          spec.rule = rule;
+          spec.cast.rounding = r;
+          if (variant == 1) spec.cast.subnormals = Subnormals::kFlush;
+          if (variant == 2) spec.block = (r == Rounding::kRne) ? 16 : 20;
+          for (DType src : {DType::kF32, DType::kBF16}) {
+            const void* in = src == DType::kF32 ? static_cast<const void*>(x.data()) : xb.data();
+            const SrSource sr{77, 5, nullptr};
+            std::vector<uint8_t> want_c(n), want_s(MxScaleCount(n, spec));
+            QuantizeMxRef(src, in, n, spec, want_c.data(), want_s.data(), sr);
+            std::vector<float> want_dq(n);
+            DequantizeMxRef(want_c.data(), want_s.data(), n, spec, want_dq.data());
+            for (const std::string& t : SimdTargets()) {
+              ForceSimdTarget(t);
+              std::vector<uint8_t> c(n, 0xAA), s(want_s.size(), 0xAA);
+              QuantizeMx(src, in, n, spec, c.data(), s.data(), sr);
+              const std::string what = t + " " + name + " " + ScaleRuleName(rule) + " " + RoundingName(r) +
+                                       " variant " + std::to_string(variant) + " " + DTypeName(src);
+              size_t bad = 0;
+              for (size_t i = 0; i < n; ++i) {
+                const bool ok = c[i] == want_c[i] && s[i / spec.block] == want_s[i / spec.block];
+                if (!ok && ++bad <= 3) {
+                  INFO(what << ": element " << i << " x " << Hex(FloatBits(x[i]), 8) << " code " << Hex(c[i]) << " want "
+                            << Hex(want_c[i]) << " scale " << Hex(s[i / spec.block]) << " want "
+                            << Hex(want_s[i / spec.block]));
+                  CHECK(ok);
+                }
+              }
+              INFO(what << ": " << bad << " mismatches");
+              CHECK(bad == 0);
+              std::vector<float> dq(n);
+              DequantizeMx(c.data(), s.data(), n, spec, dq.data());
+              CHECK(std::memcmp(dq.data(), want_dq.data(), n * 4) == 0);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("MX NaN and Inf blocks: scale 0xFF, element NaN codes, dequantized NaN", "[mx]") {
+  std::vector<float> x(64, 1.0f);
+  x[3] = std::nanf("");
+  x[40] = HUGE_VALF;
+  for (const char* name : kElems) {
+    MxSpec spec;
+    spec.elem = GetFormat(name);
+    std::vector<uint8_t> c(64), s(2);
+    QuantizeMx(DType::kF32, x.data(), 64, spec, c.data(), s.data());
+    CHECK(s[0] == 0xFF);
+    CHECK(s[1] == 0xFF);
+    const uint8_t nan_code = spec.elem.HasNan() ? static_cast<uint8_t>(spec.elem.CanonicalNan()) : 0;
+    for (uint8_t v : c) CHECK(v == nan_code);
+    std::vector<float> dq(64);
+    DequantizeMx(c.data(), s.data(), 64, spec, dq.data());
+    for (float v : dq) CHECK(std::isnan(v));
+  }
+}
+
+TEST_CASE("MX parallel quantization is independent of the thread count", "[mx]") {
+  const size_t n = 32 * 70001 + 3;
+  const std::vector<float> x = MakeTensor(n, 99);
+  MxSpec spec;
+  spec.elem = fmt::kE2M1;
+  spec.cast.rounding = Rounding::kSrA;
+  std::vector<uint8_t> c0(n), s0(MxScaleCount(n, spec));
+  QuantizeMx(DType::kF32, x.data(), n, spec, c0.data(), s0.data(), SrSource{3, 0, nullptr});
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    std::vector<uint8_t> c(n), s(s0.size());
+    QuantizeMx(DType::kF32, x.data(), n, spec, c.data(), s.data(), SrSource{3, 0, nullptr}, Exec::kParallel);
+    CHECK(c == c0);
+    CHECK(s == s0);
+  }
+  omp_set_num_threads(saved);
+}
+
+TEST_CASE("MX specs are validated with clear messages", "[mx]") {
+  MxSpec spec;
+  spec.elem = fmt::kUE8M0;
+  CHECK_THROWS_WITH(ValidateMxSpec(spec), Catch::Contains("cannot be an MX element format"));
+  spec.elem = fmt::kBF16;
+  CHECK_THROWS_WITH(ValidateMxSpec(spec), Catch::Contains("cannot be an MX element format"));
+  spec.elem = fmt::kE2M1;
+  spec.block = 0;
+  CHECK_THROWS_WITH(ValidateMxSpec(spec), Catch::Contains("block length"));
+  spec.block = 32;
+  spec.cast.saturation = Saturation::kNoSat;
+  CHECK_THROWS_WITH(ValidateMxSpec(spec), Catch::Contains("no Inf or NaN"));
+  CHECK_THROWS_WITH(ParseScaleRule("nearest"), Catch::Contains("ocp-floor, round-up"));
+}

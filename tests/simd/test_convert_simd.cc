@@ -1,0 +1,247 @@
+// test_convert_simd.cc: every compiled SIMD target against the scalar reference, bit for bit: FP32 grid,
+// boundary and random inputs in every mode; all 2^16 BF16 and FP16 inputs; decoding of every code; the
+// random stream under splits and explicit bits; thread-count independence.
+#include <omp.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "qmx/convert.h"
+#include "qmx/error.h"
+#include "qmx/rng.h"
+#include "qmx/round.h"
+#include "support/grid.h"
+#include "support/hex.h"
+
+using namespace qmx;
+using qmx::test::Hex;
+
+namespace {
+
+const Rounding kAllModes[] = {Rounding::kRne, Rounding::kRna, Rounding::kRz,  Rounding::kRu, Rounding::kRd,
+                              Rounding::kRo,  Rounding::kSrA, Rounding::kSrB, Rounding::kSrC};
+const Saturation kAllSat[] = {Saturation::kSatFinite, Saturation::kNoSat, Saturation::kSatPropagate};
+// Registry formats of 8 bits or fewer plus user formats that exercise other encodings and biases.
+const char* kFormats[] = {"e4m3",        "e5m2",        "e3m2",        "e2m3",         "e2m1", "int8", "ue8m0",
+                          "binary8p3se", "binary8p4sf", "binary8p3ue", "binary6p1sf", "e3m4", "e2m2:special=finite",
+                          "e5m2:bias=1", "e4m3:bias=-2"};
+
+// Restores the default target when a test ends, also on failure.
+struct TargetGuard {
+  ~TargetGuard() { ForceSimdTarget(""); }
+};
+
+std::vector<CastOptions> OptionSets(const Format& f, bool all_variants) {
+  std::vector<CastOptions> v;
+  for (Saturation s : kAllSat) {
+    for (Rounding r : kAllModes) {
+      CastOptions o;
+      o.rounding = r;
+      o.saturation = s;
+      try {
+        ValidateCastOptions(f, o);
+      } catch (const Error&) {
+        continue;
+      }
+      v.push_back(o);
+      if (!all_variants) continue;
+      CastOptions flush = o;
+      flush.subnormals = Subnormals::kFlush;
+      v.push_back(flush);
+      CastOptions pos_nan = o;
+      pos_nan.nan_sign = NanSign::kPositive;
+      pos_nan.nan_fallback = NanFallback::kZero;
+      v.push_back(pos_nan);
+      if (IsStochastic(r)) {
+        for (int n : {1, 3, 13, 24, 31, 32}) {
+          CastOptions b = o;
+          b.sr_bits = n;
+          v.push_back(b);
+        }
+      }
+    }
+  }
+  return v;
+}
+
+std::string Describe(const Format& f, const CastOptions& o) {
+  return std::string(f.name) + " " + RoundingName(o.rounding) + " " + SaturationName(o.saturation) +
+         (o.subnormals == Subnormals::kFlush ? " flush" : "") + (o.nan_sign == NanSign::kPositive ? " nan+" : "") +
+         " N=" + std::to_string(o.sr_bits);
+}
+
+// Compares fast and reference codes; reports the first mismatches in hex.
+template <typename In>
+void ExpectSame(const std::vector<In>& in, const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
+                const std::string& what) {
+  size_t bad = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (got[i] == want[i]) continue;
+    if (++bad <= 5) {
+      INFO(what << ": input " << Hex(in[i], sizeof(In) * 2) << " (element " << i << ") -> got " << Hex(got[i])
+                << " want " << Hex(want[i]));
+      CHECK(got[i] == want[i]);
+    }
+  }
+  INFO(what << ": " << bad << " mismatches of " << in.size());
+  CHECK(bad == 0);
+}
+
+std::vector<uint32_t> Fp32Inputs(const Format& f) {
+  std::vector<uint32_t> v;
+  for (float x : qmx::test::GridInputs(f)) v.push_back(qmx::test::FloatBits(x));
+  // Every exponent with the mantissa patterns that decide roundings: 0, 1, halves, all ones, walking ones.
+  for (uint32_t e = 0; e < 256; ++e) {
+    for (uint32_t m : {0u, 1u, 2u, 3u, 0x400000u, 0x400001u, 0x3FFFFFu, 0x7FFFFFu, 0x200000u, 0x600000u, 0x080000u,
+                       0x0FFFFFu, 0x100000u, 0x180000u, 0x7FFFFEu, 0x555555u, 0x2AAAAAu}) {
+      v.push_back(e << 23 | m);
+      v.push_back(0x80000000u | e << 23 | m);
+    }
+  }
+  std::mt19937 rng(12345);
+  for (int i = 0; i < 4096; ++i) v.push_back(static_cast<uint32_t>(rng()));
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("SIMD FP32 conversion equals the reference on every target, every format and mode", "[simd]") {
+  TargetGuard guard;
+  const std::vector<std::string> targets = SimdTargets();
+  REQUIRE(!targets.empty());
+  for (const char* name : kFormats) {
+    const Format f = ParseFormat(name);
+    const std::vector<uint32_t> in = Fp32Inputs(f);
+    for (const CastOptions& o : OptionSets(f, true)) {
+      const SrSource sr{0xC0FFEEull, 7, nullptr};  // an offset that is not a multiple of 4
+      std::vector<uint8_t> want(in.size());
+      ConvertToCodesRef(DType::kF32, in.data(), in.size(), f, o, want.data(), sr);
+      for (const std::string& t : targets) {
+        ForceSimdTarget(t);
+        std::vector<uint8_t> got(in.size(), 0xAA);
+        ConvertToCodes(DType::kF32, in.data(), in.size(), f, o, got.data(), sr);
+        ExpectSame(in, got, want, t + " " + Describe(f, o));
+      }
+    }
+  }
+}
+
+TEST_CASE("SIMD BF16 and FP16 conversion: all 2^16 inputs on every target", "[simd]") {
+  TargetGuard guard;
+  std::vector<uint16_t> in(65536);
+  for (uint32_t i = 0; i < 65536; ++i) in[i] = static_cast<uint16_t>(i);
+  for (const char* name : {"e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "int8", "ue8m0", "binary8p3se"}) {
+    const Format f = ParseFormat(name);
+    for (DType src : {DType::kBF16, DType::kF16}) {
+      for (const CastOptions& o : OptionSets(f, false)) {
+        for (bool flush : {false, true}) {
+          CastOptions oo = o;
+          if (flush) oo.subnormals = Subnormals::kFlush;
+          std::vector<uint8_t> want(in.size());
+          ConvertToCodesRef(src, in.data(), in.size(), f, oo, want.data(), SrSource{99, 0, nullptr});
+          for (const std::string& t : SimdTargets()) {
+            ForceSimdTarget(t);
+            std::vector<uint8_t> got(in.size(), 0xAA);
+            ConvertToCodes(src, in.data(), in.size(), f, oo, got.data(), SrSource{99, 0, nullptr});
+            ExpectSame(in, got, want, t + " " + DTypeName(src) + " " + Describe(f, oo));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("SIMD decoding of every code equals DecodeToFloat on every target", "[simd]") {
+  TargetGuard guard;
+  std::vector<uint8_t> codes(256 * 3 + 5);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>(i * 7 + 3);
+  for (const char* name : kFormats) {
+    const Format f = ParseFormat(name);
+    for (const std::string& t : SimdTargets()) {
+      ForceSimdTarget(t);
+      std::vector<float> out(codes.size());
+      DecodeToF32(codes.data(), codes.size(), f, out.data());
+      for (size_t i = 0; i < codes.size(); ++i) {
+        const float want = DecodeToFloat(f, codes[i]);
+        INFO(t << " " << name << " code " << Hex(codes[i]) << " got " << out[i] << " want " << want);
+        if (std::isnan(want)) {
+          CHECK(std::isnan(out[i]));
+          CHECK(std::signbit(out[i]) == std::signbit(want));
+        } else {
+          CHECK(qmx::test::FloatBits(out[i]) == qmx::test::FloatBits(want));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("Stochastic rounding: split calls, explicit bits and the Philox stream agree", "[simd]") {
+  const Format& f = fmt::kE2M1;
+  CastOptions o;
+  o.rounding = Rounding::kSrA;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> x(10007);
+  for (float& v : x) v = nd(rng);
+  const uint64_t seed = 0x1234567890ABCDEFull, first = 1000003;
+  std::vector<uint8_t> whole(x.size());
+  ConvertToCodes(DType::kF32, x.data(), x.size(), f, o, whole.data(), SrSource{seed, first, nullptr});
+  // Split at odd points: each piece starts at its own element index.
+  std::vector<uint8_t> split(x.size());
+  for (size_t a = 0, b; a < x.size(); a = b) {
+    b = std::min(x.size(), a + 1 + (a * 37) % 301);
+    ConvertToCodes(DType::kF32, x.data() + a, b - a, f, o, split.data() + a, SrSource{seed, first + a, nullptr});
+  }
+  CHECK(split == whole);
+  // Explicit bits equal to the stream give the same codes.
+  std::vector<uint32_t> bits(x.size());
+  for (size_t i = 0; i < x.size(); ++i) bits[i] = RandomBitsForElement(seed, first + i);
+  std::vector<uint8_t> explicit_bits(x.size());
+  ConvertToCodes(DType::kF32, x.data(), x.size(), f, o, explicit_bits.data(), SrSource{0, 0, bits.data()});
+  CHECK(explicit_bits == whole);
+  // Another seed changes some codes (the stream is used at all).
+  std::vector<uint8_t> other(x.size());
+  ConvertToCodes(DType::kF32, x.data(), x.size(), f, o, other.data(), SrSource{seed + 1, first, nullptr});
+  CHECK(other != whole);
+}
+
+TEST_CASE("Parallel conversion and decoding are independent of the thread count", "[simd]") {
+  std::mt19937 rng(3);
+  std::vector<uint32_t> in(300001);
+  for (auto& v : in) v = static_cast<uint32_t>(rng());
+  CastOptions o;
+  o.rounding = Rounding::kSrC;
+  std::vector<uint8_t> seq(in.size());
+  ConvertToCodes(DType::kF32, in.data(), in.size(), fmt::kE4M3, o, seq.data(), SrSource{5, 11, nullptr});
+  std::vector<float> dec_seq(in.size());
+  DecodeToF32(seq.data(), seq.size(), fmt::kE4M3, dec_seq.data());
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2, 3, 5}) {
+    omp_set_num_threads(threads);
+    std::vector<uint8_t> par(in.size());
+    ConvertToCodes(DType::kF32, in.data(), in.size(), fmt::kE4M3, o, par.data(), SrSource{5, 11, nullptr}, Exec::kParallel);
+    CHECK(par == seq);
+    std::vector<float> dec(in.size());
+    DecodeToF32(par.data(), par.size(), fmt::kE4M3, dec.data(), Exec::kParallel);
+    CHECK(std::memcmp(dec.data(), dec_seq.data(), dec.size() * 4) == 0);
+  }
+  omp_set_num_threads(saved);
+}
+
+TEST_CASE("Fast conversion refuses what it cannot do, with a clear message", "[simd]") {
+  std::vector<float> x(4, 1.0f);
+  std::vector<uint8_t> out(4);
+  CHECK_THROWS_WITH(ConvertToCodes(DType::kF32, x.data(), 4, fmt::kBF16, CastOptions{}, out.data()),
+                    Catch::Contains("8 bits or fewer"));
+  CHECK_THROWS_WITH(ConvertToCodes(DType::kF64, x.data(), 2, fmt::kE4M3, CastOptions{}, out.data()),
+                    Catch::Contains("fp32, bf16 or fp16"));
+  CastOptions nosat;
+  nosat.saturation = Saturation::kNoSat;
+  CHECK_THROWS_WITH(ConvertToCodes(DType::kF32, x.data(), 4, fmt::kE2M1, nosat, out.data()),
+                    Catch::Contains("no Inf or NaN"));
+  CHECK_THROWS_WITH(ForceSimdTarget("AVX9000"), Catch::Contains("not compiled in"));
+}

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "qmx-sim " QMX_VERSION);
   qmx::cli::AddFormatsCommand(app);
   qmx::cli::AddConvertCommand(app);
+  qmx::cli::AddBenchCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -53,7 +53,17 @@ struct Consts {
         ovf_pos(hn::Set(DU(), p.ovf_code[0])),
         ovf_neg(hn::Set(DU(), p.ovf_code[1])),
         invalid(hn::Set(DU(), p.invalid_code)),
+        s0(hn::Set(DU(), static_cast<uint32_t>(p.sbase))),
+        c_norm(hn::Set(DU(), static_cast<uint32_t>(p.emin127 - 1) << (p.man_bits & 31))),
         man_bits(p.man_bits),
+        emin127_s(p.emin127),
+        sbase_s(p.sbase),
+        sr_n(static_cast<int>(p.sr_bits)),
+        lite(p.kind == Kind::kFloat && p.is_unsigned == 0 && p.adj == 0 && p.man_bits >= 1 && p.emin127 >= 1 && p.flush_below == 0 &&
+             p.flush_out == 0 &&
+             (p.rounding == Rounding::kRne || p.rounding == Rounding::kRna || p.rounding == Rounding::kRz ||
+              p.rounding == Rounding::kRu || p.rounding == Rounding::kRd ||
+              (p.rounding == Rounding::kSrA && p.sr_bits <= 8 && static_cast<int>(p.sr_bits) <= p.sbase))),
         is_int(p.kind == Kind::kInt),
         has_adj(p.adj != 0),
         flush_in(p.flush_below != 0),
@@ -63,7 +73,9 @@ struct Consts {
   VI emin127, sbase, big_e, sr_bits;
   VU adj, max_code, sign_bit, min_normal, flush_below, int_mask, sr_mask;
   VU nan_pos, nan_neg, inf_pos, inf_neg, ovf_pos, ovf_neg, invalid;
-  int man_bits;
+  VU s0, c_norm;  // lite path: discarded bits in the normal binades, and the exponent rebias in code units
+  int man_bits, emin127_s, sbase_s, sr_n;
+  bool lite;  // the lite path may serve this call (float format with mantissa bits, simple mode)
   bool is_int, has_adj, flush_in, flush_out, neg_zero, is_unsigned;
 };
 
@@ -170,6 +182,74 @@ HWY_INLINE VU ConvertVec(const Consts& k, VU bits, VI eoff, VU rbits) {
   if (k.is_unsigned) code = hn::IfThenElse(hn::And(neg, hn::Ne(a, zero)), k.invalid, code);
   code = hn::IfThenElse(hn::Gt(a, inf_bits), hn::IfThenElse(neg, k.nan_neg, k.nan_pos), code);
   return code;
+}
+
+// ------------------------------------------------------------------ lite path
+// For vectors whose lanes are all finite, the common float formats and the simple modes need far less:
+// lanes in dst's normal binades round the FP32 bits themselves (constant shift s0, exponent rebiased by
+// c_norm, the carry moving into the exponent field), the others round the significand by a variable
+// shift; rounding is one addition before the shift (RNE adds half - 1 plus the kept LSB; SR-A adds the N
+// random bits at the top of the discarded bits, as cvt.rs does). Equal to ConvertVec; tests check both.
+struct Lite {
+  bool ok;   // this block (scale) can take the lite path
+  VU thr;    // |x| bits >= thr: the scaled value lies in dst's normal binades
+  VI sub_base;
+  VU eoffs;  // eoff << 23, the scale applied to the FP32 exponent field
+};
+
+HWY_INLINE Lite MakeLite(const Consts& k, int32_t eoff) {
+  Lite l;
+  const int32_t lo = k.emin127_s - eoff;  // FP32 exponent field where dst's normal binades start
+  l.ok = k.lite && lo >= 1 && lo <= 255;
+  l.thr = hn::Set(DU(), static_cast<uint32_t>(lo > 255 ? 255 : (lo < 1 ? 1 : lo)) << 23);
+  l.sub_base = hn::Set(DI(), lo + k.sbase_s);
+  l.eoffs = hn::Set(DU(), static_cast<uint32_t>(eoff) << 23);
+  return l;
+}
+
+template <Rounding R>
+HWY_INLINE VU LiteVec(const Consts& k, const Lite& l, VU bits, VU rbits) {
+  const DU du;
+  const DI di;
+  const VU one = hn::Set(du, 1u);
+  const VU zero = hn::Zero(du);
+  const auto neg = hn::Ne(hn::And(bits, hn::Set(du, 0x80000000u)), zero);
+  const VU a = hn::And(bits, hn::Set(du, 0x7FFFFFFFu));
+  const auto low = hn::Lt(a, l.thr);
+  const VU sig = hn::Or(hn::And(a, hn::Set(du, 0x7FFFFFu)), hn::Min(a, hn::Set(du, 0x800000u)));
+  const VI s_sub = hn::Sub(l.sub_base, hn::BitCast(di, hn::Max(hn::ShiftRight<23>(a), one)));
+  const VU sh = hn::IfThenElse(low, hn::BitCast(du, hn::Min(s_sub, hn::Set(di, 31))), k.s0);
+  VU y = hn::IfThenElse(low, sig, hn::Add(a, l.eoffs));
+  VU inc;
+  if constexpr (R == Rounding::kRne) {
+    inc = hn::Add(hn::Sub(hn::ShiftRight<1>(hn::Shl(one, sh)), one), hn::And(hn::Shr(y, sh), one));
+  } else if constexpr (R == Rounding::kRna) {
+    inc = hn::ShiftRight<1>(hn::Shl(one, sh));
+  } else if constexpr (R == Rounding::kRz) {
+    inc = zero;
+  } else if constexpr (R == Rounding::kRu) {
+    inc = hn::IfThenZeroElse(neg, hn::Sub(hn::Shl(one, sh), one));
+  } else if constexpr (R == Rounding::kRd) {
+    inc = hn::IfThenElseZero(neg, hn::Sub(hn::Shl(one, sh), one));
+  } else {
+    // SR-A, N <= 8: a lane discarding 32 or more bits has nu < 2^-8, so floor(nu * 2^N) = 0: drop it.
+    y = hn::IfThenZeroElse(hn::RebindMask(du, hn::Gt(s_sub, hn::Set(di, 31))), y);
+    inc = hn::Shl(hn::And(rbits, k.sr_mask), hn::Sub(sh, hn::Set(du, static_cast<uint32_t>(k.sr_n))));
+  }
+  const VU r = hn::Shr(hn::Add(y, inc), sh);
+  const VU pre = hn::IfThenElse(low, r, hn::Sub(r, k.c_norm));
+  const auto put_sign = k.neg_zero ? neg : hn::And(neg, hn::Ne(pre, zero));
+  const VU code = hn::Or(pre, hn::IfThenElseZero(put_sign, k.sign_bit));
+  return hn::IfThenElse(hn::Gt(pre, k.max_code), hn::IfThenElse(neg, k.ovf_neg, k.ovf_pos), code);
+}
+
+// The lite path where it applies (every lane finite), else the general one.
+template <Rounding R>
+HWY_INLINE VU ConvertAny(const Consts& k, const Lite& l, VU bits, VI eoff, VU rbits) {
+  const DU du;
+  if (l.ok && hn::AllTrue(du, hn::Lt(hn::And(bits, hn::Set(du, 0x7FFFFFFFu)), hn::Set(du, 0x7F800000u))))
+    return LiteVec<R>(k, l, bits, rbits);
+  return ConvertVec<R>(k, bits, eoff, rbits);
 }
 
 // ------------------------------------------------------------------ sources
@@ -324,30 +404,31 @@ void ConvertLoop(const ConvertParams& p, const void* in, size_t n, uint8_t* out,
   const size_t lanes = hn::Lanes(du);
   const Consts k(p);
   const VI eoff = hn::Zero(di);
+  const Lite lite = MakeLite(k, 0);
   constexpr bool kSr = R == Rounding::kSrA || R == Rounding::kSrB || R == Rounding::kSrC;
   if constexpr (kSr) {
     RandomWords rw(seed, first_index, rbits);
     size_t i = 0;
-    for (; i + lanes <= n; i += lanes) StoreCodes(ConvertVec<R>(k, LoadBits<S>(in, i), eoff, rw.Take(i, lanes)), out + i);
+    for (; i + lanes <= n; i += lanes) StoreCodes(ConvertAny<R>(k, lite, LoadBits<S>(in, i), eoff, rw.Take(i, lanes)), out + i);
     if (i < n) {
       const size_t c = n - i;
-      StoreCodesPartial(ConvertVec<R>(k, LoadBitsPartial<S>(in, i, c), eoff, rw.Take(i, c)), out + i, c);
+      StoreCodesPartial(ConvertAny<R>(k, lite, LoadBitsPartial<S>(in, i, c), eoff, rw.Take(i, c)), out + i, c);
     }
   } else {
     const VU none = hn::Zero(du);
     size_t i = 0;
     for (; i + 4 * lanes <= n; i += 4 * lanes) {
-      const VU c0 = ConvertVec<R>(k, LoadBits<S>(in, i), eoff, none);
-      const VU c1 = ConvertVec<R>(k, LoadBits<S>(in, i + lanes), eoff, none);
-      const VU c2 = ConvertVec<R>(k, LoadBits<S>(in, i + 2 * lanes), eoff, none);
-      const VU c3 = ConvertVec<R>(k, LoadBits<S>(in, i + 3 * lanes), eoff, none);
+      const VU c0 = ConvertAny<R>(k, lite, LoadBits<S>(in, i), eoff, none);
+      const VU c1 = ConvertAny<R>(k, lite, LoadBits<S>(in, i + lanes), eoff, none);
+      const VU c2 = ConvertAny<R>(k, lite, LoadBits<S>(in, i + 2 * lanes), eoff, none);
+      const VU c3 = ConvertAny<R>(k, lite, LoadBits<S>(in, i + 3 * lanes), eoff, none);
       StoreCodes(c0, out + i);
       StoreCodes(c1, out + i + lanes);
       StoreCodes(c2, out + i + 2 * lanes);
       StoreCodes(c3, out + i + 3 * lanes);
     }
-    for (; i + lanes <= n; i += lanes) StoreCodes(ConvertVec<R>(k, LoadBits<S>(in, i), eoff, none), out + i);
-    if (i < n) StoreCodesPartial(ConvertVec<R>(k, LoadBitsPartial<S>(in, i, n - i), eoff, none), out + i, n - i);
+    for (; i + lanes <= n; i += lanes) StoreCodes(ConvertAny<R>(k, lite, LoadBits<S>(in, i), eoff, none), out + i);
+    if (i < n) StoreCodesPartial(ConvertAny<R>(k, lite, LoadBitsPartial<S>(in, i, n - i), eoff, none), out + i, n - i);
   }
 }
 
@@ -425,16 +506,17 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
     const uint8_t scale = ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax);
     scales[b] = scale;
     const VI eoff = hn::Set(di, 127 - static_cast<int32_t>(scale));
+    const Lite lite = MakeLite(k, 127 - static_cast<int32_t>(scale));
     // 3. Elements: V_i / X exactly, by moving the exponent.
     j = 0;
     for (; j + lanes <= len; j += lanes) {
       const VU rb = kSr ? rw.Take(start + j, lanes) : none;
-      StoreCodes(ConvertVec<R>(k, LoadBits<S>(in, start + j), eoff, rb), codes + start + j);
+      StoreCodes(ConvertAny<R>(k, lite, LoadBits<S>(in, start + j), eoff, rb), codes + start + j);
     }
     if (j < len) {
       const size_t c = len - j;
       const VU rb = kSr ? rw.Take(start + j, c) : none;
-      StoreCodesPartial(ConvertVec<R>(k, LoadBitsPartial<S>(in, start + j, c), eoff, rb), codes + start + j, c);
+      StoreCodesPartial(ConvertAny<R>(k, lite, LoadBitsPartial<S>(in, start + j, c), eoff, rb), codes + start + j, c);
     }
   }
 }

@@ -15,6 +15,7 @@
 #define HWY_TARGET_INCLUDE "simd/convert_simd.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
+#include <algorithm>
 #include <cstring>
 
 #include "hwy/highway.h"
@@ -31,6 +32,16 @@ using DF = hn::RebindToFloat<DU>;
 using VU = hn::Vec<DU>;
 using VI = hn::Vec<DI>;
 constexpr size_t kMaxLanes = HWY_LANES(uint32_t);
+
+// FP32 bits of a float format's largest finite value (code max_code), for the lite path's range test.
+inline uint32_t MaxFiniteBits(const ConvertParams& p) {
+  if (p.kind != Kind::kFloat || p.man_bits < 1 || p.emin127 < 1) return 0;
+  const uint32_t field = p.max_code >> p.man_bits, mant = p.max_code & ((1u << p.man_bits) - 1);
+  if (field == 0) return 0;
+  const int64_t e = static_cast<int64_t>(field) - 1 + p.emin127;  // FP32 exponent field
+  if (e < 1 || e > 254) return 0;
+  return static_cast<uint32_t>(e) << 23 | mant << (23 - p.man_bits);
+}
 
 // Broadcast constants of one call.
 struct Consts {
@@ -56,6 +67,8 @@ struct Consts {
         s0(hn::Set(DU(), static_cast<uint32_t>(p.sbase))),
         c_norm(hn::Set(DU(), static_cast<uint32_t>(p.emin127 - 1) << (p.man_bits & 31))),
         man_bits(p.man_bits),
+        sign_shift(p.sign_bit != 0 ? 31 - __builtin_ctz(p.sign_bit) : 0),
+        max_bits(MaxFiniteBits(p)),
         emin127_s(p.emin127),
         sbase_s(p.sbase),
         sr_n(static_cast<int>(p.sr_bits)),
@@ -74,7 +87,9 @@ struct Consts {
   VU adj, max_code, sign_bit, min_normal, flush_below, int_mask, sr_mask;
   VU nan_pos, nan_neg, inf_pos, inf_neg, ovf_pos, ovf_neg, invalid;
   VU s0, c_norm;  // lite path: discarded bits in the normal binades, and the exponent rebias in code units
-  int man_bits, emin127_s, sbase_s, sr_n;
+  int man_bits, sign_shift;
+  uint32_t max_bits;  // FP32 bits of the largest finite value (lite formats)
+  int emin127_s, sbase_s, sr_n;
   bool lite;  // the lite path may serve this call (float format with mantissa bits, simple mode)
   bool is_int, has_adj, flush_in, flush_out, neg_zero, is_unsigned;
 };
@@ -195,6 +210,8 @@ struct Lite {
   VU thr;    // |x| bits >= thr: the scaled value lies in dst's normal binades
   VI sub_base;
   VU eoffs;  // eoff << 23, the scale applied to the FP32 exponent field
+  VU span;   // |x| bits - thr < span: normal and at most the largest finite value (the normal path)
+  VU c_norm_eoff;  // exponent rebias in code units, scale included
 };
 
 HWY_INLINE Lite MakeLite(const Consts& k, int32_t eoff) {
@@ -204,6 +221,11 @@ HWY_INLINE Lite MakeLite(const Consts& k, int32_t eoff) {
   l.thr = hn::Set(DU(), static_cast<uint32_t>(lo > 255 ? 255 : (lo < 1 ? 1 : lo)) << 23);
   l.sub_base = hn::Set(DI(), lo + k.sbase_s);
   l.eoffs = hn::Set(DU(), static_cast<uint32_t>(eoff) << 23);
+  // Largest |x| whose scaled value is at most max: max_bits - eoff << 23, capped at FP32's max.
+  const int64_t hi = std::min<int64_t>(static_cast<int64_t>(k.max_bits) - (static_cast<int64_t>(eoff) << 23), 0x7F7FFFFF);
+  const int64_t thr = static_cast<int64_t>(lo) << 23;
+  l.span = hn::Set(DU(), static_cast<uint32_t>(l.ok && k.max_bits != 0 && hi >= thr ? hi - thr + 1 : 0));
+  l.c_norm_eoff = hn::Set(DU(), static_cast<uint32_t>(((k.emin127_s - 1) - eoff)) << k.man_bits);
   return l;
 }
 
@@ -243,12 +265,41 @@ HWY_INLINE VU LiteVec(const Consts& k, const Lite& l, VU bits, VU rbits) {
   return hn::IfThenElse(hn::Gt(pre, k.max_code), hn::IfThenElse(neg, k.ovf_neg, k.ovf_pos), code);
 }
 
-// The lite path where it applies (every lane finite), else the general one.
+// Every lane in dst's normal binades and at most max: round the FP32 bits with uniform shifts.
+template <Rounding R>
+HWY_INLINE VU NormalVec(const Consts& k, const Lite& l, VU bits, VU a, VU rbits) {
+  const DU du;
+  const VU one = hn::Set(du, 1u);
+  const int s0 = k.sbase_s;
+  VU r;
+  if constexpr (R == Rounding::kRne) {
+    const VU half_m1 = hn::Set(du, (1u << (s0 - 1)) - 1);
+    r = hn::ShiftRightSame(hn::Add(hn::Add(a, half_m1), hn::And(hn::ShiftRightSame(a, s0), one)), s0);
+  } else if constexpr (R == Rounding::kRna) {
+    r = hn::ShiftRightSame(hn::Add(a, hn::Set(du, 1u << (s0 - 1))), s0);
+  } else if constexpr (R == Rounding::kRz) {
+    r = hn::ShiftRightSame(a, s0);
+  } else if constexpr (R == Rounding::kRu || R == Rounding::kRd) {
+    const auto neg = hn::Ne(hn::And(bits, hn::Set(du, 0x80000000u)), hn::Zero(du));
+    const VU full_m1 = hn::Set(du, (1u << s0) - 1);
+    const VU inc = R == Rounding::kRu ? hn::IfThenZeroElse(neg, full_m1) : hn::IfThenElseZero(neg, full_m1);
+    r = hn::ShiftRightSame(hn::Add(a, inc), s0);
+  } else {
+    r = hn::ShiftRightSame(hn::Add(a, hn::ShiftLeftSame(hn::And(rbits, k.sr_mask), s0 - k.sr_n)), s0);
+  }
+  const VU pre = hn::Sub(r, l.c_norm_eoff);
+  return hn::Or(pre, hn::And(hn::ShiftRightSame(bits, k.sign_shift), k.sign_bit));
+}
+
+// The normal path or the lite path where they apply, else the general one.
 template <Rounding R>
 HWY_INLINE VU ConvertAny(const Consts& k, const Lite& l, VU bits, VI eoff, VU rbits) {
   const DU du;
-  if (l.ok && hn::AllTrue(du, hn::Lt(hn::And(bits, hn::Set(du, 0x7FFFFFFFu)), hn::Set(du, 0x7F800000u))))
-    return LiteVec<R>(k, l, bits, rbits);
+  if (l.ok) {
+    const VU a = hn::And(bits, hn::Set(du, 0x7FFFFFFFu));
+    if (hn::AllTrue(du, hn::Lt(hn::Sub(a, l.thr), l.span))) return NormalVec<R>(k, l, bits, a, rbits);
+    if (hn::AllTrue(du, hn::Lt(a, hn::Set(du, 0x7F800000u)))) return LiteVec<R>(k, l, bits, rbits);
+  }
   return ConvertVec<R>(k, bits, eoff, rbits);
 }
 
@@ -298,7 +349,7 @@ HWY_INLINE VU LoadBitsPartial(const void* src, size_t i, size_t count) {
 HWY_INLINE void StoreCodes(VU code, uint8_t* out) {
   const DU du;
   const hn::Rebind<uint8_t, DU> d8;
-  hn::StoreU(hn::DemoteTo(d8, hn::BitCast(DI(), code)), d8, out);
+  hn::StoreU(hn::U8FromU32(code), d8, out);
   (void)du;
 }
 

@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "hwy/highway.h"
+#include "qmx/rng.h"
 #include "simd/convert_params.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -361,47 +362,56 @@ HWY_INLINE void StoreCodesPartial(VU code, uint8_t* out, size_t count) {
 
 // ------------------------------------------------------------------ random bits
 
-// 32x32 -> 64-bit products per lane, split into high and low halves.
-HWY_INLINE void MulHiLo(VU a, uint32_t m, VU& hi, VU& lo) {
-  const DU du;
-#if HWY_TARGET == HWY_SCALAR
-  const uint64_t p = static_cast<uint64_t>(hn::GetLane(a)) * m;
-  hi = hn::Set(du, static_cast<uint32_t>(p >> 32));
-  lo = hn::Set(du, static_cast<uint32_t>(p));
-#else
-  const hn::Repartition<uint64_t, DU> d64;
-  const VU vm = hn::Set(du, m);
-  lo = hn::Mul(a, vm);
-  const auto even = hn::MulEven(a, vm);
-  const auto odd = hn::MulEven(hn::BitCast(du, hn::ShiftRight<32>(hn::BitCast(d64, a))), vm);
-  hi = hn::OddEven(hn::BitCast(du, odd), hn::BitCast(du, hn::ShiftRight<32>(even)));
-#endif
-}
-
-// Philox4x32-10 (qmx/rng.h) for counters ctr .. ctr + Lanes - 1; words stored in element order.
+// Philox4x32-10 (qmx/rng.h) for counters ctr .. ctr + 2 * Lanes(u32) - 1; 8 * Lanes words stored in
+// element order. Each counter's state sits in the low half of a 64-bit lane, so one MulEven gives a
+// whole 32x32 -> 64 product (low half = lo; a half swap brings hi down) and the garbage above the low
+// halves is never read. Four independent batches hide the multiplier's latency.
 HWY_INLINE void PhiloxWords(uint64_t ctr, uint64_t seed, uint32_t* out) {
   const DU du;
-  const VU base_lo = hn::Set(du, static_cast<uint32_t>(ctr));
-  VU c0 = hn::Add(base_lo, hn::Iota(du, 0));
-  VU c1 = hn::Add(hn::Set(du, static_cast<uint32_t>(ctr >> 32)), hn::IfThenElseZero(hn::Lt(c0, base_lo), hn::Set(du, 1u)));
-  VU c2 = hn::Zero(du), c3 = hn::Zero(du);
+#if HWY_TARGET == HWY_SCALAR
+  for (uint64_t j = 0; j < 2; ++j) {
+    const uint64_t c = ctr + j;
+    const Philox4x32Counter w = Philox4x32_10({static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0u, 0u},
+                                              {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+    std::memcpy(out + 4 * j, w.data(), 16);
+  }
+  (void)du;
+#else
+  const hn::Repartition<uint64_t, DU> d64;
+  using V64 = hn::Vec<decltype(d64)>;
+  constexpr int kBatches = 4;
+  const size_t half = hn::Lanes(d64);
+  const VU m0 = hn::Set(du, 0xD2511F53u), m1 = hn::Set(du, 0xCD9E8D57u);
+  V64 c0[kBatches], c1[kBatches], c2[kBatches], c3[kBatches];
+  for (int b = 0; b < kBatches; ++b) {
+    c0[b] = hn::Add(hn::Set(d64, ctr + b * half), hn::Iota(d64, 0));
+    c1[b] = hn::ShiftRight<32>(c0[b]);
+    c2[b] = hn::Zero(d64);
+    c3[b] = hn::Zero(d64);
+  }
   uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
   for (int round = 0; round < 10; ++round) {
     if (round > 0) {
       k0 += 0x9E3779B9u;
       k1 += 0xBB67AE85u;
     }
-    VU hi0, lo0, hi1, lo1;
-    MulHiLo(c0, 0xD2511F53u, hi0, lo0);
-    MulHiLo(c2, 0xCD9E8D57u, hi1, lo1);
-    const VU n0 = hn::Xor(hn::Xor(hi1, c1), hn::Set(du, k0));
-    const VU n2 = hn::Xor(hn::Xor(hi0, c3), hn::Set(du, k1));
-    c0 = n0;
-    c1 = lo1;
-    c2 = n2;
-    c3 = lo0;
+    const V64 key0 = hn::Set(d64, k0), key1 = hn::Set(d64, k1);
+    for (int b = 0; b < kBatches; ++b) {
+      const V64 p0 = hn::MulEven(hn::BitCast(du, c0[b]), m0);
+      const V64 p1 = hn::MulEven(hn::BitCast(du, c2[b]), m1);
+      c0[b] = hn::Xor(hn::Xor(hn::BitCast(d64, hn::Shuffle2301(hn::BitCast(du, p1))), c1[b]), key0);
+      c1[b] = p1;
+      c2[b] = hn::Xor(hn::Xor(hn::BitCast(d64, hn::Shuffle2301(hn::BitCast(du, p0))), c3[b]), key1);
+      c3[b] = p0;
+    }
   }
-  hn::StoreInterleaved4(c0, c1, c2, c3, du, out);
+  const V64 low32 = hn::Set(d64, 0xFFFFFFFFull);
+  for (int b = 0; b < kBatches; ++b) {
+    const V64 w01 = hn::Or(hn::And(c0[b], low32), hn::ShiftLeft<32>(c1[b]));
+    const V64 w23 = hn::Or(hn::And(c2[b], low32), hn::ShiftLeft<32>(c3[b]));
+    hn::StoreInterleaved2(w01, w23, d64, reinterpret_cast<uint64_t*>(out) + 2 * b * half);
+  }
+#endif
 }
 
 // Random words for consecutive elements: explicit bits, or the Philox stream through a ring buffer.
@@ -413,8 +423,8 @@ class RandomWords {
     ctr_ = first_index >> 2;
     pos_ = first_index & 3;
     PhiloxWords(ctr_, seed_, buf_);
-    PhiloxWords(ctr_ + lanes, seed_, buf_ + 4 * lanes);
-    ctr_ += 2 * lanes;
+    PhiloxWords(ctr_ + 2 * lanes, seed_, buf_ + 8 * lanes);
+    ctr_ += 4 * lanes;
   }
   // Words for elements i .. i + count - 1 of the call (count <= Lanes) in the low lanes.
   HWY_INLINE VU Take(size_t i, size_t count) {
@@ -426,11 +436,11 @@ class RandomWords {
       std::memcpy(tmp, bits_ + i, count * sizeof(uint32_t));
       return hn::LoadU(du, tmp);
     }
-    if (pos_ + lanes > 8 * lanes) {
-      std::memcpy(buf_, buf_ + 4 * lanes, 4 * lanes * sizeof(uint32_t));
-      pos_ -= 4 * lanes;
-      PhiloxWords(ctr_, seed_, buf_ + 4 * lanes);
-      ctr_ += lanes;
+    if (pos_ + lanes > 16 * lanes) {
+      std::memcpy(buf_, buf_ + 8 * lanes, 8 * lanes * sizeof(uint32_t));
+      pos_ -= 8 * lanes;
+      PhiloxWords(ctr_, seed_, buf_ + 8 * lanes);
+      ctr_ += 2 * lanes;
     }
     const VU v = hn::LoadU(du, buf_ + pos_);
     pos_ += count;
@@ -442,7 +452,7 @@ class RandomWords {
   const uint32_t* bits_;
   uint64_t ctr_ = 0;
   size_t pos_ = 0;
-  alignas(64) uint32_t buf_[8 * kMaxLanes];
+  alignas(64) uint32_t buf_[16 * kMaxLanes];
 };
 
 // ------------------------------------------------------------------ conversion
@@ -536,6 +546,9 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
   const VU none = hn::Zero(du);
   const size_t block = static_cast<size_t>(a.block);
   const size_t nblocks = (n + block - 1) / block;
+  int lite_scale = 127;
+  VI eoff = hn::Zero(di);
+  Lite lite = MakeLite(k, 0);
   for (size_t b = 0; b < nblocks; ++b) {
     const size_t start = b * block;
     const size_t len = start + block <= n ? block : n - start;
@@ -556,8 +569,11 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
     }
     const uint8_t scale = ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax);
     scales[b] = scale;
-    const VI eoff = hn::Set(di, 127 - static_cast<int32_t>(scale));
-    const Lite lite = MakeLite(k, 127 - static_cast<int32_t>(scale));
+    if (scale != lite_scale) {  // neighbouring blocks often share a scale
+      lite_scale = scale;
+      eoff = hn::Set(di, 127 - static_cast<int32_t>(scale));
+      lite = MakeLite(k, 127 - static_cast<int32_t>(scale));
+    }
     // 3. Elements: V_i / X exactly, by moving the exponent.
     j = 0;
     for (; j + lanes <= len; j += lanes) {

@@ -11,6 +11,8 @@
 //         carries into the exponent field exactly as the reference's step 9 does.
 // The discarded part rem = sig mod 2^s decides the rounding; the code is then checked for overflow,
 // flushed, given its sign, and the specials (NaN, Inf, negative into unsigned) override it.
+// That general kernel (ConvertVec) serves every case; two shorter tiers take the vectors they can
+// (NormalVec: every lane in dst's normal binades; LiteVec: every lane finite), see ConvertAny.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "simd/convert_simd.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep

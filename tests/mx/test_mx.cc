@@ -14,6 +14,7 @@
 #include "qmx/mx.h"
 #include "qmx/round.h"
 #include "support/hex.h"
+#include "support/modes.h"
 
 using namespace qmx;
 using qmx::test::BitsFloat;
@@ -136,11 +137,9 @@ TEST_CASE("MX fast path equals the reference on every target, element format, ru
   const std::vector<float> x = MakeTensor(n, 2024);
   std::vector<uint16_t> xb(n);
   for (size_t i = 0; i < n; ++i) xb[i] = static_cast<uint16_t>(FloatBits(x[i]) >> 16);
-  const Rounding modes[] = {Rounding::kRne, Rounding::kRna, Rounding::kRz, Rounding::kRu, Rounding::kRd,
-                            Rounding::kRo,  Rounding::kSrA, Rounding::kSrB, Rounding::kSrC};
   for (const char* name : kElems) {
     for (ScaleRule rule : {ScaleRule::kOcpFloor, ScaleRule::kRoundUp}) {
-      for (Rounding r : modes) {
+      for (Rounding r : qmx::test::kAllModes) {
         for (int variant = 0; variant < 3; ++variant) {
           MxSpec spec;
           spec.elem = GetFormat(name);

@@ -10,18 +10,18 @@
 #include "qmx/round.h"
 #include "support/grid.h"
 #include "support/hex.h"
+#include "support/modes.h"
 #include "support/naive_round.h"
 
 using namespace qmx;
 using qmx::test::Case;
 using qmx::test::GridInputs;
 using qmx::test::Hex;
+using qmx::test::kAllModes;
+using qmx::test::kAllSat;
 
 namespace {
 
-const Rounding kAllModes[] = {Rounding::kRne, Rounding::kRna, Rounding::kRz,  Rounding::kRu, Rounding::kRd,
-                              Rounding::kRo,  Rounding::kSrA, Rounding::kSrB, Rounding::kSrC};
-const Saturation kAllSat[] = {Saturation::kSatFinite, Saturation::kNoSat, Saturation::kSatPropagate};
 const char* kSmallFormats[] = {"e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "int8", "ue8m0", "binary8p3se", "binary8p4sf",
                                "e3m4", "e2m2:special=finite"};
 

@@ -16,15 +16,14 @@
 #include "qmx/round.h"
 #include "support/grid.h"
 #include "support/hex.h"
+#include "support/modes.h"
 
 using namespace qmx;
 using qmx::test::Hex;
+using qmx::test::OptionSets;
 
 namespace {
 
-const Rounding kAllModes[] = {Rounding::kRne, Rounding::kRna, Rounding::kRz,  Rounding::kRu, Rounding::kRd,
-                              Rounding::kRo,  Rounding::kSrA, Rounding::kSrB, Rounding::kSrC};
-const Saturation kAllSat[] = {Saturation::kSatFinite, Saturation::kNoSat, Saturation::kSatPropagate};
 // Registry formats of 8 bits or fewer plus user formats that exercise other encodings and biases.
 const char* kFormats[] = {"e4m3",        "e5m2",        "e3m2",        "e2m3",         "e2m1", "int8", "ue8m0",
                           "binary8p3se", "binary8p4sf", "binary8p3ue", "binary6p1sf", "e3m4", "e2m2:special=finite",
@@ -34,39 +33,6 @@ const char* kFormats[] = {"e4m3",        "e5m2",        "e3m2",        "e2m3",  
 struct TargetGuard {
   ~TargetGuard() { ForceSimdTarget(""); }
 };
-
-std::vector<CastOptions> OptionSets(const Format& f, bool all_variants) {
-  std::vector<CastOptions> v;
-  for (Saturation s : kAllSat) {
-    for (Rounding r : kAllModes) {
-      CastOptions o;
-      o.rounding = r;
-      o.saturation = s;
-      try {
-        ValidateCastOptions(f, o);
-      } catch (const Error&) {
-        continue;
-      }
-      v.push_back(o);
-      if (!all_variants) continue;
-      CastOptions flush = o;
-      flush.subnormals = Subnormals::kFlush;
-      v.push_back(flush);
-      CastOptions pos_nan = o;
-      pos_nan.nan_sign = NanSign::kPositive;
-      pos_nan.nan_fallback = NanFallback::kZero;
-      v.push_back(pos_nan);
-      if (IsStochastic(r)) {
-        for (int n : {1, 3, 13, 24, 31, 32}) {
-          CastOptions b = o;
-          b.sr_bits = n;
-          v.push_back(b);
-        }
-      }
-    }
-  }
-  return v;
-}
 
 std::string Describe(const Format& f, const CastOptions& o) {
   return std::string(f.name) + " " + RoundingName(o.rounding) + " " + SaturationName(o.saturation) +
@@ -116,7 +82,7 @@ TEST_CASE("SIMD FP32 conversion equals the reference on every target, every form
   for (const char* name : kFormats) {
     const Format f = ParseFormat(name);
     const std::vector<uint32_t> in = Fp32Inputs(f);
-    for (const CastOptions& o : OptionSets(f, true)) {
+    for (const CastOptions& o : OptionSets(f, true, true)) {
       const SrSource sr{0xC0FFEEull, 7, nullptr};  // an offset that is not a multiple of 4
       std::vector<uint8_t> want(in.size());
       ConvertToCodesRef(DType::kF32, in.data(), in.size(), f, o, want.data(), sr);
@@ -137,7 +103,7 @@ TEST_CASE("SIMD BF16 and FP16 conversion: all 2^16 inputs on every target", "[si
   for (const char* name : {"e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "int8", "ue8m0", "binary8p3se"}) {
     const Format f = ParseFormat(name);
     for (DType src : {DType::kBF16, DType::kF16}) {
-      for (const CastOptions& o : OptionSets(f, false)) {
+      for (const CastOptions& o : OptionSets(f, false, false)) {
         for (bool flush : {false, true}) {
           CastOptions oo = o;
           if (flush) oo.subnormals = Subnormals::kFlush;

@@ -10,6 +10,7 @@
 #include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/round.h"
+#include "support/modes.h"
 
 namespace {
 
@@ -44,39 +45,11 @@ int main(int argc, char** argv) {
     }
     if (format.empty()) Usage("--format is required");
     const Format f = ParseFormat(format);
-    std::vector<Rounding> rounds;
-    if (round == "all") {
-      rounds = {Rounding::kRne, Rounding::kRna, Rounding::kRz,  Rounding::kRu, Rounding::kRd,
-                Rounding::kRo,  Rounding::kSrA, Rounding::kSrB, Rounding::kSrC};
-    } else {
-      rounds = {ParseRounding(round)};
-    }
-    std::vector<Saturation> sats;
-    if (sat == "all") sats = {Saturation::kSatFinite, Saturation::kNoSat, Saturation::kSatPropagate};
-    else sats = {ParseSaturation(sat)};
-    std::vector<CastOptions> opts;
-    for (Saturation s : sats) {
-      for (Rounding r : rounds) {
-        CastOptions o;
-        o.rounding = r;
-        o.saturation = s;
-        try {
-          ValidateCastOptions(f, o);
-        } catch (const Error&) {
-          continue;
-        }
-        opts.push_back(o);
-        if (variants) {
-          CastOptions fl = o;
-          fl.subnormals = Subnormals::kFlush;
-          opts.push_back(fl);
-          CastOptions np = o;
-          np.nan_sign = NanSign::kPositive;
-          np.nan_fallback = NanFallback::kZero;
-          opts.push_back(np);
-        }
-      }
-    }
+    std::vector<Rounding> rounds(std::begin(test::kAllModes), std::end(test::kAllModes));
+    if (round != "all") rounds = {ParseRounding(round)};
+    std::vector<Saturation> sats(std::begin(test::kAllSat), std::end(test::kAllSat));
+    if (sat != "all") sats = {ParseSaturation(sat)};
+    const std::vector<CastOptions> opts = test::OptionSets(f, rounds, sats, variants, false);
     const std::vector<std::string> targets = SimdTargets();
     const uint64_t n_strided = sample ? (1ull << 32) / 1009 + 1 : (1ull << 32);
     const uint64_t n_total = sample ? n_strided + (1ull << 20) : n_strided;

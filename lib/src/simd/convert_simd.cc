@@ -419,8 +419,10 @@ HWY_INLINE void PhiloxWords(uint64_t ctr, uint64_t seed, uint32_t* out) {
 // Random words for consecutive elements: explicit bits, or the Philox stream through a ring buffer.
 class RandomWords {
  public:
-  RandomWords(uint64_t seed, uint64_t first_index, const uint32_t* bits) : seed_(seed), bits_(bits) {
-    if (bits_ != nullptr) return;
+  // An inactive stream (a deterministic mode) generates nothing.
+  RandomWords(uint64_t seed, uint64_t first_index, const uint32_t* bits, bool active = true)
+      : seed_(seed), bits_(bits) {
+    if (!active || bits_ != nullptr) return;
     const size_t lanes = hn::Lanes(DU());
     ctr_ = first_index >> 2;
     pos_ = first_index & 3;
@@ -544,7 +546,7 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
   const size_t lanes = hn::Lanes(du);
   const Consts k(*a.p);
   constexpr bool kSr = R == Rounding::kSrA || R == Rounding::kSrB || R == Rounding::kSrC;
-  RandomWords rw(seed, first_index, kSr ? rbits : nullptr);
+  RandomWords rw(seed, first_index, rbits, kSr);
   const VU none = hn::Zero(du);
   const size_t block = static_cast<size_t>(a.block);
   const size_t nblocks = (n + block - 1) / block;

@@ -10,31 +10,17 @@
 
 namespace qmx {
 
-const char* ScaleRuleName(ScaleRule r) {
-  switch (r) {
-    case ScaleRule::kOcpFloor: return "ocp-floor";
-    case ScaleRule::kRoundUp: return "round-up";
-  }
-  return "?";
-}
-
-ScaleRule ParseScaleRule(const std::string& s) {
-  if (s == "ocp-floor" || s == "floor" || s == "round-down") return ScaleRule::kOcpFloor;
-  if (s == "round-up" || s == "rceil") return ScaleRule::kRoundUp;
-  throw Error("unknown scale rule '" + s + "' (ocp-floor, round-up)");
-}
-
-uint8_t Ue8m0ScaleFromAmax(float amax, const Format& elem, ScaleRule rule) {
-  if (!(amax >= 0.0f) || std::isinf(amax)) throw Error("block amax must be finite and >= 0");
-  uint32_t bits;
-  __builtin_memcpy(&bits, &amax, 4);
-  const FormatLimits lim = Limits(elem);
-  return simd::ScaleByteFromAmaxBits(bits, static_cast<int>(rule), static_cast<float>(lim.max_finite), lim.emax);
-}
-
 void ValidateMxSpec(const MxSpec& spec) {
   if (!IsFastFormat(spec.elem) || spec.elem.encoding == Encoding::kExponentOnly)
     throw Error(std::string("'") + spec.elem.name + "' cannot be an MX element format (it needs 8 bits or fewer and a zero)");
+  if (!IsPow2Rule(spec.rule))
+    throw Error(std::string("MX blocks take a UE8M0 scale rule (ocp-floor, round-up, ceil, even, max-finite), not '") +
+                ScaleRuleName(spec.rule) + "'");
+  if (spec.rule == ScaleRule::kMaxFinite && spec.nan != NanPolicy::kIgnore)
+    throw Error("the max-finite rule ignores non-finite elements: it needs the NaN policy 'ignore', not '" +
+                std::string(NanPolicyName(spec.nan)) + "'");
+  if (spec.scaling != ElementScaling::kExact && spec.cast.subnormals == Subnormals::kFlush)
+    throw Error("flushing subnormals needs exact element scaling (the FP32 modes would flush the scaled product)");
   if (spec.block < 1 || spec.block > 4096)
     throw Error("MX block length must be 1..4096, not " + std::to_string(spec.block));
   ValidateCastOptions(spec.elem, spec.cast);
@@ -52,6 +38,9 @@ simd::MxKernelArgs MakeArgs(const MxSpec& spec, const simd::ConvertParams& p) {
   a.rule = static_cast<int>(spec.rule);
   a.destmax = static_cast<float>(lim.max_finite);
   a.emax = lim.emax;
+  a.elem_man = spec.elem.man_bits;
+  a.policy = static_cast<int>(spec.nan);
+  a.scaling = static_cast<int>(spec.scaling);
   a.elem_nan = spec.elem.HasNan() ? static_cast<uint32_t>(spec.elem.CanonicalNan()) : 0u;
   return a;
 }

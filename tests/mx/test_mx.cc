@@ -138,15 +138,22 @@ TEST_CASE("MX fast path equals the reference on every target, element format, ru
   std::vector<uint16_t> xb(n);
   for (size_t i = 0; i < n; ++i) xb[i] = static_cast<uint16_t>(FloatBits(x[i]) >> 16);
   for (const char* name : kElems) {
-    for (ScaleRule rule : {ScaleRule::kOcpFloor, ScaleRule::kRoundUp}) {
+    for (ScaleRule rule : {ScaleRule::kOcpFloor, ScaleRule::kRoundUp, ScaleRule::kCeil, ScaleRule::kEven,
+                           ScaleRule::kMaxFinite}) {
       for (Rounding r : qmx::test::kAllModes) {
-        for (int variant = 0; variant < 3; ++variant) {
+        for (int variant = 0; variant < 5; ++variant) {
           MxSpec spec;
           spec.elem = GetFormat(name);
           spec.rule = rule;
           spec.cast.rounding = r;
+          if (rule == ScaleRule::kMaxFinite) spec.nan = NanPolicy::kIgnore;
           if (variant == 1) spec.cast.subnormals = Subnormals::kFlush;
           if (variant == 2) spec.block = (r == Rounding::kRne) ? 16 : 20;
+          // The other NaN policies and the FP32 element-scaling modes (torchao, microxcaling, TE).
+          const NanPolicy policies[] = {NanPolicy::kScaleNan, NanPolicy::kTe, NanPolicy::kIgnoreNan, NanPolicy::kIgnore};
+          if (variant >= 3 && rule != ScaleRule::kMaxFinite) spec.nan = policies[static_cast<int>(r) % 4];
+          if (variant == 3) spec.scaling = ElementScaling::kFp32;
+          if (variant == 4) spec.scaling = ElementScaling::kTeRcp;
           for (DType src : {DType::kF32, DType::kBF16}) {
             const void* in = src == DType::kF32 ? static_cast<const void*>(x.data()) : xb.data();
             const SrSource sr{77, 5, nullptr};
@@ -159,7 +166,8 @@ TEST_CASE("MX fast path equals the reference on every target, element format, ru
               std::vector<uint8_t> c(n, 0xAA), s(want_s.size(), 0xAA);
               QuantizeMx(src, in, n, spec, c.data(), s.data(), sr);
               const std::string what = t + " " + name + " " + ScaleRuleName(rule) + " " + RoundingName(r) +
-                                       " variant " + std::to_string(variant) + " " + DTypeName(src);
+                                       " variant " + std::to_string(variant) + " " + DTypeName(src) + " " +
+                                       NanPolicyName(spec.nan) + " " + ElementScalingName(spec.scaling);
               size_t bad = 0;
               for (size_t i = 0; i < n; ++i) {
                 const bool ok = c[i] == want_c[i] && s[i / spec.block] == want_s[i / spec.block];

@@ -56,5 +56,7 @@ std::vector<uint8_t> SerializeNpy(const NpyArray& array);
 // IoError. Concurrent writers to the same path within one process race on the
 // temp name and are not supported.
 void WriteFileAtomic(const std::string& path, const std::string& contents);
+// The same for a byte buffer.
+void WriteBytesAtomic(const std::string& path, const uint8_t* data, size_t size);
 
 }  // namespace qmx

@@ -11,34 +11,25 @@
 #include "qmx/convert.h"
 #include "qmx/format.h"
 #include "qmx/io.h"
+#include "qmx/scale.h"
 
 namespace qmx {
 
-// How a block's UE8M0 scale is chosen from amax = max |V_i| (REFERENCES.md section 3).
-enum class ScaleRule : uint8_t {
-  kOcpFloor,  // "round-down": X = 2^(floor(log2 amax) - emax_elem), OCP MX v1.0 section 6.3
-  kRoundUp,   // X = amax / destmax in FP32, rounded up to a power of two, at least 2^-127 (seed 000
-              // algorithm 1 and appendix A.1; what cvt.rp.satfinite.ue8m0x2.f32 does to the quotient)
-};
-const char* ScaleRuleName(ScaleRule r);  // "ocp-floor", "round-up"
-ScaleRule ParseScaleRule(const std::string& s);  // also accepts "floor", "round-down", "rceil"
-
-// UE8M0 scale byte (X = 2^(byte - 127)) for a block whose largest magnitude is amax (finite, >= 0).
-// amax = 0 gives 0x00 (2^-127) under both rules. Exponents are clamped to [-127, 127].
-uint8_t Ue8m0ScaleFromAmax(float amax, const Format& elem, ScaleRule rule);
-
-// An MX block format: element format + UE8M0 scale + block length, and how elements are rounded.
+// An MX block format: element format + UE8M0 scale + block length, how elements are rounded, what a
+// block holding NaN or Inf gets (NanPolicy; the default block-nan gives scale 0xFF and every element the
+// element NaN code, code 0 where the format has none) and how elements are divided by the scale.
 // Blocks are runs of `block` consecutive elements; the last block of a tensor may be shorter.
-// A block holding a NaN or an Inf gets scale 0xFF (NaN) and every element the element format's NaN
-// code (code 0 where the format has none): the whole block decodes to NaN (OCP MX, microxcaling).
 struct MxSpec {
   Format elem = fmt::kE4M3;
   ScaleRule rule = ScaleRule::kRoundUp;
   CastOptions cast{};
   int block = 32;
+  NanPolicy nan = NanPolicy::kBlockNan;
+  ElementScaling scaling = ElementScaling::kExact;
 };
-// Throws qmx::Error naming the problem (element format not fast-capable, block length out of 1..4096,
-// cast options the element format cannot honour).
+// Throws qmx::Error naming the problem (element format not fast-capable, a rule that is not a UE8M0
+// rule, max-finite without the ignore policy, block length out of 1..4096, flushing subnormals with
+// FP32 element scaling, cast options the element format cannot honour).
 void ValidateMxSpec(const MxSpec& spec);
 inline size_t MxScaleCount(size_t n, const MxSpec& spec) { return (n + spec.block - 1) / spec.block; }
 

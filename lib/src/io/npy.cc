@@ -392,7 +392,7 @@ bool WriteAll(int fd, const uint8_t* data, size_t size) {
   return true;
 }
 
-void WriteBytesAtomic(const std::string& path, const uint8_t* data, size_t size) {
+void WriteBytesAtomicImpl(const std::string& path, const uint8_t* data, size_t size) {
   const std::string tmp = path + ".tmp." + std::to_string(static_cast<long>(::getpid()));
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) {
@@ -594,11 +594,15 @@ std::vector<uint8_t> SerializeNpy(const NpyArray& array) {
 
 void WriteNpy(const std::string& path, const NpyArray& array) {
   std::vector<uint8_t> bytes = SerializeNamed(array, path);
-  WriteBytesAtomic(path, bytes.data(), bytes.size());
+  WriteBytesAtomicImpl(path, bytes.data(), bytes.size());
 }
 
 void WriteFileAtomic(const std::string& path, const std::string& contents) {
-  WriteBytesAtomic(path, reinterpret_cast<const uint8_t*>(contents.data()), contents.size());
+  WriteBytesAtomicImpl(path, reinterpret_cast<const uint8_t*>(contents.data()), contents.size());
+}
+
+void WriteBytesAtomic(const std::string& path, const uint8_t* data, size_t size) {
+  WriteBytesAtomicImpl(path, data, size);
 }
 
 }  // namespace qmx

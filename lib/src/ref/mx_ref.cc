@@ -1,7 +1,9 @@
 // mx_ref.cc: the scalar reference of MX block quantization (OCP MX v1.0 section 6.3; seed 000 appendix
 // A.1 for the round-up scale), written independently of the fast path: amax in double, the scale by
 // ilogb or by the reference rounding routine, elements by RoundExact on the exactly scaled value.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "qmx/error.h"
 #include "qmx/mx.h"
@@ -11,18 +13,17 @@
 namespace qmx {
 namespace {
 
-// Scale exponent k (X = 2^k) for a finite amax.
-int RefScaleExponent(double amax, const MxSpec& spec) {
-  const FormatLimits lim = Limits(spec.elem);
-  if (spec.rule == ScaleRule::kOcpFloor) {
-    if (amax == 0) return -127;
-    const int k = std::ilogb(amax) - lim.emax;
-    return k < -127 ? -127 : (k > 127 ? 127 : k);
+// The source element as an FP32 value (bf16 and fp16 widen exactly; a NaN keeps its sign).
+float SourceFloat(DType t, uint64_t bits) {
+  if (t == DType::kF32 || t == DType::kBF16) {
+    const uint32_t b = t == DType::kF32 ? static_cast<uint32_t>(bits) : static_cast<uint32_t>(bits) << 16;
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
   }
-  // 1. decode_scale = amax / destmax in FP32; 2. below 2^-127 -> 2^-127; 3. else round up to a power of 2.
-  const float q = static_cast<float>(amax) / static_cast<float>(lim.max_finite);
-  const CastOptions up{Rounding::kRu, Saturation::kSatFinite};
-  return static_cast<int>(ConvertF32(q, fmt::kUE8M0, up)) - 127;
+  const bool neg = (bits & 0x8000u) != 0;
+  if ((bits & 0x7C00u) == 0x7C00u && (bits & 0x3FFu) != 0) return neg ? -std::nanf("") : std::nanf("");
+  return static_cast<float>(DecodeToDouble(fmt::kFP16, bits));
 }
 
 }  // namespace
@@ -40,28 +41,54 @@ void QuantizeMxRef(DType src_type, const void* src, size_t n, const MxSpec& spec
       x.kind = ExactValue::Kind::kZero;
     return x;
   };
+  const uint8_t nan_code = static_cast<uint8_t>(ConvertF32(std::nanf(""), spec.elem, spec.cast));
+  const uint8_t block_nan_code = spec.elem.HasNan() ? static_cast<uint8_t>(spec.elem.CanonicalNan()) : 0;
   const size_t block = static_cast<size_t>(spec.block);
   for (size_t b = 0, start = 0; start < n; ++b, start += block) {
     const size_t end = std::min(n, start + block);
-    double amax = 0;
-    bool special = false;
+    double amax = 0;  // over the finite elements
+    bool has_nan = false, has_inf = false;
     for (size_t i = start; i < end; ++i) {
       const ExactValue x = read(i);
-      if (x.kind == ExactValue::Kind::kNan || x.kind == ExactValue::Kind::kInf) special = true;
+      has_nan |= x.kind == ExactValue::Kind::kNan;
+      has_inf |= x.kind == ExactValue::Kind::kInf;
       if (x.kind == ExactValue::Kind::kFinite) amax = std::max(amax, std::ldexp(static_cast<double>(x.sig), x.exp));
     }
-    if (special) {
-      scales[b] = 0xFF;
-      for (size_t i = start; i < end; ++i) codes[i] = spec.elem.HasNan() ? static_cast<uint8_t>(spec.elem.CanonicalNan()) : 0;
-      continue;
+    // The scale byte, or a fill code for the whole block (NanPolicy).
+    int scale = -1, fill = -1;
+    if (has_nan || has_inf) {
+      switch (spec.nan) {
+        case NanPolicy::kBlockNan: scale = 0xFF, fill = block_nan_code; break;
+        case NanPolicy::kScaleNan: scale = 0xFF, fill = nan_code; break;
+        case NanPolicy::kTe:
+          if (has_nan) scale = 0xFF, fill = nan_code;
+          else scale = 0xFE;
+          break;
+        case NanPolicy::kIgnoreNan: scale = has_inf ? 0xFE : Ue8m0ScaleFromAmaxRef(amax, spec.elem, spec.rule); break;
+        case NanPolicy::kIgnore: scale = Ue8m0ScaleFromAmaxRef(amax, spec.elem, spec.rule); break;
+      }
+    } else {
+      scale = Ue8m0ScaleFromAmaxRef(amax, spec.elem, spec.rule);
     }
-    const int k = RefScaleExponent(amax, spec);
-    scales[b] = static_cast<uint8_t>(k + 127);
+    scales[b] = static_cast<uint8_t>(scale);
+    const int k = scale - 127;
     for (size_t i = start; i < end; ++i) {
-      ExactValue x = read(i);
-      x.exp -= k;  // V_i / X, exactly
+      if (fill >= 0) {
+        codes[i] = static_cast<uint8_t>(fill);
+        continue;
+      }
       const uint32_t r = sr.bits != nullptr ? sr.bits[i] : RandomBitsForElement(sr.seed, sr.first_index + i);
-      codes[i] = static_cast<uint8_t>(RoundExact(x, spec.elem, spec.cast, r).code);
+      if (spec.scaling == ElementScaling::kExact) {
+        ExactValue x = read(i);
+        x.exp -= k;  // V_i / X, exactly
+        codes[i] = static_cast<uint8_t>(RoundExact(x, spec.elem, spec.cast, r).code);
+        continue;
+      }
+      // FP32 element scaling: the product of the FP32 value and the multiplier, rounded once to FP32.
+      double mult = std::ldexp(1.0, -k);
+      if (spec.scaling == ElementScaling::kTeRcp) mult = scale == 0 ? 1.0 : (scale == 254 ? 0.0 : std::ldexp(1.0, -k));
+      const float y = static_cast<float>(static_cast<double>(SourceFloat(src_type, bits_at(i))) * mult);
+      codes[i] = static_cast<uint8_t>(ConvertF32(y, spec.elem, spec.cast, r));
     }
   }
 }

@@ -18,10 +18,12 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "hwy/highway.h"
 #include "qmx/rng.h"
+#include "qmx/scale.h"
 #include "simd/convert_params.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -538,11 +540,44 @@ void DecodeCodesT(const float* table, const uint8_t* codes, size_t n, float* out
 
 // ------------------------------------------------------------------ MX blocks
 
+// amax bits over a block with lanes masked: keep = lanes whose |x| bits are below `limit` count (limit
+// 0x7F800000 keeps finite lanes, 0x7F800001 also Inf, 0xFFFFFFFF every lane).
+template <DType S>
+HWY_INLINE uint32_t BlockAmaxBits(const Consts& k, const void* in, size_t start, size_t len, uint32_t limit) {
+  const DU du;
+  const size_t lanes = hn::Lanes(du);
+  const VU lim = hn::Set(du, limit);
+  VU vmax = hn::Zero(du);
+  size_t j = 0;
+  for (; j + lanes <= len; j += lanes) {
+    const VU a = AbsBits(k, LoadBits<S>(in, start + j));
+    vmax = hn::Max(vmax, hn::IfThenElseZero(hn::Lt(a, lim), a));
+  }
+  if (j < len) {
+    const VU a = AbsBits(k, LoadBitsPartial<S>(in, start + j, len - j));
+    vmax = hn::Max(vmax, hn::IfThenElseZero(hn::Lt(a, lim), a));
+  }
+  return hn::GetLane(hn::MaxOfLanes(du, vmax));
+}
+
+// The element multiplier of the FP32 element-scaling modes for scale byte s (< 255).
+inline float ScaleInverse(int scaling, uint32_t s) {
+  if (scaling == 2) {  // Transformer Engine exp2f_rcp: byte 0 -> 1.0, else the bits (254 - s) << 23
+    if (s == 0) return 1.0f;
+    const uint32_t b = (254u - s) << 23;
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+  }
+  return std::ldexp(1.0f, 127 - static_cast<int>(s));  // exact: 2^-127 is an FP32 subnormal
+}
+
 template <Rounding R, DType S>
 void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uint8_t* scales, uint64_t seed,
             uint64_t first_index, const uint32_t* rbits) {
   const DU du;
   const DI di;
+  const DF df;
   const size_t lanes = hn::Lanes(du);
   const Consts k(*a.p);
   constexpr bool kSr = R == Rounding::kSrA || R == Rounding::kSrB || R == Rounding::kSrC;
@@ -550,44 +585,69 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
   const VU none = hn::Zero(du);
   const size_t block = static_cast<size_t>(a.block);
   const size_t nblocks = (n + block - 1) / block;
-  int lite_scale = 127;
+  const bool exact = a.scaling == 0;
+  int lite_scale = -1;
   VI eoff = hn::Zero(di);
   Lite lite = MakeLite(k, 0);
+  auto vmul = hn::Set(df, 1.0f);
   for (size_t b = 0; b < nblocks; ++b) {
     const size_t start = b * block;
     const size_t len = start + block <= n ? block : n - start;
     // 1. amax as |x| bits: integer order is value order, and NaN/Inf compare highest.
-    VU vmax = hn::Zero(du);
-    size_t j = 0;
-    for (; j + lanes <= len; j += lanes) vmax = hn::Max(vmax, AbsBits(k, LoadBits<S>(in, start + j)));
-    if (j < len) vmax = hn::Max(vmax, AbsBits(k, LoadBitsPartial<S>(in, start + j, len - j)));
-    const uint32_t amax = hn::GetLane(hn::MaxOfLanes(du, vmax));
-    // 2. Scale byte, or a NaN block.
+    const uint32_t amax = BlockAmaxBits<S>(k, in, start, len, 0xFFFFFFFFu);
+    // 2. Scale byte; a block holding NaN or Inf follows the NaN policy.
+    int scale = -1;
+    uint32_t fill = 0;
     if (amax >= 0x7F800000u) {
-      scales[b] = 0xFF;
-      std::memset(codes + start, static_cast<int>(a.elem_nan), len);
-      if constexpr (kSr) {  // keep the random stream aligned with element indices
-        for (size_t jj = 0; jj < len; jj += lanes) (void)rw.Take(start + jj, len - jj < lanes ? len - jj : lanes);
+      switch (static_cast<NanPolicy>(a.policy)) {
+        case NanPolicy::kBlockNan: scale = 0xFF, fill = a.elem_nan; break;
+        case NanPolicy::kScaleNan: scale = 0xFF, fill = a.p->nan_code[0]; break;
+        case NanPolicy::kTe:
+          if (amax > 0x7F800000u) scale = 0xFF, fill = a.p->nan_code[0];
+          else scale = 0xFE;
+          break;
+        case NanPolicy::kIgnoreNan: {
+          const uint32_t m = BlockAmaxBits<S>(k, in, start, len, 0x7F800001u);
+          scale = m == 0x7F800000u ? 0xFE : ScaleByteFromAmaxBits(m, a.rule, a.destmax, a.emax, a.elem_man);
+          break;
+        }
+        case NanPolicy::kIgnore:
+          scale = ScaleByteFromAmaxBits(BlockAmaxBits<S>(k, in, start, len, 0x7F800000u), a.rule, a.destmax, a.emax,
+                                        a.elem_man);
+          break;
       }
-      continue;
+      if (scale == 0xFF) {
+        scales[b] = 0xFF;
+        std::memset(codes + start, static_cast<int>(fill), len);
+        if constexpr (kSr) {  // keep the random stream aligned with element indices
+          for (size_t jj = 0; jj < len; jj += lanes) (void)rw.Take(start + jj, len - jj < lanes ? len - jj : lanes);
+        }
+        continue;
+      }
+    } else {
+      scale = ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax, a.elem_man);
     }
-    const uint8_t scale = ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax);
-    scales[b] = scale;
+    scales[b] = static_cast<uint8_t>(scale);
     if (scale != lite_scale) {  // neighbouring blocks often share a scale
       lite_scale = scale;
-      eoff = hn::Set(di, 127 - static_cast<int32_t>(scale));
-      lite = MakeLite(k, 127 - static_cast<int32_t>(scale));
+      if (exact) {
+        eoff = hn::Set(di, 127 - static_cast<int32_t>(scale));
+        lite = MakeLite(k, 127 - static_cast<int32_t>(scale));
+      } else {
+        vmul = hn::Set(df, ScaleInverse(a.scaling, static_cast<uint32_t>(scale)));
+      }
     }
-    // 3. Elements: V_i / X exactly, by moving the exponent.
-    j = 0;
-    for (; j + lanes <= len; j += lanes) {
-      const VU rb = kSr ? rw.Take(start + j, lanes) : none;
-      StoreCodes(ConvertAny<R>(k, lite, LoadBits<S>(in, start + j), eoff, rb), codes + start + j);
-    }
-    if (j < len) {
-      const size_t c = len - j;
+    // 3. Elements: V_i / X exactly by moving the exponent, or fl32(x * multiplier) for the FP32 modes.
+    const auto load = [&](size_t at, size_t count) {
+      const VU x = count == lanes ? LoadBits<S>(in, at) : LoadBitsPartial<S>(in, at, count);
+      return exact ? x : hn::BitCast(du, hn::Mul(hn::BitCast(df, x), vmul));
+    };
+    for (size_t j = 0; j < len; j += lanes) {
+      const size_t c = len - j < lanes ? len - j : lanes;
       const VU rb = kSr ? rw.Take(start + j, c) : none;
-      StoreCodesPartial(ConvertAny<R>(k, lite, LoadBitsPartial<S>(in, start + j, c), eoff, rb), codes + start + j, c);
+      const VU code = ConvertAny<R>(k, lite, load(start + j, c), eoff, rb);
+      if (c == lanes) StoreCodes(code, codes + start + j);
+      else StoreCodesPartial(code, codes + start + j, c);
     }
   }
 }

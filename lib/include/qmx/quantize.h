@@ -1,0 +1,131 @@
+// qmx/quantize.h: quantizing whole tensors under a QuantSpec (element format, block shape, axis, scale
+// rule, cast options, NaN policy, seed) into a QuantizedTensor {codes, scales, shape, spec}, and back.
+// Block layouts follow OCP MX v1.0 (1x32), NVFP4 (1x16, 16x16), DeepSeek-V3 blockwise FP8 (1x128,
+// 128x128) and per-row / per-tensor FP8 scaling (REFERENCES.md section 3).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qmx/cast_options.h"
+#include "qmx/convert.h"
+#include "qmx/format.h"
+#include "qmx/io.h"
+#include "qmx/scale.h"
+
+namespace qmx {
+
+// A C-order tensor viewed as rows x cols: the last dimension is cols, the others fold into rows.
+struct TensorView {
+  DType dtype = DType::kF32;  // kF32, kBF16 or kF16
+  const void* data = nullptr;
+  size_t rows = 0, cols = 0;
+};
+
+// Which direction a 1xK block runs. Row-wise: along the last dimension (a row of X for Y = X W^T);
+// column-wise: down the columns (what the transposed GEMM operand needs), quantized from the same
+// high-precision source as training frameworks do, never by transposing a quantized tensor.
+enum class Axis : uint8_t { kRow, kCol };
+const char* AxisName(Axis a);  // "row", "col"
+Axis ParseAxis(const std::string& s);
+
+struct QuantSpec {
+  std::string name = "custom";
+  Format elem = fmt::kE4M3;
+  ScaleRule rule = ScaleRule::kRoundUp;
+  // Block extent in the row-wise orientation, 0 meaning the whole dimension: 1x32 is {1, 32}, 16x16 is
+  // {16, 16}, per-row {1, 0}, per-tensor {0, 0}. Axis::kCol swaps the two.
+  int block_rows = 1, block_cols = 32;
+  Axis axis = Axis::kRow;
+  CastOptions cast{};
+  NanPolicy nan = NanPolicy::kBlockNan;
+  uint64_t seed = 0;  // stochastic rounding: element (r, c) uses RandomBitsForElement(seed, r * cols + c)
+  int margin = 0;     // FP32 scales: s = destmax / amax / 2^margin
+};
+
+// The recipes' short names: mxfp8 (e4m3, round-up), mxfp8-ocp (ocp-floor), mxfp8_e5m2, mxfp6_e2m3,
+// mxfp6_e3m2, mxfp4 (round-up), mxfp4-ocp, mxint8 (ocp-floor), nvfp4, nvfp4-2d (16x16), fp8-tensor-current,
+// fp8-delayed, fp8-rowwise, fp8-block1x128, fp8-block128x128. Throws qmx::Error listing them.
+QuantSpec QuantSpecByName(const std::string& name);
+std::vector<std::string> QuantSpecNames();
+std::string DescribeBlock(const QuantSpec& spec);  // "1x32", "16x16", "per-row", "per-tensor"
+std::string DescribeSpec(const QuantSpec& spec);   // one line: name, element, block, axis, rule, cast, NaN policy
+// Throws qmx::Error naming the inconsistency: an element format of more than 8 bits, a UE8M0 or NaN
+// policy the rule cannot carry (NVFP4 with a UE8M0 rule, scale-nan with FP32 scales), max-finite without
+// the ignore policy, block extents out of 0..65536, cast options the element cannot honour.
+void ValidateQuantSpec(const QuantSpec& spec);
+
+// The block extent on a rows x cols tensor after the axis and the zeros are resolved.
+struct BlockExtent {
+  size_t rows, cols;
+};
+BlockExtent ResolveBlock(const QuantSpec& spec, size_t rows, size_t cols);
+
+// Counts gathered while quantizing (QuantizeStats) for the summary a user reads.
+struct QuantStats {
+  uint64_t elements = 0;
+  uint64_t nan_inputs = 0, inf_inputs = 0;
+  uint64_t saturated = 0;        // finite inputs whose scaled magnitude exceeded the element's max
+  uint64_t flushed_to_zero = 0;  // nonzero finite inputs that became a zero code
+  uint64_t nan_blocks = 0;       // blocks whose scale is NaN (or a special byte under the te policy)
+  std::vector<uint64_t> scale_histogram;  // UE8M0: 256 bins by byte; E4M3: 256 bins by code; FP32: 278
+                                          // bins by biased exponent of the decode scale (255 = Inf/NaN)
+};
+
+struct QuantizedTensor {
+  QuantSpec spec;
+  std::vector<size_t> shape;  // the source's shape; rows x cols is its 2-D view
+  size_t rows = 0, cols = 0;
+  std::vector<uint8_t> codes;  // rows * cols element codes, one per byte, row-major (unpacked)
+  size_t scale_rows = 0, scale_cols = 0;  // ceil(rows / block rows) x ceil(cols / block cols)
+  std::vector<uint8_t> scales;  // row-major; ScaleBytes(ScaleFormatOf(rule)) bytes each (FP32 little-endian)
+  float tensor_amax = 0;        // NVFP4 and per-tensor scaling: the source's amax (NaN-aware max of |x|)
+  float tensor_decode = 1;      // NVFP4: fl32(1 / S_enc), the second-level scale; 1 otherwise
+  float ScaleAt(size_t sr, size_t sc) const;  // decoded block scale (NVFP4: the E4M3 value, before tensor_decode)
+};
+
+// Quantizes x. Fast path (SIMD kernels, OpenMP over strips of blocks) and the scalar reference, equal bit
+// for bit. FP32 scales with per-tensor blocks use current scaling; pass an encode scale explicitly (e.g.
+// from DelayedScaling) with QuantizeWithScale.
+QuantizedTensor Quantize(const TensorView& x, const QuantSpec& spec, Exec exec = Exec::kParallel);
+QuantizedTensor QuantizeRef(const TensorView& x, const QuantSpec& spec);
+// Per-tensor FP32 scaling with a given scale (delayed scaling); the spec must be per-tensor with an FP32 rule.
+QuantizedTensor QuantizeWithScale(const TensorView& x, const QuantSpec& spec, Fp32Scale scale,
+                                  Exec exec = Exec::kParallel);
+// One step of delayed scaling: quantize with state.scale(), then push amax(x).
+QuantizedTensor QuantizeDelayed(const TensorView& x, const QuantSpec& spec, DelayedScaling& state,
+                                Exec exec = Exec::kParallel);
+
+// Decodes to FP32 (rows * cols values): UE8M0 scales exactly (decode(code) * 2^k), FP32 scales as
+// fl32(decode(code) * decode_scale), NVFP4 as fl32(decode(code) * fl32(e4m3(scale) * tensor_decode)).
+// A NaN scale makes its block NaN.
+void Dequantize(const QuantizedTensor& q, float* out, Exec exec = Exec::kParallel);
+void DequantizeRef(const QuantizedTensor& q, float* out);
+// Quantize then dequantize in one pass (no codes tensor kept): equal to Dequantize(Quantize(x)).
+void FakeQuantize(const TensorView& x, const QuantSpec& spec, float* out, Exec exec = Exec::kParallel);
+
+QuantStats ComputeStats(const TensorView& x, const QuantizedTensor& q);
+
+// Sub-byte packing, for storage and hardware layouts.
+// FP4 (4-bit codes): two per byte, element 2i in the low nibble, 2i+1 in the high nibble (the order of
+// PyTorch's float4_e2m1fn_x2, cuBLAS and PTX e2m1x2); an odd count leaves the last high nibble zero.
+// FP6 (6-bit codes): four codes in three bytes, little-endian bit stream: code i occupies bits
+// [6i, 6i+6) of the stream, bit 0 being the low bit of byte 0 (the packing of OCP MX FP6 in
+// microxcaling's and torchao's pack_uint6 order is documented in the README).
+std::vector<uint8_t> PackCodes(const uint8_t* codes, size_t n, int bits);
+std::vector<uint8_t> UnpackCodes(const uint8_t* packed, size_t packed_size, size_t n, int bits);
+size_t PackedSize(size_t n, int bits);
+
+// Scale layouts cuBLASLt consumes.
+// 1-D block scaling (VEC32_UE8M0 / VEC16_UE4M3): the scale matrix (rows x scale_cols, row-wise blocks)
+// padded to a multiple of 128 rows and 4 columns and laid out in 128x4 tiles, each tile 512 bytes with
+// the element for (row r, col c) inside the tile at (r % 32) * 16 + (r / 32) * 4 + c, tiles ordered
+// row-block-major... see the README for the exact formula and its source. Padding bytes are zero.
+std::vector<uint8_t> ScalesToCublasTiled(const QuantizedTensor& q);
+// Hopper blockwise FP32 scales (VEC128_32F / BLK128x128_32F): column-major (M-major) copy of the scale
+// grid, as cuBLASLt expects for the 1x128 and 128x128 recipes.
+std::vector<float> ScalesToColumnMajor(const QuantizedTensor& q);
+
+}  // namespace qmx

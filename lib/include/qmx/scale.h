@@ -1,0 +1,132 @@
+// qmx/scale.h: how a block's (or a tensor's) scale is chosen from its largest magnitude
+// (REFERENCES.md section 3: OCP MX v1.0 6.3, seed 000 algorithm 1 / appendix A.1, torchao CEIL/EVEN,
+// P3109 max-finite, NVFP4's E4M3 block scale under an FP32 tensor scale, per-tensor FP8 scaling).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qmx/format.h"
+
+namespace qmx {
+
+// The rule that turns amax into a scale. The rule fixes the scale's format (ScaleFormatOf).
+enum class ScaleRule : uint8_t {
+  // UE8M0 power-of-two scales X = 2^k; elements store V_i / X, taken exactly.
+  kOcpFloor,   // "round-down": k = floor(log2 amax) - emax_elem (OCP MX v1.0 6.3, microxcaling, torchao FLOOR)
+  kRoundUp,    // "rceil": X = amax / destmax (one FP32 division) rounded up to a power of two, k >= -127
+               // (seed 000 algorithm 1; cvt.rp.satfinite.ue8m0x2.f32; torchao RCEIL; Transformer Engine)
+  kCeil,       // torchao CEIL: the floor rule, plus one when amax's FP32 mantissa is nonzero
+  kEven,       // torchao EVEN: amax rounded at the element's mantissa width (add half an element ulp
+               // in FP32 bit space), then the floor rule
+  kMaxFinite,  // P3109 ConvertToBlockMaxAbsFinite: the floor rule on the largest FINITE magnitude;
+               // non-finite elements never set the scale (implies NanPolicy::kIgnore)
+  // FP32 scales: the encode factor s = destmax / amax is applied by an FP32 multiply; the stored
+  // (decode) scale is 1/s in FP32, as Transformer Engine stores scale_inv.
+  kFp32,       // s exactly as computed
+  kFp32Pow2,   // s floored to a power of two by clearing its mantissa bits (TE force_pow_2_scales)
+  // NVFP4: E4M3 block scales under an FP32 tensor scale, Transformer Engine's order of operations.
+  kNvfp4,     // "nvfp4": Transformer Engine's kernel order (below)
+  kNvfp4Div,  // "nvfp4-div": the divide-first order of TE's older reference (below)
+};
+
+enum class ScaleFormat : uint8_t { kUe8m0, kE4m3, kFp32 };
+
+// What a block holding a NaN or an Inf gets (REFERENCES.md section 3: every library differs).
+enum class NanPolicy : uint8_t {
+  kBlockNan,  // "block-nan": scale NaN (0xFF / E4M3 NaN / FP32 NaN), every element the element NaN code
+              // (0 where the element format has none): the whole block decodes to NaN (OCP MX, microxcaling)
+  kScaleNan,  // "scale-nan": scale 0xFF; elements are converted as if the scale were 1 (torchao: the
+              // block decodes to NaN through the scale whatever the codes hold)
+  kTe,        // "te": Transformer Engine's float_to_e8m0 on a NaN-propagating amax: NaN -> scale 0xFF
+              // (every element the NaN code), else Inf -> 0xFE with the elements converted against it
+  kIgnoreNan, // "ignore-nan": NaN elements never set the scale (Transformer Engine's fmaxf amax), an Inf
+              // gives 0xFE; every element converted against the scale
+  kIgnore,    // "ignore": the scale comes from the finite elements only; each non-finite element is
+              // converted on its own under the cast options (P3109)
+};
+
+const char* ScaleRuleName(ScaleRule r);  // "ocp-floor", "round-up", "ceil", "even", "max-finite", "fp32", "fp32-pow2", "nvfp4", "nvfp4-div"
+ScaleRule ParseScaleRule(const std::string& s);  // also "floor", "round-down", "rceil"
+std::vector<ScaleRule> AllScaleRules();
+ScaleFormat ScaleFormatOf(ScaleRule r);
+const char* ScaleFormatName(ScaleFormat f);  // "ue8m0", "e4m3", "fp32"
+size_t ScaleBytes(ScaleFormat f);            // 1, 1, 4
+bool IsPow2Rule(ScaleRule r);                // the UE8M0 rules
+const char* NanPolicyName(NanPolicy p);      // "block-nan", "scale-nan", "te", "ignore-nan", "ignore"
+NanPolicy ParseNanPolicy(const std::string& s);
+
+// How elements are divided by a UE8M0 scale X = 2^k.
+enum class ElementScaling : uint8_t {
+  kExact,  // "exact": V_i / X exactly (OCP MX 6.3), never rounded before the element conversion
+  kFp32,   // "fp32": fl32(x * 2^-k) in FP32 (torchao's multiply by the exact reciprocal, microxcaling's
+           // division by 2^k); differs from exact only when the product leaves FP32's normal range
+  kTeRcp,  // "te-rcp": fl32(x * r) with Transformer Engine's exp2f_rcp r: byte 0 -> 1.0 (not 2^127),
+           // otherwise the FP32 bits (254 - byte) << 23 (byte 254 -> +0.0)
+};
+const char* ElementScalingName(ElementScaling e);  // "exact", "fp32", "te-rcp"
+ElementScaling ParseElementScaling(const std::string& s);
+
+// ----------------------------------------------------------------- UE8M0 block scales
+// The scale byte (X = 2^(byte - 127)) for a finite amax >= 0 under a UE8M0 rule (the fast bit-level
+// implementation; scale_ref.cc holds an independent one). amax = 0 gives 0x00 (2^-127) under every
+// rule; exponents are clamped to [-127, 127], never producing an FP32-subnormal scale artefact.
+uint8_t Ue8m0ScaleFromAmax(float amax, const Format& elem, ScaleRule rule);
+uint8_t Ue8m0ScaleFromAmaxRef(double amax, const Format& elem, ScaleRule rule);
+
+// ----------------------------------------------------------------- FP32 scales
+struct Fp32Scale {
+  float encode;  // the elements are rounded from fl32(x * encode)
+  float decode;  // stored: fl32(1 / encode); dequantization multiplies by it
+};
+// Transformer Engine's compute_scale_from_amax: s = destmax / amax (then / 2^margin); amax = 0 or a
+// non-finite amax keep `fallback` (1 for a fresh tensor, the previous scale in delayed scaling); an
+// infinite s becomes FLT_MAX; pow2 clears s's mantissa bits.
+Fp32Scale Fp32ScaleFromAmax(float amax, float destmax, bool pow2, int margin = 0, float fallback = 1.0f);
+
+// ----------------------------------------------------------------- NVFP4
+// Two named orders of operations (REFERENCES.md section 3; both read from Transformer Engine).
+// nvfp4 (TE's CUDA kernels, core_nvfp4.cuh, and its current Python reference):
+//   S_enc = min(fl32(2688 / tensor_amax), FLT_MAX), 1 when tensor_amax is 0 or S_enc is 0 (amax = Inf);
+//   S_dec = fl32(1 / S_enc);
+//   block scale s8 = e4m3_rne_satfinite(fl32(block_amax * fl32(S_enc * fl32(1/6))));
+//   element multiplier = min(fl32(1 / fl32(decode(s8) * S_dec)), FLT_MAX); element = e2m1(fl32(x * mult)).
+// nvfp4-div (TE's older Python reference and its C++ 2D test):
+//   s8 = e4m3_rne_satfinite(fl32(fl32(block_amax / 6) * S_enc));
+//   element multiplier = s8 == 0 ? 0 : min(fl32(S_enc / decode(s8)), FLT_MAX).
+// fminf semantics are kept: a NaN operand yields the other operand.
+float Nvfp4TensorEncodeScale(float tensor_amax);
+uint8_t Nvfp4BlockScale(float block_amax, float s_enc, ScaleRule rule);
+float Nvfp4EncodeFactor(uint8_t block_scale, float s_enc, ScaleRule rule);
+// TE's dequantization (dequantize_nvfp4.cuh): value = fl32(decode(code) * fl32(fl32(decode(s8) * tensor_amax)
+// * fl32(1/2688))).
+float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax);
+
+// ----------------------------------------------------------------- per-tensor delayed scaling
+enum class AmaxAlgo : uint8_t { kMax, kMostRecent };
+// Transformer Engine's delayed scaling as a training loop drives it: a tensor is quantized with the
+// current scale, then its amax is pushed into the history (length `history_len`, newest first) and the
+// scale is recomputed from max(history) (or the newest entry) with the margin. Before any history the
+// scale is 1.
+class DelayedScaling {
+ public:
+  DelayedScaling(const Format& elem, int history_len = 1024, int margin = 0, AmaxAlgo algo = AmaxAlgo::kMax,
+                 bool pow2 = false);
+  Fp32Scale scale() const { return scale_; }
+  // Records the amax of the tensor just quantized and updates the scale for the next one.
+  void Push(float amax);
+  const std::vector<float>& history() const { return history_; }  // newest first
+  const Format& elem() const { return elem_; }
+
+ private:
+  Format elem_;
+  int margin_;
+  AmaxAlgo algo_;
+  bool pow2_;
+  std::vector<float> history_;
+  Fp32Scale scale_{1.0f, 1.0f};
+};
+
+}  // namespace qmx

@@ -1,0 +1,262 @@
+// safetensors.cc: .safetensors reader and writer (format of huggingface/safetensors: u64 LE header
+// length N, N bytes of JSON header, then the data section the header's offsets index).
+#include "qmx/safetensors.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "qmx/error.h"
+
+namespace qmx {
+namespace {
+
+// The reference implementation refuses headers above 100 MB.
+constexpr uint64_t kMaxHeader = 100'000'000;
+
+struct DtypeInfo {
+  const char* name;
+  int bits;       // bits per element
+  bool supported; // readable as a qmx::DType
+  DType dtype;
+};
+constexpr DtypeInfo kDtypes[] = {
+    {"F32", 32, true, DType::kF32},    {"F64", 64, true, DType::kF64},     {"F16", 16, true, DType::kF16},
+    {"BF16", 16, true, DType::kBF16},  {"U8", 8, true, DType::kU8},        {"U16", 16, true, DType::kU16},
+    {"BOOL", 8, false, DType::kU8},    {"I8", 8, false, DType::kU8},       {"I16", 16, false, DType::kU8},
+    {"I32", 32, false, DType::kU8},    {"U32", 32, false, DType::kU8},     {"I64", 64, false, DType::kU8},
+    {"U64", 64, false, DType::kU8},    {"F8_E4M3", 8, false, DType::kU8},  {"F8_E5M2", 8, false, DType::kU8},
+    {"F8_E8M0", 8, false, DType::kU8}, {"F6_E2M3", 6, false, DType::kU8},  {"F6_E3M2", 6, false, DType::kU8},
+    {"F4", 4, false, DType::kU8},
+};
+
+const DtypeInfo* FindDtype(const std::string& s) {
+  for (const auto& d : kDtypes)
+    if (s == d.name) return &d;
+  return nullptr;
+}
+
+[[noreturn]] void Fail(const std::string& name, const std::string& what) { throw IoError(name + ": " + what); }
+
+std::string Shown(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < 60; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f) out += static_cast<char>(c);
+    else out += '?';
+  }
+  return s.size() > 60 ? out + "..." : out;
+}
+
+// product(shape) * bits / 8 with overflow detection; false on overflow or a partial byte.
+bool TensorBytes(const std::vector<size_t>& shape, int bits, uint64_t* bytes) {
+  unsigned __int128 total = 1;
+  for (size_t d : shape) {
+    total *= d;
+    if (total > (static_cast<unsigned __int128>(1) << 64)) return false;
+  }
+  total *= static_cast<unsigned>(bits);
+  if (total % 8 != 0) return false;
+  total /= 8;
+  if (total > std::numeric_limits<uint64_t>::max()) return false;
+  *bytes = static_cast<uint64_t>(total);
+  return true;
+}
+
+uint64_t ReadLe64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+std::string ErrnoText(int err) { return std::strerror(err); }
+
+}  // namespace
+
+const SafetensorsTensor* SafetensorsIndex::Find(const std::string& name) const {
+  for (const auto& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+const char* SafetensorsDtypeName(DType dtype) {
+  for (const auto& d : kDtypes)
+    if (d.supported && d.dtype == dtype) return d.name;
+  return "?";
+}
+
+SafetensorsIndex ParseSafetensorsHeader(const uint8_t* header, size_t header_size, uint64_t file_size,
+                                        const std::string& name) {
+  if (header_size > kMaxHeader) Fail(name, "header of " + std::to_string(header_size) + " bytes exceeds 100 MB");
+  if (file_size < 8 || header_size > file_size - 8)
+    Fail(name, "header length " + std::to_string(header_size) + " runs past the end of the file (" +
+                   std::to_string(file_size) + " bytes): truncated or not a safetensors file");
+  const std::string text(reinterpret_cast<const char*>(header), header_size);
+  if (text.empty() || text[0] != '{') Fail(name, "header does not start with '{': not a safetensors file");
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) Fail(name, "header is not a valid JSON object");
+  SafetensorsIndex index;
+  index.data_start = 8 + header_size;
+  const uint64_t data_size = file_size - index.data_start;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& key = it.key();
+    const nlohmann::json& v = it.value();
+    if (key == "__metadata__") {
+      if (!v.is_object()) Fail(name, "__metadata__ must be an object of strings");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string()) Fail(name, "__metadata__ value of '" + Shown(m.key()) + "' is not a string");
+        index.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = "tensor '" + Shown(key) + "'";
+    if (!v.is_object()) Fail(name, where + " is not an object");
+    SafetensorsTensor t;
+    t.name = key;
+    auto dt = v.find("dtype");
+    if (dt == v.end() || !dt->is_string()) Fail(name, where + " has no dtype string");
+    t.dtype = dt->get<std::string>();
+    const DtypeInfo* info = FindDtype(t.dtype);
+    if (info == nullptr) Fail(name, where + " has unknown dtype '" + Shown(t.dtype) + "'");
+    t.supported = info->supported;
+    t.qmx_dtype = info->dtype;
+    auto sh = v.find("shape");
+    if (sh == v.end() || !sh->is_array()) Fail(name, where + " has no shape array");
+    for (const auto& d : *sh) {
+      if (!d.is_number_unsigned()) Fail(name, where + " has a shape entry that is not a non-negative integer");
+      t.shape.push_back(d.get<size_t>());
+    }
+    auto off = v.find("data_offsets");
+    if (off == v.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
+        !(*off)[1].is_number_unsigned())
+      Fail(name, where + " needs data_offsets [begin, end] of non-negative integers");
+    t.begin = (*off)[0].get<uint64_t>();
+    t.end = (*off)[1].get<uint64_t>();
+    if (t.end < t.begin) Fail(name, where + " has data_offsets end < begin");
+    uint64_t bytes = 0;
+    if (!TensorBytes(t.shape, info->bits, &bytes)) Fail(name, where + ": shape is too large or not whole bytes");
+    if (bytes != t.end - t.begin)
+      Fail(name, where + " (" + t.dtype + ") needs " + std::to_string(bytes) + " bytes but data_offsets span " +
+                     std::to_string(t.end - t.begin));
+    index.tensors.push_back(std::move(t));
+  }
+  std::sort(index.tensors.begin(), index.tensors.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  // The ranges must tile [0, data_size): no gap, no overlap, nothing left over.
+  uint64_t pos = 0;
+  for (const auto& t : index.tensors) {
+    if (t.begin != pos)
+      Fail(name, "tensor '" + Shown(t.name) + "' starts at byte " + std::to_string(t.begin) + " of the data, expected " +
+                     std::to_string(pos) + " (gap or overlap)");
+    pos = t.end;
+  }
+  if (pos != data_size)
+    Fail(name, "tensors cover " + std::to_string(pos) + " bytes but the data section holds " + std::to_string(data_size) +
+                   (pos > data_size ? " (truncated file)" : " (trailing bytes)"));
+  return index;
+}
+
+SafetensorsIndex ParseSafetensors(const std::vector<uint8_t>& bytes, const std::string& name) {
+  if (bytes.size() < 8) Fail(name, "file of " + std::to_string(bytes.size()) + " bytes is too short for a safetensors header");
+  const uint64_t n = ReadLe64(bytes.data());
+  if (n > kMaxHeader) Fail(name, "header length " + std::to_string(n) + " exceeds 100 MB");
+  if (n > bytes.size() - 8)
+    Fail(name, "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(bytes.size()) +
+                   " bytes): truncated or not a safetensors file");
+  return ParseSafetensorsHeader(bytes.data() + 8, static_cast<size_t>(n), bytes.size(), name);
+}
+
+SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) throw IoError("cannot open '" + path + "': " + ErrnoText(errno));
+  struct stat st {};
+  if (::fstat(fileno(f), &st) != 0) {
+    const int err = errno;
+    std::fclose(f);
+    throw IoError("cannot stat '" + path + "': " + ErrnoText(err));
+  }
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  uint8_t len[8];
+  if (file_size < 8 || std::fread(len, 1, 8, f) != 8) {
+    std::fclose(f);
+    Fail(path, "file of " + std::to_string(file_size) + " bytes is too short for a safetensors header");
+  }
+  const uint64_t n = ReadLe64(len);
+  if (n > kMaxHeader || n > file_size - 8) {
+    std::fclose(f);
+    Fail(path, "header length " + std::to_string(n) + " does not fit the file (" + std::to_string(file_size) +
+                   " bytes): truncated or not a safetensors file");
+  }
+  std::vector<uint8_t> header(static_cast<size_t>(n));
+  const size_t got = n == 0 ? 0 : std::fread(header.data(), 1, header.size(), f);
+  std::fclose(f);
+  if (got != header.size()) Fail(path, "could not read the header");
+  index_ = ParseSafetensorsHeader(header.data(), header.size(), file_size, path);
+}
+
+NpyArray SafetensorsReader::Read(const std::string& name) const {
+  const SafetensorsTensor* t = index_.Find(name);
+  if (t == nullptr) {
+    std::string known;
+    for (size_t i = 0; i < index_.tensors.size() && i < 5; ++i) known += (i ? ", " : "") + index_.tensors[i].name;
+    if (index_.tensors.size() > 5) known += ", ... (" + std::to_string(index_.tensors.size()) + " tensors)";
+    Fail(path_, "no tensor named '" + name + "'" + (known.empty() ? " (the file holds none)" : "; it holds " + known));
+  }
+  if (!t->supported)
+    Fail(path_, "tensor '" + name + "' has dtype " + t->dtype + "; qmx-sim reads F32, F64, F16, BF16, U8 and U16");
+  NpyArray a;
+  a.dtype = t->qmx_dtype;
+  a.shape = t->shape;
+  a.data.resize(static_cast<size_t>(t->end - t->begin));
+  std::FILE* f = std::fopen(path_.c_str(), "rb");
+  if (f == nullptr) throw IoError("cannot open '" + path_ + "': " + ErrnoText(errno));
+  const bool ok = ::fseeko(f, static_cast<off_t>(index_.data_start + t->begin), SEEK_SET) == 0 &&
+                  (a.data.empty() || std::fread(a.data.data(), 1, a.data.size(), f) == a.data.size());
+  std::fclose(f);
+  if (!ok) Fail(path_, "could not read the bytes of tensor '" + name + "' (file changed or truncated?)");
+  return a;
+}
+
+std::vector<uint8_t> SerializeSafetensors(const std::vector<std::pair<std::string, NpyArray>>& tensors,
+                                          const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::set<std::string> seen;
+  uint64_t pos = 0;
+  for (const auto& [name, a] : tensors) {
+    if (name == "__metadata__" || !seen.insert(name).second)
+      throw IoError("safetensors: tensor name '" + name + "' is reserved or repeated");
+    const size_t bytes = a.count() * DTypeSize(a.dtype);
+    if (a.data.size() != bytes)
+      throw IoError("safetensors: tensor '" + name + "' holds " + std::to_string(a.data.size()) + " bytes, its shape needs " +
+                    std::to_string(bytes));
+    header[name] = {{"dtype", SafetensorsDtypeName(a.dtype)}, {"shape", a.shape}, {"data_offsets", {pos, pos + bytes}}};
+    pos += bytes;
+  }
+  std::string text = header.dump();
+  while (text.size() % 8 != 0) text += ' ';
+  std::vector<uint8_t> out(8 + text.size() + pos);
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  std::memcpy(out.data() + 8, text.data(), text.size());
+  size_t at = 8 + text.size();
+  for (const auto& [name, a] : tensors) {
+    if (!a.data.empty()) std::memcpy(out.data() + at, a.data.data(), a.data.size());
+    at += a.data.size();
+  }
+  return out;
+}
+
+void WriteSafetensors(const std::string& path, const std::vector<std::pair<std::string, NpyArray>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  const std::vector<uint8_t> bytes = SerializeSafetensors(tensors, metadata);
+  WriteBytesAtomic(path, bytes.data(), bytes.size());
+}
+
+}  // namespace qmx

@@ -1,0 +1,192 @@
+// scale.cc: the scale layer (qmx/scale.h): rule and policy names, the fast UE8M0 rules (shared with the
+// SIMD kernels through simd/convert_params.h), FP32 per-tensor/blockwise scales after Transformer
+// Engine's compute_scale_from_amax, NVFP4's two-level scales and delayed scaling.
+#include "qmx/scale.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "qmx/error.h"
+#include "qmx/round.h"
+#include "simd/convert_params.h"
+
+namespace qmx {
+namespace {
+
+constexpr float kFltMax = std::numeric_limits<float>::max();
+
+float FMin(float a, float b) { return std::fmin(a, b); }  // fminf: a NaN operand yields the other
+
+uint32_t Bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+float FromBits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+struct RuleName {
+  ScaleRule rule;
+  const char* name;
+};
+constexpr RuleName kRuleNames[] = {
+    {ScaleRule::kOcpFloor, "ocp-floor"}, {ScaleRule::kRoundUp, "round-up"}, {ScaleRule::kCeil, "ceil"},
+    {ScaleRule::kEven, "even"},          {ScaleRule::kMaxFinite, "max-finite"}, {ScaleRule::kFp32, "fp32"},
+    {ScaleRule::kFp32Pow2, "fp32-pow2"}, {ScaleRule::kNvfp4, "nvfp4"},         {ScaleRule::kNvfp4Div, "nvfp4-div"},
+};
+
+}  // namespace
+
+const char* ScaleRuleName(ScaleRule r) {
+  for (const auto& n : kRuleNames)
+    if (n.rule == r) return n.name;
+  return "?";
+}
+
+ScaleRule ParseScaleRule(const std::string& s) {
+  for (const auto& n : kRuleNames)
+    if (s == n.name) return n.rule;
+  if (s == "floor" || s == "round-down") return ScaleRule::kOcpFloor;
+  if (s == "rceil") return ScaleRule::kRoundUp;
+  std::string all;
+  for (const auto& n : kRuleNames) all += std::string(all.empty() ? "" : ", ") + n.name;
+  throw Error("unknown scale rule '" + s + "' (" + all + ")");
+}
+
+std::vector<ScaleRule> AllScaleRules() {
+  std::vector<ScaleRule> v;
+  for (const auto& n : kRuleNames) v.push_back(n.rule);
+  return v;
+}
+
+bool IsPow2Rule(ScaleRule r) {
+  return r == ScaleRule::kOcpFloor || r == ScaleRule::kRoundUp || r == ScaleRule::kCeil || r == ScaleRule::kEven ||
+         r == ScaleRule::kMaxFinite;
+}
+
+ScaleFormat ScaleFormatOf(ScaleRule r) {
+  if (IsPow2Rule(r)) return ScaleFormat::kUe8m0;
+  if (r == ScaleRule::kNvfp4 || r == ScaleRule::kNvfp4Div) return ScaleFormat::kE4m3;
+  return ScaleFormat::kFp32;
+}
+
+const char* ScaleFormatName(ScaleFormat f) {
+  switch (f) {
+    case ScaleFormat::kUe8m0: return "ue8m0";
+    case ScaleFormat::kE4m3: return "e4m3";
+    case ScaleFormat::kFp32: return "fp32";
+  }
+  return "?";
+}
+
+size_t ScaleBytes(ScaleFormat f) { return f == ScaleFormat::kFp32 ? 4 : 1; }
+
+const char* NanPolicyName(NanPolicy p) {
+  switch (p) {
+    case NanPolicy::kBlockNan: return "block-nan";
+    case NanPolicy::kScaleNan: return "scale-nan";
+    case NanPolicy::kTe: return "te";
+    case NanPolicy::kIgnoreNan: return "ignore-nan";
+    case NanPolicy::kIgnore: return "ignore";
+  }
+  return "?";
+}
+
+NanPolicy ParseNanPolicy(const std::string& s) {
+  for (NanPolicy p : {NanPolicy::kBlockNan, NanPolicy::kScaleNan, NanPolicy::kTe, NanPolicy::kIgnoreNan, NanPolicy::kIgnore})
+    if (s == NanPolicyName(p)) return p;
+  throw Error("unknown NaN policy '" + s + "' (block-nan, scale-nan, te, ignore-nan, ignore)");
+}
+
+const char* ElementScalingName(ElementScaling e) {
+  switch (e) {
+    case ElementScaling::kExact: return "exact";
+    case ElementScaling::kFp32: return "fp32";
+    case ElementScaling::kTeRcp: return "te-rcp";
+  }
+  return "?";
+}
+
+ElementScaling ParseElementScaling(const std::string& s) {
+  for (ElementScaling e : {ElementScaling::kExact, ElementScaling::kFp32, ElementScaling::kTeRcp})
+    if (s == ElementScalingName(e)) return e;
+  throw Error("unknown element scaling '" + s + "' (exact, fp32, te-rcp)");
+}
+
+uint8_t Ue8m0ScaleFromAmax(float amax, const Format& elem, ScaleRule rule) {
+  if (!IsPow2Rule(rule)) throw Error(std::string("'") + ScaleRuleName(rule) + "' is not a UE8M0 scale rule");
+  if (!(amax >= 0.0f) || std::isinf(amax)) throw Error("block amax must be finite and >= 0");
+  const FormatLimits lim = Limits(elem);
+  return simd::ScaleByteFromAmaxBits(Bits(amax), static_cast<int>(rule), static_cast<float>(lim.max_finite), lim.emax,
+                                     elem.man_bits);
+}
+
+Fp32Scale Fp32ScaleFromAmax(float amax, float destmax, bool pow2, int margin, float fallback) {
+  float s = fallback;
+  if (std::isfinite(amax) && amax > 0.0f) {
+    const float scaled_max = std::ldexp(destmax, -margin);
+    s = scaled_max / amax;
+    if (std::isinf(s)) s = kFltMax;
+  }
+  if (pow2) s = FromBits(Bits(s) & 0xFF800000u);
+  return {s, 1.0f / s};
+}
+
+float Nvfp4TensorEncodeScale(float tensor_amax) {
+  float s = FMin(2688.0f / tensor_amax, kFltMax);
+  if (tensor_amax == 0.0f || s == 0.0f) s = 1.0f;
+  return s;
+}
+
+uint8_t Nvfp4BlockScale(float block_amax, float s_enc, ScaleRule rule) {
+  const CastOptions rne{};
+  float v;
+  if (rule == ScaleRule::kNvfp4Div) {
+    v = (block_amax / 6.0f) * s_enc;
+  } else {
+    const float m = s_enc * (1.0f / 6.0f);
+    v = block_amax * m;
+  }
+  return static_cast<uint8_t>(ConvertF32(v, fmt::kE4M3, rne));
+}
+
+float Nvfp4EncodeFactor(uint8_t block_scale, float s_enc, ScaleRule rule) {
+  const float sd = static_cast<float>(DecodeToDouble(fmt::kE4M3, block_scale));
+  if (rule == ScaleRule::kNvfp4Div) {
+    if (sd == 0.0f) return 0.0f;
+    return FMin(s_enc / sd, kFltMax);
+  }
+  const float s_dec = 1.0f / s_enc;
+  return FMin(1.0f / (sd * s_dec), kFltMax);
+}
+
+float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax) {
+  const float sd = static_cast<float>(DecodeToDouble(fmt::kE4M3, block_scale));
+  return (sd * tensor_amax) * (1.0f / 2688.0f);
+}
+
+DelayedScaling::DelayedScaling(const Format& elem, int history_len, int margin, AmaxAlgo algo, bool pow2)
+    : elem_(elem), margin_(margin), algo_(algo), pow2_(pow2) {
+  if (history_len < 1 || history_len > (1 << 20))
+    throw Error("amax history length must be 1..1048576, not " + std::to_string(history_len));
+  if (margin < -64 || margin > 64) throw Error("scaling margin must be -64..64, not " + std::to_string(margin));
+  history_.reserve(static_cast<size_t>(history_len));
+  history_.assign(static_cast<size_t>(history_len), 0.0f);
+}
+
+void DelayedScaling::Push(float amax) {
+  // Newest first: the oldest entry drops off the end (TE rolls its history the same way).
+  history_.insert(history_.begin(), amax);
+  history_.pop_back();
+  float a = history_.front();
+  if (algo_ == AmaxAlgo::kMax)
+    for (float h : history_) a = std::fmax(a, h);
+  scale_ = Fp32ScaleFromAmax(a, static_cast<float>(Limits(elem_).max_finite), pow2_, margin_, scale_.encode);
+}
+
+}  // namespace qmx

@@ -21,8 +21,8 @@ void ValidateMxSpec(const MxSpec& spec) {
                 std::string(NanPolicyName(spec.nan)) + "'");
   if (spec.scaling != ElementScaling::kExact && spec.cast.subnormals == Subnormals::kFlush)
     throw Error("flushing subnormals needs exact element scaling (the FP32 modes would flush the scaled product)");
-  if (spec.block < 1 || spec.block > 4096)
-    throw Error("MX block length must be 1..4096, not " + std::to_string(spec.block));
+  if (spec.block < 1 || spec.block > (1 << 30))
+    throw Error("MX block length must be 1..2^30, not " + std::to_string(spec.block));
   ValidateCastOptions(spec.elem, spec.cast);
 }
 

@@ -28,7 +28,7 @@ struct MxSpec {
   ElementScaling scaling = ElementScaling::kExact;
 };
 // Throws qmx::Error naming the problem (element format not fast-capable, a rule that is not a UE8M0
-// rule, max-finite without the ignore policy, block length out of 1..4096, flushing subnormals with
+// rule, max-finite without the ignore policy, block length out of 1..2^30, flushing subnormals with
 // FP32 element scaling, cast options the element format cannot honour).
 void ValidateMxSpec(const MxSpec& spec);
 inline size_t MxScaleCount(size_t n, const MxSpec& spec) { return (n + spec.block - 1) / spec.block; }

@@ -41,8 +41,10 @@ struct QuantSpec {
   Axis axis = Axis::kRow;
   CastOptions cast{};
   NanPolicy nan = NanPolicy::kBlockNan;
+  ElementScaling scaling = ElementScaling::kExact;  // UE8M0 rules: how elements are divided by X
   uint64_t seed = 0;  // stochastic rounding: element (r, c) uses RandomBitsForElement(seed, r * cols + c)
   int margin = 0;     // FP32 scales: s = destmax / amax / 2^margin
+  bool delayed = false;  // per-tensor FP32 scale from an amax history (QuantizeDelayed), not the tensor
 };
 
 // The recipes' short names: mxfp8 (e4m3, round-up), mxfp8-ocp (ocp-floor), mxfp8_e5m2, mxfp6_e2m3,
@@ -50,6 +52,12 @@ struct QuantSpec {
 // fp8-delayed, fp8-rowwise, fp8-block1x128, fp8-block128x128. Throws qmx::Error listing them.
 QuantSpec QuantSpecByName(const std::string& name);
 std::vector<std::string> QuantSpecNames();
+// Library profiles: the rule, NaN policy, element scaling and rounding that reproduce a library's MX
+// quantizer (README "Profiles" cites the source of each): ocp, microxcaling, torchao-floor,
+// torchao-rceil, transformer-engine, cuda-host. Applies to specs with UE8M0 scales; transformer-engine
+// also accepts NVFP4 and FP32 specs. Throws qmx::Error for an unknown name or a spec it does not fit.
+void ApplyProfile(QuantSpec& spec, const std::string& profile);
+std::vector<std::string> ProfileNames();
 std::string DescribeBlock(const QuantSpec& spec);  // "1x32", "16x16", "per-row", "per-tensor"
 std::string DescribeSpec(const QuantSpec& spec);   // one line: name, element, block, axis, rule, cast, NaN policy
 // Throws qmx::Error naming the inconsistency: an element format of more than 8 bits, a UE8M0 or NaN
@@ -63,7 +71,7 @@ struct BlockExtent {
 };
 BlockExtent ResolveBlock(const QuantSpec& spec, size_t rows, size_t cols);
 
-// Counts gathered while quantizing (QuantizeStats) for the summary a user reads.
+// Counts for the summary a user reads (ComputeStats).
 struct QuantStats {
   uint64_t elements = 0;
   uint64_t nan_inputs = 0, inf_inputs = 0;
@@ -118,14 +126,16 @@ std::vector<uint8_t> PackCodes(const uint8_t* codes, size_t n, int bits);
 std::vector<uint8_t> UnpackCodes(const uint8_t* packed, size_t packed_size, size_t n, int bits);
 size_t PackedSize(size_t n, int bits);
 
-// Scale layouts cuBLASLt consumes.
-// 1-D block scaling (VEC32_UE8M0 / VEC16_UE4M3): the scale matrix (rows x scale_cols, row-wise blocks)
-// padded to a multiple of 128 rows and 4 columns and laid out in 128x4 tiles, each tile 512 bytes with
-// the element for (row r, col c) inside the tile at (r % 32) * 16 + (r / 32) * 4 + c, tiles ordered
-// row-block-major... see the README for the exact formula and its source. Padding bytes are zero.
+// Scale layouts cuBLASLt consumes (cuBLAS manual, "1D Block Scaling Factors Layout" and "Scaling factors
+// layouts"; TensorRT-LLM get_sf_out_offset_128x4 states the same formula).
+// 1-D block scaling (VEC32_UE8M0 for MX 1x32, VEC16_UE4M3 for NVFP4 1x16), row-wise blocks: the scale
+// matrix (rows x scale_cols) padded with zeros to a multiple of 128 rows and 4 columns, in 128x4 tiles
+// of 512 bytes: scale (r, c) goes to ((r / 128) * ceil(scale_cols / 4) + c / 4) * 512 + (r % 32) * 16 +
+// ((r % 128) / 32) * 4 + c % 4.
 std::vector<uint8_t> ScalesToCublasTiled(const QuantizedTensor& q);
-// Hopper blockwise FP32 scales (VEC128_32F / BLK128x128_32F): column-major (M-major) copy of the scale
-// grid, as cuBLASLt expects for the 1x128 and 128x128 recipes.
-std::vector<float> ScalesToColumnMajor(const QuantizedTensor& q);
+// Hopper blockwise FP32 scales (VEC128_32F for 1x128, BLK128x128_32F for 128x128): 1x128 row-wise scales
+// as an M-major (rows contiguous) ceil(K/128) x roundup(M, 4) array; 128x128 scales K-major, each block
+// row's ceil(K/128) scales padded to a multiple of 4. Padding is zero. Returns the padded array.
+std::vector<float> ScalesToCublasBlockwise(const QuantizedTensor& q);
 
 }  // namespace qmx

@@ -1,0 +1,107 @@
+// quantize_ref.cc: the reference tensor quantizer (qmx/quantize.h), written independently of the fast
+// path: it walks the blocks of the scale grid one by one, reads elements straight from the source by
+// (row, col), sets UE8M0 blocks through the MX reference on a copy of the block and rounds FP32/NVFP4
+// elements one at a time with the reference routine.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "qmx/error.h"
+#include "qmx/mx.h"
+#include "qmx/quantize.h"
+#include "qmx/rng.h"
+#include "qmx/round.h"
+#include "quantize_internal.h"
+
+namespace qmx {
+
+QuantizedTensor QuantizeRef(const TensorView& x, const QuantSpec& spec) {
+  if (spec.delayed) throw Error("spec '" + spec.name + "' uses delayed scaling");
+  QuantizedTensor q = detail::MakeShell(x, spec);
+  if (x.rows == 0 || x.cols == 0) return q;
+  const BlockExtent be = ResolveBlock(spec, x.rows, x.cols);
+  const ScaleFormat sf = ScaleFormatOf(spec.rule);
+  const size_t esize = DTypeSize(x.dtype);
+  const bool sr = IsStochastic(spec.cast.rounding);
+  float s_enc = 1.0f;
+  if (sf == ScaleFormat::kE4m3 || (sf == ScaleFormat::kFp32 && q.scale_rows * q.scale_cols == 1))
+    q.tensor_amax = detail::TensorAmax(x, spec.nan);
+  if (sf == ScaleFormat::kE4m3) {
+    s_enc = Nvfp4TensorEncodeScale(q.tensor_amax);
+    q.tensor_decode = 1.0f / s_enc;
+  }
+  for (size_t br = 0; br < q.scale_rows; ++br) {
+    for (size_t bc = 0; bc < q.scale_cols; ++bc) {
+      // The block's elements in row-major order, their flat indices and random bits.
+      std::vector<size_t> idx;
+      for (size_t r = br * be.rows; r < std::min(x.rows, (br + 1) * be.rows); ++r)
+        for (size_t c = bc * be.cols; c < std::min(x.cols, (bc + 1) * be.cols); ++c) idx.push_back(r * x.cols + c);
+      std::vector<uint32_t> bits(idx.size());
+      for (size_t t = 0; t < idx.size(); ++t) bits[t] = sr ? RandomBitsForElement(spec.seed, idx[t]) : 0;
+      const size_t si = br * q.scale_cols + bc;
+      if (sf == ScaleFormat::kUe8m0) {
+        std::vector<uint8_t> copy(idx.size() * esize), codes(idx.size());
+        for (size_t t = 0; t < idx.size(); ++t)
+          std::memcpy(&copy[t * esize], static_cast<const uint8_t*>(x.data) + idx[t] * esize, esize);
+        MxSpec ms;
+        ms.elem = spec.elem;
+        ms.rule = spec.rule;
+        ms.cast = spec.cast;
+        ms.nan = spec.nan;
+        ms.scaling = spec.scaling;
+        ms.block = static_cast<int>(idx.size());
+        QuantizeMxRef(x.dtype, copy.data(), idx.size(), ms, codes.data(), &q.scales[si], {0, 0, bits.data()});
+        for (size_t t = 0; t < idx.size(); ++t) q.codes[idx[t]] = codes[t];
+        continue;
+      }
+      // FP32 / NVFP4: amax in double over the block per the NaN policy, the scale, then each element.
+      double amax = 0;
+      bool has_nan = false, has_inf = false;
+      for (size_t t : idx) {
+        const double v = detail::SourceFloat(x.dtype, x.data, t);
+        if (std::isnan(v)) has_nan = true;
+        else if (std::isinf(v)) has_inf = true;
+        else amax = std::max(amax, std::fabs(v));
+      }
+      float a = static_cast<float>(amax);  // exact: the max of FP32 values
+      if (has_inf && spec.nan == NanPolicy::kIgnoreNan) a = HUGE_VALF;
+      const detail::MultiplyScale ms = detail::BlockMultiplyScale(spec, a, has_nan, has_inf, s_enc);
+      detail::StoreScale(spec, q.scales.data(), si, ms.stored, ms.nan_block);
+      for (size_t t = 0; t < idx.size(); ++t) {
+        if (ms.nan_block) {
+          q.codes[idx[t]] = detail::BlockNanCode(spec.elem);
+          continue;
+        }
+        // fl32(x * multiplier): the double product of two FP32 values is exact, one rounding to FP32.
+        const float y = static_cast<float>(static_cast<double>(detail::SourceFloat(x.dtype, x.data, idx[t])) *
+                                           static_cast<double>(ms.multiplier));
+        q.codes[idx[t]] = static_cast<uint8_t>(ConvertF32(y, spec.elem, spec.cast, bits[t]));
+      }
+    }
+  }
+  return q;
+}
+
+void DequantizeRef(const QuantizedTensor& q, float* out) {
+  ValidateQuantSpec(q.spec);
+  const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);
+  const ScaleFormat sf = ScaleFormatOf(q.spec.rule);
+  for (size_t r = 0; r < q.rows; ++r) {
+    for (size_t c = 0; c < q.cols; ++c) {
+      const size_t i = r * q.cols + c, sr = r / be.rows, sc = c / be.cols;
+      const double v = DecodeToDouble(q.spec.elem, q.codes[i]);
+      double scale;
+      if (sf == ScaleFormat::kUe8m0) {
+        const int s = q.scales[sr * q.scale_cols + sc];
+        scale = s == 0xFF ? std::nan("") : std::ldexp(1.0, s - 127);
+      } else if (sf == ScaleFormat::kE4m3) {
+        scale = Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.tensor_amax);
+      } else {
+        scale = q.ScaleAt(sr, sc);
+      }
+      out[i] = static_cast<float>(v * scale);
+    }
+  }
+}
+
+}  // namespace qmx

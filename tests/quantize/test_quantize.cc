@@ -1,0 +1,340 @@
+// test_quantize.cc: the quantize layer. The fast tensor quantizer against the reference for every recipe,
+// axis, source type and ragged shape; dequantize and fake-quantize round trips; row-wise against
+// column-wise on the transposed input; thread-count independence; each library profile on the behaviour
+// it pins; packing; the cuBLASLt scale layouts; clear errors.
+#include <omp.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "qmx/error.h"
+#include "qmx/quantize.h"
+#include "qmx/round.h"
+#include "support/hex.h"
+
+using namespace qmx;
+using qmx::test::BitsFloat;
+using qmx::test::FloatBits;
+using qmx::test::Hex;
+
+namespace {
+
+struct TargetGuard {
+  ~TargetGuard() { ForceSimdTarget(""); }
+};
+
+// Rows of different kinds: Gaussian, heavy-tailed with a wide exponent range, zeros, FP32 subnormals, a
+// NaN here and an Inf there.
+std::vector<float> MakeMatrix(size_t rows, size_t cols, uint32_t seed, bool specials = true) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::student_t_distribution<float> td(2.0f);
+  std::uniform_int_distribution<int> ex(-130, 100);
+  std::vector<float> x(rows * cols);
+  for (size_t r = 0; r < rows; ++r) {
+    const float sc = std::ldexp(1.0f, ex(rng));
+    for (size_t c = 0; c < cols; ++c) {
+      float v = (r % 5 == 1) ? td(rng) * sc : nd(rng);
+      if (r % 7 == 3) v = 0.0f;
+      if (r % 11 == 4) v = nd(rng) * 1e-41f;
+      x[r * cols + c] = v;
+    }
+  }
+  if (specials && rows * cols > 40) {
+    x[17] = std::nanf("");
+    x[rows * cols - 3] = -HUGE_VALF;
+  }
+  return x;
+}
+
+bool SameFloat(float a, float b) { return (std::isnan(a) && std::isnan(b)) || FloatBits(a) == FloatBits(b); }
+
+std::string Where(const QuantSpec& s, const TensorView& x) {
+  return DescribeSpec(s) + " on " + std::to_string(x.rows) + "x" + std::to_string(x.cols) + " " + DTypeName(x.dtype);
+}
+
+void CheckSame(const QuantizedTensor& a, const QuantizedTensor& b, const std::string& what) {
+  INFO(what);
+  REQUIRE(a.codes.size() == b.codes.size());
+  REQUIRE(a.scales.size() == b.scales.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < a.codes.size(); ++i) {
+    if (a.codes[i] != b.codes[i] && ++bad <= 3) {
+      INFO("element " << i << " (" << i / a.cols << ", " << i % a.cols << ") code " << Hex(a.codes[i]) << " want "
+                      << Hex(b.codes[i]));
+      CHECK(false);
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(a.scales == b.scales);
+  CHECK(FloatBits(a.tensor_amax) == FloatBits(b.tensor_amax));
+}
+
+}  // namespace
+
+TEST_CASE("Quantize equals the reference for every recipe, axis, source type and ragged shape", "[quantize]") {
+  const std::pair<size_t, size_t> shapes[] = {{37, 70}, {130, 45}, {1, 1}, {3, 200}, {16, 32}};
+  for (const auto& [rows, cols] : shapes) {
+    const std::vector<float> xf = MakeMatrix(rows, cols, static_cast<uint32_t>(rows * 131 + cols));
+    std::vector<uint16_t> xb(xf.size());
+    for (size_t i = 0; i < xf.size(); ++i) xb[i] = static_cast<uint16_t>(FloatBits(xf[i]) >> 16);
+    for (const std::string& name : QuantSpecNames()) {
+      if (name == "fp8-delayed") continue;
+      for (Axis axis : {Axis::kRow, Axis::kCol}) {
+        for (int variant = 0; variant < 3; ++variant) {
+          QuantSpec spec = QuantSpecByName(name);
+          spec.axis = axis;
+          spec.seed = 99;
+          if (variant == 1) spec.cast.rounding = Rounding::kSrA;
+          if (variant == 2) spec.nan = IsPow2Rule(spec.rule) ? NanPolicy::kTe : NanPolicy::kIgnoreNan;
+          for (DType t : {DType::kF32, DType::kBF16}) {
+            const TensorView x{t, t == DType::kF32 ? static_cast<const void*>(xf.data()) : xb.data(), rows, cols};
+            const QuantizedTensor want = QuantizeRef(x, spec);
+            const std::string what = Where(spec, x);
+            CheckSame(Quantize(x, spec, Exec::kSequential), want, what);
+            CheckSame(Quantize(x, spec, Exec::kParallel), want, what + " parallel");
+            std::vector<float> dq(xf.size()), dq_ref(xf.size()), fq(xf.size());
+            Dequantize(want, dq.data());
+            DequantizeRef(want, dq_ref.data());
+            FakeQuantize(x, spec, fq.data());
+            size_t bad = 0;
+            for (size_t i = 0; i < dq.size(); ++i) bad += !SameFloat(dq[i], dq_ref[i]) || !SameFloat(fq[i], dq[i]);
+            INFO(what << ": dequantize / fake-quantize mismatches " << bad);
+            CHECK(bad == 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("Quantize equals the reference on every SIMD target and thread count", "[quantize][simd]") {
+  TargetGuard guard;
+  const size_t rows = 96, cols = 160;
+  const std::vector<float> xf = MakeMatrix(rows, cols, 7);
+  const TensorView x{DType::kF32, xf.data(), rows, cols};
+  for (const char* name : {"mxfp8", "mxfp4", "nvfp4", "nvfp4-2d", "fp8-block1x128"}) {
+    QuantSpec spec = QuantSpecByName(name);
+    spec.axis = Axis::kCol;
+    spec.cast.rounding = Rounding::kSrA;
+    const QuantizedTensor want = QuantizeRef(x, spec);
+    for (const std::string& t : SimdTargets()) {
+      ForceSimdTarget(t);
+      for (int threads : {1, 2, 3}) {
+        omp_set_num_threads(threads);
+        CheckSame(Quantize(x, spec), want, std::string(name) + " " + t + " threads " + std::to_string(threads));
+      }
+    }
+  }
+  omp_set_num_threads(omp_get_num_procs());
+}
+
+TEST_CASE("Row-wise quantization of X^T equals column-wise quantization of X, transposed", "[quantize]") {
+  const size_t rows = 70, cols = 45;
+  const std::vector<float> x = MakeMatrix(rows, cols, 3);
+  std::vector<float> xt(x.size());
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) xt[c * rows + r] = x[r * cols + c];
+  for (const char* name : {"mxfp8", "mxfp6_e3m2", "nvfp4", "fp8-block1x128", "fp8-block128x128", "fp8-rowwise"}) {
+    QuantSpec col = QuantSpecByName(name);
+    col.axis = Axis::kCol;
+    const QuantSpec row = QuantSpecByName(name);
+    const QuantizedTensor qc = Quantize({DType::kF32, x.data(), rows, cols}, col);
+    const QuantizedTensor qr = Quantize({DType::kF32, xt.data(), cols, rows}, row);
+    INFO(name);
+    REQUIRE(qc.scale_rows == qr.scale_cols);
+    REQUIRE(qc.scale_cols == qr.scale_rows);
+    size_t bad = 0;
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t c = 0; c < cols; ++c) bad += qc.codes[r * cols + c] != qr.codes[c * rows + r];
+    for (size_t i = 0; i < qc.scale_rows; ++i)
+      for (size_t j = 0; j < qc.scale_cols; ++j) bad += !SameFloat(qc.ScaleAt(i, j), qr.ScaleAt(j, i));
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("A column-wise MX copy is not the transpose of the row-wise one", "[quantize]") {
+  // seeds 000 and 004: each tensor is quantized twice from the high-precision source.
+  const size_t n = 64;
+  const std::vector<float> x = MakeMatrix(n, n, 5, false);
+  QuantSpec col = QuantSpecByName("mxfp8");
+  col.axis = Axis::kCol;
+  const QuantizedTensor qr = Quantize({DType::kF32, x.data(), n, n}, QuantSpecByName("mxfp8"));
+  const QuantizedTensor qc = Quantize({DType::kF32, x.data(), n, n}, col);
+  std::vector<float> dr(n * n), dc(n * n);
+  Dequantize(qr, dr.data());
+  Dequantize(qc, dc.data());
+  size_t differ = 0;
+  for (size_t i = 0; i < n * n; ++i) differ += FloatBits(dr[i]) != FloatBits(dc[i]);
+  CHECK(differ > 0);
+}
+
+TEST_CASE("Profiles reproduce the library behaviour they name", "[quantize][profile]") {
+  const auto run = [](const char* profile, std::vector<float> block, const char* spec_name = "mxfp8") {
+    QuantSpec spec = QuantSpecByName(spec_name);
+    ApplyProfile(spec, profile);
+    return Quantize({DType::kF32, block.data(), 1, block.size()}, spec);
+  };
+  std::vector<float> nan_block(32, 1.0f), inf_block(32, 1.0f);
+  nan_block[4] = std::nanf("");
+  inf_block[9] = HUGE_VALF;
+  // ocp (OCP MX v1.0 6.3, microxcaling): a NaN or Inf makes the whole block NaN: scale 0xFF, NaN codes.
+  for (const auto& b : {nan_block, inf_block}) {
+    const QuantizedTensor q = run("ocp", b);
+    CHECK(q.scales[0] == 0xFF);
+    for (uint8_t c : q.codes) CHECK(c == 0x7F);
+  }
+  // microxcaling: elements round half away from zero (its default "nearest", floor(|x| + 0.5)).
+  // amax 448 -> X = 1; 1.0625 lies halfway between e4m3 1.0 and 1.125.
+  std::vector<float> tie(32, 0.0f);
+  tie[0] = 448.0f;
+  tie[1] = 1.0625f;
+  CHECK(run("microxcaling", tie).codes[1] == ConvertF32(1.125f, fmt::kE4M3, CastOptions{}));
+  CHECK(run("ocp", tie).codes[1] == ConvertF32(1.0f, fmt::kE4M3, CastOptions{}));
+  // torchao (mx_tensor.py to_mx): NaN or Inf amax -> scale 0xFF (E8M0_EXPONENT_NAN_VAL), both FLOOR and RCEIL;
+  // FLOOR keeps X = 1 for amax 480 (480 saturates), RCEIL takes X = 2.
+  for (const char* p : {"torchao-floor", "torchao-rceil"}) {
+    CHECK(run(p, nan_block).scales[0] == 0xFF);
+    CHECK(run(p, inf_block).scales[0] == 0xFF);
+  }
+  std::vector<float> b480(32, 1.0f);
+  b480[0] = 480.0f;
+  CHECK(run("torchao-floor", b480).scales[0] == 127);
+  CHECK(run("torchao-rceil", b480).scales[0] == 128);
+  // transformer-engine (quantize_mxfp8.cuh, ptx.cuh float_to_e8m0 / exp2f_rcp): NaN elements do not set the
+  // scale (fmaxf amax) and stay NaN; an Inf gives 0xFE; a tiny block (scale byte 0) is multiplied by 1.0,
+  // not 2^127, so its elements flush to zero where exact scaling keeps them.
+  {
+    const QuantizedTensor q = run("transformer-engine", nan_block);
+    CHECK(q.scales[0] == 119);  // amax 1 -> 1/448 rounded up to 2^-8
+    CHECK(q.codes[4] == 0x7F);
+    CHECK(q.codes[0] == ConvertF32(256.0f, fmt::kE4M3, CastOptions{}));
+    CHECK(run("transformer-engine", inf_block).scales[0] == 0xFE);
+    std::vector<float> tiny(32, 0x1p-130f);
+    const QuantizedTensor qt = run("transformer-engine", tiny);
+    CHECK(qt.scales[0] == 0);
+    CHECK(qt.codes[0] == 0);
+    CHECK(run("ocp", tiny).codes[0] != 0);  // exact V/X = 2^-130 * 2^127 = 2^-3
+  }
+  // cuda-host (cvt.rp.satfinite.ue8m0x2.f32 on a NaN-propagating amax): NaN -> 0xFF, Inf -> 0xFE; with
+  // 0xFE the finite elements scale to 0 and the Inf saturates to 448.
+  CHECK(run("cuda-host", nan_block).scales[0] == 0xFF);
+  {
+    const QuantizedTensor q = run("cuda-host", inf_block);
+    CHECK(q.scales[0] == 0xFE);
+    CHECK(q.codes[0] == 0x00);
+    CHECK(q.codes[9] == 0x7E);
+  }
+  // transformer-engine on NVFP4 keeps TE's order; the other profiles do not describe NVFP4.
+  CHECK_NOTHROW(run("transformer-engine", tie, "nvfp4"));
+  CHECK_THROWS_WITH(run("torchao-floor", tie, "nvfp4"), Catch::Contains("MX (UE8M0)"));
+  QuantSpec s = QuantSpecByName("mxfp8");
+  CHECK_THROWS_WITH(ApplyProfile(s, "pytorch"), Catch::Contains("transformer-engine"));
+}
+
+TEST_CASE("NVFP4 tensors: tensor amax, E4M3 block scales, TE dequantization", "[quantize]") {
+  std::vector<float> x(32);
+  for (size_t i = 0; i < 32; ++i) x[i] = (i < 16 ? 1.0f : 0.01f) * static_cast<float>(i % 7) - 2.0f;
+  const QuantizedTensor q = Quantize({DType::kF32, x.data(), 2, 16}, QuantSpecByName("nvfp4"));
+  CHECK(q.tensor_amax == 4.0f);
+  const float s_enc = 2688.0f / 4.0f;
+  CHECK(q.tensor_decode == 1.0f / s_enc);
+  CHECK(q.scales[0] == Nvfp4BlockScale(4.0f, s_enc, ScaleRule::kNvfp4));
+  CHECK(q.scales[1] == Nvfp4BlockScale(2.0f, s_enc, ScaleRule::kNvfp4));
+  std::vector<float> dq(32);
+  Dequantize(q, dq.data());
+  CHECK(dq[0] == static_cast<float>(DecodeToDouble(fmt::kE2M1, q.codes[0]) * Nvfp4DecodeScale(q.scales[0], 4.0f)));
+}
+
+TEST_CASE("Delayed scaling through QuantizeDelayed", "[quantize]") {
+  QuantSpec spec = QuantSpecByName("fp8-delayed");
+  DelayedScaling state(spec.elem, 4);
+  std::vector<float> x(64, 0.5f);
+  x[3] = 2.0f;
+  const TensorView v{DType::kF32, x.data(), 8, 8};
+  const QuantizedTensor q1 = QuantizeDelayed(v, spec, state);  // scale 1: codes of x itself
+  CHECK(q1.codes[3] == ConvertF32(2.0f, fmt::kE4M3, CastOptions{}));
+  CHECK(state.scale().encode == 224.0f);
+  const QuantizedTensor q2 = QuantizeDelayed(v, spec, state);  // now 2 * 224 = 448
+  CHECK(q2.codes[3] == 0x7E);
+  CHECK_THROWS_WITH(Quantize(v, spec), Catch::Contains("delayed"));
+}
+
+TEST_CASE("Specs: short names, descriptions and clear errors", "[quantize]") {
+  CHECK(DescribeBlock(QuantSpecByName("fp8-block128x128")) == "128x128");
+  CHECK(DescribeBlock(QuantSpecByName("fp8-tensor-current")) == "per-tensor");
+  CHECK(DescribeBlock(QuantSpecByName("fp8-rowwise")) == "per-row");
+  CHECK_THROWS_WITH(QuantSpecByName("mxfp5"), Catch::Contains("mxfp8") && Catch::Contains("nvfp4"));
+  QuantSpec s = QuantSpecByName("nvfp4");
+  s.elem = fmt::kE4M3;
+  CHECK_THROWS_WITH(ValidateQuantSpec(s), Catch::Contains("e2m1"));
+  s = QuantSpecByName("fp8-block1x128");
+  s.nan = NanPolicy::kScaleNan;
+  CHECK_THROWS_WITH(ValidateQuantSpec(s), Catch::Contains("UE8M0"));
+  s = QuantSpecByName("mxfp8");
+  s.rule = ScaleRule::kMaxFinite;
+  CHECK_THROWS_WITH(ValidateQuantSpec(s), Catch::Contains("ignore"));
+  s = QuantSpecByName("mxfp4");
+  s.cast.saturation = Saturation::kNoSat;
+  CHECK_THROWS(ValidateQuantSpec(s));
+  std::vector<double> d(4);
+  CHECK_THROWS_WITH(Quantize({DType::kF64, d.data(), 2, 2}, QuantSpecByName("mxfp8")), Catch::Contains("f64"));
+  // Zero-size tensors give empty results.
+  const QuantizedTensor q = Quantize({DType::kF32, nullptr, 0, 5}, QuantSpecByName("mxfp8"));
+  CHECK(q.codes.empty());
+  CHECK(q.scales.empty());
+}
+
+TEST_CASE("FP4 and FP6 packing: documented bit order, round trip", "[quantize]") {
+  const uint8_t c4[] = {0x1, 0x2, 0xF, 0x7, 0x9};
+  const std::vector<uint8_t> p4 = PackCodes(c4, 5, 4);
+  CHECK(p4 == std::vector<uint8_t>{0x21, 0x7F, 0x09});  // element 2i low nibble, 2i+1 high nibble
+  CHECK(UnpackCodes(p4.data(), p4.size(), 5, 4) == std::vector<uint8_t>(c4, c4 + 5));
+  const uint8_t c6[] = {0x3F, 0x00, 0x2A, 0x15, 0x01};
+  const std::vector<uint8_t> p6 = PackCodes(c6, 5, 6);
+  // code i occupies stream bits [6i, 6i + 6), bit 0 the low bit of byte 0:
+  // byte 1 = code 1 bits 2..5 (0) | code 2 bits 0..3 (0xA) << 4; byte 2 = code 2 bits 4..5 (2) | 0x15 << 2.
+  CHECK(p6 == std::vector<uint8_t>{0x3F, 0xA0, 0x56, 0x01});
+  CHECK(UnpackCodes(p6.data(), p6.size(), 5, 6) == std::vector<uint8_t>(c6, c6 + 5));
+  std::mt19937 rng(1);
+  std::vector<uint8_t> r(1001);
+  for (auto& v : r) v = static_cast<uint8_t>(rng() & 0x3F);
+  const std::vector<uint8_t> pr = PackCodes(r.data(), r.size(), 6);
+  CHECK(pr.size() == 751);
+  CHECK(UnpackCodes(pr.data(), pr.size(), r.size(), 6) == r);
+  CHECK_THROWS_WITH(UnpackCodes(pr.data(), 10, r.size(), 6), Catch::Contains("too small"));
+}
+
+TEST_CASE("cuBLASLt scale layouts: 128x4 tiles and blockwise FP32", "[quantize]") {
+  const size_t rows = 130, cols = 200;  // 7 scale columns of 1x32: padded to 8, rows to 256
+  const std::vector<float> x = MakeMatrix(rows, cols, 11, false);
+  const QuantizedTensor q = Quantize({DType::kF32, x.data(), rows, cols}, QuantSpecByName("mxfp8"));
+  const std::vector<uint8_t> t = ScalesToCublasTiled(q);
+  REQUIRE(t.size() == 256 * 8);
+  // Independent statement: TE's un-swizzle views the buffer as [M/128][K/4][32][4][4] holding scale
+  // (m_tile * 128 + i4 * 32 + i32, k_tile * 4 + j).
+  size_t bad = 0;
+  for (size_t mt = 0; mt < 2; ++mt)
+    for (size_t kt = 0; kt < 2; ++kt)
+      for (size_t i32 = 0; i32 < 32; ++i32)
+        for (size_t i4 = 0; i4 < 4; ++i4)
+          for (size_t j = 0; j < 4; ++j) {
+            const size_t r = mt * 128 + i4 * 32 + i32, c = kt * 4 + j;
+            const uint8_t want = r < rows && c < q.scale_cols ? q.scales[r * q.scale_cols + c] : 0;
+            bad += t[(((mt * 2 + kt) * 32 + i32) * 4 + i4) * 4 + j] != want;
+          }
+  CHECK(bad == 0);
+  const QuantizedTensor b = Quantize({DType::kF32, x.data(), rows, cols}, QuantSpecByName("fp8-block1x128"));
+  const std::vector<float> bw = ScalesToCublasBlockwise(b);
+  REQUIRE(bw.size() == 2 * 132);  // ceil(200/128) x roundup(130, 4)
+  CHECK(bw[1 * 132 + 129] == b.ScaleAt(129, 1));
+  const QuantizedTensor b2 = Quantize({DType::kF32, x.data(), rows, cols}, QuantSpecByName("fp8-block128x128"));
+  const std::vector<float> bw2 = ScalesToCublasBlockwise(b2);
+  REQUIRE(bw2.size() == 2 * 4);
+  CHECK(bw2[1 * 4 + 1] == b2.ScaleAt(1, 1));
+  CHECK_THROWS_WITH(ScalesToCublasTiled(b), Catch::Contains("128x4"));
+}

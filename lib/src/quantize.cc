@@ -289,6 +289,17 @@ void StoreScale(const QuantSpec& spec, uint8_t* scales, size_t index, uint32_t s
 
 uint8_t BlockNanCode(const Format& elem) { return elem.HasNan() ? static_cast<uint8_t>(elem.CanonicalNan()) : 0; }
 
+MxSpec MxSpecOf(const QuantSpec& spec, size_t block) {
+  MxSpec ms;
+  ms.elem = spec.elem;
+  ms.rule = spec.rule;
+  ms.cast = spec.cast;
+  ms.nan = spec.nan;
+  ms.scaling = spec.scaling;
+  ms.block = static_cast<int>(block);
+  return ms;
+}
+
 }  // namespace detail
 
 // ------------------------------------------------------------------ fast quantization
@@ -337,12 +348,7 @@ void QuantizeStrip(const Ctx& c, size_t strip, uint8_t* codes, uint8_t* scales) 
   }
   std::vector<uint8_t> out(h * cols);
   if (IsPow2Rule(spec.rule)) {
-    MxSpec ms;
-    ms.elem = spec.elem;
-    ms.rule = spec.rule;
-    ms.cast = spec.cast;
-    ms.nan = spec.nan;
-    ms.scaling = spec.scaling;
+    MxSpec ms = detail::MxSpecOf(spec, 1);
     const size_t full_w = c.be.cols;
     const size_t nfull = cols / full_w, last_w = cols - nfull * full_w;
     if (nfull > 0) {
@@ -412,17 +418,9 @@ QuantizedTensor QuantizeImpl(const TensorView& x, const QuantSpec& spec, Exec ex
                 std::to_string(c.be.rows * c.be.cols));
   // Row-wise UE8M0 blocks that tile each row exactly: the MX kernel runs over the whole tensor at once.
   if (IsPow2Rule(spec.rule) && c.be.rows == 1 && x.cols % c.be.cols == 0) {
-    MxSpec ms;
-    ms.elem = spec.elem;
-    ms.rule = spec.rule;
-    ms.cast = spec.cast;
-    ms.nan = spec.nan;
-    ms.scaling = spec.scaling;
-    ms.block = static_cast<int>(c.be.cols);
-    {
-      QuantizeMx(x.dtype, x.data, x.rows * x.cols, ms, q.codes.data(), q.scales.data(), {spec.seed, 0, nullptr}, exec);
-      return q;
-    }
+    const MxSpec ms = detail::MxSpecOf(spec, c.be.cols);
+    QuantizeMx(x.dtype, x.data, x.rows * x.cols, ms, q.codes.data(), q.scales.data(), {spec.seed, 0, nullptr}, exec);
+    return q;
   }
   const int64_t strips = static_cast<int64_t>(q.scale_rows);
   const size_t strip_elems = c.be.rows * x.cols;

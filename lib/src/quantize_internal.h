@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "qmx/mx.h"
 #include "qmx/quantize.h"
 
 namespace qmx::detail {
@@ -22,5 +23,6 @@ struct MultiplyScale {
 MultiplyScale BlockMultiplyScale(const QuantSpec& spec, float block_amax, bool has_nan, bool has_inf, float s_enc);
 void StoreScale(const QuantSpec& spec, uint8_t* scales, size_t index, uint32_t stored, bool nan_block);
 uint8_t BlockNanCode(const Format& elem);
+MxSpec MxSpecOf(const QuantSpec& spec, size_t block);  // the MX kernel's view of a UE8M0 spec
 
 }  // namespace qmx::detail

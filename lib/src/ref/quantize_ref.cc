@@ -43,13 +43,7 @@ QuantizedTensor QuantizeRef(const TensorView& x, const QuantSpec& spec) {
         std::vector<uint8_t> copy(idx.size() * esize), codes(idx.size());
         for (size_t t = 0; t < idx.size(); ++t)
           std::memcpy(&copy[t * esize], static_cast<const uint8_t*>(x.data) + idx[t] * esize, esize);
-        MxSpec ms;
-        ms.elem = spec.elem;
-        ms.rule = spec.rule;
-        ms.cast = spec.cast;
-        ms.nan = spec.nan;
-        ms.scaling = spec.scaling;
-        ms.block = static_cast<int>(idx.size());
+        const MxSpec ms = detail::MxSpecOf(spec, idx.size());
         QuantizeMxRef(x.dtype, copy.data(), idx.size(), ms, codes.data(), &q.scales[si], {0, 0, bits.data()});
         for (size_t t = 0; t < idx.size(); ++t) q.codes[idx[t]] = codes[t];
         continue;

@@ -7,4 +7,5 @@ namespace qmx::cli {
 void AddFormatsCommand(CLI::App& app);
 void AddConvertCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);
+void AddQuantizeCommand(CLI::App& app);
 }  // namespace qmx::cli

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   qmx::cli::AddFormatsCommand(app);
   qmx::cli::AddConvertCommand(app);
   qmx::cli::AddBenchCommand(app);
+  qmx::cli::AddQuantizeCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -23,6 +23,8 @@
 #include "qmx/cast_options.h"
 #include "qmx/format.h"
 #include "qmx/io.h"
+#include "qmx/quantize.h"
+#include "qmx/safetensors.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
 
@@ -577,6 +579,70 @@ TEST_CASE("cli: stochastic rounding output does not depend on the thread count",
   size_t mismatches = 0;
   for (size_t i = 0; i < n; ++i) mismatches += y.data[i] != ConvertF32(x[i], fmt::kE4M3, opt, RandomBitsForElement(7, i));
   CHECK(mismatches == 0);
+}
+
+
+TEST_CASE("cli: quantize a .safetensors checkpoint, dequantize it back, bit for bit with the library", "[cli][quantize]") {
+  TempDir dir;
+  std::vector<float> w(48 * 40), b(40);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = std::sin(0.37f * static_cast<float>(i)) * (i % 13 == 0 ? 30.0f : 1.0f);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = 0.01f * static_cast<float>(i) - 0.2f;
+  NpyArray tok;
+  tok.dtype = DType::kU16;
+  tok.shape = {2};
+  tok.data = {1, 0, 2, 0};
+  WriteSafetensors(dir / "model.safetensors", {{"layer.w", F32Array(w, {48, 40})}, {"layer.b", F32Array(b, {40})}, {"ids", tok}});
+  for (const char* spec : {"mxfp8", "nvfp4", "fp8-block1x128", "mxfp4"}) {
+    for (const char* axis : {"row", "col"}) {
+      const std::string out = dir / (std::string(spec) + axis + ".safetensors");
+      const RunResult r = Run("quantize --spec " + std::string(spec) + " --axis " + axis + " --in " + Quote(dir / "model.safetensors") +
+                              " --out " + Quote(out) + " --json " + Quote(dir / "s.json") + " --seed 5 --round sr --quiet");
+      INFO(spec << " " << axis << "\n" << r.all());
+      REQUIRE(r.status == 0);
+      SafetensorsReader st(out);
+      // Every F32 tensor was quantized; the u16 one was left alone.
+      CHECK(st.index().Find("layer.w.codes") != nullptr);
+      CHECK(st.index().Find("layer.b.scales") != nullptr);
+      CHECK(st.index().Find("ids.codes") == nullptr);
+      QuantSpec qs = QuantSpecByName(spec);
+      qs.axis = ParseAxis(axis);
+      qs.cast.rounding = Rounding::kSrA;
+      qs.seed = 5;
+      const QuantizedTensor q = Quantize({DType::kF32, w.data(), 48, 40}, qs);
+      CHECK(st.Read("layer.w.codes").data == q.codes);
+      CHECK(st.Read("layer.w.scales").data == q.scales);
+      std::vector<float> dq(w.size());
+      Dequantize(q, dq.data());
+      const NpyArray written = st.Read("layer.w.dequant");
+      CHECK(std::memcmp(written.data.data(), dq.data(), dq.size() * 4) == 0);
+      // dequantize reproduces the written dequantized values from codes + scales + metadata.
+      const RunResult d = Run("dequantize --in " + Quote(out) + " --tensor layer.w --out " + Quote(dir / "dq.npy"));
+      INFO(d.all());
+      REQUIRE(d.status == 0);
+      CHECK(ReadNpy(dir / "dq.npy").data == written.data);
+    }
+  }
+  CHECK_THAT(ReadText(dir / "s.json"), Contains("scale_histogram") && Contains("saturated") && Contains("sqnr_db"));
+}
+
+TEST_CASE("cli: quantize refuses inconsistent specs and bad inputs cleanly", "[cli][quantize]") {
+  TempDir dir;
+  WriteNpy(dir / "x.npy", F32Array({1.0f, 2.0f, 3.0f, 4.0f}, {2, 2}));
+  const fs::path out_dir = dir.path;
+  ExpectCleanFailure("quantize --spec nvfp4 --elem e4m3 --in " + Quote(dir / "x.npy") + " --out " + Quote(dir / "o.safetensors"), "e2m1", out_dir);
+  ExpectCleanFailure("quantize --spec fp8-block1x128 --nan-policy te --in " + Quote(dir / "x.npy") + " --out " + Quote(dir / "o.safetensors"), "UE8M0", out_dir);
+  ExpectCleanFailure("quantize --spec mxfp9 --in " + Quote(dir / "x.npy") + " --out " + Quote(dir / "o.safetensors"), "mxfp8", out_dir);
+  ExpectCleanFailure("quantize --spec mxfp8 --block 1y32 --in " + Quote(dir / "x.npy") + " --out " + Quote(dir / "o.safetensors"), "--block", out_dir);
+  ExpectCleanFailure("quantize --spec mxfp8 --profile pytorch --in " + Quote(dir / "x.npy") + " --out " + Quote(dir / "o.safetensors"), "profile", out_dir);
+  ExpectCleanFailure("quantize --spec fp8-delayed --amax-history 1 --history-len 0 --in " + Quote(dir / "x.npy") + " --out " + Quote(dir / "o.safetensors"), "history length", out_dir);
+  WriteText(dir / "bad.safetensors", std::string("\x10\0\0\0\0\0\0\0{\"a\":3}", 16));
+  const std::vector<std::string> before = Listing(out_dir);
+  const RunResult r = Run("quantize --spec mxfp8 --in " + Quote(dir / "bad.safetensors") + " --out " + Quote(dir / "o.safetensors"));
+  CHECK(r.status == 1);
+  CHECK_THAT(r.err, Contains("bad.safetensors"));
+  CHECK(Listing(out_dir) == before);
+  const RunResult d = Run("dequantize --in " + Quote(dir / "bad.safetensors") + " --out " + Quote(dir / "d.npy"));
+  CHECK(d.status == 1);
 }
 
 }  // namespace

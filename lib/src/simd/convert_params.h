@@ -72,7 +72,7 @@ namespace qmx::simd {
 //   at least 2^-127, at most 2^127 (cvt.rp.satfinite.ue8m0).
 // rule 2 (ceil, torchao): the exponent field of amax, plus one when its mantissa field is nonzero, minus emax.
 // rule 3 (even, torchao): amax's bits plus 2^(22 - elem_man), mantissa cleared, then the floor rule; a carry
-//   past the largest binade stays at 2^127 (torchao would produce a NaN scale there).
+//   out of FP32's largest binade counts as exponent 128 (torchao would produce a NaN scale there).
 // Exponents are clamped to [-127, 127].
 inline uint8_t ScaleByteFromAmaxBits(uint32_t amax_bits, int rule, float destmax, int emax, int elem_man) {
   const auto clamp_byte = [](int k) { return static_cast<uint8_t>((k < -127 ? -127 : (k > 127 ? 127 : k)) + 127); };

@@ -514,7 +514,7 @@ QuantStats ComputeStats(const TensorView& x, const QuantizedTensor& q) {
   QuantStats st;
   const ScaleFormat sf = ScaleFormatOf(q.spec.rule);
   st.elements = q.rows * q.cols;
-  st.scale_histogram.assign(sf == ScaleFormat::kFp32 ? 256 : 256, 0);
+  st.scale_histogram.assign(256, 0);
   const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);
   const double maxv = Limits(q.spec.elem).max_finite;
   for (size_t sr = 0; sr < q.scale_rows; ++sr) {

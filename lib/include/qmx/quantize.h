@@ -78,8 +78,8 @@ struct QuantStats {
   uint64_t saturated = 0;        // finite inputs whose scaled magnitude exceeded the element's max
   uint64_t flushed_to_zero = 0;  // nonzero finite inputs that became a zero code
   uint64_t nan_blocks = 0;       // blocks whose scale is NaN (or a special byte under the te policy)
-  std::vector<uint64_t> scale_histogram;  // UE8M0: 256 bins by byte; E4M3: 256 bins by code; FP32: 278
-                                          // bins by biased exponent of the decode scale (255 = Inf/NaN)
+  std::vector<uint64_t> scale_histogram;  // 256 bins: UE8M0 by byte, E4M3 by code, FP32 by the biased
+                                          // exponent of the decode scale (255 = Inf/NaN)
 };
 
 struct QuantizedTensor {
@@ -120,8 +120,8 @@ QuantStats ComputeStats(const TensorView& x, const QuantizedTensor& q);
 // FP4 (4-bit codes): two per byte, element 2i in the low nibble, 2i+1 in the high nibble (the order of
 // PyTorch's float4_e2m1fn_x2, cuBLAS and PTX e2m1x2); an odd count leaves the last high nibble zero.
 // FP6 (6-bit codes): four codes in three bytes, little-endian bit stream: code i occupies bits
-// [6i, 6i+6) of the stream, bit 0 being the low bit of byte 0 (the packing of OCP MX FP6 in
-// microxcaling's and torchao's pack_uint6 order is documented in the README).
+// [6i, 6i+6) of the stream, bit 0 being the low bit of byte 0. Other libraries' FP6 packings (e.g.
+// torchao's pack_uint6) were not compared; unpack ours before handing codes to them.
 std::vector<uint8_t> PackCodes(const uint8_t* codes, size_t n, int bits);
 std::vector<uint8_t> UnpackCodes(const uint8_t* packed, size_t packed_size, size_t n, int bits);
 size_t PackedSize(size_t n, int bits);

@@ -161,17 +161,7 @@ ordered_json ErrorJson(const TensorView& x, const std::vector<float>& dq) {
   double se = 0, ss = 0, max_abs = 0;
   uint64_t n = 0;
   for (size_t i = 0; i < dq.size(); ++i) {
-    float v;
-    if (x.dtype == DType::kF32) std::memcpy(&v, static_cast<const uint8_t*>(x.data) + 4 * i, 4);
-    else {
-      const uint16_t b = static_cast<const uint16_t*>(x.data)[i];
-      if (x.dtype == DType::kBF16) {
-        const uint32_t w = static_cast<uint32_t>(b) << 16;
-        std::memcpy(&v, &w, 4);
-      } else {
-        v = static_cast<float>(DecodeToDouble(fmt::kFP16, b));
-      }
-    }
+    const float v = SourceValueF32(x.dtype, x.data, i);
     if (!std::isfinite(v) || !std::isfinite(dq[i])) continue;
     const double e = static_cast<double>(dq[i]) - v;
     se += e * e;

@@ -5,6 +5,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 
 #include "hwy/targets.h"
 #include "qmx/error.h"
@@ -79,6 +81,23 @@ ConvertParams MakeConvertParams(const Format& dst, const CastOptions& opt, DType
 }
 
 }  // namespace simd
+
+float SourceValueF32(DType t, const void* data, size_t i) {
+  if (t == DType::kF32) {
+    float f;
+    std::memcpy(&f, static_cast<const uint8_t*>(data) + 4 * i, 4);
+    return f;
+  }
+  const uint16_t b = static_cast<const uint16_t*>(data)[i];
+  if (t == DType::kBF16) {
+    const uint32_t w = static_cast<uint32_t>(b) << 16;
+    float f;
+    std::memcpy(&f, &w, 4);
+    return f;
+  }
+  if ((b & 0x7C00u) == 0x7C00u && (b & 0x3FFu) != 0) return (b & 0x8000u) ? -std::nanf("") : std::nanf("");
+  return static_cast<float>(DecodeToDouble(fmt::kFP16, b));
+}
 
 const Format& FormatOfSource(DType src) {
   switch (src) {

@@ -204,23 +204,6 @@ float QuantizedTensor::ScaleAt(size_t sr, size_t sc) const {
 
 namespace detail {
 
-float SourceFloat(DType t, const void* data, size_t i) {
-  if (t == DType::kF32) {
-    float f;
-    std::memcpy(&f, static_cast<const uint8_t*>(data) + 4 * i, 4);
-    return f;
-  }
-  const uint16_t b = static_cast<const uint16_t*>(data)[i];
-  if (t == DType::kBF16) {
-    const uint32_t w = static_cast<uint32_t>(b) << 16;
-    float f;
-    std::memcpy(&f, &w, 4);
-    return f;
-  }
-  if ((b & 0x7C00u) == 0x7C00u && (b & 0x3FFu) != 0) return (b & 0x8000u) ? -std::nanf("") : std::nanf("");
-  return static_cast<float>(DecodeToDouble(fmt::kFP16, b));
-}
-
 QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec) {
   ValidateQuantSpec(spec);
   if (!IsFastSource(x.dtype))
@@ -245,7 +228,7 @@ float TensorAmax(const TensorView& x, NanPolicy policy) {
   const size_t n = x.rows * x.cols;
   float m = 0.0f;
   for (size_t i = 0; i < n; ++i) {
-    const float a = std::fabs(SourceFloat(x.dtype, x.data, i));
+    const float a = std::fabs(SourceValueF32(x.dtype, x.data, i));
     if (std::isnan(a)) continue;
     if (std::isinf(a) && (policy == NanPolicy::kBlockNan || policy == NanPolicy::kIgnore)) continue;
     m = std::max(m, a);
@@ -371,7 +354,7 @@ void QuantizeStrip(const Ctx& c, size_t strip, uint8_t* codes, uint8_t* scales) 
       float amax = 0.0f;
       bool has_nan = false, has_inf = false;
       for (size_t t = 0; t < len; ++t) {
-        const float a = std::fabs(detail::SourceFloat(x.dtype, gathered.data(), at + t));
+        const float a = std::fabs(SourceValueF32(x.dtype, gathered.data(), at + t));
         if (std::isnan(a)) has_nan = true;
         else if (std::isinf(a)) has_inf = true;
         else amax = std::max(amax, a);
@@ -387,7 +370,7 @@ void QuantizeStrip(const Ctx& c, size_t strip, uint8_t* codes, uint8_t* scales) 
       }
       detail::StoreScale(spec, scales, j, ms.stored, ms.nan_block);
       nan_block[j] = ms.nan_block;
-      for (size_t t = 0; t < len; ++t) y[at + t] = detail::SourceFloat(x.dtype, gathered.data(), at + t) * ms.multiplier;
+      for (size_t t = 0; t < len; ++t) y[at + t] = SourceValueF32(x.dtype, gathered.data(), at + t) * ms.multiplier;
       at += len;
     }
     ConvertToCodes(DType::kF32, y.data(), y.size(), spec.elem, spec.cast, out.data(), {0, 0, sr ? rbits.data() : nullptr});
@@ -538,7 +521,7 @@ QuantStats ComputeStats(const TensorView& x, const QuantizedTensor& q) {
   for (size_t r = 0; r < q.rows; ++r) {
     for (size_t c = 0; c < q.cols; ++c) {
       const size_t i = r * q.cols + c;
-      const float v = detail::SourceFloat(x.dtype, x.data, i);
+      const float v = SourceValueF32(x.dtype, x.data, i);
       if (std::isnan(v)) { ++st.nan_inputs; continue; }
       if (std::isinf(v)) { ++st.inf_inputs; continue; }
       const float s = q.ScaleAt(r / be.rows, c / be.cols);

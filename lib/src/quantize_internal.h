@@ -10,7 +10,6 @@
 
 namespace qmx::detail {
 
-float SourceFloat(DType t, const void* data, size_t i);  // exact widening; a NaN keeps its sign
 QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec);  // validated, sized, zeroed
 float TensorAmax(const TensorView& x, NanPolicy policy);
 

@@ -29,6 +29,8 @@ enum class Exec : uint8_t { kSequential, kParallel };
 bool IsFastSource(DType src);
 // The format of such an input; throws qmx::Error for any other type.
 const Format& FormatOfSource(DType src);
+// Element i of an fp32, bf16 or fp16 array as an FP32 value (exact widening; a NaN keeps its sign).
+float SourceValueF32(DType src, const void* data, size_t i);
 // The fast paths handle every format of 8 bits or fewer whose smallest normal binade lies within
 // 2^-127 .. 2^127 of FP32's (every registry format; user formats with extreme biases are refused).
 bool IsFastFormat(const Format& f);

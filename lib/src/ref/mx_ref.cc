@@ -11,22 +11,6 @@
 #include "qmx/round.h"
 
 namespace qmx {
-namespace {
-
-// The source element as an FP32 value (bf16 and fp16 widen exactly; a NaN keeps its sign).
-float SourceFloat(DType t, uint64_t bits) {
-  if (t == DType::kF32 || t == DType::kBF16) {
-    const uint32_t b = t == DType::kF32 ? static_cast<uint32_t>(bits) : static_cast<uint32_t>(bits) << 16;
-    float f;
-    std::memcpy(&f, &b, 4);
-    return f;
-  }
-  const bool neg = (bits & 0x8000u) != 0;
-  if ((bits & 0x7C00u) == 0x7C00u && (bits & 0x3FFu) != 0) return neg ? -std::nanf("") : std::nanf("");
-  return static_cast<float>(DecodeToDouble(fmt::kFP16, bits));
-}
-
-}  // namespace
 
 void QuantizeMxRef(DType src_type, const void* src, size_t n, const MxSpec& spec, uint8_t* codes, uint8_t* scales,
                    const SrSource& sr) {
@@ -87,7 +71,7 @@ void QuantizeMxRef(DType src_type, const void* src, size_t n, const MxSpec& spec
       // FP32 element scaling: the product of the FP32 value and the multiplier, rounded once to FP32.
       double mult = std::ldexp(1.0, -k);
       if (spec.scaling == ElementScaling::kTeRcp) mult = scale == 0 ? 1.0 : (scale == 254 ? 0.0 : std::ldexp(1.0, -k));
-      const float y = static_cast<float>(static_cast<double>(SourceFloat(src_type, bits_at(i))) * mult);
+      const float y = static_cast<float>(static_cast<double>(SourceValueF32(src_type, src, i)) * mult);
       codes[i] = static_cast<uint8_t>(ConvertF32(y, spec.elem, spec.cast, r));
     }
   }

@@ -52,7 +52,7 @@ QuantizedTensor QuantizeRef(const TensorView& x, const QuantSpec& spec) {
       double amax = 0;
       bool has_nan = false, has_inf = false;
       for (size_t t : idx) {
-        const double v = detail::SourceFloat(x.dtype, x.data, t);
+        const double v = SourceValueF32(x.dtype, x.data, t);
         if (std::isnan(v)) has_nan = true;
         else if (std::isinf(v)) has_inf = true;
         else amax = std::max(amax, std::fabs(v));
@@ -67,7 +67,7 @@ QuantizedTensor QuantizeRef(const TensorView& x, const QuantSpec& spec) {
           continue;
         }
         // fl32(x * multiplier): the double product of two FP32 values is exact, one rounding to FP32.
-        const float y = static_cast<float>(static_cast<double>(detail::SourceFloat(x.dtype, x.data, idx[t])) *
+        const float y = static_cast<float>(static_cast<double>(SourceValueF32(x.dtype, x.data, idx[t])) *
                                            static_cast<double>(ms.multiplier));
         q.codes[idx[t]] = static_cast<uint8_t>(ConvertF32(y, spec.elem, spec.cast, bits[t]));
       }

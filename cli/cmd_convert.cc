@@ -36,15 +36,9 @@ CastOptions BuildOptions(const ConvertArgs& a, const Format& dst) {
   CastOptions o;
   o.rounding = ParseRounding(a.round);
   o.saturation = ParseSaturation(a.sat);
-  if (a.nan_sign == "keep") o.nan_sign = NanSign::kKeep;
-  else if (a.nan_sign == "positive") o.nan_sign = NanSign::kPositive;
-  else throw Error("--nan-sign must be keep or positive, not '" + a.nan_sign + "'");
-  if (a.nan_fallback == "max") o.nan_fallback = NanFallback::kMaxPositive;
-  else if (a.nan_fallback == "zero") o.nan_fallback = NanFallback::kZero;
-  else throw Error("--nan-fallback must be max or zero, not '" + a.nan_fallback + "'");
-  if (a.subnormals == "keep") o.subnormals = Subnormals::kKeep;
-  else if (a.subnormals == "flush") o.subnormals = Subnormals::kFlush;
-  else throw Error("--subnormals must be keep or flush, not '" + a.subnormals + "'");
+  o.nan_sign = ParseNanSign(a.nan_sign);
+  o.nan_fallback = ParseNanFallback(a.nan_fallback);
+  o.subnormals = ParseSubnormals(a.subnormals);
   o.sr_bits = a.sr_bits;
   ValidateCastOptions(dst, o);
   return o;

@@ -65,14 +65,8 @@ QuantSpec BuildSpec(const QuantizeArgs& a) {
   if (!a.sat.empty()) spec.cast.saturation = ParseSaturation(a.sat);
   if (!a.nan_policy.empty()) spec.nan = ParseNanPolicy(a.nan_policy);
   if (!a.scaling.empty()) spec.scaling = ParseElementScaling(a.scaling);
-  if (!a.subnormals.empty()) {
-    if (a.subnormals != "keep" && a.subnormals != "flush") throw Error("--subnormals must be keep or flush, not '" + a.subnormals + "'");
-    spec.cast.subnormals = a.subnormals == "flush" ? Subnormals::kFlush : Subnormals::kKeep;
-  }
-  if (!a.nan_fallback.empty()) {
-    if (a.nan_fallback != "max" && a.nan_fallback != "zero") throw Error("--nan-fallback must be max or zero, not '" + a.nan_fallback + "'");
-    spec.cast.nan_fallback = a.nan_fallback == "zero" ? NanFallback::kZero : NanFallback::kMaxPositive;
-  }
+  if (!a.subnormals.empty()) spec.cast.subnormals = ParseSubnormals(a.subnormals);
+  if (!a.nan_fallback.empty()) spec.cast.nan_fallback = ParseNanFallback(a.nan_fallback);
   spec.cast.sr_bits = a.sr_bits;
   spec.seed = a.seed;
   spec.margin = a.margin;
@@ -90,9 +84,9 @@ ordered_json SpecJson(const QuantSpec& s) {
           {"axis", AxisName(s.axis)},
           {"round", RoundingName(s.cast.rounding)},
           {"sat", SaturationName(s.cast.saturation)},
-          {"subnormals", s.cast.subnormals == Subnormals::kFlush ? "flush" : "keep"},
-          {"nan_fallback", s.cast.nan_fallback == NanFallback::kZero ? "zero" : "max"},
-          {"nan_sign", s.cast.nan_sign == NanSign::kPositive ? "positive" : "keep"},
+          {"subnormals", SubnormalsName(s.cast.subnormals)},
+          {"nan_fallback", NanFallbackName(s.cast.nan_fallback)},
+          {"nan_sign", NanSignName(s.cast.nan_sign)},
           {"sr_bits", s.cast.sr_bits},
           {"nan_policy", NanPolicyName(s.nan)},
           {"element_scaling", ElementScalingName(s.scaling)},
@@ -111,9 +105,9 @@ QuantSpec SpecFromJson(const nlohmann::json& j) {
   s.axis = ParseAxis(j.at("axis").get<std::string>());
   s.cast.rounding = ParseRounding(j.at("round").get<std::string>());
   s.cast.saturation = ParseSaturation(j.at("sat").get<std::string>());
-  s.cast.subnormals = j.at("subnormals") == "flush" ? Subnormals::kFlush : Subnormals::kKeep;
-  s.cast.nan_fallback = j.at("nan_fallback") == "zero" ? NanFallback::kZero : NanFallback::kMaxPositive;
-  s.cast.nan_sign = j.at("nan_sign") == "positive" ? NanSign::kPositive : NanSign::kKeep;
+  s.cast.subnormals = ParseSubnormals(j.at("subnormals").get<std::string>(), "qmx.spec subnormals");
+  s.cast.nan_fallback = ParseNanFallback(j.at("nan_fallback").get<std::string>(), "qmx.spec nan_fallback");
+  s.cast.nan_sign = ParseNanSign(j.at("nan_sign").get<std::string>(), "qmx.spec nan_sign");
   s.cast.sr_bits = j.at("sr_bits").get<int>();
   s.nan = ParseNanPolicy(j.at("nan_policy").get<std::string>());
   s.scaling = ParseElementScaling(j.at("element_scaling").get<std::string>());

@@ -61,6 +61,14 @@ const char* SaturationName(Saturation s);
 // Parse the CLI/golden spellings; throw qmx::Error listing the valid names.
 Rounding ParseRounding(const std::string& s);   // rne rna rz ru rd ro sr (= sr-a) sr-a sr-b sr-c
 Saturation ParseSaturation(const std::string& s);  // satfinite nosat satpropagate
+// The CLI spellings of the other options, both ways; Parse* throw qmx::Error naming `option` and the
+// valid values.
+const char* NanSignName(NanSign v);            // keep positive
+const char* NanFallbackName(NanFallback v);    // max zero
+const char* SubnormalsName(Subnormals v);      // keep flush
+NanSign ParseNanSign(const std::string& s, const std::string& option = "--nan-sign");
+NanFallback ParseNanFallback(const std::string& s, const std::string& option = "--nan-fallback");
+Subnormals ParseSubnormals(const std::string& s, const std::string& option = "--subnormals");
 // Rejects option sets the destination cannot honour (e.g. nosat into e2m1, which has no Inf or NaN).
 void ValidateCastOptions(const Format& dst, const CastOptions& opt);
 

@@ -51,6 +51,28 @@ Saturation ParseSaturation(const std::string& s) {
   throw Error("unknown saturation mode '" + s + "' (satfinite, nosat, satpropagate)");
 }
 
+const char* NanSignName(NanSign v) { return v == NanSign::kPositive ? "positive" : "keep"; }
+const char* NanFallbackName(NanFallback v) { return v == NanFallback::kZero ? "zero" : "max"; }
+const char* SubnormalsName(Subnormals v) { return v == Subnormals::kFlush ? "flush" : "keep"; }
+
+NanSign ParseNanSign(const std::string& s, const std::string& option) {
+  if (s == "keep") return NanSign::kKeep;
+  if (s == "positive") return NanSign::kPositive;
+  throw Error(option + " must be keep or positive, not '" + s + "'");
+}
+
+NanFallback ParseNanFallback(const std::string& s, const std::string& option) {
+  if (s == "max") return NanFallback::kMaxPositive;
+  if (s == "zero") return NanFallback::kZero;
+  throw Error(option + " must be max or zero, not '" + s + "'");
+}
+
+Subnormals ParseSubnormals(const std::string& s, const std::string& option) {
+  if (s == "keep") return Subnormals::kKeep;
+  if (s == "flush") return Subnormals::kFlush;
+  throw Error(option + " must be keep or flush, not '" + s + "'");
+}
+
 void ValidateCastOptions(const Format& dst, const CastOptions& opt) {
   if (IsStochastic(opt.rounding) && (opt.sr_bits < 1 || opt.sr_bits > 32))
     throw Error("stochastic rounding needs 1..32 random bits per element, not " + std::to_string(opt.sr_bits));

@@ -8,4 +8,5 @@ void AddFormatsCommand(CLI::App& app);
 void AddConvertCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);
 void AddQuantizeCommand(CLI::App& app);
+void AddGemmCommand(CLI::App& app);
 }  // namespace qmx::cli

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   qmx::cli::AddConvertCommand(app);
   qmx::cli::AddBenchCommand(app);
   qmx::cli::AddQuantizeCommand(app);
+  qmx::cli::AddGemmCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,243 @@
+// cmd_gemm.cc: `qmx-sim gemm`: D = A * B (+ C) under an accumulation model, from element codes and scales
+// in .npy files (or FP32 matrices quantized with a recipe), with a bit-for-bit check against expected
+// outputs (hardware results) and error statistics against another model.
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "qmx/error.h"
+#include "qmx/gemm.h"
+#include "qmx/io.h"
+#include "qmx/quantize.h"
+
+namespace qmx::cli {
+namespace {
+
+struct GemmArgs {
+  std::string a, b, a_format = "e4m3", b_format = "e4m3", a_scales, b_scales, scale_format, a_block, b_block;
+  int block = 0;
+  float a_tensor_scale = 1, b_tensor_scale = 1;
+  std::string c, model = "exact", out, expect, compare, quantize, json;
+  int promote = -1;
+  int max_errors = 10;
+  bool reference = false, quiet = false;
+  int threads = 0;
+};
+
+NpyArray Load(const std::string& path, const char* what) {
+  NpyArray arr = ReadNpy(path);
+  if (arr.shape.size() != 2)
+    throw Error(std::string(what) + " (" + path + ") must be a 2-D array, it has " + std::to_string(arr.shape.size()) +
+                " dimensions");
+  return arr;
+}
+
+// "1x32", "128x128".
+void ParseExtent(const std::string& s, const char* opt, size_t& r, size_t& c) {
+  const size_t x = s.find('x');
+  auto num = [&](const std::string& t) -> size_t {
+    if (t.empty() || t.size() > 7 || t.find_first_not_of("0123456789") != std::string::npos || std::stoul(t) == 0)
+      throw Error(std::string(opt) + " must look like 1x32 or 128x128, not '" + s + "'");
+    return std::stoul(t);
+  };
+  if (x == std::string::npos) throw Error(std::string(opt) + " must look like 1x32 or 128x128, not '" + s + "'");
+  r = num(s.substr(0, x));
+  c = num(s.substr(x + 1));
+}
+
+// Scales from .npy: uint8 codes (UE8M0, or E4M3 with --scale-format e4m3) or float32 values.
+void AttachScales(GemmOperand& o, const std::string& path, const std::string& fmt, size_t br, size_t bc, const char* side) {
+  NpyArray s = Load(path, side);
+  o.block_rows = br;
+  o.block_cols = bc;
+  o.scale_rows = (o.rows + br - 1) / br;
+  o.scale_cols = (o.cols + bc - 1) / bc;
+  if (s.shape[0] != o.scale_rows || s.shape[1] != o.scale_cols)
+    throw Error(std::string(side) + " scales (" + path + ") are " + std::to_string(s.shape[0]) + "x" + std::to_string(s.shape[1]) +
+                "; a " + std::to_string(o.rows) + "x" + std::to_string(o.cols) + " operand with " + std::to_string(br) + "x" +
+                std::to_string(bc) + " blocks needs " + std::to_string(o.scale_rows) + "x" + std::to_string(o.scale_cols));
+  o.scales.resize(o.scale_rows * o.scale_cols);
+  if (s.dtype == DType::kF32) {
+    if (!fmt.empty() && fmt != "fp32") throw Error(std::string(side) + " scales are float32 but --scale-format is " + fmt);
+    o.scale_format = ScaleFormat::kFp32;
+    std::memcpy(o.scales.data(), s.data.data(), o.scales.size() * 4);
+  } else if (s.dtype == DType::kU8) {
+    const std::string f = fmt.empty() ? "ue8m0" : fmt;
+    if (f == "ue8m0") o.scale_format = ScaleFormat::kUe8m0;
+    else if (f == "e4m3") o.scale_format = ScaleFormat::kE4m3;
+    else throw Error(std::string(side) + " scales are uint8 codes: --scale-format must be ue8m0 or e4m3, not " + f);
+    const Format sf = o.scale_format == ScaleFormat::kUe8m0 ? fmt::kUE8M0 : fmt::kE4M3;
+    for (size_t i = 0; i < o.scales.size(); ++i) {
+      const uint8_t code = o.scale_format == ScaleFormat::kE4m3 ? (s.data[i] & 0x7F) : s.data[i];  // UE4M3: sign ignored
+      o.scales[i] = DecodeToFloat(sf, code);
+    }
+  } else {
+    throw Error(std::string(side) + " scales (" + path + ") must be uint8 codes or float32, not " + DTypeName(s.dtype));
+  }
+}
+
+GemmOperand LoadOperand(const GemmArgs& g, bool is_a) {
+  const std::string& path = is_a ? g.a : g.b;
+  const char* side = is_a ? "A" : "B";
+  NpyArray arr = Load(path, side);
+  if (!g.quantize.empty()) {
+    if (arr.dtype != DType::kF32) throw Error(std::string(side) + " must be float32 with --quantize, it is " + DTypeName(arr.dtype));
+    QuantSpec spec = QuantSpecByName(g.quantize);
+    // A is quantized along its rows (K), B along its columns (K), as training frameworks do.
+    if (!is_a) spec.axis = spec.axis == Axis::kRow ? Axis::kCol : Axis::kRow;
+    TensorView v{DType::kF32, arr.data.data(), arr.shape[0], arr.shape[1]};
+    const QuantizedTensor q = Quantize(v, spec);
+    return OperandFromQuantized(q, is_a ? GemmSide::kA : GemmSide::kB);
+  }
+  if (arr.dtype != DType::kU8)
+    throw Error(std::string(side) + " (" + path + ") must hold uint8 element codes (or float32 with --quantize), not " +
+                DTypeName(arr.dtype));
+  GemmOperand o = OperandFromCodes(GetFormat(is_a ? g.a_format : g.b_format), arr.shape[0], arr.shape[1], arr.data.data());
+  const std::string& scales = is_a ? g.a_scales : g.b_scales;
+  if (!scales.empty()) {
+    size_t br = 0, bc = 0;
+    const std::string& ext = is_a ? g.a_block : g.b_block;
+    if (!ext.empty()) ParseExtent(ext, is_a ? "--a-block" : "--b-block", br, bc);
+    else if (g.block > 0) { br = is_a ? 1 : g.block; bc = is_a ? g.block : 1; }
+    else throw Error(std::string("--") + (is_a ? "a" : "b") + "-scales needs --block N or --" + (is_a ? "a" : "b") + "-block RxC");
+    AttachScales(o, scales, g.scale_format, br, bc, side);
+  }
+  o.tensor_scale = is_a ? g.a_tensor_scale : g.b_tensor_scale;
+  return o;
+}
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+void Run(const GemmArgs& g) {
+  if (g.threads < 0 || g.threads > 1024) throw Error("--threads must be 1..1024");
+  if (g.threads > 0) omp_set_num_threads(g.threads);
+  AccumModel model = AccumModelByName(g.model);
+  if (g.promote >= 0) {
+    if (model.kind != AccumKind::kFused) throw Error("--promote applies to fused models, not " + model.name);
+    model.fused.promote = g.promote;
+    model.name += "/promote=" + std::to_string(g.promote);
+    ValidateAccumModel(model);
+  }
+  const GemmOperand A = LoadOperand(g, true), B = LoadOperand(g, false);
+  std::vector<float> c;
+  if (!g.c.empty()) {
+    NpyArray arr = Load(g.c, "C");
+    if (arr.dtype != DType::kF32 || arr.shape[0] != A.rows || arr.shape[1] != B.cols)
+      throw Error("C (" + g.c + ") must be float32 " + std::to_string(A.rows) + "x" + std::to_string(B.cols));
+    c.resize(A.rows * B.cols);
+    std::memcpy(c.data(), arr.data.data(), c.size() * 4);
+  }
+  const float* cp = c.empty() ? nullptr : c.data();
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<float> d = g.reference ? GemmRef(A, B, cp, model) : Gemm(A, B, cp, model);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  nlohmann::ordered_json js;
+  js["model"] = DescribeModel(model);
+  js["m"] = A.rows;
+  js["n"] = B.cols;
+  js["k"] = A.cols;
+  js["seconds"] = secs;
+  if (!g.quiet)
+    std::printf("D = A (%zux%zu %s) * B (%zux%zu %s)%s under %s\n  %.3f s, %.2f GFLOP/s\n", A.rows, A.cols, A.elem.name,
+                B.rows, B.cols, B.elem.name, cp ? " + C" : "", DescribeModel(model).c_str(), secs,
+                2.0 * A.rows * B.cols * A.cols / secs / 1e9);
+  if (!g.out.empty()) {
+    NpyArray o;
+    o.dtype = DType::kF32;
+    o.shape = {A.rows, B.cols};
+    o.data.resize(d.size() * 4);
+    std::memcpy(o.data.data(), d.data(), o.data.size());
+    WriteNpy(g.out, o);
+  }
+  int rc = 0;
+  if (!g.expect.empty()) {
+    NpyArray e = Load(g.expect, "expected D");
+    if (e.dtype != DType::kF32 || e.shape[0] != A.rows || e.shape[1] != B.cols)
+      throw Error("expected D (" + g.expect + ") must be float32 " + std::to_string(A.rows) + "x" + std::to_string(B.cols));
+    size_t mismatches = 0;
+    for (size_t i = 0; i < d.size(); ++i) {
+      float x;
+      std::memcpy(&x, e.data.data() + 4 * i, 4);
+      const bool same = Bits(x) == Bits(d[i]) || (std::isnan(x) && std::isnan(d[i]));
+      if (!same) {
+        if (mismatches < static_cast<size_t>(g.max_errors))
+          std::printf("  mismatch at (%zu, %zu): model %08x (%.9g), expected %08x (%.9g)\n", i / B.cols, i % B.cols,
+                      Bits(d[i]), d[i], Bits(x), x);
+        ++mismatches;
+      }
+    }
+    std::printf("  expected %s: %zu of %zu outputs differ\n", g.expect.c_str(), mismatches, d.size());
+    js["expected"] = g.expect;
+    js["mismatches"] = mismatches;
+    js["outputs"] = d.size();
+    if (mismatches) rc = 1;
+  }
+  if (!g.compare.empty()) {
+    const AccumModel other = AccumModelByName(g.compare);
+    const std::vector<float> r = Gemm(A, B, cp, other);
+    double max_abs = 0, max_rel = 0, sum_sq = 0, sum_ref_sq = 0;
+    size_t differ = 0;
+    for (size_t i = 0; i < d.size(); ++i) {
+      const double diff = static_cast<double>(d[i]) - r[i];
+      if (Bits(d[i]) != Bits(r[i])) ++differ;
+      if (!std::isfinite(diff)) continue;
+      max_abs = std::max(max_abs, std::fabs(diff));
+      if (r[i] != 0) max_rel = std::max(max_rel, std::fabs(diff / r[i]));
+      sum_sq += diff * diff;
+      sum_ref_sq += static_cast<double>(r[i]) * r[i];
+    }
+    const double rmse = std::sqrt(sum_sq / std::max<size_t>(1, d.size()));
+    std::printf("  against %s: %zu of %zu outputs differ; max abs %.3g, max rel %.3g, RMSE %.3g, relative RMS %.3g\n",
+                other.name.c_str(), differ, d.size(), max_abs, max_rel, rmse,
+                sum_ref_sq > 0 ? std::sqrt(sum_sq / sum_ref_sq) : 0.0);
+    js["compare"] = {{"model", other.name}, {"differ", differ}, {"max_abs", max_abs}, {"max_rel", max_rel}, {"rmse", rmse}};
+  }
+  if (!g.json.empty()) WriteFileAtomic(g.json, js.dump(2) + "\n");
+  if (rc) throw Error("model " + model.name + " does not reproduce " + g.expect);
+}
+
+}  // namespace
+
+void AddGemmCommand(CLI::App& app) {
+  auto g = std::make_shared<GemmArgs>();
+  CLI::App* cmd = app.add_subcommand("gemm", "D = A * B (+ C) under a tensor-core accumulation model");
+  cmd->add_option("--a", g->a, "A: M x K uint8 element codes (.npy), or float32 with --quantize")->required();
+  cmd->add_option("--b", g->b, "B: K x N uint8 element codes (.npy), or float32 with --quantize")->required();
+  cmd->add_option("--a-format", g->a_format, "A's element format (default e4m3)");
+  cmd->add_option("--b-format", g->b_format, "B's element format (default e4m3)");
+  cmd->add_option("--a-scales", g->a_scales, "A's block scales (.npy): uint8 codes or float32, (M/br) x (K/bc)");
+  cmd->add_option("--b-scales", g->b_scales, "B's block scales (.npy): (K/br) x (N/bc)");
+  cmd->add_option("--scale-format", g->scale_format, "uint8 scales are ue8m0 (default) or e4m3 codes");
+  cmd->add_option("--block", g->block, "scale block length along K: A 1xN, B Nx1");
+  cmd->add_option("--a-block", g->a_block, "A's scale block RxC (e.g. 1x128)");
+  cmd->add_option("--b-block", g->b_block, "B's scale block RxC (e.g. 128x128)");
+  cmd->add_option("--a-tensor-scale", g->a_tensor_scale, "per-tensor FP32 factor of A, applied after accumulation");
+  cmd->add_option("--b-tensor-scale", g->b_tensor_scale, "per-tensor FP32 factor of B");
+  cmd->add_option("--quantize", g->quantize, "quantize float32 A (row-wise) and B (column-wise) with this recipe");
+  cmd->add_option("--c", g->c, "C: M x N float32, the accumulator's starting value");
+  cmd->add_option("--model", g->model, "accumulation model: exact, fp32-seq, block-exact, hopper-fp8, hopper-fp8-fast, "
+                                       "ada-fp8, blackwell-mxf8f6f4, blackwell-mxf4nvf4, fused:KEY=V,...");
+  cmd->add_option("--promote", g->promote, "override the model's FP32 promotion interval (K elements; 0 = never)");
+  cmd->add_option("--out", g->out, "write D (float32 .npy)");
+  cmd->add_option("--expect", g->expect, "compare D bit for bit with this float32 .npy (exit 1 on a mismatch)");
+  cmd->add_option("--max-errors", g->max_errors, "mismatches printed (default 10)");
+  cmd->add_option("--compare", g->compare, "print error statistics against another model");
+  cmd->add_option("--json", g->json, "write a JSON summary");
+  cmd->add_option("--threads", g->threads, "OpenMP threads (default: all)");
+  cmd->add_flag("--reference", g->reference, "use the scalar reference path");
+  cmd->add_flag("--quiet", g->quiet, "print only mismatches and comparisons");
+  cmd->callback([g] { Run(*g); });
+}
+
+}  // namespace qmx::cli

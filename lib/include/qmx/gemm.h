@@ -1,0 +1,114 @@
+// qmx/gemm.h: block-scaled GEMM D = A * B (+ C) with FP32 output under a named accumulation model
+// (REFERENCES.md section 4: exact OCP/P3109 dot products, IEEE FP32, and the fused-sum models of
+// Hopper and Blackwell tensor cores after MMA-Sim).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qmx/convert.h"
+#include "qmx/format.h"
+#include "qmx/quantize.h"
+#include "qmx/scale.h"
+
+namespace qmx {
+
+// One operand: element codes (row-major) and the scales that multiply them. A is M x K, B is K x N.
+// Element (r, c) has the value decode(code) * scales[(r / block_rows) * scale_cols + c / block_cols];
+// for A the scale blocks run along K as block_cols, for B as block_rows. tensor_scale is a per-tensor
+// FP32 factor applied after accumulation, as cuBLAS applies scaleA * scaleB (per-tensor FP8 scales,
+// NVFP4's second-level scale).
+struct GemmOperand {
+  Format elem = fmt::kE4M3;
+  size_t rows = 0, cols = 0;
+  std::vector<uint8_t> codes;
+  ScaleFormat scale_format = ScaleFormat::kFp32;  // what the block scales are (UE8M0 scales are 2^k)
+  size_t block_rows = 0, block_cols = 0;          // 0 = no block scales (all 1)
+  size_t scale_rows = 0, scale_cols = 0;
+  std::vector<float> scales;  // decoded block scales (UE8M0 0xFF -> NaN)
+  float tensor_scale = 1.0f;
+  float ScaleOf(size_t r, size_t c) const {
+    return block_rows == 0 ? 1.0f : scales[(r / block_rows) * scale_cols + c / block_cols];
+  }
+};
+
+// The two sides of a GEMM: A's scale blocks run along its columns (K), B's along its rows (K).
+enum class GemmSide : uint8_t { kA, kB };
+// An operand from a quantized tensor. A must be quantized with blocks along its rows' direction of K
+// (row-wise 1xK blocks, per-row, 2-D or per-tensor); B (K x N) column-wise 1xK blocks (K along rows),
+// 2-D or per-tensor. Per-tensor FP32 scales and NVFP4's tensor scale become tensor_scale. Throws
+// qmx::Error when the blocks do not run along K.
+GemmOperand OperandFromQuantized(const QuantizedTensor& q, GemmSide side);
+// Plain codes with no scales (tensor_scale 1), checked against the format (codes beyond its width).
+GemmOperand OperandFromCodes(Format elem, size_t rows, size_t cols, const uint8_t* codes);
+
+// How products are summed (README "GEMM accumulation models").
+enum class AccumKind : uint8_t {
+  kExact,       // exact products and sum, one RNE rounding to FP32 (OCP MX 6.4, P3109)
+  kFp32Seq,     // IEEE FP32: acc = fmaf(a_k, b_k, acc) in K order, a_k and b_k the scaled values in FP32
+  kBlockExact,  // exact within each scale block along K, then acc = RNE32(acc + block sum * scales)
+  kFused,       // fused steps: MMA-Sim's model of tensor cores (FusedParams)
+};
+
+// Rounding of the aligned terms and of a fused step's result.
+enum class FusedRound : uint8_t { kRz, kRne };
+
+// A tensor core's fused multiply-add step, after MMA-Sim: each step takes `step` products (or exact
+// group sums) and the running accumulator, aligns them to the largest exponent, keeps `frac_bits`
+// fractional bits of each term (dropping the rest toward zero or rounding to nearest even), sums
+// exactly, and rounds the sum to FP32 (`out_round`). The accumulator feeds the next step.
+struct FusedParams {
+  int step = 32;         // products per fused step (K per instruction)
+  int frac_bits = 13;    // F: fractional bits kept below the largest term's leading bit
+  FusedRound term_round = FusedRound::kRz;
+  FusedRound out_round = FusedRound::kRz;
+  int out_bits = 24;     // significant bits of a step's result (24 = FP32; 14 = re-truncated to F bits)
+  int group = 1;         // products first summed exactly in groups of this many (Blackwell mxf4nvf4: 16)
+  int zero_exp = -1000;  // exponent a zero term takes in the alignment (<= -1000: zeros never set it)
+  // Every `promote` K elements (a multiple of step; 0 = never) the tensor-core accumulator, which
+  // starts at zero, is added into an FP32 accumulator in IEEE arithmetic, scaled by the block scales
+  // when they are applied at promotion (cuBLAS / CUTLASS FP8 without fast accumulation; blockwise
+  // FP8 scaling on Hopper).
+  int promote = 0;
+  // Block scales: true = multiplied into each product (Blackwell block-scaled MMA: scale exponents are
+  // added to product exponents); false = applied to the promoted partial sums (Hopper blockwise FP8),
+  // which then requires promote to divide the K block.
+  bool scale_in_products = false;
+  // How a promoted partial sum p meets the block scales sa, sb (cuBLAS on H200, README): false:
+  // acc = fmaf(p, fl32(sa * sb), acc) (1x128 x 128x128 scales); true: acc = fmaf(fl32(p * sa), sb, acc)
+  // (1x128 scales on both sides).
+  bool promote_scale_separately = false;
+};
+
+struct AccumModel {
+  std::string name = "exact";
+  AccumKind kind = AccumKind::kExact;
+  FusedParams fused;  // kFused only
+};
+
+// Named models: exact, fp32-seq, block-exact, hopper-fp8 (fused: 32 products, F = 13, RZ, no
+// promotion: cuBLAS "fast accumulation"), hopper-fp8-promote (the same, promoted to FP32 every 128 K:
+// cuBLAS without fast accumulation), blackwell-mxf8f6f4 (32 products, F = 25, scales in products),
+// blackwell-mxf4nvf4 (exact groups of 16, scaled, 64 per step, F = 35). "fused:KEY=V,..." sets every
+// FusedParams field (keys: step, F, term, out, group, zero-exp, promote, scale; e.g.
+// "fused:step=32,F=13,term=rz,out=rz,promote=128,scale=promotion"). Throws qmx::Error listing them.
+AccumModel AccumModelByName(const std::string& name);
+std::vector<std::string> AccumModelNames();
+std::string DescribeModel(const AccumModel& m);  // one line, every parameter
+// Throws qmx::Error for inconsistent parameters (step < 1, frac_bits out of 0..60, promote not a
+// multiple of step, group not dividing step).
+void ValidateAccumModel(const AccumModel& m);
+
+// D (M x N, row-major FP32) = A * B (+ C). c_in (M x N) may be null; it is the accumulator's starting
+// value (the MMA's C operand), so it cannot be combined with a tensor_scale other than 1 (cuBLAS's
+// epilogue order for that is not modelled: qmx::Error). Throws qmx::Error when K differs, the scale
+// blocks along K of A and B differ (a per-tensor side adopts the other's), or the model does not fit
+// (promotion at a block scale with a promote interval not dividing the K block).
+std::vector<float> Gemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+                        Exec exec = Exec::kParallel);
+// The scalar reference: one dot product at a time, written to follow the model's definition.
+std::vector<float> GemmRef(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model);
+
+}  // namespace qmx

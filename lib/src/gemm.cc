@@ -1,0 +1,281 @@
+// gemm.cc: the GEMM layer's models, operands and checks, and the fast paths (gemm_fast.cc holds the
+// kernels). README "GEMM accumulation models" documents each model and where its parameters come from.
+#include "qmx/gemm.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "gemm_internal.h"
+#include "qmx/error.h"
+
+namespace qmx {
+namespace {
+
+FusedParams HopperFp8(int promote) {
+  FusedParams p;
+  p.step = 32;
+  p.frac_bits = 13;
+  p.out_bits = 14;
+  p.zero_exp = -133;
+  p.promote = promote;
+  return p;
+}
+
+AccumModel Named(const char* name, AccumKind kind, FusedParams f = {}) {
+  AccumModel m;
+  m.name = name;
+  m.kind = kind;
+  m.fused = f;
+  return m;
+}
+
+int ParseInt(const std::string& key, const std::string& v) {
+  try {
+    size_t pos = 0;
+    const long x = std::stol(v, &pos);
+    if (pos != v.size() || x < -100000 || x > 100000) throw std::invalid_argument(v);
+    return static_cast<int>(x);
+  } catch (const std::exception&) {
+    throw Error("fused model: '" + key + "' needs an integer, got '" + v + "'");
+  }
+}
+
+FusedRound ParseRound(const std::string& key, const std::string& v) {
+  if (v == "rz") return FusedRound::kRz;
+  if (v == "rne") return FusedRound::kRne;
+  throw Error("fused model: '" + key + "' is rz or rne, got '" + v + "'");
+}
+
+AccumModel ParseFused(const std::string& name) {
+  AccumModel m = Named("fused", AccumKind::kFused);
+  m.name = name;
+  std::string rest = name.substr(name.find(':') + 1);
+  std::stringstream ss(rest);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) throw Error("fused model: '" + item + "' is not KEY=VALUE");
+    const std::string key = item.substr(0, eq), v = item.substr(eq + 1);
+    FusedParams& f = m.fused;
+    if (key == "step") f.step = ParseInt(key, v);
+    else if (key == "F") f.frac_bits = ParseInt(key, v);
+    else if (key == "bits") f.out_bits = ParseInt(key, v);
+    else if (key == "term") f.term_round = ParseRound(key, v);
+    else if (key == "out") f.out_round = ParseRound(key, v);
+    else if (key == "group") f.group = ParseInt(key, v);
+    else if (key == "zero-exp") f.zero_exp = ParseInt(key, v);
+    else if (key == "promote") f.promote = ParseInt(key, v);
+    else if (key == "scale") {
+      if (v == "products") f.scale_in_products = true;
+      else if (v == "promotion") f.scale_in_products = false;
+      else throw Error("fused model: 'scale' is products or promotion, got '" + v + "'");
+    } else if (key == "promote-scale") {
+      if (v == "product") f.promote_scale_separately = false;
+      else if (v == "separate") f.promote_scale_separately = true;
+      else throw Error("fused model: 'promote-scale' is product or separate, got '" + v + "'");
+    } else {
+      throw Error("fused model: unknown key '" + key +
+                  "' (keys: step, F, bits, term, out, group, zero-exp, promote, scale, promote-scale)");
+    }
+  }
+  ValidateAccumModel(m);
+  return m;
+}
+
+}  // namespace
+
+std::vector<std::string> AccumModelNames() {
+  return {"exact", "fp32-seq", "block-exact", "hopper-fp8", "hopper-fp8-fast", "ada-fp8", "blackwell-mxf8f6f4",
+          "blackwell-mxf4nvf4"};
+}
+
+AccumModel AccumModelByName(const std::string& name) {
+  if (name == "exact") return Named("exact", AccumKind::kExact);
+  if (name == "fp32-seq") return Named("fp32-seq", AccumKind::kFp32Seq);
+  if (name == "block-exact") return Named("block-exact", AccumKind::kBlockExact);
+  if (name == "hopper-fp8") return Named("hopper-fp8", AccumKind::kFused, HopperFp8(128));
+  if (name == "hopper-fp8-fast") return Named("hopper-fp8-fast", AccumKind::kFused, HopperFp8(0));
+  if (name == "ada-fp8") {
+    FusedParams p = HopperFp8(0);
+    p.step = 16;
+    p.zero_exp = -132;
+    return Named("ada-fp8", AccumKind::kFused, p);
+  }
+  if (name == "blackwell-mxf8f6f4" || name == "blackwell-mxf4nvf4") {
+    FusedParams p;
+    p.step = 32;
+    p.frac_bits = 25;
+    p.out_bits = 24;
+    p.zero_exp = -133;
+    p.scale_in_products = true;
+    if (name == "blackwell-mxf4nvf4") {
+      p.step = 64;
+      p.group = 16;
+      p.frac_bits = 35;
+      p.zero_exp = -139;
+    }
+    return Named(name == "blackwell-mxf8f6f4" ? "blackwell-mxf8f6f4" : "blackwell-mxf4nvf4", AccumKind::kFused, p);
+  }
+  if (name.rfind("fused:", 0) == 0 || name == "fused") return ParseFused(name);
+  std::string known;
+  for (const std::string& n : AccumModelNames()) known += (known.empty() ? "" : ", ") + n;
+  throw Error("unknown accumulation model '" + name + "' (known: " + known + ", fused:KEY=V,...)");
+}
+
+std::string DescribeModel(const AccumModel& m) {
+  std::ostringstream os;
+  os << m.name << ": ";
+  switch (m.kind) {
+    case AccumKind::kExact: os << "exact products and sum, one RNE rounding to FP32"; break;
+    case AccumKind::kFp32Seq: os << "IEEE FP32 fma in K order"; break;
+    case AccumKind::kBlockExact: os << "exact per scale block, RNE into an FP32 accumulator across blocks"; break;
+    case AccumKind::kFused: {
+      const FusedParams& f = m.fused;
+      os << "fused steps of " << f.step << " products + accumulator";
+      if (f.group > 1) os << " (exact groups of " << f.group << ")";
+      os << ", F=" << f.frac_bits << ", terms " << (f.term_round == FusedRound::kRz ? "rz" : "rne") << ", output "
+         << (f.out_round == FusedRound::kRz ? "rz" : "rne") << " to " << f.out_bits << " bits, zero exponent ";
+      if (f.zero_exp <= -1000) os << "none";
+      else os << f.zero_exp;
+      if (f.promote) os << ", FP32 promotion every " << f.promote << " K";
+      else os << ", no promotion";
+      os << ", block scales " << (f.scale_in_products ? "in products" : "at promotion");
+      if (!f.scale_in_products) os << (f.promote_scale_separately ? " (fma(p*sa, sb))" : " (fma(p, sa*sb))");
+      break;
+    }
+  }
+  return os.str();
+}
+
+void ValidateAccumModel(const AccumModel& m) {
+  if (m.kind != AccumKind::kFused) return;
+  const FusedParams& f = m.fused;
+  if (f.step < 1 || f.step > 4096) throw Error("fused model: step must be 1..4096, got " + std::to_string(f.step));
+  if (f.frac_bits < 0 || f.frac_bits > 60) throw Error("fused model: F must be 0..60, got " + std::to_string(f.frac_bits));
+  if (f.out_bits < 1 || f.out_bits > 24) throw Error("fused model: bits must be 1..24, got " + std::to_string(f.out_bits));
+  if (f.group < 1 || f.step % f.group != 0)
+    throw Error("fused model: group (" + std::to_string(f.group) + ") must divide step (" + std::to_string(f.step) + ")");
+  if (f.promote < 0 || f.promote % f.step != 0)
+    throw Error("fused model: promote (" + std::to_string(f.promote) + ") must be 0 or a multiple of step (" +
+                std::to_string(f.step) + ")");
+}
+
+namespace internal {
+
+GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model) {
+  ValidateAccumModel(model);
+  auto shape = [](const GemmOperand& o) { return std::to_string(o.rows) + "x" + std::to_string(o.cols); };
+  if (a.cols != b.rows) throw Error("gemm: A is " + shape(a) + " and B is " + shape(b) + ": their K differ");
+  for (const GemmOperand* o : {&a, &b}) {
+    const char* side = o == &a ? "A" : "B";
+    if (o->elem.Bits() > 8) throw Error(std::string("gemm: ") + side + "'s element format " + o->elem.name + " has more than 8 bits");
+    if (o->codes.size() != o->rows * o->cols)
+      throw Error(std::string("gemm: ") + side + " holds " + std::to_string(o->codes.size()) + " codes for a " + shape(*o) + " matrix");
+    if (o->block_rows != 0) {
+      if (o->block_cols == 0 || o->scale_rows != (o->rows + o->block_rows - 1) / o->block_rows ||
+          o->scale_cols != (o->cols + o->block_cols - 1) / o->block_cols || o->scales.size() != o->scale_rows * o->scale_cols)
+        throw Error(std::string("gemm: ") + side + "'s block scales do not match its shape and block");
+    }
+  }
+  GemmPlan p;
+  p.m = a.rows;
+  p.n = b.cols;
+  p.k = a.cols;
+  p.a_blocks = a.block_rows != 0;
+  p.b_blocks = b.block_rows != 0;
+  const size_t ka = p.a_blocks && a.block_cols < p.k ? a.block_cols : p.k;
+  const size_t kbb = p.b_blocks && b.block_rows < p.k ? b.block_rows : p.k;
+  if (ka != p.k && kbb != p.k && ka != kbb)
+    throw Error("gemm: A's scale blocks span " + std::to_string(ka) + " along K and B's " + std::to_string(kbb) +
+                ": they must be equal");
+  p.kb = std::min(ka, kbb);
+  if (p.k == 0) p.kb = 1;
+  p.has_alpha = a.tensor_scale != 1.0f || b.tensor_scale != 1.0f;
+  p.alpha = a.tensor_scale * b.tensor_scale;
+  if (c_in && p.has_alpha)
+    throw Error("gemm: an input C with per-tensor scales (" + std::to_string(a.tensor_scale) + ", " +
+                std::to_string(b.tensor_scale) + ") is not modelled: cuBLAS's epilogue order for beta*C is unverified");
+  if (model.kind == AccumKind::kFused) {
+    const FusedParams& f = model.fused;
+    const bool blocks = p.a_blocks || p.b_blocks;
+    if (blocks && !f.scale_in_products) {
+      if (f.promote == 0)
+        throw Error("gemm: model '" + model.name +
+                    "' applies block scales at promotion but never promotes: give it promote=N or scale=products");
+      if (p.kb != p.k && p.kb % static_cast<size_t>(f.promote) != 0)
+        throw Error("gemm: model '" + model.name + "' promotes every " + std::to_string(f.promote) +
+                    " K, which does not divide the scale block of " + std::to_string(p.kb));
+    }
+    if (blocks && f.scale_in_products && f.group > 1 && p.kb != p.k && p.kb % static_cast<size_t>(f.group) != 0)
+      throw Error("gemm: model '" + model.name + "' sums groups of " + std::to_string(f.group) +
+                  ", which does not divide the scale block of " + std::to_string(p.kb));
+  }
+  return p;
+}
+
+}  // namespace internal
+
+GemmOperand OperandFromCodes(Format elem, size_t rows, size_t cols, const uint8_t* codes) {
+  if (elem.Bits() > 8) throw Error(std::string("gemm: element format ") + elem.name + " has more than 8 bits");
+  GemmOperand o;
+  o.elem = elem;
+  o.rows = rows;
+  o.cols = cols;
+  o.codes.assign(codes, codes + rows * cols);
+  const uint64_t mask = elem.CodeMask();
+  for (size_t i = 0; i < o.codes.size(); ++i)
+    if (o.codes[i] & ~mask)
+      throw Error("gemm: code " + std::to_string(o.codes[i]) + " at element " + std::to_string(i) + " does not fit " +
+                  elem.name + " (" + std::to_string(elem.Bits()) + " bits)");
+  return o;
+}
+
+GemmOperand OperandFromQuantized(const QuantizedTensor& q, GemmSide side) {
+  GemmOperand o;
+  o.elem = q.spec.elem;
+  o.rows = q.rows;
+  o.cols = q.cols;
+  o.codes = q.codes;
+  const BlockExtent ext = ResolveBlock(q.spec, q.rows, q.cols);
+  const ScaleFormat sf = ScaleFormatOf(q.spec.rule);
+  o.scale_format = sf;
+  const bool per_tensor = ext.rows >= q.rows && ext.cols >= q.cols;
+  if (per_tensor && sf == ScaleFormat::kFp32) {
+    o.tensor_scale = q.ScaleAt(0, 0);
+    return o;
+  }
+  // Blocks must not straddle K in a way the models cannot apply: A's K runs along its columns, B's
+  // along its rows; any extent along K is accepted (the plan matches A's against B's).
+  (void)side;
+  o.block_rows = ext.rows;
+  o.block_cols = ext.cols;
+  o.scale_rows = q.scale_rows;
+  o.scale_cols = q.scale_cols;
+  o.scales.resize(q.scale_rows * q.scale_cols);
+  for (size_t r = 0; r < q.scale_rows; ++r)
+    for (size_t c = 0; c < q.scale_cols; ++c) o.scales[r * q.scale_cols + c] = q.ScaleAt(r, c);
+  if (sf == ScaleFormat::kE4m3) o.tensor_scale = q.tensor_decode;
+  return o;
+}
+
+std::vector<float> Gemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+                        Exec exec) {
+  const internal::GemmPlan plan = internal::PlanGemm(a, b, c_in, model);
+  std::vector<float> out(plan.m * plan.n);
+  if (internal::GemmFast(a, b, c_in, model, plan, exec, out.data())) return out;
+  // Generic path: the reference, rows in parallel (each output is computed alone, so the result does
+  // not depend on the thread count).
+  const size_t rows_per = 4;
+  const long chunks = static_cast<long>((plan.m + rows_per - 1) / rows_per);
+#pragma omp parallel for schedule(dynamic) if (exec == Exec::kParallel)
+  for (long c = 0; c < chunks; ++c) {
+    const size_t i0 = static_cast<size_t>(c) * rows_per;
+    internal::GemmRefRows(a, b, c_in, model, plan, i0, std::min(plan.m, i0 + rows_per), out.data());
+  }
+  return out;
+}
+
+}  // namespace qmx

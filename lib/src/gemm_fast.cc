@@ -1,0 +1,290 @@
+// gemm_fast.cc: fast GEMM kernels, each equal bit for bit to its model's reference (gemm_ref.cc).
+// They keep the references' arithmetic exact by construction: FP8/FP6/FP4 products and the truncated
+// terms of a fused step are small integers times powers of two, held exactly in float or double,
+// so any evaluation order and vector width gives the same bits. OpenMP splits output rows; every
+// output is computed by one thread in a fixed order. The loops vectorize across output columns; the
+// kernels are compiled for AVX-512, AVX2 and baseline x86-64 and picked at run time (target_clones).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "exact_sum.h"
+#include "gemm_internal.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define QMX_GEMM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define QMX_GEMM_CLONES
+#endif
+
+namespace qmx::internal {
+namespace {
+
+constexpr int kZeroE = -30000;  // nominal exponent of a zero element: far below every real one
+constexpr size_t kCols = 128;   // output columns per tile
+constexpr size_t kRows = 4;     // output rows per tile
+
+bool FormatFinite(const GemmOperand& o) {
+  for (uint8_t c : o.codes) {
+    const CodeClass cl = ClassifyCode(o.elem, c);
+    if (cl == CodeClass::kNan || cl == CodeClass::kInf) return false;
+  }
+  return true;
+}
+bool ScalesFinite(const GemmOperand& o) {
+  for (float s : o.scales)
+    if (!std::isfinite(s)) return false;
+  return std::isfinite(o.tensor_scale);
+}
+bool AllFinite(const float* c, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(c[i])) return false;
+  return true;
+}
+
+template <typename T>
+void ParallelRows(const GemmPlan& plan, Exec exec, const T& body) {
+  const long tiles = static_cast<long>((plan.m + kRows - 1) / kRows);
+#pragma omp parallel for schedule(dynamic) if (exec == Exec::kParallel)
+  for (long t = 0; t < tiles; ++t) body(static_cast<size_t>(t) * kRows, std::min(plan.m, static_cast<size_t>(t + 1) * kRows));
+}
+
+inline float Pow2f(int e) {  // 2^e for -126 <= e <= 127
+  const uint32_t b = static_cast<uint32_t>(e + 127) << 23;
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+inline double Pow2d(int e) {  // 2^e for -1022 <= e <= 1023
+  const uint64_t b = static_cast<uint64_t>(e + 1023) << 52;
+  double f;
+  std::memcpy(&f, &b, 8);
+  return f;
+}
+
+// ---- fused (MMA-Sim T-FDPA / ST-FDPA with UE8M0 scales) -------------------------------------------
+
+// Element x as (significand x / 2^Exp, Exp) with MMA-Sim's nominal exponent; zero as (0, kZeroE).
+template <typename T>
+void SplitNominal(const GemmOperand& o, std::vector<T>& sig, std::vector<int>& ex) {
+  const int emin = FormatEmin(o.elem);
+  T table_s[256];
+  int table_e[256];
+  for (int c = 0; c < 256; ++c) {
+    const double v = (static_cast<uint64_t>(c) & ~o.elem.CodeMask()) ? 0.0 : DecodeToDouble(o.elem, c);
+    if (v == 0 || !std::isfinite(v)) {
+      table_s[c] = 0;
+      table_e[c] = kZeroE;
+    } else {
+      const int e = NominalExp(v, emin);
+      table_e[c] = e;
+      table_s[c] = static_cast<T>(std::ldexp(v, -e));
+    }
+  }
+  sig.resize(o.codes.size());
+  ex.resize(o.codes.size());
+  for (size_t i = 0; i < o.codes.size(); ++i) {
+    sig[i] = table_s[o.codes[i]];
+    ex[i] = table_e[o.codes[i]];
+  }
+}
+
+// The FP32 accumulator as a term: (significand, Exp) with Exp floored at -126; zero as (0, kZeroE).
+template <typename T>
+inline void AccSplit(float c, T& s, int& e) {
+  uint32_t b;
+  std::memcpy(&b, &c, 4);
+  const int field = (b >> 23) & 0xFF;
+  if ((b & 0x7FFFFFFF) == 0) {
+    s = 0;
+    e = kZeroE;
+    return;
+  }
+  e = field == 0 ? -126 : field - 127;
+  s = static_cast<T>(static_cast<double>(c) * Pow2d(-e));
+}
+
+struct FusedCtx {
+  const FusedParams* p;
+  size_t n, k;
+  int zero_exp;
+  bool track_zero;
+};
+
+// Rounds S * 2^unit (S an integer held exactly in a double) to the step's output.
+inline float FusedOut(double s, int unit, const FusedParams& p) {
+  if (s == 0) return 0.0f;
+  const bool neg = s < 0;
+  const uint64_t mag = static_cast<uint64_t>(neg ? -s : s);
+  return RoundFused(neg, mag, unit, p.out_bits, p.out_round == FusedRound::kRne);
+}
+
+// One tile: rows [i0, i1), columns [j0, j0 + nc). T holds the truncated terms exactly.
+template <typename T>
+QMX_GEMM_CLONES void FusedTile(const FusedCtx& ctx, const T* sa, const int* ea, const T* sb, const int* eb,
+                               const int* xa, const int* xb, size_t kb, const float* scale_prod_a, const float* scale_b,
+                               size_t sb_cols, size_t bn, const float* c_in, size_t i0, size_t i1, size_t j0, size_t nc,
+                               float* out) {
+  const FusedParams& p = *ctx.p;
+  const size_t n = ctx.n, k = ctx.k, step = static_cast<size_t>(p.step);
+  const bool rne_terms = p.term_round == FusedRound::kRne;
+  const size_t window = p.promote ? static_cast<size_t>(p.promote) : k;
+  const bool promote = p.promote != 0;
+  for (size_t i = i0; i < i1; ++i) {
+    float acc[kCols], part[kCols];
+    for (size_t j = 0; j < nc; ++j) acc[j] = c_in ? c_in[i * n + j0 + j] : 0.0f;
+    for (size_t w0 = 0; w0 < k; w0 += window) {
+      const size_t w1 = std::min(k, w0 + window);
+      for (size_t j = 0; j < nc; ++j) part[j] = promote ? 0.0f : acc[j];
+      for (size_t k0 = w0; k0 < w1; k0 += step) {
+        const size_t k1 = std::min(w1, k0 + step);
+        int emax[kCols], emin[kCols], ec[kCols];
+        T sc[kCols], sum[kCols];
+        for (size_t j = 0; j < nc; ++j) {
+          AccSplit(part[j], sc[j], ec[j]);
+          emax[j] = ec[j];
+          emin[j] = ec[j];
+        }
+        for (size_t kk = k0; kk < k1; ++kk) {
+          const int e_a = ea[i * k + kk] + (xa ? xa[(i) * ((k + kb - 1) / kb) + kk / kb] : 0);
+          const int* e_b = eb + kk * n + j0;
+          const int* x_b = xb ? xb + (kk / kb) * n + j0 : nullptr;
+          if (x_b) {
+            for (size_t j = 0; j < nc; ++j) {
+              const int e = e_a + e_b[j] + x_b[j];
+              emax[j] = std::max(emax[j], e);
+              emin[j] = std::min(emin[j], e);
+            }
+          } else {
+            for (size_t j = 0; j < nc; ++j) {
+              const int e = e_a + e_b[j];
+              emax[j] = std::max(emax[j], e);
+              emin[j] = std::min(emin[j], e);
+            }
+          }
+        }
+        if (ctx.track_zero)
+          for (size_t j = 0; j < nc; ++j)
+            if (emin[j] < kZeroE / 2) emax[j] = std::max(emax[j], ctx.zero_exp);
+        for (size_t j = 0; j < nc; ++j) {
+          const int d = ec[j] - emax[j] + p.frac_bits;
+          const T f = d < -126 ? T(0) : (sizeof(T) == 4 ? T(Pow2f(std::min(d, 127))) : T(Pow2d(std::min(d, 1023))));
+          const T t = sc[j] * f;
+          sum[j] = rne_terms ? std::nearbyint(t) : std::trunc(t);
+        }
+        for (size_t kk = k0; kk < k1; ++kk) {
+          const int e_a = ea[i * k + kk] + (xa ? xa[(i) * ((k + kb - 1) / kb) + kk / kb] : 0);
+          const T s_a = sa[i * k + kk];
+          const int* e_b = eb + kk * n + j0;
+          const T* s_b = sb + kk * n + j0;
+          const int* x_b = xb ? xb + (kk / kb) * n + j0 : nullptr;
+          for (size_t j = 0; j < nc; ++j) {
+            const int d = e_a + e_b[j] + (x_b ? x_b[j] : 0) - emax[j] + p.frac_bits;
+            const T f = d < -126 ? T(0) : (sizeof(T) == 4 ? T(Pow2f(d)) : T(Pow2d(d)));
+            const T t = s_a * s_b[j] * f;
+            sum[j] += rne_terms ? std::nearbyint(t) : std::trunc(t);
+          }
+        }
+        for (size_t j = 0; j < nc; ++j) part[j] = FusedOut(static_cast<double>(sum[j]), emax[j] - p.frac_bits, p);
+      }
+      if (!promote) {
+        for (size_t j = 0; j < nc; ++j) acc[j] = part[j];
+      } else if (scale_prod_a) {  // block scales at promotion
+        const size_t blk = w0 / kb;
+        for (size_t j = 0; j < nc; ++j) {
+          const float s_a = scale_prod_a[i * ((k + kb - 1) / kb) + blk];
+          const float s_b = scale_b[blk * sb_cols + (j0 + j) / bn];
+          acc[j] = p.promote_scale_separately ? std::fma(part[j] * s_a, s_b, acc[j]) : std::fma(part[j], s_a * s_b, acc[j]);
+        }
+      } else {
+        for (size_t j = 0; j < nc; ++j) acc[j] = acc[j] + part[j];
+      }
+    }
+    for (size_t j = 0; j < nc; ++j) out[i * n + j0 + j] = acc[j];
+  }
+}
+
+// Block scale of A at (row i, K block b) and of B at (K block b, column j), as dense per-K-block tables.
+void ScaleTables(const GemmOperand& a, const GemmOperand& b, const GemmPlan& plan, std::vector<float>& ta,
+                 std::vector<float>& tb) {
+  const size_t nb = (plan.k + plan.kb - 1) / plan.kb;
+  ta.assign(plan.m * nb, 1.0f);
+  tb.assign(nb * plan.n, 1.0f);
+  for (size_t i = 0; i < plan.m; ++i)
+    for (size_t blk = 0; blk < nb; ++blk) ta[i * nb + blk] = a.ScaleOf(i, blk * plan.kb);
+  for (size_t blk = 0; blk < nb; ++blk)
+    for (size_t j = 0; j < plan.n; ++j) tb[blk * plan.n + j] = b.ScaleOf(blk * plan.kb, j);
+}
+
+template <typename T>
+bool FusedFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+               const GemmPlan& plan, Exec exec, float* out) {
+  const FusedParams& p = model.fused;
+  std::vector<T> sa, sb;
+  std::vector<int> ea, eb;
+  SplitNominal(a, sa, ea);
+  SplitNominal(b, sb, eb);
+  const bool blocks = plan.a_blocks || plan.b_blocks;
+  std::vector<float> ta, tb;
+  std::vector<int> xa, xb;
+  if (blocks) ScaleTables(a, b, plan, ta, tb);
+  if (blocks && p.scale_in_products) {  // UE8M0 only: exponents add, significands are 1
+    xa.resize(ta.size());
+    xb.resize(tb.size());
+    for (size_t i = 0; i < ta.size(); ++i) xa[i] = std::ilogb(ta[i]);
+    for (size_t i = 0; i < tb.size(); ++i) xb[i] = std::ilogb(tb[i]);
+  }
+  FusedCtx ctx{&p, plan.n, plan.k, p.zero_exp, p.zero_exp > -1000};
+  const bool at_promotion = blocks && !p.scale_in_products;
+  ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
+    for (size_t j0 = 0; j0 < plan.n; j0 += kCols)
+      FusedTile<T>(ctx, sa.data(), ea.data(), sb.data(), eb.data(), xa.empty() ? nullptr : xa.data(),
+                   xb.empty() ? nullptr : xb.data(), plan.kb, at_promotion ? ta.data() : nullptr,
+                   at_promotion ? tb.data() : nullptr, plan.n, 1, c_in, i0, i1, j0, std::min(kCols, plan.n - j0), out);
+  });
+  if (plan.has_alpha)
+    for (size_t i = 0; i < plan.m * plan.n; ++i) out[i] = plan.alpha * out[i];
+  return true;
+}
+
+// Bits of the largest |significand| product of two formats (for the exactness bounds).
+int SigProductBits(const Format& a, const Format& b) {
+  auto bits = [](const Format& f) { return f.IsInt() ? f.Bits() - 1 : f.man_bits + 1; };
+  return bits(a) + bits(b);
+}
+
+bool TryFused(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+              const GemmPlan& plan, Exec exec, float* out) {
+  const FusedParams& p = model.fused;
+  if (p.group != 1) return false;
+  const bool blocks = plan.a_blocks || plan.b_blocks;
+  if (blocks && p.scale_in_products &&
+      (a.scale_format != ScaleFormat::kUe8m0 || b.scale_format != ScaleFormat::kUe8m0 || !plan.a_blocks || !plan.b_blocks))
+    return false;
+  if (!FormatFinite(a) || !FormatFinite(b) || !ScalesFinite(a) || !ScalesFinite(b)) return false;
+  if (c_in && !AllFinite(c_in, plan.m * plan.n)) return false;
+  if (a.elem.IsInt() || b.elem.IsInt()) return false;
+  // A term is below 2^(F+2); the accumulator term below 2^(F+1); step + 1 of them must sum exactly.
+  const int width = p.frac_bits + 2 + static_cast<int>(std::ceil(std::log2(p.step + 1.0)));
+  const int sig_bits = SigProductBits(a.elem, b.elem);
+  if (width <= 24 && sig_bits <= 24)
+    return FusedFast<float>(a, b, c_in, model, plan, exec, out);
+  if (width <= 53) return FusedFast<double>(a, b, c_in, model, plan, exec, out);
+  return false;
+}
+
+}  // namespace
+
+bool GemmFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+              const GemmPlan& plan, Exec exec, float* out) {
+  if (plan.m == 0 || plan.n == 0) return true;
+  switch (model.kind) {
+    case AccumKind::kFused: return TryFused(a, b, c_in, model, plan, exec, out);
+    default: return false;
+  }
+}
+
+}  // namespace qmx::internal

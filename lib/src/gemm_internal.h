@@ -1,0 +1,119 @@
+// gemm_internal.h: pieces the GEMM reference and fast paths share: the validated plan, exact values as
+// integer times power of two, the nominal exponents of MMA-Sim's fused sum, and its output rounding.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "qmx/gemm.h"
+
+namespace qmx::internal {
+
+using u128 = unsigned __int128;
+using i128 = __int128;
+
+struct GemmPlan {
+  size_t m = 0, n = 0, k = 0;
+  size_t kb = 0;             // scale block length along K (k when neither side has block scales along K)
+  bool a_blocks = false, b_blocks = false;
+  float alpha = 1.0f;        // fl32(tensor_scale_a * tensor_scale_b)
+  bool has_alpha = false;    // either tensor scale differs from 1
+};
+// Checks shapes, scale blocks and the model against each other (qmx::Error naming the problem).
+GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model);
+
+// The reference on output rows [i0, i1) (out is the whole M x N result).
+void GemmRefRows(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+                 const GemmPlan& plan, size_t i0, size_t i1, float* out);
+
+// The fast kernels (gemm_fast.cc): true when they computed `out`, false when the case needs the
+// generic path (formats, scales or models they do not cover).
+bool GemmFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+              const GemmPlan& plan, Exec exec, float* out);
+
+// The exponent MMA-Sim gives a value: floor(log2 |x|), but never below the format's emin (subnormals
+// keep emin and a significand below 1). x finite and nonzero.
+inline int NominalExp(double x, int emin) {
+  const int e = std::ilogb(x);
+  return e < emin ? emin : e;
+}
+// The emin used for a format's nominal exponent (e4m3 -6, e5m2 -14, e2m1 0, int8: its quantum).
+inline int FormatEmin(const Format& f) { return f.Emin(); }
+inline int ScaleEmin(ScaleFormat s) { return s == ScaleFormat::kUe8m0 ? -127 : s == ScaleFormat::kE4m3 ? -6 : -126; }
+
+// An exact value +-mag * 2^lsb.
+struct Exact {
+  bool neg = false;
+  u128 mag = 0;
+  int lsb = 0;
+};
+// A finite double as an exact value with an odd (or zero) magnitude.
+inline Exact ExactOf(double x) {
+  Exact r;
+  if (x == 0) return r;
+  int e;
+  const double f = std::frexp(std::fabs(x), &e);
+  uint64_t m = static_cast<uint64_t>(std::ldexp(f, 53));
+  int lsb = e - 53;
+  const int tz = __builtin_ctzll(m);
+  m >>= tz;
+  lsb += tz;
+  r.neg = x < 0;
+  r.mag = m;
+  r.lsb = lsb;
+  return r;
+}
+// Product of exact values; the caller keeps the total width within 128 bits (elements <= 11 bits,
+// FP32 factors 24 bits).
+inline Exact Mul(const Exact& x, const Exact& y) {
+  Exact r;
+  r.neg = x.neg != y.neg;
+  r.mag = x.mag * y.mag;
+  r.lsb = x.lsb + y.lsb;
+  return r;
+}
+inline int Msb128(u128 v) {  // v != 0
+  const uint64_t hi = static_cast<uint64_t>(v >> 64);
+  return hi ? 127 - __builtin_clzll(hi) : 63 - __builtin_clzll(static_cast<uint64_t>(v));
+}
+
+// floor(mag * 2^shift) (shift may be negative), or rounded to nearest even when `rne`.
+inline u128 ShiftRound(u128 mag, int shift, bool rne) {
+  if (mag == 0) return 0;
+  if (shift >= 0) return shift >= 127 ? 0 : mag << shift;  // callers keep the result in range
+  const int s = -shift;
+  if (s >= 128) return rne && s == 128 ? 0 : 0;
+  u128 q = mag >> s;
+  if (rne) {
+    const u128 rem = mag & ((static_cast<u128>(1) << s) - 1);
+    const u128 half = static_cast<u128>(1) << (s - 1);
+    if (rem > half || (rem == half && (q & 1))) ++q;
+  }
+  return q;
+}
+
+inline float CanonicalNanF() {
+  uint32_t b = 0x7FFFFFFFu;
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+// +-S * 2^lsb rounded to an FP32 container holding `bits` significant bits, the exponent floored at
+// -126 (so subnormal results are quantized at 2^(-126 - bits + 1)), RZ or RNE; a magnitude of 2^128 or
+// more after rounding gives Inf (the tensor cores overflow to Inf also under RZ).
+inline float RoundFused(bool neg, u128 s, int lsb, int bits, bool rne) {
+  if (s == 0) return 0.0f;
+  int e = Msb128(s) + lsb;
+  if (e < -126) e = -126;
+  const int q = e - (bits - 1);  // quantum exponent
+  const u128 kept = ShiftRound(s, lsb - q, rne);
+  const double v = std::ldexp(static_cast<double>(kept), q);  // kept <= 2^bits: exact in double
+  if (v >= 0x1p128) return neg ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+  const float f = static_cast<float>(v);
+  return neg ? -f : f;
+}
+
+}  // namespace qmx::internal

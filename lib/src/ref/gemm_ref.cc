@@ -1,0 +1,287 @@
+// gemm_ref.cc: the reference GEMM, one dot product at a time, each model written as its definition
+// (README "GEMM accumulation models"; REFERENCES.md section 4; MMA-Sim's T-, ST- and GST-FDPA).
+#include <cmath>
+#include <vector>
+
+#include "exact_sum.h"
+#include "gemm_internal.h"
+#include "qmx/error.h"
+
+namespace qmx {
+namespace {
+
+using internal::Exact;
+using internal::ExactOf;
+using internal::i128;
+using internal::Mul;
+using internal::u128;
+
+struct Dot {
+  const GemmOperand& a;
+  const GemmOperand& b;
+  const internal::GemmPlan& plan;
+  const AccumModel* plan_model;
+  size_t i, j;
+  double A(size_t k) const { return DecodeToDouble(a.elem, a.codes[i * a.cols + k]); }
+  double B(size_t k) const { return DecodeToDouble(b.elem, b.codes[k * b.cols + j]); }
+  double SA(size_t k) const { return a.ScaleOf(i, k); }
+  double SB(size_t k) const { return b.ScaleOf(k, j); }
+};
+
+float Alpha(const internal::GemmPlan& plan, float acc) { return plan.has_alpha ? plan.alpha * acc : acc; }
+
+// exact: RNE(sum a*b*sa*sb*ta*tb + c), every product exact, one rounding.
+float ExactDot(const Dot& d, const float* c) {
+  internal::ExactSum sum;
+  bool all_neg_zero = true, any = false;
+  const Exact t = Mul(ExactOf(d.a.tensor_scale), ExactOf(d.b.tensor_scale));
+  const bool t_finite = std::isfinite(d.a.tensor_scale) && std::isfinite(d.b.tensor_scale);
+  if (c) {
+    any = true;
+    if (!std::isfinite(*c)) sum.AddSpecial(*c);
+    else {
+      const Exact e = ExactOf(*c);
+      sum.Add(e.neg, static_cast<uint64_t>(e.mag), e.lsb);
+    }
+    all_neg_zero = *c == 0 && std::signbit(*c);
+  }
+  for (size_t k = 0; k < d.plan.k; ++k) {
+    const double x = d.A(k), y = d.B(k), sa = d.SA(k), sb = d.SB(k);
+    any = true;
+    if (!std::isfinite(x) || !std::isfinite(y) || !std::isfinite(sa) || !std::isfinite(sb) || !t_finite) {
+      // NaN, Inf * 0 -> NaN; Inf -> signed Inf (the double product gives both)
+      const double p = x * y * sa * sb * d.a.tensor_scale * d.b.tensor_scale;
+      sum.AddSpecial(std::isnan(p) ? NAN : p);
+      all_neg_zero = false;
+      continue;
+    }
+    const Exact p = Mul(Mul(Mul(ExactOf(x), ExactOf(y)), Mul(ExactOf(sa), ExactOf(sb))), t);
+    if (p.mag == 0) {  // the sign of a zero product, from the (exact) double product
+      all_neg_zero = all_neg_zero && std::signbit(x * y * sa * sb * d.a.tensor_scale * d.b.tensor_scale);
+      continue;
+    }
+    all_neg_zero = false;
+    // 128-bit magnitude: add as two 64-bit pieces
+    sum.Add(p.neg, static_cast<uint64_t>(p.mag), p.lsb);
+    sum.Add(p.neg, static_cast<uint64_t>(p.mag >> 64), p.lsb + 64);
+  }
+  return sum.RoundToFloat(any && all_neg_zero);
+}
+
+float Fp32SeqDot(const Dot& d, const float* c) {
+  float acc = c ? *c : 0.0f;
+  for (size_t k = 0; k < d.plan.k; ++k) {
+    const float x = static_cast<float>(d.A(k)) * static_cast<float>(d.SA(k));
+    const float y = static_cast<float>(d.B(k)) * static_cast<float>(d.SB(k));
+    acc = std::fma(x, y, acc);
+  }
+  return Alpha(d.plan, acc);
+}
+
+float BlockExactDot(const Dot& d, const float* c) {
+  float acc = c ? *c : 0.0f;
+  for (size_t k0 = 0; k0 < d.plan.k; k0 += d.plan.kb) {
+    const size_t k1 = std::min(d.plan.k, k0 + d.plan.kb);
+    internal::ExactSum sum;
+    sum.AddDouble(acc);
+    bool all_neg_zero = acc == 0 && std::signbit(acc);
+    for (size_t k = k0; k < k1; ++k) {
+      const double x = d.A(k), y = d.B(k), sa = d.SA(k), sb = d.SB(k);
+      if (!std::isfinite(x) || !std::isfinite(y) || !std::isfinite(sa) || !std::isfinite(sb)) {
+        const double p = x * y * sa * sb;
+        sum.AddSpecial(std::isnan(p) ? NAN : p);
+        all_neg_zero = false;
+        continue;
+      }
+      const Exact p = Mul(Mul(ExactOf(x), ExactOf(y)), Mul(ExactOf(sa), ExactOf(sb)));
+      if (p.mag == 0) {
+        all_neg_zero = all_neg_zero && std::signbit(x * y * sa * sb);
+        continue;
+      }
+      all_neg_zero = false;
+      sum.Add(p.neg, static_cast<uint64_t>(p.mag), p.lsb);
+      sum.Add(p.neg, static_cast<uint64_t>(p.mag >> 64), p.lsb + 64);
+    }
+    acc = sum.RoundToFloat(all_neg_zero);
+  }
+  return Alpha(d.plan, acc);
+}
+
+// One term of a fused step: its exact value and the exponent it is aligned by.
+struct Term {
+  Exact v;
+  int nominal = 0;
+};
+
+// Special operands of a step (NaN, Inf) decide its result on their own, IEEE-style.
+struct Specials {
+  bool nan = false, pos_inf = false, neg_inf = false;
+  void Add(double p) {
+    if (std::isnan(p)) nan = true;
+    else if (std::isinf(p)) (p > 0 ? pos_inf : neg_inf) = true;
+  }
+  bool Any() const { return nan || pos_inf || neg_inf; }
+  float Result() const {
+    if (nan || (pos_inf && neg_inf)) return internal::CanonicalNanF();
+    return pos_inf ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
+  }
+};
+
+// MMA-Sim's truncated fused sum: align every term (the accumulator c included) to the largest nominal
+// exponent, keep F fractional bits of each, sum exactly, round the sum to the step's output.
+float FusedSum(const std::vector<Term>& terms, const FusedParams& p) {
+  int emax = std::numeric_limits<int>::min();
+  for (const Term& t : terms) emax = std::max(emax, t.nominal);
+  if (terms.empty()) return 0.0f;
+  const int unit = emax - p.frac_bits;  // exponent of the LSB kept
+  i128 s = 0;
+  for (const Term& t : terms) {
+    const u128 q = internal::ShiftRound(t.v.mag, t.v.lsb - unit, p.term_round == FusedRound::kRne);
+    s += t.v.neg ? -static_cast<i128>(q) : static_cast<i128>(q);
+  }
+  const bool neg = s < 0;
+  return internal::RoundFused(neg, static_cast<u128>(neg ? -s : s), unit, p.out_bits, p.out_round == FusedRound::kRne);
+}
+
+Term AccTerm(float c, const FusedParams& p) {
+  Term t;
+  if (c == 0) {
+    t.nominal = p.zero_exp;
+    return t;
+  }
+  t.v = ExactOf(c);
+  t.nominal = internal::NominalExp(c, -126);
+  return t;
+}
+
+// One fused step over products k0..k1 with the accumulator c. Block scales enter the products when
+// the model says so: per product (group == 1: exponents added, significands multiplied) or per exact
+// group sum (group > 1: aligned at the scale exponents only).
+float FusedStep(const Dot& d, size_t k0, size_t k1, float c, bool scales_in) {
+  const FusedParams& p = d.plan_model->fused;
+  Specials sp;
+  sp.Add(c);
+  std::vector<Term> terms;
+  terms.push_back(AccTerm(c, p));
+  const int ea = internal::FormatEmin(d.a.elem), eb = internal::FormatEmin(d.b.elem);
+  const int esa = internal::ScaleEmin(d.a.scale_format), esb = internal::ScaleEmin(d.b.scale_format);
+  const size_t g = static_cast<size_t>(p.group);
+  for (size_t q0 = k0; q0 < k1; q0 += g) {
+    const size_t q1 = std::min(k1, q0 + g);
+    if (g == 1) {
+      const double x = d.A(q0), y = d.B(q0);
+      const double sa = scales_in ? d.SA(q0) : 1.0, sb = scales_in ? d.SB(q0) : 1.0;
+      const double prod = x * y * sa * sb;
+      if (!std::isfinite(x) || !std::isfinite(y) || !std::isfinite(sa) || !std::isfinite(sb)) {
+        sp.Add(std::isnan(prod) ? NAN : prod);
+        continue;
+      }
+      Term t;
+      if (x == 0 || y == 0 || sa == 0 || sb == 0) {
+        t.nominal = p.zero_exp;
+      } else {
+        t.v = Mul(Mul(ExactOf(x), ExactOf(y)), Mul(ExactOf(sa), ExactOf(sb)));
+        t.nominal = internal::NominalExp(x, ea) + internal::NominalExp(y, eb) +
+                    (scales_in ? internal::NominalExp(sa, esa) + internal::NominalExp(sb, esb) : 0);
+      }
+      terms.push_back(t);
+      continue;
+    }
+    // GST: exact group sum P times the scales, aligned at the scale exponents.
+    const double sa = scales_in ? d.SA(q0) : 1.0, sb = scales_in ? d.SB(q0) : 1.0;
+    internal::i128 sum = 0;
+    int lsb = 0;
+    bool all_zero = true, special = false;
+    std::vector<Exact> prods;
+    for (size_t k = q0; k < q1; ++k) {
+      const double x = d.A(k), y = d.B(k);
+      if (!std::isfinite(x) || !std::isfinite(y) || !std::isfinite(sa) || !std::isfinite(sb)) {
+        sp.Add(std::isnan(x * y * sa * sb) ? NAN : x * y * sa * sb);
+        special = true;
+        continue;
+      }
+      if (x == 0 || y == 0) continue;
+      all_zero = false;
+      prods.push_back(Mul(ExactOf(x), ExactOf(y)));
+    }
+    if (special) continue;
+    if (!prods.empty()) {
+      lsb = prods[0].lsb;
+      for (const Exact& e : prods) lsb = std::min(lsb, e.lsb);
+      for (const Exact& e : prods) {
+        const i128 v = static_cast<i128>(e.mag << (e.lsb - lsb));
+        sum += e.neg ? -v : v;
+      }
+    }
+    Term t;
+    if (all_zero || sa == 0 || sb == 0) {
+      t.nominal = p.zero_exp;
+    } else {
+      Exact ps;
+      ps.neg = sum < 0;
+      ps.mag = static_cast<u128>(sum < 0 ? -sum : sum);
+      ps.lsb = lsb;
+      t.v = Mul(ps, Mul(ExactOf(sa), ExactOf(sb)));
+      t.nominal = (scales_in ? internal::NominalExp(sa, esa) + internal::NominalExp(sb, esb) : 0);
+    }
+    terms.push_back(t);
+  }
+  if (sp.Any()) return sp.Result();
+  return FusedSum(terms, p);
+}
+
+float FusedDot(const Dot& d, const float* c) {
+  const FusedParams& p = d.plan_model->fused;
+  const size_t step = static_cast<size_t>(p.step);
+  const bool blocks = d.plan.a_blocks || d.plan.b_blocks;
+  const bool scales_in = blocks && p.scale_in_products;
+  float acc = c ? *c : 0.0f;
+  if (p.promote == 0) {
+    for (size_t k0 = 0; k0 < d.plan.k; k0 += step) acc = FusedStep(d, k0, std::min(d.plan.k, k0 + step), acc, scales_in);
+    return Alpha(d.plan, acc);
+  }
+  const size_t window = static_cast<size_t>(p.promote);
+  for (size_t w0 = 0; w0 < d.plan.k; w0 += window) {
+    const size_t w1 = std::min(d.plan.k, w0 + window);
+    float part = 0.0f;
+    for (size_t k0 = w0; k0 < w1; k0 += step) part = FusedStep(d, k0, std::min(w1, k0 + step), part, scales_in);
+    if (blocks && !scales_in) {
+      const float sa = static_cast<float>(d.SA(w0)), sb = static_cast<float>(d.SB(w0));
+      acc = p.promote_scale_separately ? std::fma(part * sa, sb, acc) : std::fma(part, sa * sb, acc);
+    } else {
+      acc = acc + part;
+    }
+  }
+  return Alpha(d.plan, acc);
+}
+
+}  // namespace
+
+namespace internal {
+void GemmRefRows(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+                 const GemmPlan& plan, size_t i0, size_t i1, float* out) {
+  for (size_t i = i0; i < i1; ++i) {
+    for (size_t j = 0; j < plan.n; ++j) {
+      Dot d{a, b, plan, &model, i, j};
+      const float* c = c_in ? c_in + i * plan.n + j : nullptr;
+      float r = 0;
+      switch (model.kind) {
+        case AccumKind::kExact: r = ExactDot(d, c); break;
+        case AccumKind::kFp32Seq: r = Fp32SeqDot(d, c); break;
+        case AccumKind::kBlockExact: r = BlockExactDot(d, c); break;
+        case AccumKind::kFused: r = FusedDot(d, c); break;
+      }
+      out[i * plan.n + j] = r;
+    }
+  }
+}
+}  // namespace internal
+
+std::vector<float> GemmRef(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model) {
+  const internal::GemmPlan plan = internal::PlanGemm(a, b, c_in, model);
+  std::vector<float> out(plan.m * plan.n);
+  internal::GemmRefRows(a, b, c_in, model, plan, 0, plan.m, out.data());
+  return out;
+}
+
+}  // namespace qmx

@@ -1,0 +1,348 @@
+// test_gemm.cc: the GEMM layer. The fast paths against the scalar reference for every model on random,
+// structured and adversarial operands (MX, NVFP4, blockwise and per-tensor scales, ragged K, specials);
+// `exact` against MPFR; the Hopper models against H200 tensor-core outputs (golden/gemm-hopper); hand-worked
+// fused-step cases; clear errors.
+#include <mpfr.h>
+#include <omp.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "qmx/error.h"
+#include "qmx/gemm.h"
+#include "qmx/io.h"
+#include "qmx/quantize.h"
+#include "support/hex.h"
+
+using namespace qmx;
+using qmx::test::FloatBits;
+using qmx::test::Hex;
+
+namespace {
+
+// Random codes of a format: mostly values of a Gaussian-like spread, some zeros, some extremes.
+std::vector<uint8_t> RandomCodes(const Format& f, size_t n, std::mt19937& rng, bool specials) {
+  std::uniform_int_distribution<int> any(0, static_cast<int>(f.CodeMask()));
+  std::vector<uint8_t> c(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint8_t v = static_cast<uint8_t>(any(rng));
+    const CodeClass cl = ClassifyCode(f, v);
+    if (!specials && (cl == CodeClass::kNan || cl == CodeClass::kInf)) v = 0;
+    if (rng() % 9 == 0) v = 0;
+    c[i] = v;
+  }
+  return c;
+}
+
+GemmOperand Codes(const Format& f, size_t r, size_t c, std::mt19937& rng, bool specials = false) {
+  const std::vector<uint8_t> codes = RandomCodes(f, r * c, rng, specials);
+  return OperandFromCodes(f, r, c, codes.data());
+}
+
+void AddUe8m0(GemmOperand& o, bool is_a, size_t block, std::mt19937& rng, int lo, int hi) {
+  o.scale_format = ScaleFormat::kUe8m0;
+  o.block_rows = is_a ? 1 : block;
+  o.block_cols = is_a ? block : 1;
+  o.scale_rows = (o.rows + o.block_rows - 1) / o.block_rows;
+  o.scale_cols = (o.cols + o.block_cols - 1) / o.block_cols;
+  std::uniform_int_distribution<int> e(lo, hi);
+  o.scales.resize(o.scale_rows * o.scale_cols);
+  for (float& s : o.scales) s = std::ldexp(1.0f, e(rng));
+}
+
+void AddFp32(GemmOperand& o, size_t br, size_t bc, std::mt19937& rng, ScaleFormat sf = ScaleFormat::kFp32) {
+  o.scale_format = sf;
+  o.block_rows = br;
+  o.block_cols = bc;
+  o.scale_rows = (o.rows + br - 1) / br;
+  o.scale_cols = (o.cols + bc - 1) / bc;
+  std::uniform_real_distribution<float> u(0.5f, 3.0f);
+  o.scales.resize(o.scale_rows * o.scale_cols);
+  for (float& s : o.scales) {
+    s = u(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 9) - 4);
+    if (sf == ScaleFormat::kE4m3) s = DecodeToFloat(fmt::kE4M3, rng() % 0x7F);  // finite, may be 0
+  }
+}
+
+void RequireSame(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool same = FloatBits(got[i]) == FloatBits(want[i]) || (std::isnan(got[i]) && std::isnan(want[i]));
+    if (!same && bad++ < 3)
+      UNSCOPED_INFO(what << ": output " << i << " got " << Hex(FloatBits(got[i])) << " want " << Hex(FloatBits(want[i])));
+  }
+  CHECK(bad == 0);
+}
+
+std::vector<AccumModel> AllModels() {
+  std::vector<AccumModel> m;
+  for (const std::string& n : AccumModelNames()) m.push_back(AccumModelByName(n));
+  m.push_back(AccumModelByName("fused:step=8,F=6,term=rne,out=rne,bits=11,zero-exp=-20,promote=16"));
+  m.push_back(AccumModelByName("fused:step=16,F=20,bits=24,zero-exp=-133,promote=32,promote-scale=separate"));
+  m.push_back(AccumModelByName("fused:step=32,F=25,group=8,scale=products"));
+  return m;
+}
+
+// Runs every model that accepts the operands, fast (1 and 2 threads) against the reference.
+void CheckAllModels(const GemmOperand& a, const GemmOperand& b, const float* c, const std::string& what) {
+  for (const AccumModel& m : AllModels()) {
+    std::vector<float> ref;
+    try {
+      ref = GemmRef(a, b, c, m);
+    } catch (const Error&) {
+      continue;  // the model does not fit these scales (e.g. scales at promotion without promotion)
+    }
+    omp_set_num_threads(1);
+    const std::vector<float> one = Gemm(a, b, c, m);
+    omp_set_num_threads(2);
+    const std::vector<float> two = Gemm(a, b, c, m);
+    RequireSame(one, ref, what + " / " + m.name + " (1 thread)");
+    RequireSame(two, ref, what + " / " + m.name + " (2 threads)");
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gemm: fast paths equal the reference for every model, plain codes", "[gemm]") {
+  std::mt19937 rng(11);
+  const Format fmts[] = {fmt::kE4M3, fmt::kE5M2, fmt::kE2M1, fmt::kE3M2, fmt::kE2M3};
+  const size_t shapes[][3] = {{5, 7, 96}, {9, 130, 64}, {3, 3, 300}, {1, 1, 1}, {4, 17, 33}};
+  for (const Format& fa : fmts)
+    for (const Format& fb : {fmt::kE4M3, fmt::kE5M2, fmt::kE2M1}) {
+      for (const auto& s : shapes) {
+        const GemmOperand a = Codes(fa, s[0], s[2], rng), b = Codes(fb, s[2], s[1], rng);
+        CheckAllModels(a, b, nullptr, std::string(fa.name) + "x" + fb.name);
+      }
+    }
+  // With C, including FP32 subnormals and values that the fused step truncates.
+  const GemmOperand a = Codes(fmt::kE4M3, 6, 64, rng), b = Codes(fmt::kE4M3, 64, 10, rng);
+  std::vector<float> c(60);
+  std::normal_distribution<float> nd;
+  for (size_t i = 0; i < c.size(); ++i) c[i] = i % 7 == 0 ? std::ldexp(1.0f, -140) : nd(rng) * std::ldexp(1.0f, int(i % 20) - 10);
+  CheckAllModels(a, b, c.data(), "e4m3 with C");
+}
+
+TEST_CASE("gemm: fast paths equal the reference with MX, NVFP4, blockwise and per-tensor scales", "[gemm]") {
+  std::mt19937 rng(12);
+  // MXFP8 / MXFP4: 1x32 UE8M0 along K, ordinary and extreme scale exponents (products near 2^+-254).
+  for (const Format& f : {fmt::kE4M3, fmt::kE2M1, fmt::kE5M2}) {
+    for (const auto& range : {std::pair<int, int>{-8, 8}, std::pair<int, int>{-127, -100}, std::pair<int, int>{100, 127}}) {
+      GemmOperand a = Codes(f, 7, 96, rng), b = Codes(f, 96, 9, rng);
+      AddUe8m0(a, true, 32, rng, range.first, range.second);
+      AddUe8m0(b, false, 32, rng, range.first, range.second);
+      CheckAllModels(a, b, nullptr, std::string("mx ") + f.name);
+    }
+  }
+  // NVFP4: 1x16 E4M3 scales (some zero) with tensor scales.
+  {
+    GemmOperand a = Codes(fmt::kE2M1, 5, 64, rng), b = Codes(fmt::kE2M1, 64, 6, rng);
+    AddFp32(a, 1, 16, rng, ScaleFormat::kE4m3);
+    AddFp32(b, 16, 1, rng, ScaleFormat::kE4m3);
+    a.tensor_scale = 0.0123f;
+    b.tensor_scale = 3.5f;
+    CheckAllModels(a, b, nullptr, "nvfp4");
+  }
+  // Blockwise FP8: 1x128 for A, 128x128 for B, FP32 scales; and 1x128 on both sides.
+  {
+    GemmOperand a = Codes(fmt::kE4M3, 6, 384, rng), b = Codes(fmt::kE4M3, 384, 130, rng);
+    AddFp32(a, 1, 128, rng);
+    AddFp32(b, 128, 128, rng);
+    CheckAllModels(a, b, nullptr, "block 1x128 x 128x128");
+    GemmOperand b2 = Codes(fmt::kE4M3, 384, 5, rng);
+    AddFp32(b2, 128, 1, rng);
+    CheckAllModels(a, b2, nullptr, "block 1x128 x 128x1");
+  }
+  // Per-tensor FP32 scales.
+  {
+    GemmOperand a = Codes(fmt::kE4M3, 4, 200, rng), b = Codes(fmt::kE5M2, 200, 4, rng);
+    a.tensor_scale = 1.5f / 448;
+    b.tensor_scale = 7.0f;
+    CheckAllModels(a, b, nullptr, "per-tensor");
+  }
+}
+
+TEST_CASE("gemm: specials follow the models (NaN, Inf, NaN scales, overflow)", "[gemm]") {
+  std::mt19937 rng(13);
+  GemmOperand a = Codes(fmt::kE5M2, 6, 64, rng, true), b = Codes(fmt::kE5M2, 64, 7, rng, true);
+  CheckAllModels(a, b, nullptr, "e5m2 with Inf and NaN");
+  GemmOperand c = Codes(fmt::kE4M3, 4, 64, rng, true), d = Codes(fmt::kE4M3, 64, 4, rng, true);
+  AddUe8m0(c, true, 32, rng, -3, 3);
+  AddUe8m0(d, false, 32, rng, -3, 3);
+  c.scales[1] = NAN;  // a UE8M0 0xFF scale
+  CheckAllModels(c, d, nullptr, "mx with a NaN scale");
+  // Overflow: scales 2^127 x 2^127 make the products overflow FP32. exact (RNE) and the fused models
+  // give Inf (the tensor cores overflow to Inf even under RZ).
+  const uint8_t one[32] = {0x38, 0x38, 0x38, 0x38};  // e4m3 1.0 in the first four lanes
+  GemmOperand x = OperandFromCodes(fmt::kE4M3, 1, 32, one), y = OperandFromCodes(fmt::kE4M3, 32, 1, one);
+  AddUe8m0(x, true, 32, rng, 127, 127);
+  AddUe8m0(y, false, 32, rng, 127, 127);
+  for (const char* m : {"exact", "block-exact", "blackwell-mxf8f6f4"}) {
+    INFO(m);
+    CHECK(std::isinf(Gemm(x, y, nullptr, AccumModelByName(m))[0]));
+    CHECK(std::isinf(GemmRef(x, y, nullptr, AccumModelByName(m))[0]));
+  }
+}
+
+TEST_CASE("gemm: exact equals MPFR's exact sum rounded once", "[gemm]") {
+  std::mt19937 rng(14);
+  mpfr_t acc, term, f;
+  mpfr_inits2(4096, acc, term, f, static_cast<mpfr_ptr>(nullptr));
+  size_t checked = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const Format fa = trial % 3 == 0 ? fmt::kE5M2 : fmt::kE4M3, fb = trial % 2 ? fmt::kE5M2 : fmt::kE2M1;
+    const size_t k = 1 + rng() % 300;
+    GemmOperand a = Codes(fa, 3, k, rng), b = Codes(fb, k, 4, rng);
+    if (trial % 4 == 1) {  // one large product among tiny ones; cancellation
+      a.codes[0] = static_cast<uint8_t>(fa.MaxFiniteCode());
+      for (size_t i = 1; i < k; ++i) a.codes[i] = static_cast<uint8_t>(1 + rng() % 3);
+      for (size_t i = 0; i < k / 2; ++i) a.codes[k + i] = a.codes[k + k / 2 + i] = static_cast<uint8_t>(rng() % 0x70);
+      for (size_t i = 0; i < k / 2; ++i) a.codes[k + k / 2 + i] ^= 0x80;
+    }
+    if (trial % 5 == 2) {  // scales that push results into FP32's subnormal range
+      AddUe8m0(a, true, 32, rng, -127, -110);
+      AddUe8m0(b, false, 32, rng, -60, -20);
+    } else if (trial % 5 == 3) {
+      AddFp32(a, 1, 32, rng);
+      AddFp32(b, 32, 1, rng);
+      a.tensor_scale = 0.3f;
+    }
+    std::vector<float> c(12);
+    const bool with_c = trial % 3 == 1 && a.tensor_scale == 1.0f;
+    for (float& v : c) v = std::ldexp(static_cast<float>(rng() % 1000) - 500.0f, static_cast<int>(rng() % 20) - 10);
+    const std::vector<float> got = Gemm(a, b, with_c ? c.data() : nullptr, AccumModelByName("exact"));
+    for (size_t i = 0; i < 3; ++i)
+      for (size_t j = 0; j < 4; ++j) {
+        mpfr_set_flt(acc, with_c ? c[i * 4 + j] : 0.0f, MPFR_RNDN);
+        for (size_t kk = 0; kk < k; ++kk) {
+          mpfr_set_d(term, DecodeToDouble(a.elem, a.codes[i * k + kk]), MPFR_RNDN);
+          mpfr_mul_d(term, term, DecodeToDouble(b.elem, b.codes[kk * 4 + j]), MPFR_RNDN);
+          mpfr_mul_d(term, term, a.ScaleOf(i, kk), MPFR_RNDN);
+          mpfr_mul_d(term, term, b.ScaleOf(kk, j), MPFR_RNDN);
+          mpfr_mul_d(term, term, a.tensor_scale, MPFR_RNDN);
+          mpfr_add(acc, acc, term, MPFR_RNDN);  // 4096 bits: every step exact
+        }
+        const float want = mpfr_get_flt(acc, MPFR_RNDN);
+        const float g = got[i * 4 + j];
+        INFO("trial " << trial << " (" << i << "," << j << ") got " << Hex(FloatBits(g)) << " want " << Hex(FloatBits(want)));
+        CHECK(FloatBits(g) == FloatBits(want));
+        ++checked;
+      }
+  }
+  mpfr_clears(acc, term, f, static_cast<mpfr_ptr>(nullptr));
+  CHECK(checked == 480);
+}
+
+TEST_CASE("gemm: hand-worked fused steps", "[gemm]") {
+  const AccumModel hopper = AccumModelByName("hopper-fp8-fast");
+  const uint8_t zeros[32] = {};
+  const GemmOperand z = OperandFromCodes(fmt::kE4M3, 1, 32, zeros), zb = OperandFromCodes(fmt::kE4M3, 32, 1, zeros);
+  // An FP32 C passed through one step with all products zero keeps 13 fractional bits: 1 + 2^-20 -> 1,
+  // 1 + 2^-13 stays, -(1 + 2^-13 + 2^-14) -> -(1 + 2^-13) (toward zero).
+  for (auto [c, want] : {std::pair<float, float>{1.0f + 0x1p-20f, 1.0f}, {1.0f + 0x1p-13f, 1.0f + 0x1p-13f},
+                         {-(1.0f + 0x1p-13f + 0x1p-14f), -(1.0f + 0x1p-13f)}, {0x1p-149f, 0.0f}}) {
+    CHECK(FloatBits(Gemm(z, zb, &c, hopper)[0]) == FloatBits(want));
+    CHECK(FloatBits(GemmRef(z, zb, &c, hopper)[0]) == FloatBits(want));
+  }
+  // Products are aligned at their un-normalized exponent: 1.5 * 1.5 has exponent 0 (significand 2.25);
+  // with 2^-6 * 2^-7 (exponent -12, significand 0.5 -> one unit of 2^-13) the sum 2.25 + 2^-13 is cut to 14
+  // bits (2^-12 at exponent 1): 2.25.
+  uint8_t av[32] = {0x3C, 0x08}, bv[32] = {0x3C, 0x02};  // e4m3: 1.5, 2^-6 ; 1.5, 2^-8 (subnormal 0x02)
+  GemmOperand a = OperandFromCodes(fmt::kE4M3, 1, 32, av), b = OperandFromCodes(fmt::kE4M3, 32, 1, bv);
+  CHECK(Gemm(a, b, nullptr, hopper)[0] == 2.25f);
+  CHECK(Gemm(a, b, nullptr, AccumModelByName("exact"))[0] == 2.25f + 0x1p-14f);
+  // Sixteen products of 1 then sixteen of 2^-14: the small ones fall below F=13 and vanish in one step,
+  // while fp32-seq and exact keep them.
+  uint8_t ones[32], bones[32];
+  for (int i = 0; i < 32; ++i) ones[i] = i < 16 ? 0x38 : 0x10;  // 1.0 ; 2^-5 (0x10: exponent field 2)
+  for (int i = 0; i < 32; ++i) bones[i] = i < 16 ? 0x38 : 0x28;  // 1.0 ; 2^-2 ... product 2^-7
+  GemmOperand o = OperandFromCodes(fmt::kE4M3, 1, 32, ones), ob = OperandFromCodes(fmt::kE4M3, 32, 1, bones);
+  const float exact = Gemm(o, ob, nullptr, AccumModelByName("exact"))[0];
+  CHECK(exact == 16.0f + 16 * 0x1p-7f);
+  // emax = 0: unit 2^-13, each 2^-7 product is 64 units and kept; the sum 16.125 has 14 significant bits.
+  CHECK(Gemm(o, ob, nullptr, hopper)[0] == 16.125f);
+}
+
+TEST_CASE("gemm: the Hopper models reproduce H200 tensor-core outputs (golden/gemm-hopper)", "[gemm]") {
+  const std::string dir = std::string(QMX_SOURCE_DIR) + "/golden/gemm-hopper/";
+  std::ifstream in(dir + "cases.json");
+  REQUIRE(in.good());
+  const nlohmann::json js = nlohmann::json::parse(in);
+  size_t outputs = 0;
+  for (const auto& c : js["cases"]) {
+    const std::string name = c["name"];
+    const NpyArray a = ReadNpy(dir + name + "_a.npy"), b = ReadNpy(dir + name + "_b.npy");
+    const GemmOperand A = OperandFromCodes(GetFormat(c["a_format"]), a.shape[0], a.shape[1], a.data.data());
+    const GemmOperand B = OperandFromCodes(GetFormat(c["b_format"]), b.shape[0], b.shape[1], b.data.data());
+    for (const char* mode : {"slow", "fast"}) {
+      const NpyArray d = ReadNpy(dir + name + "_d_" + mode + ".npy");
+      std::vector<float> want(d.data.size() / 4);
+      std::memcpy(want.data(), d.data.data(), d.data.size());
+      const AccumModel m = AccumModelByName(std::string(mode) == "slow" ? "hopper-fp8" : "hopper-fp8-fast");
+      RequireSame(Gemm(A, B, nullptr, m), want, name + " " + mode);
+      if (A.cols <= 256) RequireSame(GemmRef(A, B, nullptr, m), want, name + " " + mode + " (reference)");
+      outputs += want.size();
+    }
+  }
+  CHECK(outputs > 50000);
+}
+
+TEST_CASE("gemm: operands from quantized tensors", "[gemm]") {
+  std::mt19937 rng(15);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(8 * 96), w(96 * 5);
+  for (float& v : x) v = nd(rng);
+  for (float& v : w) v = nd(rng) * 0.01f;
+  for (const char* recipe : {"mxfp8", "mxfp4", "nvfp4", "fp8-block1x128", "fp8-tensor-current"}) {
+    INFO(recipe);
+    QuantSpec sa = QuantSpecByName(recipe), sb = QuantSpecByName(recipe);
+    sb.axis = sb.axis == Axis::kRow ? Axis::kCol : Axis::kRow;
+    if (std::string(recipe) == "fp8-block1x128") sb = QuantSpecByName("fp8-block128x128");
+    const QuantizedTensor qa = Quantize(TensorView{DType::kF32, x.data(), 8, 96}, sa);
+    const QuantizedTensor qb = Quantize(TensorView{DType::kF32, w.data(), 96, 5}, sb);
+    const GemmOperand A = OperandFromQuantized(qa, GemmSide::kA), B = OperandFromQuantized(qb, GemmSide::kB);
+    // exact = RNE of the exact sum of the dequantized products when the dequantized values are exact
+    // (UE8M0); for the other recipes, the fast path against the reference.
+    CheckAllModels(A, B, nullptr, recipe);
+    if (std::string(recipe).rfind("mx", 0) == 0) {
+      std::vector<float> da(8 * 96), db(96 * 5);
+      Dequantize(qa, da.data());
+      Dequantize(qb, db.data());
+      const std::vector<float> e = Gemm(A, B, nullptr, AccumModelByName("exact"));
+      for (size_t i = 0; i < 8; ++i)
+        for (size_t j = 0; j < 5; ++j) {
+          long double s = 0;  // 64-bit significand: exact for these sums of MX products
+          for (size_t k = 0; k < 96; ++k) s += static_cast<long double>(da[i * 96 + k]) * db[k * 5 + j];
+          CHECK(e[i * 5 + j] == static_cast<float>(static_cast<double>(s)));
+        }
+    }
+  }
+}
+
+TEST_CASE("gemm: errors name the problem", "[gemm]") {
+  std::mt19937 rng(16);
+  const GemmOperand a = Codes(fmt::kE4M3, 2, 64, rng), b = Codes(fmt::kE4M3, 32, 2, rng);
+  CHECK_THROWS_WITH(Gemm(a, b, nullptr, AccumModelByName("exact")), Catch::Contains("their K differ"));
+  GemmOperand x = Codes(fmt::kE4M3, 2, 64, rng), y = Codes(fmt::kE4M3, 64, 2, rng);
+  AddUe8m0(x, true, 32, rng, 0, 0);
+  AddUe8m0(y, false, 16, rng, 0, 0);
+  CHECK_THROWS_WITH(Gemm(x, y, nullptr, AccumModelByName("exact")), Catch::Contains("must be equal"));
+  AddUe8m0(y, false, 32, rng, 0, 0);
+  CHECK_THROWS_WITH(Gemm(x, y, nullptr, AccumModelByName("hopper-fp8-fast")), Catch::Contains("never promotes"));
+  GemmOperand t = Codes(fmt::kE4M3, 2, 64, rng);
+  t.tensor_scale = 2;
+  const float c[4] = {};
+  CHECK_THROWS_WITH(Gemm(t, y, c, AccumModelByName("exact")), Catch::Contains("not modelled"));
+  CHECK_THROWS_WITH(AccumModelByName("hopper"), Catch::Contains("unknown accumulation model"));
+  CHECK_THROWS_WITH(AccumModelByName("fused:step=32,promote=48"), Catch::Contains("multiple of step"));
+  CHECK_THROWS_WITH(AccumModelByName("fused:steps=32"), Catch::Contains("unknown key"));
+  CHECK_THROWS_WITH(AccumModelByName("fused:F=x"), Catch::Contains("integer"));
+  const uint8_t bad[2] = {0x3F, 0x10};
+  CHECK_THROWS_WITH(OperandFromCodes(fmt::kE2M1, 1, 2, bad), Catch::Contains("does not fit"));
+}

@@ -104,10 +104,10 @@ def main():
     total = 0
     sets = []
     # K scan: small matrices, every K from 16 to 640 in steps of 16, normal data
-    ks = list(range(16, 657, 16))
+    ks = list(range(16, 657, 16)) if "--blockwise-only" not in sys.argv else []
     for k in ks:
         sets.append((f"kscan_{k}", 64, 64, k, E4M3, E4M3, "normal", "normal"))
-    if not quick:
+    if not quick and "--blockwise-only" not in sys.argv:
         sets += [
             ("rand_k4096", 256, 256, 4096, E4M3, E4M3, "normal", "normal"),
             ("rand_k1024", 768, 768, 1024, E4M3, E4M3, "normal", "normal"),
@@ -141,28 +141,43 @@ def main():
     for g, d in groups.items():
         if d:
             np.savez_compressed(f"{out}/{g}.npz", **d)
-    # Blockwise 1x128 (A) x 128x128 (B) FP32 scales, where this PyTorch supports it.
+    # Per-tensor scales that are not 1 (the epilogue), fast and slow.
     try:
-        m, n, k = 256, 256, 1024
+        m, n, k = 256, 256, 512
         a = random_codes(rng, (m, k), E4M3, "normal")
         b = random_codes(rng, (k, n), E4M3, "normal")
-        sa = (2.0 ** rng.integers(-3, 4, size=(m, k // 128)) * rng.uniform(1, 2, size=(m, k // 128))).astype(np.float32)
-        sb = (2.0 ** rng.integers(-3, 4, size=(k // 128, n // 128)) * rng.uniform(1, 2, size=(k // 128, n // 128))).astype(np.float32)
-        res = {"a": a, "b": b, "sa": sa, "sb": sb}
+        sa, sb = np.float32(0.37109375 / 3), np.float32(5.3)
+        res = {"a": a, "b": b, "sa": np.array([sa]), "sb": np.array([sb])}
         for fast in (True, False):
+            res["d_fast" if fast else "d_slow"] = run_mm(a, b, E4M3, E4M3, torch.tensor(sa), torch.tensor(sb), fast)
+        np.savez_compressed(f"{out}/tensorscale.npz", **res)
+        print("tensorscale: done", flush=True)
+    except Exception as e:
+        print(f"tensorscale: FAILED {type(e).__name__}: {e}", flush=True)
+    # Blockwise FP32 scales (fast accumulation is refused there): A 1x128 with B 128x128, and A 1x128
+    # with B 1x128 along K (128x1 in K x N terms).
+    for kind in ("blk", "vec"):
+        try:
+            m, n, k = 256, 256, 1024
+            a = random_codes(rng, (m, k), E4M3, "normal")
+            b = random_codes(rng, (k, n), E4M3, "normal")
+            nb = n // 128 if kind == "blk" else n
+            sa = (2.0 ** rng.integers(-3, 4, size=(m, k // 128)) * rng.uniform(1, 2, size=(m, k // 128))).astype(np.float32)
+            sb = (2.0 ** rng.integers(-3, 4, size=(k // 128, nb)) * rng.uniform(1, 2, size=(k // 128, nb))).astype(np.float32)
             A = torch.from_numpy(a).cuda().view(E4M3)
             Bt = torch.from_numpy(np.ascontiguousarray(b.T)).cuda().view(E4M3)
-            # scale_a: M x K/128 (outer-dim major layout: stored K/128 x M, transposed view)
-            SA = torch.from_numpy(np.ascontiguousarray(sa.T)).cuda().t()
-            SB = torch.from_numpy(np.ascontiguousarray(sb.T)).cuda().t()  # (K/128) x (N/128) view of N/128 x K/128
-            d = torch._scaled_mm(A, Bt.t(), scale_a=SA, scale_b=SB, out_dtype=torch.float32, use_fast_accum=fast)
+            SA = torch.from_numpy(np.ascontiguousarray(sa.T)).cuda().t()  # M x K/128, outer-dim major
+            if kind == "blk":  # K/128 x N/128, "near-inner-dim-major": stored N/128 x K/128
+                SB = torch.from_numpy(np.ascontiguousarray(sb.T)).cuda().t()
+            else:              # K/128 x N, N contiguous
+                SB = torch.from_numpy(np.ascontiguousarray(sb)).cuda()
+            d = torch._scaled_mm(A, Bt.t(), scale_a=SA, scale_b=SB, out_dtype=torch.float32, use_fast_accum=False)
             torch.cuda.synchronize()
-            res["d_fast" if fast else "d_slow"] = d.cpu().numpy()
-        np.savez_compressed(f"{out}/blockwise.npz", **res)
-        total += 2 * m * n
-        print("blockwise: done", flush=True)
-    except Exception as e:
-        print(f"blockwise: FAILED {type(e).__name__}: {e}", flush=True)
+            np.savez_compressed(f"{out}/blockwise_{kind}.npz", a=a, b=b, sa=sa, sb=sb, d_slow=d.cpu().numpy())
+            total += m * n
+            print(f"blockwise {kind}: done", flush=True)
+        except Exception as e:
+            print(f"blockwise {kind}: FAILED {type(e).__name__}: {e}", flush=True)
     print(f"outputs per mode: {total}; {time.time() - t0:.1f} s")
 
 

@@ -88,7 +88,7 @@ AccumModel ParseFused(const std::string& name) {
 }  // namespace
 
 std::vector<std::string> AccumModelNames() {
-  return {"exact", "fp32-seq", "block-exact", "hopper-fp8", "hopper-fp8-fast", "ada-fp8", "blackwell-mxf8f6f4",
+  return {"exact", "fp32-seq", "block-exact", "hopper-fp8", "hopper-fp8-fast", "hopper-fp8-vec", "ada-fp8", "blackwell-mxf8f6f4",
           "blackwell-mxf4nvf4"};
 }
 
@@ -98,6 +98,11 @@ AccumModel AccumModelByName(const std::string& name) {
   if (name == "block-exact") return Named("block-exact", AccumKind::kBlockExact);
   if (name == "hopper-fp8") return Named("hopper-fp8", AccumKind::kFused, HopperFp8(128));
   if (name == "hopper-fp8-fast") return Named("hopper-fp8-fast", AccumKind::kFused, HopperFp8(0));
+  if (name == "hopper-fp8-vec") {
+    FusedParams p = HopperFp8(128);
+    p.promote_scale_separately = true;
+    return Named("hopper-fp8-vec", AccumKind::kFused, p);
+  }
   if (name == "ada-fp8") {
     FusedParams p = HopperFp8(0);
     p.step = 16;

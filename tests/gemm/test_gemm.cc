@@ -278,15 +278,32 @@ TEST_CASE("gemm: the Hopper models reproduce H200 tensor-core outputs (golden/ge
   for (const auto& c : js["cases"]) {
     const std::string name = c["name"];
     const NpyArray a = ReadNpy(dir + name + "_a.npy"), b = ReadNpy(dir + name + "_b.npy");
-    const GemmOperand A = OperandFromCodes(GetFormat(c["a_format"]), a.shape[0], a.shape[1], a.data.data());
-    const GemmOperand B = OperandFromCodes(GetFormat(c["b_format"]), b.shape[0], b.shape[1], b.data.data());
-    for (const char* mode : {"slow", "fast"}) {
-      const NpyArray d = ReadNpy(dir + name + "_d_" + mode + ".npy");
+    GemmOperand A = OperandFromCodes(GetFormat(c["a_format"]), a.shape[0], a.shape[1], a.data.data());
+    GemmOperand B = OperandFromCodes(GetFormat(c["b_format"]), b.shape[0], b.shape[1], b.data.data());
+    A.tensor_scale = c.value("a_tensor_scale", 1.0f);
+    B.tensor_scale = c.value("b_tensor_scale", 1.0f);
+    if (c.contains("a_block")) {  // FP32 block scales: A 1xK, B given as RxC
+      for (GemmOperand* o : {&A, &B}) {
+        const bool is_a = o == &A;
+        const NpyArray s = ReadNpy(dir + name + (is_a ? "_sa.npy" : "_sb.npy"));
+        const std::string blk = c[is_a ? "a_block" : "b_block"];
+        o->scale_format = ScaleFormat::kFp32;
+        o->block_rows = std::stoul(blk.substr(0, blk.find('x')));
+        o->block_cols = std::stoul(blk.substr(blk.find('x') + 1));
+        o->scale_rows = s.shape[0];
+        o->scale_cols = s.shape[1];
+        o->scales.resize(s.data.size() / 4);
+        std::memcpy(o->scales.data(), s.data.data(), s.data.size());
+      }
+    }
+    const nlohmann::json models = c.value("models", nlohmann::json{{"d_slow", "hopper-fp8"}, {"d_fast", "hopper-fp8-fast"}});
+    for (const auto& [key, model] : models.items()) {
+      const NpyArray d = ReadNpy(dir + name + "_" + key + ".npy");
       std::vector<float> want(d.data.size() / 4);
       std::memcpy(want.data(), d.data.data(), d.data.size());
-      const AccumModel m = AccumModelByName(std::string(mode) == "slow" ? "hopper-fp8" : "hopper-fp8-fast");
-      RequireSame(Gemm(A, B, nullptr, m), want, name + " " + mode);
-      if (A.cols <= 256) RequireSame(GemmRef(A, B, nullptr, m), want, name + " " + mode + " (reference)");
+      const AccumModel m = AccumModelByName(model.get<std::string>());
+      RequireSame(Gemm(A, B, nullptr, m), want, name + " " + key);
+      if (A.cols <= 256) RequireSame(GemmRef(A, B, nullptr, m), want, name + " " + key + " (reference)");
       outputs += want.size();
     }
   }

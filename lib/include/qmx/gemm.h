@@ -88,10 +88,12 @@ struct AccumModel {
   FusedParams fused;  // kFused only
 };
 
-// Named models: exact, fp32-seq, block-exact, hopper-fp8 (fused: 32 products, F = 13, RZ, no
-// promotion: cuBLAS "fast accumulation"), hopper-fp8-promote (the same, promoted to FP32 every 128 K:
-// cuBLAS without fast accumulation), blackwell-mxf8f6f4 (32 products, F = 25, scales in products),
-// blackwell-mxf4nvf4 (exact groups of 16, scaled, 64 per step, F = 35). "fused:KEY=V,..." sets every
+// Named models: exact, fp32-seq, block-exact; hopper-fp8 (fused: 32 products + C, F = 13, terms and
+// output RZ to 14 bits, promoted to FP32 every 128 K, block scales at promotion as fma(p, sa * sb):
+// cuBLAS without fast accumulation, per-tensor and 1x128 x 128x128 scales), hopper-fp8-fast (no
+// promotion: cuBLAS fast accumulation), hopper-fp8-vec (1x128 scales on both sides: fma(p * sa, sb)),
+// ada-fp8 (16 products per step), blackwell-mxf8f6f4 (32 products, F = 25, RZ to FP32, scale exponents
+// added to the products), blackwell-mxf4nvf4 (exact groups of 16 scaled, 64 per step, F = 35). "fused:KEY=V,..." sets every
 // FusedParams field (keys: step, F, term, out, group, zero-exp, promote, scale; e.g.
 // "fused:step=32,F=13,term=rz,out=rz,promote=128,scale=promotion"). Throws qmx::Error listing them.
 AccumModel AccumModelByName(const std::string& name);

@@ -276,6 +276,158 @@ bool TryFused(const GemmOperand& a, const GemmOperand& b, const float* c_in, con
   return false;
 }
 
+// ---- fp32-seq ----------------------------------------------------------------------------------
+
+// The scaled operands rounded to FP32, as the reference forms them: fl32(decode(code) * scale).
+std::vector<float> ScaledF32(const GemmOperand& o) {
+  std::vector<float> v(o.codes.size());
+  float table[256];
+  for (int c = 0; c < 256; ++c) table[c] = (static_cast<uint64_t>(c) & ~o.elem.CodeMask()) ? 0.0f : DecodeToFloat(o.elem, c);
+  for (size_t r = 0; r < o.rows; ++r)
+    for (size_t c = 0; c < o.cols; ++c) v[r * o.cols + c] = table[o.codes[r * o.cols + c]] * o.ScaleOf(r, c);
+  return v;
+}
+
+QMX_GEMM_CLONES void Fp32SeqTile(const float* a, const float* b, const float* c_in, size_t n, size_t k, size_t i0,
+                                 size_t i1, size_t j0, size_t nc, float* out) {
+  for (size_t i = i0; i < i1; ++i) {
+    float acc[kCols];
+    for (size_t j = 0; j < nc; ++j) acc[j] = c_in ? c_in[i * n + j0 + j] : 0.0f;
+    for (size_t kk = 0; kk < k; ++kk) {
+      const float x = a[i * k + kk];
+      const float* y = b + kk * n + j0;
+      for (size_t j = 0; j < nc; ++j) acc[j] = std::fma(x, y[j], acc[j]);
+    }
+    for (size_t j = 0; j < nc; ++j) out[i * n + j0 + j] = acc[j];
+  }
+}
+
+bool Fp32SeqFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const GemmPlan& plan, Exec exec,
+                 float* out) {
+  const std::vector<float> fa = ScaledF32(a), fb = ScaledF32(b);
+  ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
+    for (size_t j0 = 0; j0 < plan.n; j0 += kCols)
+      Fp32SeqTile(fa.data(), fb.data(), c_in, plan.n, plan.k, i0, i1, j0, std::min(kCols, plan.n - j0), out);
+  });
+  if (plan.has_alpha)
+    for (size_t i = 0; i < plan.m * plan.n; ++i) out[i] = plan.alpha * out[i];
+  return true;
+}
+
+// ---- exact and block-exact with exact double block sums --------------------------------------------
+
+// Bits an exact sum of `count` products of two formats can span (largest magnitude over smallest LSB).
+int BlockSumBits(const Format& fa, const Format& fb, size_t count) {
+  auto span = [](const Format& f) {  // exponent of the top of the range minus that of the smallest LSB
+    const FormatLimits l = Limits(f);
+    return (l.emax + 1) - static_cast<int>(std::floor(std::log2(l.min_subnormal)));
+  };
+  return span(fa) + span(fb) + static_cast<int>(std::ceil(std::log2(std::max<size_t>(count, 1)))) + 1;
+}
+
+// acc + v rounded once to FP32 (acc an FP32 value, v a double): the exact sum by TwoSum, rounded to odd
+// at double precision, then to FP32, which rounds correctly since 53 >= 24 + 2.
+inline float AddRoundOnce(float acc, double v) {
+  const double x = acc;
+  if (!std::isfinite(acc)) return static_cast<float>(x + v);  // an overflowed accumulator stays Inf
+  const double s = x + v;
+  const double bb = s - x;
+  const double err = (x - (s - bb)) + (v - bb);
+  double r = s;
+  if (err != 0) {
+    uint64_t bits;
+    std::memcpy(&bits, &r, 8);
+    if ((bits & 1) == 0) {
+      bits += ((err > 0) == (s > 0)) ? 1 : static_cast<uint64_t>(-1);
+      std::memcpy(&r, &bits, 8);
+    }
+  }
+  return static_cast<float>(r);
+}
+
+// Block sums of one tile: p[r][j] = sum over the K block of a[i][k] * b[k][j], exact in double (the
+// bound is checked by the caller), starting from -0 so an all-negative-zero block keeps its sign.
+QMX_GEMM_CLONES void BlockSums(const double* a, const double* b, size_t n, size_t k, size_t i0, size_t i1, size_t j0,
+                               size_t nc, size_t k0, size_t k1, double* p) {
+  for (size_t i = i0; i < i1; ++i) {
+    double* pr = p + (i - i0) * kCols;
+    for (size_t j = 0; j < nc; ++j) pr[j] = -0.0;
+    for (size_t kk = k0; kk < k1; ++kk) {
+      const double x = a[i * k + kk];
+      const double* y = b + kk * n + j0;
+      for (size_t j = 0; j < nc; ++j) pr[j] = std::fma(x, y[j], pr[j]);
+    }
+  }
+}
+
+std::vector<double> DecodedF64(const GemmOperand& o) {
+  std::vector<double> v(o.codes.size());
+  double table[256];
+  for (int c = 0; c < 256; ++c) table[c] = (static_cast<uint64_t>(c) & ~o.elem.CodeMask()) ? 0.0 : DecodeToDouble(o.elem, c);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = table[o.codes[i]];
+  return v;
+}
+
+bool ExactFamilyFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+                     const GemmPlan& plan, Exec exec, float* out) {
+  const bool exact = model.kind == AccumKind::kExact;
+  if (a.elem.IsInt() || b.elem.IsInt()) return false;
+  if (!FormatFinite(a) || !FormatFinite(b) || !ScalesFinite(a) || !ScalesFinite(b)) return false;
+  if (c_in && !AllFinite(c_in, plan.m * plan.n)) return false;
+  if ((plan.a_blocks && a.scale_format != ScaleFormat::kUe8m0) || (plan.b_blocks && b.scale_format != ScaleFormat::kUe8m0))
+    return false;
+  if (exact && plan.has_alpha) return false;  // the reference folds the tensor scales into each product
+  if (BlockSumBits(a.elem, b.elem, plan.kb) > 53) return false;
+  const std::vector<double> da = DecodedF64(a), db = DecodedF64(b);
+  std::vector<float> ta, tb;
+  const size_t nb = (plan.k + plan.kb - 1) / plan.kb;
+  ScaleTables(a, b, plan, ta, tb);
+  ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
+    std::vector<double> p(kRows * kCols);
+    std::vector<ExactSum> sums(exact ? kRows * kCols : 0);
+    std::vector<char> neg_zero(kRows * kCols);
+    for (size_t j0 = 0; j0 < plan.n; j0 += kCols) {
+      const size_t nc = std::min(kCols, plan.n - j0);
+      float acc[kRows * kCols];
+      for (size_t i = i0; i < i1; ++i)
+        for (size_t j = 0; j < nc; ++j) {
+          const size_t t = (i - i0) * kCols + j;
+          acc[t] = c_in ? c_in[i * plan.n + j0 + j] : 0.0f;
+          if (exact) {
+            sums[t].Clear();
+            sums[t].AddDouble(acc[t]);
+            neg_zero[t] = c_in ? (acc[t] == 0 && std::signbit(acc[t])) : 1;
+          }
+        }
+      for (size_t blk = 0; blk < nb; ++blk) {
+        const size_t k0 = blk * plan.kb, k1 = std::min(plan.k, k0 + plan.kb);
+        BlockSums(da.data(), db.data(), plan.n, plan.k, i0, i1, j0, nc, k0, k1, p.data());
+        for (size_t i = i0; i < i1; ++i) {
+          const double sa = ta[i * nb + blk];
+          for (size_t j = 0; j < nc; ++j) {
+            const size_t t = (i - i0) * kCols + j;
+            const double v = p[t] * sa * static_cast<double>(tb[blk * plan.n + j0 + j]);  // powers of two: exact
+            if (exact) {
+              sums[t].AddDouble(v);
+              neg_zero[t] = neg_zero[t] && v == 0 && std::signbit(v);
+            } else {
+              acc[t] = AddRoundOnce(acc[t], v);
+            }
+          }
+        }
+      }
+      for (size_t i = i0; i < i1; ++i)
+        for (size_t j = 0; j < nc; ++j) {
+          const size_t t = (i - i0) * kCols + j;
+          float r = exact ? sums[t].RoundToFloat(neg_zero[t] && plan.k + (c_in ? 1 : 0) > 0) : acc[t];
+          if (!exact && plan.has_alpha) r = plan.alpha * r;
+          out[i * plan.n + j0 + j] = r;
+        }
+    }
+  });
+  return true;
+}
+
 }  // namespace
 
 bool GemmFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
@@ -283,6 +435,9 @@ bool GemmFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, con
   if (plan.m == 0 || plan.n == 0) return true;
   switch (model.kind) {
     case AccumKind::kFused: return TryFused(a, b, c_in, model, plan, exec, out);
+    case AccumKind::kFp32Seq: return Fp32SeqFast(a, b, c_in, plan, exec, out);
+    case AccumKind::kExact:
+    case AccumKind::kBlockExact: return ExactFamilyFast(a, b, c_in, model, plan, exec, out);
     default: return false;
   }
 }

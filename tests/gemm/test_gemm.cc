@@ -190,6 +190,21 @@ TEST_CASE("gemm: specials follow the models (NaN, Inf, NaN scales, overflow)", "
   }
 }
 
+TEST_CASE("gemm: signs of zero results follow IEEE sums", "[gemm]") {
+  uint8_t neg[64], pos[64];
+  std::memset(neg, 0x80, sizeof neg);  // e4m3 -0
+  std::memset(pos, 0x00, sizeof pos);
+  const GemmOperand a = OperandFromCodes(fmt::kE4M3, 1, 64, neg), b = OperandFromCodes(fmt::kE4M3, 64, 1, pos);
+  for (const char* m : {"exact", "block-exact", "fp32-seq"}) {
+    for (float c : {-0.0f, 0.0f}) {
+      INFO(m << " with C = " << c);
+      const AccumModel model = AccumModelByName(m);
+      CHECK(std::signbit(Gemm(a, b, &c, model)[0]) == std::signbit(c));
+      CHECK(std::signbit(GemmRef(a, b, &c, model)[0]) == std::signbit(c));
+    }
+  }
+}
+
 TEST_CASE("gemm: exact equals MPFR's exact sum rounded once", "[gemm]") {
   std::mt19937 rng(14);
   mpfr_t acc, term, f;

@@ -114,12 +114,23 @@ struct FusedCtx {
   bool track_zero;
 };
 
-// Rounds S * 2^unit (S an integer held exactly in a double) to the step's output.
-inline float FusedOut(double s, int unit, const FusedParams& p) {
+// Rounds S * 2^unit (S an integer held exactly in a double) to the step's output: RoundFused's rule
+// in double arithmetic (every step exact: S < 2^53, the kept bits scaled by powers of two).
+inline float FusedOut(double s, int unit, int bits, bool rne) {
   if (s == 0) return 0.0f;
-  const bool neg = s < 0;
-  const uint64_t mag = static_cast<uint64_t>(neg ? -s : s);
-  return RoundFused(neg, mag, unit, p.out_bits, p.out_round == FusedRound::kRne);
+  const double a = std::fabs(s);
+  uint64_t ab;
+  std::memcpy(&ab, &a, 8);
+  const int msb = static_cast<int>((ab >> 52) & 0x7FF) - 1023;  // a >= 1
+  int e = msb + unit;
+  if (e < -126) e = -126;
+  const int q = e - (bits - 1);
+  const double scaled = a * Pow2d(unit - q);  // unit - q >= -(msb + 1): within double's range
+  const double kept = rne ? std::nearbyint(scaled) : std::trunc(scaled);
+  const double v = kept * Pow2d(q);
+  if (v >= 0x1p128) return s < 0 ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+  const float f = static_cast<float>(v);
+  return s < 0 ? -f : f;
 }
 
 // One tile: rows [i0, i1), columns [j0, j0 + nc). T holds the truncated terms exactly.
@@ -188,7 +199,9 @@ QMX_GEMM_CLONES void FusedTile(const FusedCtx& ctx, const T* sa, const int* ea, 
             sum[j] += rne_terms ? std::nearbyint(t) : std::trunc(t);
           }
         }
-        for (size_t j = 0; j < nc; ++j) part[j] = FusedOut(static_cast<double>(sum[j]), emax[j] - p.frac_bits, p);
+        const bool rne_out = p.out_round == FusedRound::kRne;
+        for (size_t j = 0; j < nc; ++j)
+          part[j] = FusedOut(static_cast<double>(sum[j]), emax[j] - p.frac_bits, p.out_bits, rne_out);
       }
       if (!promote) {
         for (size_t j = 0; j < nc; ++j) acc[j] = part[j];

@@ -14,7 +14,7 @@
 #include "exact_sum.h"
 #include "gemm_internal.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && !defined(QMX_NO_CLONES)
 #define QMX_GEMM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define QMX_GEMM_CLONES
@@ -160,21 +160,13 @@ QMX_GEMM_CLONES void FusedTile(const FusedCtx& ctx, const T* sa, const int* ea, 
           emin[j] = ec[j];
         }
         for (size_t kk = k0; kk < k1; ++kk) {
-          const int e_a = ea[i * k + kk] + (xa ? xa[(i) * ((k + kb - 1) / kb) + kk / kb] : 0);
+          const int e_a = ea[i * k + kk] + xa[i * ((k + kb - 1) / kb) + kk / kb];
           const int* e_b = eb + kk * n + j0;
-          const int* x_b = xb ? xb + (kk / kb) * n + j0 : nullptr;
-          if (x_b) {
-            for (size_t j = 0; j < nc; ++j) {
-              const int e = e_a + e_b[j] + x_b[j];
-              emax[j] = std::max(emax[j], e);
-              emin[j] = std::min(emin[j], e);
-            }
-          } else {
-            for (size_t j = 0; j < nc; ++j) {
-              const int e = e_a + e_b[j];
-              emax[j] = std::max(emax[j], e);
-              emin[j] = std::min(emin[j], e);
-            }
+          const int* x_b = xb + (kk / kb) * n + j0;
+          for (size_t j = 0; j < nc; ++j) {
+            const int e = e_a + e_b[j] + x_b[j];
+            emax[j] = std::max(emax[j], e);
+            emin[j] = std::min(emin[j], e);
           }
         }
         if (ctx.track_zero)
@@ -187,13 +179,13 @@ QMX_GEMM_CLONES void FusedTile(const FusedCtx& ctx, const T* sa, const int* ea, 
           sum[j] = rne_terms ? std::nearbyint(t) : std::trunc(t);
         }
         for (size_t kk = k0; kk < k1; ++kk) {
-          const int e_a = ea[i * k + kk] + (xa ? xa[(i) * ((k + kb - 1) / kb) + kk / kb] : 0);
+          const int e_a = ea[i * k + kk] + xa[i * ((k + kb - 1) / kb) + kk / kb];
           const T s_a = sa[i * k + kk];
           const int* e_b = eb + kk * n + j0;
           const T* s_b = sb + kk * n + j0;
-          const int* x_b = xb ? xb + (kk / kb) * n + j0 : nullptr;
+          const int* x_b = xb + (kk / kb) * n + j0;
           for (size_t j = 0; j < nc; ++j) {
-            const int d = e_a + e_b[j] + (x_b ? x_b[j] : 0) - emax[j] + p.frac_bits;
+            const int d = e_a + e_b[j] + x_b[j] - emax[j] + p.frac_bits;
             const T f = d < -126 ? T(0) : (sizeof(T) == 4 ? T(Pow2f(d)) : T(Pow2d(d)));
             const T t = s_a * s_b[j] * f;
             sum[j] += rne_terms ? std::nearbyint(t) : std::trunc(t);
@@ -249,13 +241,16 @@ bool FusedFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
     xb.resize(tb.size());
     for (size_t i = 0; i < ta.size(); ++i) xa[i] = std::ilogb(ta[i]);
     for (size_t i = 0; i < tb.size(); ++i) xb[i] = std::ilogb(tb[i]);
+  } else {  // no scale exponents: zeros, so the kernel's loops carry no branches
+    const size_t nb = (plan.k + plan.kb - 1) / plan.kb;
+    xa.assign(plan.m * nb, 0);
+    xb.assign(nb * plan.n, 0);
   }
   FusedCtx ctx{&p, plan.n, plan.k, p.zero_exp, p.zero_exp > -1000};
   const bool at_promotion = blocks && !p.scale_in_products;
   ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
     for (size_t j0 = 0; j0 < plan.n; j0 += kCols)
-      FusedTile<T>(ctx, sa.data(), ea.data(), sb.data(), eb.data(), xa.empty() ? nullptr : xa.data(),
-                   xb.empty() ? nullptr : xb.data(), plan.kb, at_promotion ? ta.data() : nullptr,
+      FusedTile<T>(ctx, sa.data(), ea.data(), sb.data(), eb.data(), xa.data(), xb.data(), plan.kb, at_promotion ? ta.data() : nullptr,
                    at_promotion ? tb.data() : nullptr, plan.n, 1, c_in, i0, i1, j0, std::min(kCols, plan.n - j0), out);
   });
   if (plan.has_alpha)

@@ -29,6 +29,11 @@ class ExactSum {
     AddAt(limbs, limb, mag << shift);
     if (shift) AddAt(limbs, limb + 1, mag >> (64 - shift));
   }
+  // The same for a magnitude of up to 128 bits.
+  void Add(bool negative, unsigned __int128 mag, int exp) {
+    Add(negative, static_cast<uint64_t>(mag), exp);
+    Add(negative, static_cast<uint64_t>(mag >> 64), exp + 64);
+  }
   // Adds a finite double exactly (any double: 53-bit significand at its exponent).
   void AddDouble(double x) {
     if (x == 0) return;

@@ -1,6 +1,7 @@
 // gemm_ref.cc: the reference GEMM, one dot product at a time, each model written as its definition
 // (README "GEMM accumulation models"; REFERENCES.md section 4; MMA-Sim's T-, ST- and GST-FDPA).
 #include <cmath>
+#include <initializer_list>
 #include <vector>
 
 #include "exact_sum.h"
@@ -30,41 +31,40 @@ struct Dot {
 
 float Alpha(const internal::GemmPlan& plan, float acc) { return plan.has_alpha ? plan.alpha * acc : acc; }
 
+// Adds the product of `factors` (element values and scales) to `sum` exactly. Non-finite factors give
+// the double product's NaN or signed Inf; a zero product keeps `all_neg_zero` only when it is -0.
+void AddExactProduct(internal::ExactSum& sum, bool& all_neg_zero, std::initializer_list<double> factors) {
+  double dp = 1.0;  // the double product: exact enough for its class and sign
+  bool finite = true;
+  Exact p;
+  p.mag = 1;
+  for (double f : factors) {
+    dp *= f;
+    finite = finite && std::isfinite(f);
+    if (finite) p = Mul(p, ExactOf(f));
+  }
+  if (!finite) {
+    sum.AddSpecial(dp);
+    all_neg_zero = false;
+  } else if (p.mag == 0) {
+    all_neg_zero = all_neg_zero && std::signbit(dp);
+  } else {
+    all_neg_zero = false;
+    sum.Add(p.neg, p.mag, p.lsb);
+  }
+}
+
 // exact: RNE(sum a*b*sa*sb*ta*tb + c), every product exact, one rounding.
 float ExactDot(const Dot& d, const float* c) {
   internal::ExactSum sum;
-  bool all_neg_zero = true, any = false;
-  const Exact t = Mul(ExactOf(d.a.tensor_scale), ExactOf(d.b.tensor_scale));
-  const bool t_finite = std::isfinite(d.a.tensor_scale) && std::isfinite(d.b.tensor_scale);
+  bool all_neg_zero = true;
   if (c) {
-    any = true;
-    if (!std::isfinite(*c)) sum.AddSpecial(*c);
-    else {
-      const Exact e = ExactOf(*c);
-      sum.Add(e.neg, static_cast<uint64_t>(e.mag), e.lsb);
-    }
+    sum.AddDouble(*c);
     all_neg_zero = *c == 0 && std::signbit(*c);
   }
-  for (size_t k = 0; k < d.plan.k; ++k) {
-    const double x = d.A(k), y = d.B(k), sa = d.SA(k), sb = d.SB(k);
-    any = true;
-    if (!std::isfinite(x) || !std::isfinite(y) || !std::isfinite(sa) || !std::isfinite(sb) || !t_finite) {
-      // NaN, Inf * 0 -> NaN; Inf -> signed Inf (the double product gives both)
-      const double p = x * y * sa * sb * d.a.tensor_scale * d.b.tensor_scale;
-      sum.AddSpecial(std::isnan(p) ? NAN : p);
-      all_neg_zero = false;
-      continue;
-    }
-    const Exact p = Mul(Mul(Mul(ExactOf(x), ExactOf(y)), Mul(ExactOf(sa), ExactOf(sb))), t);
-    if (p.mag == 0) {  // the sign of a zero product, from the (exact) double product
-      all_neg_zero = all_neg_zero && std::signbit(x * y * sa * sb * d.a.tensor_scale * d.b.tensor_scale);
-      continue;
-    }
-    all_neg_zero = false;
-    // 128-bit magnitude: add as two 64-bit pieces
-    sum.Add(p.neg, static_cast<uint64_t>(p.mag), p.lsb);
-    sum.Add(p.neg, static_cast<uint64_t>(p.mag >> 64), p.lsb + 64);
-  }
+  for (size_t k = 0; k < d.plan.k; ++k)
+    AddExactProduct(sum, all_neg_zero, {d.A(k), d.B(k), d.SA(k), d.SB(k), d.a.tensor_scale, d.b.tensor_scale});
+  const bool any = c || d.plan.k > 0;
   return sum.RoundToFloat(any && all_neg_zero);
 }
 
@@ -85,23 +85,7 @@ float BlockExactDot(const Dot& d, const float* c) {
     internal::ExactSum sum;
     sum.AddDouble(acc);
     bool all_neg_zero = acc == 0 && std::signbit(acc);
-    for (size_t k = k0; k < k1; ++k) {
-      const double x = d.A(k), y = d.B(k), sa = d.SA(k), sb = d.SB(k);
-      if (!std::isfinite(x) || !std::isfinite(y) || !std::isfinite(sa) || !std::isfinite(sb)) {
-        const double p = x * y * sa * sb;
-        sum.AddSpecial(std::isnan(p) ? NAN : p);
-        all_neg_zero = false;
-        continue;
-      }
-      const Exact p = Mul(Mul(ExactOf(x), ExactOf(y)), Mul(ExactOf(sa), ExactOf(sb)));
-      if (p.mag == 0) {
-        all_neg_zero = all_neg_zero && std::signbit(x * y * sa * sb);
-        continue;
-      }
-      all_neg_zero = false;
-      sum.Add(p.neg, static_cast<uint64_t>(p.mag), p.lsb);
-      sum.Add(p.neg, static_cast<uint64_t>(p.mag >> 64), p.lsb + 64);
-    }
+    for (size_t k = k0; k < k1; ++k) AddExactProduct(sum, all_neg_zero, {d.A(k), d.B(k), d.SA(k), d.SB(k)});
     acc = sum.RoundToFloat(all_neg_zero);
   }
   return Alpha(d.plan, acc);
@@ -173,7 +157,7 @@ float FusedStep(const Dot& d, size_t k0, size_t k1, float c, bool scales_in) {
       const double sa = scales_in ? d.SA(q0) : 1.0, sb = scales_in ? d.SB(q0) : 1.0;
       const double prod = x * y * sa * sb;
       if (!std::isfinite(x) || !std::isfinite(y) || !std::isfinite(sa) || !std::isfinite(sb)) {
-        sp.Add(std::isnan(prod) ? NAN : prod);
+        sp.Add(prod);
         continue;
       }
       Term t;
@@ -196,7 +180,7 @@ float FusedStep(const Dot& d, size_t k0, size_t k1, float c, bool scales_in) {
     for (size_t k = q0; k < q1; ++k) {
       const double x = d.A(k), y = d.B(k);
       if (!std::isfinite(x) || !std::isfinite(y) || !std::isfinite(sa) || !std::isfinite(sb)) {
-        sp.Add(std::isnan(x * y * sa * sb) ? NAN : x * y * sa * sb);
+        sp.Add(x * y * sa * sb);
         special = true;
         continue;
       }

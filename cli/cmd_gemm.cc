@@ -94,7 +94,7 @@ GemmOperand LoadOperand(const GemmArgs& g, bool is_a) {
     if (!is_a) spec.axis = spec.axis == Axis::kRow ? Axis::kCol : Axis::kRow;
     TensorView v{DType::kF32, arr.data.data(), arr.shape[0], arr.shape[1]};
     const QuantizedTensor q = Quantize(v, spec);
-    return OperandFromQuantized(q, is_a ? GemmSide::kA : GemmSide::kB);
+    return OperandFromQuantized(q);
   }
   if (arr.dtype != DType::kU8)
     throw Error(std::string(side) + " (" + path + ") must hold uint8 element codes (or float32 with --quantize), not " +

@@ -23,7 +23,7 @@ FusedParams HopperFp8(int promote) {
   return p;
 }
 
-AccumModel Named(const char* name, AccumKind kind, FusedParams f = {}) {
+AccumModel Named(const std::string& name, AccumKind kind, FusedParams f = {}) {
   AccumModel m;
   m.name = name;
   m.kind = kind;
@@ -49,8 +49,7 @@ FusedRound ParseRound(const std::string& key, const std::string& v) {
 }
 
 AccumModel ParseFused(const std::string& name) {
-  AccumModel m = Named("fused", AccumKind::kFused);
-  m.name = name;
+  AccumModel m = Named(name, AccumKind::kFused);
   std::string rest = name.substr(name.find(':') + 1);
   std::stringstream ss(rest);
   std::string item;
@@ -122,7 +121,7 @@ AccumModel AccumModelByName(const std::string& name) {
       p.frac_bits = 35;
       p.zero_exp = -139;
     }
-    return Named(name == "blackwell-mxf8f6f4" ? "blackwell-mxf8f6f4" : "blackwell-mxf4nvf4", AccumKind::kFused, p);
+    return Named(name, AccumKind::kFused, p);
   }
   if (name.rfind("fused:", 0) == 0 || name == "fused") return ParseFused(name);
   std::string known;
@@ -238,7 +237,7 @@ GemmOperand OperandFromCodes(Format elem, size_t rows, size_t cols, const uint8_
   return o;
 }
 
-GemmOperand OperandFromQuantized(const QuantizedTensor& q, GemmSide side) {
+GemmOperand OperandFromQuantized(const QuantizedTensor& q) {
   GemmOperand o;
   o.elem = q.spec.elem;
   o.rows = q.rows;
@@ -252,9 +251,6 @@ GemmOperand OperandFromQuantized(const QuantizedTensor& q, GemmSide side) {
     o.tensor_scale = q.ScaleAt(0, 0);
     return o;
   }
-  // Blocks must not straddle K in a way the models cannot apply: A's K runs along its columns, B's
-  // along its rows; any extent along K is accepted (the plan matches A's against B's).
-  (void)side;
   o.block_rows = ext.rows;
   o.block_cols = ext.cols;
   o.scale_rows = q.scale_rows;

@@ -338,7 +338,7 @@ TEST_CASE("gemm: operands from quantized tensors", "[gemm]") {
     if (std::string(recipe) == "fp8-block1x128") sb = QuantSpecByName("fp8-block128x128");
     const QuantizedTensor qa = Quantize(TensorView{DType::kF32, x.data(), 8, 96}, sa);
     const QuantizedTensor qb = Quantize(TensorView{DType::kF32, w.data(), 96, 5}, sb);
-    const GemmOperand A = OperandFromQuantized(qa, GemmSide::kA), B = OperandFromQuantized(qb, GemmSide::kB);
+    const GemmOperand A = OperandFromQuantized(qa), B = OperandFromQuantized(qb);
     // exact = RNE of the exact sum of the dequantized products when the dequantized values are exact
     // (UE8M0); for the other recipes, the fast path against the reference.
     CheckAllModels(A, B, nullptr, recipe);

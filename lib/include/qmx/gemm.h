@@ -34,13 +34,10 @@ struct GemmOperand {
   }
 };
 
-// The two sides of a GEMM: A's scale blocks run along its columns (K), B's along its rows (K).
-enum class GemmSide : uint8_t { kA, kB };
-// An operand from a quantized tensor. A must be quantized with blocks along its rows' direction of K
-// (row-wise 1xK blocks, per-row, 2-D or per-tensor); B (K x N) column-wise 1xK blocks (K along rows),
-// 2-D or per-tensor. Per-tensor FP32 scales and NVFP4's tensor scale become tensor_scale. Throws
-// qmx::Error when the blocks do not run along K.
-GemmOperand OperandFromQuantized(const QuantizedTensor& q, GemmSide side);
+// An operand from a quantized tensor: its codes, its block scales wherever they lie (A quantized
+// row-wise has its 1xK blocks along K; B (K x N) column-wise), per-tensor FP32 scales and NVFP4's tensor
+// scale as tensor_scale. Gemm checks that A's and B's blocks along K agree.
+GemmOperand OperandFromQuantized(const QuantizedTensor& q);
 // Plain codes with no scales (tensor_scale 1), checked against the format (codes beyond its width).
 GemmOperand OperandFromCodes(Format elem, size_t rows, size_t cols, const uint8_t* codes);
 

@@ -20,14 +20,10 @@ using namespace qmx;
 using qmx::test::BitsFloat;
 using qmx::test::FloatBits;
 using qmx::test::Hex;
+using qmx::test::TargetGuard;
 
 namespace {
 
-const char* kElems[] = {"e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "int8"};
-
-struct TargetGuard {
-  ~TargetGuard() { ForceSimdTarget(""); }
-};
 
 // Independent statements of the two rules (REFERENCES.md section 3).
 int FloorByte(float amax, const Format& elem) {
@@ -71,7 +67,7 @@ std::vector<float> MakeTensor(size_t n, uint32_t seed) {
 }  // namespace
 
 TEST_CASE("UE8M0 scale rules agree with independent computations over all exponents", "[mx][scale]") {
-  for (const char* name : kElems) {
+  for (const char* name : qmx::test::kMxElems) {
     const Format& elem = GetFormat(name);
     for (uint32_t e = 0; e < 255; ++e) {
       for (uint32_t m : {0u, 1u, 0x400000u, 0x400001u, 0x7FFFFFu, 0x3FFFFFu, 0x600000u, 0x12345u}) {
@@ -137,7 +133,7 @@ TEST_CASE("MX fast path equals the reference on every target, element format, ru
   const std::vector<float> x = MakeTensor(n, 2024);
   std::vector<uint16_t> xb(n);
   for (size_t i = 0; i < n; ++i) xb[i] = static_cast<uint16_t>(FloatBits(x[i]) >> 16);
-  for (const char* name : kElems) {
+  for (const char* name : qmx::test::kMxElems) {
     for (ScaleRule rule : {ScaleRule::kOcpFloor, ScaleRule::kRoundUp, ScaleRule::kCeil, ScaleRule::kEven,
                            ScaleRule::kMaxFinite}) {
       for (Rounding r : qmx::test::kAllModes) {
@@ -195,7 +191,7 @@ TEST_CASE("MX NaN and Inf blocks: scale 0xFF, element NaN codes, dequantized NaN
   std::vector<float> x(64, 1.0f);
   x[3] = std::nanf("");
   x[40] = HUGE_VALF;
-  for (const char* name : kElems) {
+  for (const char* name : qmx::test::kMxElems) {
     MxSpec spec;
     spec.elem = GetFormat(name);
     std::vector<uint8_t> c(64), s(2);

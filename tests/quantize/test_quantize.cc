@@ -15,17 +15,15 @@
 #include "qmx/quantize.h"
 #include "qmx/round.h"
 #include "support/hex.h"
+#include "support/modes.h"
 
 using namespace qmx;
 using qmx::test::BitsFloat;
 using qmx::test::FloatBits;
 using qmx::test::Hex;
+using qmx::test::TargetGuard;
 
 namespace {
-
-struct TargetGuard {
-  ~TargetGuard() { ForceSimdTarget(""); }
-};
 
 // Rows of different kinds: Gaussian, heavy-tailed with a wide exponent range, zeros, FP32 subnormals, a
 // NaN here and an Inf there.

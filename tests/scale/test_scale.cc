@@ -12,6 +12,7 @@
 #include "qmx/round.h"
 #include "qmx/scale.h"
 #include "support/hex.h"
+#include "support/modes.h"
 
 #ifdef QMX_HAVE_CUDA_HEADERS
 #include <cuda_fp8.h>
@@ -24,7 +25,6 @@ using qmx::test::Hex;
 
 namespace {
 
-const char* kElems[] = {"e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "int8"};
 const ScaleRule kPow2Rules[] = {ScaleRule::kOcpFloor, ScaleRule::kRoundUp, ScaleRule::kCeil, ScaleRule::kEven,
                                 ScaleRule::kMaxFinite};
 
@@ -44,7 +44,7 @@ std::vector<uint32_t> DecidingMantissas() {
 
 TEST_CASE("UE8M0 rules: bit-level fast path equals the double reference on every exponent", "[scale]") {
   const std::vector<uint32_t> mants = DecidingMantissas();
-  for (const char* name : kElems) {
+  for (const char* name : qmx::test::kMxElems) {
     const Format& elem = GetFormat(name);
     for (ScaleRule rule : kPow2Rules) {
       size_t bad = 0;
@@ -68,7 +68,7 @@ TEST_CASE("UE8M0 rules: bit-level fast path equals the double reference on every
 #ifdef QMX_HAVE_CUDA_HEADERS
 TEST_CASE("UE8M0 round-up and floor agree with __nv_cvt_float_to_e8m0 (RP, RZ) on every exponent", "[scale][cuda]") {
   const std::vector<uint32_t> mants = DecidingMantissas();
-  for (const char* name : kElems) {
+  for (const char* name : qmx::test::kMxElems) {
     const Format& elem = GetFormat(name);
     const FormatLimits lim = Limits(elem);
     for (uint32_t e = 0; e < 255; ++e) {

@@ -20,6 +20,7 @@
 
 using namespace qmx;
 using qmx::test::Hex;
+using qmx::test::TargetGuard;
 using qmx::test::OptionSets;
 
 namespace {
@@ -30,10 +31,6 @@ const char* kFormats[] = {"e4m3",        "e5m2",        "e3m2",        "e2m3",  
                           "e5m2:bias=1", "e4m3:bias=-2"};
 
 // Restores the default target when a test ends, also on failure.
-struct TargetGuard {
-  ~TargetGuard() { ForceSimdTarget(""); }
-};
-
 std::string Describe(const Format& f, const CastOptions& o) {
   return std::string(f.name) + " " + RoundingName(o.rounding) + " " + SaturationName(o.saturation) +
          (o.subnormals == Subnormals::kFlush ? " flush" : "") + (o.nan_sign == NanSign::kPositive ? " nan+" : "") +

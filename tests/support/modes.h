@@ -1,10 +1,11 @@
-// modes.h: the rounding and saturation modes, and the option sets a format accepts, shared by the
-// reference tests, the SIMD tests and the SIMD sweep.
+// modes.h: the rounding and saturation modes, the option sets a format accepts, the MX element formats
+// and the SIMD-target guard, shared by the reference tests, the SIMD tests and the SIMD sweep.
 #pragma once
 
 #include <vector>
 
 #include "qmx/cast_options.h"
+#include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/format.h"
 
@@ -13,6 +14,14 @@ namespace qmx::test {
 inline constexpr Rounding kAllModes[] = {Rounding::kRne, Rounding::kRna, Rounding::kRz,  Rounding::kRu, Rounding::kRd,
                                          Rounding::kRo,  Rounding::kSrA, Rounding::kSrB, Rounding::kSrC};
 inline constexpr Saturation kAllSat[] = {Saturation::kSatFinite, Saturation::kNoSat, Saturation::kSatPropagate};
+
+// The element formats of the MX block formats (OCP MX v1.0 5.3).
+inline constexpr const char* kMxElems[] = {"e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "int8"};
+
+// Restores automatic SIMD target selection when a test that forced a target ends (also on failure).
+struct TargetGuard {
+  ~TargetGuard() { ForceSimdTarget(""); }
+};
 
 // Every (saturation, rounding) pair f accepts; with `variants` each also with flushed subnormals and with
 // positive NaNs / zero NaN fallback; with `sr_widths` each stochastic mode also with N = 1, 3, 13, 24, 31, 32.

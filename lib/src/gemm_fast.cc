@@ -2,8 +2,9 @@
 // They keep the references' arithmetic exact by construction: FP8/FP6/FP4 products and the truncated
 // terms of a fused step are small integers times powers of two, held exactly in float or double,
 // so any evaluation order and vector width gives the same bits. OpenMP splits output rows; every
-// output is computed by one thread in a fixed order. The loops vectorize across output columns; the
-// kernels are compiled for AVX-512, AVX2 and baseline x86-64 and picked at run time (target_clones).
+// output is computed by one thread in a fixed order. The Highway kernels (simd/gemm_simd.cc) serve
+// every SIMD target with FMA; the loops below are the portable path for the others (SSE4, SCALAR) and
+// for the cases the Highway kernels leave out (fused models with FP64 terms).
 #include <omp.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "exact_sum.h"
 #include "gemm_internal.h"
+#include "simd/gemm_simd.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && !defined(QMX_NO_CLONES)
 #define QMX_GEMM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -29,10 +31,13 @@ constexpr size_t kCols = 128;   // output columns per tile
 constexpr size_t kRows = 4;     // output rows per tile
 
 bool FormatFinite(const GemmOperand& o) {
-  for (uint8_t c : o.codes) {
-    const CodeClass cl = ClassifyCode(o.elem, c);
-    if (cl == CodeClass::kNan || cl == CodeClass::kInf) return false;
+  bool special[256];
+  for (int c = 0; c < 256; ++c) {
+    const CodeClass cl = (static_cast<uint64_t>(c) & ~o.elem.CodeMask()) ? CodeClass::kZero : ClassifyCode(o.elem, static_cast<uint8_t>(c));
+    special[c] = cl == CodeClass::kNan || cl == CodeClass::kInf;
   }
+  for (uint8_t c : o.codes)
+    if (special[c]) return false;
   return true;
 }
 bool ScalesFinite(const GemmOperand& o) {
@@ -53,6 +58,12 @@ bool OperandsFinite(const GemmOperand& a, const GemmOperand& b, const float* c_i
 void ApplyAlpha(const GemmPlan& plan, float* out) {
   if (plan.has_alpha)
     for (size_t i = 0; i < plan.m * plan.n; ++i) out[i] = plan.alpha * out[i];
+}
+
+// out = the accumulators' start values: C, or +0.
+void StartValues(const float* c_in, const GemmPlan& plan, float* out) {
+  if (c_in) std::memcpy(out, c_in, plan.m * plan.n * sizeof(float));
+  else std::fill(out, out + plan.m * plan.n, 0.0f);
 }
 
 // The value of every byte read as a code of f (0 for bytes wider than f's codes).
@@ -233,15 +244,28 @@ QMX_GEMM_CLONES void FusedTile(const FusedCtx& ctx, const T* sa, const int* ea, 
 }
 
 // Block scale of A at (row i, K block b) and of B at (K block b, column j), as dense per-K-block tables.
+// `len` (default: the plan's scale block) may be any divisor of the scale block.
 void ScaleTables(const GemmOperand& a, const GemmOperand& b, const GemmPlan& plan, std::vector<float>& ta,
-                 std::vector<float>& tb) {
-  const size_t nb = (plan.k + plan.kb - 1) / plan.kb;
+                 std::vector<float>& tb, size_t len = 0) {
+  if (len == 0) len = plan.kb;
+  const size_t nb = (plan.k + len - 1) / len;
   ta.assign(plan.m * nb, 1.0f);
   tb.assign(nb * plan.n, 1.0f);
   for (size_t i = 0; i < plan.m; ++i)
-    for (size_t blk = 0; blk < nb; ++blk) ta[i * nb + blk] = a.ScaleOf(i, blk * plan.kb);
+    for (size_t blk = 0; blk < nb; ++blk) ta[i * nb + blk] = a.ScaleOf(i, blk * len);
   for (size_t blk = 0; blk < nb; ++blk)
-    for (size_t j = 0; j < plan.n; ++j) tb[blk * plan.n + j] = b.ScaleOf(blk * plan.kb, j);
+    for (size_t j = 0; j < plan.n; ++j) tb[blk * plan.n + j] = b.ScaleOf(blk * len, j);
+}
+
+// Smallest and largest binary exponent in a table of power-of-two scales.
+std::pair<int, int> ExpRange(const std::vector<float>& t) {
+  int lo = 1000, hi = -1000;
+  for (float v : t) {
+    const int e = std::ilogb(v);
+    lo = std::min(lo, e);
+    hi = std::max(hi, e);
+  }
+  return {lo, hi};
 }
 
 template <typename T>
@@ -283,6 +307,72 @@ int SigProductBits(const Format& a, const Format& b) {
   return bits(a) + bits(b);
 }
 
+// Exponent of a format's smallest quantum (its smallest positive value).
+int QuantumExp(const Format& f) { return static_cast<int>(std::floor(std::log2(Limits(f).min_subnormal))); }
+
+// The Highway fused kernel (FP32 terms). It needs every nonzero product a * b exact and normal in FP32
+// and 2^(F - emax) within FP32's range; outputs whose accumulation overflowed come back as NaN and are
+// recomputed here by the reference.
+bool FusedSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+               const GemmPlan& plan, Exec exec, float* out) {
+  const FusedParams& p = model.fused;
+  const bool blocks = plan.a_blocks || plan.b_blocks;
+  if (blocks && p.scale_in_products) return false;
+  const int emin_sum = FormatEmin(a.elem) + FormatEmin(b.elem);
+  if (Limits(a.elem).max_finite * Limits(b.elem).max_finite >= 0x1p127 || emin_sum < -126 ||
+      p.frac_bits - emin_sum > 127 || QuantumExp(a.elem) + QuantumExp(b.elem) < -126)
+    return false;
+  simd::FusedGemmArgs g;
+  auto split = [&](const GemmOperand& o, std::vector<float>& v, std::vector<int32_t>& e) {
+    const std::array<double, 256> values = CodeValues(o.elem);
+    const int emin = FormatEmin(o.elem);
+    v.resize(o.codes.size());
+    e.resize(o.codes.size());
+    for (size_t i = 0; i < o.codes.size(); ++i) {
+      const double x = values[o.codes[i]];
+      v[i] = static_cast<float>(x);
+      e[i] = x == 0 ? g.zero_code : NominalExp(x, emin);
+    }
+  };
+  std::vector<float> va, vb, ta, tb;
+  std::vector<int32_t> ea, eb;
+  split(a, va, ea);
+  split(b, vb, eb);
+  g.m = plan.m;
+  g.n = plan.n;
+  g.k = plan.k;
+  g.a = va.data();
+  g.ea = ea.data();
+  g.b = vb.data();
+  g.eb = eb.data();
+  g.step = p.step;
+  g.frac_bits = p.frac_bits;
+  g.out_bits = p.out_bits;
+  g.rne_terms = p.term_round == FusedRound::kRne;
+  g.rne_out = p.out_round == FusedRound::kRne;
+  g.zero_exp = p.zero_exp;
+  g.track_zero = p.zero_exp > -1000;
+  g.promote = p.promote;
+  if (blocks) {
+    ScaleTables(a, b, plan, ta, tb);
+    g.kb = plan.kb;
+    g.sa = ta.data();
+    g.sb = tb.data();
+  }
+  g.separate = p.promote_scale_separately;
+  g.parallel = exec == Exec::kParallel;
+  StartValues(c_in, plan, out);
+  if (!simd::GemmFusedF32(g, out)) return false;
+  ApplyAlpha(plan, out);
+  for (size_t i = 0; i < plan.m; ++i)  // rows whose accumulation overflowed: the reference
+    for (size_t j = 0; j < plan.n; ++j)
+      if (std::isnan(out[i * plan.n + j])) {
+        GemmRefRows(a, b, c_in, model, plan, i, i + 1, out);
+        break;
+      }
+  return true;
+}
+
 bool TryFused(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
               const GemmPlan& plan, Exec exec, float* out) {
   const FusedParams& p = model.fused;
@@ -296,21 +386,39 @@ bool TryFused(const GemmOperand& a, const GemmOperand& b, const float* c_in, con
   // A term is below 2^(F+2); the accumulator term below 2^(F+1); step + 1 of them must sum exactly.
   const int width = p.frac_bits + 2 + static_cast<int>(std::ceil(std::log2(p.step + 1.0)));
   const int sig_bits = SigProductBits(a.elem, b.elem);
-  if (width <= 24 && sig_bits <= 24)
+  if (width <= 24 && sig_bits <= 24) {
+    if (FusedSimd(a, b, c_in, model, plan, exec, out)) return true;
     return FusedFast<float>(a, b, c_in, model, plan, exec, out);
+  }
   if (width <= 53) return FusedFast<double>(a, b, c_in, model, plan, exec, out);
   return false;
 }
 
 // ---- fp32-seq ----------------------------------------------------------------------------------
 
-// The scaled operands rounded to FP32, as the reference forms them: fl32(decode(code) * scale).
-std::vector<float> ScaledF32(const GemmOperand& o) {
-  std::vector<float> v(o.codes.size());
-  const std::array<double, 256> table = CodeValues(o.elem);  // exact in FP32 for these formats
-  for (size_t r = 0; r < o.rows; ++r)
-    for (size_t c = 0; c < o.cols; ++c)
-      v[r * o.cols + c] = static_cast<float>(table[o.codes[r * o.cols + c]]) * o.ScaleOf(r, c);
+// The element values as T (exact in FP32 for formats of <= 8 bits), or with `scaled` the scaled operand
+// as the fp32-seq reference forms it, fl32(value * block scale). Rows in parallel.
+template <typename T>
+std::vector<T> Values(const GemmOperand& o, bool scaled, Exec exec) {
+  const std::array<double, 256> table = CodeValues(o.elem);
+  T t[256];
+  for (int c = 0; c < 256; ++c) t[c] = static_cast<T>(table[c]);
+  std::vector<T> v(o.codes.size());
+  const long rows = static_cast<long>(o.rows);
+#pragma omp parallel for schedule(static) if (exec == Exec::kParallel)
+  for (long r = 0; r < rows; ++r) {
+    const uint8_t* cr = o.codes.data() + r * o.cols;
+    T* vr = v.data() + r * o.cols;
+    if (!scaled || o.block_rows == 0) {
+      for (size_t c = 0; c < o.cols; ++c) vr[c] = t[cr[c]];
+      continue;
+    }
+    const float* srow = o.scales.data() + (static_cast<size_t>(r) / o.block_rows) * o.scale_cols;
+    for (size_t c0 = 0; c0 < o.cols; c0 += o.block_cols) {
+      const float sc = srow[c0 / o.block_cols];
+      for (size_t c = c0; c < std::min(o.cols, c0 + o.block_cols); ++c) vr[c] = static_cast<T>(static_cast<float>(t[cr[c]]) * sc);
+    }
+  }
   return v;
 }
 
@@ -330,7 +438,12 @@ QMX_GEMM_CLONES void Fp32SeqTile(const float* a, const float* b, const float* c_
 
 bool Fp32SeqFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const GemmPlan& plan, Exec exec,
                  float* out) {
-  const std::vector<float> fa = ScaledF32(a), fb = ScaledF32(b);
+  const std::vector<float> fa = Values<float>(a, true, exec), fb = Values<float>(b, true, exec);
+  StartValues(c_in, plan, out);
+  if (simd::GemmF32Seq(fa.data(), fb.data(), plan.m, plan.n, plan.k, out, exec == Exec::kParallel)) {
+    ApplyAlpha(plan, out);
+    return true;
+  }
   ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
     for (size_t j0 = 0; j0 < plan.n; j0 += kCols)
       Fp32SeqTile(fa.data(), fb.data(), c_in, plan.n, plan.k, i0, i1, j0, std::min(kCols, plan.n - j0), out);
@@ -385,11 +498,38 @@ QMX_GEMM_CLONES void BlockSums(const double* a, const double* b, size_t n, size_
   }
 }
 
-std::vector<double> DecodedF64(const GemmOperand& o) {
-  std::vector<double> v(o.codes.size());
-  const std::array<double, 256> table = CodeValues(o.elem);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = table[o.codes[i]];
-  return v;
+
+// The Highway kernels for exact and block-exact (the caller has checked the formats, the finiteness,
+// the UE8M0 scales and that block sums are exact in FP64). Block sums exact in FP32 run in FP32 when
+// every scale product sa * sb is an FP32 value (the fma then rounds c + S * sa * sb once).
+bool ExactFamilySimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, bool exact, const GemmPlan& plan,
+                     Exec exec, const std::vector<float>& ta, const std::vector<float>& tb, float* out) {
+  if (plan.k == 0) return false;
+  simd::BlockGemmArgs g;
+  g.m = plan.m;
+  g.n = plan.n;
+  g.k = plan.k;
+  g.kb = plan.kb;
+  g.sa = ta.data();
+  g.sb = tb.data();
+  g.parallel = exec == Exec::kParallel;
+  StartValues(c_in, plan, out);
+  if (exact) {
+    const std::vector<double> da = Values<double>(a, false, exec), db = Values<double>(b, false, exec);
+    return simd::GemmExactF64(g, da.data(), db.data(), QuantumExp(a.elem) + QuantumExp(b.elem), c_in != nullptr, out);
+  }
+  const auto [alo, ahi] = ExpRange(ta);
+  const auto [blo, bhi] = ExpRange(tb);
+  bool done;
+  if (BlockSumBits(a.elem, b.elem, plan.kb) <= 24 && alo + blo >= -149 && ahi + bhi <= 127) {
+    const std::vector<float> fa = Values<float>(a, false, exec), fb = Values<float>(b, false, exec);
+    done = simd::GemmBlockF32(g, fa.data(), fb.data(), out);
+  } else {
+    const std::vector<double> da = Values<double>(a, false, exec), db = Values<double>(b, false, exec);
+    done = simd::GemmBlockF64(g, da.data(), db.data(), out);
+  }
+  if (done) ApplyAlpha(plan, out);
+  return done;
 }
 
 bool ExactFamilyFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
@@ -401,10 +541,11 @@ bool ExactFamilyFast(const GemmOperand& a, const GemmOperand& b, const float* c_
     return false;
   if (exact && plan.has_alpha) return false;  // the reference folds the tensor scales into each product
   if (BlockSumBits(a.elem, b.elem, plan.kb) > 53) return false;
-  const std::vector<double> da = DecodedF64(a), db = DecodedF64(b);
   std::vector<float> ta, tb;
-  const size_t nb = (plan.k + plan.kb - 1) / plan.kb;
   ScaleTables(a, b, plan, ta, tb);
+  if (ExactFamilySimd(a, b, c_in, exact, plan, exec, ta, tb, out)) return true;
+  const std::vector<double> da = Values<double>(a, false, exec), db = Values<double>(b, false, exec);
+  const size_t nb = (plan.k + plan.kb - 1) / plan.kb;
   ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
     std::vector<double> p(kRows * kCols);
     std::vector<ExactSum> sums(exact ? kRows * kCols : 0);

@@ -1,0 +1,64 @@
+// gemm_simd.h: the Highway GEMM kernels behind gemm_fast.cc. Each runs a packed, register-tiled
+// loop nest (GotoBLAS style) in which every output is computed by one thread in K order, so the bits
+// do not depend on the thread count or the vector width. Each returns false, computing nothing, when
+// the chosen SIMD target has no fused multiply-add (SSE4, SCALAR): the caller then takes its portable
+// path. Matrices are row-major; A is m x k, B is k x n, C and out are m x n.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace qmx::simd {
+
+// c[i][j] = fma(a[i][k-1], b[k-1][j], ... fma(a[i][0], b[0][j], c[i][j])): IEEE FP32 FMA in K order.
+bool GemmF32Seq(const float* a, const float* b, size_t m, size_t n, size_t k, float* c, bool parallel);
+
+// Scale-block GEMM. For each K block `blk` of kb elements (the last may be shorter), the block sum
+// S = sum a[i][k] * b[k][j] starts from -0 and must be exact in the element type (the caller checks
+// the bound); sa is m x nb and sb is nb x n with nb = ceil(k / kb), powers of two.
+//   Float: c = fma(S, sa * sb, c), where the caller guarantees sa * sb and S * sa * sb exact in FP32,
+//          so this is c + S * sa * sb rounded once (RNE).
+//   Double: c = RN32(c + S * sa * sb), the exact sum rounded once (round to odd at FP64, then RNE).
+// exact_sum: instead of rounding into c per block, every S * sa * sb and c itself go into an exact
+//   accumulator, rounded once (RNE) at the end; lsb is the exponent of the elements' product quantum
+//   (S * 2^-lsb is an integer). Returns false also when the sum's exponent range is too wide.
+struct BlockGemmArgs {
+  size_t m = 0, n = 0, k = 0, kb = 0;
+  const float* sa = nullptr;
+  const float* sb = nullptr;
+  bool parallel = true;
+};
+bool GemmBlockF32(const BlockGemmArgs& g, const float* a, const float* b, float* c);
+bool GemmBlockF64(const BlockGemmArgs& g, const double* a, const double* b, float* c);
+bool GemmExactF64(const BlockGemmArgs& g, const double* a, const double* b, int lsb, bool has_c, float* c);
+
+// MMA-Sim's fused dot product with FP32 terms (the caller checks that a step's terms sum exactly in
+// FP32 and that every nonzero product a * b lies within FP32's normal range): per step of `step` K,
+// the terms (the accumulator and each product) are aligned to the largest nominal exponent emax,
+// scaled by 2^(F - emax), truncated (or rounded to nearest even) to integers and summed; the sum is
+// rounded (RZ or RNE) to out_bits significant bits. Operands are values (a, b) with their nominal
+// exponents (ea, eb; zeros carry zero_code). With promote > 0 the accumulator starts from 0 every
+// `promote` K and is added to c afterwards: c + part, or, with block scales (sa m x nb, sb nb x n),
+// fma(part, sa * sb, c) or fma(part * sa, sb, c) when `separate`. Outputs whose accumulation became
+// non-finite come back as NaN: the caller recomputes them with the reference.
+struct FusedGemmArgs {
+  size_t m = 0, n = 0, k = 0;
+  const float* a = nullptr;
+  const int32_t* ea = nullptr;
+  const float* b = nullptr;
+  const int32_t* eb = nullptr;
+  int32_t zero_code = -30000;  // the nominal exponent given to zero elements
+  int step = 32, frac_bits = 13, out_bits = 14;
+  bool rne_terms = false, rne_out = false;
+  int zero_exp = -133;
+  bool track_zero = true;  // a zero term lifts emax to zero_exp
+  int promote = 0;
+  size_t kb = 0;  // scale block along K when sa/sb are given
+  const float* sa = nullptr;
+  const float* sb = nullptr;
+  bool separate = false;
+  bool parallel = true;
+};
+bool GemmFusedF32(const FusedGemmArgs& g, float* c);
+
+}  // namespace qmx::simd

@@ -73,6 +73,31 @@ std::array<double, 256> CodeValues(const Format& f) {
   return t;
 }
 
+// A code-to-value table in T, and an operand as the Highway kernels read it (with `scaled`, each value
+// times its block scale in FP32, as fp32-seq forms its operands).
+template <typename T>
+std::array<T, 256> TableOf(const Format& f) {
+  const std::array<double, 256> v = CodeValues(f);
+  std::array<T, 256> t;
+  for (int c = 0; c < 256; ++c) t[c] = static_cast<T>(v[c]);
+  return t;
+}
+template <typename T>
+simd::CodeMatrix<T> MatrixOf(const GemmOperand& o, const std::array<T, 256>& table, bool scaled) {
+  simd::CodeMatrix<T> m;
+  m.codes = o.codes.data();
+  m.table = table.data();
+  m.rows = o.rows;
+  m.cols = o.cols;
+  if (scaled && o.block_rows != 0) {
+    m.scales = o.scales.data();
+    m.block_rows = o.block_rows;
+    m.block_cols = o.block_cols;
+    m.scale_cols = o.scale_cols;
+  }
+  return m;
+}
+
 template <typename T>
 void ParallelRows(const GemmPlan& plan, Exec exec, const T& body) {
   const long tiles = static_cast<long>((plan.m + kRows - 1) / kRows);
@@ -323,28 +348,22 @@ bool FusedSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
       p.frac_bits - emin_sum > 127 || QuantumExp(a.elem) + QuantumExp(b.elem) < -126)
     return false;
   simd::FusedGemmArgs g;
-  auto split = [&](const GemmOperand& o, std::vector<float>& v, std::vector<int32_t>& e) {
-    const std::array<double, 256> values = CodeValues(o.elem);
-    const int emin = FormatEmin(o.elem);
-    v.resize(o.codes.size());
-    e.resize(o.codes.size());
-    for (size_t i = 0; i < o.codes.size(); ++i) {
-      const double x = values[o.codes[i]];
-      v[i] = static_cast<float>(x);
-      e[i] = x == 0 ? g.zero_code : NominalExp(x, emin);
-    }
+  auto exps = [&](const Format& f) {  // each code's nominal exponent (zeros: zero_code)
+    const std::array<double, 256> values = CodeValues(f);
+    std::array<int32_t, 256> e;
+    for (int c = 0; c < 256; ++c) e[c] = values[c] == 0 ? g.zero_code : NominalExp(values[c], FormatEmin(f));
+    return e;
   };
-  std::vector<float> va, vb, ta, tb;
-  std::vector<int32_t> ea, eb;
-  split(a, va, ea);
-  split(b, vb, eb);
+  const std::array<float, 256> va = TableOf<float>(a.elem), vb = TableOf<float>(b.elem);
+  const std::array<int32_t, 256> ea = exps(a.elem), eb = exps(b.elem);
+  std::vector<float> ta, tb;
   g.m = plan.m;
   g.n = plan.n;
   g.k = plan.k;
-  g.a = va.data();
-  g.ea = ea.data();
-  g.b = vb.data();
-  g.eb = eb.data();
+  g.a = MatrixOf(a, va, false);
+  g.ea = MatrixOf(a, ea, false);
+  g.b = MatrixOf(b, vb, false);
+  g.eb = MatrixOf(b, eb, false);
   g.step = p.step;
   g.frac_bits = p.frac_bits;
   g.out_bits = p.out_bits;
@@ -438,12 +457,13 @@ QMX_GEMM_CLONES void Fp32SeqTile(const float* a, const float* b, const float* c_
 
 bool Fp32SeqFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const GemmPlan& plan, Exec exec,
                  float* out) {
-  const std::vector<float> fa = Values<float>(a, true, exec), fb = Values<float>(b, true, exec);
   StartValues(c_in, plan, out);
-  if (simd::GemmF32Seq(fa.data(), fb.data(), plan.m, plan.n, plan.k, out, exec == Exec::kParallel)) {
+  const std::array<float, 256> ta = TableOf<float>(a.elem), tb = TableOf<float>(b.elem);
+  if (simd::GemmF32Seq(MatrixOf(a, ta, true), MatrixOf(b, tb, true), out, exec == Exec::kParallel)) {
     ApplyAlpha(plan, out);
     return true;
   }
+  const std::vector<float> fa = Values<float>(a, true, exec), fb = Values<float>(b, true, exec);
   ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
     for (size_t j0 = 0; j0 < plan.n; j0 += kCols)
       Fp32SeqTile(fa.data(), fb.data(), c_in, plan.n, plan.k, i0, i1, j0, std::min(kCols, plan.n - j0), out);
@@ -514,19 +534,18 @@ bool ExactFamilySimd(const GemmOperand& a, const GemmOperand& b, const float* c_
   g.sb = tb.data();
   g.parallel = exec == Exec::kParallel;
   StartValues(c_in, plan, out);
-  if (exact) {
-    const std::vector<double> da = Values<double>(a, false, exec), db = Values<double>(b, false, exec);
-    return simd::GemmExactF64(g, da.data(), db.data(), QuantumExp(a.elem) + QuantumExp(b.elem), c_in != nullptr, out);
-  }
+  const std::array<double, 256> da = TableOf<double>(a.elem), db = TableOf<double>(b.elem);
+  if (exact)
+    return simd::GemmExactF64(g, MatrixOf(a, da, false), MatrixOf(b, db, false), QuantumExp(a.elem) + QuantumExp(b.elem),
+                              c_in != nullptr, out);
   const auto [alo, ahi] = ExpRange(ta);
   const auto [blo, bhi] = ExpRange(tb);
   bool done;
   if (BlockSumBits(a.elem, b.elem, plan.kb) <= 24 && alo + blo >= -149 && ahi + bhi <= 127) {
-    const std::vector<float> fa = Values<float>(a, false, exec), fb = Values<float>(b, false, exec);
-    done = simd::GemmBlockF32(g, fa.data(), fb.data(), out);
+    const std::array<float, 256> fa = TableOf<float>(a.elem), fb = TableOf<float>(b.elem);
+    done = simd::GemmBlockF32(g, MatrixOf(a, fa, false), MatrixOf(b, fb, false), out);
   } else {
-    const std::vector<double> da = Values<double>(a, false, exec), db = Values<double>(b, false, exec);
-    done = simd::GemmBlockF64(g, da.data(), db.data(), out);
+    done = simd::GemmBlockF64(g, MatrixOf(a, da, false), MatrixOf(b, db, false), out);
   }
   if (done) ApplyAlpha(plan, out);
   return done;

@@ -37,24 +37,30 @@ constexpr size_t kMcPanels = 8;   // A panels per thread's block
 template <typename T>
 using Buf = hwy::AlignedFreeUniquePtr<T[]>;
 
-// Rows of src (rows x cols) as panels of w rows: panel p holds, for each column c, src[p*w + r][c] for
+// A matrix (rows x cols) as panels of w rows: panel p holds, for each column c, value(p*w + r, c) for
 // r < w (zero beyond the last row).
 template <typename T>
-Buf<T> PackRows(const T* src, size_t rows, size_t cols, size_t w, bool parallel) {
+Buf<T> PackRows(const CodeMatrix<T>& src, size_t w, bool parallel) {
+  const size_t rows = src.rows, cols = src.cols;
   const long panels = static_cast<long>((rows + w - 1) / w);
   Buf<T> dst = hwy::AllocateAligned<T>(std::max<size_t>(1, panels * cols * w));
 #pragma omp parallel for schedule(static) if (parallel)
   for (long p = 0; p < panels; ++p)
-    for (size_t c = 0; c < cols; ++c)
-      for (size_t r = 0; r < w; ++r) {
-        const size_t row = p * w + r;
-        dst[(p * cols + c) * w + r] = row < rows ? src[row * cols + c] : T(0);
+    for (size_t r = 0; r < w; ++r) {
+      const size_t row = p * w + r;
+      T* d = dst.get() + p * cols * w + r;
+      if (row >= rows) {
+        for (size_t c = 0; c < cols; ++c) d[c * w] = T(0);
+      } else {
+        for (size_t c = 0; c < cols; ++c) d[c * w] = src.At(row, c);
       }
+    }
   return dst;
 }
-// Columns of src (rows x cols) as panels of w columns: panel q holds, for each row r, src[r][q*w + j].
+// A matrix (rows x cols) as panels of w columns: panel q holds, for each row r, value(r, q*w + j).
 template <typename T>
-Buf<T> PackCols(const T* src, size_t rows, size_t cols, size_t w, bool parallel) {
+Buf<T> PackCols(const CodeMatrix<T>& src, size_t w, bool parallel) {
+  const size_t rows = src.rows, cols = src.cols;
   const long panels = static_cast<long>((cols + w - 1) / w);
   Buf<T> dst = hwy::AllocateAligned<T>(std::max<size_t>(1, panels * rows * w));
 #pragma omp parallel for schedule(static) if (parallel)
@@ -62,22 +68,47 @@ Buf<T> PackCols(const T* src, size_t rows, size_t cols, size_t w, bool parallel)
     for (size_t r = 0; r < rows; ++r)
       for (size_t j = 0; j < w; ++j) {
         const size_t col = q * w + j;
-        dst[(q * rows + r) * w + j] = col < cols ? src[r * cols + col] : T(0);
+        dst[(q * rows + r) * w + j] = col < cols ? src.At(r, col) : T(0);
       }
   return dst;
 }
-
-// C (m x n) copied into a zero-padded buffer of mp x ldc, and back.
-struct PaddedC {
-  PaddedC(const float* c, size_t m, size_t n, size_t mp, size_t ldc_) : ldc(ldc_), buf(hwy::AllocateAligned<float>(std::max<size_t>(1, mp * ldc_))) {
-    std::fill(buf.get(), buf.get() + mp * ldc, 0.0f);
-    for (size_t i = 0; i < m; ++i) std::memcpy(buf.get() + i * ldc, c + i * n, n * sizeof(float));
+// Small plain tables (block scales, zero flags) packed the same two ways.
+template <typename T>
+Buf<T> PackRows(const T* src, size_t rows, size_t cols, size_t w) {
+  const size_t panels = (rows + w - 1) / w;
+  Buf<T> dst = hwy::AllocateAligned<T>(std::max<size_t>(1, panels * cols * w));
+  for (size_t p = 0; p < panels; ++p)
+    for (size_t c = 0; c < cols; ++c)
+      for (size_t r = 0; r < w; ++r) dst[(p * cols + c) * w + r] = p * w + r < rows ? src[(p * w + r) * cols + c] : T(0);
+  return dst;
+}
+template <typename T>
+Buf<T> PackCols(const T* src, size_t rows, size_t cols, size_t w) {
+  const size_t panels = (cols + w - 1) / w;
+  Buf<T> dst = hwy::AllocateAligned<T>(std::max<size_t>(1, panels * rows * w));
+  for (size_t q = 0; q < panels; ++q)
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t j = 0; j < w; ++j) dst[(q * rows + r) * w + j] = q * w + j < cols ? src[r * cols + q * w + j] : T(0);
+  return dst;
+}
+// C (m x n) in tiles of rows x cols: a whole tile is updated in place, an edge tile through a local
+// zero-padded copy (the packed operands are zero beyond the edges too).
+struct CTiles {
+  float* c;
+  size_t m, n, rows, cols;
+  template <class Fn>
+  void With(size_t p, size_t q, const Fn& fn) const {
+    const size_t r0 = p * rows, c0 = q * cols;
+    if (r0 + rows <= m && c0 + cols <= n) {
+      fn(c + r0 * n + c0, n);
+      return;
+    }
+    alignas(64) float t[kMr * 2 * (HWY_MAX_BYTES / sizeof(float))] = {};
+    const size_t vr = std::min(rows, m - r0), vc = std::min(cols, n - c0);
+    for (size_t r = 0; r < vr; ++r) std::memcpy(t + r * cols, c + (r0 + r) * n + c0, vc * sizeof(float));
+    fn(t, cols);
+    for (size_t r = 0; r < vr; ++r) std::memcpy(c + (r0 + r) * n + c0, t + r * cols, vc * sizeof(float));
   }
-  void CopyOut(float* c, size_t m, size_t n) const {
-    for (size_t i = 0; i < m; ++i) std::memcpy(c + i * n, buf.get() + i * ldc, n * sizeof(float));
-  }
-  size_t ldc;
-  Buf<float> buf;
 };
 
 // Runs tile(p, q, pc, len) for every A panel p, B panel q and K chunk [pc, pc + len), the chunks of
@@ -124,17 +155,19 @@ HWY_INLINE void SeqTile(D d, const float* HWY_RESTRICT ap, const float* HWY_REST
   }
 }
 
-bool GemmF32SeqT(const float* a, const float* b, size_t m, size_t n, size_t k, float* c, bool parallel) {
+bool GemmF32SeqT(const CodeMatrix<float>& a, const CodeMatrix<float>& b, float* c, bool parallel) {
   const bool par = parallel;
+  const size_t m = a.rows, n = b.cols, k = a.cols;
   const hn::ScalableTag<float> d;
   const size_t nr = 2 * hn::Lanes(d);
   const size_t mp = (m + kMr - 1) / kMr, np = (n + nr - 1) / nr;
-  const Buf<float> ap = PackRows(a, m, k, kMr, par), bp = PackCols(b, k, n, nr, par);
-  PaddedC pc(c, m, n, mp * kMr, np * nr);
+  const Buf<float> ap = PackRows(a, kMr, par), bp = PackCols(b, nr, par);
+  const CTiles tiles{c, m, n, kMr, nr};
   Drive(mp, np, k, kKc, parallel, [&](size_t p, size_t q, size_t k0, size_t len) {
-    SeqTile(d, ap.get() + (p * k + k0) * kMr, bp.get() + (q * k + k0) * nr, len, pc.buf.get() + p * kMr * pc.ldc + q * nr, pc.ldc);
+    tiles.With(p, q, [&](float* ct, size_t ldc) {
+      SeqTile(d, ap.get() + (p * k + k0) * kMr, bp.get() + (q * k + k0) * nr, len, ct, ldc);
+    });
   });
-  pc.CopyOut(c, m, n);
   return true;
 }
 
@@ -170,17 +203,17 @@ BlockPacks PlanBlocks(const BlockGemmArgs& g, size_t nr) {
   return b;
 }
 
-bool GemmBlockF32T(const BlockGemmArgs& g, const float* a, const float* b, float* c) {
+bool GemmBlockF32T(const BlockGemmArgs& g, const CodeMatrix<float>& a, const CodeMatrix<float>& b, float* c) {
   const bool par = g.parallel;
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const size_t N = hn::Lanes(d);
   const BlockPacks bp = PlanBlocks(g, 2 * N);
-  const Buf<float> pa = PackRows(a, g.m, g.k, kMr, par), pb = PackCols(b, g.k, g.n, bp.nr, par);
-  const Buf<float> psa = PackRows(g.sa, g.m, bp.nb, kMr, par), psb = PackCols(g.sb, bp.nb, g.n, bp.nr, par);
-  PaddedC pc(c, g.m, g.n, bp.mp * kMr, bp.np * bp.nr);
+  const Buf<float> pa = PackRows(a, kMr, par), pb = PackCols(b, bp.nr, par);
+  const Buf<float> psa = PackRows(g.sa, g.m, bp.nb, kMr), psb = PackCols(g.sb, bp.nb, g.n, bp.nr);
+  const CTiles tiles{c, g.m, g.n, kMr, bp.nr};
   Drive(bp.mp, bp.np, g.k, bp.kc, g.parallel, [&](size_t p, size_t q, size_t k0, size_t len) {
-    float* ct = pc.buf.get() + p * kMr * pc.ldc + q * bp.nr;
+    tiles.With(p, q, [&](float* ct, size_t ldc) {
     for (size_t off = 0; off < len; off += g.kb) {
       const size_t blen = std::min(g.kb, len - off), blk = (k0 + off) / g.kb;
       V s[kMr][2];
@@ -189,13 +222,13 @@ bool GemmBlockF32T(const BlockGemmArgs& g, const float* a, const float* b, float
       const V sb0 = hn::LoadU(d, sbv), sb1 = hn::LoadU(d, sbv + N);
       for (size_t r = 0; r < kMr; ++r) {
         const V sa = hn::Set(d, psa[(p * bp.nb + blk) * kMr + r]);
-        float* row = ct + r * pc.ldc;
+        float* row = ct + r * ldc;
         hn::StoreU(hn::MulAdd(s[r][0], hn::Mul(sa, sb0), hn::LoadU(d, row)), d, row);
         hn::StoreU(hn::MulAdd(s[r][1], hn::Mul(sa, sb1), hn::LoadU(d, row + N)), d, row + N);
       }
     }
+    });
   });
-  pc.CopyOut(c, g.m, g.n);
   return true;
 }
 
@@ -218,18 +251,18 @@ HWY_INLINE hn::Vec<DD> AddRoundToOdd(DD dd, hn::Vec<DD> x, hn::Vec<DD> v) {
   return hn::IfThenElse(hn::IsFinite(x), odd, s);
 }
 
-bool GemmBlockF64T(const BlockGemmArgs& g, const double* a, const double* b, float* c) {
+bool GemmBlockF64T(const BlockGemmArgs& g, const CodeMatrix<double>& a, const CodeMatrix<double>& b, float* c) {
   const bool par = g.parallel;
   const hn::ScalableTag<double> d;
   const hn::Rebind<float, decltype(d)> dh;
   using V = hn::Vec<decltype(d)>;
   const size_t N = hn::Lanes(d);
   const BlockPacks bp = PlanBlocks(g, 2 * N);
-  const Buf<double> pa = PackRows(a, g.m, g.k, kMr, par), pb = PackCols(b, g.k, g.n, bp.nr, par);
-  const Buf<float> psa = PackRows(g.sa, g.m, bp.nb, kMr, par), psb = PackCols(g.sb, bp.nb, g.n, bp.nr, par);
-  PaddedC pc(c, g.m, g.n, bp.mp * kMr, bp.np * bp.nr);
+  const Buf<double> pa = PackRows(a, kMr, par), pb = PackCols(b, bp.nr, par);
+  const Buf<float> psa = PackRows(g.sa, g.m, bp.nb, kMr), psb = PackCols(g.sb, bp.nb, g.n, bp.nr);
+  const CTiles tiles{c, g.m, g.n, kMr, bp.nr};
   Drive(bp.mp, bp.np, g.k, bp.kc, g.parallel, [&](size_t p, size_t q, size_t k0, size_t len) {
-    float* ct = pc.buf.get() + p * kMr * pc.ldc + q * bp.nr;
+    tiles.With(p, q, [&](float* ct, size_t ldc) {
     for (size_t off = 0; off < len; off += g.kb) {
       const size_t blen = std::min(g.kb, len - off), blk = (k0 + off) / g.kb;
       V s[kMr][2];
@@ -239,14 +272,14 @@ bool GemmBlockF64T(const BlockGemmArgs& g, const double* a, const double* b, flo
       for (size_t r = 0; r < kMr; ++r) {
         const V sa = hn::Set(d, static_cast<double>(psa[(p * bp.nb + blk) * kMr + r]));
         for (size_t h = 0; h < 2; ++h) {
-          float* cell = ct + r * pc.ldc + h * N;
+          float* cell = ct + r * ldc + h * N;
           const V v = hn::Mul(s[r][h], hn::Mul(sa, sb[h]));  // powers of two: exact
           hn::StoreU(hn::DemoteTo(dh, AddRoundToOdd(d, hn::PromoteTo(d, hn::LoadU(dh, cell)), v)), dh, cell);
         }
       }
     }
+    });
   });
-  pc.CopyOut(c, g.m, g.n);
   return true;
 }
 
@@ -300,7 +333,8 @@ inline float LazyRound(const int64_t* limbs, int n, int lo, bool negative_zero) 
   return negative ? -f : f;
 }
 
-bool GemmExactF64T(const BlockGemmArgs& g, const double* a, const double* b, int lsb, bool has_c, float* c) {
+bool GemmExactF64T(const BlockGemmArgs& g, const CodeMatrix<double>& a, const CodeMatrix<double>& b, int lsb, bool has_c,
+                   float* c) {
   const bool par = g.parallel;
   const hn::ScalableTag<double> d;
   using V = hn::Vec<decltype(d)>;
@@ -321,9 +355,9 @@ bool GemmExactF64T(const BlockGemmArgs& g, const double* a, const double* b, int
   hi += 2 + static_cast<int>(std::ceil(std::log2(static_cast<double>(bp.nb) + 2)));
   const int limbs = (hi - lo + 31) / 32 + 3;
   if (limbs > kMaxLimbs) return false;
-  const Buf<int> pxa = PackRows(xa.data(), g.m, bp.nb, kMr, par), pxb = PackCols(xb.data(), bp.nb, g.n, nr, par);
-  const Buf<double> pa = PackRows(a, g.m, g.k, kMr, par), pb = PackCols(b, g.k, g.n, nr, par);
-  PaddedC pc(c, g.m, g.n, bp.mp * kMr, bp.np * nr);
+  const Buf<int> pxa = PackRows(xa.data(), g.m, bp.nb, kMr), pxb = PackCols(xb.data(), bp.nb, g.n, nr);
+  const Buf<double> pa = PackRows(a, kMr, par), pb = PackCols(b, nr, par);
+  const CTiles tiles{c, g.m, g.n, kMr, nr};
   const double unit = std::ldexp(1.0, -lsb);
   const int threads = omp_get_max_threads();
   std::vector<std::vector<int64_t>> acc(threads, std::vector<int64_t>(kMr * nr * limbs));
@@ -333,11 +367,11 @@ bool GemmExactF64T(const BlockGemmArgs& g, const double* a, const double* b, int
     const int t = omp_get_thread_num();
     int64_t* L = acc[t].data();
     char* nz = negz[t].data();
-    float* ct = pc.buf.get() + p * kMr * pc.ldc + q * nr;
+    tiles.With(p, q, [&](float* ct, size_t ldc) {
     std::fill(acc[t].begin(), acc[t].end(), 0);
     for (size_t r = 0; r < kMr; ++r)
       for (size_t j = 0; j < nr; ++j) {
-        const float cv = ct[r * pc.ldc + j];
+        const float cv = ct[r * ldc + j];
         nz[r * nr + j] = has_c ? (cv == 0 && std::signbit(cv)) : 1;
         if (has_c && cv != 0) {
           uint32_t bits;
@@ -367,9 +401,9 @@ bool GemmExactF64T(const BlockGemmArgs& g, const double* a, const double* b, int
         }
     }
     for (size_t r = 0; r < kMr; ++r)
-      for (size_t j = 0; j < nr; ++j) ct[r * pc.ldc + j] = LazyRound(L + (r * nr + j) * limbs, limbs, lo, nz[r * nr + j]);
+      for (size_t j = 0; j < nr; ++j) ct[r * ldc + j] = LazyRound(L + (r * nr + j) * limbs, limbs, lo, nz[r * nr + j]);
+    });
   });
-  pc.CopyOut(c, g.m, g.n);
   return true;
 }
 
@@ -422,20 +456,20 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
   std::vector<int32_t> za(g.m * nsteps, 0), zb(nsteps * g.n, 0);
   for (size_t i = 0; i < g.m; ++i)
     for (size_t kk = 0; kk < g.k; ++kk)
-      if (g.ea[i * g.k + kk] == g.zero_code) za[i * nsteps + kk / step] = -1;
+      if (g.ea.At(i, kk) == g.zero_code) za[i * nsteps + kk / step] = -1;
   for (size_t kk = 0; kk < g.k; ++kk)
     for (size_t j = 0; j < g.n; ++j)
-      if (g.eb[kk * g.n + j] == g.zero_code) zb[(kk / step) * g.n + j] = -1;
-  const Buf<float> pa = PackRows(g.a, g.m, g.k, R, par), pb = PackCols(g.b, g.k, g.n, nr, par);
-  const Buf<int32_t> pea = PackRows(g.ea, g.m, g.k, R, par), peb = PackCols(g.eb, g.k, g.n, nr, par);
-  const Buf<int32_t> pza = PackRows(za.data(), g.m, nsteps, R, par), pzb = PackCols(zb.data(), nsteps, g.n, nr, par);
+      if (g.eb.At(kk, j) == g.zero_code) zb[(kk / step) * g.n + j] = -1;
+  const Buf<float> pa = PackRows(g.a, R, par), pb = PackCols(g.b, nr, par);
+  const Buf<int32_t> pea = PackRows(g.ea, R, par), peb = PackCols(g.eb, nr, par);
+  const Buf<int32_t> pza = PackRows(za.data(), g.m, nsteps, R), pzb = PackCols(zb.data(), nsteps, g.n, nr);
   const size_t nb = g.sa ? (g.k + g.kb - 1) / g.kb : 0;
   Buf<float> psa, psb;
   if (g.sa) {
-    psa = PackRows(g.sa, g.m, nb, R, par);
-    psb = PackCols(g.sb, nb, g.n, nr, par);
+    psa = PackRows(g.sa, g.m, nb, R);
+    psb = PackCols(g.sb, nb, g.n, nr);
   }
-  PaddedC pc(c, g.m, g.n, mp * R, np * nr);
+  const CTiles tiles{c, g.m, g.n, R, nr};
   const VI zero_code = hn::Set(di, g.zero_code), zero_exp = hn::Set(di, g.zero_exp), fbits = hn::Set(di, g.frac_bits);
   const VI exp_mask = hn::Set(di, 0xFF), bias = hn::Set(di, 127), emin = hn::Set(di, -126);
   const VI sig_mask = hn::Set(di, static_cast<int32_t>(0x807FFFFFu)), one_exp = hn::Set(di, 127 << 23);
@@ -443,12 +477,12 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
   const VF nan = hn::Set(df, std::numeric_limits<float>::quiet_NaN());
 
   Drive(mp, np, g.k, kc, g.parallel, [&](size_t p, size_t q, size_t k0c, size_t len) {
-    float* ct = pc.buf.get() + p * R * pc.ldc + q * nr;
+    tiles.With(p, q, [&](float* ct, size_t ldc) {
     VF acc[R][2];
     hn::Mask<decltype(df)> badm[R][2];  // lanes whose accumulation left the finite range
     for (size_t r = 0; r < R; ++r)
       for (size_t h = 0; h < 2; ++h) {
-        acc[r][h] = hn::LoadU(df, ct + r * pc.ldc + h * N);
+        acc[r][h] = hn::LoadU(df, ct + r * ldc + h * N);
         badm[r][h] = hn::Not(hn::IsFinite(acc[r][h]));
       }
     for (size_t w0 = k0c; w0 < k0c + len; w0 += window) {
@@ -533,9 +567,9 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
         }
     }
     for (size_t r = 0; r < R; ++r)
-      for (size_t h = 0; h < 2; ++h) hn::StoreU(hn::IfThenElse(badm[r][h], nan, acc[r][h]), df, ct + r * pc.ldc + h * N);
+      for (size_t h = 0; h < 2; ++h) hn::StoreU(hn::IfThenElse(badm[r][h], nan, acc[r][h]), df, ct + r * ldc + h * N);
+    });
   });
-  pc.CopyOut(c, g.m, g.n);
   return true;
 }
 
@@ -546,10 +580,12 @@ bool GemmFusedF32T(const FusedGemmArgs& g, float* c) {
 
 #else  // no FMA or a scalable target: the caller's portable path
 
-bool GemmF32SeqT(const float*, const float*, size_t, size_t, size_t, float*, bool) { return false; }
-bool GemmBlockF32T(const BlockGemmArgs&, const float*, const float*, float*) { return false; }
-bool GemmBlockF64T(const BlockGemmArgs&, const double*, const double*, float*) { return false; }
-bool GemmExactF64T(const BlockGemmArgs&, const double*, const double*, int, bool, float*) { return false; }
+bool GemmF32SeqT(const CodeMatrix<float>&, const CodeMatrix<float>&, float*, bool) { return false; }
+bool GemmBlockF32T(const BlockGemmArgs&, const CodeMatrix<float>&, const CodeMatrix<float>&, float*) { return false; }
+bool GemmBlockF64T(const BlockGemmArgs&, const CodeMatrix<double>&, const CodeMatrix<double>&, float*) { return false; }
+bool GemmExactF64T(const BlockGemmArgs&, const CodeMatrix<double>&, const CodeMatrix<double>&, int, bool, float*) {
+  return false;
+}
 bool GemmFusedF32T(const FusedGemmArgs&, float*) { return false; }
 
 #endif
@@ -566,16 +602,17 @@ HWY_EXPORT(GemmBlockF64T);
 HWY_EXPORT(GemmExactF64T);
 HWY_EXPORT(GemmFusedF32T);
 
-bool GemmF32Seq(const float* a, const float* b, size_t m, size_t n, size_t k, float* c, bool parallel) {
-  return HWY_DYNAMIC_DISPATCH(GemmF32SeqT)(a, b, m, n, k, c, parallel);
+bool GemmF32Seq(const CodeMatrix<float>& a, const CodeMatrix<float>& b, float* c, bool parallel) {
+  return HWY_DYNAMIC_DISPATCH(GemmF32SeqT)(a, b, c, parallel);
 }
-bool GemmBlockF32(const BlockGemmArgs& g, const float* a, const float* b, float* c) {
+bool GemmBlockF32(const BlockGemmArgs& g, const CodeMatrix<float>& a, const CodeMatrix<float>& b, float* c) {
   return HWY_DYNAMIC_DISPATCH(GemmBlockF32T)(g, a, b, c);
 }
-bool GemmBlockF64(const BlockGemmArgs& g, const double* a, const double* b, float* c) {
+bool GemmBlockF64(const BlockGemmArgs& g, const CodeMatrix<double>& a, const CodeMatrix<double>& b, float* c) {
   return HWY_DYNAMIC_DISPATCH(GemmBlockF64T)(g, a, b, c);
 }
-bool GemmExactF64(const BlockGemmArgs& g, const double* a, const double* b, int lsb, bool has_c, float* c) {
+bool GemmExactF64(const BlockGemmArgs& g, const CodeMatrix<double>& a, const CodeMatrix<double>& b, int lsb, bool has_c,
+                  float* c) {
   return HWY_DYNAMIC_DISPATCH(GemmExactF64T)(g, a, b, lsb, has_c, c);
 }
 bool GemmFusedF32(const FusedGemmArgs& g, float* c) { return HWY_DYNAMIC_DISPATCH(GemmFusedF32T)(g, c); }

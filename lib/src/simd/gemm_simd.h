@@ -10,8 +10,27 @@
 
 namespace qmx::simd {
 
+// An operand read straight from its codes (the kernels pack it without an intermediate copy):
+// value(r, c) = table[codes[r * cols + c]], times fl32 of the block scale
+// scales[(r / block_rows) * scale_cols + c / block_cols] when `scales` is set (FP32 tables only).
+template <typename T>
+struct CodeMatrix {
+  const uint8_t* codes = nullptr;
+  const T* table = nullptr;  // 256 entries
+  size_t rows = 0, cols = 0;
+  const float* scales = nullptr;
+  size_t block_rows = 0, block_cols = 0, scale_cols = 0;
+  T At(size_t r, size_t c) const {
+    const T v = table[codes[r * cols + c]];
+    if (!scales) return v;
+    return static_cast<T>(static_cast<float>(v) * scales[(r / block_rows) * scale_cols + c / block_cols]);
+  }
+};
+
+// Each kernel's A is m x k and B is k x n, given as CodeMatrix (a.rows = m, a.cols = b.rows = k, b.cols = n).
+
 // c[i][j] = fma(a[i][k-1], b[k-1][j], ... fma(a[i][0], b[0][j], c[i][j])): IEEE FP32 FMA in K order.
-bool GemmF32Seq(const float* a, const float* b, size_t m, size_t n, size_t k, float* c, bool parallel);
+bool GemmF32Seq(const CodeMatrix<float>& a, const CodeMatrix<float>& b, float* c, bool parallel);
 
 // Scale-block GEMM. For each K block `blk` of kb elements (the last may be shorter), the block sum
 // S = sum a[i][k] * b[k][j] starts from -0 and must be exact in the element type (the caller checks
@@ -28,9 +47,10 @@ struct BlockGemmArgs {
   const float* sb = nullptr;
   bool parallel = true;
 };
-bool GemmBlockF32(const BlockGemmArgs& g, const float* a, const float* b, float* c);
-bool GemmBlockF64(const BlockGemmArgs& g, const double* a, const double* b, float* c);
-bool GemmExactF64(const BlockGemmArgs& g, const double* a, const double* b, int lsb, bool has_c, float* c);
+bool GemmBlockF32(const BlockGemmArgs& g, const CodeMatrix<float>& a, const CodeMatrix<float>& b, float* c);
+bool GemmBlockF64(const BlockGemmArgs& g, const CodeMatrix<double>& a, const CodeMatrix<double>& b, float* c);
+bool GemmExactF64(const BlockGemmArgs& g, const CodeMatrix<double>& a, const CodeMatrix<double>& b, int lsb, bool has_c,
+                  float* c);
 
 // MMA-Sim's fused dot product with FP32 terms (the caller checks that a step's terms sum exactly in
 // FP32 and that every nonzero product a * b lies within FP32's normal range): per step of `step` K,
@@ -43,10 +63,8 @@ bool GemmExactF64(const BlockGemmArgs& g, const double* a, const double* b, int 
 // non-finite come back as NaN: the caller recomputes them with the reference.
 struct FusedGemmArgs {
   size_t m = 0, n = 0, k = 0;
-  const float* a = nullptr;
-  const int32_t* ea = nullptr;
-  const float* b = nullptr;
-  const int32_t* eb = nullptr;
+  CodeMatrix<float> a, b;     // values
+  CodeMatrix<int32_t> ea, eb;  // nominal exponents (same codes)
   int32_t zero_code = -30000;  // the nominal exponent given to zero elements
   int step = 32, frac_bits = 13, out_bits = 14;
   bool rne_terms = false, rne_out = false;

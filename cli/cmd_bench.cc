@@ -1,6 +1,9 @@
 // cmd_bench.cc: `qmx-sim bench` times the fast kernels beside in-process baselines on the same data in
-// one run (a memcpy of the kernel's input bytes, and the scalar reference path), and reports medians,
-// effective bandwidth (bytes read + bytes written per second) and ratios, so results hold on a noisy machine.
+// one run, and reports medians and ratios, so results hold on a noisy machine:
+//   conversion / MX quantization: a memcpy of the kernel's input bytes and the scalar reference path,
+//     with effective bandwidth (bytes read + bytes written per second);
+//   GEMM models: Eigen SGEMM and DGEMM (compiled for the best x86 level the CPU has) on the same sizes
+//     and thread counts, in GFLOP/s (2 M N K per call), with the speed targets.
 #include <omp.h>
 
 #include <algorithm>
@@ -14,9 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "baseline/eigen_gemm.h"
 #include "commands.h"
 #include "qmx/convert.h"
 #include "qmx/error.h"
+#include "qmx/gemm.h"
 #include "qmx/io.h"
 #include "qmx/mx.h"
 
@@ -31,6 +36,9 @@ struct BenchArgs {
   std::string target;
   std::string json;
   bool no_ref = false;
+  std::string suite = "all";
+  std::vector<int> gemm_sizes = {1024, 2048};
+  int gemm_reps = 3;
 };
 
 std::string CpuModel() {
@@ -85,12 +93,137 @@ struct Row {
   double GBs() const { return bytes / seconds / 1e9; }
 };
 
-void RunBench(const BenchArgs& a) {
+// ---- GEMM ---------------------------------------------------------------------------------------
+
+// An operand of `rows` x `cols` E4M3 or E2M1 codes from Gaussian values (round to nearest), with
+// UE8M0 scales 2^-4..2^4 on blocks of 32 along K when `mx` (A: 1x32, B: 32x1).
+GemmOperand BenchOperand(const Format& f, size_t rows, size_t cols, bool a_side, bool mx, std::mt19937& rng) {
+  std::vector<float> x(rows * cols);
+  std::normal_distribution<float> nd(0.0f, f.name == std::string("e2m1") ? 2.0f : 64.0f);
+  for (float& v : x) v = nd(rng);
+  std::vector<uint8_t> codes(x.size());
+  ConvertToCodes(DType::kF32, x.data(), x.size(), f, CastOptions{}, codes.data());
+  GemmOperand o = OperandFromCodes(f, rows, cols, codes.data());
+  if (mx) {
+    o.scale_format = ScaleFormat::kUe8m0;
+    o.block_rows = a_side ? 1 : 32;
+    o.block_cols = a_side ? 32 : 1;
+    o.scale_rows = (rows + o.block_rows - 1) / o.block_rows;
+    o.scale_cols = (cols + o.block_cols - 1) / o.block_cols;
+    o.scales.resize(o.scale_rows * o.scale_cols);
+    for (float& s : o.scales) s = std::ldexp(1.0f, static_cast<int>(rng() % 9) - 4);
+  } else {
+    o.tensor_scale = a_side ? 0.5f : 3.0f;
+  }
+  return o;
+}
+
+struct GemmCase {
+  std::string name;      // what runs
+  std::string model;     // accumulation model, empty for an Eigen baseline
+  std::string baseline;  // "sgemm" or "dgemm": what the target compares with
+  double target;         // required ratio to the baseline (0: a baseline itself)
+  const Format* elem;
+  bool mx;
+};
+
+struct GemmRow {
+  std::string name, baseline;
+  int size, threads;
+  double seconds, target;
+  double Gflops() const { return 2.0 * size * static_cast<double>(size) * size / seconds / 1e9; }
+};
+
+void RunGemmBench(const BenchArgs& a, nlohmann::json& j) {
+  for (int s : a.gemm_sizes)
+    if (s < 1 || s > 16384) throw Error("--gemm-sizes values must be 1..16384, not " + std::to_string(s));
+  if (a.gemm_reps < 1) throw Error("--gemm-reps must be at least 1");
+  const EigenGemm eigen = BestEigenGemm();
+  const std::vector<GemmCase> cases = {
+      {"eigen sgemm (" + eigen.level + ")", "", "sgemm", 0, nullptr, false},
+      {"eigen dgemm (" + eigen.level + ")", "", "dgemm", 0, nullptr, false},
+      {"fp32-seq mxfp8", "fp32-seq", "sgemm", 0.5, &fmt::kE4M3, true},
+      {"block-exact mxfp8", "block-exact", "dgemm", 0.5, &fmt::kE4M3, true},
+      {"block-exact mxfp4", "block-exact", "sgemm", 0.5, &fmt::kE2M1, true},
+      {"hopper-fp8 e4m3 tensor", "hopper-fp8", "sgemm", 0.1, &fmt::kE4M3, false},
+      {"exact mxfp8", "exact", "dgemm", 0.1, &fmt::kE4M3, true},
+  };
+  const int saved_threads = omp_get_max_threads();
+  std::vector<GemmRow> rows;
+  for (int n : a.gemm_sizes) {
+    const size_t sz = static_cast<size_t>(n);
+    std::mt19937 rng(7);
+    std::vector<float> fa(sz * sz), fb(sz * sz), fc(sz * sz);
+    std::vector<double> da(sz * sz), db(sz * sz), dc(sz * sz);
+    std::normal_distribution<float> nd;
+    for (size_t i = 0; i < fa.size(); ++i) {
+      fa[i] = nd(rng);
+      fb[i] = nd(rng);
+      da[i] = fa[i];
+      db[i] = fb[i];
+    }
+    std::vector<std::pair<GemmOperand, GemmOperand>> ops;
+    for (const GemmCase& c : cases)
+      ops.emplace_back(c.elem ? std::make_pair(BenchOperand(*c.elem, sz, sz, true, c.mx, rng), BenchOperand(*c.elem, sz, sz, false, c.mx, rng))
+                              : std::make_pair(GemmOperand{}, GemmOperand{}));
+    for (int t : a.threads) {
+      omp_set_num_threads(t);
+      for (size_t ci = 0; ci < cases.size(); ++ci) {
+        const GemmCase& c = cases[ci];
+        std::function<void()> fn;
+        if (c.model.empty() && c.baseline == "sgemm") {
+          fn = [&] { eigen.sgemm(fa.data(), fb.data(), fc.data(), n, n, n); };
+        } else if (c.model.empty()) {
+          fn = [&] { eigen.dgemm(da.data(), db.data(), dc.data(), n, n, n); };
+        } else {
+          const AccumModel m = AccumModelByName(c.model);
+          fn = [&, m] { (void)Gemm(ops[ci].first, ops[ci].second, nullptr, m); };
+        }
+        rows.push_back({c.name, c.baseline, n, t, MedianSeconds(a.gemm_reps, fn), c.target});
+      }
+    }
+  }
+  omp_set_num_threads(saved_threads);
+
+  auto base = [&](const GemmRow& r) -> double {
+    for (const GemmRow& b : rows)
+      if (b.target == 0 && b.baseline == r.baseline && b.size == r.size && b.threads == r.threads) return b.Gflops();
+    return 0;
+  };
+  std::printf("\nGEMM (M = N = K; median of %d runs; Eigen %s; ratios against Eigen on the same size and threads)\n",
+              a.gemm_reps, eigen.level.c_str());
+  std::printf("%-34s %5s %3s %9s %8s %7s %7s %6s\n", "kernel", "size", "thr", "ms", "GFLOP/s", "ratio", "target", "");
+  j["gemm"]["eigen_level"] = eigen.level;
+  j["gemm"]["reps"] = a.gemm_reps;
+  j["gemm"]["rows"] = nlohmann::json::array();
+  int short_of = 0;
+  for (const GemmRow& r : rows) {
+    const double ratio = r.target > 0 ? r.Gflops() / base(r) : 0;
+    const bool met = r.target == 0 || ratio >= r.target;
+    if (!met) ++short_of;
+    char ratio_txt[32] = "-", target_txt[32] = "-";
+    if (r.target > 0) {
+      std::snprintf(ratio_txt, sizeof ratio_txt, "%.2f", ratio);
+      std::snprintf(target_txt, sizeof target_txt, ">=%.1f %s", r.target, r.baseline.c_str());
+    }
+    std::printf("%-34s %5d %3d %9.2f %8.2f %7s %7s %6s\n", r.name.c_str(), r.size, r.threads, r.seconds * 1e3, r.Gflops(),
+                ratio_txt, target_txt, r.target == 0 ? "" : (met ? "met" : "SHORT"));
+    j["gemm"]["rows"].push_back({{"kernel", r.name},
+                                 {"size", r.size},
+                                 {"threads", r.threads},
+                                 {"median_s", r.seconds},
+                                 {"gflops", r.Gflops()},
+                                 {"baseline", r.baseline},
+                                 {"ratio", ratio},
+                                 {"target", r.target},
+                                 {"met", met}});
+  }
+  std::printf("(%d of the GEMM targets short)\n", short_of);
+}
+
+void RunConvertBench(const BenchArgs& a, nlohmann::json& j) {
   if (a.log2n < 10 || a.log2n > 30) throw Error("--log2n must be 10..30, not " + std::to_string(a.log2n));
   if (a.reps < 1 || a.ref_reps < 1) throw Error("--reps and --ref-reps must be at least 1");
-  for (int t : a.threads)
-    if (t < 1 || t > 1024) throw Error("--threads values must be 1..1024, not " + std::to_string(t));
-  if (!a.target.empty()) ForceSimdTarget(a.target);
   const size_t n = size_t{1} << a.log2n;
 
   // Data: Gaussian values with a few outliers, the shape of activations.
@@ -169,11 +302,6 @@ void RunBench(const BenchArgs& a) {
               QMX_VERSION, CpuModel().c_str(), SimdTargetName().c_str(), a.log2n, a.reps, a.ref_reps);
   std::printf("%-30s %3s %9s %8s %9s %10s %8s %9s %8s\n", "kernel", "thr", "ms", "Gelem/s", "eff GB/s", "memcpy GB/s",
               "vs memcpy", "vs ref", "vs 1thr");
-  nlohmann::json j;
-  j["version"] = QMX_VERSION;
-  j["cpu"] = CpuModel();
-  j["simd_target"] = SimdTargetName();
-  j["simd_targets_available"] = SimdTargets();
   j["n"] = n;
   j["reps"] = a.reps;
   j["ref_reps"] = a.ref_reps;
@@ -202,16 +330,35 @@ void RunBench(const BenchArgs& a) {
                          {"speedup_vs_reference_1thread", vs_ref},
                          {"speedup_vs_1thread", vs_one}});
   }
-  if (!a.json.empty()) WriteFileAtomic(a.json, j.dump(2) + "\n");
   std::printf("(effective bandwidth = bytes read + bytes written per second; memcpy copies the kernel's input bytes; "
               "'vs ref' = scalar reference on 1 thread / fast kernel on 1 thread)\n");
+}
+
+void RunBench(const BenchArgs& a) {
+  if (a.suite != "all" && a.suite != "convert" && a.suite != "gemm")
+    throw Error("--suite is all, convert or gemm, not '" + a.suite + "'");
+  for (int t : a.threads)
+    if (t < 1 || t > 1024) throw Error("--threads values must be 1..1024, not " + std::to_string(t));
+  if (!a.target.empty()) ForceSimdTarget(a.target);
+  nlohmann::json j;
+  j["version"] = QMX_VERSION;
+  j["cpu"] = CpuModel();
+  j["simd_target"] = SimdTargetName();
+  j["simd_targets_available"] = SimdTargets();
+  if (a.suite != "gemm") RunConvertBench(a, j);
+  if (a.suite != "convert") {
+    if (a.suite == "gemm")
+      std::printf("qmx-sim bench %s: %s; SIMD target %s\n", QMX_VERSION, CpuModel().c_str(), SimdTargetName().c_str());
+    RunGemmBench(a, j);
+  }
+  if (!a.json.empty()) WriteFileAtomic(a.json, j.dump(2) + "\n");
 }
 
 }  // namespace
 
 void AddBenchCommand(CLI::App& app) {
   static BenchArgs a;
-  CLI::App* cmd = app.add_subcommand("bench", "Time the fast kernels beside memcpy and the scalar reference, in one run");
+  CLI::App* cmd = app.add_subcommand("bench", "Time the fast kernels beside in-process baselines (memcpy, the scalar reference, Eigen GEMM), in one run");
   cmd->add_option("--log2n", a.log2n, "Elements per kernel call, as a power of two")->capture_default_str();
   cmd->add_option("--reps", a.reps, "Timed runs per kernel (the median is reported)")->capture_default_str();
   cmd->add_option("--ref-reps", a.ref_reps, "Timed runs of the (slow) scalar reference")->capture_default_str();
@@ -219,6 +366,10 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("--target", a.target, "Force a SIMD target (AVX3, AVX2, SSE4, SSSE3, SCALAR; default: the best)");
   cmd->add_option("--json", a.json, "Also write the results as JSON to this file");
   cmd->add_flag("--no-ref", a.no_ref, "Skip the scalar reference timings");
+  cmd->add_option("--suite", a.suite, "What to time: all, convert (conversion and MX quantization) or gemm")
+      ->capture_default_str();
+  cmd->add_option("--gemm-sizes", a.gemm_sizes, "GEMM sizes M = N = K to time")->capture_default_str();
+  cmd->add_option("--gemm-reps", a.gemm_reps, "Timed runs per GEMM kernel (the median is reported)")->capture_default_str();
   cmd->callback([] { RunBench(a); });
 }
 

@@ -118,6 +118,18 @@ inline double Pow2d(int e) {  // 2^e for -1022 <= e <= 1023
   return f;
 }
 
+// The rows holding a NaN, recomputed by the reference: with finite operands a fast kernel's NaN marks an
+// accumulator that overflowed, which the kernels leave to the reference.
+void RecomputeNanRows(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+                      const GemmPlan& plan, float* out) {
+  for (size_t i = 0; i < plan.m; ++i)
+    for (size_t j = 0; j < plan.n; ++j)
+      if (std::isnan(out[i * plan.n + j])) {
+        GemmRefRows(a, b, c_in, model, plan, i, i + 1, out);
+        break;
+      }
+}
+
 // ---- fused (MMA-Sim T-FDPA / ST-FDPA with UE8M0 scales) -------------------------------------------
 
 // Element x as (significand x / 2^Exp, Exp) with MMA-Sim's nominal exponent; zero as (0, kZeroE).
@@ -202,6 +214,7 @@ QMX_GEMM_CLONES void FusedTile(const FusedCtx& ctx, const T* sa, const int* ea, 
   const bool promote = p.promote != 0;
   for (size_t i = i0; i < i1; ++i) {
     float acc[kCols], part[kCols];
+    bool overflow[kCols] = {};  // the accumulation left the finite range: left to the reference
     for (size_t j = 0; j < nc; ++j) acc[j] = c_in ? c_in[i * n + j0 + j] : 0.0f;
     for (size_t w0 = 0; w0 < k; w0 += window) {
       const size_t w1 = std::min(k, w0 + window);
@@ -248,8 +261,10 @@ QMX_GEMM_CLONES void FusedTile(const FusedCtx& ctx, const T* sa, const int* ea, 
           }
         }
         const bool rne_out = p.out_round == FusedRound::kRne;
-        for (size_t j = 0; j < nc; ++j)
+        for (size_t j = 0; j < nc; ++j) {
           part[j] = FusedOut(static_cast<double>(sum[j]), emax[j] - p.frac_bits, p.out_bits, rne_out);
+          overflow[j] = overflow[j] || !std::isfinite(part[j]);
+        }
       }
       if (!promote) {
         for (size_t j = 0; j < nc; ++j) acc[j] = part[j];
@@ -264,7 +279,7 @@ QMX_GEMM_CLONES void FusedTile(const FusedCtx& ctx, const T* sa, const int* ea, 
         for (size_t j = 0; j < nc; ++j) acc[j] = acc[j] + part[j];
       }
     }
-    for (size_t j = 0; j < nc; ++j) out[i * n + j0 + j] = acc[j];
+    for (size_t j = 0; j < nc; ++j) out[i * n + j0 + j] = overflow[j] || !std::isfinite(acc[j]) ? CanonicalNanF() : acc[j];
   }
 }
 
@@ -323,6 +338,7 @@ bool FusedFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
                    at_promotion ? tb.data() : nullptr, plan.n, 1, c_in, i0, i1, j0, std::min(kCols, plan.n - j0), out);
   });
   ApplyAlpha(plan, out);
+  RecomputeNanRows(a, b, c_in, model, plan, out);
   return true;
 }
 
@@ -383,12 +399,7 @@ bool FusedSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
   StartValues(c_in, plan, out);
   if (!simd::GemmFusedF32(g, out)) return false;
   ApplyAlpha(plan, out);
-  for (size_t i = 0; i < plan.m; ++i)  // rows whose accumulation overflowed: the reference
-    for (size_t j = 0; j < plan.n; ++j)
-      if (std::isnan(out[i * plan.n + j])) {
-        GemmRefRows(a, b, c_in, model, plan, i, i + 1, out);
-        break;
-      }
+  RecomputeNanRows(a, b, c_in, model, plan, out);
   return true;
 }
 
@@ -522,8 +533,8 @@ QMX_GEMM_CLONES void BlockSums(const double* a, const double* b, size_t n, size_
 // The Highway kernels for exact and block-exact (the caller has checked the formats, the finiteness,
 // the UE8M0 scales and that block sums are exact in FP64). Block sums exact in FP32 run in FP32 when
 // every scale product sa * sb is an FP32 value (the fma then rounds c + S * sa * sb once).
-bool ExactFamilySimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, bool exact, const GemmPlan& plan,
-                     Exec exec, const std::vector<float>& ta, const std::vector<float>& tb, float* out) {
+bool ExactFamilySimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+                     const GemmPlan& plan, Exec exec, const std::vector<float>& ta, const std::vector<float>& tb, float* out) {
   if (plan.k == 0) return false;
   simd::BlockGemmArgs g;
   g.m = plan.m;
@@ -534,6 +545,7 @@ bool ExactFamilySimd(const GemmOperand& a, const GemmOperand& b, const float* c_
   g.sb = tb.data();
   g.parallel = exec == Exec::kParallel;
   StartValues(c_in, plan, out);
+  const bool exact = model.kind == AccumKind::kExact;
   const std::array<double, 256> da = TableOf<double>(a.elem), db = TableOf<double>(b.elem);
   if (exact)
     return simd::GemmExactF64(g, MatrixOf(a, da, false), MatrixOf(b, db, false), QuantumExp(a.elem) + QuantumExp(b.elem),
@@ -547,8 +559,10 @@ bool ExactFamilySimd(const GemmOperand& a, const GemmOperand& b, const float* c_
   } else {
     done = simd::GemmBlockF64(g, MatrixOf(a, da, false), MatrixOf(b, db, false), out);
   }
-  if (done) ApplyAlpha(plan, out);
-  return done;
+  if (!done) return false;
+  ApplyAlpha(plan, out);
+  RecomputeNanRows(a, b, c_in, model, plan, out);
+  return true;
 }
 
 bool ExactFamilyFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
@@ -562,7 +576,7 @@ bool ExactFamilyFast(const GemmOperand& a, const GemmOperand& b, const float* c_
   if (BlockSumBits(a.elem, b.elem, plan.kb) > 53) return false;
   std::vector<float> ta, tb;
   ScaleTables(a, b, plan, ta, tb);
-  if (ExactFamilySimd(a, b, c_in, exact, plan, exec, ta, tb, out)) return true;
+  if (ExactFamilySimd(a, b, c_in, model, plan, exec, ta, tb, out)) return true;
   const std::vector<double> da = Values<double>(a, false, exec), db = Values<double>(b, false, exec);
   const size_t nb = (plan.k + plan.kb - 1) / plan.kb;
   ParallelRows(plan, exec, [&](size_t i0, size_t i1) {

@@ -1,5 +1,6 @@
 // test_gemm.cc: the GEMM layer. The fast paths against the scalar reference for every model on random,
 // structured and adversarial operands (MX, NVFP4, blockwise and per-tensor scales, ragged K, specials);
+// the Highway kernels on every SIMD target with shapes that cross their tiles, chunks and thread blocks;
 // `exact` against MPFR; the Hopper models against H200 tensor-core outputs (golden/gemm-hopper); hand-worked
 // fused-step cases; clear errors.
 #include <mpfr.h>
@@ -19,6 +20,7 @@
 #include "qmx/io.h"
 #include "qmx/quantize.h"
 #include "support/hex.h"
+#include "support/modes.h"
 
 using namespace qmx;
 using qmx::test::FloatBits;
@@ -165,6 +167,84 @@ TEST_CASE("gemm: fast paths equal the reference with MX, NVFP4, blockwise and pe
     a.tensor_scale = 1.5f / 448;
     b.tensor_scale = 7.0f;
     CheckAllModels(a, b, nullptr, "per-tensor");
+  }
+}
+
+TEST_CASE("gemm: the Highway kernels equal the reference on every SIMD target, across tiles and chunks", "[gemm]") {
+  // 50 rows: several 6- and 4-row panels and two thread blocks; 70 columns: edge panels on every
+  // vector width; K = 600: chunks of 256 and a partial last scale block.
+  std::mt19937 rng(21);
+  struct Case {
+    std::string what;
+    GemmOperand a, b;
+    std::vector<float> c;
+  };
+  std::vector<Case> cases;
+  {
+    Case k{"mxfp8", Codes(fmt::kE4M3, 50, 600, rng), Codes(fmt::kE4M3, 600, 70, rng), {}};
+    AddUe8m0(k.a, true, 32, rng, -6, 6);
+    AddUe8m0(k.b, false, 32, rng, -6, 6);
+    cases.push_back(k);
+    Case f4{"mxfp4 with C", Codes(fmt::kE2M1, 50, 600, rng), Codes(fmt::kE2M1, 600, 70, rng), {}};
+    AddUe8m0(f4.a, true, 32, rng, -3, 3);
+    AddUe8m0(f4.b, false, 32, rng, -3, 3);
+    std::normal_distribution<float> nd;
+    for (int i = 0; i < 50 * 70; ++i) f4.c.push_back(i % 11 == 0 ? 0x1p-140f : nd(rng) * 100);
+    cases.push_back(f4);
+    Case mixed{"e5m2 x e4m3 tensor-scaled", Codes(fmt::kE5M2, 50, 600, rng), Codes(fmt::kE4M3, 600, 70, rng), {}};
+    mixed.a.tensor_scale = 0.75f;
+    mixed.b.tensor_scale = 1.0f / 448;
+    cases.push_back(mixed);
+    Case blk{"blockwise 1x128", Codes(fmt::kE4M3, 50, 600, rng), Codes(fmt::kE4M3, 600, 70, rng), {}};
+    AddFp32(blk.a, 1, 128, rng);
+    AddFp32(blk.b, 128, 1, rng);
+    cases.push_back(blk);
+  }
+  // Adversarial: one large product among many tiny ones per row, and exact cancellation in pairs.
+  {
+    std::vector<uint8_t> ca(50 * 600, 0x01), cb(600 * 70, 0x01);  // e4m3 2^-9, the smallest subnormal
+    for (size_t i = 0; i < 50; ++i) ca[i * 600 + (i * 37) % 600] = 0x7E;  // 448
+    for (size_t kk = 0; kk < 600; ++kk)
+      for (size_t j = 0; j < 70; ++j) cb[kk * 70 + j] = (kk + j) % 97 == 0 ? 0x7E : ((kk & 1) ? 0x81 : 0x01);
+    cases.push_back({"one large product, tiny ones, cancellation", OperandFromCodes(fmt::kE4M3, 50, 600, ca.data()),
+                     OperandFromCodes(fmt::kE4M3, 600, 70, cb.data()), {}});
+    std::vector<uint8_t> xa(50 * 600), xb(600 * 70);
+    for (size_t i = 0; i < xa.size(); ++i) xa[i] = static_cast<uint8_t>(rng() % 0x7E);
+    for (size_t kk = 0; kk < 600; ++kk)  // column pairs k, k+1 of B cancel exactly against equal A entries
+      for (size_t j = 0; j < 70; ++j) xb[kk * 70 + j] = static_cast<uint8_t>((kk & 1) ? (xb[(kk - 1) * 70 + j] ^ 0x80) : rng() % 0x7E);
+    for (size_t i = 0; i < 50; ++i)
+      for (size_t kk = 1; kk < 600; kk += 2) xa[i * 600 + kk] = xa[i * 600 + kk - 1];
+    cases.push_back({"exact cancellation", OperandFromCodes(fmt::kE4M3, 50, 600, xa.data()),
+                     OperandFromCodes(fmt::kE4M3, 600, 70, xb.data()), {}});
+  }
+  // Overflow inside the accumulation: the kernels hand those rows to the reference.
+  {
+    Case big{"overflow mid-sum", Codes(fmt::kE4M3, 12, 600, rng), Codes(fmt::kE4M3, 600, 40, rng), {}};
+    AddUe8m0(big.a, true, 32, rng, 100, 127);
+    AddUe8m0(big.b, false, 32, rng, 0, 20);
+    big.c.assign(12 * 40, 3.0e38f);
+    big.c[5] = -3.0e38f;
+    cases.push_back(big);
+  }
+  qmx::test::TargetGuard guard;
+  for (const Case& k : cases) {
+    const float* c = k.c.empty() ? nullptr : k.c.data();
+    for (const AccumModel& m : AllModels()) {
+      std::vector<float> ref;
+      try {
+        ref = GemmRef(k.a, k.b, c, m);
+      } catch (const Error&) {
+        continue;
+      }
+      for (const std::string& target : SimdTargets()) {
+        ForceSimdTarget(target);
+        omp_set_num_threads(2);
+        RequireSame(Gemm(k.a, k.b, c, m), ref, k.what + " / " + m.name + " / " + target);
+      }
+      ForceSimdTarget("");
+      omp_set_num_threads(1);
+      RequireSame(Gemm(k.a, k.b, c, m), ref, k.what + " / " + m.name + " / 1 thread");
+    }
   }
 }
 

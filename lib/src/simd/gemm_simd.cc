@@ -30,7 +30,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 #if HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
 
 constexpr size_t kMr = 6;       // rows of a micro-tile (FMA and block kernels)
-constexpr size_t kFusedMr = 4;  // rows of a fused micro-tile (three vectors of state per output)
+constexpr size_t kFusedMr = 4;  // rows of a micro-tile with more state per output (fused, FP64 block-exact)
 constexpr size_t kKc = 256;     // K per chunk (rounded to a multiple of the kernel's block)
 constexpr size_t kMcPanels = 8;   // A panels per thread's block
 
@@ -51,8 +51,15 @@ Buf<T> PackRows(const CodeMatrix<T>& src, size_t w, bool parallel) {
       T* d = dst.get() + p * cols * w + r;
       if (row >= rows) {
         for (size_t c = 0; c < cols; ++c) d[c * w] = T(0);
-      } else {
-        for (size_t c = 0; c < cols; ++c) d[c * w] = src.At(row, c);
+      } else if (!src.scales) {
+        const uint8_t* codes = src.codes + row * cols;
+        for (size_t c = 0; c < cols; ++c) d[c * w] = src.table[codes[c]];
+      } else {  // one scale per block of the row (the same product as At, without a division per value)
+        const uint8_t* codes = src.codes + row * cols;
+        const float* srow = src.scales + (row / src.block_rows) * src.scale_cols;
+        for (size_t c0 = 0, b = 0; c0 < cols; c0 += src.block_cols, ++b)
+          for (size_t c = c0; c < std::min(cols, c0 + src.block_cols); ++c)
+            d[c * w] = static_cast<T>(static_cast<float>(src.table[codes[c]]) * srow[b]);
       }
     }
   return dst;
@@ -64,12 +71,22 @@ Buf<T> PackCols(const CodeMatrix<T>& src, size_t w, bool parallel) {
   const long panels = static_cast<long>((cols + w - 1) / w);
   Buf<T> dst = hwy::AllocateAligned<T>(std::max<size_t>(1, panels * rows * w));
 #pragma omp parallel for schedule(static) if (parallel)
-  for (long q = 0; q < panels; ++q)
-    for (size_t r = 0; r < rows; ++r)
-      for (size_t j = 0; j < w; ++j) {
-        const size_t col = q * w + j;
-        dst[(q * rows + r) * w + j] = col < cols ? src.At(r, col) : T(0);
+  for (long q = 0; q < panels; ++q) {
+    const size_t c0 = q * w, valid = std::min(w, cols - c0);
+    size_t scale_col[64];  // the block-scale column of each of the panel's columns (w <= 64)
+    for (size_t j = 0; j < valid && src.scales; ++j) scale_col[j] = (c0 + j) / src.block_cols;
+    for (size_t r = 0; r < rows; ++r) {
+      T* d = dst.get() + (q * rows + r) * w;
+      const uint8_t* codes = src.codes + r * cols + c0;
+      if (!src.scales) {
+        for (size_t j = 0; j < valid; ++j) d[j] = src.table[codes[j]];
+      } else {
+        const float* srow = src.scales + (r / src.block_rows) * src.scale_cols;
+        for (size_t j = 0; j < valid; ++j) d[j] = static_cast<T>(static_cast<float>(src.table[codes[j]]) * srow[scale_col[j]]);
       }
+      for (size_t j = valid; j < w; ++j) d[j] = T(0);
+    }
+  }
   return dst;
 }
 // Small plain tables (block scales, zero flags) packed the same two ways.
@@ -174,16 +191,16 @@ bool GemmF32SeqT(const CodeMatrix<float>& a, const CodeMatrix<float>& b, float* 
 // ---- exact block sums ----------------------------------------------------------------------------
 
 // Sums of one K block for a kMr x NR tile, exact by the caller's bound, each starting from -0.
-template <class D, typename T>
-HWY_INLINE void BlockSums(D d, const T* HWY_RESTRICT ap, const T* HWY_RESTRICT bp, size_t len, hn::Vec<D> (&s)[kMr][2]) {
+template <size_t MR = kMr, class D, typename T>
+HWY_INLINE void BlockSums(D d, const T* HWY_RESTRICT ap, const T* HWY_RESTRICT bp, size_t len, hn::Vec<D> (&s)[MR][2]) {
   using V = hn::Vec<D>;
   const size_t N = hn::Lanes(d);
-  for (size_t r = 0; r < kMr; ++r) s[r][0] = s[r][1] = hn::Set(d, T(-0.0));
+  for (size_t r = 0; r < MR; ++r) s[r][0] = s[r][1] = hn::Set(d, T(-0.0));
   for (size_t kk = 0; kk < len; ++kk) {
     const V b0 = hn::LoadU(d, bp + kk * 2 * N), b1 = hn::LoadU(d, bp + kk * 2 * N + N);
     HWY_UNROLL(6)
-    for (size_t r = 0; r < kMr; ++r) {
-      const V x = hn::Set(d, ap[kk * kMr + r]);
+    for (size_t r = 0; r < MR; ++r) {
+      const V x = hn::Set(d, ap[kk * MR + r]);
       s[r][0] = hn::MulAdd(x, b0, s[r][0]);
       s[r][1] = hn::MulAdd(x, b1, s[r][1]);
     }
@@ -232,23 +249,24 @@ bool GemmBlockF32T(const BlockGemmArgs& g, const CodeMatrix<float>& a, const Cod
   return true;
 }
 
-// x + v rounded once to FP32 (x an FP32 value held in a double, v a double): the double sum rounded
-// to odd by TwoSum's error term, then to FP32 (correct since 53 >= 24 + 2). A non-finite x stays x + v.
+// x + v rounded once to FP32 (x an FP32 value held in a double, v a double, both finite): the double
+// sum rounded to odd with TwoSum's error term, then to FP32 (correct since 53 >= 24 + 2), and back to
+// double. An x that overflowed to Inf earlier gives NaN: the caller recomputes those outputs.
 template <class DD>
-HWY_INLINE hn::Vec<DD> AddRoundToOdd(DD dd, hn::Vec<DD> x, hn::Vec<DD> v) {
+HWY_INLINE hn::Vec<DD> AddRoundOnceF32(DD dd, hn::Vec<DD> x, hn::Vec<DD> v) {
   const hn::RebindToSigned<DD> di;
+  const hn::Rebind<float, DD> dh;
   const auto s = hn::Add(x, v);
   const auto bb = hn::Sub(s, x);
   const auto err = hn::Add(hn::Sub(x, hn::Sub(s, bb)), hn::Sub(v, bb));
   const auto bits = hn::BitCast(di, s);
-  const auto one = hn::Set(di, 1);
-  const auto even = hn::Eq(hn::And(bits, one), hn::Zero(di));
+  const auto even = hn::Eq(hn::And(bits, hn::Set(di, 1)), hn::Zero(di));
   const auto inexact = hn::RebindMask(di, hn::Ne(err, hn::Zero(dd)));
-  // |true sum| > |s| when err has s's sign: step the magnitude up, else down.
-  const auto xor_sign = hn::BitCast(di, hn::Xor(err, s));  // sign bit set when the signs differ
-  const auto step = hn::IfThenElse(hn::Lt(xor_sign, hn::Zero(di)), hn::Neg(one), one);
+  // Truncate toward zero, then make the last bit odd: the magnitude steps up when err has s's sign
+  // (the true sum lies beyond s), down otherwise: step = +1 or -1 from the sign of err xor s.
+  const auto step = hn::Or(hn::ShiftRight<63>(hn::BitCast(di, hn::Xor(err, s))), hn::Set(di, 1));
   const auto odd = hn::BitCast(dd, hn::IfThenElse(hn::And(even, inexact), hn::Add(bits, step), bits));
-  return hn::IfThenElse(hn::IsFinite(x), odd, s);
+  return hn::PromoteTo(dd, hn::DemoteTo(dh, odd));
 }
 
 bool GemmBlockF64T(const BlockGemmArgs& g, const CodeMatrix<double>& a, const CodeMatrix<double>& b, float* c) {
@@ -257,27 +275,31 @@ bool GemmBlockF64T(const BlockGemmArgs& g, const CodeMatrix<double>& a, const Co
   const hn::Rebind<float, decltype(d)> dh;
   using V = hn::Vec<decltype(d)>;
   const size_t N = hn::Lanes(d);
+  constexpr size_t R = kFusedMr;  // four rows: block sums and accumulators stay in registers
   const BlockPacks bp = PlanBlocks(g, 2 * N);
-  const Buf<double> pa = PackRows(a, kMr, par), pb = PackCols(b, bp.nr, par);
-  const Buf<float> psa = PackRows(g.sa, g.m, bp.nb, kMr), psb = PackCols(g.sb, bp.nb, g.n, bp.nr);
-  const CTiles tiles{c, g.m, g.n, kMr, bp.nr};
-  Drive(bp.mp, bp.np, g.k, bp.kc, g.parallel, [&](size_t p, size_t q, size_t k0, size_t len) {
+  const size_t mp = (g.m + R - 1) / R;
+  const Buf<double> pa = PackRows(a, R, par), pb = PackCols(b, bp.nr, par);
+  const Buf<float> psa = PackRows(g.sa, g.m, bp.nb, R), psb = PackCols(g.sb, bp.nb, g.n, bp.nr);
+  const CTiles tiles{c, g.m, g.n, R, bp.nr};
+  Drive(mp, bp.np, g.k, bp.kc, g.parallel, [&](size_t p, size_t q, size_t k0, size_t len) {
     tiles.With(p, q, [&](float* ct, size_t ldc) {
-    for (size_t off = 0; off < len; off += g.kb) {
-      const size_t blen = std::min(g.kb, len - off), blk = (k0 + off) / g.kb;
-      V s[kMr][2];
-      BlockSums(d, pa.get() + (p * g.k + k0 + off) * kMr, pb.get() + (q * g.k + k0 + off) * bp.nr, blen, s);
-      const float* sbv = psb.get() + (q * bp.nb + blk) * bp.nr;
-      const V sb[2] = {hn::PromoteTo(d, hn::LoadU(dh, sbv)), hn::PromoteTo(d, hn::LoadU(dh, sbv + N))};
-      for (size_t r = 0; r < kMr; ++r) {
-        const V sa = hn::Set(d, static_cast<double>(psa[(p * bp.nb + blk) * kMr + r]));
-        for (size_t h = 0; h < 2; ++h) {
-          float* cell = ct + r * ldc + h * N;
-          const V v = hn::Mul(s[r][h], hn::Mul(sa, sb[h]));  // powers of two: exact
-          hn::StoreU(hn::DemoteTo(dh, AddRoundToOdd(d, hn::PromoteTo(d, hn::LoadU(dh, cell)), v)), dh, cell);
+      V acc[R][2];  // the FP32 accumulators, held as doubles
+      for (size_t r = 0; r < R; ++r)
+        for (size_t h = 0; h < 2; ++h) acc[r][h] = hn::PromoteTo(d, hn::LoadU(dh, ct + r * ldc + h * N));
+      for (size_t off = 0; off < len; off += g.kb) {
+        const size_t blen = std::min(g.kb, len - off), blk = (k0 + off) / g.kb;
+        V s[R][2];
+        BlockSums<R>(d, pa.get() + (p * g.k + k0 + off) * R, pb.get() + (q * g.k + k0 + off) * bp.nr, blen, s);
+        const float* sbv = psb.get() + (q * bp.nb + blk) * bp.nr;
+        const V sb[2] = {hn::PromoteTo(d, hn::LoadU(dh, sbv)), hn::PromoteTo(d, hn::LoadU(dh, sbv + N))};
+        for (size_t r = 0; r < R; ++r) {
+          const V sa = hn::Set(d, static_cast<double>(psa[(p * bp.nb + blk) * R + r]));
+          for (size_t h = 0; h < 2; ++h)  // S * sa * sb: powers of two, exact
+            acc[r][h] = AddRoundOnceF32(d, acc[r][h], hn::Mul(s[r][h], hn::Mul(sa, sb[h])));
         }
       }
-    }
+      for (size_t r = 0; r < R; ++r)
+        for (size_t h = 0; h < 2; ++h) hn::StoreU(hn::DemoteTo(dh, acc[r][h]), dh, ct + r * ldc + h * N);
     });
   });
   return true;

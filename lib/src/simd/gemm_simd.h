@@ -37,7 +37,8 @@ bool GemmF32Seq(const CodeMatrix<float>& a, const CodeMatrix<float>& b, float* c
 // the bound); sa is m x nb and sb is nb x n with nb = ceil(k / kb), powers of two.
 //   Float: c = fma(S, sa * sb, c), where the caller guarantees sa * sb and S * sa * sb exact in FP32,
 //          so this is c + S * sa * sb rounded once (RNE).
-//   Double: c = RN32(c + S * sa * sb), the exact sum rounded once (round to odd at FP64, then RNE).
+//   Double: c = RN32(c + S * sa * sb), the exact sum rounded once (round to odd at FP64, then RNE);
+//          outputs whose accumulator overflowed come back as NaN: the caller recomputes them.
 // exact_sum: instead of rounding into c per block, every S * sa * sb and c itself go into an exact
 //   accumulator, rounded once (RNE) at the end; lsb is the exponent of the elements' product quantum
 //   (S * 2^-lsb is an integer). Returns false also when the sum's exponent range is too wide.

@@ -132,24 +132,23 @@ void RecomputeNanRows(const GemmOperand& a, const GemmOperand& b, const float* c
 
 // ---- fused (MMA-Sim T-FDPA / ST-FDPA with UE8M0 scales) -------------------------------------------
 
+// Each code's nominal exponent (MMA-Sim's Exp); kZeroE for zeros (and non-finite codes, which the fused
+// kernels never see: they leave specials to the reference).
+std::array<int32_t, 256> NominalExps(const Format& f) {
+  const std::array<double, 256> values = CodeValues(f);
+  std::array<int32_t, 256> e;
+  for (int c = 0; c < 256; ++c)
+    e[c] = values[c] == 0 || !std::isfinite(values[c]) ? kZeroE : NominalExp(values[c], FormatEmin(f));
+  return e;
+}
+
 // Element x as (significand x / 2^Exp, Exp) with MMA-Sim's nominal exponent; zero as (0, kZeroE).
 template <typename T>
 void SplitNominal(const GemmOperand& o, std::vector<T>& sig, std::vector<int>& ex) {
-  const int emin = FormatEmin(o.elem);
   const std::array<double, 256> values = CodeValues(o.elem);
+  const std::array<int32_t, 256> table_e = NominalExps(o.elem);
   T table_s[256];
-  int table_e[256];
-  for (int c = 0; c < 256; ++c) {
-    const double v = values[c];
-    if (v == 0 || !std::isfinite(v)) {
-      table_s[c] = 0;
-      table_e[c] = kZeroE;
-    } else {
-      const int e = NominalExp(v, emin);
-      table_e[c] = e;
-      table_s[c] = static_cast<T>(std::ldexp(v, -e));
-    }
-  }
+  for (int c = 0; c < 256; ++c) table_s[c] = table_e[c] == kZeroE ? T(0) : static_cast<T>(std::ldexp(values[c], -table_e[c]));
   sig.resize(o.codes.size());
   ex.resize(o.codes.size());
   for (size_t i = 0; i < o.codes.size(); ++i) {
@@ -364,14 +363,9 @@ bool FusedSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
       p.frac_bits - emin_sum > 127 || QuantumExp(a.elem) + QuantumExp(b.elem) < -126)
     return false;
   simd::FusedGemmArgs g;
-  auto exps = [&](const Format& f) {  // each code's nominal exponent (zeros: zero_code)
-    const std::array<double, 256> values = CodeValues(f);
-    std::array<int32_t, 256> e;
-    for (int c = 0; c < 256; ++c) e[c] = values[c] == 0 ? g.zero_code : NominalExp(values[c], FormatEmin(f));
-    return e;
-  };
+  g.zero_code = kZeroE;
   const std::array<float, 256> va = TableOf<float>(a.elem), vb = TableOf<float>(b.elem);
-  const std::array<int32_t, 256> ea = exps(a.elem), eb = exps(b.elem);
+  const std::array<int32_t, 256> ea = NominalExps(a.elem), eb = NominalExps(b.elem);
   std::vector<float> ta, tb;
   g.m = plan.m;
   g.n = plan.n;

@@ -37,76 +37,89 @@ constexpr size_t kMcPanels = 8;   // A panels per thread's block
 template <typename T>
 using Buf = hwy::AlignedFreeUniquePtr<T[]>;
 
-// A matrix (rows x cols) as panels of w rows: panel p holds, for each column c, value(p*w + r, c) for
-// r < w (zero beyond the last row).
-template <typename T>
-Buf<T> PackRows(const CodeMatrix<T>& src, size_t w, bool parallel) {
-  const size_t rows = src.rows, cols = src.cols;
+// A rows x cols matrix as panels of w rows: panel p holds, for each column c, value(p*w + r, c) side by
+// side for r < w (zero beyond the last row). fill(row, d) writes row `row`'s values to d[0], d[w], ...
+template <typename T, class Fill>
+Buf<T> PanelRows(size_t rows, size_t cols, size_t w, bool parallel, const Fill& fill) {
   const long panels = static_cast<long>((rows + w - 1) / w);
   Buf<T> dst = hwy::AllocateAligned<T>(std::max<size_t>(1, panels * cols * w));
 #pragma omp parallel for schedule(static) if (parallel)
   for (long p = 0; p < panels; ++p)
     for (size_t r = 0; r < w; ++r) {
-      const size_t row = p * w + r;
       T* d = dst.get() + p * cols * w + r;
-      if (row >= rows) {
+      if (p * w + r < rows) {
+        fill(p * w + r, d);
+      } else {
         for (size_t c = 0; c < cols; ++c) d[c * w] = T(0);
-      } else if (!src.scales) {
-        const uint8_t* codes = src.codes + row * cols;
-        for (size_t c = 0; c < cols; ++c) d[c * w] = src.table[codes[c]];
-      } else {  // one scale per block of the row (the same product as At, without a division per value)
-        const uint8_t* codes = src.codes + row * cols;
-        const float* srow = src.scales + (row / src.block_rows) * src.scale_cols;
-        for (size_t c0 = 0, b = 0; c0 < cols; c0 += src.block_cols, ++b)
-          for (size_t c = c0; c < std::min(cols, c0 + src.block_cols); ++c)
-            d[c * w] = static_cast<T>(static_cast<float>(src.table[codes[c]]) * srow[b]);
       }
     }
   return dst;
 }
-// A matrix (rows x cols) as panels of w columns: panel q holds, for each row r, value(r, q*w + j).
-template <typename T>
-Buf<T> PackCols(const CodeMatrix<T>& src, size_t w, bool parallel) {
-  const size_t rows = src.rows, cols = src.cols;
+// The same matrix as panels of w columns: panel q holds, for each row r, value(r, q*w + j) side by side.
+// fill(r, c0, valid, d) writes row r's values at columns c0 .. c0 + valid - 1 to d[0 .. valid - 1].
+template <typename T, class Fill>
+Buf<T> PanelCols(size_t rows, size_t cols, size_t w, bool parallel, const Fill& fill) {
   const long panels = static_cast<long>((cols + w - 1) / w);
   Buf<T> dst = hwy::AllocateAligned<T>(std::max<size_t>(1, panels * rows * w));
 #pragma omp parallel for schedule(static) if (parallel)
   for (long q = 0; q < panels; ++q) {
     const size_t c0 = q * w, valid = std::min(w, cols - c0);
-    size_t scale_col[64];  // the block-scale column of each of the panel's columns (w <= 64)
-    for (size_t j = 0; j < valid && src.scales; ++j) scale_col[j] = (c0 + j) / src.block_cols;
     for (size_t r = 0; r < rows; ++r) {
       T* d = dst.get() + (q * rows + r) * w;
-      const uint8_t* codes = src.codes + r * cols + c0;
-      if (!src.scales) {
-        for (size_t j = 0; j < valid; ++j) d[j] = src.table[codes[j]];
-      } else {
-        const float* srow = src.scales + (r / src.block_rows) * src.scale_cols;
-        for (size_t j = 0; j < valid; ++j) d[j] = static_cast<T>(static_cast<float>(src.table[codes[j]]) * srow[scale_col[j]]);
-      }
+      fill(r, c0, valid, d);
       for (size_t j = valid; j < w; ++j) d[j] = T(0);
     }
   }
   return dst;
 }
-// Small plain tables (block scales, zero flags) packed the same two ways.
+
+// An operand packed from its codes; a scaled operand takes one scale per block of a row or column
+// (the product At forms, without a division per value).
+template <typename T>
+Buf<T> PackRows(const CodeMatrix<T>& src, size_t w, bool parallel) {
+  return PanelRows<T>(src.rows, src.cols, w, parallel, [&](size_t row, T* d) {
+    const uint8_t* codes = src.codes + row * src.cols;
+    if (!src.scales) {
+      for (size_t c = 0; c < src.cols; ++c) d[c * w] = src.table[codes[c]];
+      return;
+    }
+    const float* srow = src.scales + (row / src.block_rows) * src.scale_cols;
+    for (size_t c0 = 0, b = 0; c0 < src.cols; c0 += src.block_cols, ++b)
+      for (size_t c = c0; c < std::min(src.cols, c0 + src.block_cols); ++c)
+        d[c * w] = static_cast<T>(static_cast<float>(src.table[codes[c]]) * srow[b]);
+  });
+}
+template <typename T>
+Buf<T> PackCols(const CodeMatrix<T>& src, size_t w, bool parallel) {
+  return PanelCols<T>(src.rows, src.cols, w, parallel, [&](size_t r, size_t c0, size_t valid, T* d) {
+    const uint8_t* codes = src.codes + r * src.cols + c0;
+    if (!src.scales) {
+      for (size_t j = 0; j < valid; ++j) d[j] = src.table[codes[j]];
+      return;
+    }
+    const float* srow = src.scales + (r / src.block_rows) * src.scale_cols;
+    size_t b = c0 / src.block_cols, left = src.block_cols - c0 % src.block_cols;  // columns left in block b
+    for (size_t j = 0; j < valid; ++j) {
+      d[j] = static_cast<T>(static_cast<float>(src.table[codes[j]]) * srow[b]);
+      if (--left == 0) {
+        ++b;
+        left = src.block_cols;
+      }
+    }
+  });
+}
+// Small plain tables (block scales, zero flags) packed the same two ways, on the calling thread.
 template <typename T>
 Buf<T> PackRows(const T* src, size_t rows, size_t cols, size_t w) {
-  const size_t panels = (rows + w - 1) / w;
-  Buf<T> dst = hwy::AllocateAligned<T>(std::max<size_t>(1, panels * cols * w));
-  for (size_t p = 0; p < panels; ++p)
-    for (size_t c = 0; c < cols; ++c)
-      for (size_t r = 0; r < w; ++r) dst[(p * cols + c) * w + r] = p * w + r < rows ? src[(p * w + r) * cols + c] : T(0);
-  return dst;
+  return PanelRows<T>(rows, cols, w, false, [&](size_t row, T* d) {
+    for (size_t c = 0; c < cols; ++c) d[c * w] = src[row * cols + c];
+  });
 }
 template <typename T>
 Buf<T> PackCols(const T* src, size_t rows, size_t cols, size_t w) {
-  const size_t panels = (cols + w - 1) / w;
-  Buf<T> dst = hwy::AllocateAligned<T>(std::max<size_t>(1, panels * rows * w));
-  for (size_t q = 0; q < panels; ++q)
-    for (size_t r = 0; r < rows; ++r)
-      for (size_t j = 0; j < w; ++j) dst[(q * rows + r) * w + j] = q * w + j < cols ? src[r * cols + q * w + j] : T(0);
-  return dst;
+  return PanelCols<T>(rows, cols, w, false, [&](size_t r, size_t c0, size_t valid, T* d) {
+    std::copy(src + r * cols + c0, src + r * cols + c0 + valid, d);
+  });
 }
 // C (m x n) in tiles of rows x cols: a whole tile is updated in place, an edge tile through a local
 // zero-padded copy (the packed operands are zero beyond the edges too).

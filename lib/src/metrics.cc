@@ -1,0 +1,226 @@
+// metrics.cc: the error, misalignment and kurtosis statistics of qmx/metrics.h. Sums run in double over
+// fixed chunks of kMetricsChunk element indices (rows for the per-row statistics), combined in order.
+#include "qmx/metrics.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "qmx/error.h"
+
+namespace qmx {
+namespace {
+
+// One element into a chunk's partial sums. Shared by every path, so they agree by construction; the
+// reference differs from the fast path only in how chunks are scheduled.
+inline void AddElement(ErrorStats& s, float r, float o) {
+  if (!std::isfinite(r) || !std::isfinite(o)) {
+    ++s.nonfinite;
+    if (std::isfinite(r)) ++s.out_nonfinite;
+    return;
+  }
+  const double rd = r, od = o, e = od - rd;  // exact: both are floats
+  ++s.count;
+  s.sum_sq_err += e * e;
+  s.sum_err += e;
+  s.sum_sq_ref += rd * rd;
+  s.sum_sq_out += od * od;
+  s.sum_dot += rd * od;
+  const double ae = std::fabs(e);
+  s.max_abs_err = std::max(s.max_abs_err, ae);
+  if (rd != 0) {
+    s.max_rel_err = std::max(s.max_rel_err, ae / std::fabs(rd));
+  } else if (od != 0) {
+    ++s.zero_ref_err;
+  }
+}
+
+ErrorStats ChunkStats(const float* ref, const float* out, size_t n) {
+  ErrorStats s;
+  for (size_t i = 0; i < n; ++i) AddElement(s, ref[i], out[i]);
+  return s;
+}
+
+}  // namespace
+
+double ErrorStats::Mse() const { return count ? sum_sq_err / static_cast<double>(count) : 0.0; }
+double ErrorStats::Rmse() const { return std::sqrt(Mse()); }
+double ErrorStats::Nmse() const {
+  if (sum_sq_ref == 0) return sum_sq_err == 0 ? 0.0 : std::numeric_limits<double>::infinity();
+  return sum_sq_err / sum_sq_ref;
+}
+double ErrorStats::SqnrDb() const {
+  if (sum_sq_err == 0) return std::numeric_limits<double>::infinity();
+  return 10.0 * std::log10(sum_sq_ref / sum_sq_err);
+}
+double ErrorStats::Bias() const { return count ? sum_err / static_cast<double>(count) : 0.0; }
+double ErrorStats::Cosine() const {
+  if (sum_sq_ref == 0 && sum_sq_out == 0) return 1.0;
+  if (sum_sq_ref == 0 || sum_sq_out == 0) return 0.0;
+  return sum_dot / std::sqrt(sum_sq_ref * sum_sq_out);
+}
+void ErrorStats::Merge(const ErrorStats& b) {
+  count += b.count;
+  nonfinite += b.nonfinite;
+  out_nonfinite += b.out_nonfinite;
+  sum_sq_err += b.sum_sq_err;
+  sum_err += b.sum_err;
+  sum_sq_ref += b.sum_sq_ref;
+  sum_sq_out += b.sum_sq_out;
+  sum_dot += b.sum_dot;
+  max_abs_err = std::max(max_abs_err, b.max_abs_err);
+  max_rel_err = std::max(max_rel_err, b.max_rel_err);
+  zero_ref_err += b.zero_ref_err;
+}
+
+ErrorStats CompareTensors(const float* ref, const float* out, size_t n, Exec exec) {
+  const size_t chunks = (n + kMetricsChunk - 1) / kMetricsChunk;
+  std::vector<ErrorStats> part(chunks);
+  const bool par = exec == Exec::kParallel && chunks > 1;
+#pragma omp parallel for schedule(static) if (par)
+  for (size_t c = 0; c < chunks; ++c) {
+    const size_t lo = c * kMetricsChunk, len = std::min(kMetricsChunk, n - lo);
+    part[c] = ChunkStats(ref + lo, out + lo, len);
+  }
+  ErrorStats s;
+  for (const ErrorStats& p : part) s.Merge(p);
+  return s;
+}
+
+ErrorStats CompareTensorsRef(const float* ref, const float* out, size_t n) {
+  ErrorStats total, chunk;
+  for (size_t i = 0; i < n; ++i) {
+    AddElement(chunk, ref[i], out[i]);
+    if ((i + 1) % kMetricsChunk == 0 || i + 1 == n) {
+      total.Merge(chunk);
+      chunk = ErrorStats{};
+    }
+  }
+  return total;
+}
+
+void ErrorAccumulator::Add(const float* ref, const float* out, size_t n) {
+  while (n > 0) {
+    const size_t take = std::min(n, kMetricsChunk - in_chunk_);
+    for (size_t i = 0; i < take; ++i) AddElement(chunk_, ref[i], out[i]);
+    in_chunk_ += take;
+    ref += take;
+    out += take;
+    n -= take;
+    if (in_chunk_ == kMetricsChunk) {
+      total_.Merge(chunk_);
+      chunk_ = ErrorStats{};
+      in_chunk_ = 0;
+    }
+  }
+}
+
+ErrorStats ErrorAccumulator::Result() const {
+  ErrorStats s = total_;
+  if (in_chunk_ > 0) s.Merge(chunk_);
+  return s;
+}
+
+double MisalignmentStats::MeanInvS() const { return groups ? sum_inv_s / static_cast<double>(groups) : 1.0; }
+double MisalignmentStats::Misalignment() const { return 1.0 - MeanInvS(); }
+double MisalignmentStats::StdErr() const {
+  if (groups < 2) return 0.0;
+  const double n = static_cast<double>(groups), m = sum_inv_s / n;
+  const double var = std::max(0.0, (sum_inv_s_sq - n * m * m) / (n - 1));
+  return std::sqrt(var / n);
+}
+void MisalignmentStats::Merge(const MisalignmentStats& b) {
+  groups += b.groups;
+  skipped += b.skipped;
+  sum_inv_s += b.sum_inv_s;
+  sum_inv_s_sq += b.sum_inv_s_sq;
+}
+
+MisalignmentStats ProjectionMisalignment(const float* x, const float* q, size_t rows, size_t cols, size_t group,
+                                         Exec exec) {
+  if (group == 0 || cols % group != 0)
+    throw Error("misalignment: the row length " + std::to_string(cols) + " is not a multiple of the group size " +
+                std::to_string(group));
+  // Rows are the chunks: each row's groups in order, rows combined in order.
+  std::vector<MisalignmentStats> part(rows);
+  const bool par = exec == Exec::kParallel && rows * cols >= kMetricsChunk;
+#pragma omp parallel for schedule(static) if (par)
+  for (size_t r = 0; r < rows; ++r) {
+    MisalignmentStats s;
+    for (size_t g = 0; g < cols; g += group) {
+      const float* xg = x + r * cols + g;
+      const float* qg = q + r * cols + g;
+      double xx = 0, xq = 0;
+      bool finite = true;
+      for (size_t i = 0; i < group; ++i) {
+        finite = finite && std::isfinite(xg[i]) && std::isfinite(qg[i]);
+        xx += static_cast<double>(xg[i]) * xg[i];
+        xq += static_cast<double>(xg[i]) * qg[i];
+      }
+      if (!finite || xx == 0) {
+        ++s.skipped;
+        continue;
+      }
+      const double inv_s = xq / xx;
+      ++s.groups;
+      s.sum_inv_s += inv_s;
+      s.sum_inv_s_sq += inv_s * inv_s;
+    }
+    part[r] = s;
+  }
+  MisalignmentStats total;
+  for (const MisalignmentStats& p : part) total.Merge(p);
+  return total;
+}
+
+KurtosisStats RowKurtosis(const float* x, size_t rows, size_t cols, const std::vector<double>& taus, Exec exec) {
+  KurtosisStats out;
+  out.rows = rows;
+  out.taus = taus;
+  out.outliers.assign(taus.size(), 0);
+  std::vector<double> kurt(rows, std::numeric_limits<double>::quiet_NaN());
+  std::vector<uint64_t> counts(rows * taus.size(), 0);
+  const bool par = exec == Exec::kParallel && rows * cols >= kMetricsChunk;
+#pragma omp parallel for schedule(static) if (par)
+  for (size_t r = 0; r < rows; ++r) {
+    const float* row = x + r * cols;
+    double m2 = 0, m4 = 0;
+    bool finite = true;
+    for (size_t c = 0; c < cols; ++c) {
+      const double v = row[c];
+      finite = finite && std::isfinite(row[c]);
+      const double v2 = v * v;
+      m2 += v2;
+      m4 += v2 * v2;
+    }
+    if (!finite || m2 == 0 || cols == 0) continue;
+    m2 /= static_cast<double>(cols);
+    m4 /= static_cast<double>(cols);
+    kurt[r] = m4 / (m2 * m2);
+    const double rms = std::sqrt(m2);
+    for (size_t t = 0; t < taus.size(); ++t) {
+      const double thr = taus[t] * rms;
+      uint64_t n = 0;
+      for (size_t c = 0; c < cols; ++c) n += std::fabs(static_cast<double>(row[c])) >= thr;
+      counts[r * taus.size() + t] = n;
+    }
+  }
+  double sum = 0;
+  uint64_t used = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    if (std::isnan(kurt[r])) {
+      ++out.skipped_rows;
+      continue;
+    }
+    ++used;
+    sum += kurt[r];
+    out.max_kurtosis = std::max(out.max_kurtosis, kurt[r]);
+    for (size_t t = 0; t < taus.size(); ++t) out.outliers[t] += counts[r * taus.size() + t];
+  }
+  out.mean_kurtosis = used ? sum / static_cast<double>(used) : 0.0;
+  return out;
+}
+
+}  // namespace qmx

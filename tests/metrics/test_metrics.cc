@@ -1,0 +1,141 @@
+// test_metrics.cc: the metrics layer against direct formulas (MPFR-free: sums of small integers are
+// exact in double), chunk and thread-count independence, streaming splits, misalignment and kurtosis on
+// cases with known answers.
+#include <omp.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "qmx/distributions.h"
+#include "qmx/error.h"
+#include "qmx/metrics.h"
+#include "support/hex.h"
+
+using namespace qmx;
+
+namespace {
+
+bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+void RequireSame(const ErrorStats& a, const ErrorStats& b) {
+  CHECK(a.count == b.count);
+  CHECK(a.nonfinite == b.nonfinite);
+  CHECK(a.out_nonfinite == b.out_nonfinite);
+  CHECK(a.zero_ref_err == b.zero_ref_err);
+  CHECK(SameBits(a.sum_sq_err, b.sum_sq_err));
+  CHECK(SameBits(a.sum_err, b.sum_err));
+  CHECK(SameBits(a.sum_sq_ref, b.sum_sq_ref));
+  CHECK(SameBits(a.sum_sq_out, b.sum_sq_out));
+  CHECK(SameBits(a.sum_dot, b.sum_dot));
+  CHECK(SameBits(a.max_abs_err, b.max_abs_err));
+  CHECK(SameBits(a.max_rel_err, b.max_rel_err));
+}
+
+}  // namespace
+
+TEST_CASE("error statistics equal the formulas on integer data, where every sum is exact", "[metrics]") {
+  // ref = i % 7 - 3, out = ref + (i % 3 - 1): errors -1, 0, 1.
+  const size_t n = 1000;
+  std::vector<float> ref(n), out(n);
+  double se = 0, e1 = 0, sr = 0, so = 0, dot = 0;
+  for (size_t i = 0; i < n; ++i) {
+    ref[i] = static_cast<float>(static_cast<int>(i % 7) - 3);
+    out[i] = ref[i] + static_cast<float>(static_cast<int>(i % 3) - 1);
+    const double e = out[i] - ref[i];
+    se += e * e, e1 += e, sr += ref[i] * ref[i], so += out[i] * out[i], dot += ref[i] * out[i];
+  }
+  const ErrorStats s = CompareTensors(ref.data(), out.data(), n);
+  CHECK(s.count == n);
+  CHECK(s.sum_sq_err == se);
+  CHECK(s.Mse() == se / n);
+  CHECK(s.Bias() == e1 / n);
+  CHECK(s.SqnrDb() == Approx(10 * std::log10(sr / se)).epsilon(1e-15));
+  CHECK(s.Cosine() == Approx(dot / std::sqrt(sr * so)).epsilon(1e-15));
+  CHECK(s.max_abs_err == 1.0);
+  CHECK(s.max_rel_err == 1.0);  // ref = +-1 with error 1
+  CHECK(s.zero_ref_err > 0);    // ref = 0 with error +-1
+}
+
+TEST_CASE("error statistics skip and count non-finite elements", "[metrics]") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> ref = {1, 2, nan, 4, inf, 6};
+  const std::vector<float> out = {1, 2, 3, nan, inf, 7};
+  const ErrorStats s = CompareTensors(ref.data(), out.data(), ref.size());
+  CHECK(s.count == 3);
+  CHECK(s.nonfinite == 3);
+  CHECK(s.out_nonfinite == 1);  // ref 4, out NaN
+  CHECK(s.sum_sq_err == 1.0);
+  const ErrorStats z = CompareTensors(ref.data(), ref.data(), 2);
+  CHECK(std::isinf(z.SqnrDb()));
+  CHECK(z.Cosine() == 1.0);
+}
+
+TEST_CASE("error statistics are the same bits for any thread count, chunking or stream split", "[metrics]") {
+  const size_t n = 3 * kMetricsChunk + 12345;
+  std::vector<float> ref(n), out(n);
+  GenerateDist(ParseDist("student-t:3+tau40"), 11, ref.data(), n);
+  GenerateDist(ParseDist("normal"), 12, out.data(), n);
+  for (size_t i = 0; i < n; ++i) out[i] = ref[i] + 0.01f * out[i];
+  const ErrorStats want = CompareTensorsRef(ref.data(), out.data(), n);
+  for (int t : {1, 2, 3, 7}) {
+    omp_set_num_threads(t);
+    INFO("threads " << t);
+    RequireSame(CompareTensors(ref.data(), out.data(), n), want);
+  }
+  omp_set_num_threads(2);
+  RequireSame(CompareTensors(ref.data(), out.data(), n, Exec::kSequential), want);
+  std::mt19937 rng(5);
+  ErrorAccumulator acc;
+  size_t at = 0;
+  while (at < n) {
+    const size_t len = std::min<size_t>(n - at, rng() % 100000);
+    acc.Add(ref.data() + at, out.data() + at, len);
+    at += len;
+  }
+  RequireSame(acc.Result(), want);
+}
+
+TEST_CASE("projection misalignment: identity gives 0, a uniform shrink gives the shrink", "[metrics]") {
+  const size_t rows = 3, cols = 64;
+  std::vector<float> x(rows * cols), q(rows * cols);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(i % 9) - 4);
+  MisalignmentStats m = ProjectionMisalignment(x.data(), x.data(), rows, cols, 32);
+  CHECK(m.groups == 6);
+  CHECK(m.Misalignment() == 0.0);
+  for (size_t i = 0; i < x.size(); ++i) q[i] = 0.75f * x[i];
+  m = ProjectionMisalignment(x.data(), q.data(), rows, cols, 32);
+  CHECK(m.Misalignment() == 0.25);
+  CHECK(m.StdErr() == 0.0);
+  // A zero group is skipped, not divided by.
+  std::fill(x.begin(), x.begin() + 32, 0.0f);
+  m = ProjectionMisalignment(x.data(), q.data(), rows, cols, 32);
+  CHECK(m.groups == 5);
+  CHECK(m.skipped == 1);
+  CHECK_THROWS_WITH(ProjectionMisalignment(x.data(), q.data(), 1, 60, 32),
+                    Catch::Contains("not a multiple of the group size 32"));
+}
+
+TEST_CASE("kurtosis: known values for constant, two-level and Gaussian rows; tau-outliers", "[metrics]") {
+  // Row 0 constant (kurtosis 1); row 1 +-1 with one 8 among 64 (m2 = (63 + 64) / 64, m4 = (63 + 4096) / 64).
+  std::vector<float> x(2 * 64, 1.0f);
+  for (size_t c = 0; c < 64; ++c) x[64 + c] = (c % 2) ? -1.0f : 1.0f;
+  x[64 + 5] = 8.0f;
+  const KurtosisStats k = RowKurtosis(x.data(), 2, 64, {4.0, 10.0});
+  const double m2 = 127.0 / 64, m4 = 4159.0 / 64;
+  CHECK(k.max_kurtosis == Approx(m4 / (m2 * m2)).epsilon(1e-14));
+  CHECK(k.mean_kurtosis == Approx((1.0 + m4 / (m2 * m2)) / 2).epsilon(1e-14));
+  CHECK(k.outliers[0] == 1);  // 8 >= 4 * sqrt(127/64) = 5.63
+  CHECK(k.outliers[1] == 0);
+  // Gaussian rows: about 3; uniform: about 1.8; Laplace: about 6.
+  const size_t rows = 64, cols = 4096;
+  std::vector<float> g(rows * cols);
+  for (const auto& [name, want] : std::vector<std::pair<const char*, double>>{{"normal", 3.0}, {"uniform", 1.8}, {"laplace", 6.0}}) {
+    GenerateDist(ParseDist(name), 3, g.data(), g.size());
+    INFO(name);
+    CHECK(RowKurtosis(g.data(), rows, cols).mean_kurtosis == Approx(want).epsilon(0.03));
+  }
+}

@@ -35,22 +35,6 @@ struct QuantizeArgs {
   int threads = 0;
 };
 
-// "1x32", "16x16", "per-row", "per-tensor", "1xall".
-void ParseBlock(const std::string& s, QuantSpec& spec) {
-  if (s == "per-tensor") { spec.block_rows = spec.block_cols = 0; return; }
-  if (s == "per-row") { spec.block_rows = 1; spec.block_cols = 0; return; }
-  const size_t x = s.find('x');
-  const auto num = [&](const std::string& t) {
-    if (t == "all") return 0;
-    if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos)
-      throw Error("--block must look like 1x32, 16x16, per-row or per-tensor, not '" + s + "'");
-    return std::stoi(t);
-  };
-  if (x == std::string::npos) throw Error("--block must look like 1x32, 16x16, per-row or per-tensor, not '" + s + "'");
-  spec.block_rows = num(s.substr(0, x));
-  spec.block_cols = num(s.substr(x + 1));
-}
-
 QuantSpec BuildSpec(const QuantizeArgs& a) {
   QuantSpec spec = QuantSpecByName(a.spec);
   if (!a.profile.empty()) ApplyProfile(spec, a.profile);
@@ -59,7 +43,7 @@ QuantSpec BuildSpec(const QuantizeArgs& a) {
     spec.rule = ParseScaleRule(a.rule);
     if (spec.rule == ScaleRule::kMaxFinite && a.nan_policy.empty()) spec.nan = NanPolicy::kIgnore;
   }
-  if (!a.block.empty()) ParseBlock(a.block, spec);
+  if (!a.block.empty()) SetBlockShape(spec, a.block);
   if (!a.axis.empty()) spec.axis = ParseAxis(a.axis);
   if (!a.round.empty()) spec.cast.rounding = ParseRounding(a.round);
   if (!a.sat.empty()) spec.cast.saturation = ParseSaturation(a.sat);

@@ -9,4 +9,5 @@ void AddConvertCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);
 void AddQuantizeCommand(CLI::App& app);
 void AddGemmCommand(CLI::App& app);
+void AddStudyCommand(CLI::App& app);
 }  // namespace qmx::cli

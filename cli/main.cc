@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "study_output.h"
 #include "qmx/error.h"
 
 int main(int argc, char** argv) {
@@ -14,6 +15,8 @@ int main(int argc, char** argv) {
   qmx::cli::AddBenchCommand(app);
   qmx::cli::AddQuantizeCommand(app);
   qmx::cli::AddGemmCommand(app);
+  qmx::cli::AddStudyCommand(app);
+  qmx::cli::SetCommandLine(argc, argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -134,6 +134,21 @@ std::string DescribeBlock(const QuantSpec& spec) {
   return d(spec.block_rows) + "x" + d(spec.block_cols);
 }
 
+void SetBlockShape(QuantSpec& spec, const std::string& s) {
+  const std::string form = "a block must look like 1x32, 16x16, 1xall, per-row or per-tensor, not '" + s + "'";
+  if (s == "per-tensor") { spec.block_rows = spec.block_cols = 0; return; }
+  if (s == "per-row") { spec.block_rows = 1; spec.block_cols = 0; return; }
+  const size_t x = s.find('x');
+  if (x == std::string::npos) throw Error(form);
+  const auto num = [&](const std::string& t) {
+    if (t == "all") return 0;
+    if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos) throw Error(form);
+    return std::stoi(t);
+  };
+  spec.block_rows = num(s.substr(0, x));
+  spec.block_cols = num(s.substr(x + 1));
+}
+
 std::string DescribeSpec(const QuantSpec& spec) {
   std::string s = spec.name + ": " + spec.elem.name + ", " + DescribeBlock(spec) + " blocks, " + AxisName(spec.axis) +
                   "-wise, " + ScaleFormatName(ScaleFormatOf(spec.rule)) + " scales (" + ScaleRuleName(spec.rule) +

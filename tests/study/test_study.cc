@@ -53,10 +53,14 @@ TEST_CASE("study orderings: Hadamard helps MXFP4 on outliers, more bits help, SR
   const double fp6 = RunStudyMethod(x.data(), rows, cols, Method("mxfp6_e2m3", "none")).error.Mse();
   CHECK(fp8 < fp6);
   CHECK(fp6 < plain);
-  // Gaussian data, as Quartet's Table 2: SR's misalignment is 0 within its standard error, RTN's is
-  // positive; RTN's MSE is about half of SR's.
+  // Gaussian data, as Quartet's Table 2: SR with enough random bits has misalignment 0 within its standard
+  // error (with Blackwell's 8 bits it is biased toward zero by about 1e-3, too little to see at this size:
+  // notebooks-data/quartet-table2 measures it); RTN's misalignment is about 1e-2 and its MSE about half
+  // of SR's.
   GenerateDist(ParseDist("normal"), 9, x.data(), x.size());
-  const StudyOutcome sr = RunStudyMethod(x.data(), rows, cols, Method("mxfp4", "hadamard:32", "sr"));
+  StudyMethod wide = Method("mxfp4", "hadamard:32", "sr");
+  wide.spec.cast.sr_bits = 24;
+  const StudyOutcome sr = RunStudyMethod(x.data(), rows, cols, wide);
   const StudyOutcome rtn = RunStudyMethod(x.data(), rows, cols, Method("mxfp4", "hadamard:32"));
   CHECK(std::fabs(sr.misalignment.Misalignment()) < 4 * sr.misalignment.StdErr());
   CHECK(rtn.misalignment.Misalignment() > 10 * rtn.misalignment.StdErr());

@@ -59,6 +59,8 @@ std::vector<std::string> QuantSpecNames();
 void ApplyProfile(QuantSpec& spec, const std::string& profile);
 std::vector<std::string> ProfileNames();
 std::string DescribeBlock(const QuantSpec& spec);  // "1x32", "16x16", "per-row", "per-tensor"
+// Sets the block extent from "RxC" ("1x32", "16x16", "1xall"), "per-row" or "per-tensor"; throws qmx::Error.
+void SetBlockShape(QuantSpec& spec, const std::string& block);
 std::string DescribeSpec(const QuantSpec& spec);   // one line: name, element, block, axis, rule, cast, NaN policy
 // Throws qmx::Error naming the inconsistency: an element format of more than 8 bits, a UE8M0 or NaN
 // policy the rule cannot carry (NVFP4 with a UE8M0 rule, scale-nan with FP32 scales), max-finite without

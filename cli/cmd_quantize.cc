@@ -43,7 +43,13 @@ QuantSpec BuildSpec(const QuantizeArgs& a) {
     spec.rule = ParseScaleRule(a.rule);
     if (spec.rule == ScaleRule::kMaxFinite && a.nan_policy.empty()) spec.nan = NanPolicy::kIgnore;
   }
-  if (!a.block.empty()) SetBlockShape(spec, a.block);
+  if (!a.block.empty()) {
+    try {
+      SetBlockShape(spec, a.block);
+    } catch (const Error& e) {
+      throw Error(std::string("--block: ") + e.what());
+    }
+  }
   if (!a.axis.empty()) spec.axis = ParseAxis(a.axis);
   if (!a.round.empty()) spec.cast.rounding = ParseRounding(a.round);
   if (!a.sat.empty()) spec.cast.saturation = ParseSaturation(a.sat);

@@ -112,7 +112,7 @@ struct SweepArgs {
   std::vector<std::string> specs, elems, blocks, rules, rounds, transforms, quest_scales;
   std::string profile;
   int trials = 1;
-  int sr_bits = 8;
+  std::vector<int> sr_bits = {8};
   int threads = 0;
   bool quiet = false;
   std::string csv, json;
@@ -142,6 +142,9 @@ std::vector<Method> BuildMethods(const SweepArgs& a, std::vector<std::string>& s
     if (t != "quest") SetStudyTransform(m, t);
   }
   if (a.specs.empty()) throw Error("--spec needs at least one recipe");
+  if (a.sr_bits.empty()) throw Error("--sr-bits needs at least one value");
+  for (int b : a.sr_bits)
+    if (b < 1 || b > 32) throw Error("--sr-bits values must be 1..32, not " + std::to_string(b));
   std::vector<Method> out;
   for (const auto& sname : a.specs) {
     const QuantSpec base = QuantSpecByName(sname);
@@ -150,7 +153,8 @@ std::vector<Method> BuildMethods(const SweepArgs& a, std::vector<std::string>& s
         for (const auto& rule : rules)
           for (const auto& round : rounds)
             for (const auto& t : a.transforms)
-              for (const auto& q : qs) {
+              for (const auto& q : qs)
+               for (int bits : a.sr_bits) {
                 Method me;
                 me.spec_label = sname;
                 me.m.spec = base;
@@ -163,7 +167,7 @@ std::vector<Method> BuildMethods(const SweepArgs& a, std::vector<std::string>& s
                     if (me.m.spec.rule == ScaleRule::kMaxFinite) me.m.spec.nan = NanPolicy::kIgnore;
                   }
                   if (!round.empty()) me.m.spec.cast.rounding = ParseRounding(round);
-                  me.m.spec.cast.sr_bits = a.sr_bits;
+                  me.m.spec.cast.sr_bits = bits;
                   ValidateQuantSpec(me.m.spec);
                   SetStudyTransform(me.m, t);
                   me.m.quest_opt.scale_rounding = ParseQuestScaleRounding(q);
@@ -174,6 +178,7 @@ std::vector<Method> BuildMethods(const SweepArgs& a, std::vector<std::string>& s
                   continue;
                 }
                 if (!me.m.quest && q != qs.front()) continue;  // the QuEST scale only matters for QuEST
+                if (!IsStochastic(me.m.spec.cast.rounding) && bits != a.sr_bits.front()) continue;
                 out.push_back(std::move(me));
               }
   }
@@ -202,6 +207,7 @@ ordered_json Record(const Method& me, const Input& in, const StudyOutcome& o, in
   r["sqnr_db"] = e.SqnrDb();
   r["max_abs_err"] = e.max_abs_err;
   r["max_rel_err"] = e.max_rel_err;
+  r["mean_rel_err"] = e.MeanRelErr();
   r["bias"] = e.Bias();
   r["cosine"] = e.Cosine();
   r["misalignment"] = o.misalignment.Misalignment();
@@ -275,7 +281,7 @@ const std::vector<TableColumn>& ErrorColumns() {
   static const std::vector<TableColumn> c = {
       {"spec", "spec", "%s"},         {"rule", "rule", "%s"},           {"round", "round", "%s"},
       {"transform", "transform", "%s"}, {"input", "input", "%s"},       {"mse", "MSE", "%.3e"},
-      {"sqnr_db", "SQNR dB", "%.2f"}, {"max_rel_err", "max rel", "%.3g"}, {"bias", "bias", "%.1e"},
+      {"sqnr_db", "SQNR dB", "%.2f"}, {"mean_rel_err", "mean rel", "%.3g"}, {"bias", "bias", "%.1e"},
       {"cosine", "cosine", "%.6f"},   {"misalignment", "1-E[1/S]", "%.2e"}, {"saturated", "sat", "%s"},
       {"flushed_to_zero", "ftz", "%s"}};
   return c;
@@ -305,7 +311,7 @@ void AddSweepOptions(CLI::App* cmd, SweepArgs& a) {
       ->capture_default_str();
   cmd->add_option("--quest-scale", a.quest_scales, "QuEST scale rounding: floor (Quartet's kernels), nearest, exact")
       ->capture_default_str();
-  cmd->add_option("--sr-bits", a.sr_bits, "Random bits per element for stochastic rounding (1..32; 8 as Blackwell's cvt.rs)")
+  cmd->add_option("--sr-bits", a.sr_bits, "Random bits per element for stochastic rounding to sweep (1..32; 8 as Blackwell's cvt.rs)")
       ->capture_default_str();
   cmd->add_option("--profile", a.profile, "Library profile applied to every spec (ocp, microxcaling, ...)");
   cmd->add_option("--trials", a.trials, "Repeat with seeds seed+t and merge (SR and RHT randomness)")
@@ -548,7 +554,7 @@ void RunQuickstart(const QuickstartArgs& q) {
   std::printf("qmx-sim study quickstart: %zu x %zu FP32 inputs, seed %llu; error of dequantize(quantize(x)) against x\n",
               q.rows, q.cols, static_cast<unsigned long long>(q.seed));
   PrintTable({{"label", "quantizer", "%s"}, {"input", "input", "%s"}, {"sqnr_db", "SQNR dB", "%.2f"},
-              {"mse", "MSE", "%.3e"}, {"max_rel_err", "max rel", "%.3g"}, {"cosine", "cosine", "%.6f"},
+              {"mse", "MSE", "%.3e"}, {"mean_rel_err", "mean rel", "%.3g"}, {"cosine", "cosine", "%.6f"},
               {"saturated", "saturated", "%s"}, {"flushed_to_zero", "flushed", "%s"}},
              records);
   std::filesystem::create_directories(q.out_dir);
@@ -603,7 +609,8 @@ void AddStudyCommand(CLI::App& app) {
     SweepArgs a = *mis;
     if (a.in.dists.empty() && a.in.files.empty()) a.in.dists = {"normal"};
     RunSweepCommand("misalignment", a,
-                    {{"spec", "spec", "%s"}, {"round", "round", "%s"}, {"transform", "transform", "%s"},
+                    {{"spec", "spec", "%s"}, {"rule", "rule", "%s"}, {"round", "round", "%s"},
+                     {"sr_bits", "SR bits", "%s"}, {"transform", "transform", "%s"},
                      {"quest_scale", "QuEST scale", "%s"}, {"input", "input", "%s"}, {"mse", "MSE", "%.3e"},
                      {"misalignment", "1-E[1/S]", "%.3e"}, {"misalignment_stderr", "+-", "%.1e"},
                      {"cosine", "cosine", "%.6f"}, {"bias", "bias", "%.1e"}, {"trials", "trials", "%s"}});

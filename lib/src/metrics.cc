@@ -31,7 +31,10 @@ inline void AddElement(ErrorStats& s, float r, float o) {
   const double ae = std::fabs(e);
   s.max_abs_err = std::max(s.max_abs_err, ae);
   if (rd != 0) {
-    s.max_rel_err = std::max(s.max_rel_err, ae / std::fabs(rd));
+    const double rel = ae / std::fabs(rd);
+    s.max_rel_err = std::max(s.max_rel_err, rel);
+    s.sum_rel_err += rel;
+    ++s.rel_count;
   } else if (od != 0) {
     ++s.zero_ref_err;
   }
@@ -56,6 +59,7 @@ double ErrorStats::SqnrDb() const {
   return 10.0 * std::log10(sum_sq_ref / sum_sq_err);
 }
 double ErrorStats::Bias() const { return count ? sum_err / static_cast<double>(count) : 0.0; }
+double ErrorStats::MeanRelErr() const { return rel_count ? sum_rel_err / static_cast<double>(rel_count) : 0.0; }
 double ErrorStats::Cosine() const {
   if (sum_sq_ref == 0 && sum_sq_out == 0) return 1.0;
   if (sum_sq_ref == 0 || sum_sq_out == 0) return 0.0;
@@ -73,6 +77,8 @@ void ErrorStats::Merge(const ErrorStats& b) {
   max_abs_err = std::max(max_abs_err, b.max_abs_err);
   max_rel_err = std::max(max_rel_err, b.max_rel_err);
   zero_ref_err += b.zero_ref_err;
+  sum_rel_err += b.sum_rel_err;
+  rel_count += b.rel_count;
 }
 
 ErrorStats CompareTensors(const float* ref, const float* out, size_t n, Exec exec) {

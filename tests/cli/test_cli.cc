@@ -27,91 +27,14 @@
 #include "qmx/safetensors.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
+#include "support/cli.h"
 
 namespace qmx {
 namespace {
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
-
-// A scratch directory from mkdtemp, removed with everything in it at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/qmx_cli_test_XXXXXX";
-    const char* made = ::mkdtemp(tmpl);
-    REQUIRE(made != nullptr);
-    path = made;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
-// Single-quotes a word for /bin/sh.
-std::string Quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  REQUIRE(out.good());
-}
-
-struct RunResult {
-  int status;  // exit status; -1 when the process did not exit normally (e.g. killed by a signal)
-  std::string out, err;
-  std::string all() const { return out + err; }
-};
-
-// Runs `[env] qmx-sim args`, capturing stdout and stderr separately (in files under a private
-// temp dir, so the directories the tests inspect stay untouched).
-RunResult Run(const std::string& args, const std::string& env = "") {
-  TempDir capture;
-  const std::string out_path = capture / "stdout", err_path = capture / "stderr";
-  const std::string cmd = env + (env.empty() ? "" : " ") + Quote(QMX_CLI_PATH) + " " + args + " >" +
-                          Quote(out_path) + " 2>" + Quote(err_path);
-  const int raw = std::system(cmd.c_str());
-  RunResult r;
-  r.status = raw != -1 && WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  r.out = ReadText(out_path);
-  r.err = ReadText(err_path);
-  return r;
-}
-
-std::vector<std::string> Lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
-std::vector<std::string> Words(const std::string& line) {
-  std::vector<std::string> words;
-  std::istringstream in(line);
-  for (std::string w; in >> w;) words.push_back(w);
-  return words;
-}
-
-// Names of the entries of a directory, sorted.
-std::vector<std::string> Listing(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
+using namespace qmx::test;
 
 float FloatFromBits(uint32_t bits) {
   float f;

@@ -33,6 +33,8 @@ void RequireSame(const ErrorStats& a, const ErrorStats& b) {
   CHECK(SameBits(a.sum_dot, b.sum_dot));
   CHECK(SameBits(a.max_abs_err, b.max_abs_err));
   CHECK(SameBits(a.max_rel_err, b.max_rel_err));
+  CHECK(SameBits(a.sum_rel_err, b.sum_rel_err));
+  CHECK(a.rel_count == b.rel_count);
 }
 
 }  // namespace
@@ -57,6 +59,12 @@ TEST_CASE("error statistics equal the formulas on integer data, where every sum 
   CHECK(s.Cosine() == Approx(dot / std::sqrt(sr * so)).epsilon(1e-15));
   CHECK(s.max_abs_err == 1.0);
   CHECK(s.max_rel_err == 1.0);  // ref = +-1 with error 1
+  double rel = 0;
+  uint64_t nz = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (ref[i] != 0) rel += std::fabs(double(out[i]) - ref[i]) / std::fabs(double(ref[i])), ++nz;
+  CHECK(s.rel_count == nz);
+  CHECK(s.MeanRelErr() == Approx(rel / nz).epsilon(1e-14));
   CHECK(s.zero_ref_err > 0);    // ref = 0 with error +-1
 }
 

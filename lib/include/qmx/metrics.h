@@ -31,12 +31,15 @@ struct ErrorStats {
   double max_abs_err = 0;      // max |out - ref|
   double max_rel_err = 0;      // max |out - ref| / |ref| over ref != 0
   uint64_t zero_ref_err = 0;   // elements with ref == 0 and out != 0 (no relative error exists)
+  double sum_rel_err = 0;      // sum |out - ref| / |ref| over ref != 0
+  uint64_t rel_count = 0;      // elements with ref != 0
 
   double Mse() const;         // sum_sq_err / count (0 when count is 0)
   double Rmse() const;
   double Nmse() const;        // sum_sq_err / sum_sq_ref: MSE relative to the signal power
   double SqnrDb() const;      // 10 log10(sum_sq_ref / sum_sq_err); +Inf when the error is zero
   double Bias() const;        // sum_err / count: the mean error
+  double MeanRelErr() const;  // sum_rel_err / rel_count: what wide-range data (gradients) loses per element
   double Cosine() const;      // sum_dot / sqrt(sum_sq_ref * sum_sq_out); 1 when both are all zero
   void Merge(const ErrorStats& later);  // appends `later`'s elements after this one's
 };

@@ -37,8 +37,8 @@ $Q study error --spec fp8-block1x128 --elem e4m3 e5m2 --block 1x32 1x128 per-ten
 # Error of the other elements as an injected outlier grows (seed 001, theorem 1).
 $Q study kurtosis --dist normal laplace student-t:3 normal+tau20 \
   --spec fp8-tensor-current fp8-rowwise fp8-block1x128 mxfp8 mxfp6_e2m3 mxfp4 nvfp4 \
-  --outlier-sweep 1 2 4 8 16 32 64 128 256 512 1024 2048 4096 8192 --period 256 \
+  --outlier-sweep 1 2 4 8 16 32 64 128 256 1024 4096 16384 65536 262144 1048576 --period 256 \
   --rows 1024 --cols 4096 --seed 1 --quiet \
   --csv $N/outlier-tau/outlier_sweep.csv --json $N/outlier-tau/outlier_sweep.json
 
-python3 $N/render.py
+${PYTHON:-/usr/bin/python3} $N/render.py

@@ -9,7 +9,7 @@ N=notebooks-data
 mkdir -p $N/quickstart $N/quartet-table2 $N/mxfp8-scale-rounding $N/e4m3-vs-e5m2 $N/outlier-tau
 
 # The README's main job.
-$Q study quickstart --quiet
+$Q study quickstart
 
 # Quartet Table 2 analogue (seed 003): MXFP4 on N(0,1), Hadamard 32 before every scheme.
 $Q study misalignment --spec mxfp4 --rule round-up fp32 --round sr rne --transform hadamard:32 --dist normal \

@@ -1,6 +1,7 @@
 // cmd_bench.cc: `qmx-sim bench` times the fast kernels beside in-process baselines on the same data in
 // one run, and reports medians and ratios, so results hold on a noisy machine:
-//   conversion / MX quantization: a memcpy of the kernel's input bytes and the scalar reference path,
+//   conversion / MX quantization / Hadamard transforms / error metrics: a memcpy of the kernel's input
+//     bytes and the scalar reference path,
 //     with effective bandwidth (bytes read + bytes written per second);
 //   GEMM models: Eigen SGEMM and DGEMM (compiled for the best x86 level the CPU has) on the same sizes
 //     and thread counts, in GFLOP/s (2 M N K per call), with the speed targets.
@@ -23,7 +24,9 @@
 #include "qmx/error.h"
 #include "qmx/gemm.h"
 #include "qmx/io.h"
+#include "qmx/metrics.h"
 #include "qmx/mx.h"
+#include "qmx/transform.h"
 
 namespace qmx::cli {
 namespace {
@@ -237,7 +240,7 @@ void RunConvertBench(const BenchArgs& a, nlohmann::json& j) {
     std::memcpy(&u, &x[i], 4);
     xb[i] = static_cast<uint16_t>(u >> 16);
   }
-  std::vector<uint8_t> codes(n), scales(n / 16 + 1), copy_dst(4 * n);
+  std::vector<uint8_t> codes(n), scales(n / 16 + 1);
   std::vector<float> decoded(n);
 
   CastOptions rne;
@@ -248,6 +251,15 @@ void RunConvertBench(const BenchArgs& a, nlohmann::json& j) {
   mxfp4.elem = fmt::kE2M1;
   const SrSource stream{1234, 0, nullptr};
   const size_t nb = n / 32;
+  const size_t hcols = std::min<size_t>(n, 4096);
+  const HadamardSpec h32 = ParseHadamard("hadamard:32"), h128 = ParseHadamard("hadamard:128");
+  std::vector<float> x2(x);
+  for (size_t i = 0; i < n; i += 3) x2[i] *= 1.0009765625f;
+  volatile double sink = 0;
+  // The memcpy baseline's source and destination: as many bytes as the largest kernel input (8n).
+  std::vector<uint8_t> copy_src(8 * n), copy_dst(8 * n);
+  std::memcpy(copy_src.data(), x.data(), 4 * n);
+  std::memcpy(copy_src.data() + 4 * n, x2.data(), 4 * n);
 
   std::vector<Kernel> kernels = {
       {"f32->e4m3 rne satfinite", 4 * n, n,
@@ -270,6 +282,16 @@ void RunConvertBench(const BenchArgs& a, nlohmann::json& j) {
        [&] { QuantizeMxRef(DType::kF32, x.data(), n, mxfp4, codes.data(), scales.data()); }},
       {"e4m3->f32 decode", n, 4 * n,
        [&](Exec e) { DecodeToF32(codes.data(), n, fmt::kE4M3, decoded.data(), e); }, nullptr},
+      // Study kernels: transforms and metrics over the same data viewed as rows of hcols.
+      {"hadamard:32 forward (f32)", 4 * n, 4 * n,
+       [&](Exec e) { HadamardForward(h32, x.data(), decoded.data(), n / hcols, hcols, e); },
+       [&] { HadamardForwardRef(h32, x.data(), decoded.data(), n / hcols, hcols); }},
+      {"hadamard:128 forward (f32)", 4 * n, 4 * n,
+       [&](Exec e) { HadamardForward(h128, x.data(), decoded.data(), n / hcols, hcols, e); },
+       [&] { HadamardForwardRef(h128, x.data(), decoded.data(), n / hcols, hcols); }},
+      {"error metrics (2 x f32)", 8 * n, 0,
+       [&](Exec e) { sink += CompareTensors(x.data(), x2.data(), n, e).sum_sq_err; },
+       [&] { sink += CompareTensorsRef(x.data(), x2.data(), n).sum_sq_err; }},
   };
 
   const int saved_threads = omp_get_max_threads();
@@ -285,7 +307,7 @@ void RunConvertBench(const BenchArgs& a, nlohmann::json& j) {
     for (size_t k = 0; k < kernels.size(); ++k) {
       const Kernel& kn = kernels[k];
       // The baseline copies the kernel's input bytes, in the same run and thread count.
-      const double mc = MedianSeconds(a.reps, [&] { ParallelCopy(copy_dst.data(), reinterpret_cast<const uint8_t*>(x.data()), kn.bytes_in); });
+      const double mc = MedianSeconds(a.reps, [&] { ParallelCopy(copy_dst.data(), copy_src.data(), kn.bytes_in); });
       const double s = MedianSeconds(a.reps, [&] { kn.fast(Exec::kParallel); });
       rows.push_back({kn.name, t, s, mc, ref_seconds[k], n, kn.bytes_in + kn.bytes_out, kn.bytes_in});
     }

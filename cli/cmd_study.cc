@@ -119,7 +119,7 @@ struct SweepArgs {
 };
 
 struct Method {
-  std::string spec_label;  // spec name, with its rule and rounding when swept
+  std::string spec_label;  // the recipe name as given
   StudyMethod m;
 };
 
@@ -139,48 +139,56 @@ std::vector<Method> BuildMethods(const SweepArgs& a, std::vector<std::string>& s
   for (const auto& t : a.transforms) {
     StudyMethod m;
     m.spec = QuantSpecByName("mxfp4");
-    if (t != "quest") SetStudyTransform(m, t);
+    SetStudyTransform(m, t);
   }
   if (a.specs.empty()) throw Error("--spec needs at least one recipe");
   if (a.sr_bits.empty()) throw Error("--sr-bits needs at least one value");
   for (int b : a.sr_bits)
     if (b < 1 || b > 32) throw Error("--sr-bits values must be 1..32, not " + std::to_string(b));
+  // One method per combination; the empty string stands for "the spec's own" on the axes left unset.
+  struct Combo {
+    std::string elem, block, rule, round, transform, quest_scale;
+    int sr_bits;
+  };
+  std::vector<Combo> combos;
+  for (const auto& elem : elems)
+    for (const auto& block : blocks)
+      for (const auto& rule : rules)
+        for (const auto& round : rounds)
+          for (const auto& t : a.transforms)
+            for (const auto& q : qs)
+              for (int bits : a.sr_bits) combos.push_back({elem, block, rule, round, t, q, bits});
   std::vector<Method> out;
   for (const auto& sname : a.specs) {
     const QuantSpec base = QuantSpecByName(sname);
-    for (const auto& elem : elems)
-      for (const auto& block : blocks)
-        for (const auto& rule : rules)
-          for (const auto& round : rounds)
-            for (const auto& t : a.transforms)
-              for (const auto& q : qs)
-               for (int bits : a.sr_bits) {
-                Method me;
-                me.spec_label = sname;
-                me.m.spec = base;
-                try {
-                  if (!a.profile.empty()) ApplyProfile(me.m.spec, a.profile);
-                  if (!elem.empty()) me.m.spec.elem = GetFormat(elem);
-                  if (!block.empty()) SetBlockShape(me.m.spec, block);
-                  if (!rule.empty()) {
-                    me.m.spec.rule = ParseScaleRule(rule);
-                    if (me.m.spec.rule == ScaleRule::kMaxFinite) me.m.spec.nan = NanPolicy::kIgnore;
-                  }
-                  if (!round.empty()) me.m.spec.cast.rounding = ParseRounding(round);
-                  me.m.spec.cast.sr_bits = bits;
-                  ValidateQuantSpec(me.m.spec);
-                  SetStudyTransform(me.m, t);
-                  me.m.quest_opt.scale_rounding = ParseQuestScaleRounding(q);
-                } catch (const Error& e) {
-                  skipped.push_back(sname + (elem.empty() ? "" : " elem " + elem) +
-                                    (block.empty() ? "" : " block " + block) + (rule.empty() ? "" : " rule " + rule) +
-                                    (round.empty() ? "" : " round " + round) + " transform " + t + ": " + e.what());
-                  continue;
-                }
-                if (!me.m.quest && q != qs.front()) continue;  // the QuEST scale only matters for QuEST
-                if (!IsStochastic(me.m.spec.cast.rounding) && bits != a.sr_bits.front()) continue;
-                out.push_back(std::move(me));
-              }
+    for (const Combo& c : combos) {
+      Method me;
+      me.spec_label = sname;
+      me.m.spec = base;
+      try {
+        if (!a.profile.empty()) ApplyProfile(me.m.spec, a.profile);
+        if (!c.elem.empty()) me.m.spec.elem = GetFormat(c.elem);
+        if (!c.block.empty()) SetBlockShape(me.m.spec, c.block);
+        if (!c.rule.empty()) {
+          me.m.spec.rule = ParseScaleRule(c.rule);
+          if (me.m.spec.rule == ScaleRule::kMaxFinite) me.m.spec.nan = NanPolicy::kIgnore;
+        }
+        if (!c.round.empty()) me.m.spec.cast.rounding = ParseRounding(c.round);
+        me.m.spec.cast.sr_bits = c.sr_bits;
+        ValidateQuantSpec(me.m.spec);
+        SetStudyTransform(me.m, c.transform);
+        me.m.quest_opt.scale_rounding = ParseQuestScaleRounding(c.quest_scale);
+      } catch (const Error& e) {
+        skipped.push_back(sname + (c.elem.empty() ? "" : " elem " + c.elem) + (c.block.empty() ? "" : " block " + c.block) +
+                          (c.rule.empty() ? "" : " rule " + c.rule) + (c.round.empty() ? "" : " round " + c.round) +
+                          " transform " + c.transform + ": " + e.what());
+        continue;
+      }
+      // The QuEST scale only matters for QuEST, the SR bits only for stochastic rounding.
+      if (!me.m.quest && c.quest_scale != qs.front()) continue;
+      if (!IsStochastic(me.m.spec.cast.rounding) && c.sr_bits != a.sr_bits.front()) continue;
+      out.push_back(std::move(me));
+    }
   }
   return out;
 }
@@ -252,8 +260,14 @@ std::vector<ordered_json> RunSweep(const SweepArgs& a, const std::vector<Input>&
         }
         total.error.Merge(o.error);
         total.misalignment.Merge(o.misalignment);
+        total.stats.elements += o.stats.elements;
         total.stats.saturated += o.stats.saturated;
         total.stats.flushed_to_zero += o.stats.flushed_to_zero;
+        total.stats.nan_inputs += o.stats.nan_inputs;
+        total.stats.inf_inputs += o.stats.inf_inputs;
+        total.stats.nan_blocks += o.stats.nan_blocks;
+        for (size_t b = 0; b < total.stats.scale_histogram.size() && b < o.stats.scale_histogram.size(); ++b)
+          total.stats.scale_histogram[b] += o.stats.scale_histogram[b];
       }
       records.push_back(Record(me, in, total, a.trials));
       if (histograms) {

@@ -15,6 +15,7 @@
 #include "qmx/io.h"
 #include "qmx/quantize.h"
 #include "qmx/safetensors.h"
+#include "tensor_inputs.h"
 
 namespace qmx::cli {
 namespace {
@@ -108,10 +109,6 @@ QuantSpec SpecFromJson(const nlohmann::json& j) {
   return s;
 }
 
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // rows x cols view of an N-d array: the last dimension is cols.
 TensorView ViewOf(const NpyArray& a) {
   TensorView v;
@@ -170,20 +167,11 @@ void RunQuantize(const QuantizeArgs& a) {
   // Inputs: (name, array) pairs.
   std::vector<std::pair<std::string, NpyArray>> inputs;
   if (EndsWith(a.in, ".safetensors")) {
-    SafetensorsReader r(a.in);
-    std::vector<std::string> names = a.tensors;
-    if (names.empty() || (names.size() == 1 && names[0] == "all")) {
-      names.clear();
-      for (const auto& t : r.index().tensors)
-        if (t.supported && (t.qmx_dtype == DType::kF32 || t.qmx_dtype == DType::kBF16 || t.qmx_dtype == DType::kF16))
-          names.push_back(t.name);
-      if (names.empty()) throw Error("'" + a.in + "' holds no F32, BF16 or F16 tensor");
-    }
-    for (const auto& n : names) inputs.emplace_back(n, r.Read(n));
+    const bool all = a.tensors.size() == 1 && a.tensors[0] == "all";
+    inputs = ReadSafetensorsInputs(a.in, all ? std::vector<std::string>{} : a.tensors);
   } else if (EndsWith(a.in, ".npy")) {
     if (!a.tensors.empty()) throw Error("--tensor selects tensors of a .safetensors input; a .npy holds one");
-    std::string base = a.in.substr(a.in.find_last_of('/') + 1);
-    inputs.emplace_back(base.substr(0, base.size() - 4), ReadNpy(a.in));
+    inputs.push_back(ReadNpyInput(a.in));
   } else {
     throw Error("--in must be a .npy or .safetensors file, not '" + a.in + "'");
   }

@@ -17,9 +17,9 @@
 #include "qmx/format.h"
 #include "qmx/io.h"
 #include "qmx/metrics.h"
-#include "qmx/safetensors.h"
 #include "qmx/study.h"
 #include "study_output.h"
+#include "tensor_inputs.h"
 
 namespace qmx::cli {
 namespace {
@@ -32,10 +32,6 @@ struct Input {
   std::vector<float> data;
   size_t rows = 0, cols = 0;
 };
-
-bool EndsWith(const std::string& s, const std::string& suf) {
-  return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
-}
 
 Input FromArray(const std::string& name, const NpyArray& arr) {
   if (arr.dtype != DType::kF32 && arr.dtype != DType::kBF16 && arr.dtype != DType::kF16)
@@ -59,18 +55,11 @@ std::vector<Input> LoadTensorFile(const std::string& spec) {
     std::string name = spec.size() > st + 12 && spec[st + 12] == ':' ? spec.substr(st + 13) : "";
     if (spec.size() > st + 12 && spec[st + 12] != ':')
       throw Error("--input '" + spec + "': write a tensor of a .safetensors file as FILE.safetensors:NAME");
-    SafetensorsReader r(path);
-    std::vector<std::string> names;
-    if (!name.empty()) names.push_back(name);
-    else
-      for (const auto& t : r.index().tensors)
-        if (t.supported && (t.qmx_dtype == DType::kF32 || t.qmx_dtype == DType::kBF16 || t.qmx_dtype == DType::kF16))
-          names.push_back(t.name);
-    if (names.empty()) throw Error("'" + path + "' holds no F32, BF16 or F16 tensor");
-    for (const auto& n : names) out.push_back(FromArray(n, r.Read(n)));
+    for (auto& [n, arr] : ReadSafetensorsInputs(path, name.empty() ? std::vector<std::string>{} : std::vector<std::string>{name}))
+      out.push_back(FromArray(n, arr));
   } else if (EndsWith(spec, ".npy")) {
-    std::string base = spec.substr(spec.find_last_of('/') + 1);
-    out.push_back(FromArray(base.substr(0, base.size() - 4), ReadNpy(spec)));
+    const auto [n, arr] = ReadNpyInput(spec);
+    out.push_back(FromArray(n, arr));
   } else {
     throw Error("--input '" + spec + "' is not a .npy or .safetensors file (distributions go to --dist)");
   }
@@ -230,64 +219,78 @@ ordered_json Record(const Method& me, const Input& in, const StudyOutcome& o, in
   return r;
 }
 
-// Runs every method on every input; trials > 1 repeat with seeds seed + t (SR bits and RHT signs) and
-// merge the statistics.
-std::vector<ordered_json> RunSweep(const SweepArgs& a, const std::vector<Input>& inputs,
-                                   std::vector<ordered_json>* histograms = nullptr) {
+// The records of a sweep and, beside each, its scale histogram (which only the JSON holds).
+struct SweepRecords {
+  std::vector<ordered_json> records, histograms;
+};
+
+ordered_json HistogramJson(const QuantStats& st) {
+  ordered_json h = ordered_json::object();
+  for (size_t b = 0; b < st.scale_histogram.size(); ++b)
+    if (st.scale_histogram[b]) h[std::to_string(b)] = st.scale_histogram[b];
+  return h;
+}
+
+// One method on one input. trials > 1 repeat with seeds seed + t (SR bits and RHT signs) and merge the
+// statistics; the progress bar advances once per trial.
+void RunOne(const Method& me, const Input& in, int trials, Progress& progress, SweepRecords& out) {
+  StudyOutcome total;
+  for (int t = 0; t < trials; ++t) {
+    ThrowIfInterrupted();
+    StudyMethod m = me.m;
+    m.spec.seed += static_cast<uint64_t>(t);
+    if (m.hadamard && m.hadamard->randomized) m.hadamard->seed += static_cast<uint64_t>(t);
+    StudyOutcome o = RunStudyMethod(in.data.data(), in.rows, in.cols, m);
+    progress.Step(me.spec_label + " " + DescribeStudyTransform(me.m) + " " + in.name);
+    if (t == 0) {
+      total = std::move(o);
+      continue;
+    }
+    total.error.Merge(o.error);
+    total.misalignment.Merge(o.misalignment);
+    total.stats.elements += o.stats.elements;
+    total.stats.saturated += o.stats.saturated;
+    total.stats.flushed_to_zero += o.stats.flushed_to_zero;
+    total.stats.nan_inputs += o.stats.nan_inputs;
+    total.stats.inf_inputs += o.stats.inf_inputs;
+    total.stats.nan_blocks += o.stats.nan_blocks;
+    for (size_t b = 0; b < total.stats.scale_histogram.size() && b < o.stats.scale_histogram.size(); ++b)
+      total.stats.scale_histogram[b] += o.stats.scale_histogram[b];
+  }
+  out.records.push_back(Record(me, in, total, trials));
+  out.histograms.push_back(HistogramJson(total.stats));
+}
+
+// Checks the sweep's options and builds its methods, before any input is read, so a misspelled name
+// fails at once.
+std::vector<Method> PrepareSweep(const SweepArgs& a) {
   if (a.threads < 0 || a.threads > 1024) throw Error("--threads must be 1..1024");
-  if (a.threads > 0) omp_set_num_threads(a.threads);
   if (a.trials < 1 || a.trials > 10000) throw Error("--trials must be 1..10000");
   if (a.transforms.empty()) throw Error("--transform needs at least one value (none for no transform)");
   std::vector<std::string> skipped;
-  const std::vector<Method> methods = BuildMethods(a, skipped);
+  std::vector<Method> methods = BuildMethods(a, skipped);
   for (const auto& s : skipped) std::fprintf(stderr, "qmx-sim: skipped %s\n", s.c_str());
   if (methods.empty()) throw Error("every combination of the sweep was invalid (see the skipped lines above)");
-  std::vector<ordered_json> records;
-  Progress progress(methods.size() * inputs.size() * a.trials, a.quiet);
-  for (const Input& in : inputs) {
-    for (const Method& me : methods) {
-      StudyOutcome total;
-      for (int t = 0; t < a.trials; ++t) {
-        ThrowIfInterrupted();
-        StudyMethod m = me.m;
-        m.spec.seed += static_cast<uint64_t>(t);
-        if (m.hadamard && m.hadamard->randomized) m.hadamard->seed += static_cast<uint64_t>(t);
-        StudyOutcome o = RunStudyMethod(in.data.data(), in.rows, in.cols, m);
-        progress.Step(me.spec_label + " " + DescribeStudyTransform(me.m) + " " + in.name);
-        if (t == 0) {
-          total = std::move(o);
-          continue;
-        }
-        total.error.Merge(o.error);
-        total.misalignment.Merge(o.misalignment);
-        total.stats.elements += o.stats.elements;
-        total.stats.saturated += o.stats.saturated;
-        total.stats.flushed_to_zero += o.stats.flushed_to_zero;
-        total.stats.nan_inputs += o.stats.nan_inputs;
-        total.stats.inf_inputs += o.stats.inf_inputs;
-        total.stats.nan_blocks += o.stats.nan_blocks;
-        for (size_t b = 0; b < total.stats.scale_histogram.size() && b < o.stats.scale_histogram.size(); ++b)
-          total.stats.scale_histogram[b] += o.stats.scale_histogram[b];
-      }
-      records.push_back(Record(me, in, total, a.trials));
-      if (histograms) {
-        ordered_json h = ordered_json::object();
-        for (size_t b = 0; b < total.stats.scale_histogram.size(); ++b)
-          if (total.stats.scale_histogram[b]) h[std::to_string(b)] = total.stats.scale_histogram[b];
-        histograms->push_back(h);
-      }
-    }
-  }
-  return records;
+  if (a.threads > 0) omp_set_num_threads(a.threads);
+  return methods;
 }
 
-void WriteOutputs(const std::string& study, const SweepArgs& a, const std::vector<ordered_json>& records,
-                  const std::vector<ordered_json>& histograms = {}) {
-  if (!a.csv.empty()) WriteFileAtomic(a.csv, ToCsv(records));
-  if (!a.json.empty()) {
-    std::vector<ordered_json> full = records;
-    for (size_t i = 0; i < histograms.size() && i < full.size(); ++i) full[i]["scale_histogram"] = histograms[i];
-    WriteFileAtomic(a.json, StudyJson(study, a.in.seed, full).dump(1) + "\n");
+// Every method on every input, inputs outermost.
+SweepRecords RunSweep(const SweepArgs& a, const std::vector<Method>& methods, const std::vector<Input>& inputs) {
+  SweepRecords out;
+  Progress progress(methods.size() * inputs.size() * a.trials, a.quiet);
+  for (const Input& in : inputs)
+    for (const Method& me : methods) RunOne(me, in, a.trials, progress, out);
+  return out;
+}
+
+void WriteOutputs(const std::string& study, uint64_t seed, const std::string& csv, const std::string& json,
+                  const SweepRecords& r) {
+  if (!csv.empty()) WriteFileAtomic(csv, ToCsv(r.records));
+  if (!json.empty()) {
+    std::vector<ordered_json> full = r.records;
+    for (size_t i = 0; i < r.histograms.size() && i < full.size(); ++i) full[i]["scale_histogram"] = r.histograms[i];
+    WriteFileAtomic(json, StudyJson(study, seed, full).dump(1) + "\n");
   }
 }
 
@@ -338,12 +341,26 @@ void AddSweepOptions(CLI::App* cmd, SweepArgs& a) {
 
 void RunSweepCommand(const std::string& study, const SweepArgs& a, const std::vector<TableColumn>& cols) {
   InterruptGuard guard;
+  const std::vector<Method> methods = PrepareSweep(a);
   const std::vector<Input> inputs = LoadInputs(a.in);
-  std::vector<ordered_json> hist;
-  const std::vector<ordered_json> records = RunSweep(a, inputs, &hist);
+  const SweepRecords r = RunSweep(a, methods, inputs);
   ThrowIfInterrupted();
-  PrintTable(cols, records);
-  WriteOutputs(study, a, records, hist);
+  PrintTable(cols, r.records);
+  WriteOutputs(study, a.in.seed, a.csv, a.json, r);
+}
+
+// Registers a sweep subcommand with its defaults and the shared options; default_dists are the inputs
+// when neither --dist nor --input is given.
+void AddSweepSubcommand(CLI::App* parent, const std::string& name, const std::string& help, const SweepArgs& defaults,
+                        const std::vector<std::string>& default_dists, const std::vector<TableColumn>& cols) {
+  auto args = std::make_shared<SweepArgs>(defaults);
+  CLI::App* cmd = parent->add_subcommand(name, help);
+  AddSweepOptions(cmd, *args);
+  cmd->callback([args, name, default_dists, cols] {
+    SweepArgs a = *args;
+    if (a.in.dists.empty() && a.in.files.empty()) a.in.dists = default_dists;
+    RunSweepCommand(name, a, cols);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -517,14 +534,11 @@ struct QuickstartArgs {
 void RunQuickstart(const QuickstartArgs& q) {
   InterruptGuard guard;
   const auto t0 = std::chrono::steady_clock::now();
-  SweepArgs a;
-  a.in.dists = {"normal", "laplace", "student-t:3", "normal+tau100:0.001"};
-  a.in.rows = q.rows;
-  a.in.cols = q.cols;
-  a.in.seed = q.seed;
-  a.threads = q.threads;
-  a.quiet = q.quiet;
-  a.transforms = {"none"};
+  InputArgs in_args;
+  in_args.dists = {"normal", "laplace", "student-t:3", "normal+tau100:0.001"};
+  in_args.rows = q.rows;
+  in_args.cols = q.cols;
+  in_args.seed = q.seed;
   struct Entry {
     const char* spec;
     const char* rule;
@@ -541,10 +555,11 @@ void RunQuickstart(const QuickstartArgs& q) {
       {"mxfp4", "", "hadamard:32", "MXFP4 + Hadamard 32"},
       {"nvfp4", "", "none", "NVFP4"},
   };
-  const std::vector<Input> inputs = LoadInputs(a.in);
-  std::vector<ordered_json> records, hist;
+  const std::vector<Input> inputs = LoadInputs(in_args);
+  SweepRecords out;
   Progress progress(entries.size() * inputs.size(), q.quiet);
   if (q.threads > 0) omp_set_num_threads(q.threads);
+  // Quantizer-major order: the table, the CSV and the chart's rows group by quantizer.
   for (const Entry& e : entries) {
     Method me;
     me.m.spec = QuantSpecByName(e.spec);
@@ -552,19 +567,12 @@ void RunQuickstart(const QuickstartArgs& q) {
     SetStudyTransform(me.m, e.transform);
     me.spec_label = e.spec;
     for (const Input& in : inputs) {
-      ThrowIfInterrupted();
-      const StudyOutcome o = RunStudyMethod(in.data.data(), in.rows, in.cols, me.m);
-      ordered_json r = Record(me, in, o, 1);
-      r["label"] = e.label;
-      records.push_back(r);
-      ordered_json h = ordered_json::object();
-      for (size_t b = 0; b < o.stats.scale_histogram.size(); ++b)
-        if (o.stats.scale_histogram[b]) h[std::to_string(b)] = o.stats.scale_histogram[b];
-      hist.push_back(h);
-      progress.Step(std::string(e.label) + " / " + in.name);
+      RunOne(me, in, 1, progress, out);
+      out.records.back()["label"] = e.label;
     }
   }
   ThrowIfInterrupted();
+  const std::vector<ordered_json>& records = out.records;
   std::printf("qmx-sim study quickstart: %zu x %zu FP32 inputs, seed %llu; error of dequantize(quantize(x)) against x\n",
               q.rows, q.cols, static_cast<unsigned long long>(q.seed));
   PrintTable({{"label", "quantizer", "%s"}, {"input", "input", "%s"}, {"sqnr_db", "SQNR dB", "%.2f"},
@@ -573,10 +581,7 @@ void RunQuickstart(const QuickstartArgs& q) {
              records);
   std::filesystem::create_directories(q.out_dir);
   const std::string base = q.out_dir + "/quickstart";
-  WriteFileAtomic(base + ".csv", ToCsv(records));
-  std::vector<ordered_json> full = records;
-  for (size_t i = 0; i < full.size(); ++i) full[i]["scale_histogram"] = hist[i];
-  WriteFileAtomic(base + ".json", StudyJson("quickstart", q.seed, full).dump(1) + "\n");
+  WriteOutputs("quickstart", q.seed, base + ".csv", base + ".json", out);
   std::vector<std::string> cats, series;
   for (const Entry& e : entries) cats.push_back(e.label);
   for (const Input& in : inputs) series.push_back(in.name);
@@ -596,51 +601,31 @@ void AddStudyCommand(CLI::App& app) {
   auto* study = app.add_subcommand("study", "Quantization studies: error, misalignment, hadamard, kurtosis, ranges, quickstart");
   study->require_subcommand(1);
 
-  // error
-  auto err = std::make_shared<SweepArgs>();
-  err->specs = {"mxfp8", "mxfp6_e2m3", "mxfp4", "nvfp4"};
-  err->transforms = {"none"};
-  err->in.dists = {};
-  auto* e = study->add_subcommand("error", "Quantization error: specs x rules x roundings x transforms x inputs");
-  AddSweepOptions(e, *err);
-  e->callback([err] {
-    SweepArgs a = *err;
-    if (a.in.dists.empty() && a.in.files.empty()) a.in.dists = {"normal", "laplace", "student-t:3"};
-    RunSweepCommand("error", a, ErrorColumns());
-  });
+  SweepArgs err;
+  err.specs = {"mxfp8", "mxfp6_e2m3", "mxfp4", "nvfp4"};
+  err.transforms = {"none"};
+  AddSweepSubcommand(study, "error", "Quantization error: specs x rules x roundings x transforms x inputs", err,
+                     {"normal", "laplace", "student-t:3"}, ErrorColumns());
 
   // misalignment: Quartet's Table 2 analogue by default.
-  auto mis = std::make_shared<SweepArgs>();
-  mis->specs = {"mxfp4"};
-  mis->rounds = {"sr", "rne"};
-  mis->transforms = {"hadamard:32", "quest"};
-  mis->trials = 4;
-  mis->in.rows = 1024;
-  mis->in.cols = 4096;
-  auto* m = study->add_subcommand("misalignment", "Quartet's MSE and projection misalignment 1 - E[1/S] (seed 003)");
-  AddSweepOptions(m, *mis);
-  m->callback([mis] {
-    SweepArgs a = *mis;
-    if (a.in.dists.empty() && a.in.files.empty()) a.in.dists = {"normal"};
-    RunSweepCommand("misalignment", a,
-                    {{"spec", "spec", "%s"}, {"rule", "rule", "%s"}, {"round", "round", "%s"},
-                     {"sr_bits", "SR bits", "%s"}, {"transform", "transform", "%s"},
-                     {"quest_scale", "QuEST scale", "%s"}, {"input", "input", "%s"}, {"mse", "MSE", "%.3e"},
-                     {"misalignment", "1-E[1/S]", "%.3e"}, {"misalignment_stderr", "+-", "%.1e"},
-                     {"cosine", "cosine", "%.6f"}, {"bias", "bias", "%.1e"}, {"trials", "trials", "%s"}});
-  });
+  SweepArgs mis;
+  mis.specs = {"mxfp4"};
+  mis.rounds = {"sr", "rne"};
+  mis.transforms = {"hadamard:32", "quest"};
+  mis.trials = 4;
+  AddSweepSubcommand(study, "misalignment", "Quartet's MSE and projection misalignment 1 - E[1/S] (seed 003)", mis,
+                     {"normal"},
+                     {{"spec", "spec", "%s"}, {"rule", "rule", "%s"}, {"round", "round", "%s"},
+                      {"sr_bits", "SR bits", "%s"}, {"transform", "transform", "%s"},
+                      {"quest_scale", "QuEST scale", "%s"}, {"input", "input", "%s"}, {"mse", "MSE", "%.3e"},
+                      {"misalignment", "1-E[1/S]", "%.3e"}, {"misalignment_stderr", "+-", "%.1e"},
+                      {"cosine", "cosine", "%.6f"}, {"bias", "bias", "%.1e"}, {"trials", "trials", "%s"}});
 
-  // hadamard
-  auto had = std::make_shared<SweepArgs>();
-  had->specs = {"mxfp4", "nvfp4", "mxfp8"};
-  had->transforms = {"none", "hadamard:16", "hadamard:32", "hadamard:64", "hadamard:128", "hadamard:256", "rht:32"};
-  auto* h = study->add_subcommand("hadamard", "Error with and without block (randomized) Hadamard transforms");
-  AddSweepOptions(h, *had);
-  h->callback([had] {
-    SweepArgs a = *had;
-    if (a.in.dists.empty() && a.in.files.empty()) a.in.dists = {"normal", "student-t:3", "normal+tau50:0.001"};
-    RunSweepCommand("hadamard", a, ErrorColumns());
-  });
+  SweepArgs had;
+  had.specs = {"mxfp4", "nvfp4", "mxfp8"};
+  had.transforms = {"none", "hadamard:16", "hadamard:32", "hadamard:64", "hadamard:128", "hadamard:256", "rht:32"};
+  AddSweepSubcommand(study, "hadamard", "Error with and without block (randomized) Hadamard transforms", had,
+                     {"normal", "student-t:3", "normal+tau50:0.001"}, ErrorColumns());
 
   // kurtosis
   auto ku = std::make_shared<KurtosisArgs>();

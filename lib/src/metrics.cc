@@ -96,15 +96,10 @@ ErrorStats CompareTensors(const float* ref, const float* out, size_t n, Exec exe
 }
 
 ErrorStats CompareTensorsRef(const float* ref, const float* out, size_t n) {
-  ErrorStats total, chunk;
-  for (size_t i = 0; i < n; ++i) {
-    AddElement(chunk, ref[i], out[i]);
-    if ((i + 1) % kMetricsChunk == 0 || i + 1 == n) {
-      total.Merge(chunk);
-      chunk = ErrorStats{};
-    }
-  }
-  return total;
+  // One element at a time through the streaming accumulator: the chunk order, without OpenMP.
+  ErrorAccumulator acc;
+  acc.Add(ref, out, n);
+  return acc.Result();
 }
 
 void ErrorAccumulator::Add(const float* ref, const float* out, size_t n) {

@@ -19,12 +19,11 @@ void SetStudyTransform(StudyMethod& m, const std::string& t) {
   if (t == "none" || t.empty()) return;
   if (t == "quest") {
     m.quest = true;
-    const BlockExtent b = ResolveBlock(m.spec, 1, 1u << 20);
-    if (m.spec.axis != Axis::kRow || m.spec.block_rows != 1 || b.cols == 0 || b.cols >= (1u << 20))
+    if (m.spec.axis != Axis::kRow || m.spec.block_rows != 1 || m.spec.block_cols <= 0)
       throw Error("transform 'quest' needs a row-wise 1xK spec (" + m.spec.name + " is " + DescribeBlock(m.spec) +
                   ")");
     HadamardSpec h;
-    h.block = static_cast<int>(b.cols);
+    h.block = m.spec.block_cols;
     if (h.block != 16 && h.block != 32 && h.block != 64 && h.block != 128 && h.block != 256)
       throw Error("transform 'quest': the spec's block of " + std::to_string(h.block) +
                   " is not a Hadamard size; write quest:N");

@@ -55,32 +55,27 @@ void ParseExtent(const std::string& s, const char* opt, size_t& r, size_t& c) {
 // Scales from .npy: uint8 codes (UE8M0, or E4M3 with --scale-format e4m3) or float32 values.
 void AttachScales(GemmOperand& o, const std::string& path, const std::string& fmt, size_t br, size_t bc, const char* side) {
   NpyArray s = Load(path, side);
-  o.block_rows = br;
-  o.block_cols = bc;
-  o.scale_rows = (o.rows + br - 1) / br;
-  o.scale_cols = (o.cols + bc - 1) / bc;
-  if (s.shape[0] != o.scale_rows || s.shape[1] != o.scale_cols)
+  const size_t sr = (o.rows + br - 1) / br, sc = (o.cols + bc - 1) / bc;
+  if (s.shape[0] != sr || s.shape[1] != sc)
     throw Error(std::string(side) + " scales (" + path + ") are " + std::to_string(s.shape[0]) + "x" + std::to_string(s.shape[1]) +
                 "; a " + std::to_string(o.rows) + "x" + std::to_string(o.cols) + " operand with " + std::to_string(br) + "x" +
-                std::to_string(bc) + " blocks needs " + std::to_string(o.scale_rows) + "x" + std::to_string(o.scale_cols));
-  o.scales.resize(o.scale_rows * o.scale_cols);
+                std::to_string(bc) + " blocks needs " + std::to_string(sr) + "x" + std::to_string(sc));
+  std::vector<uint32_t> raw(sr * sc);
+  ScaleFormat sf;
   if (s.dtype == DType::kF32) {
     if (!fmt.empty() && fmt != "fp32") throw Error(std::string(side) + " scales are float32 but --scale-format is " + fmt);
-    o.scale_format = ScaleFormat::kFp32;
-    std::memcpy(o.scales.data(), s.data.data(), o.scales.size() * 4);
+    sf = ScaleFormat::kFp32;
+    std::memcpy(raw.data(), s.data.data(), raw.size() * 4);
   } else if (s.dtype == DType::kU8) {
     const std::string f = fmt.empty() ? "ue8m0" : fmt;
-    if (f == "ue8m0") o.scale_format = ScaleFormat::kUe8m0;
-    else if (f == "e4m3") o.scale_format = ScaleFormat::kE4m3;
+    if (f == "ue8m0") sf = ScaleFormat::kUe8m0;
+    else if (f == "e4m3") sf = ScaleFormat::kE4m3;
     else throw Error(std::string(side) + " scales are uint8 codes: --scale-format must be ue8m0 or e4m3, not " + f);
-    const Format sf = o.scale_format == ScaleFormat::kUe8m0 ? fmt::kUE8M0 : fmt::kE4M3;
-    for (size_t i = 0; i < o.scales.size(); ++i) {
-      const uint8_t code = o.scale_format == ScaleFormat::kE4m3 ? (s.data[i] & 0x7F) : s.data[i];  // UE4M3: sign ignored
-      o.scales[i] = DecodeToFloat(sf, code);
-    }
+    for (size_t i = 0; i < raw.size(); ++i) raw[i] = s.data[i];
   } else {
     throw Error(std::string(side) + " scales (" + path + ") must be uint8 codes or float32, not " + DTypeName(s.dtype));
   }
+  SetBlockScales(o, sf, br, bc, raw.data());
 }
 
 GemmOperand LoadOperand(const GemmArgs& g, bool is_a) {

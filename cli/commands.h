@@ -10,4 +10,5 @@ void AddBenchCommand(CLI::App& app);
 void AddQuantizeCommand(CLI::App& app);
 void AddGemmCommand(CLI::App& app);
 void AddStudyCommand(CLI::App& app);
+void AddGoldenCommand(CLI::App& app);
 }  // namespace qmx::cli

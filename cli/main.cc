@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   qmx::cli::AddQuantizeCommand(app);
   qmx::cli::AddGemmCommand(app);
   qmx::cli::AddStudyCommand(app);
+  qmx::cli::AddGoldenCommand(app);
   qmx::cli::SetCommandLine(argc, argv);
   try {
     app.parse(argc, argv);

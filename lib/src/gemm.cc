@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 #include "gemm_internal.h"
@@ -221,6 +222,24 @@ GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in,
 }
 
 }  // namespace internal
+
+void SetBlockScales(GemmOperand& o, ScaleFormat f, size_t br, size_t bc, const uint32_t* raw) {
+  if (br == 0 || bc == 0) throw Error("block scales need blocks of at least 1x1");
+  o.scale_format = f;
+  o.block_rows = br;
+  o.block_cols = bc;
+  o.scale_rows = (o.rows + br - 1) / br;
+  o.scale_cols = (o.cols + bc - 1) / bc;
+  o.scales.resize(o.scale_rows * o.scale_cols);
+  for (size_t i = 0; i < o.scales.size(); ++i) {
+    if (f == ScaleFormat::kFp32) {
+      std::memcpy(&o.scales[i], &raw[i], 4);
+    } else {
+      if (raw[i] > 0xFF) throw Error("a UE8M0 or E4M3 block scale is one byte, not " + std::to_string(raw[i]));
+      o.scales[i] = f == ScaleFormat::kUe8m0 ? DecodeToFloat(fmt::kUE8M0, raw[i]) : DecodeToFloat(fmt::kE4M3, raw[i] & 0x7F);
+    }
+  }
+}
 
 GemmOperand OperandFromCodes(Format elem, size_t rows, size_t cols, const uint8_t* codes) {
   if (elem.Bits() > 8) throw Error(std::string("gemm: element format ") + elem.name + " has more than 8 bits");

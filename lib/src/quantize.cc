@@ -400,12 +400,14 @@ void QuantizeStrip(const Ctx& c, size_t strip, uint8_t* codes, uint8_t* scales) 
   for (size_t t = 0; t < out.size(); ++t) codes[pos[t]] = out[t];
 }
 
-QuantizedTensor QuantizeImpl(const TensorView& x, const QuantSpec& spec, Exec exec, const Fp32Scale* fixed) {
+QuantizedTensor QuantizeImpl(const TensorView& x, const QuantSpec& spec, Exec exec, const Fp32Scale* fixed,
+                             const float* given_amax = nullptr) {
   QuantizedTensor q = detail::MakeShell(x, spec);
   if (x.rows == 0 || x.cols == 0) return q;
   Ctx c{&x, &spec, ResolveBlock(spec, x.rows, x.cols), q.scale_cols, 1.0f, fixed != nullptr, fixed ? *fixed : Fp32Scale{}};
   if (ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3 || (ScaleFormatOf(spec.rule) == ScaleFormat::kFp32 && q.scale_rows * q.scale_cols == 1))
     q.tensor_amax = detail::TensorAmax(x, spec.nan);
+  if (given_amax) q.tensor_amax = *given_amax;
   if (ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3) {
     c.s_enc = Nvfp4TensorEncodeScale(q.tensor_amax);
     q.tensor_decode = 1.0f / c.s_enc;
@@ -446,6 +448,17 @@ QuantizedTensor QuantizeWithScale(const TensorView& x, const QuantSpec& spec, Fp
   if (ScaleFormatOf(spec.rule) != ScaleFormat::kFp32 || spec.block_rows != 0 || spec.block_cols != 0)
     throw Error("a given scale needs a per-tensor spec with an FP32 scale rule, not '" + spec.name + "'");
   return QuantizeImpl(x, spec, exec, &scale);
+}
+
+void CheckNvfp4Spec(const QuantSpec& spec) {
+  if (ScaleFormatOf(spec.rule) != ScaleFormat::kE4m3)
+    throw Error("a given tensor amax needs an NVFP4 scale rule (nvfp4, nvfp4-div), not '" +
+                std::string(ScaleRuleName(spec.rule)) + "'");
+}
+
+QuantizedTensor QuantizeNvfp4WithAmax(const TensorView& x, const QuantSpec& spec, float tensor_amax, Exec exec) {
+  CheckNvfp4Spec(spec);
+  return QuantizeImpl(x, spec, exec, nullptr, &tensor_amax);
 }
 
 QuantizedTensor QuantizeDelayed(const TensorView& x, const QuantSpec& spec, DelayedScaling& state, Exec exec) {

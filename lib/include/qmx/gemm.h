@@ -41,6 +41,11 @@ GemmOperand OperandFromQuantized(const QuantizedTensor& q);
 // Plain codes with no scales (tensor_scale 1), checked against the format (codes beyond its width).
 GemmOperand OperandFromCodes(Format elem, size_t rows, size_t cols, const uint8_t* codes);
 
+// Sets an operand's block scales (br x bc blocks) from raw scale words, row-major over the scale grid:
+// UE8M0 bytes (2^(b - 127), 0xFF NaN), E4M3 bytes read as UE4M3 (sign bit ignored, as cuBLAS reads
+// NVFP4 scales) or FP32 bit patterns. raw holds ceil(rows / br) * ceil(cols / bc) words.
+void SetBlockScales(GemmOperand& o, ScaleFormat f, size_t br, size_t bc, const uint32_t* raw);
+
 // How products are summed (README "GEMM accumulation models").
 enum class AccumKind : uint8_t {
   kExact,       // exact products and sum, one RNE rounding to FP32 (OCP MX 6.4, P3109)

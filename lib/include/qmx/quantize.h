@@ -108,6 +108,15 @@ QuantizedTensor QuantizeWithScale(const TensorView& x, const QuantSpec& spec, Fp
 QuantizedTensor QuantizeDelayed(const TensorView& x, const QuantSpec& spec, DelayedScaling& state,
                                 Exec exec = Exec::kParallel);
 
+// NVFP4 with the tensor amax given instead of measured on x (Transformer Engine takes it from a separate
+// amax reduction, which may cover more data than x): the spec's rule must be nvfp4 or nvfp4-div (else
+// qmx::Error). Blocks whose amax exceeds the given one saturate as the scales dictate.
+QuantizedTensor QuantizeNvfp4WithAmax(const TensorView& x, const QuantSpec& spec, float tensor_amax,
+                                      Exec exec = Exec::kParallel);
+QuantizedTensor QuantizeNvfp4WithAmaxRef(const TensorView& x, const QuantSpec& spec, float tensor_amax);
+// Throws qmx::Error unless the spec's rule gives E4M3 (NVFP4) block scales.
+void CheckNvfp4Spec(const QuantSpec& spec);
+
 // Decodes to FP32 (rows * cols values): UE8M0 scales exactly (decode(code) * 2^k), FP32 scales as
 // fl32(decode(code) * decode_scale), NVFP4 as fl32(decode(code) * fl32(e4m3(scale) * tensor_decode)).
 // A NaN scale makes its block NaN.

@@ -15,7 +15,9 @@
 
 namespace qmx {
 
-QuantizedTensor QuantizeRef(const TensorView& x, const QuantSpec& spec) {
+namespace {
+
+QuantizedTensor QuantizeRefImpl(const TensorView& x, const QuantSpec& spec, const float* given_amax) {
   if (spec.delayed) throw Error("spec '" + spec.name + "' uses delayed scaling");
   QuantizedTensor q = detail::MakeShell(x, spec);
   if (x.rows == 0 || x.cols == 0) return q;
@@ -26,6 +28,7 @@ QuantizedTensor QuantizeRef(const TensorView& x, const QuantSpec& spec) {
   float s_enc = 1.0f;
   if (sf == ScaleFormat::kE4m3 || (sf == ScaleFormat::kFp32 && q.scale_rows * q.scale_cols == 1))
     q.tensor_amax = detail::TensorAmax(x, spec.nan);
+  if (given_amax) q.tensor_amax = *given_amax;
   if (sf == ScaleFormat::kE4m3) {
     s_enc = Nvfp4TensorEncodeScale(q.tensor_amax);
     q.tensor_decode = 1.0f / s_enc;
@@ -74,6 +77,15 @@ QuantizedTensor QuantizeRef(const TensorView& x, const QuantSpec& spec) {
     }
   }
   return q;
+}
+
+}  // namespace
+
+QuantizedTensor QuantizeRef(const TensorView& x, const QuantSpec& spec) { return QuantizeRefImpl(x, spec, nullptr); }
+
+QuantizedTensor QuantizeNvfp4WithAmaxRef(const TensorView& x, const QuantSpec& spec, float tensor_amax) {
+  CheckNvfp4Spec(spec);
+  return QuantizeRefImpl(x, spec, &tensor_amax);
 }
 
 void DequantizeRef(const QuantizedTensor& q, float* out) {

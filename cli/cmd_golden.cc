@@ -1,0 +1,127 @@
+// cmd_golden.cc: `qmx-sim golden gen|verify|list`: golden vectors for hardware verification
+// (qmx/golden.h; the format is documented in golden/README.md).
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "qmx/convert.h"
+#include "qmx/error.h"
+#include "qmx/golden.h"
+
+namespace qmx::cli {
+namespace {
+
+struct GenArgs {
+  std::vector<std::string> suites{"all"};
+  int level = 1;
+  uint64_t seed = 1;
+  bool exhaustive = false;
+  std::string out, hopper_dir = "golden/gemm-hopper";
+  bool quiet = false;
+};
+
+struct VerifyArgs {
+  std::string dir, backend = "cpu-simd", simd_target, only;
+  uint64_t max_errors = 20;
+  int threads = 0;
+  bool quiet = false;
+};
+
+void RunGen(const GenArgs& a) {
+  golden::GenOptions o;
+  o.suites = a.suites;
+  o.level = a.level;
+  o.seed = a.seed;
+  o.exhaustive = a.exhaustive;
+  const bool wants_gemm = std::find(a.suites.begin(), a.suites.end(), "gemm") != a.suites.end() ||
+                          std::find(a.suites.begin(), a.suites.end(), "all") != a.suites.end();
+  if (!a.hopper_dir.empty() && std::filesystem::exists(std::filesystem::path(a.hopper_dir) / "cases.json")) {
+    o.hopper_dir = a.hopper_dir;
+  } else if (wants_gemm && !a.hopper_dir.empty()) {
+    std::fprintf(stderr, "qmx-sim: note: %s/cases.json not found: the hardware-observed Hopper GEMM files are skipped "
+                 "(run from the repository root or pass --hopper-dir)\n", a.hopper_dir.c_str());
+  }
+  uint64_t files = 0, cases = 0;
+  golden::Generate(o, a.out, [&](const golden::ManifestEntry& e) {
+    ++files;
+    cases += e.cases;
+    if (!a.quiet) std::printf("%-58s %-12s %8llu cases\n", e.path.c_str(), e.op.c_str(), static_cast<unsigned long long>(e.cases));
+  });
+  std::printf("wrote %llu files, %llu cases, and %s/manifest.json (level %d, seed %llu%s)\n",
+              static_cast<unsigned long long>(files), static_cast<unsigned long long>(cases), a.out.c_str(), a.level,
+              static_cast<unsigned long long>(a.seed), a.exhaustive ? ", exhaustive" : "");
+}
+
+void RunVerify(const VerifyArgs& a) {
+  golden::VerifyOptions o;
+  o.backend = golden::ParseBackend(a.backend);
+  o.max_errors = a.max_errors;
+  o.only = a.only;
+  if (a.threads < 0 || a.threads > 1024) throw Error("--threads must be 1..1024");
+  if (a.threads > 0) omp_set_num_threads(a.threads);
+  if (!a.simd_target.empty()) ForceSimdTarget(a.simd_target);
+  const std::string target = o.backend == golden::Backend::kCpuSimd ? " on " + SimdTargetName() : "";
+  const auto results = golden::Verify(a.dir, o);
+  uint64_t cases = 0, mismatches = 0, bad_files = 0;
+  for (const auto& r : results) {
+    cases += r.cases;
+    mismatches += r.mismatches;
+    if (!r.ok()) ++bad_files;
+    if (!a.quiet || !r.ok())
+      std::printf("%-4s %-58s %-12s %8llu cases %6llu mismatches%s\n", r.ok() ? "ok" : "FAIL", r.path.c_str(), r.op.c_str(),
+                  static_cast<unsigned long long>(r.cases), static_cast<unsigned long long>(r.mismatches),
+                  r.flags_checked || r.cases == 0 ? "" : " (flags not checked)");
+    for (const auto& e : r.errors) std::printf("     %s: %s\n", r.path.c_str(), e.c_str());
+    for (const auto& m : r.first)
+      std::printf("     %s:%llu: %s\n", r.path.c_str(), static_cast<unsigned long long>(m.line), m.text.c_str());
+  }
+  std::printf("%s: %zu files, %llu cases, %llu mismatches, %llu files failing (backend %s%s)\n", a.dir.c_str(),
+              results.size(), static_cast<unsigned long long>(cases), static_cast<unsigned long long>(mismatches),
+              static_cast<unsigned long long>(bad_files), golden::BackendName(o.backend), target.c_str());
+  if (bad_files) throw Error(std::to_string(bad_files) + " golden file(s) failed verification");
+}
+
+void ListSuites() {
+  for (const auto& s : golden::Suites()) std::printf("%s\n  %s\n\n", s.name.c_str(), s.description.c_str());
+  std::printf("Backends for verify: cpu-ref (scalar references, flags checked), cpu-simd (fast paths on the dispatched "
+              "or --simd-target SIMD target; flags not computed). Format: golden/README.md.\n");
+}
+
+}  // namespace
+
+void AddGoldenCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand("golden", "Golden vectors for hardware verification: generate, verify, list suites");
+  cmd->require_subcommand(1);
+
+  static GenArgs gen;
+  auto* g = cmd->add_subcommand("gen", "Write golden files and a manifest (SHA-256 per file) into a directory");
+  g->add_option("--suite", gen.suites, "suite name(s) or all (see golden list)")->delimiter(',');
+  g->add_option("--level", gen.level, "1: small, checked into golden/level1; 2: full cross products")->check(CLI::Range(1, 2));
+  g->add_option("--seed", gen.seed, "seed of the random cases");
+  g->add_flag("--exhaustive", gen.exhaustive, "every input where the space allows (all FP16/BF16 inputs)");
+  g->add_option("--out", gen.out, "output directory")->required();
+  g->add_option("--hopper-dir", gen.hopper_dir, "hardware-observed Hopper GEMM outputs (default golden/gemm-hopper)");
+  g->add_flag("--quiet", gen.quiet, "print only the summary");
+  g->callback([] { RunGen(gen); });
+
+  static VerifyArgs ver;
+  auto* v = cmd->add_subcommand("verify", "Replay a golden directory against a backend; exit 1 on any mismatch");
+  v->add_option("dir", ver.dir, "directory holding manifest.json")->required();
+  v->add_option("--backend", ver.backend, "cpu-ref or cpu-simd (default)");
+  v->add_option("--simd-target", ver.simd_target, "force one SIMD target (AVX3, AVX2, SSE4, ...; cpu-simd)");
+  v->add_option("--max-errors", ver.max_errors, "stop after this many mismatches (0: never), default 20");
+  v->add_option("--only", ver.only, "replay only files whose path contains this text");
+  v->add_option("--threads", ver.threads, "OpenMP threads (default: all cores)");
+  v->add_flag("--quiet", ver.quiet, "print only failing files and the summary");
+  v->callback([] { RunVerify(ver); });
+
+  auto* l = cmd->add_subcommand("list", "Describe the suites");
+  l->callback([] { ListSuites(); });
+}
+
+}  // namespace qmx::cli

@@ -1,0 +1,85 @@
+// qmx/golden.h: golden vectors for hardware verification (golden/README.md documents the format).
+// Text files, one case per line in the TestFloat manner (REFERENCES.md section 6): a header naming the
+// operation and every option that decides the result, then hex inputs, hex expected outputs and a
+// flags field. A JSON manifest lists each file with its operation, header, case count and SHA-256.
+// Generate writes suites of such files; Verify replays a directory against a backend.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace qmx::golden {
+
+// What computes the results a directory is checked against.
+enum class Backend : uint8_t {
+  kCpuRef,   // "cpu-ref": the scalar reference routines (round.h, QuantizeMxRef, QuantizeRef, GemmRef);
+             // flags are checked too
+  kCpuSimd,  // "cpu-simd": the fast paths (Highway kernels, OpenMP) on the dispatched SIMD target; they
+             // compute no flags, so the flags field is not checked
+};
+const char* BackendName(Backend b);
+// "cpu-ref", "cpu-simd"; "cuda" throws qmx::Error saying this build has no CUDA backend.
+Backend ParseBackend(const std::string& s);
+
+struct SuiteInfo {
+  std::string name;
+  std::string description;  // one paragraph: operations, file naming, what the levels hold
+};
+// conversions, ue8m0, mx-block, nvfp4-block, sr, gemm (in that order).
+const std::vector<SuiteInfo>& Suites();
+
+struct GenOptions {
+  std::vector<std::string> suites{"all"};  // suite names, or "all"
+  int level = 1;         // 1: small (checked into golden/level1, replayed by CI); 2: the full cross products
+  uint64_t seed = 1;     // seeds the random cases; each file derives its own stream from seed and its name
+  bool exhaustive = false;  // every input where the space allows: all 2^16 FP16/BF16 inputs per conversion
+  std::string hopper_dir;   // golden/gemm-hopper (hardware-observed Hopper GEMM outputs); "" skips those files
+};
+
+struct ManifestEntry {
+  std::string path;    // relative to the directory, '/' separated
+  std::string suite;
+  std::string op;
+  std::string header;  // the file's "# op=..." line, verbatim
+  uint64_t cases = 0;
+  std::string sha256;
+};
+
+// Writes every file of the chosen suites under dir (dir/SUITE/NAME.txt) and dir/manifest.json, each
+// atomically (temporary file, then rename). The same options give the same bytes on every machine,
+// thread count and SIMD target. progress (may be empty) is called after each file. Throws qmx::Error
+// for an unknown suite or level, an unreadable hopper_dir.
+std::vector<ManifestEntry> Generate(const GenOptions& opt, const std::string& dir,
+                                    const std::function<void(const ManifestEntry&)>& progress = {});
+
+struct VerifyOptions {
+  Backend backend = Backend::kCpuSimd;
+  uint64_t max_errors = 20;  // stop after this many mismatches over the whole directory (0 = never)
+  std::string only;          // replay only files whose path contains this text ("" = all)
+};
+
+struct Mismatch {
+  uint64_t line = 0;   // 1-based line number in the file
+  std::string text;    // the case and what the backend produced, in hex
+};
+
+struct FileResult {
+  std::string path;
+  std::string op;
+  uint64_t cases = 0;        // cases replayed
+  uint64_t mismatches = 0;   // cases whose outputs (or flags, where checked) differ
+  bool flags_checked = false;
+  std::vector<Mismatch> first;      // the first mismatches, up to the directory's max_errors
+  std::vector<std::string> errors;  // file-level problems: hash, header, case count, malformed lines
+  bool ok() const { return mismatches == 0 && errors.empty(); }
+};
+
+// Replays every file listed in dir/manifest.json. A file whose SHA-256, header or case count differs
+// from the manifest is reported as an error (its cases are still replayed, so a changed expected value
+// is named by line). Files on disk that the manifest does not list are reported as errors too. Throws
+// qmx::Error when the manifest is missing or malformed.
+std::vector<FileResult> Verify(const std::string& dir, const VerifyOptions& opt);
+
+}  // namespace qmx::golden

@@ -1,0 +1,375 @@
+// golden.cc: golden files and manifests: writing them (Generate), and replaying them against a backend
+// (Verify). The operations live in golden_ops.cc, the case generators in golden_gen.cc.
+#include "qmx/golden.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "golden_internal.h"
+#include "qmx/error.h"
+#include "qmx/io.h"
+#include "qmx/rng.h"
+#include "qmx/sha256.h"
+
+namespace qmx::golden {
+
+namespace detail {
+
+Header& Header::Set(const std::string& k, const std::string& v) {
+  for (auto& kv : keys)
+    if (kv.first == k) {
+      kv.second = v;
+      return *this;
+    }
+  keys.emplace_back(k, v);
+  return *this;
+}
+
+bool Header::Has(const std::string& k) const {
+  return std::any_of(keys.begin(), keys.end(), [&](const auto& kv) { return kv.first == k; });
+}
+
+const std::string& Header::Get(const std::string& k) const {
+  for (const auto& kv : keys)
+    if (kv.first == k) return kv.second;
+  throw Error("op=" + op + " needs the header key " + k + "=...");
+}
+
+std::string Header::Line() const {
+  std::string s = "# op=" + op;
+  for (const auto& kv : keys) s += " " + kv.first + "=" + kv.second;
+  return s + " generator=" + generator;
+}
+
+Header Header::Parse(const std::string& line) {
+  if (line.rfind("# op=", 0) != 0) throw Error("the header line must start with '# op=', not '" + line + "'");
+  Header h;
+  std::string rest = line.substr(2);
+  const size_t g = rest.find(" generator=");
+  if (g == std::string::npos) throw Error("the header line has no generator=...");
+  h.generator = rest.substr(g + 11);
+  rest = rest.substr(0, g);
+  std::istringstream in(rest);
+  std::string tok;
+  while (in >> tok) {
+    const size_t eq = tok.find('=');
+    if (eq == std::string::npos || eq == 0) throw Error("header token '" + tok + "' is not key=value");
+    const std::string k = tok.substr(0, eq), v = tok.substr(eq + 1);
+    if (k == "op") h.op = v;
+    else if (h.Has(k)) throw Error("header key " + k + " appears twice");
+    else h.keys.emplace_back(k, v);
+  }
+  if (h.op.empty()) throw Error("the header line names no op");
+  return h;
+}
+
+std::string Hex(uint64_t v, int digits) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string s(digits, '0');
+  for (int i = digits - 1; i >= 0; --i, v >>= 4) s[i] = kDigits[v & 15];
+  return s;
+}
+
+bool ParseHex(const std::string& s, int digits, uint64_t& v) {
+  if (static_cast<int>(s.size()) != digits || digits > 16) return false;
+  v = 0;
+  for (char c : s) {
+    int d;
+    if (c >= '0' && c <= '9') d = c - '0';
+    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+    else return false;
+    v = (v << 4) | static_cast<uint64_t>(d);
+  }
+  return true;
+}
+
+uint32_t F32Bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+
+float F32FromBits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+CaseRng::CaseRng(uint64_t seed, const std::string& stream) {
+  // FNV-1a of the stream name, mixed with the seed: each file has its own stream.
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : stream) h = (h ^ c) * 1099511628211ull;
+  key_ = seed ^ h;
+}
+
+uint32_t CaseRng::Next() { return RandomBitsForElement(key_, counter_++); }
+
+uint64_t CaseRng::Below(uint64_t n) {
+  const uint64_t r = (uint64_t{Next()} << 32) | Next();
+  return r % n;  // the bias (n / 2^64) is irrelevant for test-case selection
+}
+
+}  // namespace detail
+
+using detail::Fields;
+using detail::Header;
+
+const char* BackendName(Backend b) { return b == Backend::kCpuRef ? "cpu-ref" : "cpu-simd"; }
+
+Backend ParseBackend(const std::string& s) {
+  if (s == "cpu-ref") return Backend::kCpuRef;
+  if (s == "cpu-simd") return Backend::kCpuSimd;
+  if (s == "cuda")
+    throw Error("this qmx-sim has no CUDA backend (it is built by the CUDA backend issue's gpu/ code); use cpu-ref or cpu-simd");
+  throw Error("unknown backend '" + s + "' (known: cpu-ref, cpu-simd)");
+}
+
+namespace {
+
+std::string FileText(const Header& h, const detail::Op& op, const std::vector<Fields>& ins, const std::vector<Fields>& outs) {
+  std::string s = std::string(detail::kMagic) + "\n" + h.Line() + "\n" + op.FieldsComment() + "\n";
+  for (size_t i = 0; i < ins.size(); ++i) {
+    std::string line;
+    for (const auto& f : ins[i]) line += (line.empty() ? "" : " ") + f;
+    for (const auto& f : outs[i]) line += " " + f;
+    s += line + "\n";
+  }
+  return s;
+}
+
+std::string ReadWhole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError("cannot open " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> SplitWords(const std::string& line) {
+  std::vector<std::string> w;
+  std::istringstream in(line);
+  std::string t;
+  while (in >> t) w.push_back(t);
+  return w;
+}
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+std::vector<ManifestEntry> Generate(const GenOptions& opt, const std::string& dir,
+                                    const std::function<void(const ManifestEntry&)>& progress) {
+  if (opt.level != 1 && opt.level != 2) throw Error("--level must be 1 or 2, not " + std::to_string(opt.level));
+  std::vector<std::string> suites;
+  for (const auto& s : opt.suites) {
+    if (s == "all") {
+      for (const auto& info : Suites()) suites.push_back(info.name);
+      continue;
+    }
+    if (std::none_of(Suites().begin(), Suites().end(), [&](const SuiteInfo& i) { return i.name == s; })) {
+      std::string known;
+      for (const auto& i : Suites()) known += (known.empty() ? "" : ", ") + i.name;
+      throw Error("unknown suite '" + s + "' (known: " + known + ", all)");
+    }
+    suites.push_back(s);
+  }
+  std::sort(suites.begin(), suites.end());
+  suites.erase(std::unique(suites.begin(), suites.end()), suites.end());
+  std::filesystem::create_directories(dir);
+  std::vector<ManifestEntry> entries;
+  for (const auto& suite : suites) {
+    std::filesystem::create_directories(std::filesystem::path(dir) / suite);
+    detail::GenerateSuite(suite, opt, [&](detail::PlannedFile&& f) {
+      f.header.generator = "qmx-sim " QMX_VERSION;
+      const auto op = detail::MakeOp(f.header);
+      for (size_t i = 0; i < f.inputs.size(); ++i) {
+        if (f.inputs[i].size() != op->InputFields())
+          throw Error("internal: " + f.path + " case " + std::to_string(i) + " has the wrong field count");
+        if (std::string e = op->CheckInputs(f.inputs[i]); !e.empty()) throw Error("internal: " + f.path + ": " + e);
+      }
+      std::vector<Fields> outs;
+      op->Run(Backend::kCpuRef, f.inputs, outs);
+      const std::string text = FileText(f.header, *op, f.inputs, outs);
+      WriteFileAtomic((std::filesystem::path(dir) / f.path).string(), text);
+      ManifestEntry e{f.path, suite, f.header.op, f.header.Line(), f.inputs.size(), Sha256Hex(text)};
+      if (progress) progress(e);
+      entries.push_back(std::move(e));
+    });
+  }
+  nlohmann::ordered_json j;
+  j["format"] = "qmx-golden v1";
+  j["generator"] = "qmx-sim " QMX_VERSION;
+  j["level"] = opt.level;
+  j["seed"] = opt.seed;
+  j["exhaustive"] = opt.exhaustive;
+  j["suites"] = suites;
+  j["files"] = nlohmann::ordered_json::array();
+  for (const auto& e : entries)
+    j["files"].push_back(
+        {{"path", e.path}, {"suite", e.suite}, {"op", e.op}, {"header", e.header}, {"cases", e.cases}, {"sha256", e.sha256}});
+  WriteFileAtomic((std::filesystem::path(dir) / "manifest.json").string(), j.dump(1) + "\n");
+  return entries;
+}
+
+namespace {
+
+std::vector<ManifestEntry> ReadManifest(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / "manifest.json").string();
+  if (!std::filesystem::exists(path)) throw Error(dir + " has no manifest.json: not a golden directory (make one with qmx-sim golden gen)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(ReadWhole(path));
+    if (j.value("format", "") != "qmx-golden v1") throw Error(path + ": format is not \"qmx-golden v1\"");
+    std::vector<ManifestEntry> out;
+    for (const auto& f : j.at("files")) {
+      ManifestEntry e{f.at("path").get<std::string>(), f.at("suite").get<std::string>(), f.at("op").get<std::string>(),
+                      f.at("header").get<std::string>(), f.at("cases").get<uint64_t>(), f.at("sha256").get<std::string>()};
+      if (e.path.empty() || e.path[0] == '/' || e.path.find("..") != std::string::npos)
+        throw Error(path + ": file path '" + e.path + "' must stay inside the directory");
+      out.push_back(std::move(e));
+    }
+    return out;
+  } catch (const nlohmann::json::exception& ex) {
+    throw Error(path + " is not a valid manifest: " + ex.what());
+  }
+}
+
+// Replays one file; appends to r. `budget` is the directory's remaining mismatch allowance.
+void VerifyFile(const std::string& dir, const ManifestEntry& e, const VerifyOptions& opt, uint64_t& budget, FileResult& r) {
+  const std::string full = (std::filesystem::path(dir) / e.path).string();
+  std::string text;
+  try {
+    text = ReadWhole(full);
+  } catch (const std::exception& ex) {
+    r.errors.push_back(ex.what());
+    return;
+  }
+  const std::string sha = Sha256Hex(text);
+  if (sha != e.sha256)
+    r.errors.push_back("SHA-256 " + sha + " differs from the manifest's " + e.sha256 +
+                       ": the file was changed after generation (its cases are replayed below)");
+  std::istringstream in(text);
+  std::string line;
+  uint64_t lineno = 0;
+  std::unique_ptr<detail::Op> op;
+  std::vector<Fields> ins, expected;
+  std::vector<uint64_t> lines;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (lineno == 1) {
+      if (line != detail::kMagic) {
+        r.errors.push_back("line 1 is not '" + std::string(detail::kMagic) + "'");
+        return;
+      }
+      continue;
+    }
+    if (line.rfind("# op=", 0) == 0) {
+      if (op) {
+        r.errors.push_back("line " + std::to_string(lineno) + ": a second header line");
+        return;
+      }
+      if (line != e.header) r.errors.push_back("line " + std::to_string(lineno) + ": the header differs from the manifest's");
+      try {
+        const Header h = Header::Parse(line);
+        r.op = h.op;
+        op = detail::MakeOp(h);
+      } catch (const std::exception& ex) {
+        r.errors.push_back("line " + std::to_string(lineno) + ": " + ex.what());
+        return;
+      }
+      continue;
+    }
+    if (line.empty() || line[0] == '#') continue;
+    if (!op) {
+      r.errors.push_back("line " + std::to_string(lineno) + ": a case before the header line");
+      return;
+    }
+    Fields w = SplitWords(line);
+    if (w.size() != op->InputFields() + op->OutputFields()) {
+      r.errors.push_back("line " + std::to_string(lineno) + ": " + std::to_string(w.size()) + " fields, expected " +
+                         std::to_string(op->InputFields() + op->OutputFields()));
+      continue;
+    }
+    Fields input(w.begin(), w.begin() + op->InputFields()), output(w.begin() + op->InputFields(), w.end());
+    if (std::string err = op->CheckInputs(input); !err.empty()) {
+      r.errors.push_back("line " + std::to_string(lineno) + ": " + err);
+      continue;
+    }
+    ins.push_back(std::move(input));
+    expected.push_back(std::move(output));
+    lines.push_back(lineno);
+  }
+  if (!op) {
+    r.errors.push_back("no '# op=' header line");
+    return;
+  }
+  if (ins.size() + 0 != e.cases)
+    r.errors.push_back(std::to_string(ins.size()) + " cases, the manifest says " + std::to_string(e.cases));
+  std::vector<Fields> got;
+  op->Run(opt.backend, ins, got);
+  r.cases = ins.size();
+  r.flags_checked = opt.backend == Backend::kCpuRef;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    bool same = true;
+    for (size_t f = 0; f < expected[i].size(); ++f) {
+      const bool is_flags = f + 1 == expected[i].size();
+      if (is_flags && !r.flags_checked) continue;
+      if (Lower(expected[i][f]) != got[i][f]) same = false;
+    }
+    if (same) continue;
+    ++r.mismatches;
+    if (opt.max_errors != 0 && budget == 0) continue;
+    std::string t;
+    for (const auto& f : ins[i]) t += f + " ";
+    t += "| expected";
+    for (const auto& f : expected[i]) t += " " + f;
+    t += " | got";
+    for (const auto& f : got[i]) t += " " + f;
+    r.first.push_back({lines[i], t});
+    if (budget > 0) --budget;
+  }
+}
+
+}  // namespace
+
+std::vector<FileResult> Verify(const std::string& dir, const VerifyOptions& opt) {
+  const std::vector<ManifestEntry> manifest = ReadManifest(dir);
+  std::vector<FileResult> results;
+  uint64_t budget = opt.max_errors;
+  std::set<std::string> listed;
+  for (const auto& e : manifest) {
+    listed.insert(e.path);
+    if (!opt.only.empty() && e.path.find(opt.only) == std::string::npos) continue;
+    if (opt.max_errors != 0 && budget == 0) break;  // TestFloat's testfloat_ver: stop after N errors
+    FileResult r;
+    r.path = e.path;
+    r.op = e.op;
+    VerifyFile(dir, e, opt, budget, r);
+    results.push_back(std::move(r));
+  }
+  if (opt.only.empty()) {
+    for (const auto& p : std::filesystem::recursive_directory_iterator(dir)) {
+      if (!p.is_regular_file() || p.path().extension() != ".txt") continue;
+      const std::string rel = std::filesystem::relative(p.path(), dir).generic_string();
+      if (listed.count(rel) || rel.find('/') == std::string::npos) continue;
+      FileResult r;
+      r.path = rel;
+      r.errors.push_back("not listed in manifest.json (a stray or renamed file)");
+      results.push_back(std::move(r));
+    }
+  }
+  return results;
+}
+
+}  // namespace qmx::golden

@@ -1,0 +1,77 @@
+// golden_internal.h: the pieces shared by the golden generators (golden_gen.cc), the operations
+// (golden_ops.cc) and the file/manifest layer (golden.cc).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "qmx/golden.h"
+
+namespace qmx::golden::detail {
+
+inline constexpr const char* kMagic = "# qmx-golden v1";
+
+// The "# op=NAME key=value ... generator=qmx-sim VERSION" line. generator is always last and may hold
+// a space; every other value is one token.
+struct Header {
+  std::string op;
+  std::vector<std::pair<std::string, std::string>> keys;  // in file order, generator excluded
+  std::string generator;
+
+  Header& Set(const std::string& k, const std::string& v);
+  bool Has(const std::string& k) const;
+  const std::string& Get(const std::string& k) const;  // throws qmx::Error naming the missing key
+  std::string Line() const;
+  static Header Parse(const std::string& line);  // throws qmx::Error on a malformed line
+};
+
+using Fields = std::vector<std::string>;
+
+// One operation: how many hex fields a case line has and how a backend computes the outputs.
+class Op {
+ public:
+  virtual ~Op() = default;
+  virtual size_t InputFields() const = 0;
+  virtual size_t OutputFields() const = 0;  // the last output field is the flags
+  virtual std::string FieldsComment() const = 0;  // "# fields: ..." documenting each field
+  // Checks each case's inputs (widths, values the operation accepts): returns "" or the problem.
+  virtual std::string CheckInputs(const Fields& in) const = 0;
+  // outs[i] receives case i's output fields. cpu-simd writes "--" for flags it cannot compute.
+  virtual void Run(Backend b, const std::vector<Fields>& ins, std::vector<Fields>& outs) const = 0;
+};
+// The operation a header describes; throws qmx::Error for an unknown op or bad option values.
+std::unique_ptr<Op> MakeOp(const Header& h);
+
+// Lowercase hex of the low `digits` nibbles of v.
+std::string Hex(uint64_t v, int digits);
+// Parses exactly `digits` hex digits; false when the text is anything else.
+bool ParseHex(const std::string& s, int digits, uint64_t& v);
+uint32_t F32Bits(float f);
+float F32FromBits(uint32_t b);
+
+// Deterministic random numbers for case generation: Philox words keyed by the run's seed and the file.
+class CaseRng {
+ public:
+  CaseRng(uint64_t seed, const std::string& stream);
+  uint32_t Next();
+  uint64_t Below(uint64_t n);  // uniform in [0, n), n >= 1
+ private:
+  uint64_t key_;
+  uint64_t counter_ = 0;
+};
+
+// A file a suite generator plans: its path under the directory, header and case inputs. The outputs
+// come from the cpu-ref backend when the file is written.
+struct PlannedFile {
+  std::string path;
+  Header header;
+  std::vector<Fields> inputs;
+};
+// Emits the suite's files in a fixed order (golden_gen.cc). Throws qmx::Error for an unknown suite.
+void GenerateSuite(const std::string& suite, const GenOptions& opt, const std::function<void(PlannedFile&&)>& emit);
+
+}  // namespace qmx::golden::detail

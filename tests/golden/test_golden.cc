@@ -189,6 +189,15 @@ TEST_CASE("hand-written cases in the documented format: conversions and the cvt.
   CheckHand(d, "sr/x.txt", "# op=sr dst=e2m1 round=sr-a sr-bits=8 sat=satfinite layout=ptx-cvt-rs-x4 generator=hand",
             {"3fa00000 3fa00000 3fa00000 3fa00000 00008000 2322 01",
              "3fa00000 3fa00000 3fa00000 3fa00000 00800000 2232 01"});
+  // layout=element, SR-A with N = 4: 1.0625 discards exactly half an ulp, floor(0.5 * 16) = 8, so R = 8
+  // carries (0x39) and R = 7 does not (0x38); R must fit in N bits.
+  CheckHand(d, "sr/x.txt", "# op=sr dst=e4m3 round=sr-a sr-bits=4 sat=satfinite layout=element generator=hand",
+            {"3f880000 00000008 39 01", "3f880000 00000007 38 01"});
+  WriteHandDir(d, "sr/x.txt", "# op=sr dst=e4m3 round=sr-a sr-bits=4 sat=satfinite layout=element generator=hand",
+               {"3f880000 00000010 38 01"});
+  std::string why;
+  TotalMismatches(golden::Verify(d.string(), {}), &why);
+  CHECK_THAT(why, Contains("has bits above the low 4"));
   // mx-block, e4m3 round-up: amax 448 gives X = 2^0 and 448 -> 0x7E; amax 465 gives X = 2^1 (465 / 448 > 1)
   // and 465 / 2 = 232.5 lies between 224 and 240 (ulp 16 at 2^7), nearer 240 = 0x77 (inexact).
   std::string zeros31, codes0;
@@ -332,7 +341,7 @@ TEST_CASE("qmx-sim golden: list, gen, verify, clear errors", "[golden][cli]") {
   const std::string out = (d.path / "g").string();
   r = Run("golden gen --suite sr,nvfp4-block --out " + Quote(out));
   CHECK(r.status == 0);
-  CHECK_THAT(r.out, Contains("sr/e2m1_sr-a.txt") && Contains("wrote 7 files"));
+  CHECK_THAT(r.out, Contains("sr/e2m1_sr-a.txt") && Contains("wrote 27 files"));
   r = Run("golden verify " + Quote(out) + " --backend cpu-ref");
   CHECK(r.status == 0);
   CHECK_THAT(r.out, Contains("0 mismatches, 0 files failing (backend cpu-ref)"));

@@ -314,7 +314,7 @@ void VerifyFile(const std::string& dir, const ManifestEntry& e, const VerifyOpti
     r.errors.push_back("no '# op=' header line");
     return;
   }
-  if (ins.size() + 0 != e.cases)
+  if (ins.size() != e.cases)
     r.errors.push_back(std::to_string(ins.size()) + " cases, the manifest says " + std::to_string(e.cases));
   std::vector<Fields> got;
   op->Run(opt.backend, ins, got);

@@ -44,8 +44,9 @@ const std::vector<SuiteInfo>& Suites() {
        "Engine's order of operations (nvfp4) and its older divide-first order (nvfp4-div): nvfp4-block/e2m1_RULE.txt."},
       {"sr",
        "Stochastic rounding with explicit random bits, N = 8, as PTX cvt.rs.satfinite.{e4m3x4,e5m2x4,e2m3x4,e3m2x4,"
-       "e2m1x4}.f32 consumes them: four FP32 inputs, the 32-bit rbits operand, the packed result. sr/DST_sr-a.txt "
-       "(golden/README.md documents the byte order)."},
+       "e2m1x4}.f32 consumes them: four FP32 inputs, the 32-bit rbits operand, the packed result, sr/DST_sr-a.txt "
+       "(golden/README.md documents the byte order); and one input with its R per line for SR-A with N = 4 and 16, "
+       "SR-B and SR-C with N = 8: sr/DST_MODE_nN.txt."},
       {"gemm",
        "Block dot products (codes, block scales, C) -> D under each accumulation model: MXFP8, MXFP6, MXFP4, NVFP4, "
        "plain FP8 and Hopper blockwise FP8, gemm/CONFIG_MODEL.txt; and the Hopper outputs observed on an H200 "
@@ -484,6 +485,24 @@ void GenSr(const GenOptions& opt, const std::function<void(PlannedFile&&)>& emit
       }
     }
     emit(std::move(f));
+    // Element layout: the other SR variants and bit counts, one input and one R per line.
+    for (const auto& [mode, nbits] : std::vector<std::pair<std::string, int>>{{"sr-a", 4}, {"sr-a", 16}, {"sr-b", 8}, {"sr-c", 8}}) {
+      PlannedFile e;
+      e.path = "sr/" + dn + "_" + mode + "_n" + std::to_string(nbits) + ".txt";
+      e.header.op = "sr";
+      e.header.Set("dst", dn).Set("round", mode).Set("sr-bits", std::to_string(nbits)).Set("sat", "satfinite");
+      e.header.Set("layout", "element").Set("spec", "P3109-4.7.4");
+      e.header.Set("level", std::to_string(opt.level)).Set("seed", std::to_string(opt.seed));
+      CaseRng erng(opt.seed, e.path);
+      const uint32_t top = nbits == 32 ? 0xFFFFFFFFu : (1u << nbits) - 1;
+      for (uint64_t v : values) {
+        // R at its edges (0, all ones, the half point; level 2 also just below it) and a random draw.
+        std::vector<uint32_t> rs = {0u, top, (top >> 1) + 1, erng.Next() & top};
+        if (opt.level >= 2) rs.push_back(top >> 1);
+        for (uint32_t r : rs) e.inputs.push_back({Hex(v, 8), Hex(r, 8)});
+      }
+      emit(std::move(e));
+    }
   }
 }
 

@@ -295,70 +295,87 @@ class Nvfp4BlockOp : public Op {
   int block_ = 16;
 };
 
-// ------------------------------------------------------------------ sr: cvt.rs x4 with explicit bits
-// PTX `cvt.rs.satfinite.{e4m3x4,e5m2x4,e2m3x4,e3m2x4,e2m1x4}.f32 d, {a, b, e, f}, rbits` (golden/README.md
-// "sr"): d holds a in its top byte (nibble for e2m1x4) down to f in its bottom one; each element takes
-// 8 bits of rbits: a [31:24], b [23:16], e [15:8], f [7:0] for the 8-bit and 6-bit results (sm_100a as
-// probed on B200), a [31:24], b [15:8], e [23:16], f [7:0] for e2m1x4 (the ISA's halves).
+// ------------------------------------------------------------------ sr: stochastic rounding, explicit bits
+// layout=ptx-cvt-rs-x4 is PTX `cvt.rs.satfinite.{e4m3x4,e5m2x4,e2m3x4,e3m2x4,e2m1x4}.f32 d, {a, b, e, f},
+// rbits` (golden/README.md "sr"): d holds a in its top byte (nibble for e2m1x4) down to f in its bottom
+// one; each element takes 8 bits of rbits: a [31:24], b [23:16], e [15:8], f [7:0] for the 8-bit and
+// 6-bit results (sm_100a as probed on B200), a [31:24], b [15:8], e [23:16], f [7:0] for e2m1x4 (the
+// ISA's halves). layout=element is one input, its random bits R (the low sr-bits bits of a 32-bit word)
+// and one code, for every SR variant and bit count.
 class SrOp : public Op {
  public:
   explicit SrOp(const Header& h) : dst_(ElementFormat(h.Get("dst"))), opt_(CastFrom(h)) {
-    if (!IsStochastic(opt_.rounding) || opt_.sr_bits != 8)
-      throw Error("op=sr takes stochastic rounding with sr-bits=8 (the cvt.rs layout)");
-    if (dst_.Bits() != 8 && dst_.Bits() != 6 && dst_.Bits() != 4) throw Error("op=sr takes an 8-, 6- or 4-bit format");
-    if (h.Get("layout") != "ptx-cvt-rs-x4") throw Error("op=sr knows layout=ptx-cvt-rs-x4 only");
+    const std::string layout = h.Get("layout");
+    if (layout != "ptx-cvt-rs-x4" && layout != "element") throw Error("op=sr layout must be ptx-cvt-rs-x4 or element");
+    x4_ = layout == "ptx-cvt-rs-x4";
+    if (!IsStochastic(opt_.rounding)) throw Error("op=sr takes a stochastic rounding (sr-a, sr-b, sr-c)");
+    if (x4_ && (opt_.sr_bits != 8 || dst_.Bits() < 4 || dst_.Bits() == 5 || dst_.Bits() == 7))
+      throw Error("layout=ptx-cvt-rs-x4 takes sr-bits=8 and an 8-, 6- or 4-bit format");
     ValidateCastOptions(dst_, opt_);
   }
-  size_t InputFields() const override { return 5; }
+  size_t Lanes() const { return x4_ ? 4 : 1; }
+  size_t InputFields() const override { return Lanes() + 1; }
   size_t OutputFields() const override { return 2; }
   std::string FieldsComment() const override {
+    if (!x4_)
+      return "# fields: input (f32 bits) | R (32 bits, the low " + std::to_string(opt_.sr_bits) + " used) | output (" +
+             std::string(dst_.name) + " code) | flags";
     return std::string("# fields: a b e f (f32 bits) | rbits (b32) | d (") + (dst_.Bits() == 4 ? "b16" : "b32") +
            ", " + dst_.name + " codes of a, b, e, f from the top down) | flags (OR over the four elements)";
   }
   std::string CheckInputs(const Fields& in) const override {
     for (size_t i = 0; i < in.size(); ++i)
-      if (std::string e = CheckWidth(in, i, 8, i < 4 ? "input" : "rbits"); !e.empty()) return e;
+      if (std::string e = CheckWidth(in, i, 8, i < Lanes() ? "input" : "random bits"); !e.empty()) return e;
+    if (!x4_ && opt_.sr_bits < 32 && (FieldValue(in[1]) >> opt_.sr_bits) != 0)
+      return "R " + in[1] + " has bits above the low " + std::to_string(opt_.sr_bits);
     return "";
   }
   // Shift of element j's random byte in rbits and of its code in d.
-  int RbitsShift(int j) const {
+  int RbitsShift(size_t j) const {
     static const int kF8[4] = {24, 16, 8, 0}, kF4[4] = {24, 8, 16, 0};
     return dst_.Bits() == 4 ? kF4[j] : kF8[j];
   }
-  int CodeShift(int j) const { return (3 - j) * (dst_.Bits() == 4 ? 4 : 8); }
+  int CodeShift(size_t j) const { return static_cast<int>(3 - j) * (dst_.Bits() == 4 ? 4 : 8); }
   void Run(Backend b, const std::vector<Fields>& ins, std::vector<Fields>& outs) const override {
-    const size_t n = ins.size();
-    std::vector<float> x(4 * n);
-    std::vector<uint32_t> bits(4 * n);
+    const size_t n = ins.size(), lanes = Lanes();
+    std::vector<float> x(lanes * n);
+    std::vector<uint32_t> bits(lanes * n);
     for (size_t i = 0; i < n; ++i) {
-      const uint32_t rb = static_cast<uint32_t>(FieldValue(ins[i][4]));
-      for (int j = 0; j < 4; ++j) {
-        x[4 * i + j] = F32FromBits(static_cast<uint32_t>(FieldValue(ins[i][j])));
-        bits[4 * i + j] = (rb >> RbitsShift(j)) & 0xFF;
+      const uint32_t rb = static_cast<uint32_t>(FieldValue(ins[i][lanes]));
+      for (size_t j = 0; j < lanes; ++j) {
+        x[lanes * i + j] = F32FromBits(static_cast<uint32_t>(FieldValue(ins[i][j])));
+        bits[lanes * i + j] = x4_ ? (rb >> RbitsShift(j)) & 0xFF : rb;
       }
     }
-    std::vector<uint8_t> codes(4 * n);
+    std::vector<uint8_t> codes(lanes * n);
     std::vector<uint32_t> flags(n, 0);
     if (b == Backend::kCpuRef) {
-      for (size_t t = 0; t < 4 * n; ++t) {
+      for (size_t t = 0; t < lanes * n; ++t) {
         const RoundResult r = Convert(fmt::kFP32, F32Bits(x[t]), dst_, opt_, bits[t]);
         codes[t] = static_cast<uint8_t>(r.code);
-        flags[t / 4] |= r.flags;
+        flags[t / lanes] |= r.flags;
       }
     } else {
-      ConvertToCodes(DType::kF32, x.data(), 4 * n, dst_, opt_, codes.data(), {0, 0, bits.data()}, Exec::kParallel);
+      ConvertToCodes(DType::kF32, x.data(), lanes * n, dst_, opt_, codes.data(), {0, 0, bits.data()}, Exec::kParallel);
     }
     outs.assign(n, Fields(2));
     for (size_t i = 0; i < n; ++i) {
-      uint32_t d = 0;
-      for (int j = 0; j < 4; ++j) d |= uint32_t{codes[4 * i + j]} << CodeShift(j);
-      outs[i] = {Hex(d, dst_.Bits() == 4 ? 4 : 8), b == Backend::kCpuRef ? Hex(flags[i], 2) : kNoFlags};
+      std::string d;
+      if (x4_) {
+        uint32_t packed = 0;
+        for (size_t j = 0; j < 4; ++j) packed |= uint32_t{codes[4 * i + j]} << CodeShift(j);
+        d = Hex(packed, dst_.Bits() == 4 ? 4 : 8);
+      } else {
+        d = Hex(codes[i], 2);
+      }
+      outs[i] = {d, b == Backend::kCpuRef ? Hex(flags[i], 2) : kNoFlags};
     }
   }
 
  private:
   Format dst_;
   CastOptions opt_;
+  bool x4_ = true;
 };
 
 // ------------------------------------------------------------------ dot: block dot product + C -> D

@@ -35,8 +35,9 @@ const std::vector<SuiteInfo>& Suites() {
        "element format: ue8m0/ELEM_RULE.txt. Exponents around 2^-127 and 2^127, destmax * 2^k and its neighbours, "
        "the elements' rounding midpoints."},
       {"mx-block",
-       "32 FP32 values -> UE8M0 scale + 32 element codes for each MX element format, UE8M0 scale rule and NaN policy: "
-       "mx-block/ELEM_RULE_POLICY.txt. Edge blocks: zeros, amax a power of two, amax at and around destmax * 2^k, the "
+       "32 FP32 values -> UE8M0 scale + 32 element codes for each MX element format, UE8M0 scale rule and NaN policy "
+       "(exact element scaling): mx-block/ELEM_RULE_POLICY.txt; and microxcaling's, torchao RCEIL's and Transformer "
+       "Engine's FP32 element scalings: mx-block/ELEM_RULE_POLICY_SCALING.txt. Edge blocks: zeros, amax a power of two, amax at and around destmax * 2^k, the "
        "block that separates round-down from round-up, amax below 2^-127 * destmax, FLT_MAX, NaN and Inf inside, "
        "element midpoints; then random blocks."},
       {"nvfp4-block",
@@ -393,32 +394,45 @@ Fields FloatFields(const std::vector<float>& v) {
 }
 
 void GenMxBlock(const GenOptions& opt, const std::function<void(PlannedFile&&)>& emit) {
-  const ScaleRule rules[] = {ScaleRule::kOcpFloor, ScaleRule::kRoundUp, ScaleRule::kCeil, ScaleRule::kEven, ScaleRule::kMaxFinite};
-  const NanPolicy policies[] = {NanPolicy::kBlockNan, NanPolicy::kScaleNan, NanPolicy::kTe, NanPolicy::kIgnoreNan, NanPolicy::kIgnore};
+  struct Combo {
+    ScaleRule rule;
+    NanPolicy nan;
+    ElementScaling scaling;
+  };
+  // Every rule x NaN policy with exact element scaling (OCP MX 6.3), then the libraries' FP32 element
+  // scalings with the rule and policy each library pairs them with: microxcaling (floor, block NaN),
+  // torchao RCEIL (round-up, NaN scale) and Transformer Engine (round-up, te, exp2f_rcp).
+  std::vector<Combo> combos;
+  for (ScaleRule rule : {ScaleRule::kOcpFloor, ScaleRule::kRoundUp, ScaleRule::kCeil, ScaleRule::kEven, ScaleRule::kMaxFinite})
+    for (NanPolicy pol : {NanPolicy::kBlockNan, NanPolicy::kScaleNan, NanPolicy::kTe, NanPolicy::kIgnoreNan, NanPolicy::kIgnore})
+      combos.push_back({rule, pol, ElementScaling::kExact});
+  combos.push_back({ScaleRule::kOcpFloor, NanPolicy::kBlockNan, ElementScaling::kFp32});
+  combos.push_back({ScaleRule::kRoundUp, NanPolicy::kScaleNan, ElementScaling::kFp32});
+  combos.push_back({ScaleRule::kRoundUp, NanPolicy::kTe, ElementScaling::kTeRcp});
   for (const auto& en : MxElements()) {
-    for (ScaleRule rule : rules) {
-      for (NanPolicy pol : policies) {
-        MxSpec spec;
-        spec.elem = GetFormat(en);
-        spec.rule = rule;
-        spec.nan = pol;
-        try {
-          ValidateMxSpec(spec);
-        } catch (const Error&) {
-          continue;  // max-finite takes only the ignore policy
-        }
-        const std::string name = en + "_" + ScaleRuleName(rule) + "_" + NanPolicyName(pol);
-        CaseRng rng(opt.seed, "mx-block/" + name);
-        PlannedFile f;
-        f.path = "mx-block/" + name + ".txt";
-        f.header.op = "mx-block";
-        f.header.Set("elem", en).Set("rule", ScaleRuleName(rule)).Set("nan", NanPolicyName(pol));
-        f.header.Set("scaling", ElementScalingName(spec.scaling)).Set("round", RoundingName(spec.cast.rounding));
-        f.header.Set("sat", SaturationName(spec.cast.saturation)).Set("block", "32").Set("spec", "OCP-MX-1.0");
-        f.header.Set("level", std::to_string(opt.level)).Set("seed", std::to_string(opt.seed));
-        for (const auto& b : EdgeBlocks(spec.elem, 32, opt.level >= 2 ? 400 : 3, rng)) f.inputs.push_back(FloatFields(b));
-        emit(std::move(f));
+    for (const Combo& c : combos) {
+      MxSpec spec;
+      spec.elem = GetFormat(en);
+      spec.rule = c.rule;
+      spec.nan = c.nan;
+      spec.scaling = c.scaling;
+      try {
+        ValidateMxSpec(spec);
+      } catch (const Error&) {
+        continue;  // max-finite takes only the ignore policy
       }
+      std::string name = en + "_" + ScaleRuleName(c.rule) + "_" + NanPolicyName(c.nan);
+      if (c.scaling != ElementScaling::kExact) name += std::string("_") + ElementScalingName(c.scaling);
+      CaseRng rng(opt.seed, "mx-block/" + name);
+      PlannedFile f;
+      f.path = "mx-block/" + name + ".txt";
+      f.header.op = "mx-block";
+      f.header.Set("elem", en).Set("rule", ScaleRuleName(c.rule)).Set("nan", NanPolicyName(c.nan));
+      f.header.Set("scaling", ElementScalingName(spec.scaling)).Set("round", RoundingName(spec.cast.rounding));
+      f.header.Set("sat", SaturationName(spec.cast.saturation)).Set("block", "32").Set("spec", "OCP-MX-1.0");
+      f.header.Set("level", std::to_string(opt.level)).Set("seed", std::to_string(opt.seed));
+      for (const auto& b : EdgeBlocks(spec.elem, 32, opt.level >= 2 ? 400 : 3, rng)) f.inputs.push_back(FloatFields(b));
+      emit(std::move(f));
     }
   }
 }

@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
+#include "float_bits.h"
 #include "qmx/error.h"
 #include "qmx/round.h"
 #include "simd/convert_params.h"
@@ -18,17 +18,6 @@ namespace {
 constexpr float kFltMax = std::numeric_limits<float>::max();
 
 float FMin(float a, float b) { return std::fmin(a, b); }  // fminf: a NaN operand yields the other
-
-uint32_t Bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
-float FromBits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
 
 struct RuleName {
   ScaleRule rule;
@@ -122,7 +111,7 @@ uint8_t Ue8m0ScaleFromAmax(float amax, const Format& elem, ScaleRule rule) {
   if (!IsPow2Rule(rule)) throw Error(std::string("'") + ScaleRuleName(rule) + "' is not a UE8M0 scale rule");
   if (!(amax >= 0.0f) || std::isinf(amax)) throw Error("block amax must be finite and >= 0");
   const FormatLimits lim = Limits(elem);
-  return simd::ScaleByteFromAmaxBits(Bits(amax), static_cast<int>(rule), static_cast<float>(lim.max_finite), lim.emax,
+  return simd::ScaleByteFromAmaxBits(detail::F32Bits(amax), static_cast<int>(rule), static_cast<float>(lim.max_finite), lim.emax,
                                      elem.man_bits);
 }
 
@@ -133,7 +122,7 @@ Fp32Scale Fp32ScaleFromAmax(float amax, float destmax, bool pow2, int margin, fl
     s = scaled_max / amax;
     if (std::isinf(s)) s = kFltMax;
   }
-  if (pow2) s = FromBits(Bits(s) & 0xFF800000u);
+  if (pow2) s = detail::F32FromBits(detail::F32Bits(s) & 0xFF800000u);
   return {s, 1.0f / s};
 }
 

@@ -28,6 +28,7 @@
 #include "qmx/rng.h"
 #include "qmx/round.h"
 #include "support/cli.h"
+#include "support/hex.h"
 
 namespace qmx {
 namespace {
@@ -35,18 +36,6 @@ namespace {
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 using namespace qmx::test;
-
-float FloatFromBits(uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint32_t BitsOfFloat(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
-  return bits;
-}
 
 NpyArray F32Array(const std::vector<float>& values, std::vector<size_t> shape) {
   NpyArray a;
@@ -88,8 +77,8 @@ std::vector<float> TestInputs() {
                           6.0f,    7.0f,    7.5f,     28.0f,   30.0f,   1.984375f, 2.0f,    -0.0625f,
                           std::numeric_limits<float>::denorm_min(),   std::numeric_limits<float>::max(),
                           -std::numeric_limits<float>::max(),         inf,
-                          -inf,    FloatFromBits(0x7FC00000u), FloatFromBits(0xFFC00000u),
-                          FloatFromBits(0x7F800001u)};
+                          -inf,    BitsFloat(0x7FC00000u), BitsFloat(0xFFC00000u),
+                          BitsFloat(0x7F800001u)};
   uint32_t s = 12345;
   while (v.size() < 64) {
     s = s * 1664525u + 1013904223u;
@@ -327,7 +316,7 @@ TEST_CASE("cli: --decode writes the FP32 value of each code", "[cli]") {
     for (size_t i = 0; i < x.size(); ++i) {
       const uint64_t code = ConvertF32(x[i], dst, opt, RandomBitsForElement(7, i));
       INFO("element " << i << " = " << x[i] << ", code " << code);
-      CHECK(BitsOfFloat(F32At(y, i)) == BitsOfFloat(DecodeToFloat(dst, code)));
+      CHECK(FloatBits(F32At(y, i)) == FloatBits(DecodeToFloat(dst, code)));
     }
   }
 }
@@ -384,7 +373,7 @@ TEST_CASE("cli: fp16 and bf16 inputs", "[cli]") {
         const uint32_t rbits = RandomBitsForElement(7, i);
         mismatches += y.data[i] != Convert(c.src, all[i], fmt::kE4M3, opt, rbits).code;
         // The same value read as FP32 (exact: both formats widen exactly; NaNs differ only in payload).
-        const float as_f32 = c.src.name == std::string("bf16") ? FloatFromBits(static_cast<uint32_t>(all[i]) << 16)
+        const float as_f32 = c.src.name == std::string("bf16") ? BitsFloat(static_cast<uint32_t>(all[i]) << 16)
                                                                : DecodeToFloat(fmt::kFP16, all[i]);
         if (!std::isnan(as_f32)) float_mismatches += y.data[i] != ConvertF32(as_f32, fmt::kE4M3, opt, rbits);
       }

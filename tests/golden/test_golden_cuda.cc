@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <catch2/catch.hpp>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -20,6 +19,7 @@
 
 #include "qmx/format.h"
 #include "support/cli.h"
+#include "support/hex.h"
 
 namespace qmx {
 namespace {
@@ -45,12 +45,6 @@ std::map<std::string, std::string> HeaderKeys(const std::string& line) {
   return kv;
 }
 
-float F32(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-
 using Oracle = std::function<uint32_t(uint32_t input_bits)>;
 
 // NVIDIA's conversions by source type (float, __half_raw, __nv_bfloat16_raw).
@@ -71,7 +65,7 @@ uint32_t ToFp4(__nv_bfloat16_raw x, cudaRoundMode m) { return __nv_cvt_bfloat16r
 // An oracle that hands the input bits to fn as the source type.
 template <class Fn>
 Oracle BySource(const std::string& src, Fn fn) {
-  if (src == "f32") return [=](uint32_t b) { return fn(F32(b)); };
+  if (src == "f32") return [=](uint32_t b) { return fn(BitsFloat(b)); };
   if (src == "f16")
     return [=](uint32_t b) {
       __half_raw h;
@@ -108,7 +102,7 @@ Oracle ConvertOracle(const std::map<std::string, std::string>& h) {
     const cudaRoundMode mode = r == "rz" ? cudaRoundZero : cudaRoundPosInf;
     // CUDA's e8m0 conversion ignores the sign (UE8M0 has none); ours treats negative inputs as invalid,
     // so the comparison covers inputs >= 0 and NaN (see README "Conversions").
-    return [=](uint32_t b) { return (b >> 31) && !std::isnan(F32(b)) ? 0xFFFFFFFFu : uint32_t{__nv_cvt_float_to_e8m0(F32(b), st, mode)}; };
+    return [=](uint32_t b) { return (b >> 31) && !std::isnan(BitsFloat(b)) ? 0xFFFFFFFFu : uint32_t{__nv_cvt_float_to_e8m0(BitsFloat(b), st, mode)}; };
   }
   return {};
 }
@@ -120,12 +114,12 @@ Oracle Ue8m0Oracle(const std::map<std::string, std::string>& h) {
   const FormatLimits lim = Limits(elem);
   if (h.at("rule") == "round-up")
     return [=](uint32_t b) {
-      return uint32_t{__nv_cvt_float_to_e8m0(F32(b) / static_cast<float>(lim.max_finite), __NV_SATFINITE, cudaRoundPosInf)};
+      return uint32_t{__nv_cvt_float_to_e8m0(BitsFloat(b) / static_cast<float>(lim.max_finite), __NV_SATFINITE, cudaRoundPosInf)};
     };
   if (h.at("rule") == "ocp-floor" || h.at("rule") == "max-finite")
     return [=](uint32_t b) {
-      if (F32(b) == 0) return 0u;
-      const int rz = __nv_cvt_float_to_e8m0(F32(b), __NV_SATFINITE, cudaRoundZero);
+      if (BitsFloat(b) == 0) return 0u;
+      const int rz = __nv_cvt_float_to_e8m0(BitsFloat(b), __NV_SATFINITE, cudaRoundZero);
       return static_cast<uint32_t>(std::max(0, rz - lim.emax));
     };
   return {};

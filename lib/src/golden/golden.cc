@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -89,18 +88,6 @@ bool ParseHex(const std::string& s, int digits, uint64_t& v) {
     v = (v << 4) | static_cast<uint64_t>(d);
   }
   return true;
-}
-
-uint32_t F32Bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
-
-float F32FromBits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
 }
 
 CaseRng::CaseRng(uint64_t seed, const std::string& stream) {
@@ -200,6 +187,10 @@ std::vector<ManifestEntry> Generate(const GenOptions& opt, const std::string& di
       }
       std::vector<Fields> outs;
       op->Run(Backend::kCpuRef, f.inputs, outs);
+      for (size_t i = 0; i < f.observed.size(); ++i)
+        if (outs.at(i)[0] != f.observed[i])
+          throw Error(f.path + ": the model gives " + outs[i][0] + " where the hardware gave " + f.observed[i] +
+                      " (" + f.header.Line() + ")");
       const std::string text = FileText(f.header, *op, f.inputs, outs);
       WriteFileAtomic((std::filesystem::path(dir) / f.path).string(), text);
       ManifestEntry e{f.path, suite, f.header.op, f.header.Line(), f.inputs.size(), Sha256Hex(text)};

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "float_bits.h"
 #include "qmx/golden.h"
 
 namespace qmx::golden::detail {
@@ -50,8 +51,8 @@ std::unique_ptr<Op> MakeOp(const Header& h);
 std::string Hex(uint64_t v, int digits);
 // Parses exactly `digits` hex digits; false when the text is anything else.
 bool ParseHex(const std::string& s, int digits, uint64_t& v);
-uint32_t F32Bits(float f);
-float F32FromBits(uint32_t b);
+using qmx::detail::F32Bits;
+using qmx::detail::F32FromBits;
 
 // Deterministic random numbers for case generation: Philox words keyed by the run's seed and the file.
 class CaseRng {
@@ -70,6 +71,9 @@ struct PlannedFile {
   std::string path;
   Header header;
   std::vector<Fields> inputs;
+  // Outputs measured on hardware (the first output field of each case), or empty. Generate refuses to
+  // write the file unless the cpu-ref backend reproduces every one.
+  std::vector<std::string> observed;
 };
 // Emits the suite's files in a fixed order (golden_gen.cc). Throws qmx::Error for an unknown suite.
 void GenerateSuite(const std::string& suite, const GenOptions& opt, const std::function<void(PlannedFile&&)>& emit);

@@ -12,6 +12,9 @@
 #include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/golden.h"
+#if defined(QMX_HAVE_CUDA)
+#include "qmx/gpu.h"
+#endif
 
 namespace qmx::cli {
 namespace {
@@ -59,17 +62,34 @@ void RunGen(const GenArgs& a) {
 
 void RunVerify(const VerifyArgs& a) {
   golden::VerifyOptions o;
-  o.backend = golden::ParseBackend(a.backend);
+  std::string backend_name;
+  if (a.backend == "cuda") {
+#if defined(QMX_HAVE_CUDA)
+    gpu::Require("golden verify --backend cuda");
+    o.external = gpu::GoldenRunner();
+    backend_name = "cuda on " + gpu::Device().Describe();
+#else
+    throw Error("--backend cuda: this build has no CUDA backend (configure with the CUDA Toolkit; gpu/README.md)");
+#endif
+  } else {
+    o.backend = golden::ParseBackend(a.backend);
+  }
   o.max_errors = a.max_errors;
   o.only = a.only;
   if (a.threads < 0 || a.threads > 1024) throw Error("--threads must be 1..1024");
   if (a.threads > 0) omp_set_num_threads(a.threads);
   if (!a.simd_target.empty()) ForceSimdTarget(a.simd_target);
-  const std::string target = o.backend == golden::Backend::kCpuSimd ? " on " + SimdTargetName() : "";
+  const std::string target = o.external ? "" : (o.backend == golden::Backend::kCpuSimd ? " on " + SimdTargetName() : "");
+  if (backend_name.empty()) backend_name = golden::BackendName(o.backend);
   const auto results = golden::Verify(a.dir, o);
-  uint64_t cases = 0, mismatches = 0, bad_files = 0;
+  uint64_t cases = 0, mismatches = 0, bad_files = 0, skipped = 0;
   for (const auto& r : results) {
     cases += r.cases;
+    if (!r.skipped.empty()) {
+      ++skipped;
+      if (!a.quiet) std::printf("skip %-58s %-12s %s\n", r.path.c_str(), r.op.c_str(), r.skipped.c_str());
+      continue;
+    }
     mismatches += r.mismatches;
     if (!r.ok()) ++bad_files;
     if (!a.quiet || !r.ok())
@@ -80,9 +100,10 @@ void RunVerify(const VerifyArgs& a) {
     for (const auto& m : r.first)
       std::printf("     %s:%llu: %s\n", r.path.c_str(), static_cast<unsigned long long>(m.line), m.text.c_str());
   }
-  std::printf("%s: %zu files, %llu cases, %llu mismatches, %llu files failing (backend %s%s)\n", a.dir.c_str(),
-              results.size(), static_cast<unsigned long long>(cases), static_cast<unsigned long long>(mismatches),
-              static_cast<unsigned long long>(bad_files), golden::BackendName(o.backend), target.c_str());
+  std::printf("%s: %zu files (%llu skipped), %llu cases, %llu mismatches, %llu files failing (backend %s%s)\n",
+              a.dir.c_str(), results.size(), static_cast<unsigned long long>(skipped), static_cast<unsigned long long>(cases),
+              static_cast<unsigned long long>(mismatches), static_cast<unsigned long long>(bad_files), backend_name.c_str(),
+              target.c_str());
   if (bad_files) throw Error(std::to_string(bad_files) + " golden file(s) failed verification");
 }
 
@@ -112,7 +133,7 @@ void AddGoldenCommand(CLI::App& app) {
   static VerifyArgs ver;
   auto* v = cmd->add_subcommand("verify", "Replay a golden directory against a backend; exit 1 on any mismatch");
   v->add_option("dir", ver.dir, "directory holding manifest.json")->required();
-  v->add_option("--backend", ver.backend, "cpu-ref or cpu-simd (default)");
+  v->add_option("--backend", ver.backend, "cpu-ref, cpu-simd (default) or cuda (the GPU; builds with the CUDA backend)");
   v->add_option("--simd-target", ver.simd_target, "force one SIMD target (AVX3, AVX2, SSE4, ...; cpu-simd)");
   v->add_option("--max-errors", ver.max_errors, "stop after this many mismatches (0: never), default 20");
   v->add_option("--only", ver.only, "replay only files whose path contains this text");

@@ -11,4 +11,5 @@ void AddQuantizeCommand(CLI::App& app);
 void AddGemmCommand(CLI::App& app);
 void AddStudyCommand(CLI::App& app);
 void AddGoldenCommand(CLI::App& app);
+void AddXvalCommand(CLI::App& app);
 }  // namespace qmx::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   qmx::cli::AddGemmCommand(app);
   qmx::cli::AddStudyCommand(app);
   qmx::cli::AddGoldenCommand(app);
+  qmx::cli::AddXvalCommand(app);
   qmx::cli::SetCommandLine(argc, argv);
   try {
     app.parse(argc, argv);

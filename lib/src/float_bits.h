@@ -1,21 +1,12 @@
-// float_bits.h: an FP32 value's bit pattern and back, for the library's sources.
+// float_bits.h: an FP32 value's bit pattern and back, for the library's sources (the one definition lives
+// in qmx/host_device.h, shared with the CUDA backend).
 #pragma once
 
-#include <cstdint>
-#include <cstring>
+#include "qmx/host_device.h"
 
 namespace qmx::detail {
 
-inline uint32_t F32Bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
-}
-
-inline float F32FromBits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
+using hd::F32Bits;
+using hd::F32FromBits;
 
 }  // namespace qmx::detail

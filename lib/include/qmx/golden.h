@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace qmx::golden {
@@ -54,8 +55,18 @@ struct ManifestEntry {
 std::vector<ManifestEntry> Generate(const GenOptions& opt, const std::string& dir,
                                     const std::function<void(const ManifestEntry&)>& progress = {});
 
+// A backend outside the library (the CUDA backend, gpu/): given a file's operation, its header keys (in
+// file order, generator excluded) and its cases' input fields (hex text), it either fills outputs (one entry
+// per case, the same output fields as the file, flags last; "--" where it computes no flags) and returns "",
+// or returns why it cannot run the file, which Verify then reports as skipped.
+using ExternalRunner = std::function<std::string(const std::string& op,
+                                                 const std::vector<std::pair<std::string, std::string>>& keys,
+                                                 const std::vector<std::vector<std::string>>& inputs,
+                                                 std::vector<std::vector<std::string>>& outputs)>;
+
 struct VerifyOptions {
   Backend backend = Backend::kCpuSimd;
+  ExternalRunner external;  // when set, it computes the outputs instead of `backend` (flags not checked)
   uint64_t max_errors = 20;  // stop after this many mismatches over the whole directory (0 = never)
   std::string only;          // replay only files whose path contains this text ("" = all)
 };
@@ -71,9 +82,10 @@ struct FileResult {
   uint64_t cases = 0;        // cases replayed
   uint64_t mismatches = 0;   // cases whose outputs (or flags, where checked) differ
   bool flags_checked = false;
+  std::string skipped;              // why an external backend did not run the file ("" = it ran)
   std::vector<Mismatch> first;      // the first mismatches, up to the directory's max_errors
   std::vector<std::string> errors;  // file-level problems: hash, header, case count, malformed lines
-  bool ok() const { return mismatches == 0 && errors.empty(); }
+  bool ok() const { return mismatches == 0 && errors.empty(); }  // a skipped file is ok
 };
 
 // Replays every file listed in dir/manifest.json. A file whose SHA-256, header or case count differs

@@ -6,11 +6,7 @@
 #include <array>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define QMX_HOST_DEVICE __host__ __device__
-#else
-#define QMX_HOST_DEVICE
-#endif
+#include "qmx/host_device.h"  // QMX_HOST_DEVICE
 
 namespace qmx {
 

@@ -7,6 +7,7 @@
 
 #include "qmx/cast_options.h"
 #include "qmx/format.h"
+#include "qmx/host_device.h"
 #include "qmx/io.h"
 
 namespace qmx::simd {
@@ -64,41 +65,8 @@ void DequantizeMxBlocks(const float* table, int block, const uint8_t* codes, con
 
 namespace qmx::simd {
 
-// The UE8M0 scale rules on the bits of amax (finite, >= 0), as one inline function shared by every target
-// and the scalar entry point (scale_ref.cc computes them independently, in double).
-// rule 0 (ocp-floor) and 4 (max-finite): 2^(floor(log2 amax) - emax); a zero or FP32-subnormal amax uses
-//   its true exponent, so it clamps to 2^-127.
-// rule 1 (round-up): q = amax / destmax rounded by FP32 division, then the smallest power of two >= q,
-//   at least 2^-127, at most 2^127 (cvt.rp.satfinite.ue8m0).
-// rule 2 (ceil, torchao): the exponent field of amax, plus one when its mantissa field is nonzero, minus emax.
-// rule 3 (even, torchao): amax's bits plus 2^(22 - elem_man), mantissa cleared, then the floor rule; a carry
-//   out of FP32's largest binade counts as exponent 128 (torchao would produce a NaN scale there).
-// Exponents are clamped to [-127, 127].
-inline uint8_t ScaleByteFromAmaxBits(uint32_t amax_bits, int rule, float destmax, int emax, int elem_man) {
-  const auto clamp_byte = [](int k) { return static_cast<uint8_t>((k < -127 ? -127 : (k > 127 ? 127 : k)) + 127); };
-  if (rule == 1) {
-    float amax;
-    __builtin_memcpy(&amax, &amax_bits, 4);
-    const float q = amax / destmax;
-    uint32_t qb;
-    __builtin_memcpy(&qb, &q, 4);
-    const uint32_t e_field = qb >> 23, mant = qb & 0x7FFFFFu;
-    if (e_field == 0) return mant > 0x400000u ? 1 : 0;  // FP32 subnormal q: 2^-127 or 2^-126
-    const uint32_t byte = e_field + (mant != 0 ? 1u : 0u);
-    return static_cast<uint8_t>(byte > 254 ? 254 : byte);
-  }
-  if (amax_bits == 0) return 0;
-  if (rule == 2) {
-    const int e_field = static_cast<int>(amax_bits >> 23);
-    return clamp_byte(e_field - 127 + ((amax_bits & 0x7FFFFFu) != 0 ? 1 : 0) - emax);
-  }
-  if (rule == 3) {
-    const uint32_t r = (amax_bits + (1u << (22 - elem_man))) & 0xFF800000u;
-    return clamp_byte(static_cast<int>(r >> 23) - 127 - emax);
-  }
-  const int e_field = static_cast<int>(amax_bits >> 23);
-  const int lg = e_field != 0 ? e_field - 127 : (31 - __builtin_clz(amax_bits)) - 149;
-  return clamp_byte(lg - emax);
-}
+// The UE8M0 scale rules on the bits of amax, shared by every target, the scalar entry point and the CUDA
+// backend (scale_ref.cc computes them independently, in double).
+using hd::ScaleByteFromAmaxBits;
 
 }  // namespace qmx::simd

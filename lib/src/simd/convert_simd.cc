@@ -560,17 +560,8 @@ HWY_INLINE uint32_t BlockAmaxBits(const Consts& k, const void* in, size_t start,
   return hn::GetLane(hn::MaxOfLanes(du, vmax));
 }
 
-// The element multiplier of the FP32 element-scaling modes for scale byte s (< 255).
-inline float ScaleInverse(int scaling, uint32_t s) {
-  if (scaling == 2) {  // Transformer Engine exp2f_rcp: byte 0 -> 1.0, else the bits (254 - s) << 23
-    if (s == 0) return 1.0f;
-    const uint32_t b = (254u - s) << 23;
-    float f;
-    std::memcpy(&f, &b, 4);
-    return f;
-  }
-  return std::ldexp(1.0f, 127 - static_cast<int>(s));  // exact: 2^-127 is an FP32 subnormal
-}
+// The element multiplier of the FP32 element-scaling modes for scale byte s (< 255): host_device.h.
+inline float ScaleInverse(int scaling, uint32_t s) { return hd::ScaleMultiplier(static_cast<uint8_t>(s), scaling == 2); }
 
 template <Rounding R, DType S>
 void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uint8_t* scales, uint64_t seed,

@@ -1,0 +1,131 @@
+// qmx/gpu.h: the optional CUDA backend. The same operations as the CPU library (convert.h, mx.h,
+// quantize.h, gemm.h) run on an NVIDIA GPU through its own conversion instructions, NVIDIA's header
+// functions and cuBLASLt, so `qmx-sim xval` can compare them bit for bit (gpu/README.md).
+// Every call throws qmx::Error with a message naming what is missing (no device, an architecture the
+// GPU lacks, a cuBLASLt configuration it refuses); nothing here includes a CUDA header.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qmx/cast_options.h"
+#include "qmx/format.h"
+#include "qmx/gemm.h"
+#include "qmx/mx.h"
+#include "qmx/scale.h"
+
+namespace qmx::gpu {
+
+struct DeviceInfo {
+  bool available = false;  // a CUDA device could be opened
+  std::string reason;      // why not, when !available
+  std::string name;        // "NVIDIA H200"
+  int major = 0, minor = 0;
+  int driver_version = 0, runtime_version = 0, cublaslt_version = 0;
+  size_t memory_bytes = 0;
+  bool sm100a_code = false;  // this build holds sm_100a kernels and the device runs them (compute 10.0)
+  std::string Describe() const;  // "NVIDIA H200 (sm_90), driver 13.0, runtime 13.0, cuBLASLt 130000"
+};
+// Opens device 0 on first use; never throws.
+const DeviceInfo& Device();
+// Throws qmx::Error naming `what` when there is no device, or when need_sm100a and the device cannot run
+// the sm_100a kernels.
+void Require(const char* what, bool need_sm100a = false);
+
+// How a conversion is computed on the device.
+enum class ConvertPath : uint8_t {
+  kPtx,     // "ptx": the cvt instruction itself: cvt.rn.satfinite.{e4m3,e5m2}x2.f32 (sm_89+);
+            // cvt.rn.satfinite.{e2m1,e2m3,e3m2}x2.f32 and cvt.{rz,rp}.satfinite.ue8m0x2.f32 (sm_100a)
+  kHeader,  // "header": the device functions of cuda_fp8.h / cuda_fp6.h / cuda_fp4.h
+            // (__nv_cvt_float_to_fp8 etc.), which lower to cvt where the architecture has it
+};
+const char* ConvertPathName(ConvertPath p);
+// Whether this (format, options, path) exists on the device, "" if so, else the reason.
+std::string ConvertSupport(const Format& dst, const CastOptions& opt, ConvertPath path);
+
+// FP32 values -> codes, one byte each (as ConvertToCodes). Only what ConvertSupport accepts.
+void ConvertF32(const float* x, size_t n, const Format& dst, const CastOptions& opt, ConvertPath path,
+                uint8_t* codes);
+// Every FP32 bit pattern first, first + 1, ..., first + count - 1 (generated on the device) -> codes.
+void ConvertF32Range(uint32_t first, uint64_t count, const Format& dst, const CastOptions& opt,
+                     ConvertPath path, uint8_t* codes);
+// cvt.rs.satfinite.{e4m3,e5m2,e2m3,e3m2}x4.f32 / e2m1x4 (sm_100a): x holds 4 values per instruction
+// {a, b, e, f}, rbits one word each; out receives d (the packed result, a in the top byte or nibble).
+void ConvertF32SrX4(const float* x, const uint32_t* rbits, size_t n4, const Format& dst, uint32_t* out);
+
+// MX block quantization on the device (as QuantizeMx on FP32 sources): one thread per block, amax over the
+// block, the scale by the spec's rule (host_device.h; cvt.rp.satfinite.ue8m0x2 for round-up on sm_100a),
+// elements by the conversion instruction (e4m3/e5m2) or the header functions (FP6/FP4) on fl32(x * 2^-k).
+// Requires round=rne, sat=satfinite and no subnormal flushing (MxSupport says why not).
+std::string MxSupport(const MxSpec& spec);
+void QuantizeMx(const float* x, size_t n, const MxSpec& spec, uint8_t* codes, uint8_t* scales);
+
+// NVFP4 with a given tensor amax (as QuantizeNvfp4WithAmax, Transformer Engine's orders of operations,
+// rule nvfp4 or nvfp4-div), 1 x block blocks along rows of length n: codes (one e2m1 code per byte),
+// E4M3 block scales, and the tensor decode scale fl32(1 / S_enc).
+void QuantizeNvfp4(const float* x, size_t n, size_t block, float tensor_amax, ScaleRule rule, uint8_t* codes,
+                   uint8_t* block_scales, float* tensor_decode);
+
+// GEMMs through cuBLASLt, D = A * B with FP32 output (A is M x K, B is K x N, row-major codes as in gemm.h).
+enum class CublasMode : uint8_t {
+  kTensorwise,      // "tensorwise": FP8 with per-tensor FP32 scales (tensor_scale), fast accumulation off
+  kTensorwiseFast,  // "tensorwise-fast": the same with CUBLASLT_MATMUL_DESC_FAST_ACCUM
+  kBlockwise,       // "blockwise": A 1x128 (VEC128_32F), B 128x128 (BLK128x128_32F) FP32 scales (sm_90)
+  kBlockwiseVec,    // "blockwise-vec": 1x128 scales on both sides (VEC128_32F)
+  kMx,              // "mx": VEC32_UE8M0 scales, 128x4 layout (MXFP8, MXFP6, MXFP4; sm_100a)
+  kNvfp4,           // "nvfp4": VEC16_UE4M3 scales, 128x4 layout, E2M1 elements (sm_100a)
+};
+const char* CublasModeName(CublasMode m);
+CublasMode ParseCublasMode(const std::string& s);
+// The accumulation model (gemm.h) that reproduces the mode on this device, or "" when none is known.
+std::string CublasModeModel(CublasMode m, const DeviceInfo& dev);
+// Whether the device can run the mode on these operands: "" or the reason.
+std::string CublasSupport(CublasMode m, const GemmOperand& a, const GemmOperand& b);
+std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, CublasMode mode);
+
+// A raw tensor-core kernel: mma.sync.aligned.m16n8k32.row.col.f32.{e4m3,e5m2}.{e4m3,e5m2}.f32 (sm_89+), one
+// warp per 16 x 8 tile of D, the accumulator carried in registers from k-step to k-step with no promotion
+// and no scales: D = A * B (+ C). M a multiple of 16, N of 8, K of 32.
+std::vector<float> GemmMmaSync(const GemmOperand& a, const GemmOperand& b, const float* c_in);
+
+}  // namespace qmx::gpu
+
+// ------------------------------------------------------------------ cross-validation (qmx-sim xval)
+#include <functional>
+
+#include "qmx/golden.h"
+
+namespace qmx::gpu {
+
+// The CUDA backend for golden::Verify: runs op=convert (f32 sources), ue8m0, mx-block, nvfp4-block and sr
+// (cvt.rs x4 layout, sm_100a) files on the device; other files, and options the device's instructions do
+// not implement, come back as skipped with the reason.
+golden::ExternalRunner GoldenRunner();
+
+struct XvalOptions {
+  std::string golden_dir;    // "" = no golden replay
+  bool exhaustive = false;   // all 2^32 FP32 inputs per conversion (else 2^26 spread over the space)
+  bool conversions = true, quantize = true, gemm = true;
+  bool quick = false;        // fewer and smaller GEMM cases (for tests)
+  uint64_t seed = 1;
+  size_t max_show = 5;       // first mismatches kept per row
+};
+
+struct XvalRow {
+  std::string group;      // "golden", "convert", "quantize", "gemm"
+  std::string op;         // e.g. "f32->e4m3 rne satfinite (ptx)", "cuBLASLt tensorwise e4m3 x e4m3"
+  std::string reference;  // what the device is compared with: "golden file", "cpu-simd", a GEMM model
+  uint64_t cases = 0, mismatches = 0;
+  std::string skipped;    // reason, when not run
+  bool informational = false;  // an observation (the raw mma.sync kernel against candidate models): its
+                               // mismatches are reported but fail nothing
+  std::vector<std::string> first;  // first mismatches, in hex
+  double seconds = 0;
+};
+
+// Runs the selected comparisons (device vs CPU emulator), calling progress after each row.
+std::vector<XvalRow> Xval(const XvalOptions& opt, const std::function<void(const XvalRow&)>& progress = {});
+
+}  // namespace qmx::gpu

@@ -1,0 +1,144 @@
+// device.cu: opening the GPU, and the raw tensor-core kernel (PTX ISA mma.sync.aligned.m16n8k32 with FP8
+// operands, sm_89+), which shows the MMA's arithmetic without any library's promotion policy.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+
+#include "gpu_internal.h"
+#include "qmx/gpu.h"
+
+namespace qmx::gpu {
+
+std::string DeviceInfo::Describe() const {
+  if (!available) return "no CUDA device (" + reason + ")";
+  const auto ver = [](int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); };
+  return name + " (sm_" + std::to_string(major * 10 + minor) + "), driver " + ver(driver_version) + ", runtime " +
+         ver(runtime_version) + ", cuBLASLt " + std::to_string(cublaslt_version) + ", " +
+         std::to_string(memory_bytes >> 20) + " MiB";
+}
+
+const DeviceInfo& Device() {
+  static const DeviceInfo info = [] {
+    DeviceInfo d;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+      d.reason = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
+      return d;
+    }
+    if (count == 0) {
+      d.reason = "no CUDA device is visible";
+      return d;
+    }
+    cudaDeviceProp p{};
+    e = cudaGetDeviceProperties(&p, 0);
+    if (e != cudaSuccess) {
+      d.reason = std::string("cudaGetDeviceProperties: ") + cudaGetErrorString(e);
+      return d;
+    }
+    d.available = true;
+    d.name = p.name;
+    d.major = p.major;
+    d.minor = p.minor;
+    d.memory_bytes = p.totalGlobalMem;
+    cudaDriverGetVersion(&d.driver_version);
+    cudaRuntimeGetVersion(&d.runtime_version);
+    d.cublaslt_version = static_cast<int>(cublasLtGetVersion());
+    d.sm100a_code = p.major == 10 && p.minor == 0;  // sm_100a machine code runs on compute 10.0 only
+    return d;
+  }();
+  return info;
+}
+
+void Require(const char* what, bool need_sm100a) {
+  const DeviceInfo& d = Device();
+  if (!d.available) throw Error(std::string(what) + ": " + d.reason);
+  if (need_sm100a && !d.sm100a_code)
+    throw Error(std::string(what) + " needs sm_100a (Blackwell, compute 10.0); this device is " + d.name + " (sm_" +
+                std::to_string(d.major * 10 + d.minor) + ")");
+}
+
+namespace {
+
+__device__ inline uint32_t Load4(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// One warp per 16 x 8 tile of D. Fragment layouts of PTX ISA 9.7.14.5 (m16n8k32, 8-bit operands):
+// group g = lane / 4, t = lane % 4; A regs: (g, 4t..4t+3), (g+8, ..), (g, 16+4t..), (g+8, 16+4t..);
+// B regs: k = 4t..4t+3 and 16+4t.. of column g; C/D: (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
+template <int FA, int FB>
+__global__ void MmaKernel(const uint8_t* a, const uint8_t* bt, const float* c, int m, int n, int k, float* d) {
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+  const int tiles_n = n / 8;
+  if (warp >= (m / 16) * tiles_n) return;
+  const int r0 = (warp / tiles_n) * 16, c0 = (warp % tiles_n) * 8;
+  const int g = lane / 4, t = lane % 4;
+  float acc[4];
+  const int rows[4] = {r0 + g, r0 + g, r0 + g + 8, r0 + g + 8};
+  const int cols[4] = {c0 + 2 * t, c0 + 2 * t + 1, c0 + 2 * t, c0 + 2 * t + 1};
+  for (int i = 0; i < 4; ++i) acc[i] = c ? c[static_cast<size_t>(rows[i]) * n + cols[i]] : 0.0f;
+  const uint8_t* ar0 = a + static_cast<size_t>(r0 + g) * k;
+  const uint8_t* ar1 = a + static_cast<size_t>(r0 + g + 8) * k;
+  const uint8_t* bc = bt + static_cast<size_t>(c0 + g) * k;
+  for (int k0 = 0; k0 < k; k0 += 32) {
+    const uint32_t a0 = Load4(ar0 + k0 + 4 * t), a1 = Load4(ar1 + k0 + 4 * t);
+    const uint32_t a2 = Load4(ar0 + k0 + 16 + 4 * t), a3 = Load4(ar1 + k0 + 16 + 4 * t);
+    const uint32_t b0 = Load4(bc + k0 + 4 * t), b1 = Load4(bc + k0 + 16 + 4 * t);
+#define QMX_MMA(TA, TB)                                                                                   \
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." TA "." TB ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, " \
+               "{%8, %9}, {%0, %1, %2, %3};"                                                             \
+               : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])                                  \
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+    if (FA == 0 && FB == 0) QMX_MMA("e4m3", "e4m3");
+    if (FA == 0 && FB == 1) QMX_MMA("e4m3", "e5m2");
+    if (FA == 1 && FB == 0) QMX_MMA("e5m2", "e4m3");
+    if (FA == 1 && FB == 1) QMX_MMA("e5m2", "e5m2");
+#undef QMX_MMA
+  }
+  for (int i = 0; i < 4; ++i) d[static_cast<size_t>(rows[i]) * n + cols[i]] = acc[i];
+}
+
+int Fp8Index(const Format& f) {
+  const std::string nm = f.name;
+  if (nm == "e4m3") return 0;
+  if (nm == "e5m2") return 1;
+  throw Error(std::string("mma.sync FP8 takes e4m3 or e5m2 operands, not ") + f.name);
+}
+
+}  // namespace
+
+std::vector<float> GemmMmaSync(const GemmOperand& a, const GemmOperand& b, const float* c_in) {
+  Require("mma.sync FP8");
+  const DeviceInfo& dev = Device();
+  if (dev.major * 10 + dev.minor < 89) throw Error("mma.sync with FP8 operands needs sm_89 or newer");
+  const int fa = Fp8Index(a.elem), fb = Fp8Index(b.elem);
+  if (a.cols != b.rows) throw Error("mma.sync: A's columns (K) differ from B's rows");
+  if (a.block_rows || b.block_rows || a.tensor_scale != 1.0f || b.tensor_scale != 1.0f)
+    throw Error("mma.sync: the raw kernel takes plain codes without scales");
+  const size_t m = a.rows, k = a.cols, n = b.cols;
+  if (m % 16 || n % 8 || k % 32 || m == 0 || n == 0 || k == 0)
+    throw Error("mma.sync: M must be a multiple of 16, N of 8 and K of 32 (got " + std::to_string(m) + " x " +
+                std::to_string(n) + " x " + std::to_string(k) + ")");
+  std::vector<uint8_t> bt(n * k);
+  for (size_t kk = 0; kk < k; ++kk)
+    for (size_t j = 0; j < n; ++j) bt[j * k + kk] = b.codes[kk * n + j];
+  detail::DeviceBuffer<uint8_t> da(a.codes.data(), m * k), db(bt.data(), n * k);
+  detail::DeviceBuffer<float> dd(m * n);
+  std::unique_ptr<detail::DeviceBuffer<float>> dc;
+  if (c_in) dc = std::make_unique<detail::DeviceBuffer<float>>(c_in, m * n);
+  const size_t warps = (m / 16) * (n / 8);
+  const unsigned threads = 128, blocks = detail::Blocks(warps * 32, threads);
+  const float* cp = dc ? dc->get() : nullptr;
+  const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
+  if (fa == 0 && fb == 0) MmaKernel<0, 0><<<blocks, threads>>>(da.get(), db.get(), cp, mi, ni, ki, dd.get());
+  if (fa == 0 && fb == 1) MmaKernel<0, 1><<<blocks, threads>>>(da.get(), db.get(), cp, mi, ni, ki, dd.get());
+  if (fa == 1 && fb == 0) MmaKernel<1, 0><<<blocks, threads>>>(da.get(), db.get(), cp, mi, ni, ki, dd.get());
+  if (fa == 1 && fb == 1) MmaKernel<1, 1><<<blocks, threads>>>(da.get(), db.get(), cp, mi, ni, ki, dd.get());
+  detail::CheckLaunch("mma.sync kernel");
+  std::vector<float> d(m * n);
+  dd.Download(d.data(), m * n);
+  return d;
+}
+
+}  // namespace qmx::gpu

@@ -1,0 +1,303 @@
+// gemm_cublaslt.cu: FP8 / block-scaled GEMMs through cuBLASLt (cublasLt.h: per-tensor scale pointers and
+// fast accumulation (sm_89/90), VEC128_32F and BLK128x128_32F block scales (Hopper), VEC32_UE8M0 and
+// VEC16_UE4M3 in the 128x4 tiled scale layout (Blackwell)). Operands are arranged as PyTorch's
+// _scaled_mm hands them to cuBLASLt: cuBLAS's A is our B (N x K, K contiguous, TRANSA = T), cuBLAS's B
+// is our A (M x K, K contiguous), D is N x M column-major, which is our M x N row-major.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpu_internal.h"
+#include "qmx/convert.h"
+#include "qmx/gpu.h"
+
+namespace qmx::gpu {
+namespace {
+
+using detail::DeviceBuffer;
+
+const char* StatusName(cublasStatus_t s) {
+  switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "internal error";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
+    default: return "see cublas_api.h";
+  }
+}
+
+void CheckLt(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw Error(std::string("cuBLASLt: ") + what + " failed with status " + std::to_string(static_cast<int>(s)) +
+                " (" + StatusName(s) + ")");
+}
+
+struct LtHandle {
+  cublasLtHandle_t h = nullptr;
+  LtHandle() { CheckLt(cublasLtCreate(&h), "cublasLtCreate"); }
+  ~LtHandle() { cublasLtDestroy(h); }
+};
+struct LtDesc {
+  cublasLtMatmulDesc_t d = nullptr;
+  LtDesc() { CheckLt(cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"); }
+  ~LtDesc() { cublasLtMatmulDescDestroy(d); }
+  template <typename T>
+  void Set(cublasLtMatmulDescAttributes_t a, const T& v, const char* what) {
+    CheckLt(cublasLtMatmulDescSetAttribute(d, a, &v, sizeof(v)), what);
+  }
+};
+struct LtLayout {
+  cublasLtMatrixLayout_t l = nullptr;
+  LtLayout(cudaDataType t, uint64_t rows, uint64_t cols, int64_t ld) {
+    CheckLt(cublasLtMatrixLayoutCreate(&l, t, rows, cols, ld), "cublasLtMatrixLayoutCreate");
+  }
+  ~LtLayout() { cublasLtMatrixLayoutDestroy(l); }
+};
+struct LtPref {
+  cublasLtMatmulPreference_t p = nullptr;
+  explicit LtPref(size_t ws) {
+    CheckLt(cublasLtMatmulPreferenceCreate(&p), "cublasLtMatmulPreferenceCreate");
+    CheckLt(cublasLtMatmulPreferenceSetAttribute(p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+            "workspace preference");
+  }
+  ~LtPref() { cublasLtMatmulPreferenceDestroy(p); }
+};
+
+cudaDataType ElemType(const Format& f) {
+  const std::string n = f.name;
+  if (n == "e4m3") return CUDA_R_8F_E4M3;
+  if (n == "e5m2") return CUDA_R_8F_E5M2;
+  if (n == "e2m1") return CUDA_R_4F_E2M1;
+  throw Error(std::string("cuBLASLt: no element type for ") + f.name + " here (e4m3, e5m2, e2m1)");
+}
+
+bool IsFp8(const Format& f) { return std::string(f.name) == "e4m3" || std::string(f.name) == "e5m2"; }
+
+// Offset of scale (r, s) in the 128x4 tiled layout of a scale matrix with `cols` scale columns.
+size_t Tiled128x4(size_t r, size_t s, size_t cols) {
+  const size_t col_tiles = (cols + 3) / 4;
+  return ((r / 128) * col_tiles + s / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + s % 4;
+}
+
+// Element codes of an operand in cuBLAS's K-contiguous order (rows of `outer`, each K long), packed two per
+// byte (element 0 in the low nibble) for FP4.
+std::vector<uint8_t> KMajor(const GemmOperand& o, bool is_b, size_t& bytes) {
+  const size_t outer = is_b ? o.cols : o.rows, k = is_b ? o.rows : o.cols;
+  const auto at = [&](size_t r, size_t kk) { return is_b ? o.codes[kk * o.cols + r] : o.codes[r * o.cols + kk]; };
+  const bool fp4 = std::string(o.elem.name) == "e2m1";
+  bytes = fp4 ? outer * k / 2 : outer * k;
+  std::vector<uint8_t> v(bytes);
+  for (size_t r = 0; r < outer; ++r)
+    for (size_t kk = 0; kk < k; ++kk) {
+      if (fp4) v[(r * k + kk) / 2] |= static_cast<uint8_t>((at(r, kk) & 0xF) << ((kk % 2) * 4));
+      else v[r * k + kk] = at(r, kk);
+    }
+  return v;
+}
+
+}  // namespace
+
+const char* CublasModeName(CublasMode m) {
+  switch (m) {
+    case CublasMode::kTensorwise: return "tensorwise";
+    case CublasMode::kTensorwiseFast: return "tensorwise-fast";
+    case CublasMode::kBlockwise: return "blockwise";
+    case CublasMode::kBlockwiseVec: return "blockwise-vec";
+    case CublasMode::kMx: return "mx";
+    case CublasMode::kNvfp4: return "nvfp4";
+  }
+  return "?";
+}
+
+CublasMode ParseCublasMode(const std::string& s) {
+  for (CublasMode m : {CublasMode::kTensorwise, CublasMode::kTensorwiseFast, CublasMode::kBlockwise,
+                       CublasMode::kBlockwiseVec, CublasMode::kMx, CublasMode::kNvfp4})
+    if (s == CublasModeName(m)) return m;
+  throw Error("unknown cuBLASLt mode '" + s + "' (tensorwise, tensorwise-fast, blockwise, blockwise-vec, mx, nvfp4)");
+}
+
+std::string CublasModeModel(CublasMode m, const DeviceInfo& dev) {
+  const bool hopper = dev.major == 9;
+  switch (m) {
+    case CublasMode::kTensorwise: return hopper ? "hopper-fp8" : "";
+    case CublasMode::kTensorwiseFast: return hopper ? "hopper-fp8-fast" : "";
+    case CublasMode::kBlockwise: return hopper ? "hopper-fp8" : "";
+    case CublasMode::kBlockwiseVec: return hopper ? "hopper-fp8-vec" : "";
+    case CublasMode::kMx: return dev.major == 10 ? "blackwell-mxf8f6f4" : "";
+    case CublasMode::kNvfp4: return dev.major == 10 ? "blackwell-mxf4nvf4" : "";
+  }
+  return "";
+}
+
+std::string CublasSupport(CublasMode mode, const GemmOperand& a, const GemmOperand& b) {
+  const std::string what = std::string("cuBLASLt ") + CublasModeName(mode);
+  const DeviceInfo& d = Device();
+  if (!d.available) return what + ": " + d.reason;
+  const int sm = d.major * 10 + d.minor;
+  if (a.cols != b.rows) return what + ": A's columns (K) differ from B's rows";
+  const size_t m = a.rows, k = a.cols, n = b.cols;
+  if (m % 16 || n % 16 || k % 32 || m == 0 || n == 0 || k == 0)
+    return what + ": M and N must be multiples of 16 and K of 32";
+  switch (mode) {
+    case CublasMode::kTensorwise:
+    case CublasMode::kTensorwiseFast:
+      if (sm < 89 || sm >= 100) return what + ": per-tensor FP8 scaling with fast accumulation is an sm_89/sm_90 mode";
+      if (!IsFp8(a.elem) || !IsFp8(b.elem)) return what + ": FP8 operands only";
+      if (std::string(a.elem.name) == "e5m2" && std::string(b.elem.name) == "e5m2")
+        return what + ": cuBLASLt has no e5m2 x e5m2 FP8 GEMM";
+      if (a.block_rows || b.block_rows) return what + ": per-tensor scales only";
+      return "";
+    case CublasMode::kBlockwise:
+    case CublasMode::kBlockwiseVec:
+      if (d.major != 9) return what + ": VEC128_32F / BLK128x128_32F scales are a Hopper (sm_90) mode here";
+      if (!IsFp8(a.elem) || !IsFp8(b.elem)) return what + ": FP8 operands only";
+      if (a.block_rows != 1 || a.block_cols != 128) return what + ": A needs 1x128 FP32 block scales";
+      if (mode == CublasMode::kBlockwise && (b.block_rows != 128 || b.block_cols != 128))
+        return what + ": B needs 128x128 FP32 block scales";
+      if (mode == CublasMode::kBlockwiseVec && (b.block_rows != 128 || b.block_cols != 1))
+        return what + ": B needs 128x1 (1x128 along K) FP32 block scales";
+      if (m % 128 || n % 128 || k % 128) return what + ": M, N and K must be multiples of 128";
+      return "";
+    case CublasMode::kMx:
+    case CublasMode::kNvfp4: {
+      if (!d.sm100a_code) return what + ": block-scaled MMA needs Blackwell (sm_100); this device is sm_" + std::to_string(sm);
+      const size_t blk = mode == CublasMode::kMx ? 32 : 16;
+      if (a.block_rows != 1 || a.block_cols != blk || b.block_rows != blk || b.block_cols != 1)
+        return what + ": A needs 1x" + std::to_string(blk) + " and B " + std::to_string(blk) + "x1 block scales";
+      if (mode == CublasMode::kNvfp4 && (std::string(a.elem.name) != "e2m1" || std::string(b.elem.name) != "e2m1"))
+        return what + ": E2M1 operands only";
+      if (mode == CublasMode::kMx) {
+        const bool fp4a = std::string(a.elem.name) == "e2m1", fp4b = std::string(b.elem.name) == "e2m1";
+        if (fp4a != fp4b) return what + ": MXFP4 needs E2M1 on both sides";
+        if (!fp4a && (!IsFp8(a.elem) || !IsFp8(b.elem))) return what + ": MXFP8 or MXFP4 operands (MXFP6 packing is not implemented)";
+      }
+      if (k % 128) return what + ": K must be a multiple of 128";
+      return "";
+    }
+  }
+  return what + ": unknown mode";
+}
+
+std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, CublasMode mode) {
+  if (std::string why = CublasSupport(mode, a, b); !why.empty()) throw Error(why);
+  const size_t m = a.rows, k = a.cols, n = b.cols;
+  size_t a_bytes = 0, b_bytes = 0;
+  const std::vector<uint8_t> ak = KMajor(a, false, a_bytes), bk = KMajor(b, true, b_bytes);
+  DeviceBuffer<uint8_t> da(ak.data(), a_bytes), db(bk.data(), b_bytes);
+  DeviceBuffer<float> dd(m * n);
+  LtHandle h;
+  LtDesc desc;
+  const cublasOperation_t tr = CUBLAS_OP_T, nt = CUBLAS_OP_N;
+  desc.Set(CUBLASLT_MATMUL_DESC_TRANSA, tr, "TRANSA");
+  desc.Set(CUBLASLT_MATMUL_DESC_TRANSB, nt, "TRANSB");
+  float alpha = 1.0f;
+  const float beta = 0.0f;
+  std::unique_ptr<DeviceBuffer<float>> s_lt_a, s_lt_b;      // FP32 scales for cuBLAS's A (our B) and B (our A)
+  std::unique_ptr<DeviceBuffer<uint8_t>> s8_lt_a, s8_lt_b;  // block scale bytes
+  switch (mode) {
+    case CublasMode::kTensorwise:
+    case CublasMode::kTensorwiseFast: {
+      s_lt_a = std::make_unique<DeviceBuffer<float>>(&b.tensor_scale, 1);
+      s_lt_b = std::make_unique<DeviceBuffer<float>>(&a.tensor_scale, 1);
+      const float* pa = s_lt_a->get();
+      const float* pb = s_lt_b->get();
+      desc.Set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, pa, "A scale pointer");
+      desc.Set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, pb, "B scale pointer");
+      const int8_t fast = mode == CublasMode::kTensorwiseFast ? 1 : 0;
+      desc.Set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast, "fast accumulation");
+      break;
+    }
+    case CublasMode::kBlockwise:
+    case CublasMode::kBlockwiseVec: {
+      const size_t kb = k / 128;
+      std::vector<float> sa(kb * m), sb;
+      for (size_t r = 0; r < m; ++r)
+        for (size_t j = 0; j < kb; ++j) sa[j * m + r] = a.scales[r * a.scale_cols + j];  // outer (M) contiguous
+      if (mode == CublasMode::kBlockwise) {
+        const size_t nb = n / 128;
+        sb.resize(nb * kb);
+        for (size_t j = 0; j < kb; ++j)
+          for (size_t c = 0; c < nb; ++c) sb[c * kb + j] = b.scales[j * b.scale_cols + c];  // K blocks contiguous
+      } else {
+        sb.resize(kb * n);
+        for (size_t j = 0; j < kb; ++j)
+          for (size_t c = 0; c < n; ++c) sb[j * n + c] = b.scales[j * b.scale_cols + c];  // outer (N) contiguous
+      }
+      s_lt_a = std::make_unique<DeviceBuffer<float>>(sb.data(), sb.size());
+      s_lt_b = std::make_unique<DeviceBuffer<float>>(sa.data(), sa.size());
+      const int32_t mode_a = mode == CublasMode::kBlockwise ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+                                                            : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+      const int32_t mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+      desc.Set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, mode_a, "A scale mode");
+      desc.Set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode_b, "B scale mode");
+      const float* pa = s_lt_a->get();
+      const float* pb = s_lt_b->get();
+      desc.Set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, pa, "A scale pointer");
+      desc.Set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, pb, "B scale pointer");
+      break;
+    }
+    case CublasMode::kMx:
+    case CublasMode::kNvfp4: {
+      const size_t blk = mode == CublasMode::kMx ? 32 : 16, kb = k / blk;
+      const auto byte_of = [&](float s) -> uint8_t {
+        if (mode == CublasMode::kMx) {
+          if (std::isnan(s)) return 0xFF;
+          int e = 0;
+          std::frexp(s, &e);
+          return static_cast<uint8_t>(e - 1 + 127);
+        }
+        uint8_t c = 0;
+        ConvertToCodes(DType::kF32, &s, 1, fmt::kE4M3, CastOptions{}, &c);
+        return c;
+      };
+      const auto tiled = [&](const GemmOperand& o, bool is_b, size_t outer) {
+        std::vector<uint8_t> t(((outer + 127) / 128) * 128 * ((kb + 3) / 4) * 4, 0);
+        for (size_t r = 0; r < outer; ++r)
+          for (size_t j = 0; j < kb; ++j)
+            t[Tiled128x4(r, j, kb)] = byte_of(is_b ? o.scales[j * o.scale_cols + r] : o.scales[r * o.scale_cols + j]);
+        return t;
+      };
+      const std::vector<uint8_t> ta = tiled(b, true, n), tb = tiled(a, false, m);
+      s8_lt_a = std::make_unique<DeviceBuffer<uint8_t>>(ta.data(), ta.size());
+      s8_lt_b = std::make_unique<DeviceBuffer<uint8_t>>(tb.data(), tb.size());
+      const int32_t sm = mode == CublasMode::kMx ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0
+                                                 : CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
+      desc.Set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, sm, "A scale mode");
+      desc.Set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, sm, "B scale mode");
+      const uint8_t* pa = s8_lt_a->get();
+      const uint8_t* pb = s8_lt_b->get();
+      desc.Set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, pa, "A scale pointer");
+      desc.Set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, pb, "B scale pointer");
+      alpha = a.tensor_scale * b.tensor_scale;  // NVFP4's second-level scales
+      break;
+    }
+  }
+  LtLayout la(ElemType(b.elem), k, n, static_cast<int64_t>(k));
+  LtLayout lb(ElemType(a.elem), k, m, static_cast<int64_t>(k));
+  LtLayout lc(CUDA_R_32F, n, m, static_cast<int64_t>(n));
+  const size_t ws_bytes = size_t{64} << 20;
+  DeviceBuffer<uint8_t> ws(ws_bytes);
+  LtPref pref(ws_bytes);
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  CheckLt(cublasLtMatmulAlgoGetHeuristic(h.h, desc.d, la.l, lb.l, lc.l, lc.l, pref.p, 1, &heur, &found),
+          "cublasLtMatmulAlgoGetHeuristic");
+  if (found == 0) throw Error(std::string("cuBLASLt found no algorithm for ") + CublasModeName(mode));
+  CheckLt(cublasLtMatmul(h.h, desc.d, &alpha, db.get(), la.l, da.get(), lb.l, &beta, dd.get(), lc.l, dd.get(), lc.l,
+                         &heur.algo, ws.get(), ws_bytes, 0),
+          "cublasLtMatmul");
+  detail::Check(cudaDeviceSynchronize(), "cuBLASLt GEMM");
+  std::vector<float> d(m * n);
+  dd.Download(d.data(), m * n);
+  return d;
+}
+
+}  // namespace qmx::gpu

@@ -1,0 +1,49 @@
+// gpu_internal.h: what the CUDA backend's sources share: error checks and device buffers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+
+#include "qmx/error.h"
+
+namespace qmx::gpu::detail {
+
+inline void Check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
+}
+inline void CheckLaunch(const char* what) {
+  Check(cudaGetLastError(), what);
+  Check(cudaDeviceSynchronize(), what);
+}
+
+// A device allocation freed on scope exit.
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    if (n > 0) Check(cudaMalloc(&p_, n * sizeof(T)), "cudaMalloc");
+  }
+  DeviceBuffer(const T* host, size_t n) : DeviceBuffer(n) { Upload(host, n); }
+  ~DeviceBuffer() {
+    if (p_) cudaFree(p_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() const { return p_; }
+  void Upload(const T* host, size_t n) {
+    if (n > 0) Check(cudaMemcpy(p_, host, n * sizeof(T), cudaMemcpyHostToDevice), "copy to device");
+  }
+  void Download(T* host, size_t n) const {
+    if (n > 0) Check(cudaMemcpy(host, p_, n * sizeof(T), cudaMemcpyDeviceToHost), "copy to host");
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_;
+};
+
+inline unsigned Blocks(size_t n, unsigned threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+}  // namespace qmx::gpu::detail

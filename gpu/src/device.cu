@@ -25,7 +25,7 @@ const DeviceInfo& Device() {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
-      d.reason = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e);
+      d.reason = std::string("no usable CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
       return d;
     }
     if (count == 0) {

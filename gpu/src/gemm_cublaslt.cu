@@ -20,6 +20,7 @@ namespace qmx::gpu {
 namespace {
 
 using detail::DeviceBuffer;
+using detail::IsFp8;
 
 const char* StatusName(cublasStatus_t s) {
   switch (s) {
@@ -79,7 +80,6 @@ cudaDataType ElemType(const Format& f) {
   throw Error(std::string("cuBLASLt: no element type for ") + f.name + " here (e4m3, e5m2, e2m1)");
 }
 
-bool IsFp8(const Format& f) { return std::string(f.name) == "e4m3" || std::string(f.name) == "e5m2"; }
 
 // Offset of scale (r, s) in the 128x4 tiled layout of a scale matrix with `cols` scale columns.
 size_t Tiled128x4(size_t r, size_t s, size_t cols) {
@@ -202,15 +202,17 @@ std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, Cubl
   const float beta = 0.0f;
   std::unique_ptr<DeviceBuffer<float>> s_lt_a, s_lt_b;      // FP32 scales for cuBLAS's A (our B) and B (our A)
   std::unique_ptr<DeviceBuffer<uint8_t>> s8_lt_a, s8_lt_b;  // block scale bytes
+  const void* scale_a = nullptr;  // what the scale pointers of cuBLAS's A and B point at
+  const void* scale_b = nullptr;
+  int32_t scale_mode_a = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+  int32_t scale_mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
   switch (mode) {
     case CublasMode::kTensorwise:
     case CublasMode::kTensorwiseFast: {
       s_lt_a = std::make_unique<DeviceBuffer<float>>(&b.tensor_scale, 1);
       s_lt_b = std::make_unique<DeviceBuffer<float>>(&a.tensor_scale, 1);
-      const float* pa = s_lt_a->get();
-      const float* pb = s_lt_b->get();
-      desc.Set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, pa, "A scale pointer");
-      desc.Set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, pb, "B scale pointer");
+      scale_a = s_lt_a->get();
+      scale_b = s_lt_b->get();
       const int8_t fast = mode == CublasMode::kTensorwiseFast ? 1 : 0;
       desc.Set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, fast, "fast accumulation");
       break;
@@ -233,15 +235,11 @@ std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, Cubl
       }
       s_lt_a = std::make_unique<DeviceBuffer<float>>(sb.data(), sb.size());
       s_lt_b = std::make_unique<DeviceBuffer<float>>(sa.data(), sa.size());
-      const int32_t mode_a = mode == CublasMode::kBlockwise ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
-                                                            : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-      const int32_t mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-      desc.Set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, mode_a, "A scale mode");
-      desc.Set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode_b, "B scale mode");
-      const float* pa = s_lt_a->get();
-      const float* pb = s_lt_b->get();
-      desc.Set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, pa, "A scale pointer");
-      desc.Set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, pb, "B scale pointer");
+      scale_a = s_lt_a->get();
+      scale_b = s_lt_b->get();
+      scale_mode_a = mode == CublasMode::kBlockwise ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+                                                    : CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+      scale_mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
       break;
     }
     case CublasMode::kMx:
@@ -268,18 +266,20 @@ std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, Cubl
       const std::vector<uint8_t> ta = tiled(b, true, n), tb = tiled(a, false, m);
       s8_lt_a = std::make_unique<DeviceBuffer<uint8_t>>(ta.data(), ta.size());
       s8_lt_b = std::make_unique<DeviceBuffer<uint8_t>>(tb.data(), tb.size());
-      const int32_t sm = mode == CublasMode::kMx ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0
-                                                 : CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
-      desc.Set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, sm, "A scale mode");
-      desc.Set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, sm, "B scale mode");
-      const uint8_t* pa = s8_lt_a->get();
-      const uint8_t* pb = s8_lt_b->get();
-      desc.Set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, pa, "A scale pointer");
-      desc.Set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, pb, "B scale pointer");
+      scale_a = s8_lt_a->get();
+      scale_b = s8_lt_b->get();
+      scale_mode_a = scale_mode_b = mode == CublasMode::kMx ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0
+                                                            : CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
       alpha = a.tensor_scale * b.tensor_scale;  // NVFP4's second-level scales
       break;
     }
   }
+  if (scale_mode_b != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F) {  // per-tensor scaling keeps the default modes
+    desc.Set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, scale_mode_a, "A scale mode");
+    desc.Set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, scale_mode_b, "B scale mode");
+  }
+  desc.Set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, scale_a, "A scale pointer");
+  desc.Set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, scale_b, "B scale pointer");
   LtLayout la(ElemType(b.elem), k, n, static_cast<int64_t>(k));
   LtLayout lb(ElemType(a.elem), k, m, static_cast<int64_t>(k));
   LtLayout lc(CUDA_R_32F, n, m, static_cast<int64_t>(n));

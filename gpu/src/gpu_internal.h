@@ -7,6 +7,7 @@
 #include <string>
 
 #include "qmx/error.h"
+#include "qmx/format.h"
 
 namespace qmx::gpu::detail {
 
@@ -43,6 +44,8 @@ class DeviceBuffer {
   T* p_ = nullptr;
   size_t n_;
 };
+
+inline bool IsFp8(const Format& f) { return std::string(f.name) == "e4m3" || std::string(f.name) == "e5m2"; }
 
 inline unsigned Blocks(size_t n, unsigned threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 

@@ -401,12 +401,9 @@ void QuantizeNvfp4(const float* x, size_t n, size_t block, float tensor_amax, Sc
   p.block = static_cast<int>(block);
   p.div_order = rule == ScaleRule::kNvfp4Div ? 1 : 0;
   p.policy = static_cast<int>(NanPolicy::kBlockNan);
-  // S_enc as Transformer Engine computes it (host FP32 arithmetic is IEEE, as the device's).
-  float s = 2688.0f / tensor_amax;
-  s = std::isnan(s) ? FLT_MAX : (s < FLT_MAX ? s : FLT_MAX);
-  if (tensor_amax == 0.0f || s == 0.0f) s = 1.0f;
-  p.s_enc = s;
-  *tensor_decode = 1.0f / s;
+  // S_enc on the host, as the library computes it (qmx/scale.h); the blocks' arithmetic runs on the device.
+  p.s_enc = Nvfp4TensorEncodeScale(tensor_amax);
+  *tensor_decode = 1.0f / p.s_enc;
   if (n == 0) return;
   const size_t nb = (n + block - 1) / block;
   DeviceBuffer<float> dx(x, n);

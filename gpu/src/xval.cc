@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "gpu_internal.h"
 #include "qmx/convert.h"
 #include "qmx/distributions.h"
 #include "qmx/error.h"
@@ -22,47 +23,17 @@
 namespace qmx::gpu {
 namespace {
 
-using Keys = std::vector<std::pair<std::string, std::string>>;
+using detail::IsFp8;
+using Keys = golden::HeaderKeys;
 using Fields = std::vector<std::string>;
+using golden::CastOptionsOf;
+using golden::Hex;
+using golden::JoinCodes;
 
-const std::string& Get(const Keys& k, const std::string& name) {
-  for (const auto& kv : k)
-    if (kv.first == name) return kv.second;
-  throw Error("golden header has no '" + name + "' key");
-}
-bool Has(const Keys& k, const std::string& name) {
-  for (const auto& kv : k)
-    if (kv.first == name) return true;
-  return false;
-}
-
-CastOptions CastOf(const Keys& k) {
-  CastOptions c;
-  c.rounding = ParseRounding(Get(k, "round"));
-  c.saturation = ParseSaturation(Get(k, "sat"));
-  if (Has(k, "nan-sign")) c.nan_sign = ParseNanSign(Get(k, "nan-sign"), "nan-sign");
-  if (Has(k, "nan-fallback")) c.nan_fallback = ParseNanFallback(Get(k, "nan-fallback"), "nan-fallback");
-  if (Has(k, "subnormals")) c.subnormals = ParseSubnormals(Get(k, "subnormals"), "subnormals");
-  if (Has(k, "sr-bits")) c.sr_bits = std::stoi(Get(k, "sr-bits"));
-  return c;
-}
+const std::string& Get(const Keys& k, const std::string& name) { return golden::KeyValue(k, name); }
 
 uint32_t HexWord(const std::string& s) { return static_cast<uint32_t>(std::stoul(s, nullptr, 16)); }
 
-std::string Hex(uint64_t v, int digits) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string s(static_cast<size_t>(digits), '0');
-  for (int i = digits - 1; i >= 0; --i, v >>= 4) s[static_cast<size_t>(i)] = kDigits[v & 0xF];
-  return s;
-}
-
-std::string JoinCodes(const uint8_t* c, size_t n, int digits) {
-  std::string s;
-  for (size_t i = 0; i < n; ++i) s += Hex(c[i], digits);
-  return s;
-}
-
-bool IsFp8(const Format& f) { return std::string(f.name) == "e4m3" || std::string(f.name) == "e5m2"; }
 bool IsSubByte(const Format& f) {
   const std::string n = f.name;
   return n == "e2m1" || n == "e2m3" || n == "e3m2";
@@ -78,7 +49,7 @@ ConvertPath PathFor(const Format& f, const CastOptions& c) {
 std::string RunConvert(const Keys& k, const std::vector<Fields>& ins, std::vector<Fields>& outs) {
   if (Get(k, "src") != "f32") return "the GPU backend converts f32 sources only";
   const Format& dst = GetFormat(Get(k, "dst"));
-  const CastOptions c = CastOf(k);
+  const CastOptions c = CastOptionsOf(k);
   if (IsSubByte(dst) && c.nan_fallback != NanFallback::kMaxPositive)
     return "cvt and the header functions turn NaN into the largest code (nan-fallback=max), not what this file says";
   if (dst.HasNan() && c.nan_sign != NanSign::kPositive)
@@ -98,19 +69,8 @@ std::string RunConvert(const Keys& k, const std::vector<Fields>& ins, std::vecto
   return "";
 }
 
-MxSpec MxSpecOf(const Keys& k) {
-  MxSpec s;
-  s.elem = GetFormat(Get(k, "elem"));
-  s.rule = ParseScaleRule(Get(k, "rule"));
-  s.nan = ParseNanPolicy(Get(k, "nan"));
-  s.scaling = ParseElementScaling(Get(k, "scaling"));
-  s.cast = CastOf(k);
-  s.block = std::stoi(Get(k, "block"));
-  return s;
-}
-
 std::string RunMx(const Keys& k, const std::vector<Fields>& ins, std::vector<Fields>& outs) {
-  const MxSpec s = MxSpecOf(k);
+  const MxSpec s = golden::MxSpecOf(k);
   if (std::string why = MxSupport(s); !why.empty()) return why;
   // Policies that convert a NaN element on its own (or make one, as Inf * 0 under te-rcp) put the device's
   // positive NaN code where a nan-sign=keep file keeps the sign.
@@ -148,7 +108,7 @@ std::string RunUe8m0(const Keys& k, const std::vector<Fields>& ins, std::vector<
 
 std::string RunNvfp4(const Keys& k, const std::vector<Fields>& ins, std::vector<Fields>& outs) {
   const ScaleRule rule = ParseScaleRule(Get(k, "rule"));
-  const CastOptions c = CastOf(k);
+  const CastOptions c = CastOptionsOf(k);
   if (c.rounding != Rounding::kRne || c.saturation != Saturation::kSatFinite)
     return "the NVFP4 kernel rounds to nearest even with satfinite only";
   if (!Device().available) return Device().reason;
@@ -169,7 +129,7 @@ std::string RunNvfp4(const Keys& k, const std::vector<Fields>& ins, std::vector<
 std::string RunSr(const Keys& k, const std::vector<Fields>& ins, std::vector<Fields>& outs) {
   if (Get(k, "layout") != "ptx-cvt-rs-x4") return "only the cvt.rs x4 layout is an instruction";
   const Format& dst = GetFormat(Get(k, "dst"));
-  const CastOptions c = CastOf(k);
+  const CastOptions c = CastOptionsOf(k);
   if (c.rounding != Rounding::kSrA || c.sr_bits != 8) return "cvt.rs is SR-A with 8 random bits per element";
   const DeviceInfo& d = Device();
   if (!d.available) return d.reason;

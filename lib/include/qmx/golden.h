@@ -11,6 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "qmx/cast_options.h"
+#include "qmx/mx.h"
+
 namespace qmx::golden {
 
 // What computes the results a directory is checked against.
@@ -55,12 +58,25 @@ struct ManifestEntry {
 std::vector<ManifestEntry> Generate(const GenOptions& opt, const std::string& dir,
                                     const std::function<void(const ManifestEntry&)>& progress = {});
 
+// A file header's key=value pairs, in file order (generator excluded).
+using HeaderKeys = std::vector<std::pair<std::string, std::string>>;
+
+// Reading headers and writing fields the way the library's own operations do, for external backends.
+bool HasKey(const HeaderKeys& keys, const std::string& name);
+const std::string& KeyValue(const HeaderKeys& keys, const std::string& name);  // throws qmx::Error naming it
+// round, sat and the optional nan-sign, nan-fallback, subnormals, sr-bits keys.
+CastOptions CastOptionsOf(const HeaderKeys& keys);
+// An op=mx-block header: elem, rule, nan, scaling, block and the cast keys, validated (qmx::Error).
+MxSpec MxSpecOf(const HeaderKeys& keys);
+std::string Hex(uint64_t v, int digits);  // lowercase, exactly `digits` hex digits of v's low nibbles
+// A run of `count` codes of `digits` hex digits each, as one field, element 0 first.
+std::string JoinCodes(const uint8_t* codes, size_t count, int digits);
+
 // A backend outside the library (the CUDA backend, gpu/): given a file's operation, its header keys (in
 // file order, generator excluded) and its cases' input fields (hex text), it either fills outputs (one entry
 // per case, the same output fields as the file, flags last; "--" where it computes no flags) and returns "",
 // or returns why it cannot run the file, which Verify then reports as skipped.
-using ExternalRunner = std::function<std::string(const std::string& op,
-                                                 const std::vector<std::pair<std::string, std::string>>& keys,
+using ExternalRunner = std::function<std::string(const std::string& op, const HeaderKeys& keys,
                                                  const std::vector<std::vector<std::string>>& inputs,
                                                  std::vector<std::vector<std::string>>& outputs)>;
 

@@ -19,6 +19,29 @@
 
 namespace qmx::golden {
 
+bool HasKey(const HeaderKeys& keys, const std::string& name) {
+  return std::any_of(keys.begin(), keys.end(), [&](const auto& kv) { return kv.first == name; });
+}
+
+const std::string& KeyValue(const HeaderKeys& keys, const std::string& name) {
+  for (const auto& kv : keys)
+    if (kv.first == name) return kv.second;
+  throw Error("the golden header has no " + name + "=... key");
+}
+
+std::string Hex(uint64_t v, int digits) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string s(digits, '0');
+  for (int i = digits - 1; i >= 0; --i, v >>= 4) s[i] = kDigits[v & 15];
+  return s;
+}
+
+std::string JoinCodes(const uint8_t* codes, size_t count, int digits) {
+  std::string s;
+  for (size_t i = 0; i < count; ++i) s += Hex(codes[i], digits);
+  return s;
+}
+
 namespace detail {
 
 Header& Header::Set(const std::string& k, const std::string& v) {
@@ -31,14 +54,11 @@ Header& Header::Set(const std::string& k, const std::string& v) {
   return *this;
 }
 
-bool Header::Has(const std::string& k) const {
-  return std::any_of(keys.begin(), keys.end(), [&](const auto& kv) { return kv.first == k; });
-}
+bool Header::Has(const std::string& k) const { return HasKey(keys, k); }
 
 const std::string& Header::Get(const std::string& k) const {
-  for (const auto& kv : keys)
-    if (kv.first == k) return kv.second;
-  throw Error("op=" + op + " needs the header key " + k + "=...");
+  if (!HasKey(keys, k)) throw Error("op=" + op + " needs the header key " + k + "=...");
+  return KeyValue(keys, k);
 }
 
 std::string Header::Line() const {
@@ -67,13 +87,6 @@ Header Header::Parse(const std::string& line) {
   }
   if (h.op.empty()) throw Error("the header line names no op");
   return h;
-}
-
-std::string Hex(uint64_t v, int digits) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string s(digits, '0');
-  for (int i = digits - 1; i >= 0; --i, v >>= 4) s[i] = kDigits[v & 15];
-  return s;
 }
 
 bool ParseHex(const std::string& s, int digits, uint64_t& v) {

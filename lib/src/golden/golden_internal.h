@@ -20,7 +20,7 @@ inline constexpr const char* kMagic = "# qmx-golden v1";
 // a space; every other value is one token.
 struct Header {
   std::string op;
-  std::vector<std::pair<std::string, std::string>> keys;  // in file order, generator excluded
+  HeaderKeys keys;  // in file order, generator excluded
   std::string generator;
 
   Header& Set(const std::string& k, const std::string& v);
@@ -47,8 +47,6 @@ class Op {
 // The operation a header describes; throws qmx::Error for an unknown op or bad option values.
 std::unique_ptr<Op> MakeOp(const Header& h);
 
-// Lowercase hex of the low `digits` nibbles of v.
-std::string Hex(uint64_t v, int digits);
 // Parses exactly `digits` hex digits; false when the text is anything else.
 bool ParseHex(const std::string& s, int digits, uint64_t& v);
 using qmx::detail::F32Bits;

@@ -32,17 +32,6 @@ const Format& ElementFormat(const std::string& name) {
   return f;
 }
 
-CastOptions CastFrom(const Header& h) {
-  CastOptions c;
-  c.rounding = ParseRounding(h.Get("round"));
-  c.saturation = ParseSaturation(h.Get("sat"));
-  if (h.Has("nan-sign")) c.nan_sign = ParseNanSign(h.Get("nan-sign"), "nan-sign");
-  if (h.Has("nan-fallback")) c.nan_fallback = ParseNanFallback(h.Get("nan-fallback"), "nan-fallback");
-  if (h.Has("subnormals")) c.subnormals = ParseSubnormals(h.Get("subnormals"), "subnormals");
-  if (h.Has("sr-bits")) c.sr_bits = std::stoi(h.Get("sr-bits"));
-  return c;
-}
-
 std::string CheckWidth(const Fields& in, size_t i, int digits, const char* what) {
   uint64_t v;
   if (!ParseHex(in[i], digits, v))
@@ -52,12 +41,6 @@ std::string CheckWidth(const Fields& in, size_t i, int digits, const char* what)
 
 uint64_t FieldValue(const std::string& s) { return std::stoull(s, nullptr, 16); }
 
-// A run of `count` codes of `digits` hex digits each written as one field, element 0 first.
-std::string JoinCodes(const uint8_t* codes, size_t count, int digits) {
-  std::string s;
-  for (size_t i = 0; i < count; ++i) s += Hex(codes[i], digits);
-  return s;
-}
 bool SplitCodes(const std::string& s, size_t count, int digits, std::vector<uint32_t>& out) {
   if (s.size() != count * digits) return false;
   out.resize(count);
@@ -73,7 +56,7 @@ bool SplitCodes(const std::string& s, size_t count, int digits, std::vector<uint
 class ConvertOp : public Op {
  public:
   explicit ConvertOp(const Header& h)
-      : src_(SourceType(h.Get("src"))), dst_(ElementFormat(h.Get("dst"))), opt_(CastFrom(h)) {
+      : src_(SourceType(h.Get("src"))), dst_(ElementFormat(h.Get("dst"))), opt_(CastOptionsOf(h.keys)) {
     if (IsStochastic(opt_.rounding)) throw Error("op=convert does not take stochastic rounding (see op=sr)");
     ValidateCastOptions(dst_, opt_);
   }
@@ -187,14 +170,7 @@ uint32_t ElementFlags(uint32_t x_bits, int k, const Format& elem, const CastOpti
 // ------------------------------------------------------------------ mx-block: block -> scale + codes
 class MxBlockOp : public Op {
  public:
-  explicit MxBlockOp(const Header& h) {
-    spec_.elem = ElementFormat(h.Get("elem"));
-    spec_.rule = ParseScaleRule(h.Get("rule"));
-    spec_.nan = ParseNanPolicy(h.Get("nan"));
-    spec_.scaling = ParseElementScaling(h.Get("scaling"));
-    spec_.cast = CastFrom(h);
-    spec_.block = std::stoi(h.Get("block"));
-    ValidateMxSpec(spec_);
+  explicit MxBlockOp(const Header& h) : spec_(MxSpecOf(h.keys)) {
     if (IsStochastic(spec_.cast.rounding)) throw Error("op=mx-block takes a deterministic rounding");
   }
   size_t InputFields() const override { return spec_.block; }
@@ -244,7 +220,7 @@ class Nvfp4BlockOp : public Op {
   explicit Nvfp4BlockOp(const Header& h) {
     spec_ = QuantSpecByName("nvfp4");
     spec_.rule = ParseScaleRule(h.Get("rule"));
-    spec_.cast = CastFrom(h);
+    spec_.cast = CastOptionsOf(h.keys);
     block_ = std::stoi(h.Get("block"));
     if (block_ < 1 || block_ > 4096) throw Error("block must be 1..4096");
     spec_.block_cols = block_;
@@ -304,7 +280,7 @@ class Nvfp4BlockOp : public Op {
 // and one code, for every SR variant and bit count.
 class SrOp : public Op {
  public:
-  explicit SrOp(const Header& h) : dst_(ElementFormat(h.Get("dst"))), opt_(CastFrom(h)) {
+  explicit SrOp(const Header& h) : dst_(ElementFormat(h.Get("dst"))), opt_(CastOptionsOf(h.keys)) {
     const std::string layout = h.Get("layout");
     if (layout != "ptx-cvt-rs-x4" && layout != "element") throw Error("op=sr layout must be ptx-cvt-rs-x4 or element");
     x4_ = layout == "ptx-cvt-rs-x4";
@@ -488,3 +464,30 @@ std::unique_ptr<Op> MakeOp(const Header& h) {
 }
 
 }  // namespace qmx::golden::detail
+
+namespace qmx::golden {
+
+CastOptions CastOptionsOf(const HeaderKeys& k) {
+  CastOptions c;
+  c.rounding = ParseRounding(KeyValue(k, "round"));
+  c.saturation = ParseSaturation(KeyValue(k, "sat"));
+  if (HasKey(k, "nan-sign")) c.nan_sign = ParseNanSign(KeyValue(k, "nan-sign"), "nan-sign");
+  if (HasKey(k, "nan-fallback")) c.nan_fallback = ParseNanFallback(KeyValue(k, "nan-fallback"), "nan-fallback");
+  if (HasKey(k, "subnormals")) c.subnormals = ParseSubnormals(KeyValue(k, "subnormals"), "subnormals");
+  if (HasKey(k, "sr-bits")) c.sr_bits = std::stoi(KeyValue(k, "sr-bits"));
+  return c;
+}
+
+MxSpec MxSpecOf(const HeaderKeys& k) {
+  MxSpec s;
+  s.elem = detail::ElementFormat(KeyValue(k, "elem"));
+  s.rule = ParseScaleRule(KeyValue(k, "rule"));
+  s.nan = ParseNanPolicy(KeyValue(k, "nan"));
+  s.scaling = ParseElementScaling(KeyValue(k, "scaling"));
+  s.cast = CastOptionsOf(k);
+  s.block = std::stoi(KeyValue(k, "block"));
+  ValidateMxSpec(s);
+  return s;
+}
+
+}  // namespace qmx::golden

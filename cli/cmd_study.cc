@@ -25,46 +25,7 @@ namespace qmx::cli {
 namespace {
 
 // ---------------------------------------------------------------------------------------------------
-// Inputs
-
-struct Input {
-  std::string name;
-  std::vector<float> data;
-  size_t rows = 0, cols = 0;
-};
-
-Input FromArray(const std::string& name, const NpyArray& arr) {
-  if (arr.dtype != DType::kF32 && arr.dtype != DType::kBF16 && arr.dtype != DType::kF16)
-    throw Error("tensor '" + name + "' is " + DTypeName(arr.dtype) + "; studies read f32, bf16 or f16");
-  Input in;
-  in.name = name;
-  in.cols = arr.shape.empty() ? 1 : arr.shape.back();
-  in.rows = in.cols ? arr.count() / in.cols : 0;
-  if (in.rows * in.cols == 0) throw Error("tensor '" + name + "' is empty");
-  in.data.resize(in.rows * in.cols);
-  for (size_t i = 0; i < in.data.size(); ++i) in.data[i] = SourceValueF32(arr.dtype, arr.data.data(), i);
-  return in;
-}
-
-// "file.npy", "file.safetensors" (every float tensor) or "file.safetensors:NAME".
-std::vector<Input> LoadTensorFile(const std::string& spec) {
-  std::vector<Input> out;
-  const size_t st = spec.find(".safetensors");
-  if (st != std::string::npos) {
-    const std::string path = spec.substr(0, st + 12);
-    std::string name = spec.size() > st + 12 && spec[st + 12] == ':' ? spec.substr(st + 13) : "";
-    if (spec.size() > st + 12 && spec[st + 12] != ':')
-      throw Error("--input '" + spec + "': write a tensor of a .safetensors file as FILE.safetensors:NAME");
-    for (auto& [n, arr] : ReadSafetensorsInputs(path, name.empty() ? std::vector<std::string>{} : std::vector<std::string>{name}))
-      out.push_back(FromArray(n, arr));
-  } else if (EndsWith(spec, ".npy")) {
-    const auto [n, arr] = ReadNpyInput(spec);
-    out.push_back(FromArray(n, arr));
-  } else {
-    throw Error("--input '" + spec + "' is not a .npy or .safetensors file (distributions go to --dist)");
-  }
-  return out;
-}
+// Inputs (Input and LoadTensorFile: tensor_inputs.h)
 
 struct InputArgs {
   std::vector<std::string> dists, files;

@@ -12,4 +12,5 @@ void AddGemmCommand(CLI::App& app);
 void AddStudyCommand(CLI::App& app);
 void AddGoldenCommand(CLI::App& app);
 void AddXvalCommand(CLI::App& app);
+void AddRecipeCommand(CLI::App& app);
 }  // namespace qmx::cli

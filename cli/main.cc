@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   qmx::cli::AddQuantizeCommand(app);
   qmx::cli::AddGemmCommand(app);
   qmx::cli::AddStudyCommand(app);
+  qmx::cli::AddRecipeCommand(app);
   qmx::cli::AddGoldenCommand(app);
   qmx::cli::AddXvalCommand(app);
   qmx::cli::SetCommandLine(argc, argv);

@@ -1,6 +1,7 @@
 // tensor_inputs.cc: float tensors from .npy and .safetensors files for the CLI commands.
 #include "tensor_inputs.h"
 
+#include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/safetensors.h"
 
@@ -28,6 +29,40 @@ std::vector<std::pair<std::string, NpyArray>> ReadSafetensorsInputs(const std::s
 std::pair<std::string, NpyArray> ReadNpyInput(const std::string& path) {
   const std::string base = path.substr(path.find_last_of('/') + 1);
   return {base.substr(0, base.size() - 4), ReadNpy(path)};
+}
+
+
+Input FromArray(const std::string& name, const NpyArray& arr) {
+  if (arr.dtype != DType::kF32 && arr.dtype != DType::kBF16 && arr.dtype != DType::kF16)
+    throw Error("tensor '" + name + "' is " + DTypeName(arr.dtype) + "; qmx-sim reads f32, bf16 or f16 tensors");
+  Input in;
+  in.name = name;
+  in.cols = arr.shape.empty() ? 1 : arr.shape.back();
+  in.rows = in.cols ? arr.count() / in.cols : 0;
+  if (in.rows * in.cols == 0) throw Error("tensor '" + name + "' is empty");
+  in.data.resize(in.rows * in.cols);
+  for (size_t i = 0; i < in.data.size(); ++i) in.data[i] = SourceValueF32(arr.dtype, arr.data.data(), i);
+  return in;
+}
+
+// "file.npy", "file.safetensors" (every float tensor) or "file.safetensors:NAME".
+std::vector<Input> LoadTensorFile(const std::string& spec, const std::string& option) {
+  std::vector<Input> out;
+  const size_t st = spec.find(".safetensors");
+  if (st != std::string::npos) {
+    const std::string path = spec.substr(0, st + 12);
+    std::string name = spec.size() > st + 12 && spec[st + 12] == ':' ? spec.substr(st + 13) : "";
+    if (spec.size() > st + 12 && spec[st + 12] != ':')
+      throw Error(option + " '" + spec + "': write a tensor of a .safetensors file as FILE.safetensors:NAME");
+    for (auto& [n, arr] : ReadSafetensorsInputs(path, name.empty() ? std::vector<std::string>{} : std::vector<std::string>{name}))
+      out.push_back(FromArray(n, arr));
+  } else if (EndsWith(spec, ".npy")) {
+    const auto [n, arr] = ReadNpyInput(spec);
+    out.push_back(FromArray(n, arr));
+  } else {
+    throw Error(option + " '" + spec + "' is not a .npy or .safetensors file");
+  }
+  return out;
 }
 
 }  // namespace qmx::cli

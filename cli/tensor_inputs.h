@@ -1,5 +1,5 @@
 // tensor_inputs.h: reading the float tensors a command works on from .npy and .safetensors files, shared
-// by `quantize` and `study`.
+// by `quantize`, `study` and `recipe`.
 #pragma once
 
 #include <string>
@@ -18,5 +18,17 @@ std::vector<std::pair<std::string, NpyArray>> ReadSafetensorsInputs(const std::s
                                                                     const std::vector<std::string>& names);
 // A .npy file as one tensor named after the file ("dir/act.npy" -> "act").
 std::pair<std::string, NpyArray> ReadNpyInput(const std::string& path);
+
+// A float tensor as a rows x cols FP32 matrix (rows: all but the last dimension).
+struct Input {
+  std::string name;
+  std::vector<float> data;
+  size_t rows = 0, cols = 0;
+};
+// An F32 / BF16 / F16 array as an Input (qmx::Error for other dtypes or an empty tensor).
+Input FromArray(const std::string& name, const NpyArray& arr);
+// "file.npy", "file.safetensors" (every float tensor) or "file.safetensors:NAME"; `option` names the
+// command-line option in error messages.
+std::vector<Input> LoadTensorFile(const std::string& spec, const std::string& option = "--input");
 
 }  // namespace qmx::cli

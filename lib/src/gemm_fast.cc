@@ -477,6 +477,20 @@ bool Fp32SeqFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, 
   return true;
 }
 
+}  // namespace
+
+void GemmF32SeqValues(const float* a, const float* b, size_t m, size_t n, size_t k, Exec exec, float* out) {
+  GemmPlan plan;
+  plan.m = m;
+  plan.n = n;
+  plan.k = k;
+  ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
+    for (size_t j0 = 0; j0 < n; j0 += kCols) Fp32SeqTile(a, b, nullptr, n, k, i0, i1, j0, std::min(kCols, n - j0), out);
+  });
+}
+
+namespace {
+
 // ---- exact and block-exact with exact double block sums --------------------------------------------
 
 // Bits an exact sum of `count` products of two formats can span (largest magnitude over smallest LSB).

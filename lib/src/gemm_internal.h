@@ -33,6 +33,11 @@ void GemmRefRows(const GemmOperand& a, const GemmOperand& b, const float* c_in, 
 bool GemmFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
               const GemmPlan& plan, Exec exec, float* out);
 
+// IEEE FP32 accumulation on plain FP32 values (the training recipes' BF16 operands): out (m x n) =
+// a (m x k) * b (k x n) with out[i][j] = fmaf(a[i][kk], b[kk][j], acc) for kk ascending, acc from +0.
+// The fp32-seq kernel's tiles; rows in parallel, the same bits on any thread count.
+void GemmF32SeqValues(const float* a, const float* b, size_t m, size_t n, size_t k, Exec exec, float* out);
+
 // The exponent MMA-Sim gives a value: floor(log2 |x|), but never below the format's emin (subnormals
 // keep emin and a significand below 1). x finite and nonzero.
 inline int NominalExp(double x, int emin) {

@@ -15,13 +15,15 @@ namespace {
 
 // One element into a chunk's partial sums. Shared by every path, so they agree by construction; the
 // reference differs from the fast path only in how chunks are scheduled.
-inline void AddElement(ErrorStats& s, float r, float o) {
+// A float reference gives exact differences; a double one (the recipes' FP64 GEMMs) one rounding.
+template <typename Ref>
+inline void AddElement(ErrorStats& s, Ref r, float o) {
   if (!std::isfinite(r) || !std::isfinite(o)) {
     ++s.nonfinite;
     if (std::isfinite(r)) ++s.out_nonfinite;
     return;
   }
-  const double rd = r, od = o, e = od - rd;  // exact: both are floats
+  const double rd = r, od = o, e = od - rd;
   ++s.count;
   s.sum_sq_err += e * e;
   s.sum_err += e;
@@ -40,7 +42,8 @@ inline void AddElement(ErrorStats& s, float r, float o) {
   }
 }
 
-ErrorStats ChunkStats(const float* ref, const float* out, size_t n) {
+template <typename Ref>
+ErrorStats ChunkStats(const Ref* ref, const float* out, size_t n) {
   ErrorStats s;
   for (size_t i = 0; i < n; ++i) AddElement(s, ref[i], out[i]);
   return s;
@@ -81,7 +84,10 @@ void ErrorStats::Merge(const ErrorStats& b) {
   rel_count += b.rel_count;
 }
 
-ErrorStats CompareTensors(const float* ref, const float* out, size_t n, Exec exec) {
+namespace {
+
+template <typename Ref>
+ErrorStats CompareChunked(const Ref* ref, const float* out, size_t n, Exec exec) {
   const size_t chunks = (n + kMetricsChunk - 1) / kMetricsChunk;
   std::vector<ErrorStats> part(chunks);
   const bool par = exec == Exec::kParallel && chunks > 1;
@@ -93,6 +99,15 @@ ErrorStats CompareTensors(const float* ref, const float* out, size_t n, Exec exe
   ErrorStats s;
   for (const ErrorStats& p : part) s.Merge(p);
   return s;
+}
+
+}  // namespace
+
+ErrorStats CompareTensors(const float* ref, const float* out, size_t n, Exec exec) {
+  return CompareChunked(ref, out, n, exec);
+}
+ErrorStats CompareTensors(const double* ref, const float* out, size_t n, Exec exec) {
+  return CompareChunked(ref, out, n, exec);
 }
 
 ErrorStats CompareTensorsRef(const float* ref, const float* out, size_t n) {

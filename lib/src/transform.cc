@@ -226,6 +226,7 @@ QuestResult QuestQuantize(const float* x, size_t rows, size_t cols, const QuantS
   const size_t n = rows * cols, groups = n / g;
   out.dequant.assign(n, 0.0f);
   out.mask.assign(n, 0);
+  out.codes.assign(n, 0);
   out.scales.assign(groups, 0.0f);
   std::vector<uint64_t> clipped(rows, 0);
   const bool par = exec == Exec::kParallel && n >= (1u << 16);
@@ -273,6 +274,7 @@ QuestResult QuestQuantize(const float* x, size_t rows, size_t cols, const QuantS
     sr.first_index = r * cols;
     ConvertToCodes(DType::kF32, v.data(), cols, spec.elem, cast, codes.data(), sr);
     DecodeToF32(codes.data(), cols, spec.elem, d.data());
+    std::copy(codes.begin(), codes.end(), out.codes.begin() + static_cast<std::ptrdiff_t>(r * cols));
     for (size_t c = 0; c < cols; ++c) {
       const float scale = out.scales[(r * cols + c) / g];
       out.dequant[r * cols + c] = std::isnan(scale) ? scale : d[c] * scale;

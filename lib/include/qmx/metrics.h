@@ -47,6 +47,8 @@ struct ErrorStats {
 // The statistics of out against ref, n elements. kParallel computes chunks on OpenMP threads; the result
 // equals the sequential one bit for bit.
 ErrorStats CompareTensors(const float* ref, const float* out, size_t n, Exec exec = Exec::kParallel);
+// Against a double reference (the training recipes' FP64 GEMMs): each difference is rounded once to double.
+ErrorStats CompareTensors(const double* ref, const float* out, size_t n, Exec exec = Exec::kParallel);
 // The deliberately simple reference: one element at a time, the same chunked order, no OpenMP.
 ErrorStats CompareTensorsRef(const float* ref, const float* out, size_t n);
 

@@ -73,6 +73,7 @@ double QuestGaussianMse(const Format& elem, double alpha);
 
 struct QuestResult {
   std::vector<float> dequant;  // rows x cols: the quantized values in the transformed domain
+  std::vector<uint8_t> codes;  // rows x cols element codes: dequant = decode(code) * its group's scale
   std::vector<uint8_t> mask;   // rows x cols: 1 where the gradient is trusted
   std::vector<float> scales;   // one per group, the decoded scale
   uint64_t clipped = 0;        // elements outside the trust region

@@ -1,0 +1,192 @@
+// qmx/recipe.h: training recipes on one linear layer. Y = X W^T (FPROP), dX = dY W (DGRAD) and
+// dW = dY^T X (WGRAD), each GEMM's operands quantized exactly as a recipe does it (which tensor, along
+// which axis, in which format, under which scale rule, with which transform and rounding), multiplied
+// under an accumulation model and measured against FP64 GEMMs of the unquantized tensors
+// (REFERENCES.md section 3; seeds 000, 002, 003, 004). A sequence of steps with drifting tensors and
+// outlier spikes drives the delayed-scaling amax histories (seed 001's kurtosis alongside).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qmx/distributions.h"
+#include "qmx/metrics.h"
+#include "qmx/quantize.h"
+#include "qmx/scale.h"
+#include "qmx/transform.h"
+
+namespace qmx {
+
+enum class LinearGemm : uint8_t { kFprop, kDgrad, kWgrad };
+const char* LinearGemmName(LinearGemm g);  // "fprop", "dgrad", "wgrad"
+inline constexpr std::array<LinearGemm, 3> kLinearGemms = {LinearGemm::kFprop, LinearGemm::kDgrad, LinearGemm::kWgrad};
+
+// The three tensors of a linear layer, FP32 row-major: X is m x k (tokens x input features), W is n x k
+// (output x input features), dY is m x n.
+enum class LinearTensor : uint8_t { kX, kW, kDy };
+const char* LinearTensorName(LinearTensor t);  // "X", "W", "dY"
+
+// How one GEMM operand is made. Every operand is quantized along its GEMM's K from a K-contiguous
+// high-precision copy: FPROP takes X (K = k) and W (K = k); DGRAD dY (K = n) and W^T, i.e. W column-wise;
+// WGRAD dY^T (K = m) and X^T, i.e. dY and X column-wise. So a "column-wise copy" is a fresh quantization of
+// the high-precision source along the other axis, never a transposed quantized tensor (seed 000).
+enum class OperandKind : uint8_t {
+  kBf16,       // RNE to BF16, no scales
+  kSpec,       // qmx::Quantize under `spec` (its blocks run along K; 2-D blocks are the same either way)
+  kQuest,      // QuEST (Hadamard, std-based power-of-two scale, RNE with clipping) under `spec`: Quartet's forward
+  kQuartetSr,  // Quartet's backward quantizer (mxfp4_triton.py with stochastic_round): per 1x32 block X =
+               // 2^(floor(log2 amax) - 2), s = fl32(X * fl32(4/3)), element = SR(fl32(x / s)) to E2M1, value = e * s
+};
+const char* OperandKindName(OperandKind k);  // "bf16", "spec", "quest", "quartet-sr"
+
+struct OperandPlan {
+  LinearTensor tensor = LinearTensor::kX;
+  bool transposed = false;  // the copy quantized along the tensor's first dimension (column-wise)
+  // Quartet's backward GEMMs re-quantize the forward's QuEST output (in the forward Hadamard domain),
+  // not the high-precision tensor.
+  bool from_forward = false;
+  OperandKind kind = OperandKind::kSpec;
+  QuantSpec spec;                         // row-wise along K (kSpec, kQuest: block and element)
+  std::optional<HadamardSpec> hadamard;   // along K before quantizing; randomized ones draw new signs each step
+  bool delayed = false;                   // per-tensor FP32 scale from the tensor's amax history
+  bool stochastic = false;                // the spec rounds stochastically (seeded per step and operand)
+};
+
+struct RecipeGemm {
+  LinearGemm which = LinearGemm::kFprop;
+  OperandPlan a, b;   // A = M x K, B^T = N x K
+  std::string accum;  // the accumulation model of the hardware the recipe targets ("auto" picks it)
+  // Quartet: the GEMM output is in the forward Hadamard domain of X (DGRAD) or W (WGRAD); multiply it by
+  // that tensor's QuEST trust mask and invert the Hadamard along k.
+  bool quest_backward = false;
+};
+
+struct TrainingRecipe {
+  std::string name, summary, source;
+  std::array<RecipeGemm, 3> gemms;  // FPROP, DGRAD, WGRAD
+};
+
+// bf16, fp8-delayed, fp8-current, fp8-blockwise, mxfp8, mxfp8-ocp, mxfp8-e5m2-grads, nvfp4, quartet.
+// Throws qmx::Error listing them.
+TrainingRecipe TrainingRecipeByName(const std::string& name);
+std::vector<std::string> TrainingRecipeNames();
+// One line per operand: "fprop A: X e4m3 1x32 row-wise round-up (transformer-engine) ...".
+std::string DescribeOperand(const OperandPlan& p);
+std::string DescribeTrainingRecipe(const TrainingRecipe& r);
+
+struct RecipeOptions {
+  std::string accum = "auto";  // "auto": each GEMM's model from the recipe; else one model for all three
+  uint64_t seed = 0;           // stochastic rounding bits and random Hadamard signs (mixed with the step)
+  int amax_history = 1024;     // delayed scaling (Transformer Engine's DelayedScaling defaults)
+  int margin = 0;
+  AmaxAlgo amax_algo = AmaxAlgo::kMax;
+  // Single steps: before the first step, push the tensors' own amax into empty histories, so a lone step
+  // shows the steady state rather than the scale of 1 a fresh history starts with.
+  bool prime_history = true;
+  bool keep_values = false;  // keep each GEMM's output and operand values (tests, golden checks)
+  Exec exec = Exec::kParallel;
+};
+
+// Delayed-scaling histories (X, W, dY) carried across the steps of a sequence.
+struct RecipeState {
+  std::optional<DelayedScaling> x, w, dy;
+  uint64_t step = 0;
+};
+
+struct LinearInputs {
+  const float* x = nullptr;
+  const float* w = nullptr;
+  const float* dy = nullptr;
+  size_t m = 0, n = 0, k = 0;
+};
+
+// FP64 references of the three GEMMs from the FP32 tensors: each output a sum over K in ascending order in
+// double (products exact), fixed order, so the same bits on any thread count.
+struct LinearReference {
+  std::vector<double> y, dx, dw;  // m x n, m x k, n x k
+};
+LinearReference ComputeLinearReference(const LinearInputs& in, Exec exec = Exec::kParallel);
+// out (rows x cols) = A (rows x K) times Bt^T (Bt cols x K), in that order. Exposed for the tests.
+std::vector<double> GemmF64(const float* a, const float* bt, size_t rows, size_t cols, size_t k,
+                            Exec exec = Exec::kParallel);
+
+struct OperandReport {
+  std::string name;        // "X", "W^T", "dY" ...
+  ErrorStats quant_error;  // dequantized operand against the quantizer's input (after any transform)
+  uint64_t saturated = 0, flushed = 0;
+  float tensor_scale = 1;  // per-tensor FP32 decode scale (or NVFP4's second level), 1 otherwise
+};
+
+struct RecipeGemmResult {
+  LinearGemm which = LinearGemm::kFprop;
+  std::string accum;   // the model used
+  ErrorStats error;    // output against the FP64 reference of the unquantized GEMM
+  OperandReport a, b;
+  // keep_values only: the output, the exact values the GEMM multiplied (A: M x K, B^T: N x K, block scales
+  // applied), and the factor applied after accumulation (per-tensor scales, Quartet's 16/9).
+  std::vector<float> out;
+  std::vector<double> a_values, bt_values;
+  float alpha = 1;
+};
+
+struct RecipeStepResult {
+  std::array<RecipeGemmResult, 3> gemms;
+  // Per-tensor delayed scaling: the decode scales this step used (X, W, dY), 0 when not delayed.
+  float delayed_decode_x = 0, delayed_decode_w = 0, delayed_decode_dy = 0;
+};
+
+// Runs the three GEMMs of one step. Throws qmx::Error when a shape does not fit the recipe (a Hadamard or
+// block that must divide K), when the model does not fit the operands (the GEMM layer's message), or when
+// a tensor holds NaN or Inf.
+RecipeStepResult RunRecipeStep(const TrainingRecipe& recipe, const LinearInputs& in, const LinearReference& ref,
+                               RecipeState& state, const RecipeOptions& opt);
+
+// ---------------------------------------------------------------- synthetic layers
+// A tensor's distribution: DistSpec draws (unit RMS) times `scale`; `channel_rate` of the columns (chosen
+// by Philox from the seed) times `channel_gain` (LLM activations' outlier features); each row times
+// exp(row_sigma * g_r - row_sigma^2 / 2), g_r ~ N(0, 1) (per-token gradient norms).
+struct TensorGen {
+  DistSpec dist;
+  double scale = 1;
+  double channel_rate = 0, channel_gain = 1;
+  double row_sigma = 0;
+};
+struct LayerGen {
+  TensorGen x, w, dy;
+};
+// X: Student-t(5) with 1/128 of the channels x 32; W: normal x 0.02; dY: Laplace x 1e-3 with row sigma 1.
+LayerGen DefaultLayerGen();
+void GenerateTensor(const TensorGen& g, uint64_t seed, size_t rows, size_t cols, float* out,
+                    Exec exec = Exec::kParallel);
+
+// The sequence mode's tensors. Step 0 is GenerateTensor of each tensor; step t > 0 mixes the previous
+// tensor with a fresh draw, T_t = sqrt(1 - drift) T_{t-1} + sqrt(drift) Z_t (W with weight_drift), scales
+// dY by grad_decay per step, and with probability spike_rate per step multiplies spike_rows random rows
+// (tokens) of X and dY by spike_gain for that step only.
+struct SequenceGen {
+  double drift = 0.05, weight_drift = 0.005, grad_decay = 1.0;
+  double spike_rate = 0.05, spike_gain = 64;
+  size_t spike_rows = 1;
+};
+class LayerSequence {
+ public:
+  LayerSequence(const LayerGen& gen, const SequenceGen& seq, uint64_t seed, size_t m, size_t n, size_t k);
+  // Advances to the next step (the first call gives step 0) and returns its tensors.
+  LinearInputs Next();
+  bool spiked() const { return spiked_; }  // whether the step just returned carries a spike
+  uint64_t step() const { return step_; }
+
+ private:
+  LayerGen gen_;
+  SequenceGen seq_;
+  uint64_t seed_, step_ = 0;
+  size_t m_, n_, k_;
+  std::vector<float> base_x_, base_w_, base_dy_, x_, w_, dy_;
+  bool spiked_ = false, started_ = false;
+};
+
+}  // namespace qmx

@@ -245,9 +245,9 @@ std::string OperandName(const OperandPlan& p) {
   return s;
 }
 
-// Quartet's backward quantizer (see OperandKind::kQuartetSr).
+// Quartet's backward quantizer (see OperandKind::kQuartetSr), with its saturation and flush counts.
 GemmOperand QuartetSr(const float* x, size_t rows, size_t cols, const QuantSpec& spec, uint64_t& saturated,
-                      uint64_t& flushed) {
+                      uint64_t& flushed, Exec exec) {
   const size_t g = 32;
   if (cols % g != 0)
     throw Error("quartet: K = " + std::to_string(cols) + " is not a multiple of the MXFP4 group of 32");
@@ -267,7 +267,7 @@ GemmOperand QuartetSr(const float* x, size_t rows, size_t cols, const QuantSpec&
   CastOptions cast = spec.cast;
   cast.saturation = Saturation::kSatFinite;
   std::vector<uint64_t> sat(rows, 0), fl(rows, 0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (exec == Exec::kParallel)
   for (size_t r = 0; r < rows; ++r) {
     std::vector<float> v(cols);
     for (size_t c0 = 0; c0 < cols; c0 += g) {
@@ -348,7 +348,7 @@ Built BuildOperand(const OperandPlan& p, std::vector<float> src, size_t rows, si
       break;
     }
     case OperandKind::kQuartetSr:
-      b.op = QuartetSr(src.data(), rows, cols, spec, b.report.saturated, b.report.flushed);
+      b.op = QuartetSr(src.data(), rows, cols, spec, b.report.saturated, b.report.flushed, exec);
       break;
   }
   b.report.tensor_scale = b.op.tensor_scale;
@@ -396,6 +396,14 @@ void CheckFinite(const float* x, size_t n, const char* name) {
 }
 
 }  // namespace
+
+GemmOperand QuantizeQuartetBackward(const float* x, size_t rows, size_t cols, uint64_t seed, Exec exec) {
+  QuantSpec spec = QuantSpecByName("mxfp4-ocp");
+  spec.cast.rounding = Rounding::kSrA;
+  spec.seed = seed;
+  uint64_t sat = 0, fl = 0;
+  return QuartetSr(x, rows, cols, spec, sat, fl, exec);
+}
 
 // ------------------------------------------------------------------ names
 
@@ -515,7 +523,7 @@ RecipeStepResult RunRecipeStep(const TrainingRecipe& recipe, const LinearInputs&
       if (!p->delayed) continue;
       const int t = static_cast<int>(p->tensor);
       if (!*hist[t]) *hist[t] = DelayedScaling(p->spec.elem, opt.amax_history, opt.margin, opt.amax_algo);
-      if (opt.prime_history && (*hist[t])->history().empty()) (*hist[t])->Push(amax[t]);
+      if (opt.prime_history && state.step == 0) (*hist[t])->Push(amax[t]);
       dscale[t] = (*hist[t])->scale();
     }
 

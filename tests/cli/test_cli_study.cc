@@ -18,17 +18,6 @@ namespace {
 using Catch::Matchers::Contains;
 using namespace qmx::test;
 
-std::vector<std::string> CsvRow(const std::string& line) {
-  std::vector<std::string> f;
-  std::string cur;
-  for (char c : line) {
-    if (c == ',') f.push_back(cur), cur.clear();
-    else cur += c;
-  }
-  f.push_back(cur);
-  return f;
-}
-
 TEST_CASE("study quickstart prints its table and writes identical CSV/JSON/SVG on any thread count", "[cli][study]") {
   TempDir d;
   const std::string args = "study quickstart --rows 32 --cols 512 --quiet --out-dir ";
@@ -70,7 +59,7 @@ TEST_CASE("study error: CSV values equal the library's study step on the same in
   REQUIRE(r.status == 0);
   const std::vector<std::string> lines = Lines(ReadText(d / "e.csv"));
   REQUIRE(lines.size() == 5);
-  const std::vector<std::string> head = CsvRow(lines[0]);
+  const std::vector<std::string> head = CsvFields(lines[0]);
   const auto col = [&](const std::string& k) { return std::find(head.begin(), head.end(), k) - head.begin(); };
   std::vector<float> x(16 * 256);
   GenerateDist(ParseDist("laplace"), 5, x.data(), x.size());
@@ -81,7 +70,7 @@ TEST_CASE("study error: CSV values equal the library's study step on the same in
       m.spec = QuantSpecByName(spec);
       SetStudyTransform(m, t);
       const StudyOutcome o = RunStudyMethod(x.data(), 16, 256, m);
-      const std::vector<std::string> f = CsvRow(lines[row++]);
+      const std::vector<std::string> f = CsvFields(lines[row++]);
       INFO(spec << " " << t);
       CHECK(f[col("spec")] == spec);
       CHECK(f[col("transform")] == t);

@@ -91,6 +91,18 @@ inline std::vector<std::string> Words(const std::string& line) {
 }
 
 // Names of the entries of a directory, sorted.
+// The comma-separated fields of one CSV line (the writers never quote).
+inline std::vector<std::string> CsvFields(const std::string& line) {
+  std::vector<std::string> f;
+  std::string cur;
+  for (char c : line) {
+    if (c == ',') f.push_back(cur), cur.clear();
+    else cur += c;
+  }
+  f.push_back(cur);
+  return f;
+}
+
 inline std::vector<std::string> Listing(const fs::path& dir) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());

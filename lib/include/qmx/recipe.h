@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "qmx/distributions.h"
+#include "qmx/gemm.h"
 #include "qmx/metrics.h"
 #include "qmx/quantize.h"
 #include "qmx/scale.h"
@@ -56,6 +57,13 @@ struct OperandPlan {
   bool stochastic = false;                // the spec rounds stochastically (seeded per step and operand)
 };
 
+// Quartet's backward quantizer on a rows x cols matrix, blocks of 32 along the rows (cols % 32 == 0, else
+// qmx::Error): E2M1 codes, the block scales X (UE8M0) and tensor_scale fl32(4/3), so an element's value is
+// decode(code) * X * fl32(4/3). Stochastic rounding (SR-A, 8 bits) with element (r, c) drawing
+// RandomBitsForElement(seed, r * cols + c).
+GemmOperand QuantizeQuartetBackward(const float* x, size_t rows, size_t cols, uint64_t seed,
+                                    Exec exec = Exec::kParallel);
+
 struct RecipeGemm {
   LinearGemm which = LinearGemm::kFprop;
   OperandPlan a, b;   // A = M x K, B^T = N x K
@@ -84,8 +92,8 @@ struct RecipeOptions {
   int amax_history = 1024;     // delayed scaling (Transformer Engine's DelayedScaling defaults)
   int margin = 0;
   AmaxAlgo amax_algo = AmaxAlgo::kMax;
-  // Single steps: before the first step, push the tensors' own amax into empty histories, so a lone step
-  // shows the steady state rather than the scale of 1 a fresh history starts with.
+  // Before a state's first step, push the tensors' own amax into the fresh histories, so a lone step shows
+  // the steady state rather than the scale of 1 a fresh history starts with (sequences turn this off).
   bool prime_history = true;
   bool keep_values = false;  // keep each GEMM's output and operand values (tests, golden checks)
   Exec exec = Exec::kParallel;

@@ -4,7 +4,8 @@
 //     bytes and the scalar reference path,
 //     with effective bandwidth (bytes read + bytes written per second);
 //   GEMM models: Eigen SGEMM and DGEMM (compiled for the best x86 level the CPU has) on the same sizes
-//     and thread counts, in GFLOP/s (2 M N K per call), with the speed targets.
+//     and thread counts, in GFLOP/s (2 M N K per call), with the speed targets;
+//   training recipes: one step of each beside Eigen SGEMM/DGEMM of the same three GEMMs.
 #include <omp.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "qmx/io.h"
 #include "qmx/metrics.h"
 #include "qmx/mx.h"
+#include "qmx/recipe.h"
 #include "qmx/transform.h"
 
 namespace qmx::cli {
@@ -42,6 +44,7 @@ struct BenchArgs {
   std::string suite = "all";
   std::vector<int> gemm_sizes = {1024, 2048};
   int gemm_reps = 3;
+  std::vector<int> recipe_shape = {256, 512, 512};  // m n k
 };
 
 std::string CpuModel() {
@@ -224,6 +227,76 @@ void RunGemmBench(const BenchArgs& a, nlohmann::json& j) {
   std::printf("(%d of the GEMM targets short)\n", short_of);
 }
 
+// One step of each training recipe (its three quantizations and GEMMs, the FP64 reference precomputed)
+// beside Eigen SGEMM and DGEMM of the same three shapes, and the FP64 reference beside Eigen DGEMM.
+void RunRecipeBench(const BenchArgs& a, nlohmann::json& j) {
+  if (a.recipe_shape.size() != 3) throw Error("--recipe-shape takes three sizes: m n k");
+  for (int v : a.recipe_shape)
+    if (v < 16 || v > 8192) throw Error("--recipe-shape values must be 16..8192, not " + std::to_string(v));
+  const size_t m = a.recipe_shape[0], n = a.recipe_shape[1], k = a.recipe_shape[2];
+  const LayerGen gen = DefaultLayerGen();
+  std::vector<float> x(m * k), w(n * k), dy(m * n);
+  GenerateTensor(gen.x, 1, m, k, x.data());
+  GenerateTensor(gen.w, 2, n, k, w.data());
+  GenerateTensor(gen.dy, 3, m, n, dy.data());
+  const LinearInputs in{x.data(), w.data(), dy.data(), m, n, k};
+  const LinearReference ref = ComputeLinearReference(in);
+  const EigenGemm eigen = BestEigenGemm();
+  // The three GEMMs as row-major C = A * B for Eigen: Y = X W^T, dX = dY W, dW = dY^T X.
+  std::vector<float> wt(k * n), dyt(n * m), c(std::max({m * n, m * k, n * k}));
+  for (size_t r = 0; r < n; ++r)
+    for (size_t q = 0; q < k; ++q) wt[q * n + r] = w[r * k + q];
+  for (size_t r = 0; r < m; ++r)
+    for (size_t q = 0; q < n; ++q) dyt[q * m + r] = dy[r * n + q];
+  std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end()), dyd(dy.begin(), dy.end()),
+      wtd(wt.begin(), wt.end()), dytd(dyt.begin(), dyt.end()), cd(c.size());
+  const long M = static_cast<long>(m), N = static_cast<long>(n), K = static_cast<long>(k);
+  const auto sgemm3 = [&] {
+    eigen.sgemm(x.data(), wt.data(), c.data(), M, N, K);
+    eigen.sgemm(dy.data(), w.data(), c.data(), M, K, N);
+    eigen.sgemm(dyt.data(), x.data(), c.data(), N, K, M);
+  };
+  const auto dgemm3 = [&] {
+    eigen.dgemm(xd.data(), wtd.data(), cd.data(), M, N, K);
+    eigen.dgemm(dyd.data(), wd.data(), cd.data(), M, K, N);
+    eigen.dgemm(dytd.data(), xd.data(), cd.data(), N, K, M);
+  };
+  const int saved_threads = omp_get_max_threads();
+  std::printf("\nTraining recipes: one step (quantize X, W, dY in every orientation, FPROP + DGRAD + WGRAD) at m=%zu "
+              "n=%zu k=%zu, median of %d; ratio = step time / Eigen SGEMM of the same three GEMMs (Eigen %s)\n",
+              m, n, k, a.gemm_reps, eigen.level.c_str());
+  std::printf("%-34s %3s %10s %10s\n", "kernel", "thr", "ms", "x sgemm");
+  j["recipe"]["shape"] = {m, n, k};
+  j["recipe"]["rows"] = nlohmann::json::array();
+  for (int t : a.threads) {
+    omp_set_num_threads(t);
+    const double s_base = MedianSeconds(a.gemm_reps, sgemm3), d_base = MedianSeconds(a.gemm_reps, dgemm3);
+    const double ref_s = MedianSeconds(a.gemm_reps, [&] { (void)ComputeLinearReference(in); });
+    struct Entry {
+      std::string name;
+      double seconds;
+    };
+    std::vector<Entry> rows = {{"eigen sgemm x3", s_base}, {"eigen dgemm x3", d_base}, {"fp64 reference x3", ref_s}};
+    for (const std::string& name : TrainingRecipeNames()) {
+      const TrainingRecipe r = TrainingRecipeByName(name);
+      RecipeOptions o;
+      rows.push_back({"recipe " + name, MedianSeconds(a.gemm_reps, [&] {
+                        RecipeState st;
+                        (void)RunRecipeStep(r, in, ref, st, o);
+                      })});
+    }
+    for (const Entry& e : rows) {
+      std::printf("%-34s %3d %10.2f %10.2f\n", e.name.c_str(), t, e.seconds * 1e3, e.seconds / s_base);
+      j["recipe"]["rows"].push_back({{"kernel", e.name},
+                                     {"threads", t},
+                                     {"median_s", e.seconds},
+                                     {"ratio_vs_sgemm", e.seconds / s_base},
+                                     {"ratio_vs_dgemm", e.seconds / d_base}});
+    }
+  }
+  omp_set_num_threads(saved_threads);
+}
+
 void RunConvertBench(const BenchArgs& a, nlohmann::json& j) {
   if (a.log2n < 10 || a.log2n > 30) throw Error("--log2n must be 10..30, not " + std::to_string(a.log2n));
   if (a.reps < 1 || a.ref_reps < 1) throw Error("--reps and --ref-reps must be at least 1");
@@ -357,8 +430,8 @@ void RunConvertBench(const BenchArgs& a, nlohmann::json& j) {
 }
 
 void RunBench(const BenchArgs& a) {
-  if (a.suite != "all" && a.suite != "convert" && a.suite != "gemm")
-    throw Error("--suite is all, convert or gemm, not '" + a.suite + "'");
+  if (a.suite != "all" && a.suite != "convert" && a.suite != "gemm" && a.suite != "recipe")
+    throw Error("--suite is all, convert, gemm or recipe, not '" + a.suite + "'");
   for (int t : a.threads)
     if (t < 1 || t > 1024) throw Error("--threads values must be 1..1024, not " + std::to_string(t));
   if (!a.target.empty()) ForceSimdTarget(a.target);
@@ -367,12 +440,11 @@ void RunBench(const BenchArgs& a) {
   j["cpu"] = CpuModel();
   j["simd_target"] = SimdTargetName();
   j["simd_targets_available"] = SimdTargets();
-  if (a.suite != "gemm") RunConvertBench(a, j);
-  if (a.suite != "convert") {
-    if (a.suite == "gemm")
-      std::printf("qmx-sim bench %s: %s; SIMD target %s\n", QMX_VERSION, CpuModel().c_str(), SimdTargetName().c_str());
-    RunGemmBench(a, j);
-  }
+  if (a.suite == "all" || a.suite == "convert") RunConvertBench(a, j);
+  if (a.suite == "gemm" || a.suite == "recipe")
+    std::printf("qmx-sim bench %s: %s; SIMD target %s\n", QMX_VERSION, CpuModel().c_str(), SimdTargetName().c_str());
+  if (a.suite == "all" || a.suite == "gemm") RunGemmBench(a, j);
+  if (a.suite == "all" || a.suite == "recipe") RunRecipeBench(a, j);
   if (!a.json.empty()) WriteFileAtomic(a.json, j.dump(2) + "\n");
 }
 
@@ -388,10 +460,13 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("--target", a.target, "Force a SIMD target (AVX3, AVX2, SSE4, SSSE3, SCALAR; default: the best)");
   cmd->add_option("--json", a.json, "Also write the results as JSON to this file");
   cmd->add_flag("--no-ref", a.no_ref, "Skip the scalar reference timings");
-  cmd->add_option("--suite", a.suite, "What to time: all, convert (conversion and MX quantization) or gemm")
+  cmd->add_option("--suite", a.suite,
+                  "What to time: all, convert (conversion and MX quantization), gemm or recipe (one training step)")
       ->capture_default_str();
   cmd->add_option("--gemm-sizes", a.gemm_sizes, "GEMM sizes M = N = K to time")->capture_default_str();
   cmd->add_option("--gemm-reps", a.gemm_reps, "Timed runs per GEMM kernel (the median is reported)")->capture_default_str();
+  cmd->add_option("--recipe-shape", a.recipe_shape, "Training recipes: m n k of the linear layer")
+      ->capture_default_str();
   cmd->callback([] { RunBench(a); });
 }
 

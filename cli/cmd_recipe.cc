@@ -26,7 +26,7 @@ struct RecipeArgs {
   std::vector<std::string> recipes = {"all"};
   std::string x_file, w_file, dy_file;
   std::string x_dist, w_dist, dy_dist;
-  size_t m = 512, n = 1024, k = 1024;
+  size_t m = 256, n = 512, k = 512;
   uint64_t seed = 1;
   std::string accum = "auto";
   int steps = 0;
@@ -186,9 +186,14 @@ ordered_json PlansJson(const std::vector<TrainingRecipe>& rs) {
   return plans;
 }
 
+// The JSON holds the records, or, for a sequence written as CSV too, the per-recipe summary (the per-step
+// records stay in the CSV: a long sequence would otherwise be stored twice).
 void WriteOutputs(const RecipeArgs& a, const std::vector<TrainingRecipe>& rs, const Layer& shape,
-                  const std::vector<ordered_json>& records, const char* mode) {
-  ordered_json j = StudyJson(std::string("recipe-") + mode, a.seed, records);
+                  const std::vector<ordered_json>& records, const char* mode,
+                  const std::vector<ordered_json>* summary = nullptr) {
+  const bool summarize = summary && !a.csv.empty();
+  ordered_json j = StudyJson(std::string("recipe-") + mode, a.seed, summarize ? *summary : records);
+  if (summarize) j["records_csv"] = a.csv;
   j["shape"] = {{"m", shape.m}, {"n", shape.n}, {"k", shape.k}};
   j["inputs"] = shape.origin;
   j["accum"] = a.accum;
@@ -317,7 +322,7 @@ void RunSequence(const RecipeArgs& a, const std::vector<TrainingRecipe>& rs) {
   shape.n = a.n;
   shape.k = a.k;
   shape.origin = "generated sequence";
-  WriteOutputs(a, rs, shape, records, "sequence");
+  WriteOutputs(a, rs, shape, records, "sequence", &table);
 }
 
 }  // namespace
@@ -346,8 +351,8 @@ void AddRecipeCommand(CLI::App& app) {
   c->add_option("--accum", a->accum, "auto (each GEMM on the hardware its recipe targets) or one model for all")
       ->capture_default_str();
   c->add_option("--steps", a->steps, "sequence mode: this many steps of drifting tensors with spikes");
-  c->add_option("--drift", a->seq.drift, "sequence: fresh-draw fraction of X and dY per step")->capture_default_str();
-  c->add_option("--weight-drift", a->seq.weight_drift, "sequence: fresh-draw fraction of W per step")->capture_default_str();
+  c->add_option("--drift", a->seq.drift, "sequence: fraction of the X and dY elements redrawn per step")->capture_default_str();
+  c->add_option("--weight-drift", a->seq.weight_drift, "sequence: fraction of the W elements redrawn per step")->capture_default_str();
   c->add_option("--grad-decay", a->seq.grad_decay, "sequence: dY scale factor per step")->capture_default_str();
   c->add_option("--spike-rate", a->seq.spike_rate, "sequence: probability of a spike step")->capture_default_str();
   c->add_option("--spike-gain", a->seq.spike_gain, "sequence: spike factor on a token's X and dY")->capture_default_str();

@@ -617,18 +617,23 @@ LayerGen DefaultLayerGen() {
 }
 
 void GenerateTensor(const TensorGen& g, uint64_t seed, size_t rows, size_t cols, float* out, Exec exec) {
+  GenerateTensor(g, seed, seed, rows, cols, out, exec);
+}
+
+void GenerateTensor(const TensorGen& g, uint64_t seed, uint64_t structure_seed, size_t rows, size_t cols, float* out,
+                    Exec exec) {
   const size_t n = rows * cols;
   GenerateDist(g.dist, seed, out, n, 0, exec);
   std::vector<float> col(cols, static_cast<float>(g.scale)), row(rows, 1.0f);
   if (g.channel_rate > 0) {
-    const uint64_t s = Mix(seed, 0xC4A);
+    const uint64_t s = Mix(structure_seed, 0xC4A);
     const double thr = g.channel_rate * 4294967296.0;
     for (size_t c = 0; c < cols; ++c)
       if (static_cast<double>(RandomBitsForElement(s, c)) < thr) col[c] = static_cast<float>(g.scale * g.channel_gain);
   }
   if (g.row_sigma > 0) {
     std::vector<float> z(rows);
-    GenerateDist(DistSpec{}, Mix(seed, 0x70E), z.data(), rows, 0, Exec::kSequential);
+    GenerateDist(DistSpec{}, Mix(structure_seed, 0x70E), z.data(), rows, 0, Exec::kSequential);
     for (size_t r = 0; r < rows; ++r)
       row[r] = static_cast<float>(std::exp(g.row_sigma * z[r] - g.row_sigma * g.row_sigma / 2));
   }
@@ -657,7 +662,7 @@ LinearInputs LayerSequence::Next() {
     step_ = 0;
     for (int t = 0; t < 3; ++t) {
       base[t]->resize(rows[t] * cols[t]);
-      GenerateTensor(*gens[t], Mix(seed_, 0, t + 1), rows[t], cols[t], base[t]->data());
+      GenerateTensor(*gens[t], Mix(seed_, 0, t + 1), Mix(seed_, 0, t + 1), rows[t], cols[t], base[t]->data());
     }
   } else {
     ++step_;
@@ -666,10 +671,12 @@ LinearInputs LayerSequence::Next() {
       const double d = t == 1 ? seq_.weight_drift : seq_.drift;
       if (d == 0) continue;
       z.resize(base[t]->size());
-      GenerateTensor(*gens[t], Mix(seed_, step_, t + 1), rows[t], cols[t], z.data());
-      const float keep = static_cast<float>(std::sqrt(1 - d)), add = static_cast<float>(std::sqrt(d));
+      GenerateTensor(*gens[t], Mix(seed_, step_, t + 1), Mix(seed_, 0, t + 1), rows[t], cols[t], z.data());
+      const uint64_t pick = Mix(seed_, step_, t + 1, 0xD81F7);
+      const double thr = d * 4294967296.0;
       std::vector<float>& v = *base[t];
-      for (size_t i = 0; i < v.size(); ++i) v[i] = keep * v[i] + add * z[i];
+      for (size_t i = 0; i < v.size(); ++i)
+        if (static_cast<double>(RandomBitsForElement(pick, i)) < thr) v[i] = z[i];
     }
   }
   x_ = base_x_;

@@ -423,13 +423,23 @@ TEST_CASE("layer sequences are seeded, drift, decay and spike as configured", "[
     spiked_rows += all && a1.x[r * 32] != 0;
   }
   CHECK(spiked_rows == 1);
-  // Drift keeps the tensors correlated from step to step but not equal; the same seed repeats the bits.
+  // Drift replaces about `drift` of the elements per step; the same seed repeats the bits.
   SequenceGen drift;
-  LayerSequence c(DefaultLayerGen(), drift, 9, 16, 8, 32), d(DefaultLayerGen(), drift, 9, 16, 8, 32);
+  drift.drift = 0.25;
+  drift.spike_rate = 0;
+  LayerSequence c(DefaultLayerGen(), drift, 9, 64, 8, 32), d(DefaultLayerGen(), drift, 9, 64, 8, 32);
+  std::vector<float> prev;
   for (int s = 0; s < 3; ++s) {
     const LinearInputs ci = c.Next(), di = d.Next();
-    CHECK(std::memcmp(ci.x, di.x, 4 * 16 * 32) == 0);
-    CHECK(std::memcmp(ci.dy, di.dy, 4 * 16 * 8) == 0);
+    CHECK(std::memcmp(ci.x, di.x, 4 * 64 * 32) == 0);
+    CHECK(std::memcmp(ci.dy, di.dy, 4 * 64 * 8) == 0);
+    if (s > 0) {
+      size_t changed = 0;
+      for (size_t i = 0; i < prev.size(); ++i) changed += ci.x[i] != prev[i];
+      CHECK(changed > 400);  // 2048 elements at 1/4: mean 512, sd 20
+      CHECK(changed < 624);
+    }
+    prev.assign(ci.x, ci.x + 64 * 32);
   }
   CHECK_THROWS_WITH(LayerSequence(DefaultLayerGen(), drift, 1, 0, 8, 8), Contains("must be positive"));
 }

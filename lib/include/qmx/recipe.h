@@ -154,9 +154,10 @@ RecipeStepResult RunRecipeStep(const TrainingRecipe& recipe, const LinearInputs&
                                RecipeState& state, const RecipeOptions& opt);
 
 // ---------------------------------------------------------------- synthetic layers
-// A tensor's distribution: DistSpec draws (unit RMS) times `scale`; `channel_rate` of the columns (chosen
-// by Philox from the seed) times `channel_gain` (LLM activations' outlier features); each row times
-// exp(row_sigma * g_r - row_sigma^2 / 2), g_r ~ N(0, 1) (per-token gradient norms).
+// A tensor's distribution: DistSpec draws (unit RMS) times `scale`; `channel_rate` of the columns times
+// `channel_gain` (LLM activations' outlier features); each row times exp(row_sigma * g_r - row_sigma^2 / 2),
+// g_r ~ N(0, 1) (per-token gradient norms). Which columns and the row factors come from `structure_seed`,
+// the values from `seed`, so a sequence keeps its outlier channels while its values change.
 struct TensorGen {
   DistSpec dist;
   double scale = 1;
@@ -170,11 +171,14 @@ struct LayerGen {
 LayerGen DefaultLayerGen();
 void GenerateTensor(const TensorGen& g, uint64_t seed, size_t rows, size_t cols, float* out,
                     Exec exec = Exec::kParallel);
+void GenerateTensor(const TensorGen& g, uint64_t seed, uint64_t structure_seed, size_t rows, size_t cols, float* out,
+                    Exec exec = Exec::kParallel);
 
-// The sequence mode's tensors. Step 0 is GenerateTensor of each tensor; step t > 0 mixes the previous
-// tensor with a fresh draw, T_t = sqrt(1 - drift) T_{t-1} + sqrt(drift) Z_t (W with weight_drift), scales
-// dY by grad_decay per step, and with probability spike_rate per step multiplies spike_rows random rows
-// (tokens) of X and dY by spike_gain for that step only.
+// The sequence mode's tensors. Step 0 is GenerateTensor of each tensor; at each later step every element
+// is replaced, with probability `drift` (W: weight_drift), by a fresh draw of the same distribution and
+// structure (the same outlier channels and row factors), so the tensors change slowly while their
+// distribution stays stationary. dY is scaled by grad_decay^t, and with probability spike_rate a step
+// multiplies spike_rows random rows (tokens) of X and dY by spike_gain, for that step only.
 struct SequenceGen {
   double drift = 0.05, weight_drift = 0.005, grad_decay = 1.0;
   double spike_rate = 0.05, spike_gain = 64;

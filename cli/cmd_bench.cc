@@ -44,7 +44,7 @@ struct BenchArgs {
   std::string suite = "all";
   std::vector<int> gemm_sizes = {1024, 2048};
   int gemm_reps = 3;
-  std::vector<int> recipe_shape = {256, 512, 512};  // m n k
+  std::vector<int> recipe_shape = {128, 128, 256};  // m n k
 };
 
 std::string CpuModel() {

@@ -170,3 +170,21 @@ TEST_CASE("recipe errors name the problem, exit 1 and write nothing", "[cli][rec
 
 }  // namespace
 }  // namespace qmx
+
+namespace qmx {
+namespace {
+
+TEST_CASE("bench --suite recipe times a step of every recipe beside Eigen", "[cli][recipe]") {
+  using namespace qmx::test;
+  const RunResult r = Run("bench --suite recipe --recipe-shape 32 32 64 --gemm-reps 1 --threads 1");
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Matchers::Contains("eigen sgemm x3"));
+  CHECK_THAT(r.out, Catch::Matchers::Contains("fp64 reference x3"));
+  for (const std::string& name : TrainingRecipeNames()) CHECK_THAT(r.out, Catch::Matchers::Contains("recipe " + name));
+  const RunResult bad = Run("bench --suite recipe --recipe-shape 32 32");
+  CHECK(bad.status == 1);
+  CHECK_THAT(bad.err, Catch::Matchers::Contains("--recipe-shape takes three sizes"));
+}
+
+}  // namespace
+}  // namespace qmx

@@ -4,7 +4,6 @@
 // tensors with outlier spikes and writes one CSV row per step, recipe and GEMM.
 #include <omp.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -259,10 +258,6 @@ void RunSequence(const RecipeArgs& a, const std::vector<TrainingRecipe>& rs) {
     const LinearReference ref = ComputeLinearReference(in);
     const KurtosisStats kx = RowKurtosis(in.x, in.m, in.k, taus), kw = RowKurtosis(in.w, in.n, in.k, taus),
                         kdy = RowKurtosis(in.dy, in.m, in.n, taus);
-    float amax[3] = {0, 0, 0};
-    for (size_t i = 0; i < in.m * in.k; ++i) amax[0] = std::max(amax[0], std::fabs(in.x[i]));
-    for (size_t i = 0; i < in.n * in.k; ++i) amax[1] = std::max(amax[1], std::fabs(in.w[i]));
-    for (size_t i = 0; i < in.m * in.n; ++i) amax[2] = std::max(amax[2], std::fabs(in.dy[i]));
     for (size_t ri = 0; ri < rs.size(); ++ri) {
       const RecipeStepResult res = RunRecipeStep(rs[ri], in, ref, states[ri], opt);
       for (size_t gi = 0; gi < 3; ++gi) {
@@ -272,9 +267,9 @@ void RunSequence(const RecipeArgs& a, const std::vector<TrainingRecipe>& rs) {
         j["spike"] = seq.spiked() ? 1 : 0;
         const ordered_json rec = GemmRecord(rs[ri], g);
         for (auto it = rec.begin(); it != rec.end(); ++it) j[it.key()] = it.value();
-        j["amax_x"] = amax[0];
-        j["amax_w"] = amax[1];
-        j["amax_dy"] = amax[2];
+        j["amax_x"] = res.amax[0];
+        j["amax_w"] = res.amax[1];
+        j["amax_dy"] = res.amax[2];
         j["kurt_x"] = kx.mean_kurtosis;
         j["kurt_w"] = kw.mean_kurtosis;
         j["kurt_dy"] = kdy.mean_kurtosis;

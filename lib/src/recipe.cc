@@ -17,6 +17,7 @@
 #include "qmx/error.h"
 #include "qmx/gemm.h"
 #include "qmx/rng.h"
+#include "quantize_internal.h"
 
 namespace qmx {
 namespace {
@@ -186,10 +187,9 @@ std::vector<float> Transpose(const float* src, size_t rows, size_t cols) {
   return t;
 }
 
-float AmaxOf(const float* x, size_t n) {
-  float a = 0;
-  for (size_t i = 0; i < n; ++i) a = std::max(a, std::fabs(x[i]));
-  return a;
+// The tensors are checked finite, so any NaN policy gives the plain max |x|.
+float AmaxOf(const float* x, size_t rows, size_t cols) {
+  return detail::TensorAmax(TensorView{DType::kF32, x, rows, cols}, NanPolicy::kIgnoreNan);
 }
 
 float Bf16Round(float x) {  // RNE to BF16 for a finite x (overflow rounds to Inf as IEEE does)
@@ -271,7 +271,7 @@ GemmOperand QuartetSr(const float* x, size_t rows, size_t cols, const QuantSpec&
   for (size_t r = 0; r < rows; ++r) {
     std::vector<float> v(cols);
     for (size_t c0 = 0; c0 < cols; c0 += g) {
-      const float amax = AmaxOf(x + r * cols + c0, g);
+      const float amax = AmaxOf(x + r * cols + c0, 1, g);
       const uint8_t byte = Ue8m0ScaleFromAmax(amax, fmt::kE2M1, ScaleRule::kOcpFloor);
       const float X = DecodeToFloat(fmt::kUE8M0, byte);
       o.scales[r * o.scale_cols + c0 / g] = X;
@@ -513,7 +513,7 @@ RecipeStepResult RunRecipeStep(const TrainingRecipe& recipe, const LinearInputs&
   CheckFinite(in.dy, in.m * in.n, "dY");
   const float* src[3] = {in.x, in.w, in.dy};
   const size_t rows[3] = {in.m, in.n, in.m}, cols[3] = {in.k, in.k, in.n};
-  const float amax[3] = {AmaxOf(in.x, in.m * in.k), AmaxOf(in.w, in.n * in.k), AmaxOf(in.dy, in.m * in.n)};
+  const std::array<float, 3> amax = {AmaxOf(in.x, in.m, in.k), AmaxOf(in.w, in.n, in.k), AmaxOf(in.dy, in.m, in.n)};
   std::optional<DelayedScaling>* hist[3] = {&state.x, &state.w, &state.dy};
 
   // Delayed scaling: one scale per tensor per step, shared by its row- and column-wise copies.
@@ -528,6 +528,7 @@ RecipeStepResult RunRecipeStep(const TrainingRecipe& recipe, const LinearInputs&
     }
 
   RecipeStepResult res;
+  res.amax = amax;
   res.delayed_decode_x = dscale[0] ? dscale[0]->decode : 0;
   res.delayed_decode_w = dscale[1] ? dscale[1]->decode : 0;
   res.delayed_decode_dy = dscale[2] ? dscale[2]->decode : 0;

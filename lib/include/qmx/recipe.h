@@ -143,6 +143,7 @@ struct RecipeGemmResult {
 
 struct RecipeStepResult {
   std::array<RecipeGemmResult, 3> gemms;
+  std::array<float, 3> amax{};  // max |x| of X, W and dY this step
   // Per-tensor delayed scaling: the decode scales this step used (X, W, dY), 0 when not delayed.
   float delayed_decode_x = 0, delayed_decode_w = 0, delayed_decode_dy = 0;
 };

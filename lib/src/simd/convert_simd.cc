@@ -20,9 +20,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "hwy/highway.h"
 #include "qmx/rng.h"
+#if HWY_ARCH_X86
+#include <xmmintrin.h>
+#endif
 #include "qmx/scale.h"
 #include "simd/convert_params.h"
 
@@ -36,6 +40,7 @@ using DI = hn::RebindToSigned<DU>;
 using DF = hn::RebindToFloat<DU>;
 using VU = hn::Vec<DU>;
 using VI = hn::Vec<DI>;
+using VF = hn::Vec<DF>;
 constexpr size_t kMaxLanes = HWY_LANES(uint32_t);
 
 // FP32 bits of a float format's largest finite value (code max_code), for the lite path's range test.
@@ -47,6 +52,15 @@ inline uint32_t MaxFiniteBits(const ConvertParams& p) {
   if (e < 1 || e > 254) return 0;
   return static_cast<uint32_t>(e) << 23 | mant << (23 - p.man_bits);
 }
+
+// The fused path's constants (see FusedVec). Loops copy them into a local first: the code stores through
+// uint8_t* may alias any object whose address escaped, which would force a reload of every constant.
+struct FusedK {
+  VU thr, kn, magic_bits, max_code, ovf, sign_bit, sr_mask, nz_all;
+  VF magic;
+  int s0 = 0, sign_shift = 0, sr_n = 0;
+  bool sat = false, neg_zero = false;
+};
 
 // Broadcast constants of one call.
 struct Consts {
@@ -87,7 +101,9 @@ struct Consts {
         flush_in(p.flush_below != 0),
         flush_out(p.flush_out != 0),
         neg_zero(p.has_neg_zero != 0),
-        is_unsigned(p.is_unsigned != 0) {}
+        is_unsigned(p.is_unsigned != 0) {
+    InitFused(p);
+  }
   VI emin127, sbase, big_e, sr_bits;
   VU adj, max_code, sign_bit, min_normal, flush_below, int_mask, sr_mask;
   VU nan_pos, nan_neg, inf_pos, inf_neg, ovf_pos, ovf_neg, invalid;
@@ -97,7 +113,61 @@ struct Consts {
   int emin127_s, sbase_s, sr_n;
   bool lite;  // the lite path may serve this call (float format with mantissa bits, simple mode)
   bool is_int, has_adj, flush_in, flush_out, neg_zero, is_unsigned;
+  // Fused path (FusedVec): whether this call may take it at all, and its constants.
+  bool fused = false;
+  FusedK f;
+
+ private:
+  void InitFused(const ConvertParams& p);
 };
+
+// The FPU tiers need the default environment: round to nearest even, no flush-to-zero, no
+// denormals-are-zero. A caller that changed it gets the integer tiers instead.
+inline bool DefaultFpEnvironment() {
+#if HWY_ARCH_X86
+  return (_mm_getcsr() & 0xE040u) == 0;  // RC bits 13-14, FTZ bit 15, DAZ bit 6
+#else
+  return true;
+#endif
+}
+
+inline void Consts::InitFused(const ConvertParams& p) {
+  const bool rne = p.rounding == Rounding::kRne;
+  const bool sra = p.rounding == Rounding::kSrA;
+  const int m = p.man_bits, n = static_cast<int>(p.sr_bits);
+  // Float formats whose half subnormal quantum q/2 = 2^(emin - m - 1) lies above FP32's subnormals, so that
+  // an FP32 intermediate that underflowed rounds to the same code as the exact value.
+  if (p.kind != Kind::kFloat || p.is_unsigned != 0 || p.adj != 0 || m < 1 || p.sbase != 23 - m ||
+      p.flush_below != 0 || p.flush_out != 0 || max_bits == 0 || p.emin127 - m - 1 < 2 || p.emin127 - m + 23 > 254)
+    return;
+  if (!rne && !(sra && n >= 1 && n <= p.sbase && n + m <= 29)) return;
+  // SR's multiplier 2^(N + m - emin) as an FP32 exponent field: at least 1.0, finite.
+  const int sr_exp = 254 + n + m - p.emin127;
+  if (sra && (sr_exp < 127 || sr_exp > 254)) return;
+  if (p.ovf_code[1] != (p.ovf_code[0] | p.sign_bit)) return;
+  if (!DefaultFpEnvironment()) return;
+  const DU du;
+  const DF df;
+  const uint32_t rebias = static_cast<uint32_t>(p.emin127 - 1) << 23;
+  f.thr = hn::Set(du, static_cast<uint32_t>(p.emin127) << 23);
+  f.kn = hn::Set(du, (rne ? (1u << (p.sbase - 1)) - 1 : 0u) - rebias);
+  const uint32_t magic_bits = rne ? static_cast<uint32_t>(p.emin127 - m + 23) << 23 : static_cast<uint32_t>(sr_exp) << 23;
+  float magic;
+  std::memcpy(&magic, &magic_bits, 4);
+  f.magic_bits = hn::Set(du, magic_bits);
+  f.magic = hn::Set(df, magic);
+  f.max_code = max_code;
+  f.ovf = hn::Set(du, p.ovf_code[0]);
+  f.sign_bit = sign_bit;
+  f.sr_mask = sr_mask;
+  f.s0 = p.sbase;
+  f.sign_shift = sign_shift;
+  f.sr_n = sr_n;
+  f.sat = p.ovf_code[0] == p.max_code;
+  f.neg_zero = neg_zero;
+  f.nz_all = hn::Set(du, neg_zero ? 0xFFFFFFFFu : 0u);
+  fused = true;
+}
 
 // |x| bits with input subnormals read as zero when flushing.
 HWY_INLINE VU AbsBits(const Consts& k, VU bits) {
@@ -296,6 +366,45 @@ HWY_INLINE VU NormalVec(const Consts& k, const Lite& l, VU bits, VU a, VU rbits)
   return hn::Or(pre, hn::And(hn::ShiftRightSame(bits, k.sign_shift), k.sign_bit));
 }
 
+// ------------------------------------------------------------------ fused path
+// Every lane finite, a float format, RNE or SR-A (Consts::fused): one branch-free sequence for the whole
+// range. Lanes in dst's normal binades round their FP32 bits as NormalVec does (the carry moving into the
+// exponent field, the rebias folded into f_kn). Lanes below, where the quantum q = 2^(emin - m) is fixed,
+// round in the FPU: RNE adds 2^(emin - m + 23), whose ulp is q, so the FPU's round to nearest even of
+// |x| + 2^(...) leaves round(|x| / q) (the carry into the lowest normal binade included) in the low bits;
+// SR-A multiplies by 2^(N + m - emin), exactly, truncates to the integer u = floor(|x| 2^N / q) and takes
+// (u + R) >> N, which carries iff R + floor(nu 2^N) >= 2^N. Equal to ConvertVec; tests check both.
+// kCommon: overflow saturates to max and -0 has a code (the OCP formats under satfinite); otherwise the
+// overflow code and the sign of a zero result are chosen per lane.
+template <Rounding R, bool kCommon>
+HWY_INLINE VU FusedVec(const FusedK& f, VU bits, VU rbits) {
+  const DU du;
+  const DF df;
+  const DI di;
+  const VU one = hn::Set(du, 1u);
+  const VU a = hn::And(bits, hn::Set(du, 0x7FFFFFFFu));
+  VU rn, rs;
+  if constexpr (R == Rounding::kRne) {
+    const VU lsb = hn::And(hn::ShiftRightSame(a, f.s0), one);
+    rn = hn::ShiftRightSame(hn::Add(hn::Add(a, f.kn), lsb), f.s0);
+    rs = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, a), f.magic)), f.magic_bits);
+  } else {
+    const VU r = hn::And(rbits, f.sr_mask);
+    rn = hn::ShiftRightSame(hn::Add(hn::Add(a, f.kn), hn::ShiftLeftSame(r, f.s0 - f.sr_n)), f.s0);
+    const VU u = hn::BitCast(du, hn::ConvertTo(di, hn::Mul(hn::BitCast(df, a), f.magic)));
+    rs = hn::ShiftRightSame(hn::Add(u, r), f.sr_n);
+  }
+  VU mag = hn::IfThenElse(hn::Lt(a, f.thr), rs, rn);
+  VU sgn = hn::ShiftRightSame(bits, f.sign_shift);
+  if constexpr (kCommon) {
+    mag = hn::Min(mag, f.max_code);
+  } else {
+    mag = hn::IfThenElse(hn::Gt(mag, f.max_code), f.ovf, mag);
+    sgn = hn::IfThenElseZero(hn::Ne(hn::Or(mag, f.nz_all), hn::Zero(du)), sgn);
+  }
+  return hn::OrAnd(mag, sgn, f.sign_bit);
+}
+
 // The normal path or the lite path where they apply, else the general one.
 template <Rounding R>
 HWY_INLINE VU ConvertAny(const Consts& k, const Lite& l, VU bits, VI eoff, VU rbits) {
@@ -362,6 +471,40 @@ HWY_INLINE void StoreCodesPartial(VU code, uint8_t* out, size_t count) {
   alignas(64) uint8_t buf[kMaxLanes];
   StoreCodes(code, buf);
   std::memcpy(out, buf, count);
+}
+
+// Software prefetch of the source a fixed distance ahead of a streaming pass. Without it a single thread
+// streaming from memory ran at 55-70% of its in-cache speed on the 2-core Xeon VM (`bench`); with it,
+// within noise of in-cache. A prefetch never faults, so reading past the end is harmless.
+constexpr size_t kPrefetchBytes = 4096;
+template <DType S>
+HWY_INLINE void PrefetchAhead(const void* in, size_t i, size_t count) {
+  const uint8_t* p = static_cast<const uint8_t*>(in) + i * SrcSize<S>() + kPrefetchBytes;
+  for (size_t o = 0; o < count * SrcSize<S>(); o += 64) __builtin_prefetch(p + o);
+}
+
+// Runs of the fused path over the elements of one call: whole groups of four vectors from i while every
+// lane is finite (deterministic modes) or whole vectors (SR, random words from rw). Each returns where it
+// stopped: at the end of the whole vectors, or at a group holding NaN or Inf, which the caller converts
+// through the general tiers before calling again.
+template <Rounding R, DType S, bool kCommon>
+HWY_NOINLINE size_t FusedRun(const FusedK f, const void* in, size_t i, size_t n, uint8_t* out) {
+  const DU du;
+  const size_t lanes = hn::Lanes(du);
+  const VU abs_mask = hn::Set(du, 0x7FFFFFFFu), inf_bits = hn::Set(du, 0x7F800000u), none = hn::Zero(du);
+  for (; i + 4 * lanes <= n; i += 4 * lanes) {
+    PrefetchAhead<S>(in, i, 4 * lanes);
+    const VU x0 = LoadBits<S>(in, i), x1 = LoadBits<S>(in, i + lanes);
+    const VU x2 = LoadBits<S>(in, i + 2 * lanes), x3 = LoadBits<S>(in, i + 3 * lanes);
+    const VU m = hn::Max(hn::Max(hn::And(x0, abs_mask), hn::And(x1, abs_mask)),
+                         hn::Max(hn::And(x2, abs_mask), hn::And(x3, abs_mask)));
+    if (!hn::AllTrue(du, hn::Lt(m, inf_bits))) return i;
+    StoreCodes(FusedVec<R, kCommon>(f, x0, none), out + i);
+    StoreCodes(FusedVec<R, kCommon>(f, x1, none), out + i + lanes);
+    StoreCodes(FusedVec<R, kCommon>(f, x2, none), out + i + 2 * lanes);
+    StoreCodes(FusedVec<R, kCommon>(f, x3, none), out + i + 3 * lanes);
+  }
+  return i;
 }
 
 // ------------------------------------------------------------------ random bits
@@ -461,6 +604,48 @@ class RandomWords {
   alignas(64) uint32_t buf_[16 * kMaxLanes];
 };
 
+// SR runs of the fused path: from element i, whose Philox counter starts a word group ((first_index + i)
+// % 4 == 0), whole vectors in chunks of 8 vectors whose words are generated straight into a local buffer
+// (or read from the explicit bits). Returns where it stopped: at the last whole vector, or at a vector
+// holding NaN or Inf, which the caller converts through the general tiers.
+template <Rounding R, DType S, bool kCommon>
+HWY_NOINLINE size_t FusedSrRun(const FusedK f, const void* in, size_t i, size_t n, uint8_t* out, uint64_t seed,
+                               uint64_t first_index, const uint32_t* rbits) {
+  const DU du;
+  const size_t lanes = hn::Lanes(du);
+  const VU abs_mask = hn::Set(du, 0x7FFFFFFFu), inf_bits = hn::Set(du, 0x7F800000u);
+  alignas(64) uint32_t words[8 * kMaxLanes];
+  const auto run = [&](size_t at, const uint32_t* w) {  // whole vectors at..at+8 lanes; false at a NaN/Inf one
+    for (size_t v = 0; v < 8; ++v) {
+      const VU x = LoadBits<S>(in, at + v * lanes);
+      if (!hn::AllTrue(du, hn::Lt(hn::And(x, abs_mask), inf_bits))) return v;
+      StoreCodes(FusedVec<R, kCommon>(f, x, hn::LoadU(du, w + v * lanes)), out + at + v * lanes);
+    }
+    return size_t{8};
+  };
+  for (; i + 8 * lanes <= n; i += 8 * lanes) {
+    PrefetchAhead<S>(in, i, 8 * lanes);
+    const uint32_t* w = rbits + i;
+    if (rbits == nullptr) {
+      PhiloxWords((first_index + i) >> 2, seed, words);
+      w = words;
+    }
+    const size_t v = run(i, w);
+    if (v < 8) return i + v * lanes;
+  }
+  for (; i + lanes <= n; i += lanes) {
+    const uint32_t* w = rbits + i;
+    if (rbits == nullptr) {
+      PhiloxWords((first_index + i) >> 2, seed, words);
+      w = words;
+    }
+    const VU x = LoadBits<S>(in, i);
+    if (!hn::AllTrue(du, hn::Lt(hn::And(x, abs_mask), inf_bits))) return i;
+    StoreCodes(FusedVec<R, kCommon>(f, x, hn::LoadU(du, w)), out + i);
+  }
+  return i;
+}
+
 // ------------------------------------------------------------------ conversion
 
 template <Rounding R, DType S>
@@ -473,9 +658,29 @@ void ConvertLoop(const ConvertParams& p, const void* in, size_t n, uint8_t* out,
   const VI eoff = hn::Zero(di);
   const Lite lite = MakeLite(k, 0);
   constexpr bool kSr = R == Rounding::kSrA || R == Rounding::kSrB || R == Rounding::kSrC;
+  constexpr bool kFusable = R == Rounding::kRne || R == Rounding::kSrA;
+  const bool common = k.fused && k.f.sat && k.f.neg_zero;
   if constexpr (kSr) {
-    RandomWords rw(seed, first_index, rbits);
     size_t i = 0;
+    if (kFusable && k.fused && lanes % 4 == 0) {
+      // Elements before the first whole group of four Philox words, then fused runs; a vector holding NaN or
+      // Inf, and the tail, go through the general tiers with the words of their own indices.
+      const size_t head = std::min<size_t>(rbits != nullptr ? 0 : (4 - (first_index & 3)) & 3, n);
+      if (head > 0) {
+        RandomWords rw(seed, first_index, rbits);
+        StoreCodesPartial(ConvertAny<R>(k, lite, LoadBitsPartial<S>(in, 0, head), eoff, rw.Take(0, head)), out, head);
+      }
+      i = head;
+      while (i + lanes <= n) {
+        i = common ? FusedSrRun<R, S, true>(k.f, in, i, n, out, seed, first_index, rbits)
+                   : FusedSrRun<R, S, false>(k.f, in, i, n, out, seed, first_index, rbits);
+        if (i + lanes > n) break;
+        RandomWords rw(seed, first_index + i, rbits);
+        StoreCodes(ConvertAny<R>(k, lite, LoadBits<S>(in, i), eoff, rw.Take(i, lanes)), out + i);
+        i += lanes;
+      }
+    }
+    RandomWords rw(seed, first_index + i, rbits);
     for (; i + lanes <= n; i += lanes) StoreCodes(ConvertAny<R>(k, lite, LoadBits<S>(in, i), eoff, rw.Take(i, lanes)), out + i);
     if (i < n) {
       const size_t c = n - i;
@@ -484,7 +689,11 @@ void ConvertLoop(const ConvertParams& p, const void* in, size_t n, uint8_t* out,
   } else {
     const VU none = hn::Zero(du);
     size_t i = 0;
-    for (; i + 4 * lanes <= n; i += 4 * lanes) {
+    while (i + 4 * lanes <= n) {
+      if (kFusable && k.fused) {
+        i = common ? FusedRun<R, S, true>(k.f, in, i, n, out) : FusedRun<R, S, false>(k.f, in, i, n, out);
+        if (i + 4 * lanes > n) break;
+      }
       const VU c0 = ConvertAny<R>(k, lite, LoadBits<S>(in, i), eoff, none);
       const VU c1 = ConvertAny<R>(k, lite, LoadBits<S>(in, i + lanes), eoff, none);
       const VU c2 = ConvertAny<R>(k, lite, LoadBits<S>(in, i + 2 * lanes), eoff, none);
@@ -493,6 +702,7 @@ void ConvertLoop(const ConvertParams& p, const void* in, size_t n, uint8_t* out,
       StoreCodes(c1, out + i + lanes);
       StoreCodes(c2, out + i + 2 * lanes);
       StoreCodes(c3, out + i + 3 * lanes);
+      i += 4 * lanes;
     }
     for (; i + lanes <= n; i += lanes) StoreCodes(ConvertAny<R>(k, lite, LoadBits<S>(in, i), eoff, none), out + i);
     if (i < n) StoreCodesPartial(ConvertAny<R>(k, lite, LoadBitsPartial<S>(in, i, n - i), eoff, none), out + i, n - i);
@@ -560,8 +770,109 @@ HWY_INLINE uint32_t BlockAmaxBits(const Consts& k, const void* in, size_t start,
   return hn::GetLane(hn::MaxOfLanes(du, vmax));
 }
 
+// amax bits of Lanes consecutive whole blocks of len elements (a multiple of Lanes) from `start`, lane b for
+// block b: each block's lanes are folded into one vector, then the vectors are halved pairwise
+// (ConcatEven/ConcatOdd of two vectors keep their lanes' order, so after log2(Lanes) rounds lane b holds
+// block b's maximum).
+template <DType S>
+HWY_INLINE VU AmaxOfBlocks(const Consts& k, const void* in, size_t start, size_t len) {
+  const DU du;
+#if HWY_TARGET == HWY_SCALAR
+  VU m = hn::Zero(du);
+  for (size_t j = 0; j < len; ++j) m = hn::Max(m, AbsBits(k, LoadBits<S>(in, start + j)));
+  return m;
+#else
+  constexpr size_t kL = kMaxLanes;
+  const size_t lanes = hn::Lanes(du);
+  VU v[kL];
+  for (size_t b = 0; b < kL && b < lanes; ++b) {
+    VU m = AbsBits(k, LoadBits<S>(in, start + b * len));
+    for (size_t j = lanes; j < len; j += lanes) m = hn::Max(m, AbsBits(k, LoadBits<S>(in, start + b * len + j)));
+    v[b] = m;
+  }
+  for (size_t w = lanes; w > 1; w /= 2) {
+    for (size_t i = 0; i < w / 2; ++i)
+      v[i] = hn::Max(hn::ConcatEven(du, v[2 * i + 1], v[2 * i]), hn::ConcatOdd(du, v[2 * i + 1], v[2 * i]));
+  }
+  return v[0];
+#endif
+}
+
+// hd::ScaleByteFromAmaxBits on every lane of amax bits (finite lanes; the others are never used).
+HWY_INLINE VU ScaleBytesOf(const MxKernelArgs& a, VU amax) {
+  const DU du;
+  const DI di;
+  const DF df;
+  const VU one = hn::Set(du, 1u), zero = hn::Zero(du);
+  if (a.rule == 1) {  // round-up: X = fl32(amax / destmax) rounded up to a power of two
+    const VU qb = hn::BitCast(du, hn::Div(hn::BitCast(df, amax), hn::Set(df, a.destmax)));
+    const VU qe = hn::ShiftRight<23>(qb), qm = hn::And(qb, hn::Set(du, 0x7FFFFFu));
+    const VU byte = hn::Min(hn::Add(qe, hn::IfThenElseZero(hn::Ne(qm, zero), one)), hn::Set(du, 254u));
+    return hn::IfThenElse(hn::Eq(qe, zero), hn::IfThenElseZero(hn::Gt(qm, hn::Set(du, 0x400000u)), one), byte);
+  }
+  const VI e_field = hn::BitCast(di, hn::ShiftRight<23>(amax));
+  const VI c127 = hn::Set(di, 127);
+  VI lg;
+  if (a.rule == 2) {  // ceil
+    lg = hn::Add(hn::Sub(e_field, c127), hn::BitCast(di, hn::IfThenElseZero(hn::Ne(hn::And(amax, hn::Set(du, 0x7FFFFFu)), zero), one)));
+  } else if (a.rule == 3) {  // even
+    const VU r = hn::And(hn::Add(amax, hn::Set(du, 1u << (22 - a.elem_man))), hn::Set(du, 0xFF800000u));
+    lg = hn::Sub(hn::BitCast(di, hn::ShiftRight<23>(r)), c127);
+  } else {  // floor; an FP32-subnormal amax's leading bit from float(amax), exact below 2^23
+    const VI high = hn::Sub(hn::BitCast(di, hn::ShiftRight<23>(hn::BitCast(du, hn::ConvertTo(df, hn::BitCast(di, amax))))), c127);
+    lg = hn::IfThenElse(hn::Eq(e_field, hn::Zero(di)), hn::Sub(high, hn::Set(di, 149)), hn::Sub(e_field, c127));
+  }
+  const VI kk = hn::Min(hn::Max(hn::Sub(lg, hn::Set(di, a.emax)), hn::Set(di, -127)), c127);
+  return hn::IfThenZeroElse(hn::Eq(amax, zero), hn::BitCast(du, hn::Add(kk, c127)));
+}
+
+// hd::ScaleMultiplier of every lane's scale byte (< 255) as FP32 bits: 2^(127 - byte), or Transformer
+// Engine's exp2f_rcp (scaling 2).
+HWY_INLINE VU ScaleMultipliersOf(int scaling, VU byte) {
+  const DU du;
+  const VU c254 = hn::Set(du, 254u);
+  const VU pow2 = hn::ShiftLeft<23>(hn::Sub(c254, byte));
+  if (scaling == 2) return hn::IfThenElse(hn::Eq(byte, hn::Zero(du)), hn::Set(du, 0x3F800000u), pow2);
+  return hn::IfThenElse(hn::Eq(byte, c254), hn::Set(du, 0x00400000u), pow2);
+}
+
+// 2^e as an FP32 value, e in -149..127 (subnormal below -126).
+inline float Pow2Float(int e) {
+  const uint32_t u = e >= -126 ? static_cast<uint32_t>(e + 127) << 23 : 1u << (e + 149);
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 // The element multiplier of the FP32 element-scaling modes for scale byte s (< 255): host_device.h.
 inline float ScaleInverse(int scaling, uint32_t s) { return hd::ScaleMultiplier(static_cast<uint8_t>(s), scaling == 2); }
+
+// The fused path over `count` consecutive MX blocks from block b, block i's elements multiplied by mults[i]
+// (see MxLoop); SR takes its words from rw.
+template <Rounding R, DType S, bool kCommon>
+HWY_NOINLINE void FusedBlocks(const FusedK f, const void* in, size_t block, size_t n, size_t b, size_t count,
+                              const float* mults, uint8_t* codes, RandomWords* rw) {
+  const DU du;
+  const DF df;
+  const size_t lanes = hn::Lanes(du);
+  const VU none = hn::Zero(du);
+  for (size_t i = 0; i < count; ++i) {
+    const size_t start = (b + i) * block;
+    const size_t len = start + block <= n ? block : n - start;
+    const auto vm = hn::Set(df, mults[i]);
+    const auto scaled = [&](VU x) { return hn::BitCast(du, hn::Mul(hn::BitCast(df, x), vm)); };
+    size_t j = 0;
+    for (; j + lanes <= len; j += lanes) {
+      const VU rb = rw != nullptr ? rw->Take(start + j, lanes) : none;
+      StoreCodes(FusedVec<R, kCommon>(f, scaled(LoadBits<S>(in, start + j)), rb), codes + start + j);
+    }
+    if (j < len) {
+      const size_t c = len - j;
+      const VU rb = rw != nullptr ? rw->Take(start + j, c) : none;
+      StoreCodesPartial(FusedVec<R, kCommon>(f, scaled(LoadBitsPartial<S>(in, start + j, c)), rb), codes + start + j, c);
+    }
+  }
+}
 
 template <Rounding R, DType S>
 void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uint8_t* scales, uint64_t seed,
@@ -572,6 +883,7 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
   const size_t lanes = hn::Lanes(du);
   const Consts k(*a.p);
   constexpr bool kSr = R == Rounding::kSrA || R == Rounding::kSrB || R == Rounding::kSrC;
+  constexpr bool kFusable = R == Rounding::kRne || R == Rounding::kSrA;
   RandomWords rw(seed, first_index, rbits, kSr);
   const VU none = hn::Zero(du);
   const size_t block = static_cast<size_t>(a.block);
@@ -581,11 +893,9 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
   VI eoff = hn::Zero(di);
   Lite lite = MakeLite(k, 0);
   auto vmul = hn::Set(df, 1.0f);
-  for (size_t b = 0; b < nblocks; ++b) {
-    const size_t start = b * block;
-    const size_t len = start + block <= n ? block : n - start;
-    // 1. amax as |x| bits: integer order is value order, and NaN/Inf compare highest.
-    const uint32_t amax = BlockAmaxBits<S>(k, in, start, len, 0xFFFFFFFFu);
+
+  // One block through the general tiers: the NaN policies, and formats or modes the fused path does not take.
+  const auto general_block = [&](size_t b, size_t start, size_t len, uint32_t amax) {
     // 2. Scale byte; a block holding NaN or Inf follows the NaN policy.
     int scale = -1;
     uint32_t fill = 0;
@@ -613,7 +923,7 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
         if constexpr (kSr) {  // keep the random stream aligned with element indices
           for (size_t jj = 0; jj < len; jj += lanes) (void)rw.Take(start + jj, len - jj < lanes ? len - jj : lanes);
         }
-        continue;
+        return;
       }
     } else {
       scale = ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax, a.elem_man);
@@ -639,6 +949,66 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
       const VU code = ConvertAny<R>(k, lite, load(start + j, c), eoff, rb);
       if (c == lanes) StoreCodes(code, codes + start + j);
       else StoreCodesPartial(code, codes + start + j, c);
+    }
+  };
+
+  // Blocks go in batches of two passes, so that no element waits on its block's scale: pass 1 takes every
+  // block's amax (|x| bits: integer order is value order, NaN and Inf compare highest) and, for a finite
+  // block, its scale byte and element multiplier; pass 2 converts. The fused path multiplies a block's
+  // elements by 2^(127 - scale), exact wherever the product is an FP32 normal (Consts::InitFused covers
+  // the rest), or by the FP32 multiplier of the element-scaling modes, then rounds them in one
+  // branch-free pass. Multiplier 0 sends a block to the general tiers.
+  const bool common = k.fused && k.f.sat && k.f.neg_zero;
+  constexpr size_t kBatch = 64;
+  static_assert(kBatch % kMaxLanes == 0, "whole vectors of block maxima");
+  alignas(64) uint32_t amaxes[kBatch];
+  alignas(64) float mults[kBatch];
+  for (size_t b0 = 0; b0 < nblocks; b0 += kBatch) {
+    const size_t nb = std::min(kBatch, nblocks - b0);
+    size_t done = 0;  // blocks done a vector of Lanes blocks at a time
+    if (kFusable && k.fused && block % lanes == 0) {
+      const VU inf_bits = hn::Set(du, 0x7F800000u);
+      for (; done + lanes <= nb && (b0 + done + lanes) * block <= n; done += lanes) {
+        PrefetchAhead<S>(in, (b0 + done) * block, lanes * block);
+        const VU amax = AmaxOfBlocks<S>(k, in, (b0 + done) * block, block);
+        const VU byte = ScaleBytesOf(a, amax);
+        const VU mult = ScaleMultipliersOf(a.scaling, byte);
+        const auto prod = hn::BitCast(du, hn::Mul(hn::BitCast(df, amax), hn::BitCast(df, mult)));
+        const auto ok = hn::And(hn::Lt(amax, inf_bits), hn::Lt(prod, inf_bits));
+        hn::StoreU(amax, du, amaxes + done);
+        hn::StoreU(hn::BitCast(df, hn::IfThenElseZero(ok, mult)), df, mults + done);
+        StoreCodes(byte, scales + b0 + done);  // a NaN/Inf block's byte is rewritten by general_block
+      }
+    }
+    for (size_t i = done; i < nb; ++i) {
+      const size_t start = (b0 + i) * block;
+      const size_t len = start + block <= n ? block : n - start;
+      const uint32_t amax = BlockAmaxBits<S>(k, in, start, len, 0xFFFFFFFFu);
+      amaxes[i] = amax;
+      mults[i] = 0.0f;
+      if (kFusable && k.fused && amax < 0x7F800000u) {
+        const int scale = ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax, a.elem_man);
+        const float mult = exact ? Pow2Float(127 - scale) : ScaleInverse(a.scaling, static_cast<uint32_t>(scale));
+        float amax_f;
+        std::memcpy(&amax_f, &amax, 4);
+        scales[b0 + i] = static_cast<uint8_t>(scale);
+        if (amax_f * mult <= std::numeric_limits<float>::max()) mults[i] = mult;
+      }
+    }
+    for (size_t i = 0; i < nb;) {
+      if (!kFusable || mults[i] == 0.0f) {
+        const size_t b = b0 + i, start = b * block;
+        general_block(b, start, start + block <= n ? block : n - start, amaxes[i]);
+        ++i;
+        continue;
+      }
+      size_t e = i + 1;
+      while (e < nb && mults[e] != 0.0f) ++e;
+      if constexpr (kFusable) {
+        if (common) FusedBlocks<R, S, true>(k.f, in, block, n, b0 + i, e - i, mults + i, codes, kSr ? &rw : nullptr);
+        else FusedBlocks<R, S, false>(k.f, in, block, n, b0 + i, e - i, mults + i, codes, kSr ? &rw : nullptr);
+      }
+      i = e;
     }
   }
 }

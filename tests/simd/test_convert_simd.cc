@@ -9,8 +9,12 @@
 #include <random>
 #include <string>
 #include <vector>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
 #include "qmx/convert.h"
+#include "qmx/mx.h"
 #include "qmx/error.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
@@ -194,6 +198,83 @@ TEST_CASE("Parallel conversion and decoding are independent of the thread count"
   }
   omp_set_num_threads(saved);
 }
+
+#if defined(__x86_64__) || defined(__i386__)
+TEST_CASE("Conversion and MX kernels give the reference's bits under a caller's FTZ, DAZ and directed rounding",
+          "[simd][mx]") {
+  // The fused tier rounds lanes below dst's normal binades in the FPU, and the MX scale rules divide in it:
+  // the kernels must run in the default environment whatever the caller set. The data puts many lanes
+  // there (|x| around 2^-8 .. 2^-2 for e4m3, below 1 for e2m1), plus FP32 subnormals.
+  TargetGuard guard;
+  std::mt19937 rng(99);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(4096 + 37);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = nd(rng) * std::ldexp(1.0f, static_cast<int>(i % 11) - 9);
+  for (size_t i = 0; i < x.size(); i += 97) x[i] = nd(rng) * 1e-40f;
+  CastOptions sr;
+  sr.rounding = Rounding::kSrA;
+  const SrSource stream{31, 4, nullptr};
+  struct Want {
+    Format f;
+    CastOptions o;
+    std::vector<uint8_t> codes;
+  };
+  std::vector<Want> wants;
+  for (const Format& f : {fmt::kE4M3, fmt::kE5M2, fmt::kE2M1}) {
+    for (const CastOptions& o : {CastOptions{}, sr}) {
+      std::vector<uint8_t> want(x.size());
+      ConvertToCodesRef(DType::kF32, x.data(), x.size(), f, o, want.data(), stream);
+      wants.push_back({f, o, want});
+    }
+  }
+  MxSpec mx4;
+  mx4.elem = fmt::kE2M1;
+  MxSpec mx8;  // e4m3, round-up: fl32(amax / 448) divides in the FPU
+  std::vector<uint8_t> mx_want_c[2], mx_want_s[2];
+  std::vector<float> mx_want_dq[2];
+  const MxSpec* specs[2] = {&mx8, &mx4};
+  for (int m = 0; m < 2; ++m) {
+    mx_want_c[m].resize(x.size());
+    mx_want_s[m].resize(MxScaleCount(x.size(), *specs[m]));
+    mx_want_dq[m].resize(x.size());
+    QuantizeMxRef(DType::kF32, x.data(), x.size(), *specs[m], mx_want_c[m].data(), mx_want_s[m].data());
+    DequantizeMxRef(mx_want_c[m].data(), mx_want_s[m].data(), x.size(), *specs[m], mx_want_dq[m].data());
+  }
+  const unsigned saved = _mm_getcsr();
+  // Toward zero with FTZ and DAZ; upward.
+  for (unsigned mode : {0x6000u | 0x8000u | 0x0040u, 0x4000u}) {
+    for (const std::string& t : SimdTargets()) {
+      ForceSimdTarget(t);
+      _mm_setcsr((saved & ~0xE040u) | mode);
+      std::vector<std::vector<uint8_t>> got;
+      for (const Want& w : wants) {
+        got.emplace_back(x.size());
+        ConvertToCodes(DType::kF32, x.data(), x.size(), w.f, w.o, got.back().data(), stream);
+      }
+      std::vector<uint8_t> mc[2], ms[2];
+      std::vector<float> mdq[2];
+      for (int m = 0; m < 2; ++m) {
+        mc[m].resize(x.size());
+        ms[m].resize(mx_want_s[m].size());
+        mdq[m].resize(x.size());
+        QuantizeMx(DType::kF32, x.data(), x.size(), *specs[m], mc[m].data(), ms[m].data());
+        DequantizeMx(mc[m].data(), ms[m].data(), x.size(), *specs[m], mdq[m].data());
+      }
+      const unsigned after = _mm_getcsr();
+      _mm_setcsr(saved);
+      CHECK((after & 0xE040u) == mode);  // the caller's modes come back
+      for (size_t i = 0; i < wants.size(); ++i)
+        ExpectSame(x, got[i], wants[i].codes, t + " " + Describe(wants[i].f, wants[i].o) + " MXCSR modes " + Hex(mode, 4));
+      for (int m = 0; m < 2; ++m) {
+        INFO(t << " MX " << specs[m]->elem.name << " MXCSR modes " << Hex(mode, 4));
+        CHECK(mc[m] == mx_want_c[m]);
+        CHECK(ms[m] == mx_want_s[m]);
+        CHECK(std::memcmp(mdq[m].data(), mx_want_dq[m].data(), x.size() * 4) == 0);
+      }
+    }
+  }
+}
+#endif
 
 TEST_CASE("Fast conversion refuses what it cannot do, with a clear message", "[simd]") {
   std::vector<float> x(4, 1.0f);

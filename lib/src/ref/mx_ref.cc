@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "fp_env.h"
 #include "qmx/error.h"
 #include "qmx/mx.h"
 #include "qmx/rng.h"
@@ -15,6 +16,7 @@ namespace qmx {
 void QuantizeMxRef(DType src_type, const void* src, size_t n, const MxSpec& spec, uint8_t* codes, uint8_t* scales,
                    const SrSource& sr) {
   ValidateMxSpec(spec);
+  const detail::ScopedDefaultFpEnv fp_env;
   const Format& sf = FormatOfSource(src_type);
   const auto bits_at = [&](size_t i) -> uint64_t {
     return src_type == DType::kF32 ? static_cast<const uint32_t*>(src)[i] : static_cast<const uint16_t*>(src)[i];
@@ -79,6 +81,7 @@ void QuantizeMxRef(DType src_type, const void* src, size_t n, const MxSpec& spec
 
 void DequantizeMxRef(const uint8_t* codes, const uint8_t* scales, size_t n, const MxSpec& spec, float* out) {
   ValidateMxSpec(spec);
+  const detail::ScopedDefaultFpEnv fp_env;
   const size_t block = static_cast<size_t>(spec.block);
   for (size_t i = 0; i < n; ++i) {
     const uint8_t s = scales[i / block];

@@ -24,9 +24,6 @@
 
 #include "hwy/highway.h"
 #include "qmx/rng.h"
-#if HWY_ARCH_X86
-#include <xmmintrin.h>
-#endif
 #include "qmx/scale.h"
 #include "simd/convert_params.h"
 
@@ -121,16 +118,6 @@ struct Consts {
   void InitFused(const ConvertParams& p);
 };
 
-// The FPU tiers need the default environment: round to nearest even, no flush-to-zero, no
-// denormals-are-zero. A caller that changed it gets the integer tiers instead.
-inline bool DefaultFpEnvironment() {
-#if HWY_ARCH_X86
-  return (_mm_getcsr() & 0xE040u) == 0;  // RC bits 13-14, FTZ bit 15, DAZ bit 6
-#else
-  return true;
-#endif
-}
-
 inline void Consts::InitFused(const ConvertParams& p) {
   const bool rne = p.rounding == Rounding::kRne;
   const bool sra = p.rounding == Rounding::kSrA;
@@ -145,7 +132,6 @@ inline void Consts::InitFused(const ConvertParams& p) {
   const int sr_exp = 254 + n + m - p.emin127;
   if (sra && (sr_exp < 127 || sr_exp > 254)) return;
   if (p.ovf_code[1] != (p.ovf_code[0] | p.sign_bit)) return;
-  if (!DefaultFpEnvironment()) return;
   const DU du;
   const DF df;
   const uint32_t rebias = static_cast<uint32_t>(p.emin127 - 1) << 23;
@@ -1066,6 +1052,8 @@ void DequantizeMxBlocksT(const float* table, int block_len, const uint8_t* codes
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "fp_env.h"
+
 namespace qmx::simd {
 HWY_EXPORT(ConvertCodesT);
 HWY_EXPORT(DecodeCodesT);
@@ -1074,6 +1062,7 @@ HWY_EXPORT(DequantizeMxBlocksT);
 
 void ConvertCodes(const ConvertParams& p, DType src, const void* in, size_t n, uint8_t* out, uint64_t seed,
                   uint64_t first_index, const uint32_t* rbits) {
+  const detail::ScopedDefaultFpEnv fp_env;
   HWY_DYNAMIC_DISPATCH(ConvertCodesT)(p, src, in, n, out, seed, first_index, rbits);
 }
 void DecodeCodes(const float* table, const uint8_t* codes, size_t n, float* out) {
@@ -1081,10 +1070,12 @@ void DecodeCodes(const float* table, const uint8_t* codes, size_t n, float* out)
 }
 void QuantizeMxBlocks(const MxKernelArgs& a, DType src, const void* in, size_t n, uint8_t* codes, uint8_t* scales,
                       uint64_t seed, uint64_t first_index, const uint32_t* rbits) {
+  const detail::ScopedDefaultFpEnv fp_env;
   HWY_DYNAMIC_DISPATCH(QuantizeMxBlocksT)(a, src, in, n, codes, scales, seed, first_index, rbits);
 }
 void DequantizeMxBlocks(const float* table, int block, const uint8_t* codes, const uint8_t* scales, size_t n,
                         float* out) {
+  const detail::ScopedDefaultFpEnv fp_env;
   HWY_DYNAMIC_DISPATCH(DequantizeMxBlocksT)(table, block, codes, scales, n, out);
 }
 }  // namespace qmx::simd

@@ -360,13 +360,26 @@ HWY_INLINE VU NormalVec(const Consts& k, const Lite& l, VU bits, VU a, VU rbits)
 // |x| + 2^(...) leaves round(|x| / q) (the carry into the lowest normal binade included) in the low bits;
 // SR-A multiplies by 2^(N + m - emin), exactly, truncates to the integer u = floor(|x| 2^N / q) and takes
 // (u + R) >> N, which carries iff R + floor(nu 2^N) >= 2^N. Equal to ConvertVec; tests check both.
+// Truncation of FP32 lanes known to lie in [0, 2^31) to integers: the x86 instruction alone, without the
+// out-of-range fix-up that hn::ConvertTo adds.
+HWY_INLINE VI TruncateInRange(VF v) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+  return VI{_mm512_cvttps_epi32(v.raw)};
+#elif HWY_TARGET == HWY_AVX2
+  return VI{_mm256_cvttps_epi32(v.raw)};
+#elif HWY_TARGET == HWY_SSE4 || HWY_TARGET == HWY_SSSE3
+  return VI{_mm_cvttps_epi32(v.raw)};
+#else
+  return hn::ConvertTo(DI(), v);
+#endif
+}
+
 // kCommon: overflow saturates to max and -0 has a code (the OCP formats under satfinite); otherwise the
 // overflow code and the sign of a zero result are chosen per lane.
 template <Rounding R, bool kCommon>
 HWY_INLINE VU FusedVec(const FusedK& f, VU bits, VU rbits) {
   const DU du;
   const DF df;
-  const DI di;
   const VU one = hn::Set(du, 1u);
   const VU a = hn::And(bits, hn::Set(du, 0x7FFFFFFFu));
   VU rn, rs;
@@ -377,7 +390,7 @@ HWY_INLINE VU FusedVec(const FusedK& f, VU bits, VU rbits) {
   } else {
     const VU r = hn::And(rbits, f.sr_mask);
     rn = hn::ShiftRightSame(hn::Add(hn::Add(a, f.kn), hn::ShiftLeftSame(r, f.s0 - f.sr_n)), f.s0);
-    const VU u = hn::BitCast(du, hn::ConvertTo(di, hn::Mul(hn::BitCast(df, a), f.magic)));
+    const VU u = hn::BitCast(du, TruncateInRange(hn::Mul(hn::BitCast(df, a), f.magic)));
     rs = hn::ShiftRightSame(hn::Add(u, r), f.sr_n);
   }
   VU mag = hn::IfThenElse(hn::Lt(a, f.thr), rs, rn);
@@ -658,8 +671,10 @@ void ConvertLoop(const ConvertParams& p, const void* in, size_t n, uint8_t* out,
       }
       i = head;
       while (i + lanes <= n) {
-        i = common ? FusedSrRun<R, S, true>(k.f, in, i, n, out, seed, first_index, rbits)
-                   : FusedSrRun<R, S, false>(k.f, in, i, n, out, seed, first_index, rbits);
+        if constexpr (kFusable) {
+          i = common ? FusedSrRun<R, S, true>(k.f, in, i, n, out, seed, first_index, rbits)
+                     : FusedSrRun<R, S, false>(k.f, in, i, n, out, seed, first_index, rbits);
+        }
         if (i + lanes > n) break;
         RandomWords rw(seed, first_index + i, rbits);
         StoreCodes(ConvertAny<R>(k, lite, LoadBits<S>(in, i), eoff, rw.Take(i, lanes)), out + i);
@@ -676,8 +691,8 @@ void ConvertLoop(const ConvertParams& p, const void* in, size_t n, uint8_t* out,
     const VU none = hn::Zero(du);
     size_t i = 0;
     while (i + 4 * lanes <= n) {
-      if (kFusable && k.fused) {
-        i = common ? FusedRun<R, S, true>(k.f, in, i, n, out) : FusedRun<R, S, false>(k.f, in, i, n, out);
+      if constexpr (kFusable) {
+        if (k.fused) i = common ? FusedRun<R, S, true>(k.f, in, i, n, out) : FusedRun<R, S, false>(k.f, in, i, n, out);
         if (i + 4 * lanes > n) break;
       }
       const VU c0 = ConvertAny<R>(k, lite, LoadBits<S>(in, i), eoff, none);

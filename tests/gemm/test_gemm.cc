@@ -248,6 +248,37 @@ TEST_CASE("gemm: the Highway kernels equal the reference on every SIMD target, a
   }
 }
 
+TEST_CASE("gemm: block-exact rounds each block once into FP32 where a double sum would round twice", "[gemm]") {
+  // Block 2's sum 256*256 + 2^-9*2^-9 = 2^16 + 2^-18 is exact in FP64; scaled, it meets the FP32
+  // accumulator of block 1 at a distance the double sum cannot hold, just past an FP32 midpoint:
+  //   1 + (2^-24 + 2^-58)          -> 1 + 2^-23 (a double sum first would give the tie, then 1)
+  //   2^-127 + (2^-150 + 2^-184)   -> 2^-127 + 2^-149, in FP32's subnormal range
+  // Each is a 1 x 1 product of K = 64, so no other output shares its vector lanes.
+  const auto run = [](float sa1, float sa2, float sb1, float sb2, float want) {
+    std::vector<uint8_t> codes(64, 0);
+    codes[0] = 0x38;   // 1.0
+    codes[32] = 0x78;  // 256
+    codes[33] = 0x01;  // 2^-9
+    GemmOperand a = OperandFromCodes(fmt::kE4M3, 1, 64, codes.data());
+    GemmOperand b = OperandFromCodes(fmt::kE4M3, 64, 1, codes.data());
+    std::mt19937 rng(1);
+    AddUe8m0(a, true, 32, rng, 0, 0);
+    AddUe8m0(b, false, 32, rng, 0, 0);
+    a.scales = {sa1, sa2};
+    b.scales = {sb1, sb2};
+    const AccumModel m = AccumModelByName("block-exact");
+    const std::vector<float> ref = GemmRef(a, b, nullptr, m);
+    CHECK(FloatBits(ref[0]) == FloatBits(want));
+    qmx::test::TargetGuard guard;
+    for (const std::string& target : SimdTargets()) {
+      ForceSimdTarget(target);
+      RequireSame(Gemm(a, b, nullptr, m), ref, "block-exact double rounding / " + target);
+    }
+  };
+  run(1.0f, 0x1p-20f, 1.0f, 0x1p-20f, 1.0f + 0x1p-23f);
+  run(0x1p-64f, 0x1p-83f, 0x1p-63f, 0x1p-83f, 0x1p-127f + 0x1p-149f);
+}
+
 TEST_CASE("gemm: specials follow the models (NaN, Inf, NaN scales, overflow)", "[gemm]") {
   std::mt19937 rng(13);
   GemmOperand a = Codes(fmt::kE5M2, 6, 64, rng, true), b = Codes(fmt::kE5M2, 64, 7, rng, true);

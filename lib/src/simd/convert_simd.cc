@@ -795,20 +795,28 @@ HWY_INLINE uint32_t BlockAmaxBits(const Consts& k, const void* in, size_t start,
 // (ConcatEven/ConcatOdd of two vectors keep their lanes' order, so after log2(Lanes) rounds lane b holds
 // block b's maximum).
 template <DType S>
-HWY_INLINE VU AmaxOfBlocks(const Consts& k, const void* in, size_t start, size_t len) {
+HWY_INLINE VU AmaxOfBlocks(const void* in, size_t start, size_t len) {
   const DU du;
+  const VU abs_mask = hn::Set(du, 0x7FFFFFFFu);  // the fused path never flushes inputs
 #if HWY_TARGET == HWY_SCALAR
   VU m = hn::Zero(du);
-  for (size_t j = 0; j < len; ++j) m = hn::Max(m, AbsBits(k, LoadBits<S>(in, start + j)));
+  for (size_t j = 0; j < len; ++j) m = hn::Max(m, hn::And(LoadBits<S>(in, start + j), abs_mask));
   return m;
 #else
   constexpr size_t kL = kMaxLanes;
   const size_t lanes = hn::Lanes(du);
   VU v[kL];
-  for (size_t b = 0; b < kL && b < lanes; ++b) {
-    VU m = AbsBits(k, LoadBits<S>(in, start + b * len));
-    for (size_t j = lanes; j < len; j += lanes) m = hn::Max(m, AbsBits(k, LoadBits<S>(in, start + b * len + j)));
-    v[b] = m;
+  if (len == 2 * lanes) {  // the usual MX block on AVX-512
+    for (size_t b = 0; b < kL && b < lanes; ++b) {
+      const size_t at = start + b * len;
+      v[b] = hn::Max(hn::And(LoadBits<S>(in, at), abs_mask), hn::And(LoadBits<S>(in, at + lanes), abs_mask));
+    }
+  } else {
+    for (size_t b = 0; b < kL && b < lanes; ++b) {
+      VU m = hn::And(LoadBits<S>(in, start + b * len), abs_mask);
+      for (size_t j = lanes; j < len; j += lanes) m = hn::Max(m, hn::And(LoadBits<S>(in, start + b * len + j), abs_mask));
+      v[b] = m;
+    }
   }
   for (size_t w = lanes; w > 1; w /= 2) {
     for (size_t i = 0; i < w / 2; ++i)
@@ -996,23 +1004,29 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
   // branch-free pass. Multiplier 0 sends a block to the general tiers.
   const bool common = k.fused && k.f.sat && k.f.neg_zero;
   constexpr size_t kBatch = 64;
-  static_assert(kBatch % kMaxLanes == 0, "whole vectors of block maxima");
+  static_assert(kBatch % kMaxLanes == 0 && kBatch <= 64, "whole vectors of block maxima; one bit per block");
   alignas(64) uint32_t amaxes[kBatch];
   alignas(64) float mults[kBatch];
   for (size_t b0 = 0; b0 < nblocks; b0 += kBatch) {
     const size_t nb = std::min(kBatch, nblocks - b0);
-    size_t done = 0;  // blocks done a vector of Lanes blocks at a time
+    uint64_t general = 0;  // bit i: block b0 + i goes through the general tiers
+    size_t done = 0;       // blocks done a vector of Lanes blocks at a time
     if (kFusable && k.fused && block % lanes == 0) {
       const VU inf_bits = hn::Set(du, 0x7F800000u);
       for (; done + lanes <= nb && (b0 + done + lanes) * block <= n; done += lanes) {
         PrefetchAhead<S>(in, (b0 + done) * block, lanes * block);
-        const VU amax = AmaxOfBlocks<S>(k, in, (b0 + done) * block, block);
+        const VU amax = AmaxOfBlocks<S>(in, (b0 + done) * block, block);
         const VU byte = ScaleBytesOf(a, amax);
         const VU mult = ScaleMultipliersOf(a.scaling, byte);
         const auto prod = hn::BitCast(du, hn::Mul(hn::BitCast(df, amax), hn::BitCast(df, mult)));
         const auto ok = hn::And(hn::Lt(amax, inf_bits), hn::Lt(prod, inf_bits));
         hn::StoreU(amax, du, amaxes + done);
         hn::StoreU(hn::BitCast(df, hn::IfThenElseZero(ok, mult)), df, mults + done);
+        uint8_t mask_bits[8] = {};
+        hn::StoreMaskBits(du, hn::Not(ok), mask_bits);
+        uint64_t m;
+        std::memcpy(&m, mask_bits, 8);
+        general |= m << done;
         StoreCodes(byte, scales + b0 + done);  // a NaN/Inf block's byte is rewritten by general_block
       }
     }
@@ -1030,16 +1044,17 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
         scales[b0 + i] = static_cast<uint8_t>(scale);
         if (amax_f * mult <= std::numeric_limits<float>::max()) mults[i] = mult;
       }
+      if (mults[i] == 0.0f) general |= uint64_t{1} << i;
     }
     for (size_t i = 0; i < nb;) {
-      if (!kFusable || mults[i] == 0.0f) {
+      if ((general >> i) & 1) {
         const size_t b = b0 + i, start = b * block;
         general_block(b, start, start + block <= n ? block : n - start, amaxes[i]);
         ++i;
         continue;
       }
-      size_t e = i + 1;
-      while (e < nb && mults[e] != 0.0f) ++e;
+      const uint64_t rest = general >> i;  // the next general block ends this fused run
+      const size_t e = rest == 0 ? nb : std::min(nb, i + static_cast<size_t>(__builtin_ctzll(rest)));
       if constexpr (kFusable) {
         if (common) FusedBlocks<R, S, true>(k.f, in, block, n, b0 + i, e - i, mults + i, codes, kSr ? &rw : nullptr);
         else FusedBlocks<R, S, false>(k.f, in, block, n, b0 + i, e - i, mults + i, codes, kSr ? &rw : nullptr);

@@ -12,7 +12,10 @@
 // The discarded part rem = sig mod 2^s decides the rounding; the code is then checked for overflow,
 // flushed, given its sign, and the specials (NaN, Inf, negative into unsigned) override it.
 // That general kernel (ConvertVec) serves every case; two shorter tiers take the vectors they can
-// (NormalVec: every lane in dst's normal binades; LiteVec: every lane finite), see ConvertAny.
+// (NormalVec: every lane in dst's normal binades; LiteVec: every lane finite), see ConvertAny. Float
+// formats under RNE and SR-A take the fused tier first (FusedVec: branch-free over the whole finite
+// range, the lanes below the normal binades rounded in the FPU), and MX blocks run in two passes per
+// batch (MxLoop).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "simd/convert_simd.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -360,6 +363,8 @@ HWY_INLINE VU NormalVec(const Consts& k, const Lite& l, VU bits, VU a, VU rbits)
 // |x| + 2^(...) leaves round(|x| / q) (the carry into the lowest normal binade included) in the low bits;
 // SR-A multiplies by 2^(N + m - emin), exactly, truncates to the integer u = floor(|x| 2^N / q) and takes
 // (u + R) >> N, which carries iff R + floor(nu 2^N) >= 2^N. Equal to ConvertVec; tests check both.
+// The FPU steps rely on round to nearest even without FTZ/DAZ: the dispatch wrappers below set that
+// (fp_env.h).
 // Truncation of FP32 lanes known to lie in [0, 2^31) to integers: the x86 instruction alone, without the
 // out-of-range fix-up that hn::ConvertTo adds.
 HWY_INLINE VI TruncateInRange(VF v) {

@@ -355,16 +355,6 @@ HWY_INLINE VU NormalVec(const Consts& k, const Lite& l, VU bits, VU a, VU rbits)
   return hn::Or(pre, hn::And(hn::ShiftRightSame(bits, k.sign_shift), k.sign_bit));
 }
 
-// ------------------------------------------------------------------ fused path
-// Every lane finite, a float format, RNE or SR-A (Consts::fused): one branch-free sequence for the whole
-// range. Lanes in dst's normal binades round their FP32 bits as NormalVec does (the carry moving into the
-// exponent field, the rebias folded into f_kn). Lanes below, where the quantum q = 2^(emin - m) is fixed,
-// round in the FPU: RNE adds 2^(emin - m + 23), whose ulp is q, so the FPU's round to nearest even of
-// |x| + 2^(...) leaves round(|x| / q) (the carry into the lowest normal binade included) in the low bits;
-// SR-A multiplies by 2^(N + m - emin), exactly, truncates to the integer u = floor(|x| 2^N / q) and takes
-// (u + R) >> N, which carries iff R + floor(nu 2^N) >= 2^N. Equal to ConvertVec; tests check both.
-// The FPU steps rely on round to nearest even without FTZ/DAZ: the dispatch wrappers below set that
-// (fp_env.h).
 // Truncation of FP32 lanes known to lie in [0, 2^31) to integers: the x86 instruction alone, without the
 // out-of-range fix-up that hn::ConvertTo adds.
 HWY_INLINE VI TruncateInRange(VF v) {
@@ -379,6 +369,16 @@ HWY_INLINE VI TruncateInRange(VF v) {
 #endif
 }
 
+// ------------------------------------------------------------------ fused path
+// Every lane finite, a float format, RNE or SR-A (Consts::fused): one branch-free sequence for the whole
+// range. Lanes in dst's normal binades round their FP32 bits as NormalVec does (the carry moving into the
+// exponent field, the rebias folded into f_kn). Lanes below, where the quantum q = 2^(emin - m) is fixed,
+// round in the FPU: RNE adds 2^(emin - m + 23), whose ulp is q, so the FPU's round to nearest even of
+// |x| + 2^(...) leaves round(|x| / q) (the carry into the lowest normal binade included) in the low bits;
+// SR-A multiplies by 2^(N + m - emin), exactly, truncates to the integer u = floor(|x| 2^N / q) and takes
+// (u + R) >> N, which carries iff R + floor(nu 2^N) >= 2^N. Equal to ConvertVec; tests check both.
+// The FPU steps rely on round to nearest even without FTZ/DAZ: the dispatch wrappers below set that
+// (fp_env.h).
 // kCommon: overflow saturates to max and -0 has a code (the OCP formats under satfinite); otherwise the
 // overflow code and the sign of a zero result are chosen per lane.
 template <Rounding R, bool kCommon>
@@ -508,10 +508,9 @@ HWY_INLINE void PrefetchAhead(const void* in, size_t i, size_t count) {
   for (size_t o = 0; o < count * SrcSize<S>(); o += 64) __builtin_prefetch(p + o);
 }
 
-// Runs of the fused path over the elements of one call: whole groups of four vectors from i while every
-// lane is finite (deterministic modes) or whole vectors (SR, random words from rw). Each returns where it
-// stopped: at the end of the whole vectors, or at a group holding NaN or Inf, which the caller converts
-// through the general tiers before calling again.
+// A run of the fused path over the elements of one call (RNE; SR has FusedSrRun): whole groups of four
+// vectors from i while every lane is finite. Returns where it stopped: at the end of the whole groups, or
+// at a group holding NaN or Inf, which the caller converts through the general tiers before calling again.
 template <Rounding R, DType S, bool kCommon>
 HWY_NOINLINE size_t FusedRun(const FusedK f, const void* in, size_t i, size_t n, uint8_t* out) {
   const DU du;
@@ -628,9 +627,9 @@ class RandomWords {
 };
 
 // SR runs of the fused path: from element i, whose Philox counter starts a word group ((first_index + i)
-// % 4 == 0), whole vectors in chunks of 8 vectors whose words are generated straight into a local buffer
-// (or read from the explicit bits). Returns where it stopped: at the last whole vector, or at a vector
-// holding NaN or Inf, which the caller converts through the general tiers.
+// % 4 == 0), whole vectors in chunks of up to 8 vectors whose words are generated once per chunk straight
+// into a local buffer (or read from the explicit bits). Returns where it stopped: at the end of the whole
+// vectors, or at a vector holding NaN or Inf, which the caller converts through the general tiers.
 template <Rounding R, DType S, bool kCommon>
 HWY_NOINLINE size_t FusedSrRun(const FusedK f, const void* in, size_t i, size_t n, uint8_t* out, uint64_t seed,
                                uint64_t first_index, const uint32_t* rbits) {
@@ -638,33 +637,19 @@ HWY_NOINLINE size_t FusedSrRun(const FusedK f, const void* in, size_t i, size_t 
   const size_t lanes = hn::Lanes(du);
   const VU abs_mask = hn::Set(du, 0x7FFFFFFFu), inf_bits = hn::Set(du, 0x7F800000u);
   alignas(64) uint32_t words[8 * kMaxLanes];
-  const auto run = [&](size_t at, const uint32_t* w) {  // whole vectors at..at+8 lanes; false at a NaN/Inf one
-    for (size_t v = 0; v < 8; ++v) {
-      const VU x = LoadBits<S>(in, at + v * lanes);
-      if (!hn::AllTrue(du, hn::Lt(hn::And(x, abs_mask), inf_bits))) return v;
-      StoreCodes(FusedVec<R, kCommon>(f, x, hn::LoadU(du, w + v * lanes)), out + at + v * lanes);
-    }
-    return size_t{8};
-  };
-  for (; i + 8 * lanes <= n; i += 8 * lanes) {
-    PrefetchAhead<S>(in, i, 8 * lanes);
+  while (i + lanes <= n) {
+    const size_t vectors = std::min<size_t>(8, (n - i) / lanes);
+    if (vectors == 8) PrefetchAhead<S>(in, i, 8 * lanes);
     const uint32_t* w = rbits + i;
     if (rbits == nullptr) {
       PhiloxWords((first_index + i) >> 2, seed, words);
       w = words;
     }
-    const size_t v = run(i, w);
-    if (v < 8) return i + v * lanes;
-  }
-  for (; i + lanes <= n; i += lanes) {
-    const uint32_t* w = rbits + i;
-    if (rbits == nullptr) {
-      PhiloxWords((first_index + i) >> 2, seed, words);
-      w = words;
+    for (size_t v = 0; v < vectors; ++v, i += lanes) {
+      const VU x = LoadBits<S>(in, i);
+      if (!hn::AllTrue(du, hn::Lt(hn::And(x, abs_mask), inf_bits))) return i;
+      StoreCodes(FusedVec<R, kCommon>(f, x, hn::LoadU(du, w + v * lanes)), out + i);
     }
-    const VU x = LoadBits<S>(in, i);
-    if (!hn::AllTrue(du, hn::Lt(hn::And(x, abs_mask), inf_bits))) return i;
-    StoreCodes(FusedVec<R, kCommon>(f, x, hn::LoadU(du, w)), out + i);
   }
   return i;
 }
@@ -685,24 +670,24 @@ void ConvertLoop(const ConvertParams& p, const void* in, size_t n, uint8_t* out,
   const bool common = k.fused && k.f.sat && k.f.neg_zero;
   if constexpr (kSr) {
     size_t i = 0;
-    if (kFusable && k.fused && lanes % 4 == 0) {
-      // Elements before the first whole group of four Philox words, then fused runs; a vector holding NaN or
-      // Inf, and the tail, go through the general tiers with the words of their own indices.
-      const size_t head = std::min<size_t>(rbits != nullptr ? 0 : (4 - (first_index & 3)) & 3, n);
-      if (head > 0) {
-        RandomWords rw(seed, first_index, rbits);
-        StoreCodesPartial(ConvertAny<R>(k, lite, LoadBitsPartial<S>(in, 0, head), eoff, rw.Take(0, head)), out, head);
-      }
-      i = head;
-      while (i + lanes <= n) {
-        if constexpr (kFusable) {
+    if constexpr (kFusable) {
+      if (k.fused && lanes % 4 == 0) {
+        // Elements before the first whole group of four Philox words, then fused runs; a vector holding NaN
+        // or Inf, and the tail, go through the general tiers with the words of their own indices.
+        const size_t head = std::min<size_t>(rbits != nullptr ? 0 : (4 - (first_index & 3)) & 3, n);
+        if (head > 0) {
+          RandomWords rw(seed, first_index, rbits);
+          StoreCodesPartial(ConvertAny<R>(k, lite, LoadBitsPartial<S>(in, 0, head), eoff, rw.Take(0, head)), out, head);
+        }
+        i = head;
+        while (i + lanes <= n) {
           i = common ? FusedSrRun<R, S, true>(k.f, in, i, n, out, seed, first_index, rbits)
                      : FusedSrRun<R, S, false>(k.f, in, i, n, out, seed, first_index, rbits);
+          if (i + lanes > n) break;
+          RandomWords rw(seed, first_index + i, rbits);
+          StoreCodes(ConvertAny<R>(k, lite, LoadBits<S>(in, i), eoff, rw.Take(i, lanes)), out + i);
+          i += lanes;
         }
-        if (i + lanes > n) break;
-        RandomWords rw(seed, first_index + i, rbits);
-        StoreCodes(ConvertAny<R>(k, lite, LoadBits<S>(in, i), eoff, rw.Take(i, lanes)), out + i);
-        i += lanes;
       }
     }
     RandomWords rw(seed, first_index + i, rbits);
@@ -867,14 +852,6 @@ HWY_INLINE VU ScaleMultipliersOf(int scaling, VU byte) {
   const VU pow2 = hn::ShiftLeft<23>(hn::Sub(c254, byte));
   if (scaling == 2) return hn::IfThenElse(hn::Eq(byte, hn::Zero(du)), hn::Set(du, 0x3F800000u), pow2);
   return hn::IfThenElse(hn::Eq(byte, c254), hn::Set(du, 0x00400000u), pow2);
-}
-
-// 2^e as an FP32 value, e in -149..127 (subnormal below -126).
-inline float Pow2Float(int e) {
-  const uint32_t u = e >= -126 ? static_cast<uint32_t>(e + 127) << 23 : 1u << (e + 149);
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
 }
 
 // The element multiplier of the FP32 element-scaling modes for scale byte s (< 255): host_device.h.
@@ -1043,7 +1020,7 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
       mults[i] = 0.0f;
       if (kFusable && k.fused && amax < 0x7F800000u) {
         const int scale = ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax, a.elem_man);
-        const float mult = exact ? Pow2Float(127 - scale) : ScaleInverse(a.scaling, static_cast<uint32_t>(scale));
+        const float mult = ScaleInverse(a.scaling, static_cast<uint32_t>(scale));  // exact: 2^(127 - scale)
         float amax_f;
         std::memcpy(&amax_f, &amax, 4);
         scales[b0 + i] = static_cast<uint8_t>(scale);

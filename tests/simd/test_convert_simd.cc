@@ -176,6 +176,33 @@ TEST_CASE("Stochastic rounding: split calls, explicit bits and the Philox stream
   CHECK(other != whole);
 }
 
+TEST_CASE("SIMD stochastic rounding where the Philox counter's high word changes mid-call, on every target", "[simd]") {
+  // Element index 2^34 is counter {0, 1, 0, 0}: the vector Philox keeps counter lanes as 64-bit sums, so
+  // the carry into the second counter word must reach the lanes past it in the same batch.
+  TargetGuard guard;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(4099);
+  for (float& v : x) v = nd(rng);
+  std::vector<uint32_t> in(x.size());
+  std::memcpy(in.data(), x.data(), 4 * x.size());
+  CastOptions o;
+  o.rounding = Rounding::kSrA;
+  for (const uint64_t first : {(uint64_t{1} << 34) - 1000, (uint64_t{1} << 34) - 1, (uint64_t{7} << 34) - 2052}) {
+    const SrSource sr{0xFEEDFACECAFEBEEFull, first, nullptr};
+    for (const Format& f : {fmt::kE4M3, fmt::kE2M1}) {
+      std::vector<uint8_t> want(x.size());
+      ConvertToCodesRef(DType::kF32, x.data(), x.size(), f, o, want.data(), sr);
+      for (const std::string& t : SimdTargets()) {
+        ForceSimdTarget(t);
+        std::vector<uint8_t> got(x.size(), 0xAA);
+        ConvertToCodes(DType::kF32, x.data(), x.size(), f, o, got.data(), sr);
+        ExpectSame(in, got, want, t + " first index " + std::to_string(first) + " " + Describe(f, o));
+      }
+    }
+  }
+}
+
 TEST_CASE("Parallel conversion and decoding are independent of the thread count", "[simd]") {
   std::mt19937 rng(3);
   std::vector<uint32_t> in(300001);

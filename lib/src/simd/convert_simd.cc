@@ -53,12 +53,36 @@ inline uint32_t MaxFiniteBits(const ConvertParams& p) {
   return static_cast<uint32_t>(e) << 23 | mant << (23 - p.man_bits);
 }
 
+// A shift count that is the same in every lane. AVX2 and AVX-512 shift each lane by its own count in one
+// uop; the shift by an xmm count (ShiftRightSame with a runtime count) takes two on Intel cores. Targets
+// without per-lane shifts use the xmm form.
+struct SameShift {
+  int n = 0;
+  VU v;
+  SameShift() : v(hn::Zero(DU())) {}
+  explicit SameShift(int count) : n(count), v(hn::Set(DU(), static_cast<uint32_t>(count))) {}
+};
+HWY_INLINE VU ShrS(VU x, const SameShift& s) {
+#if HWY_TARGET <= HWY_AVX2
+  return hn::Shr(x, s.v);
+#else
+  return hn::ShiftRightSame(x, s.n);
+#endif
+}
+HWY_INLINE VU ShlS(VU x, const SameShift& s) {
+#if HWY_TARGET <= HWY_AVX2
+  return hn::Shl(x, s.v);
+#else
+  return hn::ShiftLeftSame(x, s.n);
+#endif
+}
+
 // The fused path's constants (see FusedVec). Loops copy them into a local first: the code stores through
 // uint8_t* may alias any object whose address escaped, which would force a reload of every constant.
 struct FusedK {
   VU thr, kn, magic_bits, max_code, ovf, sign_bit, sr_mask, nz_all;
   VF magic;
-  int s0 = 0, sign_shift = 0, sr_n = 0;
+  SameShift s0, sign_shift, sr_n, sr_up;  // sr_up = s0 - sr_n
   bool sat = false, neg_zero = false;
 };
 
@@ -149,9 +173,10 @@ inline void Consts::InitFused(const ConvertParams& p) {
   f.ovf = hn::Set(du, p.ovf_code[0]);
   f.sign_bit = sign_bit;
   f.sr_mask = sr_mask;
-  f.s0 = p.sbase;
-  f.sign_shift = sign_shift;
-  f.sr_n = sr_n;
+  f.s0 = SameShift(p.sbase);
+  f.sign_shift = SameShift(sign_shift);
+  f.sr_n = SameShift(sr_n);
+  f.sr_up = SameShift(p.sbase - sr_n);
   f.sat = p.ovf_code[0] == p.max_code;
   f.neg_zero = neg_zero;
   f.nz_all = hn::Set(du, neg_zero ? 0xFFFFFFFFu : 0u);
@@ -389,17 +414,17 @@ HWY_INLINE VU FusedVec(const FusedK& f, VU bits, VU rbits) {
   const VU a = hn::And(bits, hn::Set(du, 0x7FFFFFFFu));
   VU rn, rs;
   if constexpr (R == Rounding::kRne) {
-    const VU lsb = hn::And(hn::ShiftRightSame(a, f.s0), one);
-    rn = hn::ShiftRightSame(hn::Add(hn::Add(a, f.kn), lsb), f.s0);
+    const VU lsb = hn::And(ShrS(a, f.s0), one);
+    rn = ShrS(hn::Add(hn::Add(a, f.kn), lsb), f.s0);
     rs = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, a), f.magic)), f.magic_bits);
   } else {
     const VU r = hn::And(rbits, f.sr_mask);
-    rn = hn::ShiftRightSame(hn::Add(hn::Add(a, f.kn), hn::ShiftLeftSame(r, f.s0 - f.sr_n)), f.s0);
+    rn = ShrS(hn::Add(hn::Add(a, f.kn), ShlS(r, f.sr_up)), f.s0);
     const VU u = hn::BitCast(du, TruncateInRange(hn::Mul(hn::BitCast(df, a), f.magic)));
-    rs = hn::ShiftRightSame(hn::Add(u, r), f.sr_n);
+    rs = ShrS(hn::Add(u, r), f.sr_n);
   }
   VU mag = hn::IfThenElse(hn::Lt(a, f.thr), rs, rn);
-  VU sgn = hn::ShiftRightSame(bits, f.sign_shift);
+  VU sgn = ShrS(bits, f.sign_shift);
   if constexpr (kCommon) {
     mag = hn::Min(mag, f.max_code);
   } else {
@@ -531,17 +556,34 @@ HWY_NOINLINE size_t FusedRun(const FusedK f, const void* in, size_t i, size_t n,
 
 // ------------------------------------------------------------------ random bits
 
+// The round keys of Philox4x32-10 for one seed (key k0 + r * 0x9E3779B9, k1 + r * 0xBB67AE85 in round r),
+// computed once per call and kept in memory, so that each round broadcasts them from a load.
+struct PhiloxKeys {
+  explicit PhiloxKeys(uint64_t s) : seed(s) {
+    uint32_t a = static_cast<uint32_t>(s), b = static_cast<uint32_t>(s >> 32);
+    for (int r = 0; r < 10; ++r, a += 0x9E3779B9u, b += 0xBB67AE85u) {
+      k0[r] = a;
+      k1[r] = b;
+    }
+  }
+  uint64_t seed;
+  uint64_t k0[10], k1[10];  // 64-bit lanes with the key in the low half
+};
+
 // Philox4x32-10 (qmx/rng.h) for counters ctr .. ctr + 2 * Lanes(u32) - 1; 8 * Lanes words stored in
 // element order. Each counter's state sits in the low half of a 64-bit lane, so one MulEven gives a
 // whole 32x32 -> 64 product (low half = lo; a half swap brings hi down) and the garbage above the low
-// halves is never read. Four independent batches hide the multiplier's latency.
-HWY_INLINE void PhiloxWords(uint64_t ctr, uint64_t seed, uint32_t* out) {
+// halves is never read. Four independent batches hide the multiplier's latency. Lane j of a batch holds
+// counter (j % 2) * half / 2 + j / 2 of it, so that InterleaveLower/Upper of the packed word pairs
+// (x0 | x1 << 32, x2 | x3 << 32) are the words in element order with no lane-crossing shuffle. Round 0
+// starts from x2 = x3 = 0 and needs one multiply.
+HWY_INLINE void PhiloxWords(uint64_t ctr, const PhiloxKeys& keys, uint32_t* out) {
   const DU du;
 #if HWY_TARGET == HWY_SCALAR
   for (uint64_t j = 0; j < 2; ++j) {
     const uint64_t c = ctr + j;
     const Philox4x32Counter w = Philox4x32_10({static_cast<uint32_t>(c), static_cast<uint32_t>(c >> 32), 0u, 0u},
-                                              {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+                                              {static_cast<uint32_t>(keys.seed), static_cast<uint32_t>(keys.seed >> 32)});
     std::memcpy(out + 4 * j, w.data(), 16);
   }
   (void)du;
@@ -551,20 +593,22 @@ HWY_INLINE void PhiloxWords(uint64_t ctr, uint64_t seed, uint32_t* out) {
   constexpr int kBatches = 4;
   const size_t half = hn::Lanes(d64);
   const VU m0 = hn::Set(du, 0xD2511F53u), m1 = hn::Set(du, 0xCD9E8D57u);
+  const V64 lane = hn::Iota(d64, 0);
+  const V64 one64 = hn::Set(d64, 1);
+  const V64 perm = hn::Add(hn::ShiftRight<1>(lane), hn::IfThenElseZero(hn::Eq(hn::And(lane, one64), one64), hn::Set(d64, half / 2)));
   V64 c0[kBatches], c1[kBatches], c2[kBatches], c3[kBatches];
   for (int b = 0; b < kBatches; ++b) {
-    c0[b] = hn::Add(hn::Set(d64, ctr + b * half), hn::Iota(d64, 0));
-    c1[b] = hn::ShiftRight<32>(c0[b]);
-    c2[b] = hn::Zero(d64);
-    c3[b] = hn::Zero(d64);
+    const V64 c = hn::Add(hn::Set(d64, ctr + b * half), perm);
+    // Round 0: the product of x2 = 0 is 0.
+    const V64 p0 = hn::MulEven(hn::BitCast(du, c), m0);
+    c0[b] = hn::Xor(hn::ShiftRight<32>(c), hn::Set(d64, keys.k0[0]));
+    c1[b] = hn::Zero(d64);
+    c2[b] = hn::Xor(hn::BitCast(d64, hn::Shuffle2301(hn::BitCast(du, p0))), hn::Set(d64, keys.k1[0]));
+    c3[b] = p0;
   }
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-  for (int round = 0; round < 10; ++round) {
-    if (round > 0) {
-      k0 += 0x9E3779B9u;
-      k1 += 0xBB67AE85u;
-    }
-    const V64 key0 = hn::Set(d64, k0), key1 = hn::Set(d64, k1);
+  HWY_UNROLL(1)
+  for (int round = 1; round < 10; ++round) {
+    const V64 key0 = hn::Set(d64, keys.k0[round]), key1 = hn::Set(d64, keys.k1[round]);
     for (int b = 0; b < kBatches; ++b) {
       const V64 p0 = hn::MulEven(hn::BitCast(du, c0[b]), m0);
       const V64 p1 = hn::MulEven(hn::BitCast(du, c2[b]), m1);
@@ -578,7 +622,9 @@ HWY_INLINE void PhiloxWords(uint64_t ctr, uint64_t seed, uint32_t* out) {
   for (int b = 0; b < kBatches; ++b) {
     const V64 w01 = hn::Or(hn::And(c0[b], low32), hn::ShiftLeft<32>(c1[b]));
     const V64 w23 = hn::Or(hn::And(c2[b], low32), hn::ShiftLeft<32>(c3[b]));
-    hn::StoreInterleaved2(w01, w23, d64, reinterpret_cast<uint64_t*>(out) + 2 * b * half);
+    uint64_t* o = reinterpret_cast<uint64_t*>(out) + 2 * b * half;
+    hn::StoreU(hn::InterleaveLower(d64, w01, w23), d64, o);
+    hn::StoreU(hn::InterleaveUpper(d64, w01, w23), d64, o + half);
   }
 #endif
 }
@@ -588,13 +634,13 @@ class RandomWords {
  public:
   // An inactive stream (a deterministic mode) generates nothing.
   RandomWords(uint64_t seed, uint64_t first_index, const uint32_t* bits, bool active = true)
-      : seed_(seed), bits_(bits) {
+      : keys_(seed), bits_(bits) {
     if (!active || bits_ != nullptr) return;
     const size_t lanes = hn::Lanes(DU());
     ctr_ = first_index >> 2;
     pos_ = first_index & 3;
-    PhiloxWords(ctr_, seed_, buf_);
-    PhiloxWords(ctr_ + 2 * lanes, seed_, buf_ + 8 * lanes);
+    PhiloxWords(ctr_, keys_, buf_);
+    PhiloxWords(ctr_ + 2 * lanes, keys_, buf_ + 8 * lanes);
     ctr_ += 4 * lanes;
   }
   // Words for elements i .. i + count - 1 of the call (count <= Lanes) in the low lanes.
@@ -610,7 +656,7 @@ class RandomWords {
     if (pos_ + lanes > 16 * lanes) {
       std::memcpy(buf_, buf_ + 8 * lanes, 8 * lanes * sizeof(uint32_t));
       pos_ -= 8 * lanes;
-      PhiloxWords(ctr_, seed_, buf_ + 8 * lanes);
+      PhiloxWords(ctr_, keys_, buf_ + 8 * lanes);
       ctr_ += 2 * lanes;
     }
     const VU v = hn::LoadU(du, buf_ + pos_);
@@ -619,7 +665,7 @@ class RandomWords {
   }
 
  private:
-  uint64_t seed_;
+  PhiloxKeys keys_;
   const uint32_t* bits_;
   uint64_t ctr_ = 0;
   size_t pos_ = 0;
@@ -628,8 +674,9 @@ class RandomWords {
 
 // SR runs of the fused path: from element i, whose Philox counter starts a word group ((first_index + i)
 // % 4 == 0), whole vectors in chunks of up to 8 vectors whose words are generated once per chunk straight
-// into a local buffer (or read from the explicit bits). Returns where it stopped: at the end of the whole
-// vectors, or at a vector holding NaN or Inf, which the caller converts through the general tiers.
+// into a local buffer (or read from the explicit bits), in groups of four vectors checked for NaN/Inf
+// with one compare, then single vectors. Returns where it stopped: at the end of the whole vectors, or at
+// a group or vector holding NaN or Inf, whose first vector the caller converts through the general tiers.
 template <Rounding R, DType S, bool kCommon>
 HWY_NOINLINE size_t FusedSrRun(const FusedK f, const void* in, size_t i, size_t n, uint8_t* out, uint64_t seed,
                                uint64_t first_index, const uint32_t* rbits) {
@@ -637,15 +684,28 @@ HWY_NOINLINE size_t FusedSrRun(const FusedK f, const void* in, size_t i, size_t 
   const size_t lanes = hn::Lanes(du);
   const VU abs_mask = hn::Set(du, 0x7FFFFFFFu), inf_bits = hn::Set(du, 0x7F800000u);
   alignas(64) uint32_t words[8 * kMaxLanes];
+  const PhiloxKeys keys(seed);
   while (i + lanes <= n) {
     const size_t vectors = std::min<size_t>(8, (n - i) / lanes);
     if (vectors == 8) PrefetchAhead<S>(in, i, 8 * lanes);
     const uint32_t* w = rbits + i;
     if (rbits == nullptr) {
-      PhiloxWords((first_index + i) >> 2, seed, words);
+      PhiloxWords((first_index + i) >> 2, keys, words);
       w = words;
     }
-    for (size_t v = 0; v < vectors; ++v, i += lanes) {
+    size_t v = 0;
+    for (; v + 4 <= vectors; v += 4, i += 4 * lanes) {
+      const VU x0 = LoadBits<S>(in, i), x1 = LoadBits<S>(in, i + lanes);
+      const VU x2 = LoadBits<S>(in, i + 2 * lanes), x3 = LoadBits<S>(in, i + 3 * lanes);
+      const VU m = hn::Max(hn::Max(hn::And(x0, abs_mask), hn::And(x1, abs_mask)),
+                           hn::Max(hn::And(x2, abs_mask), hn::And(x3, abs_mask)));
+      if (!hn::AllTrue(du, hn::Lt(m, inf_bits))) return i;
+      const uint32_t* wv = w + v * lanes;
+      StoreCodes4(FusedVec<R, kCommon>(f, x0, hn::LoadU(du, wv)), FusedVec<R, kCommon>(f, x1, hn::LoadU(du, wv + lanes)),
+                  FusedVec<R, kCommon>(f, x2, hn::LoadU(du, wv + 2 * lanes)),
+                  FusedVec<R, kCommon>(f, x3, hn::LoadU(du, wv + 3 * lanes)), out + i);
+    }
+    for (; v < vectors; ++v, i += lanes) {
       const VU x = LoadBits<S>(in, i);
       if (!hn::AllTrue(du, hn::Lt(hn::And(x, abs_mask), inf_bits))) return i;
       StoreCodes(FusedVec<R, kCommon>(f, x, hn::LoadU(du, w + v * lanes)), out + i);

@@ -253,14 +253,15 @@ TEST_CASE("gemm: block-exact rounds each block once into FP32 where a double sum
   // accumulator of block 1 at a distance the double sum cannot hold, just past an FP32 midpoint:
   //   1 + (2^-24 + 2^-58)          -> 1 + 2^-23 (a double sum first would give the tie, then 1)
   //   2^-127 + (2^-150 + 2^-184)   -> 2^-127 + 2^-149, in FP32's subnormal range
+  // and just short of one, from an odd accumulator (block 1: 256*256 + 2^-6*0.5 = 2^16 + 2^-7, scaled by
+  // 2^-16; block 2: 256*256 - 2^-9*2^-9, scaled by 2^-40), where rounding the double sum up gives the tie
+  // and then the even neighbour:
+  //   (1 + 2^-23) + (2^-24 - 2^-58) -> 1 + 2^-23, not 1 + 2^-22; and the same negated.
   // Each is a 1 x 1 product of K = 64, so no other output shares its vector lanes.
-  const auto run = [](float sa1, float sa2, float sb1, float sb2, float want) {
-    std::vector<uint8_t> codes(64, 0);
-    codes[0] = 0x38;   // 1.0
-    codes[32] = 0x78;  // 256
-    codes[33] = 0x01;  // 2^-9
-    GemmOperand a = OperandFromCodes(fmt::kE4M3, 1, 64, codes.data());
-    GemmOperand b = OperandFromCodes(fmt::kE4M3, 64, 1, codes.data());
+  const auto run = [](const std::vector<uint8_t>& ca, const std::vector<uint8_t>& cb, float sa1, float sa2, float sb1,
+                      float sb2, float want) {
+    GemmOperand a = OperandFromCodes(fmt::kE4M3, 1, 64, ca.data());
+    GemmOperand b = OperandFromCodes(fmt::kE4M3, 64, 1, cb.data());
     std::mt19937 rng(1);
     AddUe8m0(a, true, 32, rng, 0, 0);
     AddUe8m0(b, false, 32, rng, 0, 0);
@@ -275,8 +276,22 @@ TEST_CASE("gemm: block-exact rounds each block once into FP32 where a double sum
       RequireSame(Gemm(a, b, nullptr, m), ref, "block-exact double rounding / " + target);
     }
   };
-  run(1.0f, 0x1p-20f, 1.0f, 0x1p-20f, 1.0f + 0x1p-23f);
-  run(0x1p-64f, 0x1p-83f, 0x1p-63f, 0x1p-83f, 0x1p-127f + 0x1p-149f);
+  std::vector<uint8_t> past(64, 0);
+  past[0] = 0x38;   // 1.0
+  past[32] = 0x78;  // 256
+  past[33] = 0x01;  // 2^-9
+  run(past, past, 1.0f, 0x1p-20f, 1.0f, 0x1p-20f, 1.0f + 0x1p-23f);
+  run(past, past, 0x1p-64f, 0x1p-83f, 0x1p-63f, 0x1p-83f, 0x1p-127f + 0x1p-149f);
+  std::vector<uint8_t> sa(64, 0), sb(64, 0);
+  sa[0] = sb[0] = sa[32] = sb[32] = 0x78;  // 256
+  sa[1] = 0x08;                            // 2^-6
+  sb[1] = 0x30;                            // 0.5
+  sa[33] = 0x01;                           // 2^-9
+  sb[33] = 0x81;                           // -2^-9
+  run(sa, sb, 0x1p-8f, 0x1p-20f, 0x1p-8f, 0x1p-20f, 1.0f + 0x1p-23f);
+  std::vector<uint8_t> na = sa;
+  for (uint8_t& c : na) c = c != 0 ? static_cast<uint8_t>(c ^ 0x80) : c;
+  run(na, sb, 0x1p-8f, 0x1p-20f, 0x1p-8f, 0x1p-20f, -(1.0f + 0x1p-23f));
 }
 
 TEST_CASE("gemm: specials follow the models (NaN, Inf, NaN scales, overflow)", "[gemm]") {

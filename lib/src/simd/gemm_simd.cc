@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "hwy/aligned_allocator.h"
@@ -30,7 +31,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 #if HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
 
 constexpr size_t kMr = 6;       // rows of a micro-tile (FMA and block kernels)
-constexpr size_t kFusedMr = 4;  // rows of a micro-tile with more state per output (fused, FP64 block-exact)
+constexpr size_t kFusedMr = 4;  // rows of a micro-tile with more state per output (fused)
 constexpr size_t kKc = 256;     // K per chunk (rounded to a multiple of the kernel's block)
 constexpr size_t kMcPanels = 8;   // A panels per thread's block
 
@@ -263,12 +264,25 @@ bool GemmBlockF32T(const BlockGemmArgs& g, const CodeMatrix<float>& a, const Cod
 }
 
 // x + v rounded once to FP32 (x an FP32 value held in a double, v a double, both finite): the double
-// sum rounded to odd with TwoSum's error term, then to FP32 (correct since 53 >= 24 + 2), and back to
-// double. An x that overflowed to Inf earlier gives NaN: the caller recomputes those outputs.
+// sum rounded to odd, then to FP32 (correct since 53 >= 24 + 2). Without AVX-512 the round-to-odd takes
+// TwoSum's error term, and an x that overflowed to Inf earlier gives NaN: the caller recomputes those
+// outputs.
 template <class DD>
-HWY_INLINE hn::Vec<DD> AddRoundOnceF32(DD dd, hn::Vec<DD> x, hn::Vec<DD> v) {
+HWY_INLINE hn::Vec<hn::Rebind<float, DD>> AddRoundOnceF32(DD dd, hn::Vec<DD> x, hn::Vec<DD> v) {
   const hn::RebindToSigned<DD> di;
   const hn::Rebind<float, DD> dh;
+#if HWY_TARGET <= HWY_AVX3
+  if constexpr (std::is_same_v<hn::Vec<DD>, hn::Vec512<double>>) {
+    // AVX-512's per-instruction rounding: RD(x + v) and RU(x + v) are equal when the sum is exact and are
+    // neighbours otherwise, of which exactly one has an odd significand, the round-to-odd result. (An
+    // Inf x stays Inf here, as fl32(Inf + v) does.)
+    const __m512d down = _mm512_add_round_pd(x.raw, v.raw, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __m512d up = _mm512_add_round_pd(x.raw, v.raw, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+    const __mmask8 down_odd = _mm512_test_epi64_mask(_mm512_castpd_si512(down), _mm512_set1_epi64(1));
+    const hn::Vec<DD> odd{_mm512_mask_blend_pd(down_odd, up, down)};
+    return hn::DemoteTo(dh, odd);
+  }
+#endif
   const auto s = hn::Add(x, v);
   const auto bb = hn::Sub(s, x);
   const auto err = hn::Add(hn::Sub(x, hn::Sub(s, bb)), hn::Sub(v, bb));
@@ -279,7 +293,7 @@ HWY_INLINE hn::Vec<DD> AddRoundOnceF32(DD dd, hn::Vec<DD> x, hn::Vec<DD> v) {
   // (the true sum lies beyond s), down otherwise: step = +1 or -1 from the sign of err xor s.
   const auto step = hn::Or(hn::ShiftRight<63>(hn::BitCast(di, hn::Xor(err, s))), hn::Set(di, 1));
   const auto odd = hn::BitCast(dd, hn::IfThenElse(hn::And(even, inexact), hn::Add(bits, step), bits));
-  return hn::PromoteTo(dd, hn::DemoteTo(dh, odd));
+  return hn::DemoteTo(dh, odd);
 }
 
 bool GemmBlockF64T(const BlockGemmArgs& g, const CodeMatrix<double>& a, const CodeMatrix<double>& b, float* c) {
@@ -288,17 +302,15 @@ bool GemmBlockF64T(const BlockGemmArgs& g, const CodeMatrix<double>& a, const Co
   const hn::Rebind<float, decltype(d)> dh;
   using V = hn::Vec<decltype(d)>;
   const size_t N = hn::Lanes(d);
-  constexpr size_t R = kFusedMr;  // four rows: block sums and accumulators stay in registers
+  // Six rows: twelve independent block sums cover the FMA latency; the FP32 accumulators stay in C's
+  // tile, read and written once per block.
+  constexpr size_t R = kMr;
   const BlockPacks bp = PlanBlocks(g, 2 * N);
-  const size_t mp = (g.m + R - 1) / R;
   const Buf<double> pa = PackRows(a, R, par), pb = PackCols(b, bp.nr, par);
   const Buf<float> psa = PackRows(g.sa, g.m, bp.nb, R), psb = PackCols(g.sb, bp.nb, g.n, bp.nr);
   const CTiles tiles{c, g.m, g.n, R, bp.nr};
-  Drive(mp, bp.np, g.k, bp.kc, g.parallel, [&](size_t p, size_t q, size_t k0, size_t len) {
+  Drive(bp.mp, bp.np, g.k, bp.kc, g.parallel, [&](size_t p, size_t q, size_t k0, size_t len) {
     tiles.With(p, q, [&](float* ct, size_t ldc) {
-      V acc[R][2];  // the FP32 accumulators, held as doubles
-      for (size_t r = 0; r < R; ++r)
-        for (size_t h = 0; h < 2; ++h) acc[r][h] = hn::PromoteTo(d, hn::LoadU(dh, ct + r * ldc + h * N));
       for (size_t off = 0; off < len; off += g.kb) {
         const size_t blen = std::min(g.kb, len - off), blk = (k0 + off) / g.kb;
         V s[R][2];
@@ -307,12 +319,12 @@ bool GemmBlockF64T(const BlockGemmArgs& g, const CodeMatrix<double>& a, const Co
         const V sb[2] = {hn::PromoteTo(d, hn::LoadU(dh, sbv)), hn::PromoteTo(d, hn::LoadU(dh, sbv + N))};
         for (size_t r = 0; r < R; ++r) {
           const V sa = hn::Set(d, static_cast<double>(psa[(p * bp.nb + blk) * R + r]));
-          for (size_t h = 0; h < 2; ++h)  // S * sa * sb: powers of two, exact
-            acc[r][h] = AddRoundOnceF32(d, acc[r][h], hn::Mul(s[r][h], hn::Mul(sa, sb[h])));
+          for (size_t h = 0; h < 2; ++h) {  // S * sa * sb: powers of two, exact
+            float* at = ct + r * ldc + h * N;
+            hn::StoreU(AddRoundOnceF32(d, hn::PromoteTo(d, hn::LoadU(dh, at)), hn::Mul(s[r][h], hn::Mul(sa, sb[h]))), dh, at);
+          }
         }
       }
-      for (size_t r = 0; r < R; ++r)
-        for (size_t h = 0; h < 2; ++h) hn::StoreU(hn::DemoteTo(dh, acc[r][h]), dh, ct + r * ldc + h * N);
     });
   });
   return true;

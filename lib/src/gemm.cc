@@ -8,6 +8,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "fp_env.h"
 #include "gemm_internal.h"
 #include "qmx/error.h"
 
@@ -283,6 +284,7 @@ GemmOperand OperandFromQuantized(const QuantizedTensor& q) {
 
 std::vector<float> Gemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
                         Exec exec) {
+  const detail::ScopedDefaultFpEnv fp_env;  // the OpenMP loops below take their own
   const internal::GemmPlan plan = internal::PlanGemm(a, b, c_in, model);
   std::vector<float> out(plan.m * plan.n);
   if (internal::GemmFast(a, b, c_in, model, plan, exec, out.data())) return out;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "exact_sum.h"
+#include "fp_env.h"
 #include "gemm_internal.h"
 #include "simd/gemm_simd.h"
 
@@ -102,7 +103,10 @@ template <typename T>
 void ParallelRows(const GemmPlan& plan, Exec exec, const T& body) {
   const long tiles = static_cast<long>((plan.m + kRows - 1) / kRows);
 #pragma omp parallel for schedule(dynamic) if (exec == Exec::kParallel)
-  for (long t = 0; t < tiles; ++t) body(static_cast<size_t>(t) * kRows, std::min(plan.m, static_cast<size_t>(t + 1) * kRows));
+  for (long t = 0; t < tiles; ++t) {
+    const detail::ScopedDefaultFpEnv fp_env;
+    body(static_cast<size_t>(t) * kRows, std::min(plan.m, static_cast<size_t>(t + 1) * kRows));
+  }
 }
 
 inline float Pow2f(int e) {  // 2^e for -126 <= e <= 127
@@ -431,6 +435,7 @@ std::vector<T> Values(const GemmOperand& o, bool scaled, Exec exec) {
   const long rows = static_cast<long>(o.rows);
 #pragma omp parallel for schedule(static) if (exec == Exec::kParallel)
   for (long r = 0; r < rows; ++r) {
+    const detail::ScopedDefaultFpEnv fp_env;
     const uint8_t* cr = o.codes.data() + r * o.cols;
     T* vr = v.data() + r * o.cols;
     if (!scaled || o.block_rows == 0) {

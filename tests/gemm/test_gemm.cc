@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 #include <vector>
+#include <xmmintrin.h>
 
 #include "qmx/error.h"
 #include "qmx/gemm.h"
@@ -292,6 +293,57 @@ TEST_CASE("gemm: block-exact rounds each block once into FP32 where a double sum
   std::vector<uint8_t> na = sa;
   for (uint8_t& c : na) c = c != 0 ? static_cast<uint8_t>(c ^ 0x80) : c;
   run(na, sb, 0x1p-8f, 0x1p-20f, 0x1p-8f, 0x1p-20f, -(1.0f + 0x1p-23f));
+}
+
+TEST_CASE("gemm: every model gives the reference's bits under a caller's FTZ, DAZ and directed rounding", "[gemm]") {
+  // The kernels add and multiply in the FPU (FMA sums, FP64 block sums, the scale products); the products
+  // here reach FP32's subnormal range (scales 2^-75 .. 2^-60 on each side). The modes are set on every
+  // OpenMP thread, as a framework that sets FTZ at start-up would leave them.
+  std::mt19937 rng(21);
+  GemmOperand a8 = Codes(fmt::kE4M3, 101, 96, rng), b8 = Codes(fmt::kE4M3, 96, 17, rng);  // 101 rows: several tile blocks
+  GemmOperand a4 = Codes(fmt::kE2M1, 101, 96, rng), b4 = Codes(fmt::kE2M1, 96, 17, rng);
+  AddUe8m0(a8, true, 32, rng, -75, -60);
+  AddUe8m0(b8, false, 32, rng, -75, -60);
+  AddUe8m0(a4, true, 32, rng, -75, -60);
+  AddUe8m0(b4, false, 32, rng, -75, -60);
+  struct Case {
+    const GemmOperand *a, *b;
+    AccumModel m;
+    std::vector<float> want;
+  };
+  std::vector<Case> cases;
+  for (const AccumModel& m : AllModels())
+    for (const auto& [a, b] : {std::pair{&a8, &b8}, std::pair{&a4, &b4}}) {
+      try {
+        cases.push_back({a, b, m, GemmRef(*a, *b, nullptr, m)});
+      } catch (const Error&) {
+      }
+    }
+  REQUIRE(cases.size() >= 8);
+  const auto set_all = [](unsigned csr) {
+    _mm_setcsr(csr);
+#pragma omp parallel num_threads(2)
+    _mm_setcsr(csr);
+  };
+  const unsigned saved = _mm_getcsr();
+  qmx::test::TargetGuard guard;
+  for (unsigned mode : {0x6000u | 0x8000u | 0x0040u, 0x4000u}) {  // toward zero + FTZ + DAZ; upward
+    for (const std::string& target : SimdTargets()) {
+      ForceSimdTarget(target);
+      std::vector<std::vector<float>> got;
+      set_all((saved & ~0xE040u) | mode);
+      for (const Case& c : cases)
+        for (Exec e : {Exec::kSequential, Exec::kParallel}) got.push_back(Gemm(*c.a, *c.b, nullptr, c.m, e));
+      const unsigned after = _mm_getcsr();
+      set_all(saved);
+      CHECK(after == ((saved & ~0xE040u) | mode));  // the caller's modes come back
+      for (size_t i = 0; i < got.size(); ++i) {
+        const Case& c = cases[i / 2];
+        RequireSame(got[i], c.want, target + " " + c.m.name + " " + c.a->elem.name + (i % 2 ? " parallel" : " sequential") +
+                                        " MXCSR modes " + Hex(mode, 4));
+      }
+    }
+  }
 }
 
 TEST_CASE("gemm: specials follow the models (NaN, Inf, NaN scales, overflow)", "[gemm]") {

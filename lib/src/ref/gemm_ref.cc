@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "exact_sum.h"
+#include "fp_env.h"
 #include "gemm_internal.h"
 #include "qmx/error.h"
 
@@ -244,6 +245,7 @@ float FusedDot(const Dot& d, const float* c) {
 namespace internal {
 void GemmRefRows(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
                  const GemmPlan& plan, size_t i0, size_t i1, float* out) {
+  const detail::ScopedDefaultFpEnv fp_env;
   for (size_t i = i0; i < i1; ++i) {
     for (size_t j = 0; j < plan.n; ++j) {
       Dot d{a, b, plan, &model, i, j};

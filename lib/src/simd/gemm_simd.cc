@@ -19,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "fp_env.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
 #include "simd/gemm_simd.h"
@@ -45,7 +46,8 @@ Buf<T> PanelRows(size_t rows, size_t cols, size_t w, bool parallel, const Fill& 
   const long panels = static_cast<long>((rows + w - 1) / w);
   Buf<T> dst = hwy::AllocateAligned<T>(std::max<size_t>(1, panels * cols * w));
 #pragma omp parallel for schedule(static) if (parallel)
-  for (long p = 0; p < panels; ++p)
+  for (long p = 0; p < panels; ++p) {
+    const qmx::detail::ScopedDefaultFpEnv fp_env;
     for (size_t r = 0; r < w; ++r) {
       T* d = dst.get() + p * cols * w + r;
       if (p * w + r < rows) {
@@ -54,6 +56,7 @@ Buf<T> PanelRows(size_t rows, size_t cols, size_t w, bool parallel, const Fill& 
         for (size_t c = 0; c < cols; ++c) d[c * w] = T(0);
       }
     }
+  }
   return dst;
 }
 // The same matrix as panels of w columns: panel q holds, for each row r, value(r, q*w + j) side by side.
@@ -64,6 +67,7 @@ Buf<T> PanelCols(size_t rows, size_t cols, size_t w, bool parallel, const Fill& 
   Buf<T> dst = hwy::AllocateAligned<T>(std::max<size_t>(1, panels * rows * w));
 #pragma omp parallel for schedule(static) if (parallel)
   for (long q = 0; q < panels; ++q) {
+    const qmx::detail::ScopedDefaultFpEnv fp_env;
     const size_t c0 = q * w, valid = std::min(w, cols - c0);
     for (size_t r = 0; r < rows; ++r) {
       T* d = dst.get() + (q * rows + r) * w;
@@ -149,6 +153,7 @@ void Drive(size_t m_panels, size_t n_panels, size_t k, size_t kc, bool parallel,
   const long blocks = static_cast<long>((m_panels + kMcPanels - 1) / kMcPanels);
 #pragma omp parallel for schedule(dynamic) if (parallel && blocks > 1)
   for (long bi = 0; bi < blocks; ++bi) {
+    const qmx::detail::ScopedDefaultFpEnv fp_env;
     const size_t p0 = static_cast<size_t>(bi) * kMcPanels, p1 = std::min(m_panels, p0 + kMcPanels);
     for (size_t pc = 0; pc < k; pc += kc) {
       const size_t len = std::min(kc, k - pc);

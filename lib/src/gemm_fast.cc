@@ -401,16 +401,21 @@ bool FusedSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
   return true;
 }
 
+template <typename T>
+std::vector<T> Values(const GemmOperand& o, bool scaled, Exec exec);
+bool GroupFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+               const GemmPlan& plan, Exec exec, float* out);
+
 bool TryFused(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
               const GemmPlan& plan, Exec exec, float* out) {
   const FusedParams& p = model.fused;
-  if (p.group != 1) return false;
+  if (!OperandsFinite(a, b, c_in, plan)) return false;
+  if (a.elem.IsInt() || b.elem.IsInt()) return false;
+  if (p.group != 1) return GroupFast(a, b, c_in, model, plan, exec, out);
   const bool blocks = plan.a_blocks || plan.b_blocks;
   if (blocks && p.scale_in_products &&
       (a.scale_format != ScaleFormat::kUe8m0 || b.scale_format != ScaleFormat::kUe8m0 || !plan.a_blocks || !plan.b_blocks))
     return false;
-  if (!OperandsFinite(a, b, c_in, plan)) return false;
-  if (a.elem.IsInt() || b.elem.IsInt()) return false;
   // A term is below 2^(F+2); the accumulator term below 2^(F+1); step + 1 of them must sum exactly.
   const int width = p.frac_bits + 2 + static_cast<int>(std::ceil(std::log2(p.step + 1.0)));
   const int sig_bits = SigProductBits(a.elem, b.elem);
@@ -449,6 +454,167 @@ std::vector<T> Values(const GemmOperand& o, bool scaled, Exec exec) {
     }
   }
   return v;
+}
+
+// ---- fused with exact groups (group > 1: MMA-Sim's GST, blackwell-mxf4nvf4) ------------------------
+
+struct GroupCtx {
+  const FusedParams* p;
+  size_t n, k, kb, nb;  // kb: the scale block along K; nb: scale blocks along K
+  bool scales_in, at_promotion;
+};
+
+// One tile, rows [i0, i1) and columns [j0, j0 + nc), in double. Per step: the accumulator's term, and
+// one term per group: the group's exact sum P, times the group's two block scales (scales in products,
+// nominal exponent = the scales' nominal exponents) or alone (nominal 0); a group without a nonzero
+// product, or with a zero scale, is a zero term at zero_exp. The terms are truncated (or rounded) at
+// 2^(emax - F) and summed exactly, and FusedOut rounds the sum. GroupFast's bounds keep every step exact.
+// tv/tn: room for the terms of one step (groups per step x kCols).
+QMX_GEMM_CLONES void GroupTile(const GroupCtx& ctx, const double* va, const double* vb, const float* ta, const int* xa,
+                               const float* tb, const int* xb, const float* c_in, size_t i0, size_t i1, size_t j0,
+                               size_t nc, double* tv, int* tn, float* out) {
+  const FusedParams& p = *ctx.p;
+  const size_t n = ctx.n, k = ctx.k, nb = ctx.nb, step = static_cast<size_t>(p.step), g = static_cast<size_t>(p.group);
+  const size_t window = p.promote ? static_cast<size_t>(p.promote) : k;
+  const bool promote = p.promote != 0;
+  const bool rne_terms = p.term_round == FusedRound::kRne, rne_out = p.out_round == FusedRound::kRne;
+  for (size_t i = i0; i < i1; ++i) {
+    float acc[kCols], part[kCols];
+    bool overflow[kCols] = {};  // the accumulation left the finite range: left to the reference
+    for (size_t j = 0; j < nc; ++j) acc[j] = c_in ? c_in[i * n + j0 + j] : 0.0f;
+    for (size_t w0 = 0; w0 < k; w0 += window) {
+      const size_t w1 = std::min(k, w0 + window);
+      for (size_t j = 0; j < nc; ++j) part[j] = promote ? 0.0f : acc[j];
+      for (size_t k0 = w0; k0 < w1; k0 += step) {
+        const size_t k1 = std::min(w1, k0 + step);
+        int ec[kCols], emax[kCols];
+        double sc[kCols], sum[kCols];
+        for (size_t j = 0; j < nc; ++j) {
+          AccSplit(part[j], sc[j], ec[j]);
+          emax[j] = ec[j] == kZeroE ? p.zero_exp : ec[j];
+        }
+        size_t groups = 0;
+        for (size_t q0 = k0; q0 < k1; q0 += g, ++groups) {
+          double* P = tv + groups * kCols;
+          int* nom = tn + groups * kCols;
+          bool nz[kCols];
+          for (size_t j = 0; j < nc; ++j) {
+            P[j] = 0.0;
+            nz[j] = false;
+          }
+          for (size_t kk = q0; kk < std::min(k1, q0 + g); ++kk) {
+            const double x = va[i * k + kk];
+            if (x == 0) continue;
+            const double* br = vb + kk * n + j0;
+            for (size_t j = 0; j < nc; ++j) {
+              P[j] += x * br[j];  // exact
+              nz[j] = nz[j] || br[j] != 0;
+            }
+          }
+          const size_t blk = q0 / ctx.kb;
+          if (ctx.scales_in) {
+            const double sa = ta[i * nb + blk];
+            const int ea = xa[i * nb + blk];
+            for (size_t j = 0; j < nc; ++j) {
+              const double sb = tb[blk * n + j0 + j];
+              const bool zero = !nz[j] || sa == 0 || sb == 0;
+              P[j] *= sa * sb;  // exact
+              nom[j] = zero ? p.zero_exp : ea + xb[blk * n + j0 + j];
+            }
+          } else {
+            for (size_t j = 0; j < nc; ++j) nom[j] = nz[j] ? 0 : p.zero_exp;
+          }
+          for (size_t j = 0; j < nc; ++j) emax[j] = std::max(emax[j], nom[j]);
+        }
+        double f[kCols];
+        for (size_t j = 0; j < nc; ++j) {
+          const int d = ec[j] - emax[j] + p.frac_bits;  // sc < 2: below 2^-125 it keeps nothing
+          const double t = d < -126 ? 0.0 : sc[j] * Pow2d(std::min(d, 1023));
+          sum[j] = rne_terms ? std::nearbyint(t) : std::trunc(t);
+          // 2^(F - emax), clamped to double's normal range: below it every term keeps nothing; above it
+          // every term is zero.
+          f[j] = Pow2d(std::clamp(p.frac_bits - emax[j], -1022, 1023));
+        }
+        for (size_t q = 0; q < groups; ++q) {
+          const double* P = tv + q * kCols;
+          for (size_t j = 0; j < nc; ++j) {
+            const double t = P[j] * f[j];
+            sum[j] += rne_terms ? std::nearbyint(t) : std::trunc(t);
+          }
+        }
+        for (size_t j = 0; j < nc; ++j) {
+          part[j] = FusedOut(sum[j], emax[j] - p.frac_bits, p.out_bits, rne_out);
+          overflow[j] = overflow[j] || !std::isfinite(part[j]);
+        }
+      }
+      if (!promote) {
+        for (size_t j = 0; j < nc; ++j) acc[j] = part[j];
+      } else if (ctx.at_promotion) {  // block scales at promotion
+        const size_t blk = w0 / ctx.kb;
+        const float s_a = ta[i * nb + blk];
+        for (size_t j = 0; j < nc; ++j) {
+          const float s_b = tb[blk * n + j0 + j];
+          acc[j] = p.promote_scale_separately ? std::fma(part[j] * s_a, s_b, acc[j]) : std::fma(part[j], s_a * s_b, acc[j]);
+        }
+      } else {
+        for (size_t j = 0; j < nc; ++j) acc[j] = acc[j] + part[j];
+      }
+    }
+    for (size_t j = 0; j < nc; ++j) out[i * n + j0 + j] = overflow[j] || !std::isfinite(acc[j]) ? CanonicalNanF() : acc[j];
+  }
+}
+
+int BlockSumBits(const Format& fa, const Format& fb, size_t count);
+
+// Significant bits of the widest value in a table (0 for zeros).
+int MaxSigBits(const std::vector<float>& t) {
+  int bits = 0;
+  for (float v : t) {
+    if (v == 0) continue;
+    int e;
+    const uint64_t m = static_cast<uint64_t>(std::ldexp(std::frexp(std::fabs(static_cast<double>(v)), &e), 53));
+    bits = std::max(bits, 53 - __builtin_ctzll(m));
+  }
+  return bits;
+}
+
+// The fast path of fused models with group > 1 (finite operands, float formats). It needs, in double:
+// every group sum exact (BlockSumBits), times the scales' significands still exact, and each step's
+// sum of truncated terms below 2^53: a term is below |P|max * 2^(F + 2) relative to 2^emax (the scales
+// lie below twice 2^(nominal exponent)), the accumulator's below 2^(F + 1).
+bool GroupFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+               const GemmPlan& plan, Exec exec, float* out) {
+  const FusedParams& p = model.fused;
+  const size_t g = static_cast<size_t>(p.group), step = static_cast<size_t>(p.step);
+  const bool blocks = plan.a_blocks || plan.b_blocks;
+  GroupCtx ctx{&p, plan.n, plan.k, blocks ? plan.kb : plan.k, 1, blocks && p.scale_in_products, false};
+  ctx.at_promotion = blocks && !p.scale_in_products;
+  std::vector<float> ta(plan.m, 1.0f), tb(plan.n, 1.0f);
+  if (blocks) {
+    ScaleTables(a, b, plan, ta, tb);
+    ctx.nb = (plan.k + plan.kb - 1) / plan.kb;
+  }
+  const int scale_bits = ctx.scales_in ? MaxSigBits(ta) + MaxSigBits(tb) : 0;
+  if (BlockSumBits(a.elem, b.elem, g) + scale_bits > 53) return false;
+  const double p_max = std::log2(static_cast<double>(g)) + Limits(a.elem).emax + 1 + Limits(b.elem).emax + 1;
+  const double terms = std::ceil(static_cast<double>(std::min(step, plan.k)) / static_cast<double>(g)) + 1;
+  if (std::log2(terms) + p_max + p.frac_bits + 2 >= 53) return false;
+  std::vector<int> xa(ta.size()), xb(tb.size());
+  const int esa = ScaleEmin(a.scale_format), esb = ScaleEmin(b.scale_format);
+  for (size_t i = 0; i < ta.size(); ++i) xa[i] = ta[i] == 0 ? esa : NominalExp(ta[i], esa);
+  for (size_t i = 0; i < tb.size(); ++i) xb[i] = tb[i] == 0 ? esb : NominalExp(tb[i], esb);
+  const std::vector<double> va = Values<double>(a, false, exec), vb = Values<double>(b, false, exec);
+  const size_t groups = (std::min(step, plan.k) + g - 1) / g;
+  ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
+    std::vector<double> tv(groups * kCols);
+    std::vector<int> tn(groups * kCols);
+    for (size_t j0 = 0; j0 < plan.n; j0 += kCols)
+      GroupTile(ctx, va.data(), vb.data(), ta.data(), xa.data(), tb.data(), xb.data(), c_in, i0, i1, j0,
+                std::min(kCols, plan.n - j0), tv.data(), tn.data(), out);
+  });
+  ApplyAlpha(plan, out);
+  RecomputeNanRows(a, b, c_in, model, plan, out);
+  return true;
 }
 
 QMX_GEMM_CLONES void Fp32SeqTile(const float* a, const float* b, const float* c_in, size_t n, size_t k, size_t i0,

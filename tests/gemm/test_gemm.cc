@@ -90,6 +90,7 @@ std::vector<AccumModel> AllModels() {
   m.push_back(AccumModelByName("fused:step=8,F=6,term=rne,out=rne,bits=11,zero-exp=-20,promote=16"));
   m.push_back(AccumModelByName("fused:step=16,F=20,bits=24,zero-exp=-133,promote=32,promote-scale=separate"));
   m.push_back(AccumModelByName("fused:step=32,F=25,group=8,scale=products"));
+  m.push_back(AccumModelByName("fused:step=8,F=4,group=4,zero-exp=-20"));
   return m;
 }
 
@@ -130,6 +131,13 @@ TEST_CASE("gemm: fast paths equal the reference for every model, plain codes", "
   std::normal_distribution<float> nd;
   for (size_t i = 0; i < c.size(); ++i) c[i] = i % 7 == 0 ? std::ldexp(1.0f, -140) : nd(rng) * std::ldexp(1.0f, int(i % 20) - 10);
   CheckAllModels(a, b, c.data(), "e4m3 with C");
+  // Steps whose groups are all zero (rows of A zero over whole steps, row 2 entirely), with C below 1:
+  // the zero terms' exponent decides where C's term is truncated.
+  std::vector<uint8_t> sparse = RandomCodes(fmt::kE2M1, 6 * 64, rng, false);
+  for (size_t i = 0; i < sparse.size(); ++i)
+    if ((i / 8) % 3 != 0 || i / 64 == 2) sparse[i] = 0;
+  const GemmOperand z = OperandFromCodes(fmt::kE2M1, 6, 64, sparse.data()), zb = Codes(fmt::kE2M1, 64, 10, rng);
+  CheckAllModels(z, zb, c.data(), "e2m1, sparse A, with C");
 }
 
 TEST_CASE("gemm: fast paths equal the reference with MX, NVFP4, blockwise and per-tensor scales", "[gemm]") {

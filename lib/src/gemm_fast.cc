@@ -204,11 +204,30 @@ inline float FusedOut(double s, int unit, int bits, bool rne) {
   return s < 0 ? -f : f;
 }
 
+// The end of a promotion window (or of K without promotion), columns j0 .. j0 + nc - 1 of row i, as the
+// reference's FusedDot: without promotion acc is the part; with block scales at promotion (ta, tb: per-K-
+// block tables of m x nb and nb x n) acc = fma(part, sa * sb, acc), or fma(part * sa, sb, acc) with the
+// scales applied separately; otherwise acc + part in FP32.
+inline void EndWindow(const FusedParams& p, const float* ta, const float* tb, size_t nb, size_t n, size_t i, size_t blk,
+                      size_t j0, size_t nc, const float* part, float* acc) {
+  if (p.promote == 0) {
+    for (size_t j = 0; j < nc; ++j) acc[j] = part[j];
+  } else if (ta != nullptr) {
+    const float s_a = ta[i * nb + blk];
+    for (size_t j = 0; j < nc; ++j) {
+      const float s_b = tb[blk * n + j0 + j];
+      acc[j] = p.promote_scale_separately ? std::fma(part[j] * s_a, s_b, acc[j]) : std::fma(part[j], s_a * s_b, acc[j]);
+    }
+  } else {
+    for (size_t j = 0; j < nc; ++j) acc[j] = acc[j] + part[j];
+  }
+}
+
 // One tile: rows [i0, i1), columns [j0, j0 + nc). T holds the truncated terms exactly.
 template <typename T>
 QMX_GEMM_CLONES void FusedTile(const FusedCtx& ctx, const T* sa, const int* ea, const T* sb, const int* eb,
                                const int* xa, const int* xb, size_t kb, const float* scale_prod_a, const float* scale_b,
-                               size_t sb_cols, size_t bn, const float* c_in, size_t i0, size_t i1, size_t j0, size_t nc,
+                               const float* c_in, size_t i0, size_t i1, size_t j0, size_t nc,
                                float* out) {
   const FusedParams& p = *ctx.p;
   const size_t n = ctx.n, k = ctx.k, step = static_cast<size_t>(p.step);
@@ -269,18 +288,7 @@ QMX_GEMM_CLONES void FusedTile(const FusedCtx& ctx, const T* sa, const int* ea, 
           overflow[j] = overflow[j] || !std::isfinite(part[j]);
         }
       }
-      if (!promote) {
-        for (size_t j = 0; j < nc; ++j) acc[j] = part[j];
-      } else if (scale_prod_a) {  // block scales at promotion
-        const size_t blk = w0 / kb;
-        for (size_t j = 0; j < nc; ++j) {
-          const float s_a = scale_prod_a[i * ((k + kb - 1) / kb) + blk];
-          const float s_b = scale_b[blk * sb_cols + (j0 + j) / bn];
-          acc[j] = p.promote_scale_separately ? std::fma(part[j] * s_a, s_b, acc[j]) : std::fma(part[j], s_a * s_b, acc[j]);
-        }
-      } else {
-        for (size_t j = 0; j < nc; ++j) acc[j] = acc[j] + part[j];
-      }
+      EndWindow(p, scale_prod_a, scale_b, (k + kb - 1) / kb, n, i, w0 / kb, j0, nc, part, acc);
     }
     for (size_t j = 0; j < nc; ++j) out[i * n + j0 + j] = overflow[j] || !std::isfinite(acc[j]) ? CanonicalNanF() : acc[j];
   }
@@ -338,7 +346,7 @@ bool FusedFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
   ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
     for (size_t j0 = 0; j0 < plan.n; j0 += kCols)
       FusedTile<T>(ctx, sa.data(), ea.data(), sb.data(), eb.data(), xa.data(), xb.data(), plan.kb, at_promotion ? ta.data() : nullptr,
-                   at_promotion ? tb.data() : nullptr, plan.n, 1, c_in, i0, i1, j0, std::min(kCols, plan.n - j0), out);
+                   at_promotion ? tb.data() : nullptr, c_in, i0, i1, j0, std::min(kCols, plan.n - j0), out);
   });
   ApplyAlpha(plan, out);
   RecomputeNanRows(a, b, c_in, model, plan, out);
@@ -547,18 +555,7 @@ QMX_GEMM_CLONES void GroupTile(const GroupCtx& ctx, const double* va, const doub
           overflow[j] = overflow[j] || !std::isfinite(part[j]);
         }
       }
-      if (!promote) {
-        for (size_t j = 0; j < nc; ++j) acc[j] = part[j];
-      } else if (ctx.at_promotion) {  // block scales at promotion
-        const size_t blk = w0 / ctx.kb;
-        const float s_a = ta[i * nb + blk];
-        for (size_t j = 0; j < nc; ++j) {
-          const float s_b = tb[blk * n + j0 + j];
-          acc[j] = p.promote_scale_separately ? std::fma(part[j] * s_a, s_b, acc[j]) : std::fma(part[j], s_a * s_b, acc[j]);
-        }
-      } else {
-        for (size_t j = 0; j < nc; ++j) acc[j] = acc[j] + part[j];
-      }
+      EndWindow(p, ctx.at_promotion ? ta : nullptr, tb, nb, n, i, w0 / ctx.kb, j0, nc, part, acc);
     }
     for (size_t j = 0; j < nc; ++j) out[i * n + j0 + j] = overflow[j] || !std::isfinite(acc[j]) ? CanonicalNanF() : acc[j];
   }
@@ -570,10 +567,7 @@ int BlockSumBits(const Format& fa, const Format& fb, size_t count);
 int MaxSigBits(const std::vector<float>& t) {
   int bits = 0;
   for (float v : t) {
-    if (v == 0) continue;
-    int e;
-    const uint64_t m = static_cast<uint64_t>(std::ldexp(std::frexp(std::fabs(static_cast<double>(v)), &e), 53));
-    bits = std::max(bits, 53 - __builtin_ctzll(m));
+    if (v != 0) bits = std::max(bits, Msb128(ExactOf(v).mag) + 1);
   }
   return bits;
 }

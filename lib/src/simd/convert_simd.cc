@@ -533,6 +533,18 @@ HWY_INLINE void PrefetchAhead(const void* in, size_t i, size_t count) {
   for (size_t o = 0; o < count * SrcSize<S>(); o += 64) __builtin_prefetch(p + o);
 }
 
+// Four vectors of the source from element i into x, and whether every lane is finite (one compare).
+template <DType S>
+HWY_INLINE bool LoadFinite4(const void* in, size_t i, VU (&x)[4]) {
+  const DU du;
+  const size_t lanes = hn::Lanes(du);
+  const VU abs_mask = hn::Set(du, 0x7FFFFFFFu);
+  for (size_t v = 0; v < 4; ++v) x[v] = LoadBits<S>(in, i + v * lanes);
+  const VU m = hn::Max(hn::Max(hn::And(x[0], abs_mask), hn::And(x[1], abs_mask)),
+                       hn::Max(hn::And(x[2], abs_mask), hn::And(x[3], abs_mask)));
+  return hn::AllTrue(du, hn::Lt(m, hn::Set(du, 0x7F800000u)));
+}
+
 // A run of the fused path over the elements of one call (RNE; SR has FusedSrRun): whole groups of four
 // vectors from i while every lane is finite. Returns where it stopped: at the end of the whole groups, or
 // at a group holding NaN or Inf, which the caller converts through the general tiers before calling again.
@@ -540,16 +552,13 @@ template <Rounding R, DType S, bool kCommon>
 HWY_NOINLINE size_t FusedRun(const FusedK f, const void* in, size_t i, size_t n, uint8_t* out) {
   const DU du;
   const size_t lanes = hn::Lanes(du);
-  const VU abs_mask = hn::Set(du, 0x7FFFFFFFu), inf_bits = hn::Set(du, 0x7F800000u), none = hn::Zero(du);
+  const VU none = hn::Zero(du);
   for (; i + 4 * lanes <= n; i += 4 * lanes) {
     PrefetchAhead<S>(in, i, 4 * lanes);
-    const VU x0 = LoadBits<S>(in, i), x1 = LoadBits<S>(in, i + lanes);
-    const VU x2 = LoadBits<S>(in, i + 2 * lanes), x3 = LoadBits<S>(in, i + 3 * lanes);
-    const VU m = hn::Max(hn::Max(hn::And(x0, abs_mask), hn::And(x1, abs_mask)),
-                         hn::Max(hn::And(x2, abs_mask), hn::And(x3, abs_mask)));
-    if (!hn::AllTrue(du, hn::Lt(m, inf_bits))) return i;
-    StoreCodes4(FusedVec<R, kCommon>(f, x0, none), FusedVec<R, kCommon>(f, x1, none), FusedVec<R, kCommon>(f, x2, none),
-                FusedVec<R, kCommon>(f, x3, none), out + i);
+    VU x[4];
+    if (!LoadFinite4<S>(in, i, x)) return i;
+    StoreCodes4(FusedVec<R, kCommon>(f, x[0], none), FusedVec<R, kCommon>(f, x[1], none), FusedVec<R, kCommon>(f, x[2], none),
+                FusedVec<R, kCommon>(f, x[3], none), out + i);
   }
   return i;
 }
@@ -606,7 +615,7 @@ HWY_INLINE void PhiloxWords(uint64_t ctr, const PhiloxKeys& keys, uint32_t* out)
     c2[b] = hn::Xor(hn::BitCast(d64, hn::Shuffle2301(hn::BitCast(du, p0))), hn::Set(d64, keys.k1[0]));
     c3[b] = p0;
   }
-  HWY_UNROLL(1)
+  HWY_UNROLL(1)  // GCC 12 spills the unrolled rounds (measured slower)
   for (int round = 1; round < 10; ++round) {
     const V64 key0 = hn::Set(d64, keys.k0[round]), key1 = hn::Set(d64, keys.k1[round]);
     for (int b = 0; b < kBatches; ++b) {
@@ -695,15 +704,12 @@ HWY_NOINLINE size_t FusedSrRun(const FusedK f, const void* in, size_t i, size_t 
     }
     size_t v = 0;
     for (; v + 4 <= vectors; v += 4, i += 4 * lanes) {
-      const VU x0 = LoadBits<S>(in, i), x1 = LoadBits<S>(in, i + lanes);
-      const VU x2 = LoadBits<S>(in, i + 2 * lanes), x3 = LoadBits<S>(in, i + 3 * lanes);
-      const VU m = hn::Max(hn::Max(hn::And(x0, abs_mask), hn::And(x1, abs_mask)),
-                           hn::Max(hn::And(x2, abs_mask), hn::And(x3, abs_mask)));
-      if (!hn::AllTrue(du, hn::Lt(m, inf_bits))) return i;
+      VU x[4];
+      if (!LoadFinite4<S>(in, i, x)) return i;
       const uint32_t* wv = w + v * lanes;
-      StoreCodes4(FusedVec<R, kCommon>(f, x0, hn::LoadU(du, wv)), FusedVec<R, kCommon>(f, x1, hn::LoadU(du, wv + lanes)),
-                  FusedVec<R, kCommon>(f, x2, hn::LoadU(du, wv + 2 * lanes)),
-                  FusedVec<R, kCommon>(f, x3, hn::LoadU(du, wv + 3 * lanes)), out + i);
+      StoreCodes4(FusedVec<R, kCommon>(f, x[0], hn::LoadU(du, wv)), FusedVec<R, kCommon>(f, x[1], hn::LoadU(du, wv + lanes)),
+                  FusedVec<R, kCommon>(f, x[2], hn::LoadU(du, wv + 2 * lanes)),
+                  FusedVec<R, kCommon>(f, x[3], hn::LoadU(du, wv + 3 * lanes)), out + i);
     }
     for (; v < vectors; ++v, i += lanes) {
       const VU x = LoadBits<S>(in, i);

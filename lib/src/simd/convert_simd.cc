@@ -35,6 +35,15 @@ namespace qmx::simd {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// The AVX-512 targets, where a few kernels use masked, merge-masked and per-instruction-rounding
+// intrinsics that Highway does not expose.
+#undef QMX_AVX512
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#define QMX_AVX512 1
+#else
+#define QMX_AVX512 0
+#endif
+
 using DU = hn::ScalableTag<uint32_t>;
 using DI = hn::RebindToSigned<DU>;
 using DF = hn::RebindToFloat<DU>;
@@ -81,6 +90,7 @@ HWY_INLINE VU ShlS(VU x, const SameShift& s) {
 // uint8_t* may alias any object whose address escaped, which would force a reload of every constant.
 struct FusedK {
   VU thr, kn, magic_bits, max_code, ovf, sign_bit, sr_mask, nz_all;
+  VU lsb, sub_k;  // AVX-512: 2^s0 (RNE), 2^23 - kn (SR)
   VF magic;
   SameShift s0, sign_shift, sr_n, sr_up;  // sr_up = s0 - sr_n
   bool sat = false, neg_zero = false;
@@ -164,6 +174,8 @@ inline void Consts::InitFused(const ConvertParams& p) {
   const uint32_t rebias = static_cast<uint32_t>(p.emin127 - 1) << 23;
   f.thr = hn::Set(du, static_cast<uint32_t>(p.emin127) << 23);
   f.kn = hn::Set(du, (rne ? (1u << (p.sbase - 1)) - 1 : 0u) - rebias);
+  f.lsb = hn::Set(du, 1u << p.sbase);
+  f.sub_k = hn::Set(du, (1u << 23) + rebias);
   const uint32_t magic_bits = rne ? static_cast<uint32_t>(p.emin127 - m + 23) << 23 : static_cast<uint32_t>(sr_exp) << 23;
   float magic;
   std::memcpy(&magic, &magic_bits, 4);
@@ -383,7 +395,7 @@ HWY_INLINE VU NormalVec(const Consts& k, const Lite& l, VU bits, VU a, VU rbits)
 // Truncation of FP32 lanes known to lie in [0, 2^31) to integers: the x86 instruction alone, without the
 // out-of-range fix-up that hn::ConvertTo adds.
 HWY_INLINE VI TruncateInRange(VF v) {
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#if QMX_AVX512
   return VI{_mm512_cvttps_epi32(v.raw)};
 #elif HWY_TARGET == HWY_AVX2
   return VI{_mm256_cvttps_epi32(v.raw)};
@@ -401,8 +413,9 @@ HWY_INLINE VI TruncateInRange(VF v) {
 // round in the FPU: RNE adds 2^(emin - m + 23), whose ulp is q, so the FPU's round to nearest even of
 // |x| + 2^(...) leaves round(|x| / q) (the carry into the lowest normal binade included) in the low bits;
 // SR-A multiplies by 2^(N + m - emin), exactly, truncates to the integer u = floor(|x| 2^N / q) and takes
-// (u + R) >> N, which carries iff R + floor(nu 2^N) >= 2^N. Equal to ConvertVec; tests check both.
-// The FPU steps rely on round to nearest even without FTZ/DAZ: the dispatch wrappers below set that
+// (u + R) >> N, which carries iff R + floor(nu 2^N) >= 2^N (on AVX-512 a truncating add instead puts these
+// lanes into the normal lanes' form, so one add and shift serves both). Equal to ConvertVec; tests check
+// both. The FPU steps rely on round to nearest even without FTZ/DAZ: the dispatch wrappers below set that
 // (fp_env.h).
 // kCommon: overflow saturates to max and -0 has a code (the OCP formats under satfinite); otherwise the
 // overflow code and the sign of a zero result are chosen per lane.
@@ -412,18 +425,34 @@ HWY_INLINE VU FusedVec(const FusedK& f, VU bits, VU rbits) {
   const DF df;
   const VU one = hn::Set(du, 1u);
   const VU a = hn::And(bits, hn::Set(du, 0x7FFFFFFFu));
-  VU rn, rs;
+  VU mag;
   if constexpr (R == Rounding::kRne) {
-    const VU lsb = hn::And(ShrS(a, f.s0), one);
-    rn = ShrS(hn::Add(hn::Add(a, f.kn), lsb), f.s0);
-    rs = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, a), f.magic)), f.magic_bits);
+#if QMX_AVX512
+    const VU b = hn::Add(a, f.kn);  // plus the kept LSB (bit s0 of |x|; rebias is a multiple of 2^23), masked
+    const VU rn = ShrS(VU{_mm512_mask_add_epi32(b.raw, _mm512_test_epi32_mask(a.raw, f.lsb.raw), b.raw, one.raw)}, f.s0);
+#else
+    const VU rn = ShrS(hn::Add(hn::Add(a, f.kn), hn::And(ShrS(a, f.s0), one)), f.s0);
+#endif
+    const VU rs = hn::Sub(hn::BitCast(du, hn::Add(hn::BitCast(df, a), f.magic)), f.magic_bits);
+    mag = hn::IfThenElse(hn::Lt(a, f.thr), rs, rn);
   } else {
     const VU r = hn::And(rbits, f.sr_mask);
-    rn = ShrS(hn::Add(hn::Add(a, f.kn), ShlS(r, f.sr_up)), f.s0);
+#if QMX_AVX512
+    // One shift for both ranges. Below 2^emin (thr), t = bits(RZ(|x| + 2^emin)) = thr + floor(|x| 2^s0 / q):
+    // the sum stays in 2^emin's binade and is truncated to its ulp q 2^-s0. So t - 2^23 is the FP32
+    // pattern that the normal lanes' arithmetic turns into floor(|x| 2^s0 / q), the code with s0 fraction
+    // bits; adding R at bit s0 - N and shifting gives (floor(|x| 2^N / q) + R) >> N, as on the other targets.
+    const __m512 t = _mm512_add_round_ps(hn::BitCast(df, a).raw, hn::BitCast(df, f.thr).raw,
+                                         _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m512i pre = _mm512_mask_sub_epi32(hn::Add(a, f.kn).raw, _mm512_cmplt_epu32_mask(a.raw, f.thr.raw),
+                                              _mm512_castps_si512(t), f.sub_k.raw);
+    mag = ShrS(hn::Add(VU{pre}, ShlS(r, f.sr_up)), f.s0);
+#else
+    const VU rn = ShrS(hn::Add(hn::Add(a, f.kn), ShlS(r, f.sr_up)), f.s0);
     const VU u = hn::BitCast(du, TruncateInRange(hn::Mul(hn::BitCast(df, a), f.magic)));
-    rs = ShrS(hn::Add(u, r), f.sr_n);
+    mag = hn::IfThenElse(hn::Lt(a, f.thr), ShrS(hn::Add(u, r), f.sr_n), rn);
+#endif
   }
-  VU mag = hn::IfThenElse(hn::Lt(a, f.thr), rs, rn);
   VU sgn = ShrS(bits, f.sign_shift);
   if constexpr (kCommon) {
     mag = hn::Min(mag, f.max_code);
@@ -506,7 +535,7 @@ HWY_INLINE void StoreCodesPartial(VU code, uint8_t* out, size_t count) {
 // unsigned saturation leave, in each 128-bit block j, the four vectors' lanes 4j..4j+3; one dword permute
 // puts the blocks in order: 4 shuffles and one store where StoreCodes takes 8 and four.
 HWY_INLINE void StoreCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* out) {
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#if QMX_AVX512
   const __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(c0.raw, c1.raw), _mm512_packus_epi32(c2.raw, c3.raw));
   const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   _mm512_storeu_si512(out, _mm512_permutexvar_epi32(idx, b));
@@ -549,7 +578,8 @@ HWY_INLINE bool LoadFinite4(const void* in, size_t i, VU (&x)[4]) {
 // vectors from i while every lane is finite. Returns where it stopped: at the end of the whole groups, or
 // at a group holding NaN or Inf, which the caller converts through the general tiers before calling again.
 template <Rounding R, DType S, bool kCommon>
-HWY_NOINLINE size_t FusedRun(const FusedK f, const void* in, size_t i, size_t n, uint8_t* out) {
+HWY_NOINLINE size_t FusedRun(const FusedK& fk, const void* in, size_t i, size_t n, uint8_t* out) {
+  const FusedK f = fk;
   const DU du;
   const size_t lanes = hn::Lanes(du);
   const VU none = hn::Zero(du);
@@ -616,7 +646,7 @@ HWY_INLINE void PhiloxWords(uint64_t ctr, const PhiloxKeys& keys, uint32_t* out)
     c3[b] = p0;
   }
   HWY_UNROLL(1)  // GCC 12 spills the unrolled rounds (measured slower)
-  for (int round = 1; round < 10; ++round) {
+  for (int round = 1; round < 9; ++round) {
     const V64 key0 = hn::Set(d64, keys.k0[round]), key1 = hn::Set(d64, keys.k1[round]);
     for (int b = 0; b < kBatches; ++b) {
       const V64 p0 = hn::MulEven(hn::BitCast(du, c0[b]), m0);
@@ -627,10 +657,19 @@ HWY_INLINE void PhiloxWords(uint64_t ctr, const PhiloxKeys& keys, uint32_t* out)
       c3[b] = p0;
     }
   }
-  const V64 low32 = hn::Set(d64, 0xFFFFFFFFull);
+  // Round 9 leaves the word pairs whole: the half-swapped product already holds the new x1 (x3) above, so
+  // only its low half takes the XOR (a merge-masked ternary logic op on AVX-512).
+  const V64 key0 = hn::Set(d64, keys.k0[9]), key1 = hn::Set(d64, keys.k1[9]);
   for (int b = 0; b < kBatches; ++b) {
-    const V64 w01 = hn::Or(hn::And(c0[b], low32), hn::ShiftLeft<32>(c1[b]));
-    const V64 w23 = hn::Or(hn::And(c2[b], low32), hn::ShiftLeft<32>(c3[b]));
+    const VU s1 = hn::Shuffle2301(hn::BitCast(du, hn::MulEven(hn::BitCast(du, c2[b]), m1)));
+    const VU s0 = hn::Shuffle2301(hn::BitCast(du, hn::MulEven(hn::BitCast(du, c0[b]), m0)));
+#if QMX_AVX512
+    const V64 w01{_mm512_mask_ternarylogic_epi32(s1.raw, 0x5555, c1[b].raw, key0.raw, 0x96)};
+    const V64 w23{_mm512_mask_ternarylogic_epi32(s0.raw, 0x5555, c3[b].raw, key1.raw, 0x96)};
+#else
+    const V64 w01 = hn::BitCast(d64, hn::OddEven(s1, hn::Xor3(s1, hn::BitCast(du, c1[b]), hn::BitCast(du, key0))));
+    const V64 w23 = hn::BitCast(d64, hn::OddEven(s0, hn::Xor3(s0, hn::BitCast(du, c3[b]), hn::BitCast(du, key1))));
+#endif
     uint64_t* o = reinterpret_cast<uint64_t*>(out) + 2 * b * half;
     hn::StoreU(hn::InterleaveLower(d64, w01, w23), d64, o);
     hn::StoreU(hn::InterleaveUpper(d64, w01, w23), d64, o + half);
@@ -687,8 +726,9 @@ class RandomWords {
 // with one compare, then single vectors. Returns where it stopped: at the end of the whole vectors, or at
 // a group or vector holding NaN or Inf, whose first vector the caller converts through the general tiers.
 template <Rounding R, DType S, bool kCommon>
-HWY_NOINLINE size_t FusedSrRun(const FusedK f, const void* in, size_t i, size_t n, uint8_t* out, uint64_t seed,
+HWY_NOINLINE size_t FusedSrRun(const FusedK& fk, const void* in, size_t i, size_t n, uint8_t* out, uint64_t seed,
                                uint64_t first_index, const uint32_t* rbits) {
+  const FusedK f = fk;
   const DU du;
   const size_t lanes = hn::Lanes(du);
   const VU abs_mask = hn::Set(du, 0x7FFFFFFFu), inf_bits = hn::Set(du, 0x7F800000u);
@@ -926,8 +966,9 @@ inline float ScaleInverse(int scaling, uint32_t s) { return hd::ScaleMultiplier(
 // The fused path over `count` consecutive MX blocks from block b, block i's elements multiplied by mults[i]
 // (see MxLoop); SR takes its words from rw.
 template <Rounding R, DType S, bool kCommon>
-HWY_NOINLINE void FusedBlocks(const FusedK f, const void* in, size_t block, size_t n, size_t b, size_t count,
+HWY_NOINLINE void FusedBlocks(const FusedK& fk, const void* in, size_t block, size_t n, size_t b, size_t count,
                               const float* mults, uint8_t* codes, RandomWords* rw) {
+  const FusedK f = fk;
   const DU du;
   const DF df;
   const size_t lanes = hn::Lanes(du);

@@ -187,6 +187,48 @@ TEST_CASE("MX fast path equals the reference on every target, element format, ru
   }
 }
 
+TEST_CASE("MX fast path scale bytes over every amax exponent and the mantissas around destmax's", "[mx][simd]") {
+  // One block per amax: every FP32 exponent field, each with the mantissas just below, at and above
+  // destmax's (where the round-up rule's quotient crosses a power of two) and the binade's ends. The
+  // block's other elements are fractions of amax, so amax sets the scale.
+  TargetGuard guard;
+  for (const char* name : qmx::test::kMxElems) {
+    const Format& elem = GetFormat(name);
+    const uint32_t g = FloatBits(static_cast<float>(Limits(elem).max_finite)) & 0x7FFFFFu;
+    std::vector<float> x;
+    for (uint32_t e = 0; e < 255; ++e) {
+      for (uint32_t m : {0u, 1u, g - 1, g, g + 1, g + 2, 0x400000u, 0x7FFFFFu}) {
+        const float amax = BitsFloat(e << 23 | (m & 0x7FFFFFu));
+        for (int i = 0; i < 32; ++i) x.push_back(i == 0 ? ((e & 1) ? -amax : amax) : amax * (0.5f / static_cast<float>(i + 1)));
+      }
+    }
+    const size_t n = x.size();
+    for (ScaleRule rule : {ScaleRule::kOcpFloor, ScaleRule::kRoundUp, ScaleRule::kCeil, ScaleRule::kEven}) {
+      MxSpec spec;
+      spec.elem = elem;
+      spec.rule = rule;
+      std::vector<uint8_t> want_c(n), want_s(MxScaleCount(n, spec));
+      QuantizeMxRef(DType::kF32, x.data(), n, spec, want_c.data(), want_s.data());
+      for (const std::string& t : SimdTargets()) {
+        ForceSimdTarget(t);
+        std::vector<uint8_t> c(n, 0xAA), s(want_s.size(), 0xAA);
+        QuantizeMx(DType::kF32, x.data(), n, spec, c.data(), s.data());
+        size_t bad = 0;
+        for (size_t b = 0; b < want_s.size(); ++b) {
+          if (s[b] != want_s[b] && ++bad <= 3) {
+            INFO(t << " " << name << " " << ScaleRuleName(rule) << " amax " << Hex(FloatBits(x[b * 32]), 8) << " scale "
+                   << Hex(s[b]) << " want " << Hex(want_s[b]));
+            CHECK(s[b] == want_s[b]);
+          }
+        }
+        INFO(t << " " << name << " " << ScaleRuleName(rule) << ": " << bad << " scale mismatches");
+        CHECK(bad == 0);
+        CHECK(c == want_c);
+      }
+    }
+  }
+}
+
 TEST_CASE("MX NaN and Inf blocks: scale 0xFF, element NaN codes, dequantized NaN", "[mx]") {
   std::vector<float> x(64, 1.0f);
   x[3] = std::nanf("");

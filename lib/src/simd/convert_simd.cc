@@ -554,11 +554,12 @@ HWY_INLINE void StoreCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* out) {
 
 // Software prefetch of the source a fixed distance ahead of a streaming pass. Without it a single thread
 // streaming from memory ran at 55-70% of its in-cache speed on the 2-core Xeon VM (`bench`); with it,
-// within noise of in-cache. A prefetch never faults, so reading past the end is harmless.
+// within noise of in-cache. A prefetch never faults, so reading past the end is harmless. MX quantization
+// prefetches one batch ahead from its second pass (MxLoop).
 constexpr size_t kPrefetchBytes = 4096;
 template <DType S>
-HWY_INLINE void PrefetchAhead(const void* in, size_t i, size_t count) {
-  const uint8_t* p = static_cast<const uint8_t*>(in) + i * SrcSize<S>() + kPrefetchBytes;
+HWY_INLINE void PrefetchAhead(const void* in, size_t i, size_t count, size_t ahead = kPrefetchBytes) {
+  const uint8_t* p = static_cast<const uint8_t*>(in) + i * SrcSize<S>() + ahead;
   for (size_t o = 0; o < count * SrcSize<S>(); o += 64) __builtin_prefetch(p + o);
 }
 
@@ -886,10 +887,32 @@ HWY_INLINE uint32_t BlockAmaxBits(const Consts& k, const void* in, size_t start,
   return hn::GetLane(hn::MaxOfLanes(du, vmax));
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// Lane i of the result: the maximum of lanes 2i and 2i + 1 of the concatenation (lo, hi).
+HWY_INLINE VU PairMax(VU lo, VU hi) {
+  const DU du;
+  return hn::Max(hn::ConcatEven(du, hi, lo), hn::ConcatOdd(du, hi, lo));
+}
+
+// |x| bits maxima of kCount blocks of two vectors from element `start` (the usual MX block on AVX-512), lane
+// i of the result for block i when kCount = Lanes: a depth-first PairMax tree, so that few vectors are live
+// at once (the breadth-first loop below spilled them to the stack).
+template <DType S, size_t kCount>
+HWY_INLINE VU AmaxTree2(const void* in, size_t start) {
+  const DU du;
+  const size_t lanes = hn::Lanes(du);
+  if constexpr (kCount == 1) {
+    const VU abs_mask = hn::Set(du, 0x7FFFFFFFu);
+    return hn::Max(hn::And(LoadBits<S>(in, start), abs_mask), hn::And(LoadBits<S>(in, start + lanes), abs_mask));
+  } else {
+    return PairMax(AmaxTree2<S, kCount / 2>(in, start), AmaxTree2<S, kCount / 2>(in, start + kCount / 2 * 2 * lanes));
+  }
+}
+#endif
+
 // amax bits of Lanes consecutive whole blocks of len elements (a multiple of Lanes) from `start`, lane b for
-// block b: each block's lanes are folded into one vector, then the vectors are halved pairwise
-// (ConcatEven/ConcatOdd of two vectors keep their lanes' order, so after log2(Lanes) rounds lane b holds
-// block b's maximum).
+// block b: each block's lanes are folded into one vector, then the vectors are halved pairwise (PairMax
+// keeps the lanes' order, so after log2(Lanes) rounds lane b holds block b's maximum).
 template <DType S>
 HWY_INLINE VU AmaxOfBlocks(const void* in, size_t start, size_t len) {
   const DU du;
@@ -901,22 +924,15 @@ HWY_INLINE VU AmaxOfBlocks(const void* in, size_t start, size_t len) {
 #else
   constexpr size_t kL = kMaxLanes;
   const size_t lanes = hn::Lanes(du);
+  if (len == 2 * lanes && lanes == kL) return AmaxTree2<S, kL>(in, start);
   VU v[kL];
-  if (len == 2 * lanes) {  // the usual MX block on AVX-512
-    for (size_t b = 0; b < kL && b < lanes; ++b) {
-      const size_t at = start + b * len;
-      v[b] = hn::Max(hn::And(LoadBits<S>(in, at), abs_mask), hn::And(LoadBits<S>(in, at + lanes), abs_mask));
-    }
-  } else {
-    for (size_t b = 0; b < kL && b < lanes; ++b) {
-      VU m = hn::And(LoadBits<S>(in, start + b * len), abs_mask);
-      for (size_t j = lanes; j < len; j += lanes) m = hn::Max(m, hn::And(LoadBits<S>(in, start + b * len + j), abs_mask));
-      v[b] = m;
-    }
+  for (size_t b = 0; b < kL && b < lanes; ++b) {
+    VU m = hn::And(LoadBits<S>(in, start + b * len), abs_mask);
+    for (size_t j = lanes; j < len; j += lanes) m = hn::Max(m, hn::And(LoadBits<S>(in, start + b * len + j), abs_mask));
+    v[b] = m;
   }
   for (size_t w = lanes; w > 1; w /= 2) {
-    for (size_t i = 0; i < w / 2; ++i)
-      v[i] = hn::Max(hn::ConcatEven(du, v[2 * i + 1], v[2 * i]), hn::ConcatOdd(du, v[2 * i + 1], v[2 * i]));
+    for (size_t i = 0; i < w / 2; ++i) v[i] = PairMax(v[2 * i], v[2 * i + 1]);
   }
   return v[0];
 #endif
@@ -929,6 +945,22 @@ HWY_INLINE VU ScaleBytesOf(const MxKernelArgs& a, VU amax) {
   const DF df;
   const VU one = hn::Set(du, 1u), zero = hn::Zero(du);
   if (a.rule == 1) {  // round-up: X = fl32(amax / destmax) rounded up to a power of two
+    // Without the division where every lane's quotient is a normal float: amax = (1 + f) 2^(E - 127),
+    // destmax = (1 + g) 2^(D - 127). If f >= g the quotient lies in [1, 2) 2^(E - D), and it rounds above
+    // 2^(E - D) iff f > g (the tie at 1 + 2^-24 goes to even); if f < g it lies in [1/2, 1) 2^(E - D),
+    // above 2^(E - D - 1), and rounds up to at most 2^(E - D). So the byte is E - D + 127 + [f > g]. The
+    // quotient is normal where E >= D - 125 (at least 2^-126) and E >= 1 (amax normal).
+    uint32_t db;
+    std::memcpy(&db, &a.destmax, 4);
+    const uint32_t d_field = db >> 23;
+    if (d_field >= 1 && d_field <= 254) {
+      const uint32_t lo = d_field > 126 ? d_field - 125 : 1;
+      if (hn::AllFalse(du, hn::Lt(amax, hn::Set(du, lo << 23)))) {
+        const VU base = hn::Add(hn::ShiftRight<23>(amax), hn::Set(du, 127 - d_field));
+        const VU up = hn::IfThenElseZero(hn::Gt(hn::And(amax, hn::Set(du, 0x7FFFFFu)), hn::Set(du, db & 0x7FFFFFu)), one);
+        return hn::Min(hn::Add(base, up), hn::Set(du, 254u));
+      }
+    }
     const VU qb = hn::BitCast(du, hn::Div(hn::BitCast(df, amax), hn::Set(df, a.destmax)));
     const VU qe = hn::ShiftRight<23>(qb), qm = hn::And(qb, hn::Set(du, 0x7FFFFFu));
     const VU byte = hn::Min(hn::Add(qe, hn::IfThenElseZero(hn::Ne(qm, zero), one)), hn::Set(du, 254u));
@@ -967,7 +999,7 @@ inline float ScaleInverse(int scaling, uint32_t s) { return hd::ScaleMultiplier(
 // (see MxLoop); SR takes its words from rw.
 template <Rounding R, DType S, bool kCommon>
 HWY_NOINLINE void FusedBlocks(const FusedK& fk, const void* in, size_t block, size_t n, size_t b, size_t count,
-                              const float* mults, uint8_t* codes, RandomWords* rw) {
+                              const float* mults, uint8_t* codes, RandomWords* rw, size_t ahead) {
   const FusedK f = fk;
   const DU du;
   const DF df;
@@ -985,7 +1017,10 @@ HWY_NOINLINE void FusedBlocks(const FusedK& fk, const void* in, size_t block, si
       const VU x = LoadBits<S>(src, vi * lanes);
       return FusedVec<R, kCommon>(f, hn::BitCast(du, hn::Mul(hn::BitCast(df, x), hn::Set(df, mults[vi >> shift]))), none);
     };
-    for (; v + 4 <= nv; v += 4) StoreCodes4(code(v), code(v + 1), code(v + 2), code(v + 3), dst + v * lanes);
+    for (; v + 4 <= nv; v += 4) {
+      PrefetchAhead<S>(src, v * lanes, 4 * lanes, ahead);
+      StoreCodes4(code(v), code(v + 1), code(v + 2), code(v + 3), dst + v * lanes);
+    }
     for (; v < nv; ++v) StoreCodes(code(v), dst + v * lanes);
     return;
   }
@@ -996,6 +1031,7 @@ HWY_NOINLINE void FusedBlocks(const FusedK& fk, const void* in, size_t block, si
     const auto scaled = [&](VU x) { return hn::BitCast(du, hn::Mul(hn::BitCast(df, x), vm)); };
     size_t j = 0;
     for (; j + lanes <= len; j += lanes) {
+      PrefetchAhead<S>(in, start + j, lanes, ahead);
       const VU rb = rw != nullptr ? rw->Take(start + j, lanes) : none;
       StoreCodes(FusedVec<R, kCommon>(f, scaled(LoadBits<S>(in, start + j)), rb), codes + start + j);
     }
@@ -1094,6 +1130,9 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
   const bool common = k.fused && k.f.sat && k.f.neg_zero;
   constexpr size_t kBatch = 64;
   static_assert(kBatch % kMaxLanes == 0 && kBatch <= 64, "whole vectors of block maxima; one bit per block");
+  // Pass 2 prefetches the next batch's source: pass 1 then finds it in cache, and the memory system
+  // stays busy while pass 2 works from L1.
+  const size_t ahead = kBatch * block * SrcSize<S>();
   alignas(64) uint32_t amaxes[kBatch];
   alignas(64) float mults[kBatch];
   for (size_t b0 = 0; b0 < nblocks; b0 += kBatch) {
@@ -1103,7 +1142,6 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
     if (kFusable && k.fused && block % lanes == 0) {
       const VU inf_bits = hn::Set(du, 0x7F800000u);
       for (; done + lanes <= nb && (b0 + done + lanes) * block <= n; done += lanes) {
-        PrefetchAhead<S>(in, (b0 + done) * block, lanes * block);
         const VU amax = AmaxOfBlocks<S>(in, (b0 + done) * block, block);
         const VU byte = ScaleBytesOf(a, amax);
         const VU mult = ScaleMultipliersOf(a.scaling, byte);
@@ -1145,8 +1183,8 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
       const uint64_t rest = general >> i;  // the next general block ends this fused run
       const size_t e = rest == 0 ? nb : std::min(nb, i + static_cast<size_t>(__builtin_ctzll(rest)));
       if constexpr (kFusable) {
-        if (common) FusedBlocks<R, S, true>(k.f, in, block, n, b0 + i, e - i, mults + i, codes, kSr ? &rw : nullptr);
-        else FusedBlocks<R, S, false>(k.f, in, block, n, b0 + i, e - i, mults + i, codes, kSr ? &rw : nullptr);
+        if (common) FusedBlocks<R, S, true>(k.f, in, block, n, b0 + i, e - i, mults + i, codes, kSr ? &rw : nullptr, ahead);
+        else FusedBlocks<R, S, false>(k.f, in, block, n, b0 + i, e - i, mults + i, codes, kSr ? &rw : nullptr, ahead);
       }
       i = e;
     }

@@ -90,8 +90,8 @@ HWY_INLINE VU ShlS(VU x, const SameShift& s) {
 // uint8_t* may alias any object whose address escaped, which would force a reload of every constant.
 struct FusedK {
   VU thr, kn, magic_bits, max_code, ovf, sign_bit, sr_mask, nz_all;
-  VU lsb, sub_k;  // AVX-512: 2^s0 (RNE), 2^23 - kn (SR)
-  VF magic;
+  VU lsb;       // AVX-512: 2^s0 (RNE)
+  VF magic, half_min;  // half_min, AVX-512: 2^(emin - 1) (SR)
   SameShift s0, sign_shift, sr_n, sr_up;  // sr_up = s0 - sr_n
   bool sat = false, neg_zero = false;
 };
@@ -175,7 +175,7 @@ inline void Consts::InitFused(const ConvertParams& p) {
   f.thr = hn::Set(du, static_cast<uint32_t>(p.emin127) << 23);
   f.kn = hn::Set(du, (rne ? (1u << (p.sbase - 1)) - 1 : 0u) - rebias);
   f.lsb = hn::Set(du, 1u << p.sbase);
-  f.sub_k = hn::Set(du, (1u << 23) + rebias);
+  f.half_min = hn::BitCast(df, hn::Set(du, static_cast<uint32_t>(p.emin127 - 1) << 23));
   const uint32_t magic_bits = rne ? static_cast<uint32_t>(p.emin127 - m + 23) << 23 : static_cast<uint32_t>(sr_exp) << 23;
   float magic;
   std::memcpy(&magic, &magic_bits, 4);
@@ -413,7 +413,7 @@ HWY_INLINE VI TruncateInRange(VF v) {
 // round in the FPU: RNE adds 2^(emin - m + 23), whose ulp is q, so the FPU's round to nearest even of
 // |x| + 2^(...) leaves round(|x| / q) (the carry into the lowest normal binade included) in the low bits;
 // SR-A multiplies by 2^(N + m - emin), exactly, truncates to the integer u = floor(|x| 2^N / q) and takes
-// (u + R) >> N, which carries iff R + floor(nu 2^N) >= 2^N (on AVX-512 a truncating add instead puts these
+// (u + R) >> N, which carries iff R + floor(nu 2^N) >= 2^N (on AVX-512 a truncating fma instead puts these
 // lanes into the normal lanes' form, so one add and shift serves both). Equal to ConvertVec; tests check
 // both. The FPU steps rely on round to nearest even without FTZ/DAZ: the dispatch wrappers below set that
 // (fp_env.h).
@@ -438,15 +438,16 @@ HWY_INLINE VU FusedVec(const FusedK& f, VU bits, VU rbits) {
   } else {
     const VU r = hn::And(rbits, f.sr_mask);
 #if QMX_AVX512
-    // One shift for both ranges. Below 2^emin (thr), t = bits(RZ(|x| + 2^emin)) = thr + floor(|x| 2^s0 / q):
-    // the sum stays in 2^emin's binade and is truncated to its ulp q 2^-s0. So t - 2^23 is the FP32
-    // pattern that the normal lanes' arithmetic turns into floor(|x| 2^s0 / q), the code with s0 fraction
-    // bits; adding R at bit s0 - N and shifting gives (floor(|x| 2^N / q) + R) >> N, as on the other targets.
-    const __m512 t = _mm512_add_round_ps(hn::BitCast(df, a).raw, hn::BitCast(df, f.thr).raw,
-                                         _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m512i pre = _mm512_mask_sub_epi32(hn::Add(a, f.kn).raw, _mm512_cmplt_epu32_mask(a.raw, f.thr.raw),
-                                              _mm512_castps_si512(t), f.sub_k.raw);
-    mag = ShrS(hn::Add(VU{pre}, ShlS(r, f.sr_up)), f.s0);
+    // One shift for both ranges. Below 2^emin, h = RZ(|x| / 2 + 2^(emin - 1)) (one fma, the product exact)
+    // lies in [2^(emin - 1), 2^emin), truncated to its ulp q 2^-s0 / 2: its bits are the FP32 pattern that
+    // the normal lanes' arithmetic turns into floor(|x| 2^s0 / q), the code with s0 fraction bits. Adding R
+    // at bit s0 - N and shifting gives (floor(|x| 2^N / q) + R) >> N, as on the other targets. h >= |x| there
+    // (equal only for the float just below 2^emin, where both forms agree) and h <= |x| at and above 2^emin,
+    // so a max of the bits picks each lane's form without a compare.
+    const __m512 h = _mm512_fmadd_round_ps(hn::BitCast(df, a).raw, _mm512_set1_ps(0.5f), f.half_min.raw,
+                                           _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const VU pre = hn::Add(hn::Max(a, VU{_mm512_castps_si512(h)}), f.kn);
+    mag = ShrS(hn::Add(pre, ShlS(r, f.sr_up)), f.s0);
 #else
     const VU rn = ShrS(hn::Add(hn::Add(a, f.kn), ShlS(r, f.sr_up)), f.s0);
     const VU u = hn::BitCast(du, TruncateInRange(hn::Mul(hn::BitCast(df, a), f.magic)));

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "baseline/eigen_gemm.h"
@@ -70,6 +71,27 @@ double MedianSeconds(int reps, const std::function<void()>& fn) {
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// Medians of two functions timed in alternation (a, b, a, b, ...), so that both see the same machine:
+// on a shared VM the memory bandwidth and clock drift over seconds, and a baseline timed in its own
+// block of runs moved the ratio with it.
+std::pair<double, double> MedianSecondsPaired(int reps, const std::function<void()>& fa, const std::function<void()>& fb) {
+  fa();  // warm-up, as in MedianSeconds
+  fb();
+  std::vector<double> ta, tb;
+  const auto time = [](const std::function<void()>& fn) {
+    const auto a = std::chrono::steady_clock::now();
+    fn();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+  };
+  for (int r = 0; r < reps; ++r) {
+    ta.push_back(time(fa));
+    tb.push_back(time(fb));
+  }
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  return {ta[ta.size() / 2], tb[tb.size() / 2]};
 }
 
 // memcpy of `bytes` split into fixed pieces over the OpenMP threads.
@@ -381,9 +403,10 @@ void RunConvertBench(const BenchArgs& a, nlohmann::json& j) {
     omp_set_num_threads(t);
     for (size_t k = 0; k < kernels.size(); ++k) {
       const Kernel& kn = kernels[k];
-      // The baseline copies the kernel's input bytes, in the same run and thread count.
-      const double mc = MedianSeconds(a.reps, [&] { ParallelCopy(copy_dst.data(), copy_src.data(), kn.bytes_in); });
-      const double s = MedianSeconds(a.reps, [&] { kn.fast(Exec::kParallel); });
+      // The baseline copies the kernel's input bytes, in the same run and thread count, its runs alternating
+      // with the kernel's.
+      const auto [mc, s] = MedianSecondsPaired(
+          a.reps, [&] { ParallelCopy(copy_dst.data(), copy_src.data(), kn.bytes_in); }, [&] { kn.fast(Exec::kParallel); });
       rows.push_back({kn.name, t, s, mc, ref_seconds[k], n, kn.bytes_in + kn.bytes_out, kn.bytes_in});
     }
   }

@@ -223,6 +223,35 @@ inline void EndWindow(const FusedParams& p, const float* ta, const float* tb, si
   }
 }
 
+// The loops FusedTile and GroupTile share, for rows [i0, i1) and columns j0 .. j0 + nc - 1: the accumulator
+// starts at C (or 0); each promotion window (all of K without promotion) starts its part at 0 (promotion)
+// or at the accumulator, runs step(i, k0, k1, part) over its K steps (each leaves its rounded sum in
+// part), and ends through end(i, w0, part, acc). A column whose part or result left the finite range
+// gets the canonical NaN, and the reference recomputes its row. Always inlined, lambdas included, so that
+// the loops compile for each of the callers' target clones.
+template <typename Step, typename End>
+__attribute__((always_inline)) inline void FusedRows(const FusedParams& p, size_t n, size_t k, const float* c_in,
+                                                     size_t i0, size_t i1, size_t j0, size_t nc, float* out,
+                                                     const Step& step_fn, const End& end) {
+  const size_t step = static_cast<size_t>(p.step);
+  const size_t window = p.promote ? static_cast<size_t>(p.promote) : k;
+  for (size_t i = i0; i < i1; ++i) {
+    float acc[kCols], part[kCols];
+    bool overflow[kCols] = {};
+    for (size_t j = 0; j < nc; ++j) acc[j] = c_in ? c_in[i * n + j0 + j] : 0.0f;
+    for (size_t w0 = 0; w0 < k; w0 += window) {
+      const size_t w1 = std::min(k, w0 + window);
+      for (size_t j = 0; j < nc; ++j) part[j] = p.promote != 0 ? 0.0f : acc[j];
+      for (size_t k0 = w0; k0 < w1; k0 += step) {
+        step_fn(i, k0, std::min(w1, k0 + step), part);
+        for (size_t j = 0; j < nc; ++j) overflow[j] = overflow[j] || !std::isfinite(part[j]);
+      }
+      end(i, w0, part, acc);
+    }
+    for (size_t j = 0; j < nc; ++j) out[i * n + j0 + j] = overflow[j] || !std::isfinite(acc[j]) ? CanonicalNanF() : acc[j];
+  }
+}
+
 // One tile: rows [i0, i1), columns [j0, j0 + nc). T holds the truncated terms exactly.
 template <typename T>
 QMX_GEMM_CLONES void FusedTile(const FusedCtx& ctx, const T* sa, const int* ea, const T* sb, const int* eb,
@@ -230,68 +259,54 @@ QMX_GEMM_CLONES void FusedTile(const FusedCtx& ctx, const T* sa, const int* ea, 
                                const float* c_in, size_t i0, size_t i1, size_t j0, size_t nc,
                                float* out) {
   const FusedParams& p = *ctx.p;
-  const size_t n = ctx.n, k = ctx.k, step = static_cast<size_t>(p.step);
-  const bool rne_terms = p.term_round == FusedRound::kRne;
-  const size_t window = p.promote ? static_cast<size_t>(p.promote) : k;
-  const bool promote = p.promote != 0;
-  for (size_t i = i0; i < i1; ++i) {
-    float acc[kCols], part[kCols];
-    bool overflow[kCols] = {};  // the accumulation left the finite range: left to the reference
-    for (size_t j = 0; j < nc; ++j) acc[j] = c_in ? c_in[i * n + j0 + j] : 0.0f;
-    for (size_t w0 = 0; w0 < k; w0 += window) {
-      const size_t w1 = std::min(k, w0 + window);
-      for (size_t j = 0; j < nc; ++j) part[j] = promote ? 0.0f : acc[j];
-      for (size_t k0 = w0; k0 < w1; k0 += step) {
-        const size_t k1 = std::min(w1, k0 + step);
-        int emax[kCols], emin[kCols], ec[kCols];
-        T sc[kCols], sum[kCols];
-        for (size_t j = 0; j < nc; ++j) {
-          AccSplit(part[j], sc[j], ec[j]);
-          emax[j] = ec[j];
-          emin[j] = ec[j];
-        }
-        for (size_t kk = k0; kk < k1; ++kk) {
-          const int e_a = ea[i * k + kk] + xa[i * ((k + kb - 1) / kb) + kk / kb];
-          const int* e_b = eb + kk * n + j0;
-          const int* x_b = xb + (kk / kb) * n + j0;
-          for (size_t j = 0; j < nc; ++j) {
-            const int e = e_a + e_b[j] + x_b[j];
-            emax[j] = std::max(emax[j], e);
-            emin[j] = std::min(emin[j], e);
-          }
-        }
-        if (ctx.track_zero)
-          for (size_t j = 0; j < nc; ++j)
-            if (emin[j] < kZeroE / 2) emax[j] = std::max(emax[j], ctx.zero_exp);
-        for (size_t j = 0; j < nc; ++j) {
-          const int d = ec[j] - emax[j] + p.frac_bits;
-          const T f = d < -126 ? T(0) : (sizeof(T) == 4 ? T(Pow2f(std::min(d, 127))) : T(Pow2d(std::min(d, 1023))));
-          const T t = sc[j] * f;
-          sum[j] = rne_terms ? std::nearbyint(t) : std::trunc(t);
-        }
-        for (size_t kk = k0; kk < k1; ++kk) {
-          const int e_a = ea[i * k + kk] + xa[i * ((k + kb - 1) / kb) + kk / kb];
-          const T s_a = sa[i * k + kk];
-          const int* e_b = eb + kk * n + j0;
-          const T* s_b = sb + kk * n + j0;
-          const int* x_b = xb + (kk / kb) * n + j0;
-          for (size_t j = 0; j < nc; ++j) {
-            const int d = e_a + e_b[j] + x_b[j] - emax[j] + p.frac_bits;
-            const T f = d < -126 ? T(0) : (sizeof(T) == 4 ? T(Pow2f(d)) : T(Pow2d(d)));
-            const T t = s_a * s_b[j] * f;
-            sum[j] += rne_terms ? std::nearbyint(t) : std::trunc(t);
-          }
-        }
-        const bool rne_out = p.out_round == FusedRound::kRne;
-        for (size_t j = 0; j < nc; ++j) {
-          part[j] = FusedOut(static_cast<double>(sum[j]), emax[j] - p.frac_bits, p.out_bits, rne_out);
-          overflow[j] = overflow[j] || !std::isfinite(part[j]);
-        }
-      }
-      EndWindow(p, scale_prod_a, scale_b, (k + kb - 1) / kb, n, i, w0 / kb, j0, nc, part, acc);
+  const size_t n = ctx.n, k = ctx.k;
+  const bool rne_terms = p.term_round == FusedRound::kRne, rne_out = p.out_round == FusedRound::kRne;
+  const auto step = [&](size_t i, size_t k0, size_t k1, float* part) __attribute__((always_inline)) {
+    int emax[kCols], emin[kCols], ec[kCols];
+    T sc[kCols], sum[kCols];
+    for (size_t j = 0; j < nc; ++j) {
+      AccSplit(part[j], sc[j], ec[j]);
+      emax[j] = ec[j];
+      emin[j] = ec[j];
     }
-    for (size_t j = 0; j < nc; ++j) out[i * n + j0 + j] = overflow[j] || !std::isfinite(acc[j]) ? CanonicalNanF() : acc[j];
-  }
+    for (size_t kk = k0; kk < k1; ++kk) {
+      const int e_a = ea[i * k + kk] + xa[i * ((k + kb - 1) / kb) + kk / kb];
+      const int* e_b = eb + kk * n + j0;
+      const int* x_b = xb + (kk / kb) * n + j0;
+      for (size_t j = 0; j < nc; ++j) {
+        const int e = e_a + e_b[j] + x_b[j];
+        emax[j] = std::max(emax[j], e);
+        emin[j] = std::min(emin[j], e);
+      }
+    }
+    if (ctx.track_zero)
+      for (size_t j = 0; j < nc; ++j)
+        if (emin[j] < kZeroE / 2) emax[j] = std::max(emax[j], ctx.zero_exp);
+    for (size_t j = 0; j < nc; ++j) {
+      const int d = ec[j] - emax[j] + p.frac_bits;
+      const T f = d < -126 ? T(0) : (sizeof(T) == 4 ? T(Pow2f(std::min(d, 127))) : T(Pow2d(std::min(d, 1023))));
+      const T t = sc[j] * f;
+      sum[j] = rne_terms ? std::nearbyint(t) : std::trunc(t);
+    }
+    for (size_t kk = k0; kk < k1; ++kk) {
+      const int e_a = ea[i * k + kk] + xa[i * ((k + kb - 1) / kb) + kk / kb];
+      const T s_a = sa[i * k + kk];
+      const int* e_b = eb + kk * n + j0;
+      const T* s_b = sb + kk * n + j0;
+      const int* x_b = xb + (kk / kb) * n + j0;
+      for (size_t j = 0; j < nc; ++j) {
+        const int d = e_a + e_b[j] + x_b[j] - emax[j] + p.frac_bits;
+        const T f = d < -126 ? T(0) : (sizeof(T) == 4 ? T(Pow2f(d)) : T(Pow2d(d)));
+        const T t = s_a * s_b[j] * f;
+        sum[j] += rne_terms ? std::nearbyint(t) : std::trunc(t);
+      }
+    }
+    for (size_t j = 0; j < nc; ++j) part[j] = FusedOut(static_cast<double>(sum[j]), emax[j] - p.frac_bits, p.out_bits, rne_out);
+  };
+  const auto end = [&](size_t i, size_t w0, const float* part, float* acc) __attribute__((always_inline)) {
+    EndWindow(p, scale_prod_a, scale_b, (k + kb - 1) / kb, n, i, w0 / kb, j0, nc, part, acc);
+  };
+  FusedRows(p, n, k, c_in, i0, i1, j0, nc, out, step, end);
 }
 
 // Block scale of A at (row i, K block b) and of B at (K block b, column j), as dense per-K-block tables.
@@ -482,83 +497,70 @@ QMX_GEMM_CLONES void GroupTile(const GroupCtx& ctx, const double* va, const doub
                                const float* tb, const int* xb, const float* c_in, size_t i0, size_t i1, size_t j0,
                                size_t nc, double* tv, int* tn, float* out) {
   const FusedParams& p = *ctx.p;
-  const size_t n = ctx.n, k = ctx.k, nb = ctx.nb, step = static_cast<size_t>(p.step), g = static_cast<size_t>(p.group);
-  const size_t window = p.promote ? static_cast<size_t>(p.promote) : k;
-  const bool promote = p.promote != 0;
+  const size_t n = ctx.n, k = ctx.k, nb = ctx.nb, g = static_cast<size_t>(p.group);
   const bool rne_terms = p.term_round == FusedRound::kRne, rne_out = p.out_round == FusedRound::kRne;
-  for (size_t i = i0; i < i1; ++i) {
-    float acc[kCols], part[kCols];
-    bool overflow[kCols] = {};  // the accumulation left the finite range: left to the reference
-    for (size_t j = 0; j < nc; ++j) acc[j] = c_in ? c_in[i * n + j0 + j] : 0.0f;
-    for (size_t w0 = 0; w0 < k; w0 += window) {
-      const size_t w1 = std::min(k, w0 + window);
-      for (size_t j = 0; j < nc; ++j) part[j] = promote ? 0.0f : acc[j];
-      for (size_t k0 = w0; k0 < w1; k0 += step) {
-        const size_t k1 = std::min(w1, k0 + step);
-        int ec[kCols], emax[kCols];
-        double sc[kCols], sum[kCols];
+  const auto step = [&](size_t i, size_t k0, size_t k1, float* part) __attribute__((always_inline)) {
+    int ec[kCols], emax[kCols];
+    double sc[kCols], sum[kCols];
+    for (size_t j = 0; j < nc; ++j) {
+      AccSplit(part[j], sc[j], ec[j]);
+      emax[j] = ec[j] == kZeroE ? p.zero_exp : ec[j];
+    }
+    size_t groups = 0;
+    for (size_t q0 = k0; q0 < k1; q0 += g, ++groups) {
+      double* P = tv + groups * kCols;
+      int* nom = tn + groups * kCols;
+      bool nz[kCols];
+      for (size_t j = 0; j < nc; ++j) {
+        P[j] = 0.0;
+        nz[j] = false;
+      }
+      for (size_t kk = q0; kk < std::min(k1, q0 + g); ++kk) {
+        const double x = va[i * k + kk];
+        if (x == 0) continue;
+        const double* br = vb + kk * n + j0;
         for (size_t j = 0; j < nc; ++j) {
-          AccSplit(part[j], sc[j], ec[j]);
-          emax[j] = ec[j] == kZeroE ? p.zero_exp : ec[j];
-        }
-        size_t groups = 0;
-        for (size_t q0 = k0; q0 < k1; q0 += g, ++groups) {
-          double* P = tv + groups * kCols;
-          int* nom = tn + groups * kCols;
-          bool nz[kCols];
-          for (size_t j = 0; j < nc; ++j) {
-            P[j] = 0.0;
-            nz[j] = false;
-          }
-          for (size_t kk = q0; kk < std::min(k1, q0 + g); ++kk) {
-            const double x = va[i * k + kk];
-            if (x == 0) continue;
-            const double* br = vb + kk * n + j0;
-            for (size_t j = 0; j < nc; ++j) {
-              P[j] += x * br[j];  // exact
-              nz[j] = nz[j] || br[j] != 0;
-            }
-          }
-          const size_t blk = q0 / ctx.kb;
-          if (ctx.scales_in) {
-            const double sa = ta[i * nb + blk];
-            const int ea = xa[i * nb + blk];
-            for (size_t j = 0; j < nc; ++j) {
-              const double sb = tb[blk * n + j0 + j];
-              const bool zero = !nz[j] || sa == 0 || sb == 0;
-              P[j] *= sa * sb;  // exact
-              nom[j] = zero ? p.zero_exp : ea + xb[blk * n + j0 + j];
-            }
-          } else {
-            for (size_t j = 0; j < nc; ++j) nom[j] = nz[j] ? 0 : p.zero_exp;
-          }
-          for (size_t j = 0; j < nc; ++j) emax[j] = std::max(emax[j], nom[j]);
-        }
-        double f[kCols];
-        for (size_t j = 0; j < nc; ++j) {
-          const int d = ec[j] - emax[j] + p.frac_bits;  // sc < 2: below 2^-125 it keeps nothing
-          const double t = d < -126 ? 0.0 : sc[j] * Pow2d(std::min(d, 1023));
-          sum[j] = rne_terms ? std::nearbyint(t) : std::trunc(t);
-          // 2^(F - emax), clamped to double's normal range: below it every term keeps nothing; above it
-          // every term is zero.
-          f[j] = Pow2d(std::clamp(p.frac_bits - emax[j], -1022, 1023));
-        }
-        for (size_t q = 0; q < groups; ++q) {
-          const double* P = tv + q * kCols;
-          for (size_t j = 0; j < nc; ++j) {
-            const double t = P[j] * f[j];
-            sum[j] += rne_terms ? std::nearbyint(t) : std::trunc(t);
-          }
-        }
-        for (size_t j = 0; j < nc; ++j) {
-          part[j] = FusedOut(sum[j], emax[j] - p.frac_bits, p.out_bits, rne_out);
-          overflow[j] = overflow[j] || !std::isfinite(part[j]);
+          P[j] += x * br[j];  // exact
+          nz[j] = nz[j] || br[j] != 0;
         }
       }
-      EndWindow(p, ctx.at_promotion ? ta : nullptr, tb, nb, n, i, w0 / ctx.kb, j0, nc, part, acc);
+      const size_t blk = q0 / ctx.kb;
+      if (ctx.scales_in) {
+        const double sa = ta[i * nb + blk];
+        const int ea = xa[i * nb + blk];
+        for (size_t j = 0; j < nc; ++j) {
+          const double sb = tb[blk * n + j0 + j];
+          const bool zero = !nz[j] || sa == 0 || sb == 0;
+          P[j] *= sa * sb;  // exact
+          nom[j] = zero ? p.zero_exp : ea + xb[blk * n + j0 + j];
+        }
+      } else {
+        for (size_t j = 0; j < nc; ++j) nom[j] = nz[j] ? 0 : p.zero_exp;
+      }
+      for (size_t j = 0; j < nc; ++j) emax[j] = std::max(emax[j], nom[j]);
     }
-    for (size_t j = 0; j < nc; ++j) out[i * n + j0 + j] = overflow[j] || !std::isfinite(acc[j]) ? CanonicalNanF() : acc[j];
-  }
+    double f[kCols];
+    for (size_t j = 0; j < nc; ++j) {
+      const int d = ec[j] - emax[j] + p.frac_bits;  // sc < 2: below 2^-125 it keeps nothing
+      const double t = d < -126 ? 0.0 : sc[j] * Pow2d(std::min(d, 1023));
+      sum[j] = rne_terms ? std::nearbyint(t) : std::trunc(t);
+      // 2^(F - emax), clamped to double's normal range: below it every term keeps nothing; above it
+      // every term is zero.
+      f[j] = Pow2d(std::clamp(p.frac_bits - emax[j], -1022, 1023));
+    }
+    for (size_t q = 0; q < groups; ++q) {
+      const double* P = tv + q * kCols;
+      for (size_t j = 0; j < nc; ++j) {
+        const double t = P[j] * f[j];
+        sum[j] += rne_terms ? std::nearbyint(t) : std::trunc(t);
+      }
+    }
+    for (size_t j = 0; j < nc; ++j) part[j] = FusedOut(sum[j], emax[j] - p.frac_bits, p.out_bits, rne_out);
+  };
+  const auto end = [&](size_t i, size_t w0, const float* part, float* acc) __attribute__((always_inline)) {
+    EndWindow(p, ctx.at_promotion ? ta : nullptr, tb, nb, n, i, w0 / ctx.kb, j0, nc, part, acc);
+  };
+  FusedRows(p, n, k, c_in, i0, i1, j0, nc, out, step, end);
 }
 
 int BlockSumBits(const Format& fa, const Format& fb, size_t count);

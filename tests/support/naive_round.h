@@ -1,6 +1,6 @@
 // naive_round.h: a deliberately simple, independent rounding oracle for formats of 8 bits or fewer.
 // It searches the decoded value table for the two neighbours of x and applies each mode's tie rule
-// by comparing exact doubles, so it shares no rounding logic with lib/src/ref/round_pack.cc.
+// by comparing exact doubles, so it shares no rounding logic with lib/src/round/round_pack_ref.cc.
 #pragma once
 
 #include <algorithm>

@@ -11,7 +11,7 @@
 #include <set>
 #include <sstream>
 
-#include "golden_internal.h"
+#include "golden/golden_internal.h"
 #include "qmx/error.h"
 #include "qmx/io.h"
 #include "qmx/rng.h"

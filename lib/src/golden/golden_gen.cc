@@ -12,7 +12,7 @@
 #include <set>
 #include <sstream>
 
-#include "golden_internal.h"
+#include "golden/golden_internal.h"
 #include "qmx/cast_options.h"
 #include "qmx/error.h"
 #include "qmx/format.h"

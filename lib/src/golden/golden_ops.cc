@@ -5,7 +5,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "golden_internal.h"
+#include "golden/golden_internal.h"
 #include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/gemm.h"

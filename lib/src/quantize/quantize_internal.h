@@ -1,5 +1,5 @@
 // quantize_internal.h (internal): pieces shared by the fast quantizer (quantize.cc) and its reference
-// (ref/quantize_ref.cc) that are definitions rather than fast paths: reading a source element, the
+// (quantize_ref.cc) that are definitions rather than fast paths: reading a source element, the
 // tensor amax, the FP32 / NVFP4 block scale of a block amax, and where a scale is stored.
 #pragma once
 

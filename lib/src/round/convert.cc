@@ -12,7 +12,7 @@
 #include "qmx/error.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
-#include "simd/convert_params.h"
+#include "round/convert_params.h"
 
 namespace qmx {
 namespace {

@@ -1,6 +1,6 @@
 // convert_simd.cc: Highway kernels for FP32/BF16/FP16 -> any format of 8 bits or fewer, decoding, and MX
 // block quantization, compiled for every x86 target and chosen at run time. They reproduce the reference
-// routine (ref/round_pack.cc) in integer arithmetic on 32-bit lanes; tests/simd checks every target.
+// routine (round/round_pack_ref.cc) in integer arithmetic on 32-bit lanes; tests/round/test_convert_simd.cc checks every target.
 //
 // The arithmetic, per lane, for an input |x| = sig * 2^(Ee - 150) scaled by 2^eoff (MX) :
 //   Ee  = max(E, 1), the FP32 exponent field; sig has the implicit bit for normal inputs;
@@ -17,7 +17,7 @@
 // range, the lanes below the normal binades rounded in the FPU), and MX blocks run in two passes per
 // batch (MxLoop).
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "simd/convert_simd.cc"
+#define HWY_TARGET_INCLUDE "round/convert_simd.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <algorithm>
@@ -28,7 +28,7 @@
 #include "hwy/highway.h"
 #include "qmx/rng.h"
 #include "qmx/scale.h"
-#include "simd/convert_params.h"
+#include "round/convert_params.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace qmx::simd {

@@ -12,12 +12,12 @@
 #include <limits>
 #include <sstream>
 
-#include "exact_sum.h"
-#include "gemm_internal.h"
+#include "gemm/exact_sum.h"
+#include "gemm/gemm_internal.h"
 #include "qmx/error.h"
 #include "qmx/gemm.h"
 #include "qmx/rng.h"
-#include "quantize_internal.h"
+#include "quantize/quantize_internal.h"
 
 namespace qmx {
 namespace {

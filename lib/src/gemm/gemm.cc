@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "fp_env.h"
-#include "gemm_internal.h"
+#include "gemm/gemm_internal.h"
 #include "qmx/error.h"
 
 namespace qmx {

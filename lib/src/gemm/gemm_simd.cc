@@ -8,7 +8,7 @@
 // arithmetic is either exact (block sums, fused terms) or IEEE FMA in K order, so the vector width does
 // not change a bit either.
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "simd/gemm_simd.cc"
+#define HWY_TARGET_INCLUDE "gemm/gemm_simd.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <omp.h>
@@ -22,7 +22,7 @@
 #include "fp_env.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
-#include "simd/gemm_simd.h"
+#include "gemm/gemm_simd.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace qmx::simd {

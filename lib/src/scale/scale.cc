@@ -1,5 +1,5 @@
 // scale.cc: the scale layer (qmx/scale.h): rule and policy names, the fast UE8M0 rules (shared with the
-// SIMD kernels through simd/convert_params.h), FP32 per-tensor/blockwise scales after Transformer
+// SIMD kernels through round/convert_params.h), FP32 per-tensor/blockwise scales after Transformer
 // Engine's compute_scale_from_amax, NVFP4's two-level scales and delayed scaling.
 #include "qmx/scale.h"
 
@@ -10,7 +10,7 @@
 #include "float_bits.h"
 #include "qmx/error.h"
 #include "qmx/round.h"
-#include "simd/convert_params.h"
+#include "round/convert_params.h"
 
 namespace qmx {
 namespace {

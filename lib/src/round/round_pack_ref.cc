@@ -1,4 +1,4 @@
-// round_pack.cc: the scalar reference rounding routine (one routine owns all rounding, as SoftFloat's
+// round_pack_ref.cc: the scalar reference rounding routine (one routine owns all rounding, as SoftFloat's
 // roundPack). OFP8 rev 1.0 section 5.2.1 (saturation), OCP MX v1.0 section 5 (FP6/FP4/INT8 clamp),
 // IEEE 754-2019 section 4.3 (rounding attributes), P3109 section 4.7.4 (stochastic rounding A/B/C).
 #include <algorithm>

@@ -1,7 +1,7 @@
 // quantize.cc: the quantize layer (qmx/quantize.h): recipe names and profiles, spec validation, block
 // geometry, the fast tensor quantizer (MX kernels for UE8M0 rules, FP32 scaling then the conversion
 // kernel for FP32 and NVFP4 rules, OpenMP over strips of blocks), dequantization, statistics, packing and
-// cuBLASLt scale layouts. The reference lives in ref/quantize_ref.cc.
+// cuBLASLt scale layouts. The reference lives in quantize_ref.cc.
 #include "qmx/quantize.h"
 
 #include <algorithm>
@@ -13,7 +13,7 @@
 #include "qmx/mx.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
-#include "quantize_internal.h"
+#include "quantize/quantize_internal.h"
 
 namespace qmx {
 

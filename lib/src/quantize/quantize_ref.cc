@@ -11,7 +11,7 @@
 #include "qmx/quantize.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
-#include "quantize_internal.h"
+#include "quantize/quantize_internal.h"
 
 namespace qmx {
 

@@ -2,7 +2,7 @@
 // They keep the references' arithmetic exact by construction: FP8/FP6/FP4 products and the truncated
 // terms of a fused step are small integers times powers of two, held exactly in float or double,
 // so any evaluation order and vector width gives the same bits. OpenMP splits output rows; every
-// output is computed by one thread in a fixed order. The Highway kernels (simd/gemm_simd.cc) serve
+// output is computed by one thread in a fixed order. The Highway kernels (gemm/gemm_simd.cc) serve
 // every SIMD target with FMA; the loops below are the portable path for the others (SSE4, SCALAR) and
 // for the cases the Highway kernels leave out (fused models with FP64 terms).
 #include <omp.h>
@@ -13,10 +13,10 @@
 #include <cstring>
 #include <vector>
 
-#include "exact_sum.h"
+#include "gemm/exact_sum.h"
 #include "fp_env.h"
-#include "gemm_internal.h"
-#include "simd/gemm_simd.h"
+#include "gemm/gemm_internal.h"
+#include "gemm/gemm_simd.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && !defined(QMX_NO_CLONES)
 #define QMX_GEMM_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))

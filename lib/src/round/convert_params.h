@@ -40,7 +40,7 @@ struct ConvertParams {
 
 ConvertParams MakeConvertParams(const Format& dst, const CastOptions& opt, DType src);
 
-// Kernels (dynamic dispatch; simd/convert_simd.cc).
+// Kernels (dynamic dispatch; round/convert_simd.cc).
 void ConvertCodes(const ConvertParams& p, DType src, const void* in, size_t n, uint8_t* out, uint64_t seed,
                   uint64_t first_index, const uint32_t* rbits);
 void DecodeCodes(const float* table, const uint8_t* codes, size_t n, float* out);

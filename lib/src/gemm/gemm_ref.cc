@@ -4,9 +4,9 @@
 #include <initializer_list>
 #include <vector>
 
-#include "exact_sum.h"
+#include "gemm/exact_sum.h"
 #include "fp_env.h"
-#include "gemm_internal.h"
+#include "gemm/gemm_internal.h"
 #include "qmx/error.h"
 
 namespace qmx {

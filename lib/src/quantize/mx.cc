@@ -1,12 +1,12 @@
 // mx.cc: MX block quantization entry points (qmx/mx.h): spec validation, scale rule names, and the fast
-// path (SIMD kernels of simd/convert_simd.cc, OpenMP over fixed runs of blocks).
+// path (SIMD kernels of round/convert_simd.cc, OpenMP over fixed runs of blocks).
 #include "qmx/mx.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "qmx/error.h"
-#include "simd/convert_params.h"
+#include "round/convert_params.h"
 
 namespace qmx {
 

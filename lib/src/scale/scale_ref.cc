@@ -1,5 +1,5 @@
 // scale_ref.cc: the reference UE8M0 scale rules (qmx/scale.h), written on the real value of amax in
-// double, independently of the bit-level versions the fast paths use (simd/convert_params.h).
+// double, independently of the bit-level versions the fast paths use (round/convert_params.h).
 #include <cmath>
 
 #include "qmx/error.h"

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "study_output.h"
+#include "common/study_output.h"
 #include "qmx/error.h"
 
 int main(int argc, char** argv) {

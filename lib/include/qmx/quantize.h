@@ -67,6 +67,23 @@ std::string DescribeSpec(const QuantSpec& spec);   // one line: name, element, b
 // the ignore policy, block extents out of 0..65536, cast options the element cannot honour.
 void ValidateQuantSpec(const QuantSpec& spec);
 
+// A named spec's overrides, by the option names the CLI and the Python package share (`--elem`,
+// `--scale-rule`, ...); an empty string keeps the spec's own setting.
+struct SpecOverrides {
+  std::string profile, elem, rule, block, axis, round, sat, nan_policy, scaling, subnormals, nan_fallback;
+  int sr_bits = 8;
+  uint64_t seed = 0;
+  int margin = 0;
+};
+// QuantSpecByName(name), then the profile, then each override. A max-finite rule brings the ignore NaN
+// policy with it unless nan_policy is given. The name gains a "+" when elem, rule or block changed a named
+// recipe. Validated (ValidateQuantSpec); throws qmx::Error.
+QuantSpec BuildQuantSpec(const std::string& name, const SpecOverrides& o);
+// Every field of a spec as one JSON object (the `qmx.spec` metadata of `qmx-sim quantize` outputs), and
+// back; QuantSpecFromJson validates and throws qmx::Error for invalid JSON or a missing or wrong field.
+std::string QuantSpecToJson(const QuantSpec& spec, int indent = -1);
+QuantSpec QuantSpecFromJson(const std::string& json);
+
 // The block extent on a rows x cols tensor after the axis and the zeros are resolved.
 struct BlockExtent {
   size_t rows, cols;
@@ -126,6 +143,23 @@ void DequantizeRef(const QuantizedTensor& q, float* out);
 void FakeQuantize(const TensorView& x, const QuantSpec& spec, float* out, Exec exec = Exec::kParallel);
 
 QuantStats ComputeStats(const TensorView& x, const QuantizedTensor& q);
+// A QuantizedTensor from stored parts: unpacked codes of a tensor of the given shape (its 2-D view as
+// TensorView takes it), the scale grid the spec's block gives on that view, and the source's tensor amax
+// (NVFP4's second-level scale is derived from it). Throws qmx::Error when the scale bytes do not fill that
+// grid or the codes do not match the shape.
+QuantizedTensor AssembleQuantized(const QuantSpec& spec, std::vector<size_t> shape, std::vector<uint8_t> codes,
+                                  std::vector<uint8_t> scales, float tensor_amax);
+
+// The error of a dequantized tensor against its source, over the elements where both are finite, summed
+// in element order.
+struct DequantError {
+  uint64_t finite_elements = 0;
+  double mse = 0, max_abs_error = 0;
+  bool has_sqnr = false;  // false when the error or the signal is zero
+  double sqnr_db = 0;
+};
+DequantError ComputeDequantError(const TensorView& x, const float* dequantized);
+
 
 // Sub-byte packing, for storage and hardware layouts.
 // FP4 (4-bit codes): two per byte, element 2i in the low nibble, 2i+1 in the high nibble (the order of

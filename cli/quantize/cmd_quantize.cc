@@ -15,7 +15,7 @@
 #include "qmx/io.h"
 #include "qmx/quantize.h"
 #include "qmx/safetensors.h"
-#include "tensor_inputs.h"
+#include "common/tensor_inputs.h"
 
 namespace qmx::cli {
 namespace {
@@ -37,77 +37,33 @@ struct QuantizeArgs {
 };
 
 QuantSpec BuildSpec(const QuantizeArgs& a) {
-  QuantSpec spec = QuantSpecByName(a.spec);
-  if (!a.profile.empty()) ApplyProfile(spec, a.profile);
-  if (!a.elem.empty()) spec.elem = GetFormat(a.elem);
-  if (!a.rule.empty()) {
-    spec.rule = ParseScaleRule(a.rule);
-    if (spec.rule == ScaleRule::kMaxFinite && a.nan_policy.empty()) spec.nan = NanPolicy::kIgnore;
-  }
   if (!a.block.empty()) {
     try {
-      SetBlockShape(spec, a.block);
+      QuantSpec probe;
+      SetBlockShape(probe, a.block);
     } catch (const Error& e) {
       throw Error(std::string("--block: ") + e.what());
     }
   }
-  if (!a.axis.empty()) spec.axis = ParseAxis(a.axis);
-  if (!a.round.empty()) spec.cast.rounding = ParseRounding(a.round);
-  if (!a.sat.empty()) spec.cast.saturation = ParseSaturation(a.sat);
-  if (!a.nan_policy.empty()) spec.nan = ParseNanPolicy(a.nan_policy);
-  if (!a.scaling.empty()) spec.scaling = ParseElementScaling(a.scaling);
-  if (!a.subnormals.empty()) spec.cast.subnormals = ParseSubnormals(a.subnormals);
-  if (!a.nan_fallback.empty()) spec.cast.nan_fallback = ParseNanFallback(a.nan_fallback);
-  spec.cast.sr_bits = a.sr_bits;
-  spec.seed = a.seed;
-  spec.margin = a.margin;
-  if (spec.name != "custom" && (!a.elem.empty() || !a.rule.empty() || !a.block.empty())) spec.name += "+";
-  ValidateQuantSpec(spec);
-  return spec;
+  SpecOverrides o;
+  o.profile = a.profile;
+  o.elem = a.elem;
+  o.rule = a.rule;
+  o.block = a.block;
+  o.axis = a.axis;
+  o.round = a.round;
+  o.sat = a.sat;
+  o.nan_policy = a.nan_policy;
+  o.scaling = a.scaling;
+  o.subnormals = a.subnormals;
+  o.nan_fallback = a.nan_fallback;
+  o.sr_bits = a.sr_bits;
+  o.seed = a.seed;
+  o.margin = a.margin;
+  return BuildQuantSpec(a.spec, o);
 }
 
-ordered_json SpecJson(const QuantSpec& s) {
-  return {{"name", s.name},
-          {"elem", s.elem.name},
-          {"rule", ScaleRuleName(s.rule)},
-          {"scale_format", ScaleFormatName(ScaleFormatOf(s.rule))},
-          {"block", {s.block_rows, s.block_cols}},
-          {"axis", AxisName(s.axis)},
-          {"round", RoundingName(s.cast.rounding)},
-          {"sat", SaturationName(s.cast.saturation)},
-          {"subnormals", SubnormalsName(s.cast.subnormals)},
-          {"nan_fallback", NanFallbackName(s.cast.nan_fallback)},
-          {"nan_sign", NanSignName(s.cast.nan_sign)},
-          {"sr_bits", s.cast.sr_bits},
-          {"nan_policy", NanPolicyName(s.nan)},
-          {"element_scaling", ElementScalingName(s.scaling)},
-          {"seed", s.seed},
-          {"margin", s.margin},
-          {"delayed", s.delayed}};
-}
-
-QuantSpec SpecFromJson(const nlohmann::json& j) {
-  QuantSpec s;
-  s.name = j.at("name").get<std::string>();
-  s.elem = GetFormat(j.at("elem").get<std::string>());
-  s.rule = ParseScaleRule(j.at("rule").get<std::string>());
-  s.block_rows = j.at("block").at(0).get<int>();
-  s.block_cols = j.at("block").at(1).get<int>();
-  s.axis = ParseAxis(j.at("axis").get<std::string>());
-  s.cast.rounding = ParseRounding(j.at("round").get<std::string>());
-  s.cast.saturation = ParseSaturation(j.at("sat").get<std::string>());
-  s.cast.subnormals = ParseSubnormals(j.at("subnormals").get<std::string>(), "qmx.spec subnormals");
-  s.cast.nan_fallback = ParseNanFallback(j.at("nan_fallback").get<std::string>(), "qmx.spec nan_fallback");
-  s.cast.nan_sign = ParseNanSign(j.at("nan_sign").get<std::string>(), "qmx.spec nan_sign");
-  s.cast.sr_bits = j.at("sr_bits").get<int>();
-  s.nan = ParseNanPolicy(j.at("nan_policy").get<std::string>());
-  s.scaling = ParseElementScaling(j.at("element_scaling").get<std::string>());
-  s.seed = j.at("seed").get<uint64_t>();
-  s.margin = j.at("margin").get<int>();
-  s.delayed = j.at("delayed").get<bool>();
-  ValidateQuantSpec(s);
-  return s;
-}
+ordered_json SpecJson(const QuantSpec& s) { return ordered_json::parse(QuantSpecToJson(s)); }
 
 // rows x cols view of an N-d array: the last dimension is cols.
 TensorView ViewOf(const NpyArray& a) {
@@ -137,24 +93,13 @@ NpyArray F32Array(std::vector<size_t> shape, const std::vector<float>& v) {
   return a;
 }
 
-// Error statistics of the dequantized tensor against its finite source elements.
 ordered_json ErrorJson(const TensorView& x, const std::vector<float>& dq) {
-  double se = 0, ss = 0, max_abs = 0;
-  uint64_t n = 0;
-  for (size_t i = 0; i < dq.size(); ++i) {
-    const float v = SourceValueF32(x.dtype, x.data, i);
-    if (!std::isfinite(v) || !std::isfinite(dq[i])) continue;
-    const double e = static_cast<double>(dq[i]) - v;
-    se += e * e;
-    ss += static_cast<double>(v) * v;
-    max_abs = std::max(max_abs, std::fabs(e));
-    ++n;
-  }
+  const DequantError e = ComputeDequantError(x, dq.data());
   ordered_json j;
-  j["finite_elements"] = n;
-  j["mse"] = n ? se / static_cast<double>(n) : 0.0;
-  j["max_abs_error"] = max_abs;
-  if (se > 0 && ss > 0) j["sqnr_db"] = 10.0 * std::log10(ss / se);
+  j["finite_elements"] = e.finite_elements;
+  j["mse"] = e.mse;
+  j["max_abs_error"] = e.max_abs_error;
+  if (e.has_sqnr) j["sqnr_db"] = e.sqnr_db;
   return j;
 }
 
@@ -262,13 +207,11 @@ void RunDequantize(const DequantizeArgs& a) {
   const auto& meta = r.index().metadata;
   const auto spec_it = meta.find("qmx.spec");
   if (spec_it == meta.end()) throw Error("'" + a.in + "' has no qmx.spec metadata: it was not written by qmx-sim quantize");
-  const nlohmann::json sj = nlohmann::json::parse(spec_it->second, nullptr, false);
-  if (sj.is_discarded()) throw Error("'" + a.in + "': qmx.spec metadata is not valid JSON");
   QuantSpec spec;
   try {
-    spec = SpecFromJson(sj);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("'" + a.in + "': qmx.spec metadata is incomplete (" + e.what() + ")");
+    spec = QuantSpecFromJson(spec_it->second);
+  } catch (const Error& e) {
+    throw Error("'" + a.in + "': " + e.what());
   }
   std::vector<std::string> names = a.tensors;
   if (names.empty())
@@ -281,21 +224,14 @@ void RunDequantize(const DequantizeArgs& a) {
     const auto packed_it = meta.find("qmx.packed." + name);
     if (packed_it != meta.end() && packed_it->second == "1")
       throw Error("tensor '" + name + "' was written with --pack; dequantize reads unpacked codes");
-    QuantizedTensor q;
-    q.spec = spec;
-    q.shape = codes.shape;
-    q.cols = codes.shape.empty() ? 1 : codes.shape.back();
-    q.rows = q.cols == 0 ? 0 : codes.count() / q.cols;
-    const BlockExtent be = ResolveBlock(spec, q.rows, q.cols);
-    q.scale_rows = q.rows == 0 ? 0 : (q.rows + be.rows - 1) / be.rows;
-    q.scale_cols = q.cols == 0 ? 0 : (q.cols + be.cols - 1) / be.cols;
-    q.codes = codes.data;
-    q.scales = scales.data;
-    const size_t want = q.scale_rows * q.scale_cols * ScaleBytes(ScaleFormatOf(spec.rule));
-    if (q.scales.size() != want)
-      throw Error("tensor '" + name + "': " + std::to_string(q.scales.size()) + " scale bytes, the spec needs " + std::to_string(want));
     const auto amax_it = meta.find("qmx.tensor_amax." + name);
-    if (amax_it != meta.end()) q.tensor_amax = nlohmann::json::parse(amax_it->second, nullptr, false).get<float>();
+    const float amax = amax_it == meta.end() ? 0.0f : nlohmann::json::parse(amax_it->second, nullptr, false).get<float>();
+    QuantizedTensor q;
+    try {
+      q = AssembleQuantized(spec, codes.shape, codes.data, scales.data, amax);
+    } catch (const Error& e) {
+      throw Error("tensor '" + name + "': " + e.what());
+    }
     std::vector<float> out(q.rows * q.cols);
     Dequantize(q, out.data());
     const std::string path = a.out.back() == '/' ? a.out + name + ".npy" : a.out;

@@ -1,5 +1,5 @@
 // study_output.cc: tables, CSV/JSON, SVG charts, progress and interrupts for `qmx-sim study`.
-#include "study_output.h"
+#include "common/study_output.h"
 
 #include <unistd.h>
 

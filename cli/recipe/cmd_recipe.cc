@@ -15,8 +15,8 @@
 #include "qmx/io.h"
 #include "qmx/metrics.h"
 #include "qmx/recipe.h"
-#include "study_output.h"
-#include "tensor_inputs.h"
+#include "common/study_output.h"
+#include "common/tensor_inputs.h"
 
 namespace qmx::cli {
 namespace {

@@ -4,7 +4,7 @@
 // CPU runs (eigen_gemm.h), so the baseline is Eigen at its fastest on the machine.
 #include <Eigen/Core>
 
-#include "baseline/eigen_gemm.h"
+#include "bench/baseline/eigen_gemm.h"
 
 namespace qmx::cli::QMX_EIGEN_LEVEL {
 

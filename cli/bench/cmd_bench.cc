@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "baseline/eigen_gemm.h"
+#include "bench/baseline/eigen_gemm.h"
 #include "commands.h"
 #include "qmx/convert.h"
 #include "qmx/error.h"

@@ -1,5 +1,5 @@
 // tensor_inputs.cc: float tensors from .npy and .safetensors files for the CLI commands.
-#include "tensor_inputs.h"
+#include "common/tensor_inputs.h"
 
 #include "qmx/convert.h"
 #include "qmx/error.h"

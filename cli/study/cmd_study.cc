@@ -18,8 +18,8 @@
 #include "qmx/io.h"
 #include "qmx/metrics.h"
 #include "qmx/study.h"
-#include "study_output.h"
-#include "tensor_inputs.h"
+#include "common/study_output.h"
+#include "common/tensor_inputs.h"
 
 namespace qmx::cli {
 namespace {

@@ -1,0 +1,132 @@
+// spec_io.cc: a QuantSpec from a recipe name and option overrides, its JSON form (the `qmx.spec` metadata
+// of quantized files), stored codes and scales reassembled into a QuantizedTensor, and the dequantization
+// error the `quantize` summary reports. Shared by the CLI and the Python package.
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "qmx/error.h"
+#include "qmx/quantize.h"
+
+namespace qmx {
+
+QuantSpec BuildQuantSpec(const std::string& name, const SpecOverrides& o) {
+  QuantSpec spec = QuantSpecByName(name);
+  if (!o.profile.empty()) ApplyProfile(spec, o.profile);
+  if (!o.elem.empty()) spec.elem = GetFormat(o.elem);
+  if (!o.rule.empty()) {
+    spec.rule = ParseScaleRule(o.rule);
+    if (spec.rule == ScaleRule::kMaxFinite && o.nan_policy.empty()) spec.nan = NanPolicy::kIgnore;
+  }
+  if (!o.block.empty()) SetBlockShape(spec, o.block);
+  if (!o.axis.empty()) spec.axis = ParseAxis(o.axis);
+  if (!o.round.empty()) spec.cast.rounding = ParseRounding(o.round);
+  if (!o.sat.empty()) spec.cast.saturation = ParseSaturation(o.sat);
+  if (!o.nan_policy.empty()) spec.nan = ParseNanPolicy(o.nan_policy);
+  if (!o.scaling.empty()) spec.scaling = ParseElementScaling(o.scaling);
+  if (!o.subnormals.empty()) spec.cast.subnormals = ParseSubnormals(o.subnormals);
+  if (!o.nan_fallback.empty()) spec.cast.nan_fallback = ParseNanFallback(o.nan_fallback);
+  spec.cast.sr_bits = o.sr_bits;
+  spec.seed = o.seed;
+  spec.margin = o.margin;
+  if (spec.name != "custom" && (!o.elem.empty() || !o.rule.empty() || !o.block.empty())) spec.name += "+";
+  ValidateQuantSpec(spec);
+  return spec;
+}
+
+std::string QuantSpecToJson(const QuantSpec& s, int indent) {
+  const nlohmann::ordered_json j = {{"name", s.name},
+                                    {"elem", s.elem.name},
+                                    {"rule", ScaleRuleName(s.rule)},
+                                    {"scale_format", ScaleFormatName(ScaleFormatOf(s.rule))},
+                                    {"block", {s.block_rows, s.block_cols}},
+                                    {"axis", AxisName(s.axis)},
+                                    {"round", RoundingName(s.cast.rounding)},
+                                    {"sat", SaturationName(s.cast.saturation)},
+                                    {"subnormals", SubnormalsName(s.cast.subnormals)},
+                                    {"nan_fallback", NanFallbackName(s.cast.nan_fallback)},
+                                    {"nan_sign", NanSignName(s.cast.nan_sign)},
+                                    {"sr_bits", s.cast.sr_bits},
+                                    {"nan_policy", NanPolicyName(s.nan)},
+                                    {"element_scaling", ElementScalingName(s.scaling)},
+                                    {"seed", s.seed},
+                                    {"margin", s.margin},
+                                    {"delayed", s.delayed}};
+  return j.dump(indent);
+}
+
+QuantSpec QuantSpecFromJson(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded()) throw Error("qmx.spec metadata is not valid JSON");
+  QuantSpec s;
+  try {
+    s.name = j.at("name").get<std::string>();
+    s.elem = GetFormat(j.at("elem").get<std::string>());
+    s.rule = ParseScaleRule(j.at("rule").get<std::string>());
+    s.block_rows = j.at("block").at(0).get<int>();
+    s.block_cols = j.at("block").at(1).get<int>();
+    s.axis = ParseAxis(j.at("axis").get<std::string>());
+    s.cast.rounding = ParseRounding(j.at("round").get<std::string>());
+    s.cast.saturation = ParseSaturation(j.at("sat").get<std::string>());
+    s.cast.subnormals = ParseSubnormals(j.at("subnormals").get<std::string>(), "qmx.spec subnormals");
+    s.cast.nan_fallback = ParseNanFallback(j.at("nan_fallback").get<std::string>(), "qmx.spec nan_fallback");
+    s.cast.nan_sign = ParseNanSign(j.at("nan_sign").get<std::string>(), "qmx.spec nan_sign");
+    s.cast.sr_bits = j.at("sr_bits").get<int>();
+    s.nan = ParseNanPolicy(j.at("nan_policy").get<std::string>());
+    s.scaling = ParseElementScaling(j.at("element_scaling").get<std::string>());
+    s.seed = j.at("seed").get<uint64_t>();
+    s.margin = j.at("margin").get<int>();
+    s.delayed = j.at("delayed").get<bool>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("qmx.spec metadata is incomplete (") + e.what() + ")");
+  }
+  ValidateQuantSpec(s);
+  return s;
+}
+
+QuantizedTensor AssembleQuantized(const QuantSpec& spec, std::vector<size_t> shape, std::vector<uint8_t> codes,
+                                  std::vector<uint8_t> scales, float tensor_amax) {
+  size_t count = 1;
+  for (size_t d : shape) count *= d;
+  if (codes.size() != count)
+    throw Error(std::to_string(codes.size()) + " codes for a tensor of " + std::to_string(count) + " elements");
+  QuantizedTensor q;
+  q.spec = spec;
+  q.cols = shape.empty() ? 1 : shape.back();
+  q.rows = q.cols == 0 ? 0 : count / q.cols;
+  q.shape = std::move(shape);
+  const BlockExtent be = ResolveBlock(spec, q.rows, q.cols);
+  q.scale_rows = q.rows == 0 ? 0 : (q.rows + be.rows - 1) / be.rows;
+  q.scale_cols = q.cols == 0 ? 0 : (q.cols + be.cols - 1) / be.cols;
+  q.codes = std::move(codes);
+  q.scales = std::move(scales);
+  const size_t want = q.scale_rows * q.scale_cols * ScaleBytes(ScaleFormatOf(spec.rule));
+  if (q.scales.size() != want)
+    throw Error(std::to_string(q.scales.size()) + " scale bytes, the spec needs " + std::to_string(want));
+  q.tensor_amax = tensor_amax;
+  return q;
+}
+
+DequantError ComputeDequantError(const TensorView& x, const float* dq) {
+  double se = 0, ss = 0, max_abs = 0;
+  uint64_t n = 0;
+  const size_t count = x.rows * x.cols;
+  for (size_t i = 0; i < count; ++i) {
+    const float v = SourceValueF32(x.dtype, x.data, i);
+    if (!std::isfinite(v) || !std::isfinite(dq[i])) continue;
+    const double e = static_cast<double>(dq[i]) - v;
+    se += e * e;
+    ss += static_cast<double>(v) * v;
+    max_abs = std::max(max_abs, std::fabs(e));
+    ++n;
+  }
+  DequantError r;
+  r.finite_elements = n;
+  r.mse = n ? se / static_cast<double>(n) : 0.0;
+  r.max_abs_error = max_abs;
+  r.has_sqnr = se > 0 && ss > 0;
+  if (r.has_sqnr) r.sqnr_db = 10.0 * std::log10(ss / se);
+  return r;
+}
+
+}  // namespace qmx

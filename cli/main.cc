@@ -5,6 +5,7 @@
 #include "commands.h"
 #include "common/study_output.h"
 #include "qmx/error.h"
+#include "qmx/version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"qmx-sim " QMX_VERSION ": bit-exact emulation of OCP FP8/FP6/FP4, MX and NVFP4 numerics"};

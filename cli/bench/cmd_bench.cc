@@ -30,6 +30,7 @@
 #include "qmx/mx.h"
 #include "qmx/recipe.h"
 #include "qmx/transform.h"
+#include "qmx/version.h"
 
 namespace qmx::cli {
 namespace {

@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "qmx/error.h"
+#include "qmx/version.h"
 
 namespace qmx::cli {
 namespace {

@@ -15,6 +15,7 @@
 #include "qmx/io.h"
 #include "qmx/quantize.h"
 #include "qmx/safetensors.h"
+#include "qmx/version.h"
 #include "common/tensor_inputs.h"
 
 namespace qmx::cli {

@@ -195,29 +195,11 @@ ordered_json HistogramJson(const QuantStats& st) {
 // One method on one input. trials > 1 repeat with seeds seed + t (SR bits and RHT signs) and merge the
 // statistics; the progress bar advances once per trial.
 void RunOne(const Method& me, const Input& in, int trials, Progress& progress, SweepRecords& out) {
-  StudyOutcome total;
-  for (int t = 0; t < trials; ++t) {
-    ThrowIfInterrupted();
-    StudyMethod m = me.m;
-    m.spec.seed += static_cast<uint64_t>(t);
-    if (m.hadamard && m.hadamard->randomized) m.hadamard->seed += static_cast<uint64_t>(t);
-    StudyOutcome o = RunStudyMethod(in.data.data(), in.rows, in.cols, m);
+  ThrowIfInterrupted();
+  const StudyOutcome total = RunStudyTrials(in.data.data(), in.rows, in.cols, me.m, trials, [&] {
     progress.Step(me.spec_label + " " + DescribeStudyTransform(me.m) + " " + in.name);
-    if (t == 0) {
-      total = std::move(o);
-      continue;
-    }
-    total.error.Merge(o.error);
-    total.misalignment.Merge(o.misalignment);
-    total.stats.elements += o.stats.elements;
-    total.stats.saturated += o.stats.saturated;
-    total.stats.flushed_to_zero += o.stats.flushed_to_zero;
-    total.stats.nan_inputs += o.stats.nan_inputs;
-    total.stats.inf_inputs += o.stats.inf_inputs;
-    total.stats.nan_blocks += o.stats.nan_blocks;
-    for (size_t b = 0; b < total.stats.scale_histogram.size() && b < o.stats.scale_histogram.size(); ++b)
-      total.stats.scale_histogram[b] += o.stats.scale_histogram[b];
-  }
+    ThrowIfInterrupted();
+  });
   out.records.push_back(Record(me, in, total, trials));
   out.histograms.push_back(HistogramJson(total.stats));
 }
@@ -380,46 +362,29 @@ void RunKurtosis(const KurtosisArgs& a) {
   // Theorem 1: a Gaussian tensor with one outlier of tau x RMS every `period` elements; the MSE of the other
   // elements, relative to the same tensor without outliers, per spec.
   const size_t rows = a.in.rows, cols = a.in.cols, n = rows * cols;
-  std::vector<float> base(n), x(n), deq(n);
+  std::vector<float> base(n);
   GenerateDist(ParseDist("normal"), a.in.seed, base.data(), n);
   std::vector<ordered_json> sweep;
   Progress progress(a.specs.size() * (a.sweep.size() + 1), a.quiet);
   for (const auto& sname : a.specs) {
     const QuantSpec spec = QuantSpecByName(sname);
-    double clean_mse = 0;
-    for (size_t k = 0; k <= a.sweep.size(); ++k) {
-      ThrowIfInterrupted();
-      const double tau = k == 0 ? 0.0 : a.sweep[k - 1];
-      x = base;
-      if (tau > 0)
-        for (size_t i = 0; i < n; i += a.period) x[i] = static_cast<float>(tau);
-      FakeQuantize(TensorView{DType::kF32, x.data(), rows, cols}, spec, deq.data());
-      // Drop the outliers from the comparison.
-      ErrorAccumulator acc;
-      for (size_t i = 0; i < n; i += a.period) {
-        const size_t end = std::min(n, i + a.period);
-        acc.Add(x.data() + i + 1, deq.data() + i + 1, end - i - 1);
-      }
-      const ErrorStats e = acc.Result();
+    ThrowIfInterrupted();
+    const std::vector<OutlierSweepPoint> points = OutlierSweep(base.data(), rows, cols, spec, a.period, a.sweep, [&] {
       progress.Step(sname);
-      if (k == 0) {
-        clean_mse = e.Mse();
-        continue;
-      }
+      ThrowIfInterrupted();
+    });
+    for (const OutlierSweepPoint& p : points) {
       ordered_json r;
       r["table"] = "outlier_sweep";
       r["spec"] = sname;
       r["block"] = DescribeBlock(spec);
-      r["tau"] = tau;
+      r["tau"] = p.tau;
       r["period"] = a.period;
-      r["mse_others"] = e.Mse();
-      r["mse_others_clean"] = clean_mse;
-      r["mse_ratio"] = clean_mse > 0 ? e.Mse() / clean_mse : 0.0;
-      r["sqnr_db_others"] = e.SqnrDb();
-      uint64_t zeroed = 0, others = 0;
-      for (size_t i = 0; i < n; ++i)
-        if (i % a.period != 0) ++others, zeroed += (x[i] != 0 && deq[i] == 0);
-      r["zeroed_fraction"] = static_cast<double>(zeroed) / static_cast<double>(others);
+      r["mse_others"] = p.others.Mse();
+      r["mse_others_clean"] = p.clean_mse;
+      r["mse_ratio"] = p.clean_mse > 0 ? p.others.Mse() / p.clean_mse : 0.0;
+      r["sqnr_db_others"] = p.others.SqnrDb();
+      r["zeroed_fraction"] = p.zeroed_fraction;
       sweep.push_back(r);
     }
   }
@@ -457,14 +422,12 @@ void RunRanges(const std::string& csv, const std::string& json) {
     r["min_normal"] = l.min_normal;
     r["min_subnormal"] = l.min_subnormal;
     r["binades"] = l.binades;
-    r["normal_binades"] = std::log2(l.max_finite / l.min_normal);
-    r["decimal_digits"] = f.IsInt() ? std::log10(std::ldexp(1.0, f.man_bits + 1)) : (f.man_bits + 1) * std::log10(2.0);
+    r["normal_binades"] = l.normal_binades;
+    r["decimal_digits"] = l.decimal_digits;
     r["inf"] = f.HasInf();
     r["nan"] = f.HasNan();
     if (f.Bits() <= 8) {
-      uint64_t finite = 0;
-      for (double v : DecodeTable(f)) finite += std::isfinite(v);
-      r["finite_codes"] = finite;
+      r["finite_codes"] = FiniteCodeCount(f);
     } else {
       r["finite_codes"] = nullptr;
     }

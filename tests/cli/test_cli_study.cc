@@ -10,6 +10,7 @@
 #include "qmx/distributions.h"
 #include "qmx/io.h"
 #include "qmx/study.h"
+#include "qmx/version.h"
 #include "support/cli.h"
 
 namespace qmx {

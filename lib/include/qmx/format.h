@@ -122,8 +122,12 @@ struct FormatLimits {
   double min_subnormal;  // smallest positive nonzero value
   double binades;        // log2(max_finite / min_subnormal)
   int emax;              // exponent of the largest binade (OCP MX emax_elem)
+  double normal_binades;  // log2(max_finite / min_normal)
+  double decimal_digits;  // precision in decimal digits: (man_bits + 1) log10 2 (kInt: log10 2^(man_bits+1))
 };
 FormatLimits Limits(const Format& f);
+// How many codes decode to a finite value (formats of 8 bits or fewer; throws qmx::Error for wider ones).
+uint64_t FiniteCodeCount(const Format& f);
 
 // Registry: named formats, in a fixed order the CLI, tests and generators iterate.
 struct RegistryEntry {

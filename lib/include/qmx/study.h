@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,5 +46,26 @@ size_t MisalignmentGroup(const StudyMethod& m, size_t cols);
 // asked of a spec it cannot serve. Deterministic: the same bits for any thread count and SIMD target.
 StudyOutcome RunStudyMethod(const float* x, size_t rows, size_t cols, const StudyMethod& m,
                             Exec exec = Exec::kParallel);
+
+// Adds o's statistics and counts to total (the per-trial merge of RunStudyTrials).
+void MergeStudyOutcome(StudyOutcome& total, const StudyOutcome& o);
+// `trials` runs of m on x, trial t with the spec's seed + t (the SR bits) and, for a randomized Hadamard,
+// its seed + t (the signs), merged in trial order. after_trial, when given, is called after each trial
+// (a progress bar; it may throw to stop the study).
+StudyOutcome RunStudyTrials(const float* x, size_t rows, size_t cols, const StudyMethod& m, int trials,
+                            const std::function<void()>& after_trial = {});
+
+// Seed 001's theorem 1: a tensor with one outlier of value tau every `period` elements (at index 0, period,
+// 2 period, ...); the error of the other elements after FakeQuantize under spec, against the same tensor
+// with no outliers. One point per tau, in the order given; taus must be positive.
+struct OutlierSweepPoint {
+  double tau = 0;
+  ErrorStats others;         // the non-outlier elements, with the outliers injected
+  double clean_mse = 0;      // their MSE without outliers
+  double zeroed_fraction = 0;  // non-outlier elements, nonzero in x, that dequantize to zero
+};
+std::vector<OutlierSweepPoint> OutlierSweep(const float* base, size_t rows, size_t cols, const QuantSpec& spec,
+                                            size_t period, const std::vector<double>& taus,
+                                            const std::function<void()>& after_point = {});
 
 }  // namespace qmx

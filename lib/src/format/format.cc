@@ -268,7 +268,15 @@ FormatLimits Limits(const Format& f) {
   l.min_normal = f.IsInt() ? l.min_subnormal : std::ldexp(1.0, f.Emin());
   l.binades = std::log2(l.max_finite / l.min_subnormal);
   l.emax = static_cast<int>(std::floor(std::log2(l.max_finite)));
+  l.normal_binades = std::log2(l.max_finite / l.min_normal);
+  l.decimal_digits = f.IsInt() ? std::log10(std::ldexp(1.0, f.man_bits + 1)) : (f.man_bits + 1) * std::log10(2.0);
   return l;
+}
+
+uint64_t FiniteCodeCount(const Format& f) {
+  uint64_t finite = 0;
+  for (double v : DecodeTable(f)) finite += std::isfinite(v);
+  return finite;
 }
 
 std::vector<uint64_t> AllCodes(const Format& f) {

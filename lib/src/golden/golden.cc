@@ -16,6 +16,7 @@
 #include "qmx/io.h"
 #include "qmx/rng.h"
 #include "qmx/sha256.h"
+#include "qmx/version.h"
 
 namespace qmx::golden {
 

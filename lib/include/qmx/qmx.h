@@ -1,0 +1,23 @@
+// qmx/qmx.h: the whole public library in one include (each layer's header can also be included alone).
+#pragma once
+
+#include "qmx/cast_options.h"
+#include "qmx/convert.h"
+#include "qmx/distributions.h"
+#include "qmx/error.h"
+#include "qmx/format.h"
+#include "qmx/gemm.h"
+#include "qmx/golden.h"
+#include "qmx/io.h"
+#include "qmx/metrics.h"
+#include "qmx/mx.h"
+#include "qmx/quantize.h"
+#include "qmx/recipe.h"
+#include "qmx/rng.h"
+#include "qmx/round.h"
+#include "qmx/safetensors.h"
+#include "qmx/scale.h"
+#include "qmx/sha256.h"
+#include "qmx/study.h"
+#include "qmx/transform.h"
+#include "qmx/version.h"

@@ -274,7 +274,7 @@ void AddQuantizeCommand(CLI::App& app) {
   cmd->add_option("--threads", a->threads, "OpenMP threads (default: all)");
   cmd->add_flag("--reference", a->reference, "Use the scalar reference quantizer (slow; equal bit for bit)");
   cmd->add_flag("--no-dequant", a->no_dequant, "Do not write the dequantized values");
-  cmd->add_flag("--pack", a->pack, "Pack FP4 two per byte and FP6 four per three bytes (README: bit order)");
+  cmd->add_flag("--pack", a->pack, "Pack FP4 two per byte and FP6 four per three bytes (lib/README.md: Packing)");
   cmd->add_flag("--quiet", a->quiet, "No table on stdout");
   cmd->callback([a] { RunQuantize(*a); });
 

@@ -38,18 +38,6 @@ struct RecipeArgs {
   int threads = 0;
 };
 
-std::vector<TrainingRecipe> PickRecipes(const std::vector<std::string>& names) {
-  std::vector<TrainingRecipe> out;
-  for (const std::string& n : names) {
-    if (n == "all") {
-      for (const std::string& a : TrainingRecipeNames()) out.push_back(TrainingRecipeByName(a));
-    } else {
-      out.push_back(TrainingRecipeByName(n));
-    }
-  }
-  return out;
-}
-
 // One tensor from a file: a 2-D view of the expected shape (rows: all but the last dimension).
 Input LoadOne(const std::string& file, const std::string& option) {
   std::vector<Input> v = LoadTensorFile(file, option);
@@ -65,20 +53,11 @@ struct Layer {
   std::string origin;
 };
 
-TensorGen GenWithDist(TensorGen g, const std::string& dist) {
-  if (!dist.empty()) {
-    g.dist = ParseDist(dist);
-    g.channel_rate = 0;
-    g.row_sigma = 0;
-  }
-  return g;
-}
-
 LayerGen MakeGen(const RecipeArgs& a) {
   LayerGen g = DefaultLayerGen();
-  g.x = GenWithDist(g.x, a.x_dist);
-  g.w = GenWithDist(g.w, a.w_dist);
-  g.dy = GenWithDist(g.dy, a.dy_dist);
+  g.x = WithDistribution(g.x, a.x_dist);
+  g.w = WithDistribution(g.w, a.w_dist);
+  g.dy = WithDistribution(g.dy, a.dy_dist);
   return g;
 }
 
@@ -103,16 +82,13 @@ Layer LoadLayer(const RecipeArgs& a) {
     l.origin = "files " + a.x_file + ", " + a.w_file + ", " + a.dy_file;
     return l;
   }
-  l.m = a.m;
-  l.n = a.n;
-  l.k = a.k;
-  const LayerGen g = MakeGen(a);
-  l.x.resize(l.m * l.k);
-  l.w.resize(l.n * l.k);
-  l.dy.resize(l.m * l.n);
-  GenerateTensor(g.x, a.seed * 3 + 0, l.m, l.k, l.x.data());
-  GenerateTensor(g.w, a.seed * 3 + 1, l.n, l.k, l.w.data());
-  GenerateTensor(g.dy, a.seed * 3 + 2, l.m, l.n, l.dy.data());
+  LinearTensors t = GenerateLinearLayer(MakeGen(a), a.seed, a.m, a.n, a.k);
+  l.m = t.m;
+  l.n = t.n;
+  l.k = t.k;
+  l.x = std::move(t.x);
+  l.w = std::move(t.w);
+  l.dy = std::move(t.dy);
   l.origin = "generated (seed " + std::to_string(a.seed) + ")";
   return l;
 }
@@ -158,9 +134,7 @@ RecipeOptions MakeOptions(const RecipeArgs& a) {
   if (a.margin < -64 || a.margin > 64) throw Error("--margin must lie in -64..64");
   o.amax_history = a.amax_history;
   o.margin = a.margin;
-  if (a.amax_algo == "max") o.amax_algo = AmaxAlgo::kMax;
-  else if (a.amax_algo == "most-recent") o.amax_algo = AmaxAlgo::kMostRecent;
-  else throw Error("--amax-algo is max or most-recent, not '" + a.amax_algo + "'");
+  o.amax_algo = ParseAmaxAlgo(a.amax_algo);
   o.prime_history = !a.no_prime;
   return o;
 }
@@ -362,7 +336,7 @@ void AddRecipeCommand(CLI::App& app) {
   c->add_option("--threads", a->threads, "OpenMP threads (results do not depend on it)");
   c->add_flag("--quiet", a->quiet, "no progress bar");
   c->callback([a] {
-    const std::vector<TrainingRecipe> rs = PickRecipes(a->recipes);
+    const std::vector<TrainingRecipe> rs = TrainingRecipesByNames(a->recipes);
     if (a->list) {
       for (const TrainingRecipe& r : rs) std::printf("%s\n", DescribeTrainingRecipe(r).c_str());
       return;

@@ -101,7 +101,7 @@ Oracle ConvertOracle(const std::map<std::string, std::string>& h) {
     const __nv_saturation_t st = sat ? __NV_SATFINITE : __NV_NOSAT;
     const cudaRoundMode mode = r == "rz" ? cudaRoundZero : cudaRoundPosInf;
     // CUDA's e8m0 conversion ignores the sign (UE8M0 has none); ours treats negative inputs as invalid,
-    // so the comparison covers inputs >= 0 and NaN (see README "Conversions").
+    // so the comparison covers inputs >= 0 and NaN (see lib/README.md "Conversion semantics").
     return [=](uint32_t b) { return (b >> 31) && !std::isnan(BitsFloat(b)) ? 0xFFFFFFFFu : uint32_t{__nv_cvt_float_to_e8m0(BitsFloat(b), st, mode)}; };
   }
   return {};

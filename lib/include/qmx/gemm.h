@@ -46,7 +46,7 @@ GemmOperand OperandFromCodes(Format elem, size_t rows, size_t cols, const uint8_
 // NVFP4 scales) or FP32 bit patterns. raw holds ceil(rows / br) * ceil(cols / bc) words.
 void SetBlockScales(GemmOperand& o, ScaleFormat f, size_t br, size_t bc, const uint32_t* raw);
 
-// How products are summed (README "GEMM accumulation models").
+// How products are summed (lib/README.md "GEMM accumulation models").
 enum class AccumKind : uint8_t {
   kExact,       // exact products and sum, one RNE rounding to FP32 (OCP MX 6.4, P3109)
   kFp32Seq,     // IEEE FP32: acc = fmaf(a_k, b_k, acc) in K order, a_k and b_k the scaled values in FP32
@@ -78,7 +78,7 @@ struct FusedParams {
   // added to product exponents); false = applied to the promoted partial sums (Hopper blockwise FP8),
   // which then requires promote to divide the K block.
   bool scale_in_products = false;
-  // How a promoted partial sum p meets the block scales sa, sb (cuBLAS on H200, README): false:
+  // How a promoted partial sum p meets the block scales sa, sb (cuBLAS on H200, gpu/README.md): false:
   // acc = fmaf(p, fl32(sa * sb), acc) (1x128 x 128x128 scales); true: acc = fmaf(fl32(p * sa), sb, acc)
   // (1x128 scales on both sides).
   bool promote_scale_separately = false;

@@ -82,6 +82,8 @@ struct TrainingRecipe {
 // Throws qmx::Error listing them.
 TrainingRecipe TrainingRecipeByName(const std::string& name);
 std::vector<std::string> TrainingRecipeNames();
+// The recipes named, in order; "all" stands for every recipe. Throws qmx::Error for an unknown name.
+std::vector<TrainingRecipe> TrainingRecipesByNames(const std::vector<std::string>& names);
 // One line per operand: "fprop A: X e4m3 1x32 row-wise round-up (transformer-engine) ...".
 std::string DescribeOperand(const OperandPlan& p);
 std::string DescribeTrainingRecipe(const TrainingRecipe& r);
@@ -174,6 +176,18 @@ void GenerateTensor(const TensorGen& g, uint64_t seed, size_t rows, size_t cols,
                     Exec exec = Exec::kParallel);
 void GenerateTensor(const TensorGen& g, uint64_t seed, uint64_t structure_seed, size_t rows, size_t cols, float* out,
                     Exec exec = Exec::kParallel);
+
+// g with its distribution replaced by `dist` (a DistSpec spelling) and no outlier channels or row factors;
+// g itself when dist is empty.
+TensorGen WithDistribution(TensorGen g, const std::string& dist);
+// One step's tensors, generated: X (m x k) from seed * 3, W (n x k) from seed * 3 + 1, dY (m x n) from
+// seed * 3 + 2 (the single-step mode of `qmx-sim recipe`).
+struct LinearTensors {
+  std::vector<float> x, w, dy;
+  size_t m = 0, n = 0, k = 0;
+  LinearInputs View() const { return {x.data(), w.data(), dy.data(), m, n, k}; }
+};
+LinearTensors GenerateLinearLayer(const LayerGen& g, uint64_t seed, size_t m, size_t n, size_t k);
 
 // The sequence mode's tensors. Step 0 is GenerateTensor of each tensor; at each later step every element
 // is replaced, with probability `drift` (W: weight_drift), by a fresh draw of the same distribution and

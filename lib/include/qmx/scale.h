@@ -106,6 +106,7 @@ float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax);
 
 // ----------------------------------------------------------------- per-tensor delayed scaling
 enum class AmaxAlgo : uint8_t { kMax, kMostRecent };
+AmaxAlgo ParseAmaxAlgo(const std::string& s);  // "max", "most-recent"; throws qmx::Error naming --amax-algo
 // Transformer Engine's delayed scaling as a training loop drives it: a tensor is quantized with the
 // current scale, then its amax is pushed into the history (length `history_len`, newest first) and the
 // scale is recomputed from max(history) (or the newest entry) with the margin. Before any history the

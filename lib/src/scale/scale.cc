@@ -159,6 +159,12 @@ float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax) {
   return (sd * tensor_amax) * (1.0f / 2688.0f);
 }
 
+AmaxAlgo ParseAmaxAlgo(const std::string& s) {
+  if (s == "max") return AmaxAlgo::kMax;
+  if (s == "most-recent") return AmaxAlgo::kMostRecent;
+  throw Error("--amax-algo is max or most-recent, not '" + s + "'");
+}
+
 DelayedScaling::DelayedScaling(const Format& elem, int history_len, int margin, AmaxAlgo algo, bool pow2)
     : elem_(elem), margin_(margin), algo_(algo), pow2_(pow2) {
   if (history_len < 1 || history_len > (1 << 20))

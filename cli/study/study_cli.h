@@ -1,0 +1,81 @@
+// study_cli.h: the pieces of `qmx-sim study` its files share: the input and sweep options, the sweep's
+// methods and records (sweep.cc), and the fixed studies kurtosis, ranges and quickstart (studies.cc).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/study_output.h"
+#include "common/tensor_inputs.h"
+#include "qmx/study.h"
+
+namespace qmx::cli::study {
+
+// Inputs (Input and LoadTensorFile: common/tensor_inputs.h): seeded distributions and tensor files.
+struct InputArgs {
+  std::vector<std::string> dists, files;
+  size_t rows = 1024, cols = 4096;
+  uint64_t seed = 1;
+};
+std::vector<Input> LoadInputs(const InputArgs& a);
+
+// The sweep: specs x rules x roundings x transforms x QuEST scale roundings x inputs.
+struct SweepArgs {
+  InputArgs in;
+  std::vector<std::string> specs, elems, blocks, rules, rounds, transforms, quest_scales;
+  std::string profile;
+  int trials = 1;
+  std::vector<int> sr_bits = {8};
+  int threads = 0;
+  bool quiet = false;
+  std::string csv, json;
+};
+
+struct Method {
+  std::string spec_label;  // the recipe name as given
+  StudyMethod m;
+};
+
+// The records of a sweep and, beside each, its scale histogram (which only the JSON holds).
+struct SweepRecords {
+  std::vector<ordered_json> records, histograms;
+};
+
+// Checks the sweep's options and builds its methods, before any input is read, so a misspelled name
+// fails at once.
+std::vector<Method> PrepareSweep(const SweepArgs& a);
+// One method on one input; trials > 1 merge seeds seed + t. The progress bar advances once per trial.
+void RunOne(const Method& me, const Input& in, int trials, Progress& progress, SweepRecords& out);
+// Every method on every input, inputs outermost.
+SweepRecords RunSweep(const SweepArgs& a, const std::vector<Method>& methods, const std::vector<Input>& inputs);
+void WriteOutputs(const std::string& study, uint64_t seed, const std::string& csv, const std::string& json,
+                  const SweepRecords& r);
+const std::vector<TableColumn>& ErrorColumns();
+
+// kurtosis: per-row kurtosis and tau-outliers of the inputs; then seed 001's theorem 1 effect.
+struct KurtosisArgs {
+  InputArgs in;
+  std::vector<double> taus = {3, 5, 10, 20};
+  std::vector<double> sweep = {1, 4, 16, 64, 256, 1024};
+  std::vector<std::string> specs = {"fp8-tensor-current", "fp8-rowwise", "fp8-block1x128", "mxfp8", "mxfp4", "nvfp4"};
+  size_t period = 256;
+  int threads = 0;
+  bool quiet = false;
+  std::string csv, json;
+};
+void RunKurtosis(const KurtosisArgs& a);
+// ranges: binades and limits of every registry format.
+void RunRanges(const std::string& csv, const std::string& json);
+// quickstart: the README's main job.
+struct QuickstartArgs {
+  std::string out_dir = "notebooks-data/quickstart";
+  size_t rows = 2048, cols = 4096;
+  uint64_t seed = 1;
+  int threads = 0;
+  bool quiet = false;
+};
+void RunQuickstart(const QuickstartArgs& q);
+
+}  // namespace qmx::cli::study

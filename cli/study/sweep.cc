@@ -1,0 +1,224 @@
+// sweep.cc: the sweeps of `qmx-sim study error|misalignment|hadamard`: every combination of specs, scale
+// rules, roundings, SR bits, transforms and QuEST scale roundings on every input, one record each.
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "qmx/distributions.h"
+#include "qmx/error.h"
+#include "qmx/format.h"
+#include "qmx/io.h"
+#include "qmx/metrics.h"
+#include "qmx/study.h"
+#include "study/study_cli.h"
+
+namespace qmx::cli::study {
+// ---------------------------------------------------------------------------------------------------
+// Inputs
+
+std::vector<Input> LoadInputs(const InputArgs& a) {
+  if (a.rows == 0 || a.cols == 0 || a.rows > (1u << 24) || a.cols > (1u << 24) || a.rows * a.cols > (size_t{1} << 30))
+    throw Error("--rows and --cols must be positive with rows x cols at most 2^30");
+  std::vector<Input> out;
+  for (size_t i = 0; i < a.dists.size(); ++i) {
+    const DistSpec d = ParseDist(a.dists[i]);
+    Input in;
+    in.name = DescribeDist(d);
+    in.rows = a.rows;
+    in.cols = a.cols;
+    in.data.resize(a.rows * a.cols);
+    // Each distribution draws from its own stream, so adding one does not change the others' data.
+    GenerateDist(d, a.seed + 0x100000000ull * i, in.data.data(), in.data.size());
+    out.push_back(std::move(in));
+  }
+  for (const auto& f : a.files)
+    for (Input& in : LoadTensorFile(f)) out.push_back(std::move(in));
+  if (out.empty()) throw Error("no input: give --dist and/or --input");
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The sweep: specs x rules x roundings x transforms x QuEST scale roundings x inputs.
+
+namespace {
+
+std::vector<Method> BuildMethods(const SweepArgs& a, std::vector<std::string>& skipped) {
+  const auto or_default = [](const std::vector<std::string>& v) { return v.empty() ? std::vector<std::string>{""} : v; };
+  const std::vector<std::string> elems = or_default(a.elems), blocks = or_default(a.blocks),
+                                 rules = or_default(a.rules), rounds = or_default(a.rounds);
+  const std::vector<std::string> qs = a.quest_scales.empty() ? std::vector<std::string>{"floor"} : a.quest_scales;
+  // Misspelled names are the user's error and stop the study; only combinations that do not fit
+  // together (an FP32 rule with NVFP4, QuEST on a per-tensor spec) are skipped.
+  QuantSpec probe;
+  for (const auto& e : a.elems) GetFormat(e);
+  for (const auto& b : a.blocks) SetBlockShape(probe, b);
+  for (const auto& r : a.rules) ParseScaleRule(r);
+  for (const auto& r : a.rounds) ParseRounding(r);
+  for (const auto& q : qs) ParseQuestScaleRounding(q);
+  for (const auto& t : a.transforms) {
+    StudyMethod m;
+    m.spec = QuantSpecByName("mxfp4");
+    SetStudyTransform(m, t);
+  }
+  if (a.specs.empty()) throw Error("--spec needs at least one recipe");
+  if (a.sr_bits.empty()) throw Error("--sr-bits needs at least one value");
+  for (int b : a.sr_bits)
+    if (b < 1 || b > 32) throw Error("--sr-bits values must be 1..32, not " + std::to_string(b));
+  // One method per combination; the empty string stands for "the spec's own" on the axes left unset.
+  struct Combo {
+    std::string elem, block, rule, round, transform, quest_scale;
+    int sr_bits;
+  };
+  std::vector<Combo> combos;
+  for (const auto& elem : elems)
+    for (const auto& block : blocks)
+      for (const auto& rule : rules)
+        for (const auto& round : rounds)
+          for (const auto& t : a.transforms)
+            for (const auto& q : qs)
+              for (int bits : a.sr_bits) combos.push_back({elem, block, rule, round, t, q, bits});
+  std::vector<Method> out;
+  for (const auto& sname : a.specs) {
+    const QuantSpec base = QuantSpecByName(sname);
+    for (const Combo& c : combos) {
+      Method me;
+      me.spec_label = sname;
+      me.m.spec = base;
+      try {
+        if (!a.profile.empty()) ApplyProfile(me.m.spec, a.profile);
+        if (!c.elem.empty()) me.m.spec.elem = GetFormat(c.elem);
+        if (!c.block.empty()) SetBlockShape(me.m.spec, c.block);
+        if (!c.rule.empty()) {
+          me.m.spec.rule = ParseScaleRule(c.rule);
+          if (me.m.spec.rule == ScaleRule::kMaxFinite) me.m.spec.nan = NanPolicy::kIgnore;
+        }
+        if (!c.round.empty()) me.m.spec.cast.rounding = ParseRounding(c.round);
+        me.m.spec.cast.sr_bits = c.sr_bits;
+        ValidateQuantSpec(me.m.spec);
+        SetStudyTransform(me.m, c.transform);
+        me.m.quest_opt.scale_rounding = ParseQuestScaleRounding(c.quest_scale);
+      } catch (const Error& e) {
+        skipped.push_back(sname + (c.elem.empty() ? "" : " elem " + c.elem) + (c.block.empty() ? "" : " block " + c.block) +
+                          (c.rule.empty() ? "" : " rule " + c.rule) + (c.round.empty() ? "" : " round " + c.round) +
+                          " transform " + c.transform + ": " + e.what());
+        continue;
+      }
+      // The QuEST scale only matters for QuEST, the SR bits only for stochastic rounding.
+      if (!me.m.quest && c.quest_scale != qs.front()) continue;
+      if (!IsStochastic(me.m.spec.cast.rounding) && c.sr_bits != a.sr_bits.front()) continue;
+      out.push_back(std::move(me));
+    }
+  }
+  return out;
+}
+
+ordered_json Record(const Method& me, const Input& in, const StudyOutcome& o, int trials) {
+  const QuantSpec& s = me.m.spec;
+  const ErrorStats& e = o.error;
+  ordered_json r;
+  r["spec"] = me.spec_label;
+  r["elem"] = s.elem.name;
+  r["block"] = DescribeBlock(s);
+  r["rule"] = ScaleRuleName(s.rule);
+  r["round"] = RoundingName(s.cast.rounding);
+  r["sr_bits"] = IsStochastic(s.cast.rounding) ? s.cast.sr_bits : 0;
+  r["transform"] = DescribeStudyTransform(me.m);
+  r["quest_scale"] = me.m.quest ? QuestScaleRoundingName(me.m.quest_opt.scale_rounding) : "";
+  r["input"] = in.name;
+  r["rows"] = in.rows;
+  r["cols"] = in.cols;
+  r["trials"] = trials;
+  r["mse"] = e.Mse();
+  r["rmse"] = e.Rmse();
+  r["nmse"] = e.Nmse();
+  r["sqnr_db"] = e.SqnrDb();
+  r["max_abs_err"] = e.max_abs_err;
+  r["max_rel_err"] = e.max_rel_err;
+  r["mean_rel_err"] = e.MeanRelErr();
+  r["bias"] = e.Bias();
+  r["cosine"] = e.Cosine();
+  r["misalignment"] = o.misalignment.Misalignment();
+  r["misalignment_stderr"] = o.misalignment.StdErr();
+  r["misalignment_group"] = o.misalignment_group;
+  r["saturated"] = o.stats.saturated;
+  r["flushed_to_zero"] = o.stats.flushed_to_zero;
+  r["nan_inputs"] = o.stats.nan_inputs;
+  r["inf_inputs"] = o.stats.inf_inputs;
+  r["nonfinite_outputs"] = e.out_nonfinite;
+  r["nan_blocks"] = o.stats.nan_blocks;
+  return r;
+}
+
+// The records of a sweep and, beside each, its scale histogram (which only the JSON holds).
+
+ordered_json HistogramJson(const QuantStats& st) {
+  ordered_json h = ordered_json::object();
+  for (size_t b = 0; b < st.scale_histogram.size(); ++b)
+    if (st.scale_histogram[b]) h[std::to_string(b)] = st.scale_histogram[b];
+  return h;
+}
+
+}  // namespace
+
+// One method on one input. trials > 1 repeat with seeds seed + t (SR bits and RHT signs) and merge the
+// statistics; the progress bar advances once per trial.
+void RunOne(const Method& me, const Input& in, int trials, Progress& progress, SweepRecords& out) {
+  ThrowIfInterrupted();
+  const StudyOutcome total = RunStudyTrials(in.data.data(), in.rows, in.cols, me.m, trials, [&] {
+    progress.Step(me.spec_label + " " + DescribeStudyTransform(me.m) + " " + in.name);
+    ThrowIfInterrupted();
+  });
+  out.records.push_back(Record(me, in, total, trials));
+  out.histograms.push_back(HistogramJson(total.stats));
+}
+
+// Checks the sweep's options and builds its methods, before any input is read, so a misspelled name
+// fails at once.
+std::vector<Method> PrepareSweep(const SweepArgs& a) {
+  if (a.threads < 0 || a.threads > 1024) throw Error("--threads must be 1..1024");
+  if (a.trials < 1 || a.trials > 10000) throw Error("--trials must be 1..10000");
+  if (a.transforms.empty()) throw Error("--transform needs at least one value (none for no transform)");
+  std::vector<std::string> skipped;
+  std::vector<Method> methods = BuildMethods(a, skipped);
+  for (const auto& s : skipped) std::fprintf(stderr, "qmx-sim: skipped %s\n", s.c_str());
+  if (methods.empty()) throw Error("every combination of the sweep was invalid (see the skipped lines above)");
+  if (a.threads > 0) omp_set_num_threads(a.threads);
+  return methods;
+}
+
+// Every method on every input, inputs outermost.
+SweepRecords RunSweep(const SweepArgs& a, const std::vector<Method>& methods, const std::vector<Input>& inputs) {
+  SweepRecords out;
+  Progress progress(methods.size() * inputs.size() * a.trials, a.quiet);
+  for (const Input& in : inputs)
+    for (const Method& me : methods) RunOne(me, in, a.trials, progress, out);
+  return out;
+}
+
+void WriteOutputs(const std::string& study, uint64_t seed, const std::string& csv, const std::string& json,
+                  const SweepRecords& r) {
+  if (!csv.empty()) WriteFileAtomic(csv, ToCsv(r.records));
+  if (!json.empty()) {
+    std::vector<ordered_json> full = r.records;
+    for (size_t i = 0; i < r.histograms.size() && i < full.size(); ++i) full[i]["scale_histogram"] = r.histograms[i];
+    WriteFileAtomic(json, StudyJson(study, seed, full).dump(1) + "\n");
+  }
+}
+
+const std::vector<TableColumn>& ErrorColumns() {
+  static const std::vector<TableColumn> c = {
+      {"spec", "spec", "%s"},         {"rule", "rule", "%s"},           {"round", "round", "%s"},
+      {"transform", "transform", "%s"}, {"input", "input", "%s"},       {"mse", "MSE", "%.3e"},
+      {"sqnr_db", "SQNR dB", "%.2f"}, {"mean_rel_err", "mean rel", "%.3g"}, {"bias", "bias", "%.1e"},
+      {"cosine", "cosine", "%.6f"},   {"misalignment", "1-E[1/S]", "%.2e"}, {"saturated", "sat", "%s"},
+      {"flushed_to_zero", "ftz", "%s"}};
+  return c;
+}
+
+}  // namespace qmx::cli::study

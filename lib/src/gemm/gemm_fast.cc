@@ -37,7 +37,7 @@ bool ScalesFinite(const GemmOperand& o) {
 
 }  // namespace
 
-// No NaN or Inf among the codes, scales and C: the kernels below leave specials to the reference.
+// No NaN or Inf among the codes, scales and C: the fast kernels leave specials to the reference.
 bool OperandsFinite(const GemmOperand& a, const GemmOperand& b, const float* c_in, const GemmPlan& plan) {
   if (!FormatFinite(a) || !FormatFinite(b) || !ScalesFinite(a) || !ScalesFinite(b)) return false;
   if (c_in)

@@ -25,7 +25,7 @@ constexpr int kZeroE = -30000;  // nominal exponent of a zero element: far below
 constexpr size_t kCols = 128;   // output columns per tile
 constexpr size_t kRows = 4;     // output rows per tile
 
-// No NaN or Inf among the codes, scales and C: the kernels below leave specials to the reference.
+// No NaN or Inf among the codes, scales and C: the fast kernels leave specials to the reference.
 bool OperandsFinite(const GemmOperand& a, const GemmOperand& b, const float* c_in, const GemmPlan& plan);
 
 // out *= alpha (the per-tensor scales), as the reference applies them after accumulation.

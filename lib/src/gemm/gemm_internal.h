@@ -28,7 +28,7 @@ GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in,
 void GemmRefRows(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
                  const GemmPlan& plan, size_t i0, size_t i1, float* out);
 
-// The fast kernels (gemm_fast.cc): true when they computed `out`, false when the case needs the
+// The fast kernels (gemm_fast*.cc): true when they computed `out`, false when the case needs the
 // generic path (formats, scales or models they do not cover).
 bool GemmFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
               const GemmPlan& plan, Exec exec, float* out);

@@ -1,4 +1,4 @@
-// gemm_simd.h: the Highway GEMM kernels behind gemm_fast.cc. Each runs a packed, register-tiled
+// gemm_simd.h: the Highway GEMM kernels behind gemm_fast*.cc. Each runs a packed, register-tiled
 // loop nest (GotoBLAS style) in which every output is computed by one thread in K order, so the bits
 // do not depend on the thread count or the vector width. Each returns false, computing nothing, when
 // the chosen SIMD target has no fused multiply-add (SSE4, SCALAR): the caller then takes its portable

@@ -1,5 +1,5 @@
 // golden.cc: golden files and manifests: writing them (Generate), and replaying them against a backend
-// (Verify). The operations live in golden_ops.cc, the case generators in golden_gen.cc.
+// (Verify). The operations live in golden_ops.cc, the case generators in golden_gen*.cc.
 #include "qmx/golden.h"
 
 #include <algorithm>

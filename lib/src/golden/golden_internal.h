@@ -1,4 +1,4 @@
-// golden_internal.h: the pieces shared by the golden generators (golden_gen.cc), the operations
+// golden_internal.h: the pieces shared by the golden generators (golden_gen*.cc), the operations
 // (golden_ops.cc) and the file/manifest layer (golden.cc).
 #pragma once
 
@@ -73,7 +73,7 @@ struct PlannedFile {
   // write the file unless the cpu-ref backend reproduces every one.
   std::vector<std::string> observed;
 };
-// Emits the suite's files in a fixed order (golden_gen.cc). Throws qmx::Error for an unknown suite.
+// Emits the suite's files in a fixed order (golden_gen.cc, golden_gen_*.cc). Throws qmx::Error for an unknown suite.
 void GenerateSuite(const std::string& suite, const GenOptions& opt, const std::function<void(PlannedFile&&)>& emit);
 
 }  // namespace qmx::golden::detail

@@ -1,5 +1,5 @@
 // mx.cc: MX block quantization entry points (qmx/mx.h): spec validation, scale rule names, and the fast
-// path (SIMD kernels of round/convert_simd.cc, OpenMP over fixed runs of blocks).
+// path (SIMD kernels of quantize/mx_simd.cc, OpenMP over fixed runs of blocks).
 #include "qmx/mx.h"
 
 #include <algorithm>

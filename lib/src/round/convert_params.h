@@ -1,6 +1,6 @@
 // convert_params.h (internal): a format and its CastOptions flattened into the constants the SIMD
 // conversion kernel broadcasts. Built once per call by MakeConvertParams (convert.cc), read by
-// convert_simd.cc. The kernel's arithmetic is described there.
+// convert_simd.cc and quantize/mx_simd.cc. The kernel's arithmetic is described in convert_tiers-inl.h.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +40,7 @@ struct ConvertParams {
 
 ConvertParams MakeConvertParams(const Format& dst, const CastOptions& opt, DType src);
 
-// Kernels (dynamic dispatch; round/convert_simd.cc).
+// Kernels (dynamic dispatch; round/convert_simd.cc, MX blocks in quantize/mx_simd.cc).
 void ConvertCodes(const ConvertParams& p, DType src, const void* in, size_t n, uint8_t* out, uint64_t seed,
                   uint64_t first_index, const uint32_t* rbits);
 void DecodeCodes(const float* table, const uint8_t* codes, size_t n, float* out);

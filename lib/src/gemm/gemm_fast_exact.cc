@@ -1,0 +1,171 @@
+// gemm_fast_exact.cc: the fast paths of the exact and block-exact models, equal bit for bit to gemm_ref.cc:
+// block sums exact in FP64 (or FP32), scaled by powers of two, then an exact accumulator (exact) or one
+// rounding per block (block-exact); the Highway kernels first, portable tiles otherwise.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "gemm/exact_sum.h"
+#include "gemm/gemm_fast.h"
+
+namespace qmx::internal {
+
+// ---- exact and block-exact with exact double block sums --------------------------------------------
+
+// Bits an exact sum of `count` products of two formats can span (largest magnitude over smallest LSB).
+int BlockSumBits(const Format& fa, const Format& fb, size_t count) {
+  auto span = [](const Format& f) {  // exponent of the top of the range minus that of the smallest LSB
+    const FormatLimits l = Limits(f);
+    return (l.emax + 1) - static_cast<int>(std::floor(std::log2(l.min_subnormal)));
+  };
+  return span(fa) + span(fb) + static_cast<int>(std::ceil(std::log2(std::max<size_t>(count, 1)))) + 1;
+}
+
+namespace {
+
+// Smallest and largest binary exponent in a table of power-of-two scales.
+std::pair<int, int> ExpRange(const std::vector<float>& t) {
+  int lo = 1000, hi = -1000;
+  for (float v : t) {
+    const int e = std::ilogb(v);
+    lo = std::min(lo, e);
+    hi = std::max(hi, e);
+  }
+  return {lo, hi};
+}
+
+// acc + v rounded once to FP32 (acc an FP32 value, v a double): the exact sum by TwoSum, rounded to odd
+// at double precision, then to FP32, which rounds correctly since 53 >= 24 + 2.
+inline float AddRoundOnce(float acc, double v) {
+  const double x = acc;
+  if (!std::isfinite(acc)) return static_cast<float>(x + v);  // an overflowed accumulator stays Inf
+  const double s = x + v;
+  const double bb = s - x;
+  const double err = (x - (s - bb)) + (v - bb);
+  double r = s;
+  if (err != 0) {
+    uint64_t bits;
+    std::memcpy(&bits, &r, 8);
+    if ((bits & 1) == 0) {
+      bits += ((err > 0) == (s > 0)) ? 1 : static_cast<uint64_t>(-1);
+      std::memcpy(&r, &bits, 8);
+    }
+  }
+  return static_cast<float>(r);
+}
+
+// Block sums of one tile: p[r][j] = sum over the K block of a[i][k] * b[k][j], exact in double (the
+// bound is checked by the caller), starting from -0 so an all-negative-zero block keeps its sign.
+QMX_GEMM_CLONES void BlockSums(const double* a, const double* b, size_t n, size_t k, size_t i0, size_t i1, size_t j0,
+                               size_t nc, size_t k0, size_t k1, double* p) {
+  for (size_t i = i0; i < i1; ++i) {
+    double* pr = p + (i - i0) * kCols;
+    for (size_t j = 0; j < nc; ++j) pr[j] = -0.0;
+    for (size_t kk = k0; kk < k1; ++kk) {
+      const double x = a[i * k + kk];
+      const double* y = b + kk * n + j0;
+      for (size_t j = 0; j < nc; ++j) pr[j] = std::fma(x, y[j], pr[j]);
+    }
+  }
+}
+
+
+// The Highway kernels for exact and block-exact (the caller has checked the formats, the finiteness,
+// the UE8M0 scales and that block sums are exact in FP64). Block sums exact in FP32 run in FP32 when
+// every scale product sa * sb is an FP32 value (the fma then rounds c + S * sa * sb once).
+bool ExactFamilySimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+                     const GemmPlan& plan, Exec exec, const std::vector<float>& ta, const std::vector<float>& tb, float* out) {
+  if (plan.k == 0) return false;
+  simd::BlockGemmArgs g;
+  g.m = plan.m;
+  g.n = plan.n;
+  g.k = plan.k;
+  g.kb = plan.kb;
+  g.sa = ta.data();
+  g.sb = tb.data();
+  g.parallel = exec == Exec::kParallel;
+  StartValues(c_in, plan, out);
+  const bool exact = model.kind == AccumKind::kExact;
+  const std::array<double, 256> da = TableOf<double>(a.elem), db = TableOf<double>(b.elem);
+  if (exact)
+    return simd::GemmExactF64(g, MatrixOf(a, da, false), MatrixOf(b, db, false), QuantumExp(a.elem) + QuantumExp(b.elem),
+                              c_in != nullptr, out);
+  const auto [alo, ahi] = ExpRange(ta);
+  const auto [blo, bhi] = ExpRange(tb);
+  bool done;
+  if (BlockSumBits(a.elem, b.elem, plan.kb) <= 24 && alo + blo >= -149 && ahi + bhi <= 127) {
+    const std::array<float, 256> fa = TableOf<float>(a.elem), fb = TableOf<float>(b.elem);
+    done = simd::GemmBlockF32(g, MatrixOf(a, fa, false), MatrixOf(b, fb, false), out);
+  } else {
+    done = simd::GemmBlockF64(g, MatrixOf(a, da, false), MatrixOf(b, db, false), out);
+  }
+  if (!done) return false;
+  ApplyAlpha(plan, out);
+  RecomputeNanRows(a, b, c_in, model, plan, out);
+  return true;
+}
+
+}  // namespace
+
+bool ExactFamilyFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+                     const GemmPlan& plan, Exec exec, float* out) {
+  const bool exact = model.kind == AccumKind::kExact;
+  if (a.elem.IsInt() || b.elem.IsInt()) return false;
+  if (!OperandsFinite(a, b, c_in, plan)) return false;
+  if ((plan.a_blocks && a.scale_format != ScaleFormat::kUe8m0) || (plan.b_blocks && b.scale_format != ScaleFormat::kUe8m0))
+    return false;
+  if (exact && plan.has_alpha) return false;  // the reference folds the tensor scales into each product
+  if (BlockSumBits(a.elem, b.elem, plan.kb) > 53) return false;
+  std::vector<float> ta, tb;
+  ScaleTables(a, b, plan, ta, tb);
+  if (ExactFamilySimd(a, b, c_in, model, plan, exec, ta, tb, out)) return true;
+  const std::vector<double> da = Values<double>(a, false, exec), db = Values<double>(b, false, exec);
+  const size_t nb = (plan.k + plan.kb - 1) / plan.kb;
+  ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
+    std::vector<double> p(kRows * kCols);
+    std::vector<ExactSum> sums(exact ? kRows * kCols : 0);
+    std::vector<char> neg_zero(kRows * kCols);
+    for (size_t j0 = 0; j0 < plan.n; j0 += kCols) {
+      const size_t nc = std::min(kCols, plan.n - j0);
+      float acc[kRows * kCols];
+      for (size_t i = i0; i < i1; ++i)
+        for (size_t j = 0; j < nc; ++j) {
+          const size_t t = (i - i0) * kCols + j;
+          acc[t] = c_in ? c_in[i * plan.n + j0 + j] : 0.0f;
+          if (exact) {
+            sums[t].Clear();
+            sums[t].AddDouble(acc[t]);
+            neg_zero[t] = c_in ? (acc[t] == 0 && std::signbit(acc[t])) : 1;
+          }
+        }
+      for (size_t blk = 0; blk < nb; ++blk) {
+        const size_t k0 = blk * plan.kb, k1 = std::min(plan.k, k0 + plan.kb);
+        BlockSums(da.data(), db.data(), plan.n, plan.k, i0, i1, j0, nc, k0, k1, p.data());
+        for (size_t i = i0; i < i1; ++i) {
+          const double sa = ta[i * nb + blk];
+          for (size_t j = 0; j < nc; ++j) {
+            const size_t t = (i - i0) * kCols + j;
+            const double v = p[t] * sa * static_cast<double>(tb[blk * plan.n + j0 + j]);  // powers of two: exact
+            if (exact) {
+              sums[t].AddDouble(v);
+              neg_zero[t] = neg_zero[t] && v == 0 && std::signbit(v);
+            } else {
+              acc[t] = AddRoundOnce(acc[t], v);
+            }
+          }
+        }
+      }
+      for (size_t i = i0; i < i1; ++i)
+        for (size_t j = 0; j < nc; ++j) {
+          const size_t t = (i - i0) * kCols + j;
+          out[i * plan.n + j0 + j] = exact ? sums[t].RoundToFloat(neg_zero[t] && plan.k + (c_in ? 1 : 0) > 0) : acc[t];
+        }
+    }
+  });
+  ApplyAlpha(plan, out);  // block-exact only: exact refuses tensor scales above
+  return true;
+}
+
+}  // namespace qmx::internal

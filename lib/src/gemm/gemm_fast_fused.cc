@@ -1,0 +1,434 @@
+// gemm_fast_fused.cc: the fast paths of the fused models (MMA-Sim's T-FDPA / ST-FDPA, and GST with exact
+// groups: hopper-fp8, blackwell-*), equal bit for bit to gemm_ref.cc: the Highway kernel where its FP32 bounds
+// hold, else portable tiles whose truncated terms are exact in float or double.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "gemm/gemm_fast.h"
+
+namespace qmx::internal {
+namespace {
+
+// ---- fused (MMA-Sim T-FDPA / ST-FDPA with UE8M0 scales) -------------------------------------------
+
+// Each code's nominal exponent (MMA-Sim's Exp); kZeroE for zeros (and non-finite codes, which the fused
+// kernels never see: they leave specials to the reference).
+std::array<int32_t, 256> NominalExps(const Format& f) {
+  const std::array<double, 256> values = CodeValues(f);
+  std::array<int32_t, 256> e;
+  for (int c = 0; c < 256; ++c)
+    e[c] = values[c] == 0 || !std::isfinite(values[c]) ? kZeroE : NominalExp(values[c], FormatEmin(f));
+  return e;
+}
+
+// Element x as (significand x / 2^Exp, Exp) with MMA-Sim's nominal exponent; zero as (0, kZeroE).
+template <typename T>
+void SplitNominal(const GemmOperand& o, std::vector<T>& sig, std::vector<int>& ex) {
+  const std::array<double, 256> values = CodeValues(o.elem);
+  const std::array<int32_t, 256> table_e = NominalExps(o.elem);
+  T table_s[256];
+  for (int c = 0; c < 256; ++c) table_s[c] = table_e[c] == kZeroE ? T(0) : static_cast<T>(std::ldexp(values[c], -table_e[c]));
+  sig.resize(o.codes.size());
+  ex.resize(o.codes.size());
+  for (size_t i = 0; i < o.codes.size(); ++i) {
+    sig[i] = table_s[o.codes[i]];
+    ex[i] = table_e[o.codes[i]];
+  }
+}
+
+// The FP32 accumulator as a term: (significand, Exp) with Exp floored at -126; zero as (0, kZeroE).
+template <typename T>
+inline void AccSplit(float c, T& s, int& e) {
+  uint32_t b;
+  std::memcpy(&b, &c, 4);
+  const int field = (b >> 23) & 0xFF;
+  if ((b & 0x7FFFFFFF) == 0) {
+    s = 0;
+    e = kZeroE;
+    return;
+  }
+  e = field == 0 ? -126 : field - 127;
+  s = static_cast<T>(static_cast<double>(c) * Pow2d(-e));
+}
+
+struct FusedCtx {
+  const FusedParams* p;
+  size_t n, k;
+  int zero_exp;
+  bool track_zero;
+};
+
+// Rounds S * 2^unit (S an integer held exactly in a double) to the step's output: RoundFused's rule
+// in double arithmetic (every step exact: S < 2^53, the kept bits scaled by powers of two). Kept
+// beside RoundFused because a few double operations per output and step cost far less in the tiles'
+// inner loop than RoundFused's 128-bit integer path; the tests hold the two to the same bits through
+// fast = reference.
+inline float FusedOut(double s, int unit, int bits, bool rne) {
+  if (s == 0) return 0.0f;
+  const double a = std::fabs(s);
+  uint64_t ab;
+  std::memcpy(&ab, &a, 8);
+  const int msb = static_cast<int>((ab >> 52) & 0x7FF) - 1023;  // a >= 1
+  int e = msb + unit;
+  if (e < -126) e = -126;
+  const int q = e - (bits - 1);
+  const double scaled = a * Pow2d(unit - q);  // unit - q >= -(msb + 1): within double's range
+  const double kept = rne ? std::nearbyint(scaled) : std::trunc(scaled);
+  const double v = kept * Pow2d(q);
+  if (v >= 0x1p128) return s < 0 ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+  const float f = static_cast<float>(v);
+  return s < 0 ? -f : f;
+}
+
+// The end of a promotion window (or of K without promotion), columns j0 .. j0 + nc - 1 of row i, as the
+// reference's FusedDot: without promotion acc is the part; with block scales at promotion (ta, tb: per-K-
+// block tables of m x nb and nb x n) acc = fma(part, sa * sb, acc), or fma(part * sa, sb, acc) with the
+// scales applied separately; otherwise acc + part in FP32.
+inline void EndWindow(const FusedParams& p, const float* ta, const float* tb, size_t nb, size_t n, size_t i, size_t blk,
+                      size_t j0, size_t nc, const float* part, float* acc) {
+  if (p.promote == 0) {
+    for (size_t j = 0; j < nc; ++j) acc[j] = part[j];
+  } else if (ta != nullptr) {
+    const float s_a = ta[i * nb + blk];
+    for (size_t j = 0; j < nc; ++j) {
+      const float s_b = tb[blk * n + j0 + j];
+      acc[j] = p.promote_scale_separately ? std::fma(part[j] * s_a, s_b, acc[j]) : std::fma(part[j], s_a * s_b, acc[j]);
+    }
+  } else {
+    for (size_t j = 0; j < nc; ++j) acc[j] = acc[j] + part[j];
+  }
+}
+
+// The loops FusedTile and GroupTile share, for rows [i0, i1) and columns j0 .. j0 + nc - 1: the accumulator
+// starts at C (or 0); each promotion window (all of K without promotion) starts its part at 0 (promotion)
+// or at the accumulator, runs step(i, k0, k1, part) over its K steps (each leaves its rounded sum in
+// part), and ends through end(i, w0, part, acc). A column whose part or result left the finite range
+// gets the canonical NaN, and the reference recomputes its row. Always inlined, lambdas included, so that
+// the loops compile for each of the callers' target clones.
+template <typename Step, typename End>
+__attribute__((always_inline)) inline void FusedRows(const FusedParams& p, size_t n, size_t k, const float* c_in,
+                                                     size_t i0, size_t i1, size_t j0, size_t nc, float* out,
+                                                     const Step& step_fn, const End& end) {
+  const size_t step = static_cast<size_t>(p.step);
+  const size_t window = p.promote ? static_cast<size_t>(p.promote) : k;
+  for (size_t i = i0; i < i1; ++i) {
+    float acc[kCols], part[kCols];
+    bool overflow[kCols] = {};
+    for (size_t j = 0; j < nc; ++j) acc[j] = c_in ? c_in[i * n + j0 + j] : 0.0f;
+    for (size_t w0 = 0; w0 < k; w0 += window) {
+      const size_t w1 = std::min(k, w0 + window);
+      for (size_t j = 0; j < nc; ++j) part[j] = p.promote != 0 ? 0.0f : acc[j];
+      for (size_t k0 = w0; k0 < w1; k0 += step) {
+        step_fn(i, k0, std::min(w1, k0 + step), part);
+        for (size_t j = 0; j < nc; ++j) overflow[j] = overflow[j] || !std::isfinite(part[j]);
+      }
+      end(i, w0, part, acc);
+    }
+    for (size_t j = 0; j < nc; ++j) out[i * n + j0 + j] = overflow[j] || !std::isfinite(acc[j]) ? CanonicalNanF() : acc[j];
+  }
+}
+
+// One tile: rows [i0, i1), columns [j0, j0 + nc). T holds the truncated terms exactly.
+template <typename T>
+QMX_GEMM_CLONES void FusedTile(const FusedCtx& ctx, const T* sa, const int* ea, const T* sb, const int* eb,
+                               const int* xa, const int* xb, size_t kb, const float* scale_prod_a, const float* scale_b,
+                               const float* c_in, size_t i0, size_t i1, size_t j0, size_t nc,
+                               float* out) {
+  const FusedParams& p = *ctx.p;
+  const size_t n = ctx.n, k = ctx.k;
+  const bool rne_terms = p.term_round == FusedRound::kRne, rne_out = p.out_round == FusedRound::kRne;
+  const auto step = [&](size_t i, size_t k0, size_t k1, float* part) __attribute__((always_inline)) {
+    int emax[kCols], emin[kCols], ec[kCols];
+    T sc[kCols], sum[kCols];
+    for (size_t j = 0; j < nc; ++j) {
+      AccSplit(part[j], sc[j], ec[j]);
+      emax[j] = ec[j];
+      emin[j] = ec[j];
+    }
+    for (size_t kk = k0; kk < k1; ++kk) {
+      const int e_a = ea[i * k + kk] + xa[i * ((k + kb - 1) / kb) + kk / kb];
+      const int* e_b = eb + kk * n + j0;
+      const int* x_b = xb + (kk / kb) * n + j0;
+      for (size_t j = 0; j < nc; ++j) {
+        const int e = e_a + e_b[j] + x_b[j];
+        emax[j] = std::max(emax[j], e);
+        emin[j] = std::min(emin[j], e);
+      }
+    }
+    if (ctx.track_zero)
+      for (size_t j = 0; j < nc; ++j)
+        if (emin[j] < kZeroE / 2) emax[j] = std::max(emax[j], ctx.zero_exp);
+    for (size_t j = 0; j < nc; ++j) {
+      const int d = ec[j] - emax[j] + p.frac_bits;
+      const T f = d < -126 ? T(0) : (sizeof(T) == 4 ? T(Pow2f(std::min(d, 127))) : T(Pow2d(std::min(d, 1023))));
+      const T t = sc[j] * f;
+      sum[j] = rne_terms ? std::nearbyint(t) : std::trunc(t);
+    }
+    for (size_t kk = k0; kk < k1; ++kk) {
+      const int e_a = ea[i * k + kk] + xa[i * ((k + kb - 1) / kb) + kk / kb];
+      const T s_a = sa[i * k + kk];
+      const int* e_b = eb + kk * n + j0;
+      const T* s_b = sb + kk * n + j0;
+      const int* x_b = xb + (kk / kb) * n + j0;
+      for (size_t j = 0; j < nc; ++j) {
+        const int d = e_a + e_b[j] + x_b[j] - emax[j] + p.frac_bits;
+        const T f = d < -126 ? T(0) : (sizeof(T) == 4 ? T(Pow2f(d)) : T(Pow2d(d)));
+        const T t = s_a * s_b[j] * f;
+        sum[j] += rne_terms ? std::nearbyint(t) : std::trunc(t);
+      }
+    }
+    for (size_t j = 0; j < nc; ++j) part[j] = FusedOut(static_cast<double>(sum[j]), emax[j] - p.frac_bits, p.out_bits, rne_out);
+  };
+  const auto end = [&](size_t i, size_t w0, const float* part, float* acc) __attribute__((always_inline)) {
+    EndWindow(p, scale_prod_a, scale_b, (k + kb - 1) / kb, n, i, w0 / kb, j0, nc, part, acc);
+  };
+  FusedRows(p, n, k, c_in, i0, i1, j0, nc, out, step, end);
+}
+
+template <typename T>
+bool FusedFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+               const GemmPlan& plan, Exec exec, float* out) {
+  const FusedParams& p = model.fused;
+  std::vector<T> sa, sb;
+  std::vector<int> ea, eb;
+  SplitNominal(a, sa, ea);
+  SplitNominal(b, sb, eb);
+  const bool blocks = plan.a_blocks || plan.b_blocks;
+  std::vector<float> ta, tb;
+  std::vector<int> xa, xb;
+  if (blocks) ScaleTables(a, b, plan, ta, tb);
+  if (blocks && p.scale_in_products) {  // UE8M0 only: exponents add, significands are 1
+    xa.resize(ta.size());
+    xb.resize(tb.size());
+    for (size_t i = 0; i < ta.size(); ++i) xa[i] = std::ilogb(ta[i]);
+    for (size_t i = 0; i < tb.size(); ++i) xb[i] = std::ilogb(tb[i]);
+  } else {  // no scale exponents: zeros, so the kernel's loops carry no branches
+    const size_t nb = (plan.k + plan.kb - 1) / plan.kb;
+    xa.assign(plan.m * nb, 0);
+    xb.assign(nb * plan.n, 0);
+  }
+  FusedCtx ctx{&p, plan.n, plan.k, p.zero_exp, p.zero_exp > -1000};
+  const bool at_promotion = blocks && !p.scale_in_products;
+  ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
+    for (size_t j0 = 0; j0 < plan.n; j0 += kCols)
+      FusedTile<T>(ctx, sa.data(), ea.data(), sb.data(), eb.data(), xa.data(), xb.data(), plan.kb, at_promotion ? ta.data() : nullptr,
+                   at_promotion ? tb.data() : nullptr, c_in, i0, i1, j0, std::min(kCols, plan.n - j0), out);
+  });
+  ApplyAlpha(plan, out);
+  RecomputeNanRows(a, b, c_in, model, plan, out);
+  return true;
+}
+
+// Bits of the largest |significand| product of two formats (for the exactness bounds).
+int SigProductBits(const Format& a, const Format& b) {
+  auto bits = [](const Format& f) { return f.IsInt() ? f.Bits() - 1 : f.man_bits + 1; };
+  return bits(a) + bits(b);
+}
+
+// The Highway fused kernel (FP32 terms). It needs every nonzero product a * b exact and normal in FP32
+// and 2^(F - emax) within FP32's range; outputs whose accumulation overflowed come back as NaN and are
+// recomputed here by the reference.
+bool FusedSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+               const GemmPlan& plan, Exec exec, float* out) {
+  const FusedParams& p = model.fused;
+  const bool blocks = plan.a_blocks || plan.b_blocks;
+  if (blocks && p.scale_in_products) return false;
+  const int emin_sum = FormatEmin(a.elem) + FormatEmin(b.elem);
+  if (Limits(a.elem).max_finite * Limits(b.elem).max_finite >= 0x1p127 || emin_sum < -126 ||
+      p.frac_bits - emin_sum > 127 || QuantumExp(a.elem) + QuantumExp(b.elem) < -126)
+    return false;
+  simd::FusedGemmArgs g;
+  g.zero_code = kZeroE;
+  const std::array<float, 256> va = TableOf<float>(a.elem), vb = TableOf<float>(b.elem);
+  const std::array<int32_t, 256> ea = NominalExps(a.elem), eb = NominalExps(b.elem);
+  std::vector<float> ta, tb;
+  g.m = plan.m;
+  g.n = plan.n;
+  g.k = plan.k;
+  g.a = MatrixOf(a, va, false);
+  g.ea = MatrixOf(a, ea, false);
+  g.b = MatrixOf(b, vb, false);
+  g.eb = MatrixOf(b, eb, false);
+  g.step = p.step;
+  g.frac_bits = p.frac_bits;
+  g.out_bits = p.out_bits;
+  g.rne_terms = p.term_round == FusedRound::kRne;
+  g.rne_out = p.out_round == FusedRound::kRne;
+  g.zero_exp = p.zero_exp;
+  g.track_zero = p.zero_exp > -1000;
+  g.promote = p.promote;
+  if (blocks) {
+    ScaleTables(a, b, plan, ta, tb);
+    g.kb = plan.kb;
+    g.sa = ta.data();
+    g.sb = tb.data();
+  }
+  g.separate = p.promote_scale_separately;
+  g.parallel = exec == Exec::kParallel;
+  StartValues(c_in, plan, out);
+  if (!simd::GemmFusedF32(g, out)) return false;
+  ApplyAlpha(plan, out);
+  RecomputeNanRows(a, b, c_in, model, plan, out);
+  return true;
+}
+
+// ---- fused with exact groups (group > 1: MMA-Sim's GST, blackwell-mxf4nvf4) ------------------------
+
+struct GroupCtx {
+  const FusedParams* p;
+  size_t n, k, kb, nb;  // kb: the scale block along K; nb: scale blocks along K
+  bool scales_in, at_promotion;
+};
+
+// One tile, rows [i0, i1) and columns [j0, j0 + nc), in double. Per step: the accumulator's term, and
+// one term per group: the group's exact sum P, times the group's two block scales (scales in products,
+// nominal exponent = the scales' nominal exponents) or alone (nominal 0); a group without a nonzero
+// product, or with a zero scale, is a zero term at zero_exp. The terms are truncated (or rounded) at
+// 2^(emax - F) and summed exactly, and FusedOut rounds the sum. GroupFast's bounds keep every step exact.
+// tv/tn: room for the terms of one step (groups per step x kCols).
+QMX_GEMM_CLONES void GroupTile(const GroupCtx& ctx, const double* va, const double* vb, const float* ta, const int* xa,
+                               const float* tb, const int* xb, const float* c_in, size_t i0, size_t i1, size_t j0,
+                               size_t nc, double* tv, int* tn, float* out) {
+  const FusedParams& p = *ctx.p;
+  const size_t n = ctx.n, k = ctx.k, nb = ctx.nb, g = static_cast<size_t>(p.group);
+  const bool rne_terms = p.term_round == FusedRound::kRne, rne_out = p.out_round == FusedRound::kRne;
+  const auto step = [&](size_t i, size_t k0, size_t k1, float* part) __attribute__((always_inline)) {
+    int ec[kCols], emax[kCols];
+    double sc[kCols], sum[kCols];
+    for (size_t j = 0; j < nc; ++j) {
+      AccSplit(part[j], sc[j], ec[j]);
+      emax[j] = ec[j] == kZeroE ? p.zero_exp : ec[j];
+    }
+    size_t groups = 0;
+    for (size_t q0 = k0; q0 < k1; q0 += g, ++groups) {
+      double* P = tv + groups * kCols;
+      int* nom = tn + groups * kCols;
+      bool nz[kCols];
+      for (size_t j = 0; j < nc; ++j) {
+        P[j] = 0.0;
+        nz[j] = false;
+      }
+      for (size_t kk = q0; kk < std::min(k1, q0 + g); ++kk) {
+        const double x = va[i * k + kk];
+        if (x == 0) continue;
+        const double* br = vb + kk * n + j0;
+        for (size_t j = 0; j < nc; ++j) {
+          P[j] += x * br[j];  // exact
+          nz[j] = nz[j] || br[j] != 0;
+        }
+      }
+      const size_t blk = q0 / ctx.kb;
+      if (ctx.scales_in) {
+        const double sa = ta[i * nb + blk];
+        const int ea = xa[i * nb + blk];
+        for (size_t j = 0; j < nc; ++j) {
+          const double sb = tb[blk * n + j0 + j];
+          const bool zero = !nz[j] || sa == 0 || sb == 0;
+          P[j] *= sa * sb;  // exact
+          nom[j] = zero ? p.zero_exp : ea + xb[blk * n + j0 + j];
+        }
+      } else {
+        for (size_t j = 0; j < nc; ++j) nom[j] = nz[j] ? 0 : p.zero_exp;
+      }
+      for (size_t j = 0; j < nc; ++j) emax[j] = std::max(emax[j], nom[j]);
+    }
+    double f[kCols];
+    for (size_t j = 0; j < nc; ++j) {
+      const int d = ec[j] - emax[j] + p.frac_bits;  // sc < 2: below 2^-125 it keeps nothing
+      const double t = d < -126 ? 0.0 : sc[j] * Pow2d(std::min(d, 1023));
+      sum[j] = rne_terms ? std::nearbyint(t) : std::trunc(t);
+      // 2^(F - emax), clamped to double's normal range: below it every term keeps nothing; above it
+      // every term is zero.
+      f[j] = Pow2d(std::clamp(p.frac_bits - emax[j], -1022, 1023));
+    }
+    for (size_t q = 0; q < groups; ++q) {
+      const double* P = tv + q * kCols;
+      for (size_t j = 0; j < nc; ++j) {
+        const double t = P[j] * f[j];
+        sum[j] += rne_terms ? std::nearbyint(t) : std::trunc(t);
+      }
+    }
+    for (size_t j = 0; j < nc; ++j) part[j] = FusedOut(sum[j], emax[j] - p.frac_bits, p.out_bits, rne_out);
+  };
+  const auto end = [&](size_t i, size_t w0, const float* part, float* acc) __attribute__((always_inline)) {
+    EndWindow(p, ctx.at_promotion ? ta : nullptr, tb, nb, n, i, w0 / ctx.kb, j0, nc, part, acc);
+  };
+  FusedRows(p, n, k, c_in, i0, i1, j0, nc, out, step, end);
+}
+
+// Significant bits of the widest value in a table (0 for zeros).
+int MaxSigBits(const std::vector<float>& t) {
+  int bits = 0;
+  for (float v : t) {
+    if (v != 0) bits = std::max(bits, Msb128(ExactOf(v).mag) + 1);
+  }
+  return bits;
+}
+
+// The fast path of fused models with group > 1 (finite operands, float formats). It needs, in double:
+// every group sum exact (BlockSumBits), times the scales' significands still exact, and each step's
+// sum of truncated terms below 2^53: a term is below |P|max * 2^(F + 2) relative to 2^emax (the scales
+// lie below twice 2^(nominal exponent)), the accumulator's below 2^(F + 1).
+bool GroupFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+               const GemmPlan& plan, Exec exec, float* out) {
+  const FusedParams& p = model.fused;
+  const size_t g = static_cast<size_t>(p.group), step = static_cast<size_t>(p.step);
+  const bool blocks = plan.a_blocks || plan.b_blocks;
+  GroupCtx ctx{&p, plan.n, plan.k, blocks ? plan.kb : plan.k, 1, blocks && p.scale_in_products, false};
+  ctx.at_promotion = blocks && !p.scale_in_products;
+  std::vector<float> ta(plan.m, 1.0f), tb(plan.n, 1.0f);
+  if (blocks) {
+    ScaleTables(a, b, plan, ta, tb);
+    ctx.nb = (plan.k + plan.kb - 1) / plan.kb;
+  }
+  const int scale_bits = ctx.scales_in ? MaxSigBits(ta) + MaxSigBits(tb) : 0;
+  if (BlockSumBits(a.elem, b.elem, g) + scale_bits > 53) return false;
+  const double p_max = std::log2(static_cast<double>(g)) + Limits(a.elem).emax + 1 + Limits(b.elem).emax + 1;
+  const double terms = std::ceil(static_cast<double>(std::min(step, plan.k)) / static_cast<double>(g)) + 1;
+  if (std::log2(terms) + p_max + p.frac_bits + 2 >= 53) return false;
+  std::vector<int> xa(ta.size()), xb(tb.size());
+  const int esa = ScaleEmin(a.scale_format), esb = ScaleEmin(b.scale_format);
+  for (size_t i = 0; i < ta.size(); ++i) xa[i] = ta[i] == 0 ? esa : NominalExp(ta[i], esa);
+  for (size_t i = 0; i < tb.size(); ++i) xb[i] = tb[i] == 0 ? esb : NominalExp(tb[i], esb);
+  const std::vector<double> va = Values<double>(a, false, exec), vb = Values<double>(b, false, exec);
+  const size_t groups = (std::min(step, plan.k) + g - 1) / g;
+  ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
+    std::vector<double> tv(groups * kCols);
+    std::vector<int> tn(groups * kCols);
+    for (size_t j0 = 0; j0 < plan.n; j0 += kCols)
+      GroupTile(ctx, va.data(), vb.data(), ta.data(), xa.data(), tb.data(), xb.data(), c_in, i0, i1, j0,
+                std::min(kCols, plan.n - j0), tv.data(), tn.data(), out);
+  });
+  ApplyAlpha(plan, out);
+  RecomputeNanRows(a, b, c_in, model, plan, out);
+  return true;
+}
+
+}  // namespace
+
+bool TryFused(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+              const GemmPlan& plan, Exec exec, float* out) {
+  const FusedParams& p = model.fused;
+  if (!OperandsFinite(a, b, c_in, plan)) return false;
+  if (a.elem.IsInt() || b.elem.IsInt()) return false;
+  if (p.group != 1) return GroupFast(a, b, c_in, model, plan, exec, out);
+  const bool blocks = plan.a_blocks || plan.b_blocks;
+  if (blocks && p.scale_in_products &&
+      (a.scale_format != ScaleFormat::kUe8m0 || b.scale_format != ScaleFormat::kUe8m0 || !plan.a_blocks || !plan.b_blocks))
+    return false;
+  // A term is below 2^(F+2); the accumulator term below 2^(F+1); step + 1 of them must sum exactly.
+  const int width = p.frac_bits + 2 + static_cast<int>(std::ceil(std::log2(p.step + 1.0)));
+  const int sig_bits = SigProductBits(a.elem, b.elem);
+  if (width <= 24 && sig_bits <= 24) {
+    if (FusedSimd(a, b, c_in, model, plan, exec, out)) return true;
+    return FusedFast<float>(a, b, c_in, model, plan, exec, out);
+  }
+  if (width <= 53) return FusedFast<double>(a, b, c_in, model, plan, exec, out);
+  return false;
+}
+
+}  // namespace qmx::internal

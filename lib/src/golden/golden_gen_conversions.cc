@@ -1,0 +1,146 @@
+// golden_gen_conversions.cc: the generators of the conversions suite (every source into every format of 8
+// bits or fewer under every rounding and saturation, and decoding) and the ue8m0 suite (amax -> UE8M0 scale
+// byte under each OCP MX scale rule), from the boundary tables of golden_gen.cc.
+#include "golden/golden_gen.h"
+
+#include <cmath>
+#include <limits>
+
+#include "qmx/cast_options.h"
+#include "qmx/error.h"
+#include "qmx/format.h"
+#include "qmx/scale.h"
+
+namespace qmx::golden::detail {
+namespace {
+
+std::string SpecRevision(const Format& d) {
+  const std::string n = d.name;
+  return n == "e4m3" || n == "e5m2" ? "OFP8-1.0" : "OCP-MX-1.0";
+}
+
+std::vector<Fields> OneField(const std::vector<uint64_t>& codes, int digits) {
+  std::vector<Fields> v;
+  for (uint64_t c : codes) v.push_back({Hex(c, digits)});
+  return v;
+}
+
+const std::vector<std::string>& SmallFormats() {
+  static const std::vector<std::string> k = {"e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "int8", "ue8m0"};
+  return k;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ conversions
+void GenConversions(const GenOptions& opt, const std::function<void(PlannedFile&&)>& emit) {
+  static const char* kRound[] = {"rne", "rna", "rz", "ru", "rd", "ro"};
+  static const char* kSat[] = {"satfinite", "nosat", "satpropagate"};
+  for (const std::string src : {"f32", "f16", "bf16"}) {
+    const Src s = SrcByName(src);
+    for (const auto& dn : SmallFormats()) {
+      const Format& d = GetFormat(dn);
+      std::vector<uint64_t> inputs;
+      {
+        CaseRng rng(opt.seed, "conversions/" + src + "_" + dn);
+        if (opt.exhaustive && s.f.Bits() == 16) {
+          for (uint64_t c = 0; c < 65536; ++c) inputs.push_back(c);
+        } else {
+          inputs = ConversionInputs(s, d, opt.level, rng);
+        }
+      }
+      struct Variant {
+        const char* suffix;
+        const char* key;
+        const char* value;
+      };
+      std::vector<Variant> variants = {{"", nullptr, nullptr}};
+      if (src == "f32") {
+        if (d.HasNan()) variants.push_back({"_nanpos", "nan-sign", "positive"});
+        if (d.HasSubnormals()) variants.push_back({"_flush", "subnormals", "flush"});
+        if (!d.HasNan()) variants.push_back({"_nan0", "nan-fallback", "zero"});
+      }
+      for (const char* r : kRound) {
+        for (const char* sat : kSat) {
+          for (const Variant& v : variants) {
+            if (v.key && (std::string(r) != "rne" || std::string(sat) != "satfinite")) continue;
+            CastOptions c;
+            c.rounding = ParseRounding(r);
+            c.saturation = ParseSaturation(sat);
+            if (v.key) {
+              if (std::string(v.key) == "nan-sign") c.nan_sign = ParseNanSign(v.value);
+              if (std::string(v.key) == "subnormals") c.subnormals = ParseSubnormals(v.value);
+              if (std::string(v.key) == "nan-fallback") c.nan_fallback = ParseNanFallback(v.value);
+            }
+            try {
+              ValidateCastOptions(d, c);
+            } catch (const Error&) {
+              continue;  // the format cannot take this mode (e.g. nosat into e2m1)
+            }
+            PlannedFile f;
+            f.path = "conversions/" + src + "_" + dn + "_" + r + "_" + sat + v.suffix + ".txt";
+            f.header.op = "convert";
+            f.header.Set("src", src).Set("dst", dn).Set("round", r).Set("sat", sat);
+            f.header.Set("nan-sign", NanSignName(c.nan_sign)).Set("nan-fallback", NanFallbackName(c.nan_fallback));
+            f.header.Set("subnormals", SubnormalsName(c.subnormals)).Set("spec", SpecRevision(d));
+            f.header.Set("level", std::to_string(opt.level)).Set("seed", std::to_string(opt.seed));
+            f.inputs = OneField(inputs, s.Digits());
+            emit(std::move(f));
+          }
+        }
+      }
+    }
+  }
+  for (const auto& dn : SmallFormats()) {
+    const Format& d = GetFormat(dn);
+    PlannedFile f;
+    f.path = "conversions/decode_" + dn + ".txt";
+    f.header.op = "decode";
+    f.header.Set("fmt", dn).Set("spec", SpecRevision(d));
+    f.inputs = OneField(AllCodes(d), 2);
+    emit(std::move(f));
+  }
+}
+
+// ------------------------------------------------------------------ ue8m0
+void GenUe8m0(const GenOptions& opt, const std::function<void(PlannedFile&&)>& emit) {
+  for (const auto& en : MxElements()) {
+    const Format& el = GetFormat(en);
+    const double destmax = Limits(el).max_finite;
+    for (ScaleRule rule : {ScaleRule::kOcpFloor, ScaleRule::kRoundUp, ScaleRule::kCeil, ScaleRule::kEven, ScaleRule::kMaxFinite}) {
+      CaseRng rng(opt.seed, std::string("ue8m0/") + en + "_" + ScaleRuleName(rule));
+      const Src s = SrcByName("f32");
+      CodeList out;
+      for (uint32_t b : {0u, 1u, F32Bits(1.0f), F32Bits(std::numeric_limits<float>::max()), 0x007FFFFFu, 0x00800000u})
+        out.Add(b);
+      auto in_range = [&](int e) {
+        return opt.level >= 2 || e <= -140 || (e >= -130 && e <= -122) || (e >= -4 && e <= 4) || e >= 120;
+      };
+      for (int e = -149; e <= 127; ++e) {
+        if (!in_range(e)) continue;
+        for (uint64_t p : Patterns(23, el.IsInt() ? 6 : el.man_bits, opt.level >= 2, rng)) out.Add(static_cast<uint32_t>(s.Code(false, e, p)));
+        // destmax * 2^e and its neighbours: where round-up and the floor rule change their answer.
+        const double v = std::ldexp(destmax, e);
+        if (v >= std::ldexp(1.0, -149) && v <= std::numeric_limits<float>::max()) {
+          const float f = static_cast<float>(v);
+          out.Add(F32Bits(f));
+          out.Add(F32Bits(std::nextafter(f, 0.0f)));
+          if (std::isfinite(std::nextafter(f, INFINITY))) out.Add(F32Bits(std::nextafter(f, INFINITY)));
+        }
+      }
+      for (int i = 0, n = opt.level >= 2 ? 4000 : 32; i < n; ++i) {
+        const uint32_t b = static_cast<uint32_t>(rng.Below(0x7F800000u));  // every finite value >= 0
+        out.Add(b);
+      }
+      PlannedFile f;
+      f.path = "ue8m0/" + en + "_" + ScaleRuleName(rule) + ".txt";
+      f.header.op = "ue8m0";
+      f.header.Set("elem", en).Set("rule", ScaleRuleName(rule)).Set("spec", "OCP-MX-1.0");
+      f.header.Set("level", std::to_string(opt.level)).Set("seed", std::to_string(opt.seed));
+      f.inputs = OneField(out.codes(), 8);
+      emit(std::move(f));
+    }
+  }
+}
+
+}  // namespace qmx::golden::detail

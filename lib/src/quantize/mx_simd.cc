@@ -1,0 +1,421 @@
+// mx_simd.cc: Highway kernels for MX block quantization (OCP MX v1.0 section 6.3: block amax -> UE8M0 scale ->
+// elements, two passes per batch of blocks) and dequantization, compiled for every x86 target and chosen at
+// run time; elements round through round/convert_tiers-inl.h. tests/quantize/test_mx.cc checks every target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "quantize/mx_simd.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "hwy/highway.h"
+#include "qmx/scale.h"
+#include "rng/philox_simd-inl.h"
+#include "round/convert_io-inl.h"
+#include "round/convert_params.h"
+#include "round/convert_tiers-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qmx::simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// ------------------------------------------------------------------ MX blocks
+
+// amax bits over a block with lanes masked: keep = lanes whose |x| bits are below `limit` count (limit
+// 0x7F800000 keeps finite lanes, 0x7F800001 also Inf, 0xFFFFFFFF every lane).
+template <DType S>
+HWY_INLINE uint32_t BlockAmaxBits(const Consts& k, const void* in, size_t start, size_t len, uint32_t limit) {
+  const DU du;
+  const size_t lanes = hn::Lanes(du);
+  const VU lim = hn::Set(du, limit);
+  VU vmax = hn::Zero(du);
+  size_t j = 0;
+  for (; j + lanes <= len; j += lanes) {
+    const VU a = AbsBits(k, LoadBits<S>(in, start + j));
+    vmax = hn::Max(vmax, hn::IfThenElseZero(hn::Lt(a, lim), a));
+  }
+  if (j < len) {
+    const VU a = AbsBits(k, LoadBitsPartial<S>(in, start + j, len - j));
+    vmax = hn::Max(vmax, hn::IfThenElseZero(hn::Lt(a, lim), a));
+  }
+  return hn::GetLane(hn::MaxOfLanes(du, vmax));
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// Lane i of the result: the maximum of lanes 2i and 2i + 1 of the concatenation (lo, hi).
+HWY_INLINE VU PairMax(VU lo, VU hi) {
+  const DU du;
+  return hn::Max(hn::ConcatEven(du, hi, lo), hn::ConcatOdd(du, hi, lo));
+}
+
+// |x| bits maxima of kCount blocks of two vectors from element `start` (the usual MX block on AVX-512), lane
+// i of the result for block i when kCount = Lanes: a depth-first PairMax tree, so that few vectors are live
+// at once (a breadth-first reduction, as in the general loop below, spills them to the stack).
+template <DType S, size_t kCount>
+HWY_INLINE VU AmaxTree2(const void* in, size_t start) {
+  const DU du;
+  const size_t lanes = hn::Lanes(du);
+  if constexpr (kCount == 1) {
+    const VU abs_mask = hn::Set(du, 0x7FFFFFFFu);
+    return hn::Max(hn::And(LoadBits<S>(in, start), abs_mask), hn::And(LoadBits<S>(in, start + lanes), abs_mask));
+  } else {
+    return PairMax(AmaxTree2<S, kCount / 2>(in, start), AmaxTree2<S, kCount / 2>(in, start + kCount / 2 * 2 * lanes));
+  }
+}
+#endif
+
+// amax bits of Lanes consecutive whole blocks of len elements (a multiple of Lanes) from `start`, lane b for
+// block b: each block's lanes are folded into one vector, then the vectors are halved pairwise (PairMax
+// keeps the lanes' order, so after log2(Lanes) rounds lane b holds block b's maximum).
+template <DType S>
+HWY_INLINE VU AmaxOfBlocks(const void* in, size_t start, size_t len) {
+  const DU du;
+  const VU abs_mask = hn::Set(du, 0x7FFFFFFFu);  // the fused path never flushes inputs
+#if HWY_TARGET == HWY_SCALAR
+  VU m = hn::Zero(du);
+  for (size_t j = 0; j < len; ++j) m = hn::Max(m, hn::And(LoadBits<S>(in, start + j), abs_mask));
+  return m;
+#else
+  constexpr size_t kL = kMaxLanes;
+  const size_t lanes = hn::Lanes(du);
+  if (len == 2 * lanes && lanes == kL) return AmaxTree2<S, kL>(in, start);
+  VU v[kL];
+  for (size_t b = 0; b < kL && b < lanes; ++b) {
+    VU m = hn::And(LoadBits<S>(in, start + b * len), abs_mask);
+    for (size_t j = lanes; j < len; j += lanes) m = hn::Max(m, hn::And(LoadBits<S>(in, start + b * len + j), abs_mask));
+    v[b] = m;
+  }
+  for (size_t w = lanes; w > 1; w /= 2) {
+    for (size_t i = 0; i < w / 2; ++i) v[i] = PairMax(v[2 * i], v[2 * i + 1]);
+  }
+  return v[0];
+#endif
+}
+
+// hd::ScaleByteFromAmaxBits on every lane of amax bits (finite lanes; the others are never used).
+HWY_INLINE VU ScaleBytesOf(const MxKernelArgs& a, VU amax) {
+  const DU du;
+  const DI di;
+  const DF df;
+  const VU one = hn::Set(du, 1u), zero = hn::Zero(du);
+  if (a.rule == 1) {  // round-up: X = fl32(amax / destmax) rounded up to a power of two
+    // Without the division where every lane's quotient is a normal float: amax = (1 + f) 2^(E - 127),
+    // destmax = (1 + g) 2^(D - 127). If f >= g the quotient lies in [1, 2) 2^(E - D), and it rounds above
+    // 2^(E - D) iff f > g (the tie at 1 + 2^-24 goes to even); if f < g it lies in [1/2, 1) 2^(E - D),
+    // above 2^(E - D - 1), and rounds up to at most 2^(E - D). So the byte is E - D + 127 + [f > g]. The
+    // quotient is normal where E >= D - 125 (at least 2^-126) and E >= 1 (amax normal).
+    uint32_t db;
+    std::memcpy(&db, &a.destmax, 4);
+    const uint32_t d_field = db >> 23;
+    if (d_field >= 1 && d_field <= 254) {
+      const uint32_t lo = d_field > 126 ? d_field - 125 : 1;
+      if (hn::AllFalse(du, hn::Lt(amax, hn::Set(du, lo << 23)))) {
+        const VU base = hn::Add(hn::ShiftRight<23>(amax), hn::Set(du, 127 - d_field));
+        const VU up = hn::IfThenElseZero(hn::Gt(hn::And(amax, hn::Set(du, 0x7FFFFFu)), hn::Set(du, db & 0x7FFFFFu)), one);
+        return hn::Min(hn::Add(base, up), hn::Set(du, 254u));
+      }
+    }
+    const VU qb = hn::BitCast(du, hn::Div(hn::BitCast(df, amax), hn::Set(df, a.destmax)));
+    const VU qe = hn::ShiftRight<23>(qb), qm = hn::And(qb, hn::Set(du, 0x7FFFFFu));
+    const VU byte = hn::Min(hn::Add(qe, hn::IfThenElseZero(hn::Ne(qm, zero), one)), hn::Set(du, 254u));
+    return hn::IfThenElse(hn::Eq(qe, zero), hn::IfThenElseZero(hn::Gt(qm, hn::Set(du, 0x400000u)), one), byte);
+  }
+  const VI e_field = hn::BitCast(di, hn::ShiftRight<23>(amax));
+  const VI c127 = hn::Set(di, 127);
+  VI lg;
+  if (a.rule == 2) {  // ceil
+    lg = hn::Add(hn::Sub(e_field, c127), hn::BitCast(di, hn::IfThenElseZero(hn::Ne(hn::And(amax, hn::Set(du, 0x7FFFFFu)), zero), one)));
+  } else if (a.rule == 3) {  // even
+    const VU r = hn::And(hn::Add(amax, hn::Set(du, 1u << (22 - a.elem_man))), hn::Set(du, 0xFF800000u));
+    lg = hn::Sub(hn::BitCast(di, hn::ShiftRight<23>(r)), c127);
+  } else {  // floor; an FP32-subnormal amax's leading bit from float(amax), exact below 2^23
+    const VI high = hn::Sub(hn::BitCast(di, hn::ShiftRight<23>(hn::BitCast(du, hn::ConvertTo(df, hn::BitCast(di, amax))))), c127);
+    lg = hn::IfThenElse(hn::Eq(e_field, hn::Zero(di)), hn::Sub(high, hn::Set(di, 149)), hn::Sub(e_field, c127));
+  }
+  const VI kk = hn::Min(hn::Max(hn::Sub(lg, hn::Set(di, a.emax)), hn::Set(di, -127)), c127);
+  return hn::IfThenZeroElse(hn::Eq(amax, zero), hn::BitCast(du, hn::Add(kk, c127)));
+}
+
+// hd::ScaleMultiplier of every lane's scale byte (< 255) as FP32 bits: 2^(127 - byte), or Transformer
+// Engine's exp2f_rcp (scaling 2).
+HWY_INLINE VU ScaleMultipliersOf(int scaling, VU byte) {
+  const DU du;
+  const VU c254 = hn::Set(du, 254u);
+  const VU pow2 = hn::ShiftLeft<23>(hn::Sub(c254, byte));
+  if (scaling == 2) return hn::IfThenElse(hn::Eq(byte, hn::Zero(du)), hn::Set(du, 0x3F800000u), pow2);
+  return hn::IfThenElse(hn::Eq(byte, c254), hn::Set(du, 0x00400000u), pow2);
+}
+
+// The element multiplier of the FP32 element-scaling modes for scale byte s (< 255): host_device.h.
+inline float ScaleInverse(int scaling, uint32_t s) { return hd::ScaleMultiplier(static_cast<uint8_t>(s), scaling == 2); }
+
+// The fused path over `count` consecutive MX blocks from block b, block i's elements multiplied by mults[i]
+// (see MxLoop); SR takes its words from rw.
+template <Rounding R, DType S, bool kCommon>
+HWY_NOINLINE void FusedBlocks(const FusedK& fk, const void* in, size_t block, size_t n, size_t b, size_t count,
+                              const float* mults, uint8_t* codes, RandomWords* rw, size_t ahead) {
+  const FusedK f = fk;
+  const DU du;
+  const DF df;
+  const size_t lanes = hn::Lanes(du);
+  const VU none = hn::Zero(du);
+  const size_t vpb = block / lanes;  // vectors per block
+  if (rw == nullptr && block % lanes == 0 && (vpb & (vpb - 1)) == 0 && (b + count) * block <= n) {
+    // Whole blocks of a power-of-two number of vectors: four vectors at a time, across blocks.
+    const int shift = __builtin_ctzll(vpb);
+    const size_t nv = count * vpb;
+    const uint8_t* src = static_cast<const uint8_t*>(in) + b * block * SrcSize<S>();
+    uint8_t* dst = codes + b * block;
+    size_t v = 0;
+    const auto code = [&](size_t vi) {
+      const VU x = LoadBits<S>(src, vi * lanes);
+      return FusedVec<R, kCommon>(f, hn::BitCast(du, hn::Mul(hn::BitCast(df, x), hn::Set(df, mults[vi >> shift]))), none);
+    };
+    for (; v + 4 <= nv; v += 4) {
+      PrefetchAhead<S>(src, v * lanes, 4 * lanes, ahead);
+      StoreCodes4(code(v), code(v + 1), code(v + 2), code(v + 3), dst + v * lanes);
+    }
+    for (; v < nv; ++v) StoreCodes(code(v), dst + v * lanes);
+    return;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const size_t start = (b + i) * block;
+    const size_t len = start + block <= n ? block : n - start;
+    const auto vm = hn::Set(df, mults[i]);
+    const auto scaled = [&](VU x) { return hn::BitCast(du, hn::Mul(hn::BitCast(df, x), vm)); };
+    size_t j = 0;
+    for (; j + lanes <= len; j += lanes) {
+      PrefetchAhead<S>(in, start + j, lanes, ahead);
+      const VU rb = rw != nullptr ? rw->Take(start + j, lanes) : none;
+      StoreCodes(FusedVec<R, kCommon>(f, scaled(LoadBits<S>(in, start + j)), rb), codes + start + j);
+    }
+    if (j < len) {
+      const size_t c = len - j;
+      const VU rb = rw != nullptr ? rw->Take(start + j, c) : none;
+      StoreCodesPartial(FusedVec<R, kCommon>(f, scaled(LoadBitsPartial<S>(in, start + j, c)), rb), codes + start + j, c);
+    }
+  }
+}
+
+template <Rounding R, DType S>
+void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uint8_t* scales, uint64_t seed,
+            uint64_t first_index, const uint32_t* rbits) {
+  const DU du;
+  const DI di;
+  const DF df;
+  const size_t lanes = hn::Lanes(du);
+  const Consts k(*a.p);
+  constexpr bool kSr = R == Rounding::kSrA || R == Rounding::kSrB || R == Rounding::kSrC;
+  constexpr bool kFusable = R == Rounding::kRne || R == Rounding::kSrA;
+  RandomWords rw(seed, first_index, rbits, kSr);
+  const VU none = hn::Zero(du);
+  const size_t block = static_cast<size_t>(a.block);
+  const size_t nblocks = (n + block - 1) / block;
+  const bool exact = a.scaling == 0;
+  int lite_scale = -1;
+  VI eoff = hn::Zero(di);
+  Lite lite = MakeLite(k, 0);
+  auto vmul = hn::Set(df, 1.0f);
+
+  // One block through the general tiers: the NaN policies, and formats or modes the fused path does not take.
+  const auto general_block = [&](size_t b, size_t start, size_t len, uint32_t amax) {
+    // 2. Scale byte; a block holding NaN or Inf follows the NaN policy.
+    int scale = -1;
+    uint32_t fill = 0;
+    if (amax >= 0x7F800000u) {
+      switch (static_cast<NanPolicy>(a.policy)) {
+        case NanPolicy::kBlockNan: scale = 0xFF, fill = a.elem_nan; break;
+        case NanPolicy::kScaleNan: scale = 0xFF, fill = a.p->nan_code[0]; break;
+        case NanPolicy::kTe:
+          if (amax > 0x7F800000u) scale = 0xFF, fill = a.p->nan_code[0];
+          else scale = 0xFE;
+          break;
+        case NanPolicy::kIgnoreNan: {
+          const uint32_t m = BlockAmaxBits<S>(k, in, start, len, 0x7F800001u);
+          scale = m == 0x7F800000u ? 0xFE : ScaleByteFromAmaxBits(m, a.rule, a.destmax, a.emax, a.elem_man);
+          break;
+        }
+        case NanPolicy::kIgnore:
+          scale = ScaleByteFromAmaxBits(BlockAmaxBits<S>(k, in, start, len, 0x7F800000u), a.rule, a.destmax, a.emax,
+                                        a.elem_man);
+          break;
+      }
+      if (scale == 0xFF) {
+        scales[b] = 0xFF;
+        std::memset(codes + start, static_cast<int>(fill), len);
+        if constexpr (kSr) {  // keep the random stream aligned with element indices
+          for (size_t jj = 0; jj < len; jj += lanes) (void)rw.Take(start + jj, len - jj < lanes ? len - jj : lanes);
+        }
+        return;
+      }
+    } else {
+      scale = ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax, a.elem_man);
+    }
+    scales[b] = static_cast<uint8_t>(scale);
+    if (scale != lite_scale) {  // neighbouring blocks often share a scale
+      lite_scale = scale;
+      if (exact) {
+        eoff = hn::Set(di, 127 - static_cast<int32_t>(scale));
+        lite = MakeLite(k, 127 - static_cast<int32_t>(scale));
+      } else {
+        vmul = hn::Set(df, ScaleInverse(a.scaling, static_cast<uint32_t>(scale)));
+      }
+    }
+    // 3. Elements: V_i / X exactly by moving the exponent, or fl32(x * multiplier) for the FP32 modes.
+    const auto load = [&](size_t at, size_t count) {
+      const VU x = count == lanes ? LoadBits<S>(in, at) : LoadBitsPartial<S>(in, at, count);
+      return exact ? x : hn::BitCast(du, hn::Mul(hn::BitCast(df, x), vmul));
+    };
+    for (size_t j = 0; j < len; j += lanes) {
+      const size_t c = len - j < lanes ? len - j : lanes;
+      const VU rb = kSr ? rw.Take(start + j, c) : none;
+      const VU code = ConvertAny<R>(k, lite, load(start + j, c), eoff, rb);
+      if (c == lanes) StoreCodes(code, codes + start + j);
+      else StoreCodesPartial(code, codes + start + j, c);
+    }
+  };
+
+  // Blocks go in batches of two passes, so that no element waits on its block's scale: pass 1 takes every
+  // block's amax (|x| bits: integer order is value order, NaN and Inf compare highest) and, for a finite
+  // block, its scale byte and element multiplier; pass 2 converts. The fused path multiplies a block's
+  // elements by 2^(127 - scale), exact wherever the product is an FP32 normal (Consts::InitFused covers
+  // the rest), or by the FP32 multiplier of the element-scaling modes, then rounds them in one
+  // branch-free pass. Multiplier 0 sends a block to the general tiers.
+  const bool common = k.fused && k.f.sat && k.f.neg_zero;
+  constexpr size_t kBatch = 64;
+  static_assert(kBatch % kMaxLanes == 0 && kBatch <= 64, "whole vectors of block maxima; one bit per block");
+  // Pass 2 prefetches the next batch's source: pass 1 then finds it in cache, and the memory system
+  // stays busy while pass 2 works from L1.
+  const size_t ahead = kBatch * block * SrcSize<S>();
+  alignas(64) uint32_t amaxes[kBatch];
+  alignas(64) float mults[kBatch];
+  for (size_t b0 = 0; b0 < nblocks; b0 += kBatch) {
+    const size_t nb = std::min(kBatch, nblocks - b0);
+    uint64_t general = 0;  // bit i: block b0 + i goes through the general tiers
+    size_t done = 0;       // blocks done a vector of Lanes blocks at a time
+    if (kFusable && k.fused && block % lanes == 0) {
+      const VU inf_bits = hn::Set(du, 0x7F800000u);
+      for (; done + lanes <= nb && (b0 + done + lanes) * block <= n; done += lanes) {
+        const VU amax = AmaxOfBlocks<S>(in, (b0 + done) * block, block);
+        const VU byte = ScaleBytesOf(a, amax);
+        const VU mult = ScaleMultipliersOf(a.scaling, byte);
+        const auto prod = hn::BitCast(du, hn::Mul(hn::BitCast(df, amax), hn::BitCast(df, mult)));
+        const auto ok = hn::And(hn::Lt(amax, inf_bits), hn::Lt(prod, inf_bits));
+        hn::StoreU(amax, du, amaxes + done);
+        hn::StoreU(hn::BitCast(df, hn::IfThenElseZero(ok, mult)), df, mults + done);
+        uint8_t mask_bits[8] = {};
+        hn::StoreMaskBits(du, hn::Not(ok), mask_bits);
+        uint64_t m;
+        std::memcpy(&m, mask_bits, 8);
+        general |= m << done;
+        StoreCodes(byte, scales + b0 + done);  // a NaN/Inf block's byte is rewritten by general_block
+      }
+    }
+    for (size_t i = done; i < nb; ++i) {
+      const size_t start = (b0 + i) * block;
+      const size_t len = start + block <= n ? block : n - start;
+      const uint32_t amax = BlockAmaxBits<S>(k, in, start, len, 0xFFFFFFFFu);
+      amaxes[i] = amax;
+      mults[i] = 0.0f;
+      if (kFusable && k.fused && amax < 0x7F800000u) {
+        const int scale = ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax, a.elem_man);
+        const float mult = ScaleInverse(a.scaling, static_cast<uint32_t>(scale));  // exact: 2^(127 - scale)
+        float amax_f;
+        std::memcpy(&amax_f, &amax, 4);
+        scales[b0 + i] = static_cast<uint8_t>(scale);
+        if (amax_f * mult <= std::numeric_limits<float>::max()) mults[i] = mult;
+      }
+      if (mults[i] == 0.0f) general |= uint64_t{1} << i;
+    }
+    for (size_t i = 0; i < nb;) {
+      if ((general >> i) & 1) {
+        const size_t b = b0 + i, start = b * block;
+        general_block(b, start, start + block <= n ? block : n - start, amaxes[i]);
+        ++i;
+        continue;
+      }
+      const uint64_t rest = general >> i;  // the next general block ends this fused run
+      const size_t e = rest == 0 ? nb : std::min(nb, i + static_cast<size_t>(__builtin_ctzll(rest)));
+      if constexpr (kFusable) {
+        if (common) FusedBlocks<R, S, true>(k.f, in, block, n, b0 + i, e - i, mults + i, codes, kSr ? &rw : nullptr, ahead);
+        else FusedBlocks<R, S, false>(k.f, in, block, n, b0 + i, e - i, mults + i, codes, kSr ? &rw : nullptr, ahead);
+      }
+      i = e;
+    }
+  }
+}
+
+template <Rounding R>
+void MxBySource(const MxKernelArgs& a, DType src, const void* in, size_t n, uint8_t* codes, uint8_t* scales,
+                uint64_t seed, uint64_t first_index, const uint32_t* rbits) {
+  switch (src) {
+    case DType::kBF16: return MxLoop<R, DType::kBF16>(a, in, n, codes, scales, seed, first_index, rbits);
+    case DType::kF16: return MxLoop<R, DType::kF16>(a, in, n, codes, scales, seed, first_index, rbits);
+    default: return MxLoop<R, DType::kF32>(a, in, n, codes, scales, seed, first_index, rbits);
+  }
+}
+
+void QuantizeMxBlocksT(const MxKernelArgs& a, DType src, const void* in, size_t n, uint8_t* codes, uint8_t* scales,
+                       uint64_t seed, uint64_t first_index, const uint32_t* rbits) {
+  switch (a.p->rounding) {
+    case Rounding::kRne: return MxBySource<Rounding::kRne>(a, src, in, n, codes, scales, seed, first_index, rbits);
+    case Rounding::kRna: return MxBySource<Rounding::kRna>(a, src, in, n, codes, scales, seed, first_index, rbits);
+    case Rounding::kRz: return MxBySource<Rounding::kRz>(a, src, in, n, codes, scales, seed, first_index, rbits);
+    case Rounding::kRu: return MxBySource<Rounding::kRu>(a, src, in, n, codes, scales, seed, first_index, rbits);
+    case Rounding::kRd: return MxBySource<Rounding::kRd>(a, src, in, n, codes, scales, seed, first_index, rbits);
+    case Rounding::kRo: return MxBySource<Rounding::kRo>(a, src, in, n, codes, scales, seed, first_index, rbits);
+    case Rounding::kSrA: return MxBySource<Rounding::kSrA>(a, src, in, n, codes, scales, seed, first_index, rbits);
+    case Rounding::kSrB: return MxBySource<Rounding::kSrB>(a, src, in, n, codes, scales, seed, first_index, rbits);
+    case Rounding::kSrC: return MxBySource<Rounding::kSrC>(a, src, in, n, codes, scales, seed, first_index, rbits);
+  }
+}
+
+void DequantizeMxBlocksT(const float* table, int block_len, const uint8_t* codes, const uint8_t* scales, size_t n,
+                         float* out) {
+  const DF df;
+  const DI di;
+  const hn::Rebind<uint8_t, DI> d8;
+  const size_t lanes = hn::Lanes(df);
+  const size_t block = static_cast<size_t>(block_len);
+  for (size_t b = 0, start = 0; start < n; ++b, start += block) {
+    const size_t len = start + block <= n ? block : n - start;
+    const uint8_t s = scales[b];
+    const uint32_t fbits = s == 0xFF ? 0x7FC00000u : (s == 0 ? 0x00400000u : static_cast<uint32_t>(s) << 23);
+    float f;
+    std::memcpy(&f, &fbits, 4);
+    const auto vf = hn::Set(df, f);
+    size_t j = 0;
+    for (; j + lanes <= len; j += lanes) {
+      const auto v = hn::GatherIndex(df, table, hn::PromoteTo(di, hn::LoadU(d8, codes + start + j)));
+      hn::StoreU(hn::Mul(v, vf), df, out + start + j);
+    }
+    for (; j < len; ++j) out[start + j] = table[codes[start + j]] * f;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace qmx::simd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "fp_env.h"
+
+namespace qmx::simd {
+HWY_EXPORT(QuantizeMxBlocksT);
+HWY_EXPORT(DequantizeMxBlocksT);
+
+void QuantizeMxBlocks(const MxKernelArgs& a, DType src, const void* in, size_t n, uint8_t* codes, uint8_t* scales,
+                      uint64_t seed, uint64_t first_index, const uint32_t* rbits) {
+  const detail::ScopedDefaultFpEnv fp_env;
+  HWY_DYNAMIC_DISPATCH(QuantizeMxBlocksT)(a, src, in, n, codes, scales, seed, first_index, rbits);
+}
+void DequantizeMxBlocks(const float* table, int block, const uint8_t* codes, const uint8_t* scales, size_t n,
+                        float* out) {
+  const detail::ScopedDefaultFpEnv fp_env;
+  HWY_DYNAMIC_DISPATCH(DequantizeMxBlocksT)(table, block, codes, scales, n, out);
+}
+}  // namespace qmx::simd
+#endif  // HWY_ONCE

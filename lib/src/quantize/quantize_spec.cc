@@ -1,0 +1,213 @@
+// quantize_spec.cc: the quantize layer's recipe names and profiles (qmx/quantize.h), spec validation and
+// block geometry: what a QuantSpec means before any tensor is quantized.
+#include "qmx/quantize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "qmx/error.h"
+#include "qmx/mx.h"
+#include "qmx/round.h"
+
+namespace qmx {
+
+// ------------------------------------------------------------------ names
+
+const char* AxisName(Axis a) { return a == Axis::kRow ? "row" : "col"; }
+
+Axis ParseAxis(const std::string& s) {
+  if (s == "row" || s == "rowwise" || s == "row-wise") return Axis::kRow;
+  if (s == "col" || s == "colwise" || s == "column-wise" || s == "column") return Axis::kCol;
+  throw Error("--axis must be row or col, not '" + s + "'");
+}
+
+namespace {
+
+struct Recipe {
+  const char* name;
+  const Format* elem;
+  ScaleRule rule;
+  int br, bc;
+  bool delayed;
+};
+const Recipe kRecipes[] = {
+    {"mxfp8", &fmt::kE4M3, ScaleRule::kRoundUp, 1, 32, false},
+    {"mxfp8-ocp", &fmt::kE4M3, ScaleRule::kOcpFloor, 1, 32, false},
+    {"mxfp8_e5m2", &fmt::kE5M2, ScaleRule::kRoundUp, 1, 32, false},
+    {"mxfp6_e2m3", &fmt::kE2M3, ScaleRule::kRoundUp, 1, 32, false},
+    {"mxfp6_e3m2", &fmt::kE3M2, ScaleRule::kRoundUp, 1, 32, false},
+    {"mxfp4", &fmt::kE2M1, ScaleRule::kRoundUp, 1, 32, false},
+    {"mxfp4-ocp", &fmt::kE2M1, ScaleRule::kOcpFloor, 1, 32, false},
+    {"mxint8", &fmt::kInt8, ScaleRule::kOcpFloor, 1, 32, false},
+    {"nvfp4", &fmt::kE2M1, ScaleRule::kNvfp4, 1, 16, false},
+    {"nvfp4-2d", &fmt::kE2M1, ScaleRule::kNvfp4, 16, 16, false},
+    {"fp8-tensor-current", &fmt::kE4M3, ScaleRule::kFp32, 0, 0, false},
+    {"fp8-delayed", &fmt::kE4M3, ScaleRule::kFp32, 0, 0, true},
+    {"fp8-rowwise", &fmt::kE4M3, ScaleRule::kFp32, 1, 0, false},
+    {"fp8-block1x128", &fmt::kE4M3, ScaleRule::kFp32, 1, 128, false},
+    {"fp8-block128x128", &fmt::kE4M3, ScaleRule::kFp32, 128, 128, false},
+};
+
+struct Profile {
+  const char* name;
+  ScaleRule rule;
+  NanPolicy nan;
+  ElementScaling scaling;
+  Rounding rounding;
+};
+const Profile kProfiles[] = {
+    {"ocp", ScaleRule::kOcpFloor, NanPolicy::kBlockNan, ElementScaling::kExact, Rounding::kRne},
+    {"microxcaling", ScaleRule::kOcpFloor, NanPolicy::kBlockNan, ElementScaling::kFp32, Rounding::kRna},
+    {"torchao-floor", ScaleRule::kOcpFloor, NanPolicy::kScaleNan, ElementScaling::kFp32, Rounding::kRne},
+    {"torchao-rceil", ScaleRule::kRoundUp, NanPolicy::kScaleNan, ElementScaling::kFp32, Rounding::kRne},
+    {"transformer-engine", ScaleRule::kRoundUp, NanPolicy::kIgnoreNan, ElementScaling::kTeRcp, Rounding::kRne},
+    {"cuda-host", ScaleRule::kRoundUp, NanPolicy::kTe, ElementScaling::kFp32, Rounding::kRne},
+};
+
+std::string JoinNames(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& n : v) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> QuantSpecNames() {
+  std::vector<std::string> v;
+  for (const auto& r : kRecipes) v.push_back(r.name);
+  return v;
+}
+
+QuantSpec QuantSpecByName(const std::string& name) {
+  for (const auto& r : kRecipes) {
+    if (name != r.name) continue;
+    QuantSpec s;
+    s.name = r.name;
+    s.elem = *r.elem;
+    s.rule = r.rule;
+    s.block_rows = r.br;
+    s.block_cols = r.bc;
+    s.delayed = r.delayed;
+    return s;
+  }
+  throw Error("unknown quantization spec '" + name + "' (" + JoinNames(QuantSpecNames()) + ")");
+}
+
+std::vector<std::string> ProfileNames() {
+  std::vector<std::string> v;
+  for (const auto& p : kProfiles) v.push_back(p.name);
+  return v;
+}
+
+void ApplyProfile(QuantSpec& spec, const std::string& profile) {
+  for (const auto& p : kProfiles) {
+    if (profile != p.name) continue;
+    if (!IsPow2Rule(spec.rule)) {
+      if (profile == "transformer-engine") {  // TE's NVFP4 and FP32 orders are the defaults of those rules
+        spec.nan = NanPolicy::kIgnoreNan;
+        spec.cast.rounding = Rounding::kRne;
+        return;
+      }
+      throw Error("profile '" + profile + "' describes MX (UE8M0) block scaling; spec '" + spec.name + "' uses " +
+                  ScaleFormatName(ScaleFormatOf(spec.rule)) + " scales");
+    }
+    spec.rule = p.rule;
+    spec.nan = p.nan;
+    spec.scaling = p.scaling;
+    spec.cast.rounding = p.rounding;
+    spec.cast.saturation = Saturation::kSatFinite;
+    return;
+  }
+  throw Error("unknown profile '" + profile + "' (" + JoinNames(ProfileNames()) + ")");
+}
+
+std::string DescribeBlock(const QuantSpec& spec) {
+  if (spec.block_rows == 0 && spec.block_cols == 0) return "per-tensor";
+  if (spec.block_rows == 1 && spec.block_cols == 0) return spec.axis == Axis::kRow ? "per-row" : "per-col";
+  const auto d = [](int v) { return v == 0 ? std::string("all") : std::to_string(v); };
+  return d(spec.block_rows) + "x" + d(spec.block_cols);
+}
+
+void SetBlockShape(QuantSpec& spec, const std::string& s) {
+  const std::string form = "a block must look like 1x32, 16x16, 1xall, per-row or per-tensor, not '" + s + "'";
+  if (s == "per-tensor") { spec.block_rows = spec.block_cols = 0; return; }
+  if (s == "per-row") { spec.block_rows = 1; spec.block_cols = 0; return; }
+  const size_t x = s.find('x');
+  if (x == std::string::npos) throw Error(form);
+  const auto num = [&](const std::string& t) {
+    if (t == "all") return 0;
+    if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos) throw Error(form);
+    return std::stoi(t);
+  };
+  spec.block_rows = num(s.substr(0, x));
+  spec.block_cols = num(s.substr(x + 1));
+}
+
+std::string DescribeSpec(const QuantSpec& spec) {
+  std::string s = spec.name + ": " + spec.elem.name + ", " + DescribeBlock(spec) + " blocks, " + AxisName(spec.axis) +
+                  "-wise, " + ScaleFormatName(ScaleFormatOf(spec.rule)) + " scales (" + ScaleRuleName(spec.rule) +
+                  (spec.delayed ? ", delayed" : "") + "), " + RoundingName(spec.cast.rounding) + "/" +
+                  SaturationName(spec.cast.saturation) + ", NaN policy " + NanPolicyName(spec.nan);
+  if (IsPow2Rule(spec.rule)) s += std::string(", element scaling ") + ElementScalingName(spec.scaling);
+  if (spec.margin != 0) s += ", margin " + std::to_string(spec.margin);
+  return s;
+}
+
+void ValidateQuantSpec(const QuantSpec& spec) {
+  if (!IsFastFormat(spec.elem) || spec.elem.encoding == Encoding::kExponentOnly)
+    throw Error(std::string("'") + spec.elem.name + "' cannot be a quantized element format (it needs 8 bits or fewer and a zero)");
+  if (spec.block_rows < 0 || spec.block_rows > 65536 || spec.block_cols < 0 || spec.block_cols > 65536)
+    throw Error("block extents must be 0 (whole dimension) or 1..65536, not " + std::to_string(spec.block_rows) + "x" +
+                std::to_string(spec.block_cols));
+  const ScaleFormat sf = ScaleFormatOf(spec.rule);
+  if (sf == ScaleFormat::kE4m3 && spec.elem.Bits() != 4)
+    throw Error(std::string("the ") + ScaleRuleName(spec.rule) + " rule (E4M3 block scales under an FP32 tensor scale) is NVFP4's: " +
+                "its elements are e2m1, not " + spec.elem.name);
+  if (sf == ScaleFormat::kUe8m0) {
+    if (spec.rule == ScaleRule::kMaxFinite && spec.nan != NanPolicy::kIgnore)
+      throw Error("the max-finite rule ignores non-finite elements: it needs the NaN policy 'ignore', not '" +
+                  std::string(NanPolicyName(spec.nan)) + "'");
+    if (static_cast<size_t>(spec.block_rows == 0 ? 1 : spec.block_rows) * static_cast<size_t>(spec.block_cols == 0 ? 1 : spec.block_cols) > 0 &&
+        spec.scaling != ElementScaling::kExact && spec.cast.subnormals == Subnormals::kFlush)
+      throw Error("flushing subnormals needs exact element scaling");
+  } else {
+    if (spec.nan == NanPolicy::kScaleNan || spec.nan == NanPolicy::kTe)
+      throw Error(std::string("NaN policy '") + NanPolicyName(spec.nan) + "' sets UE8M0 scale bytes; " + ScaleFormatName(sf) +
+                  " scales take block-nan, ignore-nan or ignore");
+    if (spec.cast.subnormals == Subnormals::kFlush)
+      throw Error(std::string(ScaleFormatName(sf)) + " scales multiply in FP32 before rounding; subnormal flushing is only offered with UE8M0 scales");
+    if (spec.scaling != ElementScaling::kExact)
+      throw Error("element scaling modes apply to UE8M0 scales; FP32 and NVFP4 scales always multiply in FP32");
+  }
+  if (spec.delayed && (sf != ScaleFormat::kFp32 || spec.block_rows != 0 || spec.block_cols != 0))
+    throw Error("delayed scaling is per-tensor with an FP32 scale rule");
+  if (spec.margin < -64 || spec.margin > 64) throw Error("margin must be -64..64, not " + std::to_string(spec.margin));
+  ValidateCastOptions(spec.elem, spec.cast);
+}
+
+BlockExtent ResolveBlock(const QuantSpec& spec, size_t rows, size_t cols) {
+  size_t br = static_cast<size_t>(spec.block_rows), bc = static_cast<size_t>(spec.block_cols);
+  if (spec.axis == Axis::kCol) std::swap(br, bc);
+  if (br == 0) br = std::max<size_t>(rows, 1);
+  if (bc == 0) bc = std::max<size_t>(cols, 1);
+  return {br, bc};
+}
+
+float QuantizedTensor::ScaleAt(size_t sr, size_t sc) const {
+  const size_t i = sr * scale_cols + sc;
+  switch (ScaleFormatOf(spec.rule)) {
+    case ScaleFormat::kUe8m0:
+      return scales[i] == 0xFF ? std::nanf("") : std::ldexp(1.0f, static_cast<int>(scales[i]) - 127);
+    case ScaleFormat::kE4m3:
+      return static_cast<float>(DecodeToDouble(fmt::kE4M3, scales[i]));
+    case ScaleFormat::kFp32: {
+      float f;
+      std::memcpy(&f, &scales[i * 4], 4);
+      return f;
+    }
+  }
+  return 0;
+}
+
+}  // namespace qmx

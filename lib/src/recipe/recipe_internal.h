@@ -1,0 +1,27 @@
+// recipe_internal.h (internal): the helpers the recipe files share: the seed mixer that gives each (seed,
+// step, use) its own stream, the transposition of row-major tensors, and an operand's printed name.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qmx/recipe.h"
+
+namespace qmx::internal {
+
+inline uint64_t Mix(uint64_t a, uint64_t b) {  // splitmix64 of a combination: independent streams per (seed, step, use)
+  uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+inline uint64_t Mix(uint64_t a, uint64_t b, uint64_t c, uint64_t d = 0) { return Mix(Mix(Mix(a, b), c), d); }
+
+// src (rows x cols, row-major) transposed: cols x rows.
+std::vector<float> Transpose(const float* src, size_t rows, size_t cols);
+// "X", "W^T", "X_q": the tensor, whether it is the forward's QuEST output, whether it is transposed.
+std::string OperandName(const OperandPlan& p);
+
+}  // namespace qmx::internal

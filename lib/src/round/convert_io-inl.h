@@ -1,0 +1,189 @@
+// convert_io-inl.h: the sources and sinks of the Highway conversion and MX kernels: FP32/BF16/FP16 loads as
+// FP32 bits, code stores, prefetch, and the fused tier's runs over whole vectors (FusedRun, FusedSrRun).
+
+// Per-target include guard: each target's pass through foreach_target.h compiles this file again.
+#if defined(QMX_ROUND_CONVERT_IO_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef QMX_ROUND_CONVERT_IO_INL_H_
+#undef QMX_ROUND_CONVERT_IO_INL_H_
+#else
+#define QMX_ROUND_CONVERT_IO_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstring>
+
+#include "hwy/highway.h"
+#include "rng/philox_simd-inl.h"
+#include "round/convert_tiers-inl.h"
+#include "simd_lanes-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qmx::simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// ------------------------------------------------------------------ sources
+
+// Lanes of src elements starting at p, as FP32 bits (exact widening for bf16 and fp16).
+template <DType S>
+HWY_INLINE VU LoadBits(const void* src, size_t i) {
+  const DU du;
+  if constexpr (S == DType::kF32) {
+    return hn::LoadU(du, static_cast<const uint32_t*>(src) + i);
+  } else {
+    const hn::Rebind<uint16_t, DU> d16;
+    const VU w = hn::PromoteTo(du, hn::LoadU(d16, static_cast<const uint16_t*>(src) + i));
+    if constexpr (S == DType::kBF16) {
+      return hn::ShiftLeft<16>(w);
+    } else {
+      const DI di;
+      const DF df;
+      const VU sign = hn::ShiftLeft<16>(hn::And(w, hn::Set(du, 0x8000u)));
+      const VU e = hn::And(hn::ShiftRight<10>(w), hn::Set(du, 31u));
+      const VU m = hn::And(w, hn::Set(du, 0x3FFu));
+      const VU normal = hn::Or(hn::ShiftLeft<23>(hn::Add(e, hn::Set(du, 112u))), hn::ShiftLeft<13>(m));
+      const VU special = hn::Or(hn::Set(du, 0x7F800000u), hn::ShiftLeft<13>(m));
+      // Subnormal fp16: m * 2^-24, exact in FP32 (and normal there).
+      const VU sub = hn::BitCast(du, hn::Mul(hn::ConvertTo(df, hn::BitCast(di, m)), hn::Set(df, 5.9604644775390625e-8f)));
+      VU r = hn::IfThenElse(hn::Eq(e, hn::Zero(du)), sub, normal);
+      r = hn::IfThenElse(hn::Eq(e, hn::Set(du, 31u)), special, r);
+      return hn::Or(sign, r);
+    }
+  }
+}
+
+template <DType S>
+constexpr size_t SrcSize() {
+  return S == DType::kF32 ? 4 : 2;
+}
+
+// Loads `count` (< Lanes) elements padded with +0.
+template <DType S>
+HWY_INLINE VU LoadBitsPartial(const void* src, size_t i, size_t count) {
+  alignas(64) uint8_t buf[kMaxLanes * 4] = {};
+  std::memcpy(buf, static_cast<const uint8_t*>(src) + i * SrcSize<S>(), count * SrcSize<S>());
+  return LoadBits<S>(buf, 0);
+}
+
+HWY_INLINE void StoreCodes(VU code, uint8_t* out) {
+  const DU du;
+  const hn::Rebind<uint8_t, DU> d8;
+  hn::StoreU(hn::U8FromU32(code), d8, out);
+  (void)du;
+}
+
+HWY_INLINE void StoreCodesPartial(VU code, uint8_t* out, size_t count) {
+  alignas(64) uint8_t buf[kMaxLanes];
+  StoreCodes(code, buf);
+  std::memcpy(out, buf, count);
+}
+
+// Four vectors of codes (each lane < 256) as 4 * Lanes bytes in order. On AVX-512 and AVX2 two packs with
+// unsigned saturation leave, in each 128-bit block j, the four vectors' lanes 4j..4j+3; one dword permute
+// puts the blocks in order: 4 shuffles and one store where StoreCodes takes 8 and four.
+HWY_INLINE void StoreCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* out) {
+#if QMX_AVX512
+  const __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(c0.raw, c1.raw), _mm512_packus_epi32(c2.raw, c3.raw));
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_storeu_si512(out, _mm512_permutexvar_epi32(idx, b));
+#elif HWY_TARGET == HWY_AVX2
+  const __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(c0.raw, c1.raw), _mm256_packus_epi32(c2.raw, c3.raw));
+  const __m256i idx = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permutevar8x32_epi32(b, idx));
+#else
+  const size_t lanes = hn::Lanes(DU());
+  StoreCodes(c0, out);
+  StoreCodes(c1, out + lanes);
+  StoreCodes(c2, out + 2 * lanes);
+  StoreCodes(c3, out + 3 * lanes);
+#endif
+}
+
+// Software prefetch of the source a fixed distance ahead of a streaming pass: the hardware prefetchers
+// alone leave a single thread that streams from memory well short of its in-cache speed. A prefetch never
+// faults, so reading past the end is harmless. MX quantization prefetches one batch ahead from its second
+// pass (MxLoop).
+constexpr size_t kPrefetchBytes = 4096;
+template <DType S>
+HWY_INLINE void PrefetchAhead(const void* in, size_t i, size_t count, size_t ahead = kPrefetchBytes) {
+  const uint8_t* p = static_cast<const uint8_t*>(in) + i * SrcSize<S>() + ahead;
+  for (size_t o = 0; o < count * SrcSize<S>(); o += 64) __builtin_prefetch(p + o);
+}
+
+// Four vectors of the source from element i into x, and whether every lane is finite (one compare).
+template <DType S>
+HWY_INLINE bool LoadFinite4(const void* in, size_t i, VU (&x)[4]) {
+  const DU du;
+  const size_t lanes = hn::Lanes(du);
+  const VU abs_mask = hn::Set(du, 0x7FFFFFFFu);
+  for (size_t v = 0; v < 4; ++v) x[v] = LoadBits<S>(in, i + v * lanes);
+  const VU m = hn::Max(hn::Max(hn::And(x[0], abs_mask), hn::And(x[1], abs_mask)),
+                       hn::Max(hn::And(x[2], abs_mask), hn::And(x[3], abs_mask)));
+  return hn::AllTrue(du, hn::Lt(m, hn::Set(du, 0x7F800000u)));
+}
+
+// A run of the fused path over the elements of one call (RNE; SR has FusedSrRun): whole groups of four
+// vectors from i while every lane is finite. Returns where it stopped: at the end of the whole groups, or
+// at a group holding NaN or Inf, which the caller converts through the general tiers before calling again.
+template <Rounding R, DType S, bool kCommon>
+HWY_NOINLINE size_t FusedRun(const FusedK& fk, const void* in, size_t i, size_t n, uint8_t* out) {
+  const FusedK f = fk;
+  const DU du;
+  const size_t lanes = hn::Lanes(du);
+  const VU none = hn::Zero(du);
+  for (; i + 4 * lanes <= n; i += 4 * lanes) {
+    PrefetchAhead<S>(in, i, 4 * lanes);
+    VU x[4];
+    if (!LoadFinite4<S>(in, i, x)) return i;
+    StoreCodes4(FusedVec<R, kCommon>(f, x[0], none), FusedVec<R, kCommon>(f, x[1], none), FusedVec<R, kCommon>(f, x[2], none),
+                FusedVec<R, kCommon>(f, x[3], none), out + i);
+  }
+  return i;
+}
+
+
+// SR runs of the fused path: from element i, whose Philox counter starts a word group ((first_index + i)
+// % 4 == 0), whole vectors in chunks of up to 8 vectors whose words are generated once per chunk straight
+// into a local buffer (or read from the explicit bits), in groups of four vectors checked for NaN/Inf
+// with one compare, then single vectors. Returns where it stopped: at the end of the whole vectors, or at
+// a group or vector holding NaN or Inf, whose first vector the caller converts through the general tiers.
+template <Rounding R, DType S, bool kCommon>
+HWY_NOINLINE size_t FusedSrRun(const FusedK& fk, const void* in, size_t i, size_t n, uint8_t* out, uint64_t seed,
+                               uint64_t first_index, const uint32_t* rbits) {
+  const FusedK f = fk;
+  const DU du;
+  const size_t lanes = hn::Lanes(du);
+  const VU abs_mask = hn::Set(du, 0x7FFFFFFFu), inf_bits = hn::Set(du, 0x7F800000u);
+  alignas(64) uint32_t words[8 * kMaxLanes];
+  const PhiloxKeys keys(seed);
+  while (i + lanes <= n) {
+    const size_t vectors = std::min<size_t>(8, (n - i) / lanes);
+    if (vectors == 8) PrefetchAhead<S>(in, i, 8 * lanes);
+    const uint32_t* w = rbits + i;
+    if (rbits == nullptr) {
+      PhiloxWords((first_index + i) >> 2, keys, words);
+      w = words;
+    }
+    size_t v = 0;
+    for (; v + 4 <= vectors; v += 4, i += 4 * lanes) {
+      VU x[4];
+      if (!LoadFinite4<S>(in, i, x)) return i;
+      const uint32_t* wv = w + v * lanes;
+      StoreCodes4(FusedVec<R, kCommon>(f, x[0], hn::LoadU(du, wv)), FusedVec<R, kCommon>(f, x[1], hn::LoadU(du, wv + lanes)),
+                  FusedVec<R, kCommon>(f, x[2], hn::LoadU(du, wv + 2 * lanes)),
+                  FusedVec<R, kCommon>(f, x[3], hn::LoadU(du, wv + 3 * lanes)), out + i);
+    }
+    for (; v < vectors; ++v, i += lanes) {
+      const VU x = LoadBits<S>(in, i);
+      if (!hn::AllTrue(du, hn::Lt(hn::And(x, abs_mask), inf_bits))) return i;
+      StoreCodes(FusedVec<R, kCommon>(f, x, hn::LoadU(du, w + v * lanes)), out + i);
+    }
+  }
+  return i;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace qmx::simd
+HWY_AFTER_NAMESPACE();
+
+#endif  // QMX_ROUND_CONVERT_IO_INL_H_

@@ -1,0 +1,41 @@
+"""Golden vectors (qmx-sim golden): generate the suites into a directory, replay a directory against the
+library, and read a golden file into arrays. golden/README.md documents the file format."""
+from . import _qmx
+
+
+def suites():
+    """Names of the golden suites."""
+    return _qmx.golden_suites()
+
+
+def generate(out_dir, suites=("all",), level=1, seed=1, exhaustive=False, hopper_dir="golden/gemm-hopper"):
+    """Writes out_dir/SUITE/*.txt and out_dir/manifest.json (the same bytes as `qmx-sim golden gen`);
+    returns the manifest entries. hopper_dir="" leaves out the hardware-observed Hopper GEMM files."""
+    return _qmx.golden_generate(str(out_dir), list(suites), level, seed, exhaustive, str(hopper_dir))
+
+
+def verify(directory, backend="cpu-simd", max_errors=20, only=""):
+    """Replays every file of directory/manifest.json on backend "cpu-ref" (the scalar references, flags
+    checked) or "cpu-simd" (the fast paths). Returns one dict per file: path, op, cases, mismatches, ok,
+    first (line, text) mismatches, errors."""
+    return _qmx.golden_verify(str(directory), backend, max_errors, only)
+
+
+def read(path):
+    """A golden file as (header, cases): header is the dict of its "# op=..." line's key=value pairs, cases
+    a list of lists of the hex fields of each case line."""
+    header, cases = {}, []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            if line.startswith("#"):
+                if not header and "op=" in line:
+                    for tok in line[1:].split():
+                        if "=" in tok:
+                            k, v = tok.split("=", 1)
+                            header[k] = v
+                continue
+            cases.append(line.split())
+    return header, cases

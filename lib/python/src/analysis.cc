@@ -1,0 +1,182 @@
+// analysis.cc: what a study measures with, for Python: Hadamard transforms (qmx/transform.h), the error,
+// misalignment and kurtosis statistics (qmx/metrics.h), and golden vectors (qmx/golden.h).
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include "arrays.h"
+#include "bindings.h"
+#include "qmx/error.h"
+#include "qmx/golden.h"
+#include "qmx/metrics.h"
+#include "qmx/transform.h"
+
+namespace qmx::py {
+
+namespace {
+
+pyb::dict ErrorDict(const ErrorStats& e) {
+  pyb::dict d;
+  d["count"] = e.count;
+  d["nonfinite"] = e.nonfinite;
+  d["out_nonfinite"] = e.out_nonfinite;
+  d["mse"] = e.Mse();
+  d["rmse"] = e.Rmse();
+  d["nmse"] = e.Nmse();
+  d["sqnr_db"] = e.SqnrDb();
+  d["max_abs_err"] = e.max_abs_err;
+  d["max_rel_err"] = e.max_rel_err;
+  d["mean_rel_err"] = e.MeanRelErr();
+  d["bias"] = e.Bias();
+  d["cosine"] = e.Cosine();
+  d["sum_sq_err"] = e.sum_sq_err;
+  d["sum_sq_ref"] = e.sum_sq_ref;
+  return d;
+}
+
+void SameShape(const InArray& a, const InArray& b) {
+  if (a.shape != b.shape) throw Error("the two arrays differ in shape");
+}
+
+pyb::array_t<float> Hadamard(const pyb::array& x, const std::string& transform, bool inverse) {
+  const InArray in = F32Input(x, "x");
+  size_t rows = 0, cols = 0;
+  RowsCols(in.shape, rows, cols);
+  const HadamardSpec h = ParseHadamard(transform);
+  ValidateHadamard(h, cols);
+  pyb::array_t<float> out = NewArray<float>(in.shape);
+  float* o = out.mutable_data();
+  {
+    pyb::gil_scoped_release nogil;
+    const auto* src = static_cast<const float*>(in.data);
+    if (inverse) {
+      HadamardInverse(h, src, o, rows, cols);
+    } else {
+      HadamardForward(h, src, o, rows, cols);
+    }
+  }
+  return out;
+}
+
+pyb::dict FileDict(const golden::FileResult& r) {
+  pyb::dict d;
+  d["path"] = r.path;
+  d["op"] = r.op;
+  d["cases"] = r.cases;
+  d["mismatches"] = r.mismatches;
+  d["flags_checked"] = r.flags_checked;
+  d["ok"] = r.ok();
+  pyb::list first;
+  for (const auto& mm : r.first) first.append(pyb::make_tuple(mm.line, mm.text));
+  d["first"] = first;
+  d["errors"] = r.errors;
+  return d;
+}
+
+}  // namespace
+
+void BindAnalysis(pyb::module_& m) {
+  m.def("hadamard", &Hadamard, pyb::arg("x"), pyb::arg("transform") = "hadamard:32", pyb::arg("inverse") = false,
+        "The normalized block Hadamard transform of each row of float32 x along its last dimension:\n"
+        "'hadamard:N' (N = 16..256), or the randomized 'rht:N[:SEED]'; inverse=True undoes it.");
+  m.def("error_stats", [](const pyb::array& ref, const pyb::array& out) {
+    const InArray r = F32Input(ref, "ref"), o = F32Input(out, "out");
+    SameShape(r, o);
+    ErrorStats e;
+    {
+      pyb::gil_scoped_release nogil;
+      e = CompareTensors(static_cast<const float*>(r.data), static_cast<const float*>(o.data), r.count);
+    }
+    return ErrorDict(e);
+  }, pyb::arg("ref"), pyb::arg("out"),
+        "Error of out against ref (float32, same shape) over the elements where both are finite: mse, rmse,\n"
+        "nmse, sqnr_db, max_abs_err, max_rel_err, mean_rel_err, bias, cosine and the counts.");
+  m.def("misalignment", [](const pyb::array& x, const pyb::array& q, size_t group) {
+    const InArray xi = F32Input(x, "x"), qi = F32Input(q, "q");
+    SameShape(xi, qi);
+    size_t rows = 0, cols = 0;
+    RowsCols(xi.shape, rows, cols);
+    MisalignmentStats s;
+    {
+      pyb::gil_scoped_release nogil;
+      s = ProjectionMisalignment(static_cast<const float*>(xi.data), static_cast<const float*>(qi.data), rows, cols,
+                                 group);
+    }
+    pyb::dict d;
+    d["misalignment"] = s.Misalignment();
+    d["stderr"] = s.StdErr();
+    d["mean_inv_s"] = s.MeanInvS();
+    d["groups"] = s.groups;
+    d["skipped"] = s.skipped;
+    return d;
+  }, pyb::arg("x"), pyb::arg("q"), pyb::arg("group") = 32,
+        "Quartet's projection misalignment 1 - E[<x,q>/<x,x>] over groups of `group` elements along rows.");
+  m.def("kurtosis", [](const pyb::array& x, const std::vector<double>& taus) {
+    const InArray xi = F32Input(x, "x");
+    size_t rows = 0, cols = 0;
+    RowsCols(xi.shape, rows, cols);
+    KurtosisStats k;
+    {
+      pyb::gil_scoped_release nogil;
+      k = RowKurtosis(static_cast<const float*>(xi.data), rows, cols, taus);
+    }
+    pyb::dict d;
+    d["rows"] = k.rows;
+    d["skipped_rows"] = k.skipped_rows;
+    d["mean_kurtosis"] = k.mean_kurtosis;
+    d["max_kurtosis"] = k.max_kurtosis;
+    d["taus"] = k.taus;
+    d["outliers"] = k.outliers;
+    return d;
+  }, pyb::arg("x"), pyb::arg("taus") = std::vector<double>{},
+        "Per-row kurtosis mean(x^4)/mean(x^2)^2 (mean and max over rows) and, per tau, the elements with\n"
+        "|x| >= tau * rms(row).");
+
+  m.def("golden_suites", [] {
+    std::vector<std::string> names;
+    for (const auto& s : golden::Suites()) names.push_back(s.name);
+    return names;
+  });
+  m.def("golden_generate", [](const std::string& out, const std::vector<std::string>& suites, int level,
+                              uint64_t seed, bool exhaustive, const std::string& hopper_dir) {
+    golden::GenOptions o;
+    o.suites = suites;
+    o.level = level;
+    o.seed = seed;
+    o.exhaustive = exhaustive;
+    o.hopper_dir = hopper_dir;
+    std::vector<golden::ManifestEntry> entries;
+    {
+      pyb::gil_scoped_release nogil;
+      entries = golden::Generate(o, out);
+    }
+    pyb::list l;
+    for (const auto& e : entries) {
+      pyb::dict d;
+      d["path"] = e.path;
+      d["suite"] = e.suite;
+      d["op"] = e.op;
+      d["cases"] = e.cases;
+      d["sha256"] = e.sha256;
+      l.append(d);
+    }
+    return l;
+  }, pyb::arg("out"), pyb::arg("suites"), pyb::arg("level"), pyb::arg("seed"), pyb::arg("exhaustive"),
+        pyb::arg("hopper_dir"));
+  m.def("golden_verify", [](const std::string& dir, const std::string& backend, uint64_t max_errors,
+                            const std::string& only) {
+    golden::VerifyOptions o;
+    o.backend = golden::ParseBackend(backend);
+    o.max_errors = max_errors;
+    o.only = only;
+    std::vector<golden::FileResult> results;
+    {
+      pyb::gil_scoped_release nogil;
+      results = golden::Verify(dir, o);
+    }
+    pyb::list l;
+    for (const auto& r : results) l.append(FileDict(r));
+    return l;
+  }, pyb::arg("dir"), pyb::arg("backend"), pyb::arg("max_errors"), pyb::arg("only"));
+}
+
+}  // namespace qmx::py

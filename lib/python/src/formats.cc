@@ -1,0 +1,150 @@
+// formats.cc: the format registry and the element conversions (qmx/format.h, qmx/convert.h) for Python.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+#include <optional>
+
+#include "arrays.h"
+#include "bindings.h"
+#include "qmx/cast_options.h"
+#include "qmx/convert.h"
+#include "qmx/error.h"
+#include "qmx/format.h"
+
+namespace qmx::py {
+
+namespace {
+
+const char* EncodingText(Encoding e) {
+  switch (e) {
+    case Encoding::kIeee: return "ieee";
+    case Encoding::kFnNan: return "fn";
+    case Encoding::kFinite: return "finite";
+    case Encoding::kP3109Extended: return "p3109-extended";
+    case Encoding::kP3109Finite: return "p3109-finite";
+    case Encoding::kExponentOnly: return "exponent-only";
+    case Encoding::kInt: return "int";
+  }
+  return "?";
+}
+
+pyb::dict FormatInfo(const std::string& name) {
+  const Format f = ParseFormat(name);
+  const FormatLimits l = Limits(f);
+  pyb::dict d;
+  d["name"] = std::string(f.name);
+  d["bits"] = f.Bits();
+  d["exp_bits"] = f.exp_bits;
+  d["man_bits"] = f.man_bits;
+  d["bias"] = f.bias;
+  d["signed"] = f.is_signed;
+  d["encoding"] = EncodingText(f.encoding);
+  d["has_inf"] = f.HasInf();
+  d["has_nan"] = f.HasNan();
+  d["has_subnormals"] = f.HasSubnormals();
+  d["max"] = l.max_finite;
+  d["min_normal"] = l.min_normal;
+  d["min_subnormal"] = l.min_subnormal;
+  d["emax"] = l.emax;
+  d["emin"] = f.Emin();
+  d["binades"] = l.binades;
+  d["normal_binades"] = l.normal_binades;
+  d["decimal_digits"] = l.decimal_digits;
+  d["max_code"] = f.MaxFiniteCode();
+  if (f.Bits() <= 8) d["finite_codes"] = FiniteCodeCount(f);
+  return d;
+}
+
+CastOptions MakeCast(const std::string& rounding, const std::string& saturation, const std::string& nan_sign,
+                     const std::string& nan_fallback, const std::string& subnormals, int sr_bits) {
+  CastOptions o;
+  o.rounding = ParseRounding(rounding);
+  o.saturation = ParseSaturation(saturation);
+  o.nan_sign = ParseNanSign(nan_sign, "nan_sign");
+  o.nan_fallback = ParseNanFallback(nan_fallback, "nan_fallback");
+  o.subnormals = ParseSubnormals(subnormals, "subnormals");
+  if (sr_bits < 1 || sr_bits > 32) throw Error("sr_bits must be 1..32, not " + std::to_string(sr_bits));
+  o.sr_bits = sr_bits;
+  return o;
+}
+
+pyb::array_t<uint8_t> Convert(const pyb::array& x, const std::string& fmt, const std::string& rounding,
+                              const std::string& saturation, const std::string& nan_sign,
+                              const std::string& nan_fallback, const std::string& subnormals, int sr_bits,
+                              uint64_t seed, uint64_t first_index, const std::optional<pyb::array>& random_bits,
+                              const std::string& src, bool reference) {
+  const InArray in = FloatInput(x, src, "x");
+  const Format f = ParseFormat(fmt);
+  const CastOptions opt = MakeCast(rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits);
+  SrSource sr;
+  sr.seed = seed;
+  sr.first_index = first_index;
+  if (random_bits) {
+    const pyb::array& rb = *random_bits;
+    if (!rb.dtype().is(pyb::dtype::of<uint32_t>()) || !(rb.flags() & pyb::array::c_style))
+      throw pyb::type_error("random_bits must be a C-contiguous uint32 array");
+    if (static_cast<size_t>(rb.size()) != in.count)
+      throw pyb::value_error("random_bits holds " + std::to_string(rb.size()) + " values for " +
+                             std::to_string(in.count) + " elements");
+    sr.bits = static_cast<const uint32_t*>(rb.data());
+  }
+  pyb::array_t<uint8_t> out = NewArray<uint8_t>(in.shape);
+  uint8_t* o = out.mutable_data();
+  {
+    pyb::gil_scoped_release nogil;
+    if (reference) {
+      ConvertToCodesRef(in.dtype, in.data, in.count, f, opt, o, sr, Exec::kParallel);
+    } else {
+      ConvertToCodes(in.dtype, in.data, in.count, f, opt, o, sr, Exec::kParallel);
+    }
+  }
+  return out;
+}
+
+pyb::array_t<float> Decode(const pyb::array& codes, const std::string& fmt) {
+  const InArray in = CodesInput(codes, "codes");
+  const Format f = ParseFormat(fmt);
+  if (f.Bits() > 8) throw Error(std::string("decode reads formats of 8 bits or fewer, not ") + f.name);
+  pyb::array_t<float> out = NewArray<float>(in.shape);
+  float* o = out.mutable_data();
+  {
+    pyb::gil_scoped_release nogil;
+    DecodeToF32(static_cast<const uint8_t*>(in.data), in.count, f, o, Exec::kParallel);
+  }
+  return out;
+}
+
+}  // namespace
+
+void BindFormats(pyb::module_& m) {
+  m.def("formats", [] {
+    std::vector<std::string> names;
+    for (const auto& e : Registry()) names.push_back(e.format.name);
+    return names;
+  }, "Names of the registry's formats (user formats eXmY[:...] and P3109 binaryKpP names are accepted too).");
+  m.def("format_info", &FormatInfo, pyb::arg("name"),
+        "A format's descriptor and limits as a dict: bits, exp_bits, man_bits, bias, signed, encoding, has_inf,\n"
+        "has_nan, max, min_normal, min_subnormal, emax, emin, binades, normal_binades, decimal_digits, max_code\n"
+        "and (8 bits or fewer) finite_codes. Takes registry names, eXmY[:bias=B][:special=...][:unsigned] and\n"
+        "P3109 binaryKpP{s,u}{e,f}.");
+  m.def("format_values", [](const std::string& name) {
+    const Format f = ParseFormat(name);
+    return DecodeTable(f);
+  }, pyb::arg("name"), "The value of every code, in code order (formats of 8 bits or fewer), as float64.");
+  m.def("convert", &Convert, pyb::arg("x"), pyb::arg("fmt"), pyb::arg("rounding") = "rne",
+        pyb::arg("saturation") = "satfinite", pyb::arg("nan_sign") = "keep", pyb::arg("nan_fallback") = "max",
+        pyb::arg("subnormals") = "keep", pyb::arg("sr_bits") = 8, pyb::arg("seed") = 0, pyb::arg("first_index") = 0,
+        pyb::arg("random_bits") = std::nullopt, pyb::arg("src") = "", pyb::arg("reference") = false,
+        "Element codes (uint8, x's shape) of x in format fmt. x is read in place: float32, float16, or\n"
+        "bfloat16 (ml_dtypes.bfloat16, or uint16 bits with src='bf16').\n"
+        "rounding: rne rna rz ru rd ro sr (= sr-a) sr-a sr-b sr-c; saturation: satfinite nosat satpropagate;\n"
+        "nan_sign: keep positive; nan_fallback (NaN into FP6/FP4/INT8): max zero; subnormals: keep flush;\n"
+        "stochastic rounding takes sr_bits random bits per element, element i from Philox(seed,\n"
+        "first_index + i), or from random_bits (uint32, one per element) when given.\n"
+        "reference=True runs the scalar reference routine (slow; equal bit for bit).");
+  m.def("decode", &Decode, pyb::arg("codes"), pyb::arg("fmt"),
+        "The exact values (float32, the codes' shape) of uint8 codes of format fmt.");
+}
+
+}  // namespace qmx::py

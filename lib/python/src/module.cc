@@ -1,0 +1,37 @@
+// module.cc: the _qmx extension module behind the Python package qmx (lib/python/qmx): library errors
+// become ValueError with the library's message, OpenMP threads and the SIMD target are exposed, and each
+// layer's bindings are registered.
+#include <omp.h>
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "qmx/convert.h"
+#include "qmx/error.h"
+#include "qmx/version.h"
+
+namespace pyb = pybind11;
+
+PYBIND11_MODULE(_qmx, m) {
+  m.doc() = "qmx: bit-exact emulation of OCP FP8/FP6/FP4, MX and NVFP4 numerics (the C++ library libqmx)";
+  m.attr("__version__") = QMX_VERSION;
+  pyb::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const qmx::Error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+  m.def("set_num_threads", [](int n) {
+    if (n < 1 || n > 1024) throw pyb::value_error("set_num_threads: n must be 1..1024, not " + std::to_string(n));
+    omp_set_num_threads(n);
+  }, pyb::arg("n"), "Sets the OpenMP threads every parallel call uses (results never depend on the count).");
+  m.def("get_num_threads", [] { return omp_get_max_threads(); }, "The OpenMP threads parallel calls use.");
+  m.def("simd_target", &qmx::SimdTargetName, "The SIMD target the kernels run on (AVX3, AVX2, SSE4, ...).");
+  m.def("simd_targets", &qmx::SimdTargets, "Every compiled SIMD target this CPU runs, best first.");
+  m.def("force_simd_target", &qmx::ForceSimdTarget, pyb::arg("name"),
+        "Runs the kernels on one of simd_targets() ('' restores the best); results are the same on every target.");
+  qmx::py::BindFormats(m);
+  qmx::py::BindQuantize(m);
+  qmx::py::BindGemm(m);
+  qmx::py::BindAnalysis(m);
+}

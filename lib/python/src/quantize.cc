@@ -1,0 +1,214 @@
+// quantize.cc: tensor quantization (qmx/quantize.h) for Python: QuantizedTensor (codes and scales as
+// NumPy arrays that view the tensor's own memory), quantize under a recipe name with the CLI's overrides,
+// dequantize, fake_quantize and delayed scaling.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+
+#include "arrays.h"
+#include "bindings.h"
+#include "qmx/error.h"
+#include "qmx/quantize.h"
+#include "qmx/scale.h"
+
+namespace qmx::py {
+
+namespace {
+
+using QPtr = std::shared_ptr<QuantizedTensor>;
+
+std::vector<size_t> ShapeOf(const QuantizedTensor& q) {
+  return q.shape.empty() ? std::vector<size_t>{q.rows, q.cols} : q.shape;
+}
+
+std::string Opt(const std::optional<std::string>& s) { return s ? *s : std::string(); }
+
+// A spec from a name plus overrides, each None keeping the recipe's own setting.
+QuantSpec SpecOf(const std::string& spec, const std::optional<std::string>& profile,
+                 const std::optional<std::string>& elem, const std::optional<std::string>& rule,
+                 const std::optional<std::string>& block, const std::optional<std::string>& axis,
+                 const std::optional<std::string>& rounding, const std::optional<std::string>& saturation,
+                 const std::optional<std::string>& nan_policy, const std::optional<std::string>& element_scaling,
+                 const std::optional<std::string>& subnormals, const std::optional<std::string>& nan_fallback,
+                 int sr_bits, uint64_t seed, int margin) {
+  SpecOverrides o;
+  o.profile = Opt(profile);
+  o.elem = Opt(elem);
+  o.rule = Opt(rule);
+  o.block = Opt(block);
+  o.axis = Opt(axis);
+  o.round = Opt(rounding);
+  o.sat = Opt(saturation);
+  o.nan_policy = Opt(nan_policy);
+  o.scaling = Opt(element_scaling);
+  o.subnormals = Opt(subnormals);
+  o.nan_fallback = Opt(nan_fallback);
+  o.sr_bits = sr_bits;
+  o.seed = seed;
+  o.margin = margin;
+  return BuildQuantSpec(spec, o);
+}
+
+// A spec given as a dict or JSON text (QuantizedTensor.spec), or a recipe name.
+QuantSpec SpecFromObject(const pyb::object& spec) {
+  if (pyb::isinstance<pyb::dict>(spec)) {
+    const std::string text = pyb::module_::import("json").attr("dumps")(spec).cast<std::string>();
+    return QuantSpecFromJson(text);
+  }
+  const std::string s = spec.cast<std::string>();
+  if (!s.empty() && s[0] == '{') return QuantSpecFromJson(s);
+  return QuantSpecByName(s);
+}
+
+TensorView ViewOf(const InArray& in) {
+  TensorView v;
+  v.dtype = in.dtype;
+  v.data = in.data;
+  RowsCols(in.shape, v.rows, v.cols);
+  return v;
+}
+
+pyb::array_t<float> DequantizeTo(const QuantizedTensor& q, bool reference) {
+  pyb::array_t<float> out = NewArray<float>(ShapeOf(q));
+  float* o = out.mutable_data();
+  pyb::gil_scoped_release nogil;
+  if (reference) {
+    DequantizeRef(q, o);
+  } else {
+    Dequantize(q, o);
+  }
+  return out;
+}
+
+}  // namespace
+
+void BindQuantize(pyb::module_& m) {
+  pyb::class_<DelayedScaling>(m, "DelayedScaling",
+                              "Transformer Engine's per-tensor delayed scaling: quantize with the current scale,\n"
+                              "then push the tensor's amax; the next scale comes from the history.")
+      .def(pyb::init([](const std::string& elem, int history_len, int margin, const std::string& algo) {
+             if (history_len < 1 || history_len > (1 << 20)) throw Error("history_len must be 1..1048576");
+             return DelayedScaling(ParseFormat(elem), history_len, margin, ParseAmaxAlgo(algo));
+           }),
+           pyb::arg("elem") = "e4m3", pyb::arg("history_len") = 1024, pyb::arg("margin") = 0,
+           pyb::arg("algo") = "max")
+      .def("push", &DelayedScaling::Push, pyb::arg("amax"), "Records an amax and updates the scale.")
+      .def_property_readonly("scale", [](const DelayedScaling& d) { return d.scale().encode; },
+                             "The encode scale the next tensor is multiplied by.")
+      .def_property_readonly("decode_scale", [](const DelayedScaling& d) { return d.scale().decode; })
+      .def_property_readonly("history", &DelayedScaling::history, "Amaxes, newest first.");
+
+  pyb::class_<QuantizedTensor, QPtr>(m, "QuantizedTensor",
+                                     "Codes and block scales of a quantized tensor, with the spec that made them.")
+      .def_property_readonly("codes", [](pyb::object self) {
+        const QuantizedTensor& q = self.cast<const QuantizedTensor&>();
+        const std::vector<size_t> shape = ShapeOf(q);
+        return pyb::array(pyb::dtype::of<uint8_t>(), std::vector<pyb::ssize_t>(shape.begin(), shape.end()), {},
+                          q.codes.data(), self);
+      }, "Element codes, one per byte, in the source's shape (a view of the tensor's memory).")
+      .def_property_readonly("scales", [](pyb::object self) {
+        const QuantizedTensor& q = self.cast<const QuantizedTensor&>();
+        const std::vector<pyb::ssize_t> shape = {static_cast<pyb::ssize_t>(q.scale_rows),
+                                                 static_cast<pyb::ssize_t>(q.scale_cols)};
+        if (ScaleFormatOf(q.spec.rule) == ScaleFormat::kFp32)
+          return pyb::array(pyb::dtype::of<float>(), shape, {}, q.scales.data(), self);
+        return pyb::array(pyb::dtype::of<uint8_t>(), shape, {}, q.scales.data(), self);
+      }, "Block scales over the scale grid: uint8 (UE8M0 bytes, or E4M3 codes for NVFP4) or float32 decode scales.")
+      .def_property_readonly("shape", [](const QuantizedTensor& q) { return pyb::tuple(pyb::cast(ShapeOf(q))); })
+      .def_property_readonly("scale_grid", [](const QuantizedTensor& q) { return pyb::make_tuple(q.scale_rows, q.scale_cols); })
+      .def_property_readonly("spec", [](const QuantizedTensor& q) {
+        return pyb::module_::import("json").attr("loads")(QuantSpecToJson(q.spec));
+      }, "Every field of the spec, as a dict (the qmx.spec metadata of qmx-sim quantize).")
+      .def_property_readonly("spec_text", [](const QuantizedTensor& q) { return DescribeSpec(q.spec); })
+      .def_property_readonly("tensor_amax", [](const QuantizedTensor& q) { return q.tensor_amax; })
+      .def_property_readonly("tensor_decode", [](const QuantizedTensor& q) { return q.tensor_decode; },
+                             "NVFP4's second-level decode scale fl32(1 / S_enc); 1 otherwise.")
+      .def("dequantize", [](const QuantizedTensor& q, bool reference) { return DequantizeTo(q, reference); },
+           pyb::arg("reference") = false, "The tensor's FP32 values, in its shape.")
+      .def("pack", [](const QuantizedTensor& q) {
+        const int bits = q.spec.elem.Bits();
+        std::vector<uint8_t> p = PackCodes(q.codes.data(), q.codes.size(), bits == 8 ? 8 : bits);
+        const size_t n = p.size();
+        return ToArray(std::move(p), {n});
+      }, "The codes packed: FP4 two per byte (element 2i in the low nibble), FP6 four per three bytes.")
+      .def("__repr__", [](const QuantizedTensor& q) {
+        std::string s;
+        for (size_t d : ShapeOf(q)) s += (s.empty() ? "" : "x") + std::to_string(d);
+        return "QuantizedTensor(" + s + ", " + DescribeSpec(q.spec) + ")";
+      });
+
+  m.def("spec_names", &QuantSpecNames, "The recipes' spec names (mxfp8, nvfp4, fp8-block1x128, ...).");
+  m.def("profile_names", &ProfileNames, "Library profiles (microxcaling, torchao-rceil, transformer-engine, ...).");
+  m.def("make_spec", [](const std::string& spec, const std::optional<std::string>& profile,
+                        const std::optional<std::string>& elem, const std::optional<std::string>& rule,
+                        const std::optional<std::string>& block, const std::optional<std::string>& axis,
+                        const std::optional<std::string>& rounding, const std::optional<std::string>& saturation,
+                        const std::optional<std::string>& nan_policy, const std::optional<std::string>& element_scaling,
+                        const std::optional<std::string>& subnormals, const std::optional<std::string>& nan_fallback,
+                        int sr_bits, uint64_t seed, int margin) {
+    const QuantSpec s = SpecOf(spec, profile, elem, rule, block, axis, rounding, saturation, nan_policy,
+                               element_scaling, subnormals, nan_fallback, sr_bits, seed, margin);
+    return QuantSpecToJson(s);
+  }, pyb::arg("spec"), pyb::arg("profile") = std::nullopt, pyb::arg("elem") = std::nullopt,
+        pyb::arg("rule") = std::nullopt, pyb::arg("block") = std::nullopt, pyb::arg("axis") = std::nullopt,
+        pyb::arg("rounding") = std::nullopt, pyb::arg("saturation") = std::nullopt,
+        pyb::arg("nan_policy") = std::nullopt, pyb::arg("element_scaling") = std::nullopt,
+        pyb::arg("subnormals") = std::nullopt, pyb::arg("nan_fallback") = std::nullopt, pyb::arg("sr_bits") = 8,
+        pyb::arg("seed") = 0, pyb::arg("margin") = 0, "The JSON text of a spec built as quantize builds it.");
+  m.def("describe_spec", [](const pyb::object& spec) { return DescribeSpec(SpecFromObject(spec)); },
+        pyb::arg("spec"), "One line describing a spec (a name, a dict or JSON text).");
+
+  m.def("quantize", [](const pyb::array& x, const pyb::object& spec, DelayedScaling* state,
+                       const std::optional<float>& tensor_amax, const std::string& src, bool reference) {
+    const InArray in = FloatInput(x, src, "x");
+    const QuantSpec s = SpecFromObject(spec);
+    const TensorView v = ViewOf(in);
+    auto q = std::make_shared<QuantizedTensor>();
+    if (s.delayed && state == nullptr) throw Error("spec '" + s.name + "' is delayed: pass state=qmx.DelayedScaling(...)");
+    if (!s.delayed && state != nullptr) throw Error("state is for delayed-scaling specs (fp8-delayed)");
+    {
+      pyb::gil_scoped_release nogil;
+      if (state != nullptr) {
+        *q = QuantizeDelayed(v, s, *state);
+      } else if (tensor_amax) {
+        *q = reference ? QuantizeNvfp4WithAmaxRef(v, s, *tensor_amax) : QuantizeNvfp4WithAmax(v, s, *tensor_amax);
+      } else {
+        *q = reference ? QuantizeRef(v, s) : Quantize(v, s);
+      }
+    }
+    q->shape = in.shape;
+    return q;
+  }, pyb::arg("x"), pyb::arg("spec"), pyb::arg("state") = nullptr, pyb::arg("tensor_amax") = std::nullopt,
+        pyb::arg("src") = "", pyb::arg("reference") = false);
+
+  m.def("fake_quantize", [](const pyb::array& x, const pyb::object& spec, const std::string& src) {
+    const InArray in = FloatInput(x, src, "x");
+    const QuantSpec s = SpecFromObject(spec);
+    pyb::array_t<float> out = NewArray<float>(in.shape);
+    float* o = out.mutable_data();
+    {
+      pyb::gil_scoped_release nogil;
+      FakeQuantize(ViewOf(in), s, o);
+    }
+    return out;
+  }, pyb::arg("x"), pyb::arg("spec"), pyb::arg("src") = "");
+
+  m.def("assemble", [](const pyb::array& codes, const pyb::array& scales, const pyb::object& spec, float tensor_amax) {
+    const InArray c = CodesInput(codes, "codes");
+    const QuantSpec s = SpecFromObject(spec);
+    if (!(scales.flags() & pyb::array::c_style)) throw pyb::type_error("scales must be C-contiguous");
+    const bool fp32 = ScaleFormatOf(s.rule) == ScaleFormat::kFp32;
+    if (fp32 ? !scales.dtype().is(pyb::dtype::of<float>()) : !scales.dtype().is(pyb::dtype::of<uint8_t>()))
+      throw pyb::type_error(std::string("scales of spec '") + s.name + "' must be " + (fp32 ? "float32" : "uint8"));
+    const auto* cb = static_cast<const uint8_t*>(c.data);
+    const auto* sb = static_cast<const uint8_t*>(scales.data());
+    return std::make_shared<QuantizedTensor>(
+        AssembleQuantized(s, c.shape, std::vector<uint8_t>(cb, cb + c.count),
+                          std::vector<uint8_t>(sb, sb + scales.nbytes()), tensor_amax));
+  }, pyb::arg("codes"), pyb::arg("scales"), pyb::arg("spec"), pyb::arg("tensor_amax") = 0.0f,
+        "A QuantizedTensor from stored codes and scales (copied) and its spec (a name, a dict or JSON text).");
+}
+
+}  // namespace qmx::py

@@ -1,0 +1,125 @@
+# qmx.quantize / dequantize / fake_quantize against `qmx-sim quantize`, the scalar reference quantizer and
+# each other.
+import json
+
+import numpy as np
+import pytest
+
+import qmx
+from conftest import assert_bits_equal
+
+SPECS = ["mxfp8", "mxfp8-ocp", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "mxint8", "nvfp4", "nvfp4-2d",
+         "fp8-tensor-current", "fp8-rowwise", "fp8-block1x128", "fp8-block128x128"]
+# (spec, overrides as the CLI spells them, the same for Python)
+VARIANTS = [
+    ("mxfp8", ["--profile", "torchao-rceil"], {"profile": "torchao-rceil"}),
+    ("mxfp8", ["--profile", "microxcaling"], {"profile": "microxcaling"}),
+    ("mxfp4", ["--scale-rule", "ocp-floor", "--round", "sr", "--seed", "11"], {"rule": "ocp-floor", "rounding": "sr", "seed": 11}),
+    ("nvfp4", ["--round", "sr", "--seed", "3", "--sr-bits", "16"], {"rounding": "sr", "seed": 3, "sr_bits": 16}),
+    ("nvfp4", ["--scale-rule", "nvfp4-div", "--axis", "col"], {"rule": "nvfp4-div", "axis": "col"}),
+    ("fp8-block1x128", ["--elem", "e5m2", "--margin", "1"], {"elem": "e5m2", "margin": 1}),
+    ("mxfp8", ["--block", "32x32", "--nan-policy", "scale-nan"], {"block": "32x32", "nan_policy": "scale-nan"}),
+]
+
+
+def tensor(rows=256, cols=512, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, cols)).astype(np.float32) * np.exp2(rng.integers(-8, 8, (rows, 1))).astype(np.float32)
+    x[3, 5] = 300.0  # an outlier: saturation and large scales
+    x[7, :40] = 0.0  # an all-zero block
+    x[9, 100] = 1e-30  # FP32 values far below the element formats
+    return x
+
+
+def run_cli(cli, tmp_path, x, spec, args):
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    cli("quantize", "--spec", spec, *args, "--in", tmp_path / "x.npy", "--out", str(out) + "/", "--quiet")
+    return (np.load(out / "x.codes.npy"), np.load(out / "x.scales.npy"), np.load(out / "x.dequant.npy"),
+            json.loads((out / "spec.json").read_text()))
+
+
+@pytest.mark.parametrize("spec,cli_args,kw", [(s, [], {}) for s in SPECS] + VARIANTS)
+def test_against_cli(cli, tmp_path, spec, cli_args, kw):
+    x = tensor()
+    codes, scales, deq, spec_json = run_cli(cli, tmp_path, x, spec, cli_args)
+    q = qmx.quantize(x, spec, **kw)
+    assert_bits_equal(q.codes, codes, spec + " codes")
+    assert_bits_equal(q.scales, scales, spec + " scales")
+    assert_bits_equal(q.dequantize(), deq, spec + " dequantized")
+    assert q.spec == spec_json
+    assert_bits_equal(qmx.fake_quantize(x, spec, **kw), deq, spec + " fake_quantize")
+
+
+@pytest.mark.parametrize("spec,kw", [(s, {}) for s in SPECS] + [(v[0], v[2]) for v in VARIANTS])
+def test_fast_equals_reference(spec, kw):
+    x = tensor(130, 300, seed=1)  # partial blocks at both edges
+    q, r = qmx.quantize(x, spec, **kw), qmx.quantize(x, spec, reference=True, **kw)
+    assert_bits_equal(q.codes, r.codes, spec + " codes")
+    assert_bits_equal(q.scales, r.scales, spec + " scales")
+    assert_bits_equal(q.dequantize(), r.dequantize(reference=True), spec + " dequantized")
+
+
+def test_stored_parts_round_trip():
+    x = tensor()
+    for spec in ["mxfp4", "nvfp4", "fp8-block128x128"]:
+        q = qmx.quantize(x, spec)
+        back = qmx.dequantize(q.codes.copy(), q.scales.copy(), q.spec, tensor_amax=q.tensor_amax)
+        assert_bits_equal(back, q.dequantize(), spec)
+        assert_bits_equal(qmx.dequantize(q.codes, q.scales, json.dumps(q.spec), tensor_amax=q.tensor_amax),
+                          q.dequantize(), spec + " json")
+    q = qmx.quantize(x, "mxfp8")
+    with pytest.raises(ValueError, match="scale bytes"):
+        qmx.dequantize(q.codes, q.scales[:, :3].copy(), q.spec)
+
+
+def test_pack_fp4_low_nibble_first():
+    x = np.array([[0.5, 6.0, -1.0] + [0.0] * 29], np.float32)
+    q = qmx.quantize(x, "mxfp4", rule="ocp-floor")
+    p = q.pack()
+    assert p.dtype == np.uint8 and p.size == 16
+    c = q.codes.ravel()
+    assert p[0] == c[0] | (c[1] << 4) and p[1] == c[2] | (c[3] << 4)
+
+
+def test_shapes_and_axes():
+    x = tensor(64, 256)
+    q3 = qmx.quantize(x.reshape(4, 16, 256), "mxfp8")
+    assert q3.shape == (4, 16, 256) and q3.codes.shape == (4, 16, 256) and q3.scale_grid == (64, 8)
+    qc = qmx.quantize(x, "mxfp8", axis="col")
+    assert qc.scales.shape == (2, 256)
+    assert_bits_equal(qc.codes, qmx.quantize(np.ascontiguousarray(x.T), "mxfp8").codes.T.copy(), "col = row of x.T")
+
+
+def test_delayed_scaling_against_cli(cli, tmp_path):
+    x = tensor(64, 128)
+    hist = [3.0, 200.0, 17.5]
+    np.save(tmp_path / "x.npy", x)
+    (tmp_path / "out").mkdir()
+    args = ["--amax-history"] + [str(h) for h in hist]
+    cli("quantize", "--spec", "fp8-delayed", *args, "--history-len", 16, "--in", tmp_path / "x.npy",
+        "--out", str(tmp_path / "out") + "/", "--quiet")
+    state = qmx.DelayedScaling("e4m3", history_len=16)
+    for h in hist:
+        state.push(h)
+    q = qmx.quantize(x, "fp8-delayed", state=state)
+    assert_bits_equal(q.codes, np.load(tmp_path / "out" / "x.codes.npy"), "delayed codes")
+    assert_bits_equal(q.scales, np.load(tmp_path / "out" / "x.scales.npy"), "delayed scales")
+    assert state.history[0] == np.abs(x).max()
+    with pytest.raises(ValueError, match="DelayedScaling"):
+        qmx.quantize(x, "fp8-delayed")
+
+
+def test_errors():
+    x = tensor(16, 128)
+    with pytest.raises(ValueError, match="nope"):
+        qmx.quantize(x, "nope")
+    with pytest.raises(TypeError, match="unknown spec option"):
+        qmx.quantize(x, "mxfp8", colour="blue")
+    with pytest.raises(ValueError):
+        qmx.quantize(x, "mxfp4", saturation="nosat")  # e2m1 has neither Inf nor NaN
+    with pytest.raises(ValueError):
+        qmx.quantize(x, "mxfp8", block="1xbanana")
+    with pytest.raises(TypeError, match="C-contiguous"):
+        qmx.quantize(x.T, "mxfp8")

@@ -91,6 +91,11 @@ def fake_cast(x, fmt, rounding="rne", saturation="satfinite", **kw):
     return decode(convert(x, fmt, rounding, saturation, **kw), fmt)
 
 
+def _json_loads(text):
+    import json
+    return json.loads(text)
+
+
 def make_spec(spec="mxfp8", **overrides):
     """The spec quantize would use, as a dict: a recipe name (see spec_names()) with overrides by the CLI's
     option names: profile, elem, rule, block, axis, rounding, saturation, nan_policy, element_scaling,
@@ -173,3 +178,5 @@ def rht(x, block=32, seed=0, *, inverse=False):
 
 
 from . import golden  # noqa: E402,F401
+
+# qmx.torch imports torch; it is loaded on first use (import qmx.torch), so qmx itself needs only NumPy.

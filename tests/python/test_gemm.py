@@ -1,0 +1,68 @@
+# qmx.gemm against `qmx-sim gemm` and the scalar reference GEMM, under every accumulation model.
+import numpy as np
+import pytest
+
+import qmx
+from conftest import assert_bits_equal
+
+# (recipe for both operands, model)
+CASES = [("mxfp8", "exact"), ("mxfp8", "fp32-seq"), ("mxfp8", "block-exact"), ("mxfp8", "blackwell-mxf8f6f4"),
+         ("mxfp4", "blackwell-mxf4nvf4"), ("nvfp4", "blackwell-mxf4nvf4"), ("fp8-tensor-current", "hopper-fp8"),
+         ("fp8-tensor-current", "hopper-fp8-fast"), ("fp8-tensor-current", "ada-fp8"),
+         ("mxfp6_e2m3", "blackwell-mxf8f6f4"), ("mxfp8", "fused:step=16,F=20,term=rne,out=rne,promote=32,scale=promotion")]
+
+
+def operands(m=48, k=256, n=40, seed=0):
+    rng = np.random.default_rng(seed)
+    a = (rng.standard_normal((m, k)) * np.exp2(rng.integers(-3, 3, (m, 1)))).astype(np.float32)
+    b = (rng.standard_normal((k, n)) * np.exp2(rng.integers(-3, 3, (1, n)))).astype(np.float32)
+    return a, b
+
+
+@pytest.mark.parametrize("spec,model", CASES)
+def test_against_cli(cli, tmp_path, spec, model):
+    a, b = operands()
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    cli("gemm", "--a", tmp_path / "a.npy", "--b", tmp_path / "b.npy", "--quantize", spec, "--model", model,
+        "--out", tmp_path / "d.npy", "--quiet")
+    d = qmx.gemm(qmx.quantize(a, spec), qmx.quantize(b, spec, axis="col"), model)
+    assert_bits_equal(d, np.load(tmp_path / "d.npy"), "%s %s" % (spec, model))
+
+
+@pytest.mark.parametrize("spec,model", CASES)
+def test_fast_equals_reference(spec, model):
+    a, b = operands(33, 512, 17, seed=2)
+    qa, qb = qmx.quantize(a, spec), qmx.quantize(b, spec, axis="col")
+    c = np.random.default_rng(5).standard_normal((33, 17)).astype(np.float32)
+    # A C operand cannot meet per-tensor scales (FP8 per-tensor, NVFP4's second level): not modelled.
+    cs = [None] if spec.startswith("fp8-tensor") or spec == "nvfp4" else [None, c]
+    for cc in cs:
+        assert_bits_equal(qmx.gemm(qa, qb, model, cc), qmx.gemm(qa, qb, model, cc, reference=True),
+                          "%s %s c=%s" % (spec, model, cc is not None))
+
+
+def test_codes_operands_and_exact_products():
+    # E4M3 codes without scales: the exact model's result is the exactly rounded dot product, here exact.
+    a = np.array([[1, 2, 3, 4]], np.float32)
+    b = np.array([[1], [1], [1], [0.5]], np.float32)
+    ca, cb = qmx.convert(a, "e4m3"), qmx.convert(b, "e4m3")
+    assert qmx.gemm(ca, cb, "exact", a_format="e4m3", b_format="e4m3").tolist() == [[8.0]]
+    # fp32-seq sums in K order in FP32: 2^24 + 1 + 1 loses both ones; exact keeps them.
+    a = np.array([[2.0 ** 12, 1, 1]], np.float32)
+    b = np.array([[2.0 ** 12], [1], [1]], np.float32)
+    ca, cb = qmx.convert(a, "e5m2"), qmx.convert(b, "e5m2")
+    assert qmx.gemm(ca, cb, "fp32-seq", a_format="e5m2", b_format="e5m2")[0, 0] == 2.0 ** 24
+    assert qmx.gemm(ca, cb, "exact", a_format="e5m2", b_format="e5m2")[0, 0] == 2.0 ** 24 + 2
+
+
+def test_errors():
+    a, b = operands()
+    qa = qmx.quantize(a, "mxfp8")
+    with pytest.raises(ValueError):
+        qmx.gemm(qa, qmx.quantize(b[:128].copy(), "mxfp8", axis="col"), "exact")  # K differs
+    with pytest.raises(ValueError, match="nope"):
+        qmx.gemm(qa, qmx.quantize(b, "mxfp8", axis="col"), "nope")
+    with pytest.raises(TypeError):
+        qmx.gemm(qa, b, "exact")  # float32 B is neither codes nor a QuantizedTensor
+    assert "hopper-fp8" in qmx.gemm_models()

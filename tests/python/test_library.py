@@ -1,0 +1,112 @@
+# Threads, SIMD targets, memory, transforms, metrics and golden vectors through the package.
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import qmx
+from conftest import REPO, assert_bits_equal
+
+
+def test_same_bits_on_1_and_2_threads_and_every_target():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((512, 2048)).astype(np.float32)
+    b = rng.standard_normal((2048, 64)).astype(np.float32)
+
+    def run():
+        q = qmx.quantize(x, "nvfp4", rounding="sr", seed=4)
+        return [qmx.convert(x, "e2m1", "sr", seed=3), q.codes.copy(), q.scales.copy(), q.dequantize(),
+                qmx.gemm(qmx.quantize(x, "mxfp8"), qmx.quantize(b, "mxfp8", axis="col"), "blackwell-mxf8f6f4"),
+                qmx.rht(x, 64, seed=2)]
+
+    before = qmx.get_num_threads()
+    try:
+        qmx.set_num_threads(1)
+        one = run()
+        qmx.set_num_threads(2)
+        two = run()
+        for t in qmx.simd_targets():
+            qmx.force_simd_target(t)
+            for g, w in zip(run(), one):
+                assert_bits_equal(g, w, "target " + t)
+    finally:
+        qmx.force_simd_target("")
+        qmx.set_num_threads(before)
+    for g, w in zip(two, one):
+        assert_bits_equal(g, w, "threads")
+    with pytest.raises(ValueError):
+        qmx.set_num_threads(0)
+
+
+def test_convert_adds_no_copy_of_the_input():
+    # Peak RSS over a 2^26-element conversion: the 64 MiB of codes and a small constant, never a copy of
+    # the 256 MiB input.
+    code = textwrap.dedent("""
+        import numpy as np, qmx
+        def hwm():
+            for line in open("/proc/self/status"):
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        x = np.empty(1 << 26, np.float32)
+        x[:] = 1.5
+        qmx.convert(x[:1024], "e4m3")
+        base = hwm()
+        c = qmx.convert(x, "e4m3")
+        print(hwm() - base, c.nbytes)
+    """)
+    env = dict(os.environ)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    grew, out_bytes = map(int, r.stdout.split())
+    assert grew <= out_bytes + (16 << 20), "peak RSS grew by %d bytes for %d bytes of output" % (grew, out_bytes)
+
+
+def test_hadamard_round_trip_and_metrics():
+    x = np.random.default_rng(1).standard_normal((64, 256)).astype(np.float32)
+    for f in (lambda v, **k: qmx.hadamard(v, 32, **k), lambda v, **k: qmx.rht(v, 128, seed=7, **k)):
+        y = f(x)
+        back = f(y, inverse=True)
+        assert np.max(np.abs(back - x)) < 1e-5
+        assert abs(float(np.sum(y.astype(np.float64) ** 2)) / float(np.sum(x.astype(np.float64) ** 2)) - 1) < 1e-5
+    h = qmx.hadamard(np.eye(16, dtype=np.float32), 16)
+    assert np.allclose(np.abs(h), 0.25)  # the normalized Walsh-Hadamard matrix
+    q = qmx.fake_quantize(x, "mxfp4")
+    e = qmx.error_stats(x, q)
+    d = (q.astype(np.float64) - x)
+    assert e["count"] == x.size and np.isclose(e["mse"], np.mean(d * d), rtol=1e-12)
+    assert np.isclose(e["sqnr_db"], 10 * np.log10(np.sum(x.astype(np.float64) ** 2) / np.sum(d * d)), rtol=1e-12)
+    assert qmx.error_stats(x, x)["sqnr_db"] == float("inf")
+    k = qmx.kurtosis(x, [3.0])
+    assert 2.0 < k["mean_kurtosis"] < 4.5 and len(k["outliers"]) == 1
+    m = qmx.misalignment(x, q, 32)
+    assert m["groups"] == 64 * 8 and abs(m["misalignment"]) < 0.2
+
+
+def test_golden_generate_and_verify(tmp_path):
+    out = tmp_path / "g"
+    entries = qmx.golden.generate(out, suites=["ue8m0"], hopper_dir="")
+    assert entries and all(e["suite"] == "ue8m0" for e in entries)
+    for e in entries:  # the checked-in level 1 files, byte for byte
+        assert (out / e["path"]).read_bytes() == (REPO / "golden" / "level1" / e["path"]).read_bytes(), e["path"]
+    assert all(r["ok"] for r in qmx.golden.verify(out, "cpu-ref"))
+    # One expected value changed: verify names the line.
+    path = out / entries[0]["path"]
+    header, cases = qmx.golden.read(path)
+    assert header["op"] and cases
+    lines = path.read_text().splitlines(keepends=True)
+    i = next(n for n, l in enumerate(lines) if not l.startswith("#"))
+    f = lines[i].split()
+    f[1] = "%0*x" % (len(f[1]), int(f[1], 16) ^ 1)
+    lines[i] = " ".join(f) + "\n"
+    path.write_text("".join(lines))
+    res = [r for r in qmx.golden.verify(out, "cpu-simd") if r["path"] == entries[0]["path"]][0]
+    assert not res["ok"] and res["mismatches"] == 1 and res["first"][0][0] == i + 1
+
+
+def test_checked_in_level1_replays():
+    res = qmx.golden.verify(REPO / "golden" / "level1", "cpu-simd", only="mx-block")
+    assert res and all(r["ok"] for r in res)

@@ -443,3 +443,42 @@ TEST_CASE("layer sequences are seeded, drift, decay and spike as configured", "[
   }
   CHECK_THROWS_WITH(LayerSequence(DefaultLayerGen(), drift, 1, 0, 8, 8), Contains("must be positive"));
 }
+
+TEST_CASE("LinearForward then LinearBackward give RunRecipeStep's outputs, step after step", "[recipe]") {
+  // Three steps on drifting tensors with carried state: SR seeds, RHT signs and delayed histories all depend
+  // on the step, and Quartet's backward on the forward's QuEST outputs.
+  for (const std::string& name : TrainingRecipeNames()) {
+    const TrainingRecipe r = TrainingRecipeByName(name);
+    for (const bool prime : {true, false}) {
+      RecipeOptions o;
+      o.keep_values = true;
+      o.seed = 5;
+      o.amax_history = 4;
+      o.prime_history = prime;
+      RecipeState whole, split;
+      for (uint64_t s = 0; s < 3; ++s) {
+        const Layer l = RandomLayer(32, 64, 128, 100 + 3 * s);
+        const RecipeStepResult ref = RunRecipeStep(r, l.in(), ComputeLinearReference(l.in()), whole, o);
+        LinearSaved saved;
+        const std::vector<float> y = LinearForward(r, l.x.data(), l.w.data(), l.m, l.n, l.k, split, o, saved);
+        std::vector<float> dx(l.m * l.k), dw(l.n * l.k);
+        LinearBackward(r, l.x.data(), l.w.data(), l.dy.data(), split, o, saved, dx.data(), dw.data());
+        INFO(name << " prime " << prime << " step " << s);
+        CHECK(std::memcmp(y.data(), ref.gemms[0].out.data(), y.size() * 4) == 0);
+        CHECK(std::memcmp(dx.data(), ref.gemms[1].out.data(), dx.size() * 4) == 0);
+        CHECK(std::memcmp(dw.data(), ref.gemms[2].out.data(), dw.size() * 4) == 0);
+        CHECK(split.step == whole.step);
+        if (whole.x) CHECK(split.x->history() == whole.x->history());
+        if (whole.dy) CHECK(split.dy->history() == whole.dy->history());
+      }
+    }
+  }
+  // A backward needs its forward.
+  const TrainingRecipe r = TrainingRecipeByName("mxfp8");
+  const Layer l = RandomLayer(32, 64, 128, 1);
+  RecipeState st;
+  LinearSaved saved;
+  std::vector<float> dx(l.m * l.k), dw(l.n * l.k);
+  CHECK_THROWS_WITH(LinearBackward(r, l.x.data(), l.w.data(), l.dy.data(), st, RecipeOptions{}, saved, dx.data(), dw.data()),
+                    Contains("LinearForward"));
+}

@@ -156,6 +156,26 @@ struct RecipeStepResult {
 RecipeStepResult RunRecipeStep(const TrainingRecipe& recipe, const LinearInputs& in, const LinearReference& ref,
                                RecipeState& state, const RecipeOptions& opt);
 
+// The same step split where a training loop needs it: the forward (FPROP) when X and W exist, the backward
+// (DGRAD, WGRAD) once dY does. A LinearForward then a LinearBackward on the same state give the outputs
+// RunRecipeStep gives, bit for bit (SR bits and random Hadamard signs seeded per step, delayed scaling
+// histories updated at the end of the backward, Quartet's backward from the forward's QuEST outputs).
+struct LinearSaved {
+  std::array<float, 3> amax{};
+  std::optional<Fp32Scale> dscale[3];
+  QuestResult quest_x, quest_w;  // Quartet: the forward's QuEST outputs
+  size_t m = 0, n = 0, k = 0;
+  uint64_t step = 0;
+  bool valid = false;
+};
+// Y (m x n) = FPROP of X (m x k) and W (n x k) under the recipe; fills `saved` for the backward.
+std::vector<float> LinearForward(const TrainingRecipe& recipe, const float* x, const float* w, size_t m, size_t n,
+                                 size_t k, RecipeState& state, const RecipeOptions& opt, LinearSaved& saved);
+// dX (m x k) and dW (n x k) from dY (m x n) and the step's X and W; ends the step (delayed-scaling pushes,
+// state.step + 1). Throws qmx::Error without the matching LinearForward.
+void LinearBackward(const TrainingRecipe& recipe, const float* x, const float* w, const float* dy, RecipeState& state,
+                    const RecipeOptions& opt, LinearSaved& saved, float* dx, float* dw);
+
 // ---------------------------------------------------------------- synthetic layers
 // A tensor's distribution: DistSpec draws (unit RMS) times `scale`; `channel_rate` of the columns times
 // `channel_gain` (LLM activations' outlier features); each row times exp(row_sigma * g_r - row_sigma^2 / 2),

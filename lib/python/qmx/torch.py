@@ -1,5 +1,14 @@
 """qmx.torch: qmx inside PyTorch (CPU tensors; Debian 12's torch 1.13 and later).
 
+Linear(in_features, out_features, bias=True, recipe="mxfp8") is an nn.Linear whose three GEMMs run as a
+training recipe defines them, bit for bit as qmx-sim's recipe layer (lib/README.md "Training recipes"):
+the forward is the recipe's FPROP, the backward its DGRAD and WGRAD, each operand quantized along its
+GEMM's K from the high-precision tensor, under the recipe's accumulation models (accum="auto"), with
+stochastic rounding and random Hadamard signs seeded per step and delayed-scaling histories carried in
+the module. One step is one forward and one backward; each backward ends its step. The bias is added in
+FP32 outside the GEMM, as the recipes' epilogues do. swap_linear(model, recipe) replaces every
+nn.Linear of a model with one.
+
 fake_quantize(t, spec, **overrides) quantizes and dequantizes a tensor under a recipe, bit for bit as
 qmx.fake_quantize, with a straight-through gradient (the gradient passes unchanged), the usual way to
 train through a quantizer. The tensor is read in place where it is C-contiguous float32, float16 or
@@ -30,3 +39,90 @@ def fake_quantize(t, spec="mxfp8", **overrides):
     if not isinstance(t, _torch.Tensor):
         raise TypeError("qmx.torch.fake_quantize takes a torch.Tensor")
     return _FakeQuantize.apply(t, _qmx._spec_json(spec, overrides))
+
+
+class _LinearFunction(_torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, steps):
+        n, k = weight.shape
+        x2 = x.detach().reshape(-1, k).to(_torch.float32).contiguous()
+        w = weight.detach().to(_torch.float32).contiguous()
+        y, saved = steps.forward(x2.numpy(), w.numpy())
+        ctx.steps, ctx.saved, ctx.x_shape, ctx.x_dtype, ctx.w_dtype = steps, saved, x.shape, x.dtype, weight.dtype
+        ctx.has_bias = bias is not None
+        ctx.save_for_backward(x2, w)
+        out = _torch.from_numpy(y)
+        if bias is not None:
+            out = out + bias.detach().to(_torch.float32)
+        return out.reshape(*x.shape[:-1], n).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x2, w = ctx.saved_tensors
+        n, k = w.shape
+        dy = grad.detach().reshape(-1, n).to(_torch.float32).contiguous()
+        dx, dw = ctx.steps.backward(x2.numpy(), w.numpy(), dy.numpy(), ctx.saved)
+        grad_x = _torch.from_numpy(dx).reshape(ctx.x_shape).to(ctx.x_dtype)
+        grad_w = _torch.from_numpy(dw).to(ctx.w_dtype)
+        grad_b = dy.sum(0) if ctx.has_bias else None
+        return grad_x, grad_w, grad_b, None
+
+
+def linear(x, weight, bias=None, steps=None, *, recipe="mxfp8", **options):
+    """The functional form of Linear: y = x W^T + b under a recipe. `steps` (a qmx._qmx.LinearSteps)
+    carries the step count and delayed-scaling state across calls; without it every call is step 0 of a
+    fresh state built from recipe and options (accum, seed, amax_history, margin, amax_algo)."""
+    if steps is None:
+        steps = _qmx._qmx.LinearSteps(recipe, **options)
+    return _LinearFunction.apply(x, weight, bias, steps)
+
+
+class Linear(_torch.nn.Linear):
+    """nn.Linear whose FPROP, DGRAD and WGRAD run under a training recipe (qmx.recipe_names(): bf16,
+    fp8-delayed, fp8-current, fp8-blockwise, mxfp8, mxfp8-ocp, mxfp8-e5m2-grads, nvfp4, quartet).
+
+    accum: "auto" (the recipe's hardware model per GEMM) or one accumulation model for all three;
+    seed: stochastic rounding and random Hadamard signs (mixed with the step); amax_history, margin,
+    amax_algo ("max", "most-recent"): delayed scaling, Transformer Engine's defaults."""
+
+    def __init__(self, in_features, out_features, bias=True, recipe="mxfp8", accum="auto", seed=0,
+                 amax_history=1024, margin=0, amax_algo="max", device=None, dtype=None):
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self.recipe = recipe
+        self.steps = _qmx._qmx.LinearSteps(recipe, accum=accum, seed=seed, amax_history=amax_history,
+                                            margin=margin, amax_algo=amax_algo)
+
+    @property
+    def step(self):
+        """Steps completed (backward passes run)."""
+        return self.steps.step
+
+    def forward(self, x):
+        return _LinearFunction.apply(x, self.weight, self.bias, self.steps)
+
+    def extra_repr(self):
+        return super().extra_repr() + ", recipe=" + self.recipe
+
+
+def swap_linear(model, recipe="mxfp8", **options):
+    """Replaces every nn.Linear of model (recursively) with a Linear under `recipe` holding the same
+    weight and bias tensors; returns the model. Options as Linear's (seed is offset per layer, so layers
+    draw different random bits)."""
+    seed = options.pop("seed", 0)
+    count = [0]
+
+    def swap(module):
+        for name, child in module.named_children():
+            if type(child) is _torch.nn.Linear:
+                q = Linear(child.in_features, child.out_features, bias=child.bias is not None, recipe=recipe,
+                           seed=seed + count[0], **options)
+                count[0] += 1
+                q.weight = child.weight
+                if child.bias is not None:
+                    q.bias = child.bias
+                setattr(module, name, q)
+            else:
+                swap(child)
+
+    swap(model)
+    return model

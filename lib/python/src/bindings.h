@@ -9,5 +9,6 @@ void BindFormats(pybind11::module_& m);    // formats.cc: registry, format_info,
 void BindQuantize(pybind11::module_& m);   // quantize.cc: QuantizedTensor, quantize, dequantize
 void BindGemm(pybind11::module_& m);       // gemm.cc: GEMM under the accumulation models
 void BindAnalysis(pybind11::module_& m);   // analysis.cc: transforms, metrics, golden vectors
+void BindRecipe(pybind11::module_& m);     // recipe.cc: a linear layer under a training recipe
 
 }  // namespace qmx::py

@@ -34,4 +34,5 @@ PYBIND11_MODULE(_qmx, m) {
   qmx::py::BindQuantize(m);
   qmx::py::BindGemm(m);
   qmx::py::BindAnalysis(m);
+  qmx::py::BindRecipe(m);
 }

@@ -255,6 +255,117 @@ GemmOperand QuantizeQuartetBackward(const float* x, size_t rows, size_t cols, ui
 
 // ------------------------------------------------------------------ one step
 
+namespace {
+
+// What one step's GEMMs read: the three tensors (a null dY before the backward), their shapes, the delayed
+// scales of this step and Quartet's forward QuEST outputs of X and W.
+struct StepTensors {
+  const float* src[3] = {nullptr, nullptr, nullptr};
+  size_t rows[3] = {0, 0, 0}, cols[3] = {0, 0, 0};
+};
+
+StepTensors MakeStepTensors(const float* x, const float* w, const float* dy, size_t m, size_t n, size_t k) {
+  StepTensors t;
+  t.src[0] = x;
+  t.src[1] = w;
+  t.src[2] = dy;
+  t.rows[0] = m;
+  t.cols[0] = k;
+  t.rows[1] = n;
+  t.cols[1] = k;
+  t.rows[2] = m;
+  t.cols[2] = n;
+  return t;
+}
+
+// Delayed scaling of the GEMMs [g0, g1): one scale per tensor per step, shared by its row- and column-wise
+// copies. A history is created at its tensor's first delayed use; with prime_history, step 0 pushes the
+// tensor's own amax once per delayed operand first.
+void SetupDelayed(const TrainingRecipe& recipe, size_t g0, size_t g1, const std::array<float, 3>& amax,
+                  RecipeState& state, const RecipeOptions& opt, std::optional<Fp32Scale> (&dscale)[3]) {
+  std::optional<DelayedScaling>* hist[3] = {&state.x, &state.w, &state.dy};
+  for (size_t gi = g0; gi < g1; ++gi)
+    for (const OperandPlan* p : {&recipe.gemms[gi].a, &recipe.gemms[gi].b}) {
+      if (!p->delayed) continue;
+      const int t = static_cast<int>(p->tensor);
+      if (!*hist[t]) *hist[t] = DelayedScaling(p->spec.elem, opt.amax_history, opt.margin, opt.amax_algo);
+      if (opt.prime_history && state.step == 0) (*hist[t])->Push(amax[t]);
+      dscale[t] = (*hist[t])->scale();
+    }
+}
+
+// The end of a step: each delayed tensor's amax goes into its history.
+void EndStep(RecipeState& state, const std::optional<Fp32Scale> (&dscale)[3], const std::array<float, 3>& amax) {
+  std::optional<DelayedScaling>* hist[3] = {&state.x, &state.w, &state.dy};
+  for (int t = 0; t < 3; ++t)
+    if (dscale[t]) (*hist[t])->Push(amax[t]);
+  ++state.step;
+}
+
+// GEMM gi of the step: its operands built from the tensors as the recipe's plan says, multiplied under the
+// model. out.out holds the output (m x n of this GEMM); the error against a reference is the caller's.
+RecipeGemmResult RunStepGemm(const TrainingRecipe& recipe, size_t gi, const StepTensors& st,
+                             const std::optional<Fp32Scale> (&dscale)[3], QuestResult (&fwd_q)[3],
+                             const RecipeOptions& opt, uint64_t step) {
+  const RecipeGemm& g = recipe.gemms[gi];
+  const std::string what = std::string(recipe.name) + " " + LinearGemmName(g.which);
+  const uint64_t gseed = Mix(opt.seed, step, gi + 1);
+  auto source = [&](const OperandPlan& p, size_t& r, size_t& c) {
+    const int t = static_cast<int>(p.tensor);
+    const float* s = st.src[t];
+    r = st.rows[t];
+    c = st.cols[t];
+    if (p.from_forward) {
+      if (fwd_q[t].dequant.empty())
+        throw Error(what + ": " + OperandName(p) + " needs the forward's QuEST output of " + LinearTensorName(p.tensor));
+      s = fwd_q[t].dequant.data();
+    }
+    if (!p.transposed) return std::vector<float>(s, s + r * c);
+    std::swap(r, c);
+    return Transpose(s, c, r);
+  };
+  size_t ar, ac, br, bc;
+  std::vector<float> asrc = source(g.a, ar, ac), bsrc = source(g.b, br, bc);
+  if (ac != bc) throw Error(what + ": the operands' K differ");
+  const bool quest_fwd = g.which == LinearGemm::kFprop;
+  auto qout = [&](const OperandPlan& p) {
+    return quest_fwd && p.kind == OperandKind::kQuest ? &fwd_q[static_cast<int>(p.tensor)] : nullptr;
+  };
+  const Built a = BuildOperand(g.a, std::move(asrc), ar, ac, gseed, Mix(gseed, 1), dscale[static_cast<int>(g.a.tensor)],
+                               what, opt.exec, qout(g.a));
+  const Built b = BuildOperand(g.b, std::move(bsrc), br, bc, gseed, Mix(gseed, 2), dscale[static_cast<int>(g.b.tensor)],
+                               what, opt.exec, qout(g.b));
+  RecipeGemmResult out;
+  out.which = g.which;
+  const AccumModel model = AccumModelByName(opt.accum == "auto" ? g.accum : opt.accum);
+  out.accum = model.name;
+  const size_t m = ar, n = br;
+  if (a.bf16) {
+    out.out = GemmBf16(a, b, m, n, ac, model, opt.exec);
+  } else {
+    out.out = Gemm(a.op, TransposeOperand(b.op), nullptr, model, opt.exec);
+    out.alpha = a.op.tensor_scale * b.op.tensor_scale;
+  }
+  if (g.quest_backward) {
+    // The output lives in the forward Hadamard domain of X (DGRAD, m x k) or W (WGRAD, n x k).
+    const QuestResult& fq = fwd_q[g.which == LinearGemm::kDgrad ? 0 : 1];
+    const HadamardSpec h = *recipe.gemms[0].a.hadamard;
+    if (fq.mask.size() != out.out.size()) throw Error(what + ": the QuEST mask does not match the output");
+    for (size_t i = 0; i < out.out.size(); ++i)
+      if (!fq.mask[i]) out.out[i] = 0.0f;
+    HadamardInverse(h, out.out.data(), out.out.data(), m, n, opt.exec);
+  }
+  out.a = a.report;
+  out.b = b.report;
+  if (opt.keep_values) {
+    out.a_values = a.exact;
+    out.bt_values = b.exact;
+  }
+  return out;
+}
+
+}  // namespace
+
 RecipeStepResult RunRecipeStep(const TrainingRecipe& recipe, const LinearInputs& in, const LinearReference& ref,
                                RecipeState& state, const RecipeOptions& opt) {
   if (in.m == 0 || in.n == 0 || in.k == 0) throw Error("recipe: m, n and k must be positive");
@@ -263,21 +374,10 @@ RecipeStepResult RunRecipeStep(const TrainingRecipe& recipe, const LinearInputs&
   CheckFinite(in.x, in.m * in.k, "X");
   CheckFinite(in.w, in.n * in.k, "W");
   CheckFinite(in.dy, in.m * in.n, "dY");
-  const float* src[3] = {in.x, in.w, in.dy};
-  const size_t rows[3] = {in.m, in.n, in.m}, cols[3] = {in.k, in.k, in.n};
+  const StepTensors st = MakeStepTensors(in.x, in.w, in.dy, in.m, in.n, in.k);
   const std::array<float, 3> amax = {AmaxOf(in.x, in.m, in.k), AmaxOf(in.w, in.n, in.k), AmaxOf(in.dy, in.m, in.n)};
-  std::optional<DelayedScaling>* hist[3] = {&state.x, &state.w, &state.dy};
-
-  // Delayed scaling: one scale per tensor per step, shared by its row- and column-wise copies.
   std::optional<Fp32Scale> dscale[3];
-  for (const RecipeGemm& g : recipe.gemms)
-    for (const OperandPlan* p : {&g.a, &g.b}) {
-      if (!p->delayed) continue;
-      const int t = static_cast<int>(p->tensor);
-      if (!*hist[t]) *hist[t] = DelayedScaling(p->spec.elem, opt.amax_history, opt.margin, opt.amax_algo);
-      if (opt.prime_history && state.step == 0) (*hist[t])->Push(amax[t]);
-      dscale[t] = (*hist[t])->scale();
-    }
+  SetupDelayed(recipe, 0, 3, amax, state, opt, dscale);
 
   RecipeStepResult res;
   res.amax = amax;
@@ -287,71 +387,60 @@ RecipeStepResult RunRecipeStep(const TrainingRecipe& recipe, const LinearInputs&
 
   QuestResult fwd_q[3];  // Quartet: the forward's QuEST output of X and W
   for (size_t gi = 0; gi < 3; ++gi) {
-    const RecipeGemm& g = recipe.gemms[gi];
-    const std::string what = std::string(recipe.name) + " " + LinearGemmName(g.which);
-    const uint64_t gseed = Mix(opt.seed, state.step, gi + 1);
-    auto source = [&](const OperandPlan& p, size_t& r, size_t& c) {
-      const int t = static_cast<int>(p.tensor);
-      const float* s = src[t];
-      r = rows[t];
-      c = cols[t];
-      if (p.from_forward) {
-        if (fwd_q[t].dequant.empty())
-          throw Error(what + ": " + OperandName(p) + " needs the forward's QuEST output of " + LinearTensorName(p.tensor));
-        s = fwd_q[t].dequant.data();
-      }
-      if (!p.transposed) return std::vector<float>(s, s + r * c);
-      std::swap(r, c);
-      return Transpose(s, c, r);
-    };
-    size_t ar, ac, br, bc;
-    std::vector<float> asrc = source(g.a, ar, ac), bsrc = source(g.b, br, bc);
-    if (ac != bc) throw Error(what + ": the operands' K differ");
-    const bool quest_fwd = g.which == LinearGemm::kFprop;
-    auto qout = [&](const OperandPlan& p) {
-      return quest_fwd && p.kind == OperandKind::kQuest ? &fwd_q[static_cast<int>(p.tensor)] : nullptr;
-    };
-    const Built a = BuildOperand(g.a, std::move(asrc), ar, ac, gseed, Mix(gseed, 1), dscale[static_cast<int>(g.a.tensor)],
-                                 what, opt.exec, qout(g.a));
-    const Built b = BuildOperand(g.b, std::move(bsrc), br, bc, gseed, Mix(gseed, 2), dscale[static_cast<int>(g.b.tensor)],
-                                 what, opt.exec, qout(g.b));
     RecipeGemmResult& out = res.gemms[gi];
-    out.which = g.which;
-    const AccumModel model = AccumModelByName(opt.accum == "auto" ? g.accum : opt.accum);
-    out.accum = model.name;
-    const size_t m = ar, n = br, k = ac;
-    if (a.bf16) {
-      out.out = GemmBf16(a, b, m, n, k, model, opt.exec);
-    } else {
-      out.out = Gemm(a.op, TransposeOperand(b.op), nullptr, model, opt.exec);
-      out.alpha = a.op.tensor_scale * b.op.tensor_scale;
-    }
-    if (g.quest_backward) {
-      // The output lives in the forward Hadamard domain of X (DGRAD, m x k) or W (WGRAD, n x k).
-      const QuestResult& fq = fwd_q[g.which == LinearGemm::kDgrad ? 0 : 1];
-      const HadamardSpec h = *recipe.gemms[0].a.hadamard;
-      if (fq.mask.size() != out.out.size()) throw Error(what + ": the QuEST mask does not match the output");
-      for (size_t i = 0; i < out.out.size(); ++i)
-        if (!fq.mask[i]) out.out[i] = 0.0f;
-      HadamardInverse(h, out.out.data(), out.out.data(), m, n, opt.exec);
-    }
+    out = RunStepGemm(recipe, gi, st, dscale, fwd_q, opt, state.step);
     const std::vector<double>& r = gi == 0 ? ref.y : gi == 1 ? ref.dx : ref.dw;
-    if (r.size() != out.out.size()) throw Error(what + ": output shape differs from the reference");
+    if (r.size() != out.out.size())
+      throw Error(std::string(recipe.name) + " " + LinearGemmName(out.which) + ": output shape differs from the reference");
     out.error = CompareTensors(r.data(), out.out.data(), r.size(), opt.exec);
-    out.a = a.report;
-    out.b = b.report;
-    if (opt.keep_values) {
-      out.a_values = a.exact;
-      out.bt_values = b.exact;
-    } else {
+    if (!opt.keep_values) {
       out.out.clear();
       out.out.shrink_to_fit();
     }
   }
-  for (int t = 0; t < 3; ++t)
-    if (dscale[t]) (*hist[t])->Push(amax[t]);
-  ++state.step;
+  EndStep(state, dscale, amax);
   return res;
+}
+
+std::vector<float> LinearForward(const TrainingRecipe& recipe, const float* x, const float* w, size_t m, size_t n,
+                                 size_t k, RecipeState& state, const RecipeOptions& opt, LinearSaved& saved) {
+  if (m == 0 || n == 0 || k == 0) throw Error("recipe: m, n and k must be positive");
+  CheckFinite(x, m * k, "X");
+  CheckFinite(w, n * k, "W");
+  const StepTensors st = MakeStepTensors(x, w, nullptr, m, n, k);
+  saved = LinearSaved{};
+  saved.amax = {AmaxOf(x, m, k), AmaxOf(w, n, k), 0.0f};
+  SetupDelayed(recipe, 0, 1, saved.amax, state, opt, saved.dscale);
+  QuestResult fwd_q[3];
+  RecipeGemmResult out = RunStepGemm(recipe, 0, st, saved.dscale, fwd_q, opt, state.step);
+  saved.quest_x = std::move(fwd_q[0]);
+  saved.quest_w = std::move(fwd_q[1]);
+  saved.m = m;
+  saved.n = n;
+  saved.k = k;
+  saved.step = state.step;
+  saved.valid = true;
+  return std::move(out.out);
+}
+
+void LinearBackward(const TrainingRecipe& recipe, const float* x, const float* w, const float* dy, RecipeState& state,
+                    const RecipeOptions& opt, LinearSaved& saved, float* dx, float* dw) {
+  if (!saved.valid || saved.step != state.step)
+    throw Error("recipe: LinearBackward needs the LinearForward of the same step (one backward per forward)");
+  const size_t m = saved.m, n = saved.n, k = saved.k;
+  CheckFinite(dy, m * n, "dY");
+  const StepTensors st = MakeStepTensors(x, w, dy, m, n, k);
+  saved.amax[2] = AmaxOf(dy, m, n);
+  SetupDelayed(recipe, 1, 3, saved.amax, state, opt, saved.dscale);
+  QuestResult fwd_q[3];
+  fwd_q[0] = std::move(saved.quest_x);
+  fwd_q[1] = std::move(saved.quest_w);
+  const RecipeGemmResult d = RunStepGemm(recipe, 1, st, saved.dscale, fwd_q, opt, state.step);
+  const RecipeGemmResult g = RunStepGemm(recipe, 2, st, saved.dscale, fwd_q, opt, state.step);
+  std::copy(d.out.begin(), d.out.end(), dx);
+  std::copy(g.out.begin(), g.out.end(), dw);
+  saved.valid = false;
+  EndStep(state, saved.dscale, saved.amax);
 }
 
 }  // namespace qmx

@@ -1,0 +1,141 @@
+// recipe.cc: training recipes (qmx/recipe.h) for Python: a linear layer's forward (FPROP) and backward
+// (DGRAD, WGRAD) under a recipe, step by step with its state, as qmx.torch.Linear drives them, and one
+// whole step as the CLI's `qmx-sim recipe` runs it.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include "arrays.h"
+#include "bindings.h"
+#include "qmx/error.h"
+#include "qmx/recipe.h"
+
+namespace qmx::py {
+
+namespace {
+
+// A recipe, its options and the state a training loop carries from step to step.
+struct LinearSteps {
+  TrainingRecipe recipe;
+  RecipeOptions opt;
+  RecipeState state;
+};
+
+RecipeOptions Options(const std::string& accum, uint64_t seed, int amax_history, int margin, const std::string& algo,
+                      bool prime_history) {
+  RecipeOptions o;
+  if (accum != "auto") (void)AccumModelByName(accum);
+  o.accum = accum;
+  o.seed = seed;
+  if (amax_history < 1 || amax_history > (1 << 20)) throw Error("amax_history must lie in 1..1048576");
+  if (margin < -64 || margin > 64) throw Error("margin must lie in -64..64");
+  o.amax_history = amax_history;
+  o.margin = margin;
+  o.amax_algo = ParseAmaxAlgo(algo);
+  o.prime_history = prime_history;
+  return o;
+}
+
+// A 2-D float32 matrix with the given column count (rows any), read in place.
+InArray Matrix(const pyb::array& a, const char* what, size_t cols) {
+  InArray in = F32Input(a, what);
+  if (in.shape.size() != 2) throw pyb::value_error(std::string(what) + " must be 2-D");
+  if (cols != 0 && in.shape[1] != cols)
+    throw pyb::value_error(std::string(what) + " has " + std::to_string(in.shape[1]) + " columns, not " + std::to_string(cols));
+  return in;
+}
+
+}  // namespace
+
+void BindRecipe(pyb::module_& m) {
+  m.def("recipe_names", &TrainingRecipeNames, "The training recipes: bf16, fp8-delayed, ..., nvfp4, quartet.");
+  m.def("describe_recipe", [](const std::string& name) { return DescribeTrainingRecipe(TrainingRecipeByName(name)); },
+        pyb::arg("recipe"));
+
+  pyb::class_<LinearSaved, std::shared_ptr<LinearSaved>>(m, "LinearSaved",
+                                                         "What a step's backward needs from its forward.");
+  pyb::class_<LinearSteps>(m, "LinearSteps",
+                           "A linear layer's GEMMs under a training recipe, one step (forward, then backward) at a time.")
+      .def(pyb::init([](const std::string& recipe, const std::string& accum, uint64_t seed, int amax_history, int margin,
+                        const std::string& algo, bool prime_history) {
+             LinearSteps s;
+             s.recipe = TrainingRecipeByName(recipe);
+             s.opt = Options(accum, seed, amax_history, margin, algo, prime_history);
+             return s;
+           }),
+           pyb::arg("recipe"), pyb::arg("accum") = "auto", pyb::arg("seed") = 0, pyb::arg("amax_history") = 1024,
+           pyb::arg("margin") = 0, pyb::arg("amax_algo") = "max", pyb::arg("prime_history") = false)
+      .def_property_readonly("step", [](const LinearSteps& s) { return s.state.step; })
+      .def_property_readonly("recipe", [](const LinearSteps& s) { return s.recipe.name; })
+      .def("forward", [](LinearSteps& s, const pyb::array& x, const pyb::array& w) {
+        const InArray wi = Matrix(w, "weight", 0);
+        const InArray xi = Matrix(x, "x", wi.shape[1]);
+        const size_t m = xi.shape[0], n = wi.shape[0], k = wi.shape[1];
+        std::vector<float> y;
+        auto saved = std::make_shared<LinearSaved>();
+        {
+          pyb::gil_scoped_release nogil;
+          y = LinearForward(s.recipe, static_cast<const float*>(xi.data), static_cast<const float*>(wi.data), m, n, k,
+                            s.state, s.opt, *saved);
+        }
+        return pyb::make_tuple(ToArray(std::move(y), {m, n}), saved);
+      }, pyb::arg("x"), pyb::arg("weight"),
+           "(Y, saved): Y = FPROP(X (m x k), W (n x k)), m x n float32; saved goes to this step's backward.")
+      .def("backward", [](LinearSteps& s, const pyb::array& x, const pyb::array& w, const pyb::array& dy,
+                          LinearSaved& saved) {
+        const InArray wi = Matrix(w, "weight", 0);
+        const InArray xi = Matrix(x, "x", wi.shape[1]);
+        const InArray di = Matrix(dy, "grad_output", wi.shape[0]);
+        const size_t m = xi.shape[0], n = wi.shape[0], k = wi.shape[1];
+        if (di.shape[0] != m || saved.m != m || saved.n != n || saved.k != k)
+          throw pyb::value_error("backward's shapes differ from the forward's");
+        pyb::array_t<float> dx = NewArray<float>({m, k}), dw = NewArray<float>({n, k});
+        float* dxp = dx.mutable_data();
+        float* dwp = dw.mutable_data();
+        {
+          pyb::gil_scoped_release nogil;
+          LinearBackward(s.recipe, static_cast<const float*>(xi.data), static_cast<const float*>(wi.data),
+                         static_cast<const float*>(di.data), s.state, s.opt, saved, dxp, dwp);
+        }
+        return pyb::make_tuple(dx, dw);
+      }, pyb::arg("x"), pyb::arg("weight"), pyb::arg("grad_output"), pyb::arg("saved"),
+           "(dX (m x k), dW (n x k)) = (DGRAD, WGRAD) from dY (m x n) and the forward's saved; ends the step.");
+
+  m.def("recipe_step", [](const std::string& recipe, const pyb::array& x, const pyb::array& w, const pyb::array& dy,
+                          const std::string& accum, uint64_t seed, uint64_t step) {
+    const InArray wi = Matrix(w, "weight", 0);
+    const InArray xi = Matrix(x, "x", wi.shape[1]);
+    const InArray di = Matrix(dy, "grad_output", wi.shape[0]);
+    const size_t m = xi.shape[0], n = wi.shape[0], k = wi.shape[1];
+    if (di.shape[0] != m) throw pyb::value_error("grad_output must be m x n");
+    const TrainingRecipe r = TrainingRecipeByName(recipe);
+    RecipeOptions o = Options(accum, seed, 1024, 0, "max", true);
+    o.keep_values = true;
+    RecipeState state;
+    state.step = step;
+    RecipeStepResult res;
+    {
+      pyb::gil_scoped_release nogil;
+      const LinearInputs in{static_cast<const float*>(xi.data), static_cast<const float*>(wi.data),
+                            static_cast<const float*>(di.data), m, n, k};
+      res = RunRecipeStep(r, in, ComputeLinearReference(in), state, o);
+    }
+    pyb::dict d;
+    for (const RecipeGemmResult& g : res.gemms) {
+      const size_t rows = g.which == LinearGemm::kWgrad ? n : m;
+      const size_t cols = g.which == LinearGemm::kFprop ? n : k;
+      std::vector<float> v = g.out;
+      pyb::dict gd;
+      gd["out"] = ToArray(std::move(v), {rows, cols});
+      gd["accum"] = g.accum;
+      gd["sqnr_db"] = g.error.SqnrDb();
+      gd["cosine"] = g.error.Cosine();
+      d[LinearGemmName(g.which)] = gd;
+    }
+    return d;
+  }, pyb::arg("recipe"), pyb::arg("x"), pyb::arg("weight"), pyb::arg("grad_output"), pyb::arg("accum") = "auto",
+        pyb::arg("seed") = 0, pyb::arg("step") = 0,
+        "One whole step of `qmx-sim recipe` on given tensors (fresh delayed-scaling histories primed with the\n"
+        "tensors' amaxes): {'fprop'|'dgrad'|'wgrad': {'out', 'accum', 'sqnr_db', 'cosine'}} against FP64 GEMMs.");
+}
+
+}  // namespace qmx::py

@@ -109,3 +109,15 @@ def test_torch_tensors_in_place():
     b = t.to(torch.bfloat16)
     want = qmx.convert(b.float().numpy(), "e2m1", "sr", seed=1)
     assert_bits_equal(qmx.convert(b, "e2m1", "sr", seed=1), want, "torch bfloat16")
+
+
+def test_out_argument():
+    x = probe_inputs(0)[:4096].reshape(64, 64)
+    buf = np.zeros((64, 64), np.uint8)
+    r = qmx.convert(x, "e5m2", "rz", out=buf)
+    assert r is buf or np.shares_memory(r, buf)
+    assert_bits_equal(buf, qmx.convert(x, "e5m2", "rz"), "out")
+    with pytest.raises(ValueError, match="shape"):
+        qmx.convert(x, "e5m2", out=np.zeros((64, 63), np.uint8))
+    with pytest.raises(TypeError, match="uint8"):
+        qmx.convert(x, "e5m2", out=np.zeros((64, 64), np.float32))

@@ -72,7 +72,8 @@ def _src_of(x, src):
 
 
 def convert(x, fmt, rounding="rne", saturation="satfinite", *, nan_sign="keep", nan_fallback="max",
-            subnormals="keep", sr_bits=8, seed=0, first_index=0, random_bits=None, src="", reference=False):
+            subnormals="keep", sr_bits=8, seed=0, first_index=0, random_bits=None, src="", reference=False,
+            out=None):
     """Element codes (uint8, x's shape) of x in format `fmt` (a registry name such as "e4m3", "e2m1",
     "ue8m0", a user format "eXmY[:bias=B][:special=ieee|fn|finite][:unsigned]" or a P3109 name).
 
@@ -81,9 +82,10 @@ def convert(x, fmt, rounding="rne", saturation="satfinite", *, nan_sign="keep", 
     satfinite nosat satpropagate; nan_sign: keep positive; nan_fallback (NaN into FP6/FP4/INT8): max zero;
     subnormals: keep flush. Stochastic rounding uses sr_bits random bits per element: element i takes
     Philox(seed, first_index + i), or random_bits[i] (uint32) when given, as `qmx-sim convert` does.
-    reference=True uses the scalar reference routine (slow, equal bit for bit)."""
+    reference=True uses the scalar reference routine (slow, equal bit for bit). out: a C-contiguous uint8
+    array of x's shape to write the codes into (returned), instead of a new array."""
     return _qmx.convert(as_array(x), fmt, rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits,
-                        seed, first_index, random_bits, _src_of(x, src), reference)
+                        seed, first_index, random_bits, _src_of(x, src), reference, out)
 
 
 def fake_cast(x, fmt, rounding="rne", saturation="satfinite", **kw):

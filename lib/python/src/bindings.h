@@ -10,5 +10,6 @@ void BindQuantize(pybind11::module_& m);   // quantize.cc: QuantizedTensor, quan
 void BindGemm(pybind11::module_& m);       // gemm.cc: GEMM under the accumulation models
 void BindAnalysis(pybind11::module_& m);   // analysis.cc: transforms, metrics, golden vectors
 void BindRecipe(pybind11::module_& m);     // recipe.cc: a linear layer under a training recipe
+void BindBench(pybind11::module_& m);      // bench.cc: the library kernels timed in-process
 
 }  // namespace qmx::py

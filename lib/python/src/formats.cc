@@ -69,11 +69,11 @@ CastOptions MakeCast(const std::string& rounding, const std::string& saturation,
   return o;
 }
 
-pyb::array_t<uint8_t> Convert(const pyb::array& x, const std::string& fmt, const std::string& rounding,
+pyb::array Convert(const pyb::array& x, const std::string& fmt, const std::string& rounding,
                               const std::string& saturation, const std::string& nan_sign,
                               const std::string& nan_fallback, const std::string& subnormals, int sr_bits,
                               uint64_t seed, uint64_t first_index, const std::optional<pyb::array>& random_bits,
-                              const std::string& src, bool reference) {
+                              const std::string& src, bool reference, const std::optional<pyb::array>& out_arg) {
   const InArray in = FloatInput(x, src, "x");
   const Format f = ParseFormat(fmt);
   const CastOptions opt = MakeCast(rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits);
@@ -89,8 +89,13 @@ pyb::array_t<uint8_t> Convert(const pyb::array& x, const std::string& fmt, const
                              std::to_string(in.count) + " elements");
     sr.bits = static_cast<const uint32_t*>(rb.data());
   }
-  pyb::array_t<uint8_t> out = NewArray<uint8_t>(in.shape);
-  uint8_t* o = out.mutable_data();
+  pyb::array out = out_arg ? *out_arg : pyb::array(NewArray<uint8_t>(in.shape));
+  if (out_arg) {
+    const InArray oi = CodesInput(out, "out");
+    if (oi.shape != in.shape) throw pyb::value_error("out must have x's shape");
+    if (!out.writeable()) throw pyb::value_error("out is read-only");
+  }
+  uint8_t* o = static_cast<uint8_t*>(out.mutable_data());
   {
     pyb::gil_scoped_release nogil;
     if (reference) {
@@ -136,13 +141,15 @@ void BindFormats(pyb::module_& m) {
         pyb::arg("saturation") = "satfinite", pyb::arg("nan_sign") = "keep", pyb::arg("nan_fallback") = "max",
         pyb::arg("subnormals") = "keep", pyb::arg("sr_bits") = 8, pyb::arg("seed") = 0, pyb::arg("first_index") = 0,
         pyb::arg("random_bits") = std::nullopt, pyb::arg("src") = "", pyb::arg("reference") = false,
+        pyb::arg("out") = std::nullopt,
         "Element codes (uint8, x's shape) of x in format fmt. x is read in place: float32, float16, or\n"
         "bfloat16 (ml_dtypes.bfloat16, or uint16 bits with src='bf16').\n"
         "rounding: rne rna rz ru rd ro sr (= sr-a) sr-a sr-b sr-c; saturation: satfinite nosat satpropagate;\n"
         "nan_sign: keep positive; nan_fallback (NaN into FP6/FP4/INT8): max zero; subnormals: keep flush;\n"
         "stochastic rounding takes sr_bits random bits per element, element i from Philox(seed,\n"
         "first_index + i), or from random_bits (uint32, one per element) when given.\n"
-        "reference=True runs the scalar reference routine (slow; equal bit for bit).");
+        "reference=True runs the scalar reference routine (slow; equal bit for bit). out: a uint8 array of x's\n"
+        "shape to write into instead of a new one.");
   m.def("decode", &Decode, pyb::arg("codes"), pyb::arg("fmt"),
         "The exact values (float32, the codes' shape) of uint8 codes of format fmt.");
 }

@@ -35,4 +35,5 @@ PYBIND11_MODULE(_qmx, m) {
   qmx::py::BindGemm(m);
   qmx::py::BindAnalysis(m);
   qmx::py::BindRecipe(m);
+  qmx::py::BindBench(m);
 }

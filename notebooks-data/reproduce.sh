@@ -49,4 +49,4 @@ $Q recipe --steps 64 --m 128 --n 128 --k 256 --recipe bf16 fp8-delayed fp8-curre
   --spike-rate 0.08 --grad-decay 0.98 --amax-history 16 --quiet \
   --csv $N/recipes/sequence.csv --json $N/recipes/sequence.json
 
-${PYTHON:-/usr/bin/python3} $N/render.py
+PYTHONPATH=build/python ${PYTHON:-/usr/bin/python3} $N/render.py

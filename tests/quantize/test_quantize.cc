@@ -336,3 +336,72 @@ TEST_CASE("cuBLASLt scale layouts: 128x4 tiles and blockwise FP32", "[quantize]"
   CHECK(bw2[1 * 4 + 1] == b2.ScaleAt(1, 1));
   CHECK_THROWS_WITH(ScalesToCublasTiled(b), Catch::Contains("128x4"));
 }
+
+TEST_CASE("spec overrides, the JSON form of a spec and reassembled tensors", "[quantize]") {
+  // Every recipe, plain and under every profile that fits it, survives its JSON form field for field.
+  for (const std::string& name : QuantSpecNames()) {
+    std::vector<QuantSpec> specs = {QuantSpecByName(name)};
+    for (const std::string& p : ProfileNames()) {
+      try {
+        SpecOverrides o;
+        o.profile = p;
+        specs.push_back(BuildQuantSpec(name, o));
+      } catch (const Error&) {  // a profile that does not fit this recipe
+      }
+    }
+    for (const QuantSpec& s : specs) {
+      const std::string j = QuantSpecToJson(s);
+      const QuantSpec back = QuantSpecFromJson(j);
+      INFO(j);
+      CHECK(QuantSpecToJson(back) == j);
+      CHECK(DescribeSpec(back) == DescribeSpec(s));
+    }
+  }
+  // Overrides by option name, as the CLI and Python spell them.
+  SpecOverrides o;
+  o.elem = "e5m2";
+  o.rule = "max-finite";
+  o.block = "1x16";
+  o.round = "sr";
+  o.sr_bits = 12;
+  o.seed = 9;
+  const QuantSpec s = BuildQuantSpec("mxfp8", o);
+  CHECK(s.name == "mxfp8+");
+  CHECK(std::string(s.elem.name) == "e5m2");
+  CHECK(s.rule == ScaleRule::kMaxFinite);
+  CHECK(s.nan == NanPolicy::kIgnore);  // max-finite brings the ignore policy with it
+  CHECK((s.block_rows == 1 && s.block_cols == 16));
+  CHECK((s.cast.rounding == Rounding::kSrA && s.cast.sr_bits == 12 && s.seed == 9));
+  CHECK_THROWS_WITH(QuantSpecFromJson("{\"name\": \"x\"}"), Catch::Matchers::Contains("incomplete"));
+  CHECK_THROWS_WITH(QuantSpecFromJson("not json"), Catch::Matchers::Contains("not valid JSON"));
+  o = SpecOverrides{};
+  o.sat = "nosat";
+  CHECK_THROWS_AS(BuildQuantSpec("mxfp4", o), Error);  // e2m1 has no Inf or NaN
+
+  // Stored codes and scales give back the tensor they came from.
+  std::vector<float> x(48 * 80);
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd;
+  for (float& v : x) v = nd(rng);
+  for (const char* name : {"mxfp8", "nvfp4", "fp8-block128x128"}) {
+    const QuantSpec sp = QuantSpecByName(name);
+    const QuantizedTensor q = Quantize(TensorView{DType::kF32, x.data(), 48, 80}, sp);
+    const QuantizedTensor r = AssembleQuantized(sp, {6, 8, 80}, q.codes, q.scales, q.tensor_amax);
+    CHECK((r.rows == 48 && r.cols == 80 && r.scale_rows == q.scale_rows && r.scale_cols == q.scale_cols));
+    std::vector<float> a(x.size()), b(x.size());
+    Dequantize(q, a.data());
+    Dequantize(r, b.data());
+    CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
+    std::vector<uint8_t> short_scales(q.scales.begin(), q.scales.end() - 1);
+    CHECK_THROWS_WITH(AssembleQuantized(sp, {48, 80}, q.codes, short_scales, q.tensor_amax),
+                      Catch::Matchers::Contains("scale bytes"));
+    CHECK_THROWS_AS(AssembleQuantized(sp, {48, 81}, q.codes, q.scales, q.tensor_amax), Error);
+  }
+  // The dequantization error over finite elements, in element order.
+  const float src[4] = {1.0f, 2.0f, NAN, 4.0f}, dq[4] = {1.0f, 2.5f, 3.0f, 4.0f};
+  const DequantError e = ComputeDequantError(TensorView{DType::kF32, src, 1, 4}, dq);
+  CHECK(e.finite_elements == 3);
+  CHECK(e.mse == 0.25 / 3);
+  CHECK(e.max_abs_error == 0.5);
+  CHECK((e.has_sqnr && std::fabs(e.sqnr_db - 10 * std::log10(21.0 / 0.25)) < 1e-12));
+}

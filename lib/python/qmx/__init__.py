@@ -168,6 +168,49 @@ def gemm(a, b, model="exact", c=None, *, a_format=None, b_format=None, reference
     return _qmx.gemm(a, b, model, c, a_format, b_format, reference)
 
 
+def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, scale_result=None, use_fast_accum=False, *,
+              a_format=None, b_format=None, return_model=False):
+    """torch._scaled_mm as an H100/H200 computes it (cuBLASLt on sm_90), bit for bit: D = (A scale_a) (B scale_b)
+    in float32. a: M x K and b: K x N FP8 codes (uint8 arrays with a_format/b_format, default "e4m3", or
+    torch float8_e4m3fn/float8_e5m2 tensors, whose format is their dtype); b may be given column-major
+    (b_t.T, as torch wants it), which is copied to row-major codes. scale_a, scale_b: one FP32 value each
+    (tensorwise: models hopper-fp8, or hopper-fp8-fast with use_fast_accum), or blockwise FP32 arrays: A's
+    1x128 blocks (M x ceil(K/128)) with B's 128x128 (ceil(K/128) x ceil(N/128); hopper-fp8) or 128x1
+    (ceil(K/128) x N; hopper-fp8-vec) blocks. What the hardware evidence does not cover raises ValueError:
+    row-wise scales, blockwise with use_fast_accum, a bias, scale_result, an out_dtype other than float32.
+    (Where K <= 128 an M x 1 scale_a is one 1x128 block per row and is read as blockwise.)
+    return_model=True returns (D, model name)."""
+    import numpy as np
+    if bias is not None or scale_result is not None:
+        raise ValueError("scaled_mm: bias and scale_result are not modelled (cuBLAS's epilogue order is unverified)")
+    if out_dtype is not None and str(out_dtype) not in ("float32", "torch.float32", "<class 'numpy.float32'>"):
+        raise ValueError("scaled_mm: only out_dtype float32 is modelled, not %s" % out_dtype)
+
+    def codes(t, fmt, what):
+        if type(t).__module__.startswith("torch"):
+            name = str(t.dtype)
+            if "float8_e4m3fn" in name or "float8_e5m2" in name:
+                f = "e4m3" if "e4m3" in name else "e5m2"
+                if fmt is not None and fmt != f:
+                    raise TypeError("%s is %s but %s_format is %s" % (what, name, what, fmt))
+                import torch
+                return t.detach().view(torch.uint8).numpy(), f
+        return as_array(t), fmt or "e4m3"
+
+    a, fa = codes(a, a_format, "a")
+    b, fb = codes(b, b_format, "b")
+    if isinstance(b, np.ndarray) and b.ndim == 2 and not b.flags.c_contiguous and b.flags.f_contiguous:
+        b = np.ascontiguousarray(b)  # torch's column-major B: codes are one byte each
+    sa = np.asarray(as_array(scale_a), dtype=np.float32)
+    sb = np.asarray(as_array(scale_b), dtype=np.float32)
+    if sa.size == 1:
+        sa = sa.reshape(1)
+    if sb.size == 1:
+        sb = sb.reshape(1)
+    d, model = _qmx.scaled_mm(a, b, np.ascontiguousarray(sa), np.ascontiguousarray(sb), fa, fb, use_fast_accum)
+    return (d, model) if return_model else d
+
+
 def hadamard(x, block=32, *, inverse=False):
     """The normalized block Hadamard transform of each row of float32 x (block 16..256 dividing the last
     dimension); inverse=True undoes it."""

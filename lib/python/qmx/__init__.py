@@ -222,6 +222,6 @@ def rht(x, block=32, seed=0, *, inverse=False):
     return _qmx.hadamard(as_array(x), "rht:%d:%d" % (block, seed), inverse)
 
 
-from . import golden  # noqa: E402,F401
+from . import golden, io  # noqa: E402,F401
 
 # qmx.torch imports torch; it is loaded on first use (import qmx.torch), so qmx itself needs only NumPy.

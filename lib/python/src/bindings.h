@@ -11,5 +11,6 @@ void BindGemm(pybind11::module_& m);       // gemm.cc: GEMM under the accumulati
 void BindAnalysis(pybind11::module_& m);   // analysis.cc: transforms, metrics, golden vectors
 void BindRecipe(pybind11::module_& m);     // recipe.cc: a linear layer under a training recipe
 void BindBench(pybind11::module_& m);      // bench.cc: the library kernels timed in-process
+void BindIo(pybind11::module_& m);         // io.cc: .safetensors files
 
 }  // namespace qmx::py

@@ -36,4 +36,5 @@ PYBIND11_MODULE(_qmx, m) {
   qmx::py::BindAnalysis(m);
   qmx::py::BindRecipe(m);
   qmx::py::BindBench(m);
+  qmx::py::BindIo(m);
 }

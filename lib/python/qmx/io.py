@@ -1,0 +1,64 @@
+"""qmx.io: .safetensors files, which NumPy cannot read or write, and quantized tensors in the layout
+`qmx-sim quantize` writes (NAME.codes, NAME.scales, the spec in the metadata), so that files move between
+Python and the CLI (`qmx-sim dequantize` reads what save_quantized writes, load_quantized reads what
+`qmx-sim quantize` writes)."""
+import json
+
+from . import _qmx
+
+
+def safetensors_info(path):
+    """(tensors, metadata): each tensor's name, dtype as the file spells it, shape and whether qmx reads
+    it (F32, F64, F16, BF16, U8, U16), and the __metadata__ map."""
+    return _qmx.safetensors_index(str(path))
+
+
+def load_safetensors(path, names=None):
+    """{name: array} of the readable tensors (or those named). BF16 tensors come back as their uint16
+    bits (pass src="bf16" to qmx.convert/quantize)."""
+    tensors, _ = _qmx.safetensors_index(str(path))
+    if names is None:
+        names = [t["name"] for t in tensors if t["readable"]]
+    return _qmx.safetensors_read(str(path), list(names))
+
+
+def save_safetensors(path, tensors, metadata=None, bf16=()):
+    """Writes {name: array} (float32, float64, float16, uint8, uint16; names in `bf16` are uint16 bits
+    written as BF16) atomically: a temporary file, then a rename."""
+    items = [(name, arr, "BF16" if name in bf16 else "") for name, arr in tensors.items()]
+    _qmx.safetensors_write(str(path), items, {str(k): str(v) for k, v in (metadata or {}).items()})
+
+
+def save_quantized(path, tensors, dequantized=False):
+    """Writes {name: QuantizedTensor} as `qmx-sim quantize` does: NAME.codes (uint8, the tensor's
+    shape), NAME.scales (uint8, or float32 for FP32-scale specs), NAME.dequant with dequantized=True, and
+    the metadata qmx.spec, qmx.tensor_amax.NAME, qmx.packed.NAME. All tensors must share one spec."""
+    specs = {json.dumps(q.spec, sort_keys=True) for q in tensors.values()}
+    if len(specs) != 1:
+        raise ValueError("save_quantized: the tensors of one file share one spec (qmx.spec metadata)")
+    out, meta = {}, {"qmx.generator": "qmx " + _qmx.__version__}
+    for name, q in tensors.items():
+        out[name + ".codes"] = q.codes
+        out[name + ".scales"] = q.scales
+        if dequantized:
+            out[name + ".dequant"] = q.dequantize()
+        meta["qmx.tensor_amax." + name] = json.dumps(float(q.tensor_amax))
+        meta["qmx.packed." + name] = "0"
+        meta["qmx.spec"] = json.dumps(q.spec, separators=(",", ":"))
+    save_safetensors(path, out, meta)
+
+
+def load_quantized(path):
+    """{name: QuantizedTensor} from a file of save_quantized or `qmx-sim quantize` (unpacked codes)."""
+    tensors, meta = _qmx.safetensors_index(str(path))
+    if "qmx.spec" not in meta:
+        raise ValueError("%s has no qmx.spec metadata: it was not written by qmx-sim quantize or qmx.io" % path)
+    names = [t["name"][:-6] for t in tensors if t["name"].endswith(".codes")]
+    arrays = _qmx.safetensors_read(str(path), [n + s for n in names for s in (".codes", ".scales")])
+    out = {}
+    for n in names:
+        if meta.get("qmx.packed." + n) == "1":
+            raise ValueError("tensor '%s' was written with --pack; load_quantized reads unpacked codes" % n)
+        amax = float(json.loads(meta.get("qmx.tensor_amax." + n, "0")))
+        out[n] = _qmx.assemble(arrays[n + ".codes"], arrays[n + ".scales"], meta["qmx.spec"], amax)
+    return out

@@ -18,6 +18,7 @@
 #include "qmx/error.h"
 #include "qmx/io.h"
 #include "qmx/metrics.h"
+#include "qmx/quantize.h"
 #include "qmx/mx.h"
 #include "qmx/transform.h"
 #include "qmx/version.h"
@@ -72,6 +73,8 @@ void RunConvertBench(const BenchArgs& a, nlohmann::json& j) {
   const size_t nb = n / 32;
   const size_t hcols = std::min<size_t>(n, 4096);
   const HadamardSpec h32 = ParseHadamard("hadamard:32"), h128 = ParseHadamard("hadamard:128");
+  const QuantSpec nvfp4 = QuantSpecByName("nvfp4");
+  const TensorView rows_view{DType::kF32, x.data(), n / hcols, hcols};
   std::vector<float> x2(x);
   for (size_t i = 0; i < n; i += 3) x2[i] *= 1.0009765625f;
   volatile double sink = 0;
@@ -99,15 +102,18 @@ void RunConvertBench(const BenchArgs& a, nlohmann::json& j) {
       {"mxfp4 e2m1 round-up quantize", 4 * n, n + nb,
        [&](Exec e) { QuantizeMx(DType::kF32, x.data(), n, mxfp4, codes.data(), scales.data(), {}, e); },
        [&] { QuantizeMxRef(DType::kF32, x.data(), n, mxfp4, codes.data(), scales.data()); }},
+      {"nvfp4 quantize (1x16, e4m3 scales)", 4 * n, n + n / 16,
+       [&](Exec e) { sink += Quantize(rows_view, nvfp4, e).tensor_amax; },
+       [&] { sink += QuantizeRef(rows_view, nvfp4).tensor_amax; }},
       {"e4m3->f32 decode", n, 4 * n,
        [&](Exec e) { DecodeToF32(codes.data(), n, fmt::kE4M3, decoded.data(), e); }, nullptr},
       // Study kernels: transforms and metrics over the same data viewed as rows of hcols.
       {"hadamard:32 forward (f32)", 4 * n, 4 * n,
        [&](Exec e) { HadamardForward(h32, x.data(), decoded.data(), n / hcols, hcols, e); },
-       [&] { HadamardForwardRef(h32, x.data(), decoded.data(), n / hcols, hcols); }},
+       [&] { HadamardButterfliesRef(h32, x.data(), decoded.data(), n / hcols, hcols); }},
       {"hadamard:128 forward (f32)", 4 * n, 4 * n,
        [&](Exec e) { HadamardForward(h128, x.data(), decoded.data(), n / hcols, hcols, e); },
-       [&] { HadamardForwardRef(h128, x.data(), decoded.data(), n / hcols, hcols); }},
+       [&] { HadamardButterfliesRef(h128, x.data(), decoded.data(), n / hcols, hcols); }},
       {"error metrics (2 x f32)", 8 * n, 0,
        [&](Exec e) { sink += CompareTensors(x.data(), x2.data(), n, e).sum_sq_err; },
        [&] { sink += CompareTensorsRef(x.data(), x2.data(), n).sum_sq_err; }},

@@ -24,26 +24,32 @@ namespace {
 
 // ---- GEMM ---------------------------------------------------------------------------------------
 
+enum class BenchScales { kTensor, kMx, kNvfp4 };
+
 // An operand of `rows` x `cols` E4M3 or E2M1 codes from Gaussian values (round to nearest), with
-// UE8M0 scales 2^-4..2^4 on blocks of 32 along K when `mx` (A: 1x32, B: 32x1).
-GemmOperand BenchOperand(const Format& f, size_t rows, size_t cols, bool a_side, bool mx, std::mt19937& rng) {
+// UE8M0 scales 2^-4..2^4 on blocks of 32 along K (MX: A 1x32, B 32x1), E4M3 scales 0.5..448 on blocks
+// of 16 (NVFP4: A 1x16, B 16x1) or a per-tensor scale.
+GemmOperand BenchOperand(const Format& f, size_t rows, size_t cols, bool a_side, BenchScales kind, std::mt19937& rng) {
   std::vector<float> x(rows * cols);
   std::normal_distribution<float> nd(0.0f, f.name == std::string("e2m1") ? 2.0f : 64.0f);
   for (float& v : x) v = nd(rng);
   std::vector<uint8_t> codes(x.size());
   ConvertToCodes(DType::kF32, x.data(), x.size(), f, CastOptions{}, codes.data());
   GemmOperand o = OperandFromCodes(f, rows, cols, codes.data());
-  if (mx) {
-    o.scale_format = ScaleFormat::kUe8m0;
-    o.block_rows = a_side ? 1 : 32;
-    o.block_cols = a_side ? 32 : 1;
-    o.scale_rows = (rows + o.block_rows - 1) / o.block_rows;
-    o.scale_cols = (cols + o.block_cols - 1) / o.block_cols;
-    o.scales.resize(o.scale_rows * o.scale_cols);
-    for (float& s : o.scales) s = std::ldexp(1.0f, static_cast<int>(rng() % 9) - 4);
-  } else {
+  if (kind == BenchScales::kTensor) {
     o.tensor_scale = a_side ? 0.5f : 3.0f;
+    return o;
   }
+  const size_t block = kind == BenchScales::kMx ? 32 : 16;
+  o.scale_format = kind == BenchScales::kMx ? ScaleFormat::kUe8m0 : ScaleFormat::kE4m3;
+  o.block_rows = a_side ? 1 : block;
+  o.block_cols = a_side ? block : 1;
+  o.scale_rows = (rows + o.block_rows - 1) / o.block_rows;
+  o.scale_cols = (cols + o.block_cols - 1) / o.block_cols;
+  o.scales.resize(o.scale_rows * o.scale_cols);
+  for (float& s : o.scales)
+    s = kind == BenchScales::kMx ? std::ldexp(1.0f, static_cast<int>(rng() % 9) - 4)
+                                 : DecodeToFloat(fmt::kE4M3, static_cast<uint8_t>(0x30 + rng() % 0x4E));  // 0.5 .. 448
   return o;
 }
 
@@ -53,7 +59,7 @@ struct GemmCase {
   std::string baseline;  // "sgemm" or "dgemm": what the target compares with
   double target;         // required ratio to the baseline (0: a baseline itself)
   const Format* elem;
-  bool mx;
+  BenchScales scales;
 };
 
 struct GemmRow {
@@ -71,15 +77,16 @@ void RunGemmBench(const BenchArgs& a, nlohmann::json& j) {
   if (a.gemm_reps < 1) throw Error("--gemm-reps must be at least 1");
   const EigenGemm eigen = BestEigenGemm();
   const std::vector<GemmCase> cases = {
-      {"eigen sgemm (" + eigen.level + ")", "", "sgemm", 0, nullptr, false},
-      {"eigen dgemm (" + eigen.level + ")", "", "dgemm", 0, nullptr, false},
-      {"fp32-seq mxfp8", "fp32-seq", "sgemm", 0.5, &fmt::kE4M3, true},
-      {"block-exact mxfp8", "block-exact", "dgemm", 0.5, &fmt::kE4M3, true},
-      {"block-exact mxfp4", "block-exact", "sgemm", 0.5, &fmt::kE2M1, true},
-      {"hopper-fp8 e4m3 tensor", "hopper-fp8", "sgemm", 0.1, &fmt::kE4M3, false},
-      {"exact mxfp8", "exact", "dgemm", 0.1, &fmt::kE4M3, true},
-      // No target: the exact-group model (group 16) on MXFP4 operands, its ratio shown for scale.
-      {"blackwell-mxf4nvf4 mxfp4", "blackwell-mxf4nvf4", "sgemm", -1, &fmt::kE2M1, true},
+      {"eigen sgemm (" + eigen.level + ")", "", "sgemm", 0, nullptr, BenchScales::kTensor},
+      {"eigen dgemm (" + eigen.level + ")", "", "dgemm", 0, nullptr, BenchScales::kTensor},
+      {"fp32-seq mxfp8", "fp32-seq", "sgemm", 0.5, &fmt::kE4M3, BenchScales::kMx},
+      {"block-exact mxfp8", "block-exact", "dgemm", 0.5, &fmt::kE4M3, BenchScales::kMx},
+      {"block-exact mxfp4", "block-exact", "sgemm", 0.5, &fmt::kE2M1, BenchScales::kMx},
+      {"hopper-fp8 e4m3 tensor", "hopper-fp8", "sgemm", 0.2, &fmt::kE4M3, BenchScales::kTensor},
+      {"exact mxfp8", "exact", "dgemm", 0.3, &fmt::kE4M3, BenchScales::kMx},
+      {"blackwell-mxf8f6f4 mxfp8", "blackwell-mxf8f6f4", "sgemm", 0.2, &fmt::kE4M3, BenchScales::kMx},
+      {"blackwell-mxf4nvf4 mxfp4", "blackwell-mxf4nvf4", "sgemm", 0.3, &fmt::kE2M1, BenchScales::kMx},
+      {"blackwell-mxf4nvf4 nvfp4", "blackwell-mxf4nvf4", "sgemm", 0.3, &fmt::kE2M1, BenchScales::kNvfp4},
   };
   const int saved_threads = omp_get_max_threads();
   std::vector<GemmRow> rows;
@@ -97,7 +104,7 @@ void RunGemmBench(const BenchArgs& a, nlohmann::json& j) {
     }
     std::vector<std::pair<GemmOperand, GemmOperand>> ops;
     for (const GemmCase& c : cases)
-      ops.emplace_back(c.elem ? std::make_pair(BenchOperand(*c.elem, sz, sz, true, c.mx, rng), BenchOperand(*c.elem, sz, sz, false, c.mx, rng))
+      ops.emplace_back(c.elem ? std::make_pair(BenchOperand(*c.elem, sz, sz, true, c.scales, rng), BenchOperand(*c.elem, sz, sz, false, c.scales, rng))
                               : std::make_pair(GemmOperand{}, GemmOperand{}));
     for (int t : a.threads) {
       omp_set_num_threads(t);

@@ -37,6 +37,10 @@ void HadamardForward(const HadamardSpec& h, const float* in, float* out, size_t 
                      Exec exec = Exec::kParallel);
 void HadamardInverse(const HadamardSpec& h, const float* in, float* out, size_t rows, size_t cols,
                      Exec exec = Exec::kParallel);
+// The fast paths' reference twin: the same butterflies, one block at a time in scalar code (the Highway
+// kernel performs these operations lane by lane, so the two agree bit for bit on every target).
+void HadamardButterfliesRef(const HadamardSpec& h, const float* in, float* out, size_t rows, size_t cols,
+                            bool inverse = false);
 // The reference: each output as an explicit row of H (entries +-1 from the popcount rule) times the
 // block, summed in double in index order, times 1/sqrt(block), rounded once. It equals the fast path
 // bit for bit whenever the block's sums are exact in double (always when its nonzero elements span at

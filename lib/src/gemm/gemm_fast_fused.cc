@@ -369,6 +369,47 @@ int MaxSigBits(const std::vector<float>& t) {
   return bits;
 }
 
+// The Highway group kernel, where its extra bounds hold: group sums exact in FP32, no promotion (the
+// accumulator carries across steps), scales in the products or no scales, groups inside scale blocks,
+// results of at most 24 bits and exponents within FP64's range (nominal exponents within +-300).
+bool GroupSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, const FusedParams& p,
+               const GemmPlan& plan, Exec exec, const std::vector<float>& ta, const std::vector<int>& xa,
+               const std::vector<float>& tb, const std::vector<int>& xb, float* out) {
+  const bool blocks = plan.a_blocks || plan.b_blocks;
+  if (p.promote != 0 || (blocks && !p.scale_in_products) || p.out_bits > 24 || p.frac_bits > 60 ||
+      p.zero_exp < -300 || BlockSumBits(a.elem, b.elem, static_cast<size_t>(p.group)) > 24 ||
+      QuantumExp(a.elem) + QuantumExp(b.elem) < -149)
+    return false;
+  for (int x : xa)
+    if (x < -300 || x > 300) return false;
+  for (int x : xb)
+    if (x < -300 || x > 300) return false;
+  const std::array<float, 256> va = TableOf<float>(a.elem), vb = TableOf<float>(b.elem);
+  simd::GroupGemmArgs g;
+  g.m = plan.m;
+  g.n = plan.n;
+  g.k = plan.k;
+  g.a = MatrixOf(a, va, false);
+  g.b = MatrixOf(b, vb, false);
+  // Without blocks the tables hold one column of ones (exponent 0) and kb covers K.
+  const size_t gsz = static_cast<size_t>(p.group);
+  g.kb = blocks ? plan.kb : (plan.k + gsz - 1) / gsz * gsz;
+  g.sa = ta.data();
+  g.sb = tb.data();
+  g.xa = xa.data();
+  g.xb = xb.data();
+  g.group = p.group;
+  g.step = p.step;
+  g.frac_bits = p.frac_bits;
+  g.out_bits = p.out_bits;
+  g.rne_terms = p.term_round == FusedRound::kRne;
+  g.rne_out = p.out_round == FusedRound::kRne;
+  g.zero_exp = p.zero_exp;
+  g.parallel = exec == Exec::kParallel;
+  StartValues(c_in, plan, out);
+  return simd::GemmGroupF32(g, out);
+}
+
 // The fast path of fused models with group > 1 (finite operands, float formats). It needs, in double:
 // every group sum exact (BlockSumBits), times the scales' significands still exact, and each step's
 // sum of truncated terms below 2^53: a term is below |P|max * 2^(F + 2) relative to 2^emax (the scales
@@ -394,6 +435,11 @@ bool GroupFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
   const int esa = ScaleEmin(a.scale_format), esb = ScaleEmin(b.scale_format);
   for (size_t i = 0; i < ta.size(); ++i) xa[i] = ta[i] == 0 ? esa : NominalExp(ta[i], esa);
   for (size_t i = 0; i < tb.size(); ++i) xb[i] = tb[i] == 0 ? esb : NominalExp(tb[i], esb);
+  if (GroupSimd(a, b, c_in, p, plan, exec, ta, xa, tb, xb, out)) {
+    ApplyAlpha(plan, out);
+    RecomputeNanRows(a, b, c_in, model, plan, out);
+    return true;
+  }
   const std::vector<double> va = Values<double>(a, false, exec), vb = Values<double>(b, false, exec);
   const size_t groups = (std::min(step, plan.k) + g - 1) / g;
   ParallelRows(plan, exec, [&](size_t i0, size_t i1) {

@@ -12,6 +12,7 @@
 #include "qmx/error.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
+#include "transform/transform_simd.h"
 
 namespace qmx {
 namespace {
@@ -33,17 +34,14 @@ void Fwht(double* v, int n) {
   }
 }
 
-// Applies y = H D x (forward) or x = D H y (inverse) to every block of every row.
-void Apply(const HadamardSpec& h, const float* in, float* out, size_t rows, size_t cols, Exec exec, bool inverse) {
+// The scalar butterflies: y = H D x (forward) or x = D H y (inverse) on every block of every row.
+void ApplyScalar(const HadamardSpec& h, const float* in, float* out, size_t rows, size_t cols, bool inverse) {
   ValidateHadamard(h, cols);
   const int n = h.block;
   const std::vector<float> sign = HadamardSigns(h);
   const double norm = 1.0 / std::sqrt(static_cast<double>(n));
-  const size_t blocks = rows * (cols / n);
-  const bool par = exec == Exec::kParallel && rows * cols >= (1u << 16);
-#pragma omp parallel for schedule(static) if (par)
-  for (size_t b = 0; b < blocks; ++b) {
-    double v[kMaxHadamard];
+  double v[kMaxHadamard];
+  for (size_t b = 0; b < rows * (cols / n); ++b) {
     const float* src = in + b * n;
     float* dst = out + b * n;
     for (int j = 0; j < n; ++j) v[j] = inverse ? src[j] : static_cast<double>(src[j]) * sign[j];
@@ -52,6 +50,25 @@ void Apply(const HadamardSpec& h, const float* in, float* out, size_t rows, size
       const double y = v[j] * norm;
       dst[j] = static_cast<float>(inverse ? y * sign[j] : y);
     }
+  }
+}
+
+// The same through the Highway kernel, runs of blocks in parallel.
+void Apply(const HadamardSpec& h, const float* in, float* out, size_t rows, size_t cols, Exec exec, bool inverse) {
+  ValidateHadamard(h, cols);
+  const int n = h.block;
+  const std::vector<float> sign = HadamardSigns(h);
+  alignas(64) double signd[kMaxHadamard];
+  for (int j = 0; j < n; ++j) signd[j] = sign[j];
+  const double norm = 1.0 / std::sqrt(static_cast<double>(n));
+  const size_t blocks = rows * (cols / n);
+  constexpr size_t kRun = 256;  // blocks per task
+  const long runs = static_cast<long>((blocks + kRun - 1) / kRun);
+  const bool par = exec == Exec::kParallel && rows * cols >= (1u << 16);
+#pragma omp parallel for schedule(static) if (par)
+  for (long r = 0; r < runs; ++r) {
+    const size_t b0 = static_cast<size_t>(r) * kRun, nb = std::min(kRun, blocks - b0);
+    simd::HadamardBlocks(in + b0 * n, out + b0 * n, nb, n, signd, norm, inverse);
   }
 }
 
@@ -111,6 +128,10 @@ void HadamardForward(const HadamardSpec& h, const float* in, float* out, size_t 
 
 void HadamardInverse(const HadamardSpec& h, const float* in, float* out, size_t rows, size_t cols, Exec exec) {
   Apply(h, in, out, rows, cols, exec, true);
+}
+
+void HadamardButterfliesRef(const HadamardSpec& h, const float* in, float* out, size_t rows, size_t cols, bool inverse) {
+  ApplyScalar(h, in, out, rows, cols, inverse);
 }
 
 void HadamardForwardRef(const HadamardSpec& h, const float* in, float* out, size_t rows, size_t cols) {

@@ -1,0 +1,88 @@
+// transform_simd.cc: the Hadamard butterflies as a Highway kernel, compiled for every target and chosen
+// at run time. Each lane performs exactly the scalar butterflies' operations (transform.cc,
+// HadamardButterfliesRef) in the same order, in double, so the bits do not depend on the target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "transform/transform_simd.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <cstddef>
+#include <cstdint>
+
+#include "hwy/highway.h"
+#include "transform/transform_simd.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qmx::simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+void HadamardBlocksT(const float* in, float* out, size_t blocks, int n, const double* sign, double norm, bool inverse) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> dh;
+  const hn::RebindToSigned<decltype(dd)> di;
+  using VD = hn::Vec<decltype(dd)>;
+  const size_t N = hn::Lanes(dd), nv = static_cast<size_t>(n) / N;
+  HWY_ALIGN double v[256];
+  HWY_ALIGN int64_t idx[HWY_MAX_BYTES / sizeof(double)];
+  // Stages of distance h < N pair lanes inside a vector: lane j meets lane j ^ h; the lanes with bit h set
+  // hold the differences.
+  constexpr size_t kMaxInVector = 8;
+  using Idx = decltype(hn::SetTableIndices(dd, idx));
+  Idx swap[kMaxInVector];
+  hn::Mask<decltype(dd)> high[kMaxInVector];
+  size_t in_vector = 0;
+  for (size_t h = 1; h < N && h < static_cast<size_t>(n); h *= 2, ++in_vector) {
+    for (size_t j = 0; j < N; ++j) idx[j] = static_cast<int64_t>(j ^ h);
+    swap[in_vector] = hn::SetTableIndices(dd, idx);
+    high[in_vector] = hn::RebindMask(dd, hn::Ne(hn::And(hn::Iota(di, 0), hn::Set(di, static_cast<int64_t>(h))), hn::Zero(di)));
+  }
+  const VD vnorm = hn::Set(dd, norm);
+  for (size_t b = 0; b < blocks; ++b) {
+    const float* src = in + b * static_cast<size_t>(n);
+    float* dst = out + b * static_cast<size_t>(n);
+    for (size_t i = 0; i < nv; ++i) {
+      VD x = hn::PromoteTo(dd, hn::LoadU(dh, src + i * N));
+      if (!inverse) x = hn::Mul(x, hn::Load(dd, sign + i * N));
+      hn::Store(x, dd, v + i * N);
+    }
+    for (size_t s = 0; s < in_vector; ++s) {
+      for (size_t i = 0; i < nv; ++i) {
+        const VD x = hn::Load(dd, v + i * N);
+        const VD y = hn::TableLookupLanes(x, swap[s]);
+        hn::Store(hn::IfThenElse(high[s], hn::Sub(y, x), hn::Add(x, y)), dd, v + i * N);
+      }
+    }
+    for (size_t h = N; h < static_cast<size_t>(n); h *= 2) {
+      for (size_t i = 0; i < static_cast<size_t>(n); i += 2 * h) {
+        for (size_t j = i; j < i + h; j += N) {
+          const VD a = hn::Load(dd, v + j), c = hn::Load(dd, v + j + h);
+          hn::Store(hn::Add(a, c), dd, v + j);
+          hn::Store(hn::Sub(a, c), dd, v + j + h);
+        }
+      }
+    }
+    for (size_t i = 0; i < nv; ++i) {
+      VD y = hn::Mul(hn::Load(dd, v + i * N), vnorm);
+      if (inverse) y = hn::Mul(y, hn::Load(dd, sign + i * N));
+#if HWY_TARGET == HWY_SCALAR
+      dst[i] = static_cast<float>(hn::GetLane(y));  // Highway's scalar DemoteTo clamps Inf to the largest float
+#else
+      hn::StoreU(hn::DemoteTo(dh, y), dh, dst + i * N);
+#endif
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace qmx::simd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qmx::simd {
+HWY_EXPORT(HadamardBlocksT);
+
+void HadamardBlocks(const float* in, float* out, size_t blocks, int n, const double* sign, double norm, bool inverse) {
+  HWY_DYNAMIC_DISPATCH(HadamardBlocksT)(in, out, blocks, n, sign, norm, inverse);
+}
+}  // namespace qmx::simd
+#endif  // HWY_ONCE

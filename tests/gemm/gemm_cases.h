@@ -1,0 +1,72 @@
+// gemm_cases.h: operands for the GEMM tests (random codes, UE8M0 / FP32 / E4M3 block scales) and a
+// bit-for-bit comparison of outputs that names the first differences.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "qmx/convert.h"
+#include "qmx/gemm.h"
+#include "support/hex.h"
+
+namespace qmx::test {
+
+// Random codes of a format: mostly values of a Gaussian-like spread, some zeros, some extremes.
+inline std::vector<uint8_t> RandomCodes(const Format& f, size_t n, std::mt19937& rng, bool specials) {
+  std::uniform_int_distribution<int> any(0, static_cast<int>(f.CodeMask()));
+  std::vector<uint8_t> c(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint8_t v = static_cast<uint8_t>(any(rng));
+    const CodeClass cl = ClassifyCode(f, v);
+    if (!specials && (cl == CodeClass::kNan || cl == CodeClass::kInf)) v = 0;
+    if (rng() % 9 == 0) v = 0;
+    c[i] = v;
+  }
+  return c;
+}
+
+inline GemmOperand Codes(const Format& f, size_t r, size_t c, std::mt19937& rng, bool specials = false) {
+  const std::vector<uint8_t> codes = RandomCodes(f, r * c, rng, specials);
+  return OperandFromCodes(f, r, c, codes.data());
+}
+
+inline void AddUe8m0(GemmOperand& o, bool is_a, size_t block, std::mt19937& rng, int lo, int hi) {
+  o.scale_format = ScaleFormat::kUe8m0;
+  o.block_rows = is_a ? 1 : block;
+  o.block_cols = is_a ? block : 1;
+  o.scale_rows = (o.rows + o.block_rows - 1) / o.block_rows;
+  o.scale_cols = (o.cols + o.block_cols - 1) / o.block_cols;
+  std::uniform_int_distribution<int> e(lo, hi);
+  o.scales.resize(o.scale_rows * o.scale_cols);
+  for (float& s : o.scales) s = std::ldexp(1.0f, e(rng));
+}
+
+inline void AddFp32(GemmOperand& o, size_t br, size_t bc, std::mt19937& rng, ScaleFormat sf = ScaleFormat::kFp32) {
+  o.scale_format = sf;
+  o.block_rows = br;
+  o.block_cols = bc;
+  o.scale_rows = (o.rows + br - 1) / br;
+  o.scale_cols = (o.cols + bc - 1) / bc;
+  std::uniform_real_distribution<float> u(0.5f, 3.0f);
+  o.scales.resize(o.scale_rows * o.scale_cols);
+  for (float& s : o.scales) {
+    s = u(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 9) - 4);
+    if (sf == ScaleFormat::kE4m3) s = DecodeToFloat(fmt::kE4M3, rng() % 0x7F);  // finite, may be 0
+  }
+}
+
+inline void RequireSame(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool same = FloatBits(got[i]) == FloatBits(want[i]) || (std::isnan(got[i]) && std::isnan(want[i]));
+    if (!same && bad++ < 3)
+      UNSCOPED_INFO(what << ": output " << i << " got " << Hex(FloatBits(got[i])) << " want " << Hex(FloatBits(want[i])));
+  }
+  CHECK(bad == 0);
+}
+
+}  // namespace qmx::test

@@ -371,19 +371,28 @@ int MaxSigBits(const std::vector<float>& t) {
 
 // The Highway group kernel, where its extra bounds hold: group sums exact in FP32, no promotion (the
 // accumulator carries across steps), scales in the products or no scales, groups inside scale blocks,
-// results of at most 24 bits and exponents within FP64's range (nominal exponents within +-300).
+// results of at most 24 bits, the scaled operands, their products and group sums exact in FP32.
 bool GroupSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, const FusedParams& p,
                const GemmPlan& plan, Exec exec, const std::vector<float>& ta, const std::vector<int>& xa,
                const std::vector<float>& tb, const std::vector<int>& xb, float* out) {
   const bool blocks = plan.a_blocks || plan.b_blocks;
-  if (p.promote != 0 || (blocks && !p.scale_in_products) || p.out_bits > 24 || p.frac_bits > 60 ||
-      p.zero_exp < -300 || BlockSumBits(a.elem, b.elem, static_cast<size_t>(p.group)) > 24 ||
-      QuantumExp(a.elem) + QuantumExp(b.elem) < -149)
+  if (p.promote != 0 || (blocks && !p.scale_in_products) || p.out_bits > 24 || p.frac_bits > 60 || p.zero_exp < -300)
     return false;
-  for (int x : xa)
-    if (x < -300 || x > 300) return false;
-  for (int x : xb)
-    if (x < -300 || x > 300) return false;
+  const auto [xa_lo, xa_hi] = std::minmax_element(xa.begin(), xa.end());
+  const auto [xb_lo, xb_hi] = std::minmax_element(xb.begin(), xb.end());
+  // The kernel sums a * sa and b * sb in FP32: a term's LSB is at least 2^(xa + xb - lsb_drop) (the
+  // elements' quanta times the scales' LSBs, 2^(x - mantissa bits)), its magnitude below
+  // 2^(xa + xb + p_max + 2); both must stay within FP32's range, subnormals included.
+  auto scale_man = [](ScaleFormat f) { return f == ScaleFormat::kUe8m0 ? 0 : f == ScaleFormat::kE4m3 ? 3 : 23; };
+  const int lsb_drop = -(QuantumExp(a.elem) + QuantumExp(b.elem)) + (blocks ? scale_man(a.scale_format) + scale_man(b.scale_format) : 0);
+
+  const double p_max = std::log2(static_cast<double>(p.group)) + Limits(a.elem).emax + 1 + Limits(b.elem).emax + 1;
+  const int man_a = blocks ? scale_man(a.scale_format) : 0, man_b = blocks ? scale_man(b.scale_format) : 0;
+  if (*xa_lo + *xb_lo - lsb_drop < -149 || *xa_hi + *xb_hi + p_max + 2 > 127 ||
+      *xa_lo + QuantumExp(a.elem) - man_a < -149 || *xb_lo + QuantumExp(b.elem) - man_b < -149 ||
+      *xa_hi + Limits(a.elem).emax + 2 > 127 || *xb_hi + Limits(b.elem).emax + 2 > 127)
+    return false;
+  if (BlockSumBits(a.elem, b.elem, static_cast<size_t>(p.group)) + man_a + man_b > 24) return false;
   const std::array<float, 256> va = TableOf<float>(a.elem), vb = TableOf<float>(b.elem);
   simd::GroupGemmArgs g;
   g.m = plan.m;
@@ -402,6 +411,7 @@ bool GroupSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
   g.step = p.step;
   g.frac_bits = p.frac_bits;
   g.out_bits = p.out_bits;
+  g.lsb_drop = lsb_drop;
   g.rne_terms = p.term_round == FusedRound::kRne;
   g.rne_out = p.out_round == FusedRound::kRne;
   g.zero_exp = p.zero_exp;

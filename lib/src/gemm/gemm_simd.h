@@ -81,14 +81,16 @@ struct FusedGemmArgs {
 bool GemmFusedF32(const FusedGemmArgs& g, float* c);
 
 // MMA-Sim's fused dot product with exact groups (GST-FDPA, promote = 0): per step of `step` K, each
-// group of `group` K gives the term P * sa * sb, P the group's exact sum (exact in FP32: the caller
-// bounds it below 2^24 quanta), sa and sb the block scales of the group's K block (kb elements, a
-// multiple of group; m x nb and nb x n tables); its nominal exponent is xa + xb, or zero_exp when the
-// group has no nonzero product or a zero scale. The terms and the accumulator are aligned at the
-// largest nominal exponent emax, truncated (or rounded) at 2^(emax - F) and summed in FP64, and the sum
-// is rounded to out_bits (<= 24) significant bits, the exponent floored at -126. The caller checks that
-// every step is exact in FP64 and the exponents stay within FP64's range. c holds the accumulators'
-// start values; outputs whose accumulation became non-finite come back as NaN for the reference.
+// group of `group` K gives the term P * sa * sb, P the group's exact sum and sa, sb the block scales of
+// the group's K block (kb elements, a multiple of group; m x nb and nb x n tables); its nominal exponent
+// is xa + xb, or zero_exp when the group has no nonzero product or a zero scale. The terms and the
+// accumulator are aligned at the largest nominal exponent emax, truncated (or rounded) at 2^(emax - F)
+// and summed in FP64, and the sum is rounded to out_bits (<= 24) significant bits, the exponent floored
+// at -126. The kernel sums the scaled operands a * sa and b * sb in FP32: the caller checks that every
+// such product and group sum is exact in FP32 (each term's LSB at least 2^(xa + xb - lsb_drop), within
+// FP32's range), that every step is exact in FP64 and that the exponents stay within FP64's range. c
+// holds the accumulators' start values; outputs whose accumulation became non-finite come back as NaN
+// for the reference.
 constexpr size_t kMaxGroupsPerStep = 8;
 struct GroupGemmArgs {
   size_t m = 0, n = 0, k = 0, kb = 0;
@@ -98,6 +100,7 @@ struct GroupGemmArgs {
   const int32_t* xa = nullptr;  // nominal exponents of sa and sb
   const int32_t* xb = nullptr;
   int group = 16, step = 64, frac_bits = 35, out_bits = 24;
+  int lsb_drop = 0;  // a term's LSB is at least 2^(xa + xb - lsb_drop)
   bool rne_terms = false, rne_out = false;
   int zero_exp = -139;
   bool parallel = true;

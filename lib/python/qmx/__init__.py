@@ -222,6 +222,17 @@ def rht(x, block=32, seed=0, *, inverse=False):
     return _qmx.hadamard(as_array(x), "rht:%d:%d" % (block, seed), inverse)
 
 
+def quest(x, spec="mxfp4", *, clip_ratio=0.0, stat="std", scale_rounding="floor", block=32, seed=None):
+    """QuEST's forward quantizer (Quartet's forward pass): with block, the Hadamard transform of that size
+    first (seed: the randomized one); then per group a power-of-two scale from the group's std, RNE to the
+    element grid, and the trust mask. Returns a dict: dequant (in the transformed domain), codes, mask,
+    scales, clipped. block=None skips the transform (x already transformed)."""
+    x = as_array(x)
+    if block:
+        x = _qmx.hadamard(x, ("rht:%d:%d" % (block, seed)) if seed is not None else ("hadamard:%d" % block), False)
+    return _qmx.quest(x, spec, clip_ratio, stat, scale_rounding)
+
+
 from . import golden, io  # noqa: E402,F401
 
 # qmx.torch imports torch; it is loaded on first use (import qmx.torch), so qmx itself needs only NumPy.

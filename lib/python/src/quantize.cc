@@ -12,6 +12,7 @@
 #include "qmx/error.h"
 #include "qmx/quantize.h"
 #include "qmx/scale.h"
+#include "qmx/transform.h"
 
 namespace qmx::py {
 
@@ -133,6 +134,17 @@ void BindQuantize(pyb::module_& m) {
         const size_t n = p.size();
         return ToArray(std::move(p), {n});
       }, "The codes packed: FP4 two per byte (element 2i in the low nibble), FP6 four per three bytes.")
+      .def("cublas_scales", [](const QuantizedTensor& q) -> pyb::array {
+        if (ScaleFormatOf(q.spec.rule) == ScaleFormat::kFp32) {
+          std::vector<float> s = ScalesToCublasBlockwise(q);
+          const size_t n = s.size();
+          return ToArray(std::move(s), {n});
+        }
+        std::vector<uint8_t> s = ScalesToCublasTiled(q);
+        const size_t n = s.size();
+        return ToArray(std::move(s), {n});
+      }, "The scales in the layout cuBLASLt reads: 128x4 tiles for MX 1x32 and NVFP4 1x16 (VEC32_UE8M0,\n"
+         "VEC16_UE4M3), or Hopper's blockwise FP32 layouts for 1x128 and 128x128 (lib/include/qmx/quantize.h).")
       .def("__repr__", [](const QuantizedTensor& q) {
         std::string s;
         for (size_t d : ShapeOf(q)) s += (s.empty() ? "" : "x") + std::to_string(d);
@@ -194,6 +206,36 @@ void BindQuantize(pyb::module_& m) {
     }
     return out;
   }, pyb::arg("x"), pyb::arg("spec"), pyb::arg("src") = "");
+
+  m.def("quest", [](const pyb::array& x, const pyb::object& spec, double clip_ratio, const std::string& stat,
+                    const std::string& scale_rounding) {
+    const InArray in = F32Input(x, "x");
+    size_t rows = 0, cols = 0;
+    RowsCols(in.shape, rows, cols);
+    const QuantSpec s = SpecFromObject(spec);
+    QuestOptions o;
+    o.clip_ratio = clip_ratio;
+    o.stat = ParseQuestStat(stat);
+    o.scale_rounding = ParseQuestScaleRounding(scale_rounding);
+    QuestResult r;
+    {
+      pyb::gil_scoped_release nogil;
+      r = QuestQuantize(static_cast<const float*>(in.data), rows, cols, s, o);
+    }
+    const size_t groups = r.scales.size();
+    pyb::dict d;
+    d["dequant"] = ToArray(std::move(r.dequant), in.shape);
+    d["codes"] = ToArray(std::move(r.codes), in.shape);
+    d["mask"] = ToArray(std::move(r.mask), in.shape);
+    d["scales"] = ToArray(std::move(r.scales), {groups});
+    d["clipped"] = r.clipped;
+    return d;
+  }, pyb::arg("x"), pyb::arg("spec") = "mxfp4", pyb::arg("clip_ratio") = 0.0, pyb::arg("stat") = "std",
+        pyb::arg("scale_rounding") = "floor",
+        "QuEST's forward quantizer on x (already Hadamard-transformed; qmx-sim's --transform quest): per\n"
+        "1xK group a scale of clip_ratio x the group's std (or rms) / the element max, floored to a power of\n"
+        "two (or 'nearest', 'exact'), RNE to the elements; returns dequant, codes, the trust mask, the\n"
+        "scales (one per group) and the clipped count. clip_ratio 0: the format's MSE-optimal constant.");
 
   m.def("assemble", [](const pyb::array& codes, const pyb::array& scales, const pyb::object& spec, float tensor_amax) {
     const InArray c = CodesInput(codes, "codes");

@@ -1,7 +1,9 @@
 // gemm_group_simd.cc: the Highway kernel of the fused models with exact groups (MMA-Sim's GST-FDPA:
 // blackwell-mxf4nvf4, fused:...,group=G; see gemm_simd.h), compiled for every target and chosen at run
-// time. The group sums are an FP32 GEMM (exact: the caller bounds them below 2^24 quanta); each step's
-// terms are aligned, truncated and summed in FP64 as the reference does. Packing: gemm_pack-inl.h.
+// time. The operands are packed times their block scales, so each group sum, an exact FP32 GEMM (the
+// caller's bounds), is the group's term. Where a step provably truncates no term its result is the exact
+// FP64 sum rounded once; elsewhere the terms are aligned, truncated and summed in FP64 as the reference
+// does. Packing and loop nest: gemm_pack-inl.h.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "gemm/gemm_group_simd.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep

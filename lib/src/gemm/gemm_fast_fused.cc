@@ -374,7 +374,7 @@ int MaxSigBits(const std::vector<float>& t) {
 // results of at most 24 bits, the scaled operands, their products and group sums exact in FP32.
 bool GroupSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, const FusedParams& p,
                const GemmPlan& plan, Exec exec, const std::vector<float>& ta, const std::vector<int>& xa,
-               const std::vector<float>& tb, const std::vector<int>& xb, float* out) {
+               const std::vector<float>& tb, const std::vector<int>& xb, double p_max, float* out) {
   const bool blocks = plan.a_blocks || plan.b_blocks;
   if (p.promote != 0 || (blocks && !p.scale_in_products) || p.out_bits > 24 || p.frac_bits > 60 || p.zero_exp < -300)
     return false;
@@ -382,12 +382,11 @@ bool GroupSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
   const auto [xb_lo, xb_hi] = std::minmax_element(xb.begin(), xb.end());
   // The kernel sums a * sa and b * sb in FP32: a term's LSB is at least 2^(xa + xb - lsb_drop) (the
   // elements' quanta times the scales' LSBs, 2^(x - mantissa bits)), its magnitude below
-  // 2^(xa + xb + p_max + 2); both must stay within FP32's range, subnormals included.
+  // 2^(xa + xb + p_max + 2) (p_max: GroupFast's bound on a group sum's bits); both must stay within FP32's
+  // range, subnormals included.
   auto scale_man = [](ScaleFormat f) { return f == ScaleFormat::kUe8m0 ? 0 : f == ScaleFormat::kE4m3 ? 3 : 23; };
-  const int lsb_drop = -(QuantumExp(a.elem) + QuantumExp(b.elem)) + (blocks ? scale_man(a.scale_format) + scale_man(b.scale_format) : 0);
-
-  const double p_max = std::log2(static_cast<double>(p.group)) + Limits(a.elem).emax + 1 + Limits(b.elem).emax + 1;
   const int man_a = blocks ? scale_man(a.scale_format) : 0, man_b = blocks ? scale_man(b.scale_format) : 0;
+  const int lsb_drop = -(QuantumExp(a.elem) + QuantumExp(b.elem)) + man_a + man_b;
   if (*xa_lo + *xb_lo - lsb_drop < -149 || *xa_hi + *xb_hi + p_max + 2 > 127 ||
       *xa_lo + QuantumExp(a.elem) - man_a < -149 || *xb_lo + QuantumExp(b.elem) - man_b < -149 ||
       *xa_hi + Limits(a.elem).emax + 2 > 127 || *xb_hi + Limits(b.elem).emax + 2 > 127)
@@ -445,7 +444,7 @@ bool GroupFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
   const int esa = ScaleEmin(a.scale_format), esb = ScaleEmin(b.scale_format);
   for (size_t i = 0; i < ta.size(); ++i) xa[i] = ta[i] == 0 ? esa : NominalExp(ta[i], esa);
   for (size_t i = 0; i < tb.size(); ++i) xb[i] = tb[i] == 0 ? esb : NominalExp(tb[i], esb);
-  if (GroupSimd(a, b, c_in, p, plan, exec, ta, xa, tb, xb, out)) {
+  if (GroupSimd(a, b, c_in, p, plan, exec, ta, xa, tb, xb, p_max, out)) {
     ApplyAlpha(plan, out);
     RecomputeNanRows(a, b, c_in, model, plan, out);
     return true;

@@ -73,7 +73,8 @@ void RunConvertBench(const BenchArgs& a, nlohmann::json& j) {
   const size_t nb = n / 32;
   const size_t hcols = std::min<size_t>(n, 4096);
   const HadamardSpec h32 = ParseHadamard("hadamard:32"), h128 = ParseHadamard("hadamard:128");
-  const QuantSpec nvfp4 = QuantSpecByName("nvfp4");
+  const QuantSpec nvfp4 = QuantSpecByName("nvfp4"), nvfp4_2d = QuantSpecByName("nvfp4-2d");
+  const QuantSpec fp8_1x128 = QuantSpecByName("fp8-block1x128"), fp8_tensor = QuantSpecByName("fp8-tensor-current");
   const TensorView rows_view{DType::kF32, x.data(), n / hcols, hcols};
   std::vector<float> x2(x);
   for (size_t i = 0; i < n; i += 3) x2[i] *= 1.0009765625f;
@@ -105,6 +106,18 @@ void RunConvertBench(const BenchArgs& a, nlohmann::json& j) {
       {"nvfp4 quantize (1x16, e4m3 scales)", 4 * n, n + n / 16,
        [&](Exec e) { sink += Quantize(rows_view, nvfp4, e).tensor_amax; },
        [&] { sink += QuantizeRef(rows_view, nvfp4).tensor_amax; }},
+      {"nvfp4 quantize, tensor amax given", 4 * n, n + n / 16,
+       [&](Exec e) { sink += QuantizeNvfp4WithAmax(rows_view, nvfp4, 5.0f, e).tensor_amax; },
+       [&] { sink += QuantizeNvfp4WithAmaxRef(rows_view, nvfp4, 5.0f).tensor_amax; }},
+      {"nvfp4-2d quantize (16x16)", 4 * n, n + n / 256,
+       [&](Exec e) { sink += Quantize(rows_view, nvfp4_2d, e).tensor_amax; },
+       [&] { sink += QuantizeRef(rows_view, nvfp4_2d).tensor_amax; }},
+      {"fp8 1x128 blockwise quantize", 4 * n, n + n / 32,
+       [&](Exec e) { sink += Quantize(rows_view, fp8_1x128, e).scales[0]; },
+       [&] { sink += QuantizeRef(rows_view, fp8_1x128).scales[0]; }},
+      {"fp8 per-tensor current quantize", 4 * n, n,
+       [&](Exec e) { sink += Quantize(rows_view, fp8_tensor, e).tensor_amax; },
+       [&] { sink += QuantizeRef(rows_view, fp8_tensor).tensor_amax; }},
       {"e4m3->f32 decode", n, 4 * n,
        [&](Exec e) { DecodeToF32(codes.data(), n, fmt::kE4M3, decoded.data(), e); }, nullptr},
       // Study kernels: transforms and metrics over the same data viewed as rows of hcols.

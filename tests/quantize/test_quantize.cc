@@ -405,3 +405,36 @@ TEST_CASE("spec overrides, the JSON form of a spec and reassembled tensors", "[q
   CHECK(e.max_abs_error == 0.5);
   CHECK((e.has_sqnr && std::fabs(e.sqnr_db - 10 * std::log10(21.0 / 0.25)) < 1e-12));
 }
+
+TEST_CASE("FP32-scaled recipes on tensors of several pieces equal the reference", "[quantize]") {
+  // 300 x 512: the contiguous FP32 path works in pieces of 2^16 elements; here a per-tensor block spans
+  // three pieces (maxima combined across them), 1x128 and row-wise blocks fill pieces whole, 128 x all
+  // blocks straddle pieces. Specials sit in the second and third pieces.
+  const size_t rows = 300, cols = 512;
+  std::vector<float> xf = MakeMatrix(rows, cols, 21, false);
+  xf[70000] = std::nanf("");
+  xf[140001] = HUGE_VALF;
+  xf[140500] = -HUGE_VALF;
+  std::vector<uint16_t> xb(xf.size());
+  for (size_t i = 0; i < xf.size(); ++i) xb[i] = static_cast<uint16_t>(FloatBits(xf[i]) >> 16);
+  for (const char* name : {"fp8-tensor-current", "fp8-rowwise", "fp8-block1x128", "fp8-block128x128"}) {
+    for (NanPolicy nan : {NanPolicy::kBlockNan, NanPolicy::kIgnoreNan, NanPolicy::kIgnore}) {
+      for (Rounding r : {Rounding::kRne, Rounding::kSrA}) {
+        for (DType t : {DType::kF32, DType::kBF16}) {
+          QuantSpec spec = QuantSpecByName(name);
+          spec.nan = nan;
+          spec.cast.rounding = r;
+          spec.seed = 5;
+          const TensorView x{t, t == DType::kF32 ? static_cast<const void*>(xf.data()) : xb.data(), rows, cols};
+          const QuantizedTensor want = QuantizeRef(x, spec);
+          for (int threads : {1, 2, 3}) {
+            omp_set_num_threads(threads);
+            CheckSame(Quantize(x, spec), want, Where(spec, x) + " threads " + std::to_string(threads));
+          }
+          CheckSame(Quantize(x, spec, Exec::kSequential), want, Where(spec, x) + " sequential");
+        }
+      }
+    }
+  }
+  omp_set_num_threads(omp_get_num_procs());
+}

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "qmx/error.h"
+#include "quantize/quantize_internal.h"
 #include "round/convert_params.h"
 
 namespace qmx {
@@ -28,7 +29,7 @@ void ValidateMxSpec(const MxSpec& spec) {
 
 namespace {
 
-constexpr size_t kBlocksPerChunk = 2048;
+constexpr size_t kBlocksPerChunk = detail::kBlocksPerRun;
 
 simd::MxKernelArgs MakeArgs(const MxSpec& spec, const simd::ConvertParams& p) {
   const FormatLimits lim = Limits(spec.elem);
@@ -47,14 +48,12 @@ simd::MxKernelArgs MakeArgs(const MxSpec& spec, const simd::ConvertParams& p) {
 
 }  // namespace
 
-void QuantizeMx(DType src_type, const void* src, size_t n, const MxSpec& spec, uint8_t* codes, uint8_t* scales,
-                const SrSource& sr, Exec exec) {
-  ValidateMxSpec(spec);
-  if (!IsFastSource(src_type)) throw Error(std::string("MX quantization reads fp32, bf16 or fp16, not ") + DTypeName(src_type));
-  const simd::ConvertParams p = simd::MakeConvertParams(spec.elem, spec.cast, src_type);
-  const simd::MxKernelArgs args = MakeArgs(spec, p);
+namespace detail {
+
+void RunBlockKernel(const simd::MxKernelArgs& args, DType src_type, const void* src, size_t n, uint8_t* codes,
+                    uint8_t* scales, const SrSource& sr, Exec exec) {
   const size_t esize = src_type == DType::kF32 ? 4 : 2;
-  const size_t chunk = kBlocksPerChunk * static_cast<size_t>(spec.block);
+  const size_t chunk = kBlocksPerChunk * static_cast<size_t>(args.block);
   if (exec == Exec::kSequential || n <= chunk) {
     simd::QuantizeMxBlocks(args, src_type, src, n, codes, scales, sr.seed, sr.first_index, sr.bits);
     return;
@@ -67,6 +66,16 @@ void QuantizeMx(DType src_type, const void* src, size_t n, const MxSpec& spec, u
                            codes + start, scales + static_cast<size_t>(c) * kBlocksPerChunk, sr.seed,
                            sr.first_index + start, sr.bits != nullptr ? sr.bits + start : nullptr);
   }
+}
+
+}  // namespace detail
+
+void QuantizeMx(DType src_type, const void* src, size_t n, const MxSpec& spec, uint8_t* codes, uint8_t* scales,
+                const SrSource& sr, Exec exec) {
+  ValidateMxSpec(spec);
+  if (!IsFastSource(src_type)) throw Error(std::string("MX quantization reads fp32, bf16 or fp16, not ") + DTypeName(src_type));
+  const simd::ConvertParams p = simd::MakeConvertParams(spec.elem, spec.cast, src_type);
+  detail::RunBlockKernel(MakeArgs(spec, p), src_type, src, n, codes, scales, sr, exec);
 }
 
 void DequantizeMx(const uint8_t* codes, const uint8_t* scales, size_t n, const MxSpec& spec, float* out, Exec exec) {

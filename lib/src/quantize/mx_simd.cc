@@ -152,6 +152,24 @@ HWY_INLINE VU ScaleMultipliersOf(int scaling, VU byte) {
 // The element multiplier of the FP32 element-scaling modes for scale byte s (< 255): host_device.h.
 inline float ScaleInverse(int scaling, uint32_t s) { return hd::ScaleMultiplier(static_cast<uint8_t>(s), scaling == 2); }
 
+inline ScaleRule Nvfp4Rule(const MxKernelArgs& a) { return a.nvfp4 == 2 ? ScaleRule::kNvfp4Div : ScaleRule::kNvfp4; }
+
+// Nvfp4BlockScale (scale/scale.cc) on every lane of finite amax bits, the same FP32 operations in the same
+// order and the E4M3 rounding through the conversion tiers, and the multiplier of each byte from the
+// caller's table of Nvfp4EncodeFactor. Lanes of non-finite amax get some byte below 128 and are never used.
+HWY_INLINE VU Nvfp4BytesOf(const MxKernelArgs& a, const Consts& ke, VU amax, VU* mult) {
+  const DU du;
+  const DI di;
+  const DF df;
+  const auto am = hn::BitCast(df, amax);
+  const VU v = hn::BitCast(du, a.nvfp4 == 2 ? hn::Mul(hn::Div(am, hn::Set(df, 6.0f)), hn::Set(df, a.s_enc)) : hn::Mul(am, hn::Set(df, a.s_m)));
+  const VU code = ke.fused && ke.f.sat && ke.f.neg_zero ? FusedVec<Rounding::kRne, true>(ke.f, v, hn::Zero(du))
+                                                        : ConvertVec<Rounding::kRne>(ke, v, hn::Zero(di), hn::Zero(du));
+  const VU byte = hn::And(code, hn::Set(du, 0x7Fu));
+  *mult = hn::BitCast(du, hn::GatherIndex(df, a.mult, hn::BitCast(di, byte)));
+  return byte;
+}
+
 // The fused path over `count` consecutive MX blocks from block b, block i's elements multiplied by mults[i]
 // (see MxLoop); SR takes its words from rw.
 template <Rounding R, DType S, bool kCommon>
@@ -208,6 +226,7 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
   const DF df;
   const size_t lanes = hn::Lanes(du);
   const Consts k(*a.p);
+  const Consts ke(a.nvfp4 != 0 ? *a.p_e4m3 : *a.p);  // the NVFP4 scale's conversion
   constexpr bool kSr = R == Rounding::kSrA || R == Rounding::kSrB || R == Rounding::kSrC;
   constexpr bool kFusable = R == Rounding::kRne || R == Rounding::kSrA;
   RandomWords rw(seed, first_index, rbits, kSr);
@@ -220,8 +239,50 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
   Lite lite = MakeLite(k, 0);
   auto vmul = hn::Set(df, 1.0f);
 
+  // A block's elements through the general tiers, under the current eoff/lite (exact) or vmul.
+  const auto convert_elements = [&](size_t start, size_t len) {
+    const auto load = [&](size_t at, size_t count) {
+      const VU x = count == lanes ? LoadBits<S>(in, at) : LoadBitsPartial<S>(in, at, count);
+      return exact ? x : hn::BitCast(du, hn::Mul(hn::BitCast(df, x), vmul));
+    };
+    for (size_t j = 0; j < len; j += lanes) {
+      const size_t c = len - j < lanes ? len - j : lanes;
+      const VU rb = kSr ? rw.Take(start + j, c) : none;
+      const VU code = ConvertAny<R>(k, lite, load(start + j, c), eoff, rb);
+      if (c == lanes) StoreCodes(code, codes + start + j);
+      else StoreCodesPartial(code, codes + start + j, c);
+    }
+  };
+  const auto skip_random_words = [&](size_t start, size_t len) {  // keep the stream aligned with element indices
+    if constexpr (kSr) {
+      for (size_t jj = 0; jj < len; jj += lanes) (void)rw.Take(start + jj, len - jj < lanes ? len - jj : lanes);
+    }
+  };
+
+  // An NVFP4 block through the general tiers (quantize.cc's QuantizeStrip is the definition): block-nan
+  // marks a block holding NaN or Inf; otherwise the amax is of the finite elements, or Inf where
+  // ignore-nan meets an Inf.
+  const auto nvfp4_block = [&](size_t b, size_t start, size_t len, uint32_t amax) {
+    if (amax >= 0x7F800000u) {
+      if (static_cast<NanPolicy>(a.policy) == NanPolicy::kBlockNan) {
+        scales[b] = 0x7F;
+        std::memset(codes + start, static_cast<int>(a.elem_nan), len);
+        skip_random_words(start, len);
+        return;
+      }
+      amax = BlockAmaxBits<S>(k, in, start, len, static_cast<NanPolicy>(a.policy) == NanPolicy::kIgnoreNan ? 0x7F800001u : 0x7F800000u);
+    }
+    float amax_f;
+    std::memcpy(&amax_f, &amax, 4);
+    const uint8_t s8 = Nvfp4BlockScale(amax_f, a.s_enc, Nvfp4Rule(a));
+    scales[b] = s8;
+    vmul = hn::Set(df, a.mult[s8 & 0x7F]);
+    convert_elements(start, len);
+  };
+
   // One block through the general tiers: the NaN policies, and formats or modes the fused path does not take.
   const auto general_block = [&](size_t b, size_t start, size_t len, uint32_t amax) {
+    if (a.nvfp4 != 0) return nvfp4_block(b, start, len, amax);
     // 2. Scale byte; a block holding NaN or Inf follows the NaN policy.
     int scale = -1;
     uint32_t fill = 0;
@@ -246,9 +307,7 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
       if (scale == 0xFF) {
         scales[b] = 0xFF;
         std::memset(codes + start, static_cast<int>(fill), len);
-        if constexpr (kSr) {  // keep the random stream aligned with element indices
-          for (size_t jj = 0; jj < len; jj += lanes) (void)rw.Take(start + jj, len - jj < lanes ? len - jj : lanes);
-        }
+        skip_random_words(start, len);
         return;
       }
     } else {
@@ -265,17 +324,7 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
       }
     }
     // 3. Elements: V_i / X exactly by moving the exponent, or fl32(x * multiplier) for the FP32 modes.
-    const auto load = [&](size_t at, size_t count) {
-      const VU x = count == lanes ? LoadBits<S>(in, at) : LoadBitsPartial<S>(in, at, count);
-      return exact ? x : hn::BitCast(du, hn::Mul(hn::BitCast(df, x), vmul));
-    };
-    for (size_t j = 0; j < len; j += lanes) {
-      const size_t c = len - j < lanes ? len - j : lanes;
-      const VU rb = kSr ? rw.Take(start + j, c) : none;
-      const VU code = ConvertAny<R>(k, lite, load(start + j, c), eoff, rb);
-      if (c == lanes) StoreCodes(code, codes + start + j);
-      else StoreCodesPartial(code, codes + start + j, c);
-    }
+    convert_elements(start, len);
   };
 
   // Blocks go in batches of two passes, so that no element waits on its block's scale: pass 1 takes every
@@ -300,8 +349,13 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
       const VU inf_bits = hn::Set(du, 0x7F800000u);
       for (; done + lanes <= nb && (b0 + done + lanes) * block <= n; done += lanes) {
         const VU amax = AmaxOfBlocks<S>(in, (b0 + done) * block, block);
-        const VU byte = ScaleBytesOf(a, amax);
-        const VU mult = ScaleMultipliersOf(a.scaling, byte);
+        VU byte, mult;
+        if (a.nvfp4 != 0) {
+          byte = Nvfp4BytesOf(a, ke, amax, &mult);
+        } else {
+          byte = ScaleBytesOf(a, amax);
+          mult = ScaleMultipliersOf(a.scaling, byte);
+        }
         const auto prod = hn::BitCast(du, hn::Mul(hn::BitCast(df, amax), hn::BitCast(df, mult)));
         const auto ok = hn::And(hn::Lt(amax, inf_bits), hn::Lt(prod, inf_bits));
         hn::StoreU(amax, du, amaxes + done);
@@ -321,10 +375,17 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
       amaxes[i] = amax;
       mults[i] = 0.0f;
       if (kFusable && k.fused && amax < 0x7F800000u) {
-        const int scale = ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax, a.elem_man);
-        const float mult = ScaleInverse(a.scaling, static_cast<uint32_t>(scale));  // exact: 2^(127 - scale)
         float amax_f;
         std::memcpy(&amax_f, &amax, 4);
+        int scale;
+        float mult;
+        if (a.nvfp4 != 0) {
+          scale = Nvfp4BlockScale(amax_f, a.s_enc, Nvfp4Rule(a));
+          mult = a.mult[scale & 0x7F];
+        } else {
+          scale = ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax, a.elem_man);
+          mult = ScaleInverse(a.scaling, static_cast<uint32_t>(scale));  // exact: 2^(127 - scale)
+        }
         scales[b0 + i] = static_cast<uint8_t>(scale);
         if (amax_f * mult <= std::numeric_limits<float>::max()) mults[i] = mult;
       }
@@ -373,6 +434,36 @@ void QuantizeMxBlocksT(const MxKernelArgs& a, DType src, const void* in, size_t 
   }
 }
 
+template <DType S>
+uint32_t AmaxLoop(const void* in, size_t n, uint32_t limit) {
+  const DU du;
+  const size_t lanes = hn::Lanes(du);
+  const VU lim = hn::Set(du, limit), abs_mask = hn::Set(du, 0x7FFFFFFFu);
+  const auto kept = [&](VU x) {
+    const VU a = hn::And(x, abs_mask);
+    return hn::IfThenElseZero(hn::Lt(a, lim), a);
+  };
+  VU m0 = hn::Zero(du), m1 = m0, m2 = m0, m3 = m0;
+  size_t i = 0;
+  for (; i + 4 * lanes <= n; i += 4 * lanes) {
+    m0 = hn::Max(m0, kept(LoadBits<S>(in, i)));
+    m1 = hn::Max(m1, kept(LoadBits<S>(in, i + lanes)));
+    m2 = hn::Max(m2, kept(LoadBits<S>(in, i + 2 * lanes)));
+    m3 = hn::Max(m3, kept(LoadBits<S>(in, i + 3 * lanes)));
+  }
+  for (; i + lanes <= n; i += lanes) m0 = hn::Max(m0, kept(LoadBits<S>(in, i)));
+  if (i < n) m1 = hn::Max(m1, kept(LoadBitsPartial<S>(in, i, n - i)));
+  return hn::GetLane(hn::MaxOfLanes(du, hn::Max(hn::Max(m0, m1), hn::Max(m2, m3))));
+}
+
+uint32_t AmaxBitsT(DType src, const void* in, size_t n, uint32_t limit) {
+  switch (src) {
+    case DType::kBF16: return AmaxLoop<DType::kBF16>(in, n, limit);
+    case DType::kF16: return AmaxLoop<DType::kF16>(in, n, limit);
+    default: return AmaxLoop<DType::kF32>(in, n, limit);
+  }
+}
+
 void DequantizeMxBlocksT(const float* table, int block_len, const uint8_t* codes, const uint8_t* scales, size_t n,
                          float* out) {
   const DF df;
@@ -406,6 +497,11 @@ HWY_AFTER_NAMESPACE();
 namespace qmx::simd {
 HWY_EXPORT(QuantizeMxBlocksT);
 HWY_EXPORT(DequantizeMxBlocksT);
+HWY_EXPORT(AmaxBitsT);
+
+uint32_t AmaxBits(DType src, const void* in, size_t n, uint32_t limit) {
+  return HWY_DYNAMIC_DISPATCH(AmaxBitsT)(src, in, n, limit);
+}
 
 void QuantizeMxBlocks(const MxKernelArgs& a, DType src, const void* in, size_t n, uint8_t* codes, uint8_t* scales,
                       uint64_t seed, uint64_t first_index, const uint32_t* rbits) {

@@ -7,6 +7,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+
+#include <omp.h>
 
 #include "qmx/error.h"
 #include "qmx/mx.h"
@@ -52,7 +55,29 @@ float TensorAmax(const TensorView& x, NanPolicy policy) {
   return m;
 }
 
-MultiplyScale BlockMultiplyScale(const QuantSpec& spec, float block_amax, bool has_nan, bool has_inf, float s_enc) {
+float TensorAmaxFast(const TensorView& x, NanPolicy policy, Exec exec) {
+  // The same elements as TensorAmax: |x| bits below Inf (block-nan, ignore) or up to Inf (NaN skipped). The
+  // maximum of bit patterns is the maximum of the values, in any order and any split among threads.
+  const uint32_t limit = policy == NanPolicy::kBlockNan || policy == NanPolicy::kIgnore ? 0x7F800000u : 0x7F800001u;
+  const size_t n = x.rows * x.cols, esize = DTypeSize(x.dtype);
+  constexpr size_t kChunk = size_t{1} << 18;
+  uint32_t m = 0;
+  if (exec == Exec::kParallel && n > kChunk) {
+    const int64_t chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static) reduction(max : m)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const size_t start = static_cast<size_t>(c) * kChunk;
+      m = std::max(m, simd::AmaxBits(x.dtype, static_cast<const uint8_t*>(x.data) + start * esize, std::min(kChunk, n - start), limit));
+    }
+  } else {
+    m = simd::AmaxBits(x.dtype, x.data, n, limit);
+  }
+  float f;
+  std::memcpy(&f, &m, 4);
+  return f;
+}
+
+MultiplyScale BlockMultiplyScale(const QuantSpec& spec, float destmax, float block_amax, bool has_nan, bool has_inf, float s_enc) {
   MultiplyScale r{};
   const bool special = has_nan || has_inf;
   if (special && spec.nan == NanPolicy::kBlockNan) {
@@ -60,7 +85,6 @@ MultiplyScale BlockMultiplyScale(const QuantSpec& spec, float block_amax, bool h
     return r;
   }
   // block_amax: ignore -> finite only; ignore-nan -> Inf included (passed in by the caller).
-  const float destmax = static_cast<float>(Limits(spec.elem).max_finite);
   if (ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3) {
     const uint8_t s8 = Nvfp4BlockScale(block_amax, s_enc, spec.rule);
     r.stored = s8;
@@ -107,6 +131,39 @@ namespace {
 
 using detail::MultiplyScale;
 
+// The block kernel's arguments for an NVFP4 spec under tensor encode scale s_enc (the kernel repeats
+// Nvfp4BlockScale lane by lane and looks each byte's Nvfp4EncodeFactor up in `mult`); the parameters they
+// point to live here.
+struct Nvfp4Kernel {
+  Nvfp4Kernel(const QuantSpec& spec, DType src, float s_enc)
+      : p(simd::MakeConvertParams(spec.elem, spec.cast, src)),
+        p_e4m3(simd::MakeConvertParams(fmt::kE4M3, CastOptions{}, DType::kF32)),
+        mult(128) {
+    for (size_t b = 0; b < 128; ++b) mult[b] = Nvfp4EncodeFactor(static_cast<uint8_t>(b), s_enc, spec.rule);
+    args.p = &p;
+    args.policy = static_cast<int>(spec.nan);
+    args.scaling = 1;  // fl32(x * multiplier)
+    args.elem_nan = detail::BlockNanCode(spec.elem);
+    args.nvfp4 = spec.rule == ScaleRule::kNvfp4Div ? 2 : 1;
+    args.s_enc = s_enc;
+    args.s_m = s_enc * (1.0f / 6.0f);
+    args.p_e4m3 = &p_e4m3;
+    args.mult = mult.data();
+  }
+  Nvfp4Kernel(const Nvfp4Kernel&) = delete;
+  Nvfp4Kernel& operator=(const Nvfp4Kernel&) = delete;
+  simd::MxKernelArgs For(size_t block) const {
+    simd::MxKernelArgs a = args;
+    a.block = static_cast<int>(block);
+    return a;
+  }
+
+ private:
+  simd::ConvertParams p, p_e4m3;
+  std::vector<float> mult;
+  simd::MxKernelArgs args{};
+};
+
 struct Ctx {
   const TensorView* x;
   const QuantSpec* spec;
@@ -115,9 +172,50 @@ struct Ctx {
   float s_enc;             // NVFP4 tensor encode scale
   bool have_fixed;         // QuantizeWithScale: one given FP32 scale
   Fp32Scale fixed;
+  const Nvfp4Kernel* nvfp4;  // NVFP4 specs: the block kernel
+  float destmax;             // the element format's largest finite value
 };
 
 size_t ElemSize(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+// FP32 values of n source elements times m: fl32(x * m), the product of two FP32 values rounded once.
+void ScaleElements(DType t, const uint8_t* src, size_t n, float m, float* y) {
+  if (t == DType::kF32) {
+    const float* x = reinterpret_cast<const float*>(src);
+    for (size_t i = 0; i < n; ++i) y[i] = x[i] * m;
+  } else {
+    for (size_t i = 0; i < n; ++i) y[i] = SourceValueF32(t, src, i) * m;
+  }
+}
+
+// |x| bits maxima of a block (integer order is value order, NaN above Inf above every finite value): over
+// all elements, the finite ones, and up to Inf (NaN skipped). Pieces of a block combine by max.
+struct Maxima {
+  uint32_t all = 0, finite = 0, with_inf = 0;
+  void Add(const Maxima& o) { all = std::max(all, o.all), finite = std::max(finite, o.finite), with_inf = std::max(with_inf, o.with_inf); }
+};
+
+Maxima MaximaOf(DType t, const uint8_t* p, size_t len) {
+  Maxima m;
+  m.all = simd::AmaxBits(t, p, len, 0xFFFFFFFFu);
+  m.finite = m.all < 0x7F800000u ? m.all : simd::AmaxBits(t, p, len, 0x7F800000u);
+  m.with_inf = m.all <= 0x7F800000u ? m.all : simd::AmaxBits(t, p, len, 0x7F800001u);
+  return m;
+}
+
+// The FP32 block scale of a block's maxima under the spec's NaN policy, or the given fixed scale.
+MultiplyScale Fp32BlockScale(const Ctx& c, const Maxima& m) {
+  if (c.have_fixed) {
+    uint32_t bits;
+    std::memcpy(&bits, &c.fixed.decode, 4);
+    return MultiplyScale{bits, c.fixed.encode, false};
+  }
+  const bool has_nan = m.all > 0x7F800000u, has_inf = m.with_inf == 0x7F800000u;
+  float amax;
+  std::memcpy(&amax, &m.finite, 4);
+  if (has_inf && c.spec->nan == NanPolicy::kIgnoreNan) amax = HUGE_VALF;
+  return detail::BlockMultiplyScale(*c.spec, c.destmax, amax, has_nan, has_inf, c.s_enc);
+}
 
 // One strip of block rows [r0, r0 + h): codes (row-major, the strip's rows) and its scale row.
 void QuantizeStrip(const Ctx& c, size_t strip, uint8_t* codes, uint8_t* scales) {
@@ -127,66 +225,50 @@ void QuantizeStrip(const Ctx& c, size_t strip, uint8_t* codes, uint8_t* scales) 
   const size_t cols = x.cols, nb = c.scale_cols;
   const bool sr = IsStochastic(spec.cast.rounding);
   const size_t esize = ElemSize(x.dtype);
-  const uint8_t* src = static_cast<const uint8_t*>(x.data);
-  // Gather in block order: block j holds rows r0..r0+h, cols j*bc..; elements row-major inside the block.
+  const uint8_t* src = static_cast<const uint8_t*>(x.data) + r0 * cols * esize;
+  // Block order: block j holds rows r0..r0+h, cols j*bc..; elements row-major inside the block. `runs`
+  // visits each row piece of each block in that order (gathered index g, strip offset off, width w).
+  const auto runs = [&](auto&& f) {
+    size_t g = 0;
+    for (size_t j = 0; j < nb; ++j) {
+      const size_t c0 = j * c.be.cols, w = std::min(c.be.cols, cols - c0);
+      for (size_t r = 0; r < h; ++r, g += w) f(g, r * cols + c0, w);
+    }
+  };
   std::vector<uint8_t> gathered(h * cols * esize);
   std::vector<uint32_t> rbits(sr ? h * cols : 0);
-  std::vector<size_t> pos(h * cols);  // gathered index -> offset within the strip (row-major)
-  size_t g = 0;
-  for (size_t j = 0; j < nb; ++j) {
-    const size_t c0 = j * c.be.cols, w = std::min(c.be.cols, cols - c0);
-    for (size_t r = 0; r < h; ++r) {
-      const size_t off = r * cols + c0;
-      std::memcpy(&gathered[g * esize], src + ((r0 * cols) + off) * esize, w * esize);
-      for (size_t t = 0; t < w; ++t) {
-        pos[g + t] = off + t;
-        if (sr) rbits[g + t] = RandomBitsForElement(spec.seed, r0 * cols + off + t);
-      }
-      g += w;
-    }
-  }
+  runs([&](size_t g, size_t off, size_t w) {
+    std::memcpy(&gathered[g * esize], src + off * esize, w * esize);
+    if (sr)
+      for (size_t t = 0; t < w; ++t) rbits[g + t] = RandomBitsForElement(spec.seed, r0 * cols + off + t);
+  });
   std::vector<uint8_t> out(h * cols);
-  if (IsPow2Rule(spec.rule)) {
-    MxSpec ms = detail::MxSpecOf(spec, 1);
+  if (IsPow2Rule(spec.rule) || c.nvfp4 != nullptr) {
+    // The gathered blocks through the block kernel: MX's for UE8M0 rules, NVFP4's for E4M3 scales.
+    const auto blocks = [&](size_t at, size_t count, size_t block, uint8_t* block_scales) {
+      const SrSource bits{0, 0, sr ? rbits.data() + at : nullptr};
+      if (c.nvfp4 != nullptr)
+        detail::RunBlockKernel(c.nvfp4->For(block), x.dtype, gathered.data() + at * esize, count, out.data() + at,
+                               block_scales, bits, Exec::kSequential);
+      else
+        QuantizeMx(x.dtype, gathered.data() + at * esize, count, detail::MxSpecOf(spec, block), out.data() + at, block_scales, bits);
+    };
     const size_t full_w = c.be.cols;
     const size_t nfull = cols / full_w, last_w = cols - nfull * full_w;
-    if (nfull > 0) {
-      ms.block = static_cast<int>(h * full_w);
-      QuantizeMx(x.dtype, gathered.data(), nfull * h * full_w, ms, out.data(), scales, {0, 0, sr ? rbits.data() : nullptr});
-    }
-    if (last_w > 0) {
-      const size_t at = nfull * h * full_w;
-      ms.block = static_cast<int>(h * last_w);
-      QuantizeMx(x.dtype, gathered.data() + at * esize, h * last_w, ms, out.data() + at, scales + nfull,
-                 {0, 0, sr ? rbits.data() + at : nullptr});
-    }
+    if (nfull > 0) blocks(0, nfull * h * full_w, h * full_w, scales);
+    if (last_w > 0) blocks(nfull * h * full_w, h * last_w, h * last_w, scales + nfull);
   } else {
-    // FP32 / NVFP4: per block amax -> scale -> fl32(x * multiplier), then one conversion call.
+    // FP32 scales: per block amax -> scale -> fl32(x * multiplier), then one conversion call.
     std::vector<float> y(h * cols);
     std::vector<uint8_t> nan_block(nb, 0);
     size_t at = 0;
     for (size_t j = 0; j < nb; ++j) {
       const size_t len = h * std::min(c.be.cols, cols - j * c.be.cols);
-      float amax = 0.0f;
-      bool has_nan = false, has_inf = false;
-      for (size_t t = 0; t < len; ++t) {
-        const float a = std::fabs(SourceValueF32(x.dtype, gathered.data(), at + t));
-        if (std::isnan(a)) has_nan = true;
-        else if (std::isinf(a)) has_inf = true;
-        else amax = std::max(amax, a);
-      }
-      if (has_inf && spec.nan == NanPolicy::kIgnoreNan) amax = HUGE_VALF;
-      MultiplyScale ms;
-      if (c.have_fixed) {
-        uint32_t b;
-        std::memcpy(&b, &c.fixed.decode, 4);
-        ms = MultiplyScale{b, c.fixed.encode, false};
-      } else {
-        ms = detail::BlockMultiplyScale(spec, amax, has_nan, has_inf, c.s_enc);
-      }
+      const uint8_t* blk = gathered.data() + at * esize;
+      const MultiplyScale ms = Fp32BlockScale(c, MaximaOf(x.dtype, blk, len));
       detail::StoreScale(spec, scales, j, ms.stored, ms.nan_block);
       nan_block[j] = ms.nan_block;
-      for (size_t t = 0; t < len; ++t) y[at + t] = SourceValueF32(x.dtype, gathered.data(), at + t) * ms.multiplier;
+      ScaleElements(x.dtype, blk, len, ms.multiplier, y.data() + at);
       at += len;
     }
     ConvertToCodes(DType::kF32, y.data(), y.size(), spec.elem, spec.cast, out.data(), {0, 0, sr ? rbits.data() : nullptr});
@@ -198,20 +280,178 @@ void QuantizeStrip(const Ctx& c, size_t strip, uint8_t* codes, uint8_t* scales) 
       at += len;
     }
   }
-  for (size_t t = 0; t < out.size(); ++t) codes[pos[t]] = out[t];
+  runs([&](size_t g, size_t off, size_t w) { std::memcpy(codes + off, out.data() + g, w); });
+}
+
+// FP32 scales on blocks that lie contiguously in memory (1 x bc blocks tiling each row, or blocks spanning
+// whole rows: per-tensor, row-wise, br x all), block b holding elements [b L, (b + 1) L). Work goes in
+// pieces of at most kPiece elements that never straddle a block: the maxima per piece (any order gives
+// the same maximum), the scales per block, then fl32(x * multiplier) and the conversion per piece, with SR
+// words from the element indices.
+void QuantizeFp32Contiguous(const Ctx& c, size_t block_len, QuantizedTensor& q, Exec exec) {
+  constexpr size_t kPiece = size_t{1} << 16;
+  const TensorView& x = *c.x;
+  const QuantSpec& spec = *c.spec;
+  const size_t n = x.rows * x.cols, esize = ElemSize(x.dtype), blocks = (n + block_len - 1) / block_len;
+  const uint8_t* src = static_cast<const uint8_t*>(x.data);
+  struct Piece {
+    size_t block, start, len;
+  };
+  std::vector<Piece> pieces;
+  if (block_len >= kPiece) {
+    for (size_t b = 0; b < blocks; ++b)
+      for (size_t s = b * block_len; s < std::min(n, (b + 1) * block_len); s += kPiece)
+        pieces.push_back({b, s, std::min({kPiece, n - s, (b + 1) * block_len - s})});
+  }
+  const bool whole_blocks = pieces.empty();  // small blocks: each piece a run of whole blocks
+  const size_t per_piece = whole_blocks ? std::max<size_t>(1, kPiece / block_len) : 1;
+  if (whole_blocks)
+    for (size_t b = 0; b < blocks; b += per_piece) pieces.push_back({b, b * block_len, std::min(n, (b + per_piece) * block_len) - b * block_len});
+  const int64_t np = static_cast<int64_t>(pieces.size());
+  // 1. Maxima per block; 2. scales; 3. elements.
+  std::vector<Maxima> maxima_of(blocks);
+  const auto maxima = [&](int64_t p) {
+    const Piece& pc = pieces[static_cast<size_t>(p)];
+    for (size_t b = pc.block; b * block_len < pc.start + pc.len; ++b) {
+      const size_t s = std::max(pc.start, b * block_len), e = std::min(pc.start + pc.len, (b + 1) * block_len);
+      const Maxima m = MaximaOf(x.dtype, src + s * esize, e - s);
+      if (whole_blocks) {
+        maxima_of[b] = m;
+      } else {
+#pragma omp critical(qmx_fp32_maxima)
+        maxima_of[b].Add(m);
+      }
+    }
+  };
+  std::vector<float> mult(blocks);
+  std::vector<uint8_t> nan_block(blocks);
+  const auto scale = [&](size_t b) {
+    const MultiplyScale ms = Fp32BlockScale(c, maxima_of[b]);
+    detail::StoreScale(spec, q.scales.data(), b, ms.stored, ms.nan_block);
+    mult[b] = ms.multiplier;
+    nan_block[b] = ms.nan_block;
+  };
+  const uint8_t fill = detail::BlockNanCode(spec.elem);
+  const auto elements = [&](int64_t p, std::vector<float>& y) {
+    const Piece& pc = pieces[static_cast<size_t>(p)];
+    for (size_t b = pc.block; b * block_len < pc.start + pc.len; ++b) {
+      const size_t s = std::max(pc.start, b * block_len), e = std::min(pc.start + pc.len, (b + 1) * block_len);
+      ScaleElements(x.dtype, src + s * esize, e - s, mult[b], y.data() + (s - pc.start));
+    }
+    ConvertToCodes(DType::kF32, y.data(), pc.len, spec.elem, spec.cast, q.codes.data() + pc.start, {spec.seed, pc.start, nullptr},
+                   Exec::kSequential);
+    for (size_t b = pc.block; b * block_len < pc.start + pc.len; ++b) {
+      const size_t s = std::max(pc.start, b * block_len), e = std::min(pc.start + pc.len, (b + 1) * block_len);
+      if (nan_block[b]) std::memset(q.codes.data() + s, fill, e - s);
+    }
+  };
+  const auto piece_blocks = [&](int64_t p) {  // the blocks a piece of whole blocks holds
+    const Piece& pc = pieces[static_cast<size_t>(p)];
+    return std::make_pair(pc.block, std::min(blocks, pc.block + per_piece));
+  };
+  if (whole_blocks) {  // each piece on its own, read once while it is in cache
+    const auto piece = [&](int64_t p, std::vector<float>& y) {
+      maxima(p);
+      const auto [b0, b1] = piece_blocks(p);
+      for (size_t b = b0; b < b1; ++b) scale(b);
+      elements(p, y);
+    };
+    if (exec == Exec::kParallel && np > 1) {
+#pragma omp parallel
+      {
+        std::vector<float> y(std::min(n, kPiece));
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < np; ++p) piece(p, y);
+      }
+    } else {
+      std::vector<float> y(std::min(n, kPiece));
+      for (int64_t p = 0; p < np; ++p) piece(p, y);
+    }
+    return;
+  }
+  if (exec == Exec::kParallel && np > 1) {
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+      for (int64_t p = 0; p < np; ++p) maxima(p);
+#pragma omp for schedule(static)
+      for (int64_t b = 0; b < static_cast<int64_t>(blocks); ++b) scale(static_cast<size_t>(b));
+      std::vector<float> y(std::min(n, kPiece));
+#pragma omp for schedule(static)
+      for (int64_t p = 0; p < np; ++p) elements(p, y);
+    }
+  } else {
+    for (int64_t p = 0; p < np; ++p) maxima(p);
+    for (size_t b = 0; b < blocks; ++b) scale(b);
+    std::vector<float> y(std::min(n, kPiece));
+    for (int64_t p = 0; p < np; ++p) elements(p, y);
+  }
+}
+
+// NVFP4 blocks that tile each row: the tensor amax (unless given), then the block kernel, both over the
+// same runs of kBlocksPerRun blocks, each thread on its own share. The second pass walks a thread's runs
+// in reverse, so that it starts on the data the first pass read last, still in cache. Runs are
+// independent (SR words come from element indices), so neither the order nor the split changes a bit.
+void QuantizeNvfp4Rows(const TensorView& x, const QuantSpec& spec, size_t block, const float* given_amax, Exec exec,
+                       QuantizedTensor& q) {
+  const size_t n = x.rows * x.cols, esize = DTypeSize(x.dtype), run = detail::kBlocksPerRun * block;
+  const size_t runs = (n + run - 1) / run;
+  const int threads = exec == Exec::kParallel ? static_cast<int>(std::min<size_t>(runs, static_cast<size_t>(omp_get_max_threads()))) : 1;
+  const uint32_t limit = spec.nan == NanPolicy::kBlockNan || spec.nan == NanPolicy::kIgnore ? 0x7F800000u : 0x7F800001u;
+  const uint8_t* src = static_cast<const uint8_t*>(x.data);
+  std::vector<uint32_t> part(static_cast<size_t>(threads), 0);
+  std::unique_ptr<Nvfp4Kernel> kernel;
+#pragma omp parallel num_threads(threads)
+  {
+    const size_t t = static_cast<size_t>(omp_get_thread_num()), nt = static_cast<size_t>(omp_get_num_threads());
+    const size_t lo = runs * t / nt, hi = runs * (t + 1) / nt;
+    if (given_amax == nullptr) {
+      uint32_t m = 0;
+      for (size_t r = lo; r < hi; ++r) m = std::max(m, simd::AmaxBits(x.dtype, src + r * run * esize, std::min(run, n - r * run), limit));
+      part[t] = m;
+    }
+#pragma omp barrier
+#pragma omp single
+    {
+      if (given_amax != nullptr) {
+        q.tensor_amax = *given_amax;
+      } else {
+        const uint32_t m = *std::max_element(part.begin(), part.end());
+        std::memcpy(&q.tensor_amax, &m, 4);
+      }
+      const float s_enc = Nvfp4TensorEncodeScale(q.tensor_amax);
+      q.tensor_decode = 1.0f / s_enc;
+      kernel = std::make_unique<Nvfp4Kernel>(spec, x.dtype, s_enc);
+    }
+    const simd::MxKernelArgs args = kernel->For(block);
+    for (size_t r = hi; r-- > lo;) {
+      const size_t start = r * run;
+      simd::QuantizeMxBlocks(args, x.dtype, src + start * esize, std::min(run, n - start), q.codes.data() + start,
+                             q.scales.data() + r * detail::kBlocksPerRun, spec.seed, start, nullptr);
+    }
+  }
 }
 
 QuantizedTensor QuantizeImpl(const TensorView& x, const QuantSpec& spec, Exec exec, const Fp32Scale* fixed,
                              const float* given_amax = nullptr) {
   QuantizedTensor q = detail::MakeShell(x, spec);
   if (x.rows == 0 || x.cols == 0) return q;
-  Ctx c{&x, &spec, ResolveBlock(spec, x.rows, x.cols), q.scale_cols, 1.0f, fixed != nullptr, fixed ? *fixed : Fp32Scale{}};
-  if (ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3 || (ScaleFormatOf(spec.rule) == ScaleFormat::kFp32 && q.scale_rows * q.scale_cols == 1))
-    q.tensor_amax = detail::TensorAmax(x, spec.nan);
+  Ctx c{&x, &spec, ResolveBlock(spec, x.rows, x.cols), q.scale_cols, 1.0f, fixed != nullptr, fixed ? *fixed : Fp32Scale{}, nullptr,
+        static_cast<float>(Limits(spec.elem).max_finite)};
+  const bool nvfp4 = ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3;
+  if (nvfp4 && c.be.rows == 1 && x.cols % c.be.cols == 0) {
+    QuantizeNvfp4Rows(x, spec, c.be.cols, given_amax, exec, q);
+    return q;
+  }
   if (given_amax) q.tensor_amax = *given_amax;
-  if (ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3) {
+  else if (nvfp4 || (ScaleFormatOf(spec.rule) == ScaleFormat::kFp32 && q.scale_rows * q.scale_cols == 1))
+    q.tensor_amax = detail::TensorAmaxFast(x, spec.nan, exec);
+  std::unique_ptr<Nvfp4Kernel> nvfp4_kernel;
+  if (nvfp4) {
     c.s_enc = Nvfp4TensorEncodeScale(q.tensor_amax);
     q.tensor_decode = 1.0f / c.s_enc;
+    nvfp4_kernel = std::make_unique<Nvfp4Kernel>(spec, x.dtype, c.s_enc);
+    c.nvfp4 = nvfp4_kernel.get();
   }
   const size_t sbytes = ScaleBytes(ScaleFormatOf(spec.rule));
   if (IsPow2Rule(spec.rule) && c.be.rows * c.be.cols > (size_t{1} << 30))
@@ -221,6 +461,10 @@ QuantizedTensor QuantizeImpl(const TensorView& x, const QuantSpec& spec, Exec ex
   if (IsPow2Rule(spec.rule) && c.be.rows == 1 && x.cols % c.be.cols == 0) {
     const MxSpec ms = detail::MxSpecOf(spec, c.be.cols);
     QuantizeMx(x.dtype, x.data, x.rows * x.cols, ms, q.codes.data(), q.scales.data(), {spec.seed, 0, nullptr}, exec);
+    return q;
+  }
+  if (ScaleFormatOf(spec.rule) == ScaleFormat::kFp32 && ((c.be.rows == 1 && x.cols % c.be.cols == 0) || c.be.cols >= x.cols)) {
+    QuantizeFp32Contiguous(c, c.be.rows == 1 && x.cols % c.be.cols == 0 ? c.be.cols : c.be.rows * x.cols, q, exec);
     return q;
   }
   const int64_t strips = static_cast<int64_t>(q.scale_rows);

@@ -7,11 +7,13 @@
 
 #include "qmx/mx.h"
 #include "qmx/quantize.h"
+#include "round/convert_params.h"
 
 namespace qmx::detail {
 
 QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec);  // validated, sized, zeroed
-float TensorAmax(const TensorView& x, NanPolicy policy);
+float TensorAmax(const TensorView& x, NanPolicy policy);  // one element at a time (the reference's)
+float TensorAmaxFast(const TensorView& x, NanPolicy policy, Exec exec);  // the same value, SIMD and threads
 
 struct MultiplyScale {
   uint32_t stored;   // E4M3 byte or FP32 bits of the decode scale
@@ -19,9 +21,15 @@ struct MultiplyScale {
   bool nan_block;    // block-nan: scale NaN, every element the element NaN code
 };
 // block_amax: of the finite elements (ignore, block-nan) or with Inf as HUGE_VALF (ignore-nan).
-MultiplyScale BlockMultiplyScale(const QuantSpec& spec, float block_amax, bool has_nan, bool has_inf, float s_enc);
+// destmax: Limits(spec.elem).max_finite as a float (callers compute it once).
+MultiplyScale BlockMultiplyScale(const QuantSpec& spec, float destmax, float block_amax, bool has_nan, bool has_inf, float s_enc);
 void StoreScale(const QuantSpec& spec, uint8_t* scales, size_t index, uint32_t stored, bool nan_block);
 uint8_t BlockNanCode(const Format& elem);
 MxSpec MxSpecOf(const QuantSpec& spec, size_t block);  // the MX kernel's view of a UE8M0 spec
+// The block kernel (quantize/mx_simd.cc) over n elements in blocks of args.block, OpenMP over runs of
+// kBlocksPerRun whole blocks under Exec::kParallel (mx.cc).
+constexpr size_t kBlocksPerRun = 2048;
+void RunBlockKernel(const simd::MxKernelArgs& args, DType src_type, const void* src, size_t n, uint8_t* codes,
+                    uint8_t* scales, const SrSource& sr, Exec exec);
 
 }  // namespace qmx::detail

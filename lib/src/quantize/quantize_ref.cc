@@ -25,6 +25,7 @@ QuantizedTensor QuantizeRefImpl(const TensorView& x, const QuantSpec& spec, cons
   const ScaleFormat sf = ScaleFormatOf(spec.rule);
   const size_t esize = DTypeSize(x.dtype);
   const bool sr = IsStochastic(spec.cast.rounding);
+  const float destmax = static_cast<float>(Limits(spec.elem).max_finite);
   float s_enc = 1.0f;
   if (sf == ScaleFormat::kE4m3 || (sf == ScaleFormat::kFp32 && q.scale_rows * q.scale_cols == 1))
     q.tensor_amax = detail::TensorAmax(x, spec.nan);
@@ -62,7 +63,7 @@ QuantizedTensor QuantizeRefImpl(const TensorView& x, const QuantSpec& spec, cons
       }
       float a = static_cast<float>(amax);  // exact: the max of FP32 values
       if (has_inf && spec.nan == NanPolicy::kIgnoreNan) a = HUGE_VALF;
-      const detail::MultiplyScale ms = detail::BlockMultiplyScale(spec, a, has_nan, has_inf, s_enc);
+      const detail::MultiplyScale ms = detail::BlockMultiplyScale(spec, destmax, a, has_nan, has_inf, s_enc);
       detail::StoreScale(spec, q.scales.data(), si, ms.stored, ms.nan_block);
       for (size_t t = 0; t < idx.size(); ++t) {
         if (ms.nan_block) {

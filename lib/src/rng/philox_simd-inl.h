@@ -125,7 +125,7 @@ class RandomWords {
     if (bits_ != nullptr) {
       if (count == lanes) return hn::LoadU(du, bits_ + i);
       alignas(64) uint32_t tmp[kMaxLanes] = {};
-      std::memcpy(tmp, bits_ + i, count * sizeof(uint32_t));
+      std::memcpy(tmp, bits_ + i, (count < kMaxLanes ? count : kMaxLanes) * sizeof(uint32_t));
       return hn::LoadU(du, tmp);
     }
     if (pos_ + lanes > 16 * lanes) {

@@ -55,9 +55,19 @@ struct MxKernelArgs {
   int policy;        // NanPolicy
   int scaling;       // ElementScaling: 0 exact V/X, 1 fl32(x * 2^-k), 2 Transformer Engine's exp2f_rcp
   uint32_t elem_nan; // element code written in a NaN block (block-nan)
+  // NVFP4 blocks instead of UE8M0 (0: MX; 1: the nvfp4 rule, 2: nvfp4-div; qmx/scale.h): the scale byte is
+  // Nvfp4BlockScale's, e4m3(fl32(amax * s_m)) or e4m3(fl32(fl32(amax / 6) * s_enc)), and the element
+  // multiplier the caller's Nvfp4EncodeFactor of that byte, mult[byte]. Elements are fl32(x * multiplier)
+  // (scaling must be 1); NaN policies block-nan, ignore-nan or ignore.
+  int nvfp4;
+  float s_enc, s_m;
+  const ConvertParams* p_e4m3;  // FP32 -> E4M3, RNE, satfinite (the scale's conversion)
+  const float* mult;            // 128 entries
 };
 void QuantizeMxBlocks(const MxKernelArgs& a, DType src, const void* in, size_t n, uint8_t* codes,
                       uint8_t* scales, uint64_t seed, uint64_t first_index, const uint32_t* rbits);
+// max over the n elements of |x| bits below `limit` (0x7F800000: finite elements; 0x7F800001: Inf too).
+uint32_t AmaxBits(DType src, const void* in, size_t n, uint32_t limit);
 void DequantizeMxBlocks(const float* table, int block, const uint8_t* codes, const uint8_t* scales, size_t n,
                         float* out);
 

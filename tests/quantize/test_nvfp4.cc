@@ -1,0 +1,227 @@
+// test_nvfp4.cc: NVFP4 quantization's block kernel (quantize/mx_simd.cc under E4M3 scales) against
+// QuantizeRef: both scale orders, every NaN policy NVFP4 takes, fused and general roundings, FP32/BF16/FP16
+// sources, tensor magnitudes from FP32 subnormals to 2^100, a given tensor amax below the real one, 1x16
+// and 16x16 blocks, every SIMD target and thread count. The data put block scales on every E4M3 rounding
+// boundary, where the two orders differ.
+#include <omp.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "qmx/convert.h"
+#include "qmx/quantize.h"
+#include "qmx/round.h"
+#include "support/hex.h"
+#include "support/modes.h"
+
+using namespace qmx;
+using qmx::test::FloatBits;
+using qmx::test::Hex;
+using qmx::test::TargetGuard;
+
+namespace {
+
+// Blocks of 16 of five kinds, all times `scale`, the tensor amax 2688 * scale (each block's E4M3 scale input
+// is fl32(amax * fl32(s_enc / 6)) or fl32((amax / 6) * s_enc), s_enc = 2688 / tensor amax; where scale is a
+// power of two the scale inputs land on the E4M3 boundaries exactly, elsewhere 1 / s_enc is inexact and the
+// multipliers' orders differ):
+//  0: Gaussian times 2^e, e in [-150, 11]: FP32-subnormal, zero-scale (multiplier FLT_MAX) and every
+//     E4M3 binade, normal and subnormal;
+//  1: amax at 6 x the midpoint between two neighbouring E4M3 values, nudged by -2..2 ulps: the scale
+//     lands on, just below and just above a rounding boundary;
+//  2: zeros, with a -0 here and there;
+//  3: amax 6 x an E4M3 value exactly (scale exact, elements on the E2M1 grid's edges);
+//  4: the block holding the tensor amax.
+// Specials: a NaN, +Inf and -Inf in three blocks, and a block with both.
+std::vector<float> Nvfp4Matrix(size_t rows, size_t cols, uint32_t seed, float scale, bool specials) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_int_distribution<int> ex(-150, 11), code(0, 125), nudge(-2, 2), kind(0, 3);
+  std::uniform_real_distribution<float> frac(0.0f, 1.0f);
+  const std::vector<float> e4m3 = DecodeTableF32(fmt::kE4M3);
+  std::vector<float> x(rows * cols);
+  const size_t blocks = x.size() / 16;
+  for (size_t b = 0; b < blocks; ++b) {
+    float* v = &x[b * 16];
+    const int k = b == blocks / 2 ? 4 : kind(rng);
+    if (k == 0) {
+      const float s = std::ldexp(1.0f, ex(rng));
+      for (int i = 0; i < 16; ++i) v[i] = nd(rng) * s;
+    } else if (k == 1 || k == 3) {
+      const int c = code(rng);
+      float amax = k == 1 ? 3.0f * (e4m3[static_cast<size_t>(c)] + e4m3[static_cast<size_t>(c) + 1]) : 6.0f * e4m3[static_cast<size_t>(c) + 1];
+      if (k == 1)
+        for (int n = nudge(rng); n != 0; n += n > 0 ? -1 : 1) amax = std::nextafter(amax, n > 0 ? HUGE_VALF : 0.0f);
+      for (int i = 0; i < 16; ++i) v[i] = (frac(rng) * 2.0f - 1.0f) * amax;
+      v[rng() % 16] = (rng() & 1) ? amax : -amax;
+    } else if (k == 2) {
+      for (int i = 0; i < 16; ++i) v[i] = (rng() % 5 == 0) ? -0.0f : 0.0f;
+    } else {
+      for (int i = 0; i < 16; ++i) v[i] = nd(rng) * 300.0f;
+      v[3] = -2688.0f;
+    }
+    for (int i = 0; i < 16; ++i) v[i] *= scale;
+  }
+  for (size_t i = 0; i < x.size(); ++i)
+    if (std::fabs(x[i]) > 2688.0f * scale) x[i] = std::copysign(2688.0f * scale, x[i]);
+  if (specials && blocks > 8) {
+    x[5 * 16 + 2] = std::nanf("");
+    x[6 * 16 + 9] = HUGE_VALF;
+    x[7 * 16 + 0] = -HUGE_VALF;
+    x[8 * 16 + 4] = -std::nanf("");
+    x[8 * 16 + 5] = HUGE_VALF;
+  }
+  return x;
+}
+
+struct Source {
+  DType type;
+  std::vector<uint16_t> half;  // BF16 or FP16 bits
+  const void* data(const std::vector<float>& f) const { return type == DType::kF32 ? static_cast<const void*>(f.data()) : half.data(); }
+};
+
+Source MakeSource(DType t, const std::vector<float>& x) {
+  Source s{t, {}};
+  if (t == DType::kF32) return s;
+  CastOptions keep;
+  keep.saturation = Saturation::kNoSat;
+  s.half.resize(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    s.half[i] = static_cast<uint16_t>(ConvertF32(x[i], t == DType::kBF16 ? fmt::kBF16 : fmt::kFP16, keep));
+  return s;
+}
+
+void CheckSame(const QuantizedTensor& a, const QuantizedTensor& b, const std::string& what) {
+  INFO(what);
+  REQUIRE(a.codes.size() == b.codes.size());
+  REQUIRE(a.scales.size() == b.scales.size());
+  size_t bad = 0, bad_scales = 0;
+  for (size_t i = 0; i < a.codes.size(); ++i) {
+    if (a.codes[i] != b.codes[i] && ++bad <= 3) {
+      INFO("element " << i << " code " << Hex(a.codes[i]) << " want " << Hex(b.codes[i]));
+      CHECK(false);
+    }
+  }
+  for (size_t i = 0; i < a.scales.size(); ++i) {
+    if (a.scales[i] != b.scales[i] && ++bad_scales <= 3) {
+      INFO("scale " << i << " " << Hex(a.scales[i]) << " want " << Hex(b.scales[i]));
+      CHECK(false);
+    }
+  }
+  CHECK(bad == 0);
+  CHECK(bad_scales == 0);
+  CHECK(FloatBits(a.tensor_amax) == FloatBits(b.tensor_amax));
+  CHECK(FloatBits(a.tensor_decode) == FloatBits(b.tensor_decode));
+}
+
+QuantSpec Nvfp4Spec(ScaleRule rule, NanPolicy nan, Rounding r, int block_rows = 1) {
+  QuantSpec s = QuantSpecByName(block_rows == 16 ? "nvfp4-2d" : "nvfp4");
+  s.rule = rule;
+  s.nan = nan;
+  s.cast.rounding = r;
+  s.seed = 4242;
+  return s;
+}
+
+std::string Name(const QuantSpec& s, DType t, float scale, size_t rows, size_t cols) {
+  return DescribeSpec(s) + " " + DTypeName(t) + " scale " + Hex(FloatBits(scale)) + " " + std::to_string(rows) + "x" +
+         std::to_string(cols);
+}
+
+// Tensor magnitudes: exact powers of two from FP32 subnormals (s_enc = FLT_MAX, s_dec subnormal) to 2^100,
+// and two that make 1 / s_enc inexact.
+const float kScales[] = {1.0f, 0x1p-140f, 0x1p-100f, 0x1p100f, 0.7123f, 3.3e-5f};
+
+constexpr ScaleRule kRules[] = {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div};
+
+}  // namespace
+
+TEST_CASE("NVFP4 quantization equals the reference: both orders, NaN policies, roundings, sources, magnitudes",
+          "[quantize][nvfp4]") {
+  // 64 x 1024: 4096 blocks, two of the kernel's runs of 2048 blocks; 40 x 200: ragged rows (strip path).
+  const std::pair<size_t, size_t> shapes[] = {{64, 1024}, {40, 200}};
+  for (const auto& [rows, cols] : shapes) {
+    for (float scale : kScales) {
+      const std::vector<float> x = Nvfp4Matrix(rows, cols, static_cast<uint32_t>(rows) + FloatBits(scale), scale, true);
+      for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+        if (t == DType::kF16 && (scale < 1e-4f || scale > 1.0f)) continue;  // outside FP16's range
+        const Source src = MakeSource(t, x);
+        const TensorView v{t, src.data(x), rows, cols};
+        for (ScaleRule rule : kRules) {
+          for (NanPolicy nan : {NanPolicy::kBlockNan, NanPolicy::kIgnoreNan, NanPolicy::kIgnore}) {
+            for (Rounding r : {Rounding::kRne, Rounding::kSrA, Rounding::kRz}) {
+              const QuantSpec spec = Nvfp4Spec(rule, nan, r);
+              const QuantizedTensor want = QuantizeRef(v, spec);
+              const std::string what = Name(spec, t, scale, rows, cols);
+              CheckSame(Quantize(v, spec, Exec::kSequential), want, what);
+              CheckSame(Quantize(v, spec, Exec::kParallel), want, what + " parallel");
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("NVFP4 quantization with a given tensor amax equals the reference, saturated scales included",
+          "[quantize][nvfp4]") {
+  const size_t rows = 32, cols = 512;
+  const std::vector<float> x = Nvfp4Matrix(rows, cols, 11, 1.0f, false);
+  const TensorView v{DType::kF32, x.data(), rows, cols};
+  // The real amax is 2688: smaller amaxes push block scales past 448 (and, at 1e-37, their inputs to Inf).
+  for (float amax : {2688.0f, 100.0f, 1.0f, 1e-37f, 0.0f, 1e30f, 3001.7f}) {
+    for (ScaleRule rule : kRules) {
+      for (Rounding r : {Rounding::kRne, Rounding::kSrA}) {
+        const QuantSpec spec = Nvfp4Spec(rule, NanPolicy::kIgnore, r);
+        const QuantizedTensor want = QuantizeNvfp4WithAmaxRef(v, spec, amax);
+        const std::string what = DescribeSpec(spec) + " amax " + std::to_string(amax);
+        CheckSame(QuantizeNvfp4WithAmax(v, spec, amax, Exec::kSequential), want, what);
+        CheckSame(QuantizeNvfp4WithAmax(v, spec, amax, Exec::kParallel), want, what + " parallel");
+      }
+    }
+  }
+}
+
+TEST_CASE("NVFP4 quantization equals the reference on every SIMD target and thread count", "[quantize][nvfp4][simd]") {
+  TargetGuard guard;
+  const size_t rows = 64, cols = 1024;
+  const std::vector<float> x = Nvfp4Matrix(rows, cols, 5, 0.7123f, true);
+  const TensorView v{DType::kF32, x.data(), rows, cols};
+  for (ScaleRule rule : kRules) {
+    for (Rounding r : {Rounding::kRne, Rounding::kSrA}) {
+      for (int block_rows : {1, 16}) {
+        for (Axis axis : {Axis::kRow, Axis::kCol}) {
+          QuantSpec spec = Nvfp4Spec(rule, NanPolicy::kIgnoreNan, r, block_rows);
+          spec.axis = axis;
+          const QuantizedTensor want = QuantizeRef(v, spec);
+          for (const std::string& target : SimdTargets()) {
+            ForceSimdTarget(target);
+            for (int threads : {1, 2, 3}) {
+              omp_set_num_threads(threads);
+              CheckSame(Quantize(v, spec), want, DescribeSpec(spec) + " " + target + " threads " + std::to_string(threads));
+            }
+          }
+          ForceSimdTarget("");
+        }
+      }
+    }
+  }
+  omp_set_num_threads(omp_get_num_procs());
+}
+
+TEST_CASE("The NVFP4 test data separate the two scale orders", "[quantize][nvfp4]") {
+  // Were the kernel to swap nvfp4's order for nvfp4-div's (or the reverse), the tests above would see it:
+  // on these data the two orders give different scales.
+  const size_t rows = 64, cols = 1024;
+  const std::vector<float> x = Nvfp4Matrix(rows, cols, 5, 1.0f, false);
+  const TensorView v{DType::kF32, x.data(), rows, cols};
+  const QuantizedTensor a = QuantizeRef(v, Nvfp4Spec(ScaleRule::kNvfp4, NanPolicy::kIgnore, Rounding::kRne));
+  const QuantizedTensor b = QuantizeRef(v, Nvfp4Spec(ScaleRule::kNvfp4Div, NanPolicy::kIgnore, Rounding::kRne));
+  size_t differ = 0;
+  for (size_t i = 0; i < a.scales.size(); ++i) differ += a.scales[i] != b.scales[i];
+  INFO("blocks whose scale differs between the orders: " << differ << " of " << a.scales.size());
+  CHECK(differ >= 10);
+}

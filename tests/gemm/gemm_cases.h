@@ -8,9 +8,12 @@
 #include <string>
 #include <vector>
 
+#include <omp.h>
+
 #include "qmx/convert.h"
 #include "qmx/gemm.h"
 #include "support/hex.h"
+#include "support/modes.h"
 
 namespace qmx::test {
 
@@ -67,6 +70,22 @@ inline void RequireSame(const std::vector<float>& got, const std::vector<float>&
       UNSCOPED_INFO(what << ": output " << i << " got " << Hex(FloatBits(got[i])) << " want " << Hex(FloatBits(want[i])));
   }
   CHECK(bad == 0);
+}
+
+// The fast Gemm against GemmRef on every SIMD target (2 threads) and on 1 thread.
+inline void CheckEverywhere(const GemmOperand& a, const GemmOperand& b, const std::vector<float>& c, const AccumModel& m,
+                            const std::string& what) {
+  const float* cp = c.empty() ? nullptr : c.data();
+  const std::vector<float> ref = GemmRef(a, b, cp, m);
+  TargetGuard guard;
+  for (const std::string& target : SimdTargets()) {
+    ForceSimdTarget(target);
+    omp_set_num_threads(2);
+    RequireSame(Gemm(a, b, cp, m), ref, what + " / " + m.name + " / " + target);
+  }
+  ForceSimdTarget("");
+  omp_set_num_threads(1);
+  RequireSame(Gemm(a, b, cp, m), ref, what + " / " + m.name + " / 1 thread");
 }
 
 }  // namespace qmx::test

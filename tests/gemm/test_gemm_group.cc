@@ -18,6 +18,7 @@
 #include "support/modes.h"
 
 using namespace qmx;
+using qmx::test::CheckEverywhere;
 using qmx::test::RequireSame;
 
 namespace {
@@ -66,21 +67,6 @@ void E4m3Scales(GemmOperand& o, bool is_a, std::mt19937& rng) {
     if (i % 13 == 0) o.scales[i] = 0.0f;
     if (i % 17 == 0) o.scales[i] = 448.0f;
   }
-}
-
-void CheckEverywhere(const GemmOperand& a, const GemmOperand& b, const std::vector<float>& c, const AccumModel& m,
-                     const std::string& what) {
-  const float* cp = c.empty() ? nullptr : c.data();
-  const std::vector<float> ref = GemmRef(a, b, cp, m);
-  qmx::test::TargetGuard guard;
-  for (const std::string& target : SimdTargets()) {
-    ForceSimdTarget(target);
-    omp_set_num_threads(2);
-    RequireSame(Gemm(a, b, cp, m), ref, what + " / " + m.name + " / " + target);
-  }
-  ForceSimdTarget("");
-  omp_set_num_threads(1);
-  RequireSame(Gemm(a, b, cp, m), ref, what + " / " + m.name + " / 1 thread");
 }
 
 }  // namespace

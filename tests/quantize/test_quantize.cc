@@ -438,3 +438,64 @@ TEST_CASE("FP32-scaled recipes on tensors of several pieces equal the reference"
   }
   omp_set_num_threads(omp_get_num_procs());
 }
+
+namespace {
+
+// ComputeStats's definition, element by element: NaN and Inf inputs counted apart; flushed = a nonzero
+// input whose code decodes to zero; saturated = |x| above the element maximum times the block's decode
+// scale (NVFP4: E4M3 scale times the tensor decode scale), where that scale is finite and positive.
+QuantStats NaiveStats(const std::vector<float>& x, const QuantizedTensor& q) {
+  QuantStats st;
+  st.elements = q.rows * q.cols;
+  st.scale_histogram.assign(256, 0);
+  const ScaleFormat sf = ScaleFormatOf(q.spec.rule);
+  for (size_t i = 0; i < q.scale_rows * q.scale_cols; ++i) {
+    uint32_t bin = q.scales[i * (sf == ScaleFormat::kFp32 ? 4 : 1)];
+    if (sf == ScaleFormat::kFp32) bin = (FloatBits(q.ScaleAt(i / q.scale_cols, i % q.scale_cols)) >> 23) & 0xFF;
+    ++st.scale_histogram[bin];
+    st.nan_blocks += sf == ScaleFormat::kE4m3 ? (bin & 0x7F) == 0x7F : bin == 0xFF;
+  }
+  const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);
+  for (size_t r = 0; r < q.rows; ++r) {
+    for (size_t c = 0; c < q.cols; ++c) {
+      const float v = x[r * q.cols + c];
+      if (std::isnan(v)) { ++st.nan_inputs; continue; }
+      if (std::isinf(v)) { ++st.inf_inputs; continue; }
+      const size_t sr = r / be.rows, sc = c / be.cols;
+      st.flushed_to_zero += v != 0 && DecodeToDouble(q.spec.elem, q.codes[r * q.cols + c]) == 0;
+      const double s = sf == ScaleFormat::kE4m3 ? Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.tensor_amax) : q.ScaleAt(sr, sc);
+      st.saturated += std::isfinite(s) && s > 0 && std::fabs(static_cast<double>(v)) > Limits(q.spec.elem).max_finite * s;
+    }
+  }
+  return st;
+}
+
+}  // namespace
+
+TEST_CASE("ComputeStats counts NaN and Inf inputs, flushes, saturations and scale bins as defined", "[quantize]") {
+  const size_t rows = 48, cols = 96;
+  std::vector<float> x = MakeMatrix(rows, cols, 17);
+  x[100] = 1e30f;  // saturates under a delayed (given) scale
+  for (const char* name : {"mxfp8", "mxfp4", "nvfp4", "nvfp4-2d", "fp8-block1x128", "fp8-tensor-current", "fp8-rowwise"}) {
+    for (NanPolicy nan : {NanPolicy::kBlockNan, NanPolicy::kIgnore}) {
+      QuantSpec spec = QuantSpecByName(name);
+      spec.nan = nan;
+      const TensorView v{DType::kF32, x.data(), rows, cols};
+      std::vector<QuantizedTensor> qs = {Quantize(v, spec)};
+      if (ScaleFormatOf(spec.rule) == ScaleFormat::kFp32 && spec.block_rows == 0 && spec.block_cols == 0)
+        qs.push_back(QuantizeWithScale(v, spec, Fp32ScaleFromAmax(1.0f, 448.0f, false, 0)));
+      for (const QuantizedTensor& q : qs) {
+        const QuantStats got = ComputeStats(v, q), want = NaiveStats(x, q);
+        INFO(DescribeSpec(spec));
+        CHECK(got.elements == want.elements);
+        CHECK(got.nan_inputs == want.nan_inputs);
+        CHECK(got.inf_inputs == want.inf_inputs);
+        CHECK(got.flushed_to_zero == want.flushed_to_zero);
+        CHECK(got.saturated == want.saturated);
+        CHECK(got.nan_blocks == want.nan_blocks);
+        CHECK(got.scale_histogram == want.scale_histogram);
+        CHECK(got.nan_inputs + got.inf_inputs > 0);
+      }
+    }
+  }
+}

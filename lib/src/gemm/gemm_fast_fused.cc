@@ -276,6 +276,56 @@ bool FusedSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
   return true;
 }
 
+// The Highway kernel of scales in the products (blackwell-mxf8f6f4), or of no scales at all, in FP64:
+// every product a * 2^xa * b * 2^xb is exact in a double (at most 2 x 9 significant bits, exponents
+// within +-300), and the caller's width bound keeps each step's sum exact. No promotion; the UE8M0 block
+// along K a multiple of the step (each step under one scale pair).
+bool ScaledSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+                const GemmPlan& plan, Exec exec, float* out) {
+  const FusedParams& p = model.fused;
+  const bool blocks = plan.a_blocks || plan.b_blocks;
+  if (p.promote != 0 || p.group != 1 || p.out_bits > 24 || p.zero_exp < -1000 || (blocks && !p.scale_in_products))
+    return false;
+  if (a.elem.encoding == Encoding::kExponentOnly || b.elem.encoding == Encoding::kExponentOnly) return false;
+  const size_t step = static_cast<size_t>(p.step);
+  simd::ScaledFusedArgs g;
+  g.m = plan.m;
+  g.n = plan.n;
+  g.k = plan.k;
+  g.kb = blocks ? plan.kb : (plan.k + step - 1) / step * step;
+  if (g.kb % step != 0) return false;
+  const size_t nb = (plan.k + g.kb - 1) / g.kb;
+  std::vector<int32_t> xa(plan.m * nb, 0), xb(nb * plan.n, 0);
+  if (blocks) {
+    std::vector<float> ta, tb;
+    ScaleTables(a, b, plan, ta, tb);
+    for (size_t i = 0; i < ta.size(); ++i) xa[i] = std::ilogb(ta[i]);
+    for (size_t i = 0; i < tb.size(); ++i) xb[i] = std::ilogb(tb[i]);
+  }
+  const std::array<double, 256> va = TableOf<double>(a.elem), vb = TableOf<double>(b.elem);
+  const std::array<int32_t, 256> ea = NominalExps(a.elem), eb = NominalExps(b.elem);
+  g.a = MatrixOf(a, va, false);
+  g.b = MatrixOf(b, vb, false);
+  g.ea = MatrixOf(a, ea, false);
+  g.eb = MatrixOf(b, eb, false);
+  g.xa = xa.data();
+  g.xb = xb.data();
+  g.zero_code = kZeroE;
+  g.step = p.step;
+  g.frac_bits = p.frac_bits;
+  g.out_bits = p.out_bits;
+  g.man_bits = a.elem.man_bits + b.elem.man_bits;
+  g.rne_terms = p.term_round == FusedRound::kRne;
+  g.rne_out = p.out_round == FusedRound::kRne;
+  g.zero_exp = p.zero_exp;
+  g.parallel = exec == Exec::kParallel;
+  StartValues(c_in, plan, out);
+  if (!simd::GemmScaledF64(g, out)) return false;
+  ApplyAlpha(plan, out);
+  RecomputeNanRows(a, b, c_in, model, plan, out);
+  return true;
+}
+
 // ---- fused with exact groups (group > 1: MMA-Sim's GST, blackwell-mxf4nvf4) ------------------------
 
 struct GroupCtx {
@@ -482,7 +532,10 @@ bool TryFused(const GemmOperand& a, const GemmOperand& b, const float* c_in, con
     if (FusedSimd(a, b, c_in, model, plan, exec, out)) return true;
     return FusedFast<float>(a, b, c_in, model, plan, exec, out);
   }
-  if (width <= 53) return FusedFast<double>(a, b, c_in, model, plan, exec, out);
+  if (width <= 53) {
+    if (ScaledSimd(a, b, c_in, model, plan, exec, out)) return true;
+    return FusedFast<double>(a, b, c_in, model, plan, exec, out);
+  }
   return false;
 }
 

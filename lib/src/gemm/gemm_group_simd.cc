@@ -23,38 +23,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
 
-// 2^e as a double, for e within double's normal exponent range (the caller's bounds keep it there).
-template <class DD, class VI64>
-HWY_INLINE hn::Vec<DD> Pow2D(DD dd, VI64 e) {
-  const hn::RebindToSigned<DD> di;
-  return hn::BitCast(dd, hn::ShiftLeft<52>(hn::Add(e, hn::Set(di, 1023))));
-}
-
-template <bool kRne, class V>
-HWY_INLINE V RoundIntD(V v) {
-  if constexpr (kRne) return hn::Round(v);
-  else return hn::Trunc(v);
-}
-
-// S (an integer below 2^53 held in a double) * 2^unit rounded to `bits` (<= 24) significant bits, the
-// exponent floored at -126, as FP32: +0 for S = 0, a signed zero when the kept bits vanish. Results of
-// 2^128 and beyond come back as Inf (the caller marks them for the reference). FusedOut's rule.
-template <bool kRne, class DD, class VI64>
-HWY_INLINE hn::Vec<hn::Rebind<float, DD>> GroupOut(DD dd, hn::Vec<DD> s, VI64 unit, int bits) {
-  const hn::RebindToSigned<DD> di;
-  const hn::RebindToUnsigned<DD> du;
-  const hn::Rebind<float, DD> df;
-  const auto a = hn::Abs(s);
-  const auto msb = hn::Sub(hn::BitCast(di, hn::ShiftRight<52>(hn::BitCast(du, a))), hn::Set(di, 1023));
-  const auto e = hn::Max(hn::Add(msb, unit), hn::Set(di, -126));
-  const auto q = hn::Sub(e, hn::Set(di, bits - 1));
-  const auto kept = RoundIntD<kRne>(hn::Mul(a, Pow2D(dd, hn::Sub(unit, q))));
-  const auto v = hn::Mul(kept, Pow2D(dd, q));
-  const auto big = hn::Ge(v, hn::Set(dd, 0x1p128));
-  const auto mag = hn::IfThenElse(big, hn::Set(dd, std::numeric_limits<double>::infinity()), v);
-  return hn::DemoteTo(df, hn::IfThenZeroElse(hn::Eq(s, hn::Zero(dd)), hn::CopySign(mag, s)));
-}
-
 // Whether no term of the step is truncated in any of N outputs (every term then is a multiple of
 // 2^(emax - F), the step's sum is exact in FP64 and its result is that sum rounded once): emax is at most
 // E = max(the accumulator's exponent, the step's largest scale exponents hi_a + hi_b, zero_exp); a group

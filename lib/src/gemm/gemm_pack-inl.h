@@ -1,5 +1,6 @@
 // gemm_pack-inl.h: the packed operands, C tiles and thread loop nest that the Highway GEMM kernels share
-// (gemm_simd.cc, gemm_fused_simd.cc), compiled once per target.
+// (gemm_simd.cc, gemm_fused_simd.cc, gemm_group_simd.cc, gemm_scaled_simd.cc), compiled once per target,
+// and the FP64 step helpers of the fused kernels.
 //
 // Layout (GotoBLAS): A is packed into panels of kMr rows (for each k, the kMr values side by side), B
 // into panels of NR = 2 vectors of columns (for each k, NR values), C into a padded buffer. Threads take
@@ -19,6 +20,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "fp_env.h"
 #include "gemm/gemm_simd.h"
@@ -165,6 +167,40 @@ void Drive(size_t m_panels, size_t n_panels, size_t k, size_t kc, bool parallel,
 }
 
 inline size_t ChunkFor(size_t unit) { return unit >= kKc ? unit : unit * (kKc / unit); }
+
+// ---- FP64 steps of the fused kernels (gemm_group_simd.cc, gemm_scaled_simd.cc) ----------------------
+
+// 2^e as a double, for e within double's normal exponent range (the caller's bounds keep it there).
+template <class DD, class VI64>
+HWY_INLINE hn::Vec<DD> Pow2D(DD dd, VI64 e) {
+  const hn::RebindToSigned<DD> di;
+  return hn::BitCast(dd, hn::ShiftLeft<52>(hn::Add(e, hn::Set(di, 1023))));
+}
+
+template <bool kRne, class V>
+HWY_INLINE V RoundIntD(V v) {
+  if constexpr (kRne) return hn::Round(v);
+  else return hn::Trunc(v);
+}
+
+// S (an integer below 2^53 held in a double) * 2^unit rounded to `bits` (<= 24) significant bits, the
+// exponent floored at -126, as FP32: +0 for S = 0, a signed zero when the kept bits vanish. Results of
+// 2^128 and beyond come back as Inf (the caller marks them for the reference). FusedOut's rule.
+template <bool kRne, class DD, class VI64>
+HWY_INLINE hn::Vec<hn::Rebind<float, DD>> GroupOut(DD dd, hn::Vec<DD> s, VI64 unit, int bits) {
+  const hn::RebindToSigned<DD> di;
+  const hn::RebindToUnsigned<DD> du;
+  const hn::Rebind<float, DD> df;
+  const auto a = hn::Abs(s);
+  const auto msb = hn::Sub(hn::BitCast(di, hn::ShiftRight<52>(hn::BitCast(du, a))), hn::Set(di, 1023));
+  const auto e = hn::Max(hn::Add(msb, unit), hn::Set(di, -126));
+  const auto q = hn::Sub(e, hn::Set(di, bits - 1));
+  const auto kept = RoundIntD<kRne>(hn::Mul(a, Pow2D(dd, hn::Sub(unit, q))));
+  const auto v = hn::Mul(kept, Pow2D(dd, q));
+  const auto big = hn::Ge(v, hn::Set(dd, 0x1p128));
+  const auto mag = hn::IfThenElse(big, hn::Set(dd, std::numeric_limits<double>::infinity()), v);
+  return hn::DemoteTo(df, hn::IfThenZeroElse(hn::Eq(s, hn::Zero(dd)), hn::CopySign(mag, s)));
+}
 
 #endif  // HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
 

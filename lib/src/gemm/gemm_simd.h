@@ -107,4 +107,28 @@ struct GroupGemmArgs {
 };
 bool GemmGroupF32(const GroupGemmArgs& g, float* c);
 
+// MMA-Sim's fused dot product with the block scales in each product's exponent (T-FDPA with UE8M0
+// scales, group 1, promote = 0: blackwell-mxf8f6f4): per step of `step` K (inside one scale block: kb a
+// multiple of step), each product a * b * 2^(xa + xb) has the nominal exponent ea + eb + xa + xb (zero
+// elements carry zero_code; a zero product, or a zero accumulator, lifts emax to zero_exp); the terms
+// and the accumulator are aligned at the largest nominal exponent emax, truncated (or rounded) at
+// 2^(emax - F) and summed, and the sum is rounded to out_bits (<= 24) significant bits, the exponent
+// floored at -126. The kernel works in FP64: the caller checks that a step's terms sum exactly there
+// (F + 2 + log2(step + 1) <= 53). man_bits: the two element formats' mantissa bits (an element's LSB is
+// 2^(nominal exponent - mantissa bits)). c holds the start values; outputs whose accumulation became
+// non-finite come back as NaN for the reference.
+struct ScaledFusedArgs {
+  size_t m = 0, n = 0, k = 0, kb = 0;
+  CodeMatrix<double> a, b;       // values
+  CodeMatrix<int32_t> ea, eb;    // nominal exponents (same codes)
+  const int32_t* xa = nullptr;   // m x nb scale exponents
+  const int32_t* xb = nullptr;   // nb x n
+  int32_t zero_code = -30000;
+  int step = 32, frac_bits = 25, out_bits = 24, man_bits = 6;
+  bool rne_terms = false, rne_out = false;
+  int zero_exp = -133;
+  bool parallel = true;
+};
+bool GemmScaledF64(const ScaledFusedArgs& g, float* c);
+
 }  // namespace qmx::simd

@@ -4,6 +4,7 @@
 #include "qmx/quantize.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -573,36 +574,44 @@ QuantStats ComputeStats(const TensorView& x, const QuantizedTensor& q) {
   st.scale_histogram.assign(256, 0);
   const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);
   const double maxv = Limits(q.spec.elem).max_finite;
-  for (size_t sr = 0; sr < q.scale_rows; ++sr) {
-    for (size_t sc = 0; sc < q.scale_cols; ++sc) {
-      const size_t i = sr * q.scale_cols + sc;
-      uint32_t bin;
-      bool nan_scale;
-      if (sf == ScaleFormat::kFp32) {
-        uint32_t b;
-        std::memcpy(&b, &q.scales[4 * i], 4);
-        bin = (b >> 23) & 0xFF;
-        nan_scale = bin == 0xFF;
-      } else {
-        bin = q.scales[i];
-        nan_scale = sf == ScaleFormat::kUe8m0 ? (bin == 0xFF) : ((bin & 0x7F) == 0x7F);
-      }
-      ++st.scale_histogram[bin];
-      st.nan_blocks += nan_scale;
+  // Per block: the histogram bin, and the magnitude above which an input saturated: maxv times the decode
+  // scale (NVFP4: the E4M3 scale times the tensor decode scale), none where that scale is not positive.
+  const size_t nblocks = q.scale_rows * q.scale_cols;
+  std::vector<double> threshold(nblocks, HUGE_VAL);
+  for (size_t i = 0; i < nblocks; ++i) {
+    uint32_t bin;
+    bool nan_scale;
+    if (sf == ScaleFormat::kFp32) {
+      uint32_t b;
+      std::memcpy(&b, &q.scales[4 * i], 4);
+      bin = (b >> 23) & 0xFF;
+      nan_scale = bin == 0xFF;
+    } else {
+      bin = q.scales[i];
+      nan_scale = sf == ScaleFormat::kUe8m0 ? (bin == 0xFF) : ((bin & 0x7F) == 0x7F);
     }
+    ++st.scale_histogram[bin];
+    st.nan_blocks += nan_scale;
+    const size_t sr = i / q.scale_cols, sc = i % q.scale_cols;
+    const double scale = sf == ScaleFormat::kE4m3 ? Nvfp4DecodeScale(q.scales[i], q.tensor_amax) : q.ScaleAt(sr, sc);
+    if (std::isfinite(scale) && scale > 0) threshold[i] = maxv * scale;
   }
+  // Codes that decode to zero (an input that became one was flushed).
+  std::array<bool, 256> zero{};
+  for (uint32_t c = 0; c < 256; ++c) zero[c] = DecodeToDouble(q.spec.elem, c & q.spec.elem.CodeMask()) == 0;
+  const float* xf = x.dtype == DType::kF32 ? static_cast<const float*>(x.data) : nullptr;
   for (size_t r = 0; r < q.rows; ++r) {
-    for (size_t c = 0; c < q.cols; ++c) {
-      const size_t i = r * q.cols + c;
-      const float v = SourceValueF32(x.dtype, x.data, i);
-      if (std::isnan(v)) { ++st.nan_inputs; continue; }
-      if (std::isinf(v)) { ++st.inf_inputs; continue; }
-      const float s = q.ScaleAt(r / be.rows, c / be.cols);
-      const double dec = DecodeToDouble(q.spec.elem, q.codes[i]);
-      if (v != 0 && dec == 0) ++st.flushed_to_zero;
-      // Saturated: the scaled magnitude exceeds the element's max (checked against the decode scale).
-      const double scale = sf == ScaleFormat::kE4m3 ? Nvfp4DecodeScale(q.scales[(r / be.rows) * q.scale_cols + c / be.cols], q.tensor_amax) : s;
-      if (std::isfinite(scale) && scale > 0 && std::fabs(static_cast<double>(v)) > maxv * scale) ++st.saturated;
+    const double* thr = threshold.data() + (r / be.rows) * q.scale_cols;
+    for (size_t c0 = 0, j = 0; c0 < q.cols; c0 += be.cols, ++j) {
+      const double t = thr[j];
+      for (size_t c = c0; c < std::min(q.cols, c0 + be.cols); ++c) {
+        const size_t i = r * q.cols + c;
+        const float v = xf != nullptr ? xf[i] : SourceValueF32(x.dtype, x.data, i);
+        if (std::isnan(v)) { ++st.nan_inputs; continue; }
+        if (std::isinf(v)) { ++st.inf_inputs; continue; }
+        st.flushed_to_zero += v != 0 && zero[q.codes[i]];
+        st.saturated += std::fabs(static_cast<double>(v)) > t;
+      }
     }
   }
   return st;

@@ -44,7 +44,7 @@ namespace {
 
 // The tensors are checked finite, so any NaN policy gives the plain max |x|.
 float AmaxOf(const float* x, size_t rows, size_t cols) {
-  return detail::TensorAmax(TensorView{DType::kF32, x, rows, cols}, NanPolicy::kIgnoreNan);
+  return detail::TensorAmaxFast(TensorView{DType::kF32, x, rows, cols}, NanPolicy::kIgnoreNan, Exec::kParallel);
 }
 
 float Bf16Round(float x) {  // RNE to BF16 for a finite x (overflow rounds to Inf as IEEE does)

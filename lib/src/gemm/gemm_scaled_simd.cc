@@ -1,0 +1,234 @@
+// gemm_scaled_simd.cc: the Highway kernel of the fused models whose block scales enter each product's
+// exponent (MMA-Sim's T-FDPA with UE8M0 scales in the products, group 1: blackwell-mxf8f6f4; see
+// gemm_simd.h), compiled for every target and chosen at run time. The operands are packed times their
+// block scales as doubles, so every product is exact. Where bounds on the step's exponents prove that no
+// term is truncated, the step's result is the exact FP64 sum (FMA in K order) rounded once; elsewhere
+// the exact step aligns, truncates and sums the terms as the reference does. Packing and loop nest:
+// gemm_pack-inl.h.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "gemm/gemm_scaled_simd.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "gemm/gemm_pack-inl.h"
+#include "gemm/gemm_simd.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace qmx::simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE
+
+template <bool kTermRne, bool kOutRne>
+bool GemmScaledImpl(const ScaledFusedArgs& g, float* c) {
+  const bool par = g.parallel;
+  const hn::ScalableTag<float> df;
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> dh;     // FP32 lanes beside FP64 lanes
+  const hn::Rebind<int32_t, decltype(dd)> dih;  // int32 lanes beside FP64 lanes
+  const hn::RebindToSigned<decltype(dd)> di64;
+  const hn::RebindToUnsigned<decltype(dd)> du64;
+  using VD = hn::Vec<decltype(dd)>;
+  constexpr size_t R = kMr;
+  constexpr size_t kV = 4;  // FP64 vectors per row of a tile: nr = 2 FP32 vectors of columns
+  const size_t N = hn::Lanes(df), H = hn::Lanes(dd), nr = 2 * N;
+  if (kV * H != nr) return false;
+  const size_t step = static_cast<size_t>(g.step);
+  const size_t kc = ChunkFor(step);
+  const size_t mp = (g.m + R - 1) / R, np = (g.n + nr - 1) / nr;
+  const size_t nb = (g.k + g.kb - 1) / g.kb, ns = (g.k + step - 1) / step;
+  constexpr int32_t kNone = 100000;
+  // Per (row, step) and (step, column): the largest and smallest nominal exponent of a nonzero element,
+  // block scale included (-kNone / kNone when there is none), and whether some element is zero.
+  std::vector<int32_t> hia(g.m * ns, -kNone), loa(g.m * ns, kNone), za(g.m * ns, 0);
+  std::vector<int32_t> hib(ns * g.n, -kNone), lob(ns * g.n, kNone), zb(ns * g.n, 0);
+#pragma omp parallel for schedule(static) if (par)
+  for (long i = 0; i < static_cast<long>(g.m); ++i) {
+    const uint8_t* row = g.ea.codes + i * g.k;
+    for (size_t si = 0; si < ns; ++si) {
+      const size_t s0 = si * step, s1 = std::min(g.k, s0 + step);
+      const int32_t x = g.xa[i * nb + s0 / g.kb];
+      int32_t hi = -kNone, lo = kNone, z = 0;
+      for (size_t kk = s0; kk < s1; ++kk) {
+        const int32_t e = g.ea.table[row[kk]];
+        if (e == g.zero_code) z = -1;
+        else hi = std::max(hi, e + x), lo = std::min(lo, e + x);
+      }
+      hia[i * ns + si] = hi, loa[i * ns + si] = lo, za[i * ns + si] = z;
+    }
+  }
+#pragma omp parallel for schedule(static) if (par)
+  for (long si = 0; si < static_cast<long>(ns); ++si) {
+    const size_t s0 = static_cast<size_t>(si) * step, s1 = std::min(g.k, s0 + step);
+    int32_t* hi = hib.data() + si * g.n;
+    int32_t* lo = lob.data() + si * g.n;
+    int32_t* z = zb.data() + si * g.n;
+    const int32_t* x = g.xb + (s0 / g.kb) * g.n;
+    for (size_t kk = s0; kk < s1; ++kk) {
+      const uint8_t* codes = g.eb.codes + kk * g.n;
+      for (size_t j = 0; j < g.n; ++j) {
+        const int32_t e = g.eb.table[codes[j]];
+        const bool zero = e == g.zero_code;
+        z[j] |= zero ? -1 : 0;
+        hi[j] = zero ? hi[j] : std::max(hi[j], e + x[j]);
+        lo[j] = zero ? lo[j] : std::min(lo[j], e + x[j]);
+      }
+    }
+  }
+  // The operands times their block scales, exact in FP64.
+  const Buf<double> pa = PanelRows<double>(g.m, g.k, R, par, [&](size_t row, double* d) {
+    const uint8_t* codes = g.a.codes + row * g.k;
+    for (size_t c0 = 0, b = 0; c0 < g.k; c0 += g.kb, ++b) {
+      const double s = std::ldexp(1.0, g.xa[row * nb + b]);
+      for (size_t cc = c0; cc < std::min(g.k, c0 + g.kb); ++cc) d[cc * R] = g.a.table[codes[cc]] * s;
+    }
+  });
+  const Buf<double> pb = PanelCols<double>(g.k, g.n, nr, par, [&](size_t r, size_t c0, size_t valid, double* d) {
+    const uint8_t* codes = g.b.codes + r * g.n + c0;
+    const int32_t* x = g.xb + (r / g.kb) * g.n + c0;
+    for (size_t j = 0; j < valid; ++j) d[j] = g.b.table[codes[j]] * std::ldexp(1.0, x[j]);
+  });
+  const Buf<int32_t> pea = PackRows(g.ea, R, par), peb = PackCols(g.eb, nr, par);
+  const Buf<int32_t> pxa = PackRows(g.xa, g.m, nb, R), pxb = PackCols(g.xb, nb, g.n, nr);
+  const Buf<int32_t> phia = PackRows(hia.data(), g.m, ns, R), ploa = PackRows(loa.data(), g.m, ns, R);
+  const Buf<int32_t> pza = PackRows(za.data(), g.m, ns, R);
+  const Buf<int32_t> phib = PackCols(hib.data(), ns, g.n, nr), plob = PackCols(lob.data(), ns, g.n, nr);
+  const Buf<int32_t> pzb = PackCols(zb.data(), ns, g.n, nr);
+  const CTiles tiles{c, g.m, g.n, R, nr};
+  const auto zero_exp = hn::Set(dih, g.zero_exp);
+  const auto exp_mask = hn::Set(dih, 0xFF), bias = hn::Set(dih, 127), emin = hn::Set(dih, -126);
+  const auto fbits = hn::Set(di64, g.frac_bits);
+  const auto cut_low = hn::Set(du64, ~uint64_t{0x1FFFFFFF});
+  const VD nan = hn::Set(dd, std::numeric_limits<double>::quiet_NaN());
+  const bool whole_steps = g.out_bits == 24;
+
+  Drive(mp, np, g.k, kc, g.parallel, [&](size_t p, size_t q, size_t k0c, size_t len) {
+    tiles.With(p, q, [&](float* ct, size_t ldc) {
+      for (size_t s0 = k0c; s0 < k0c + len; s0 += step) {
+        const size_t s1 = std::min(k0c + len, s0 + step), si = s0 / step, blk = s0 / g.kb;
+        const double* ap = pa.get() + (p * g.k + s0) * R;
+        const double* bp = pb.get() + (q * g.k + s0) * nr;
+        // Where no term is cut: emax is at most E = max(the accumulator's exponent (zero_exp for 0), the
+        // largest product exponent hi_a + hi_b, zero_exp); every nonzero product's LSB is at least
+        // 2^(lo_a + lo_b - man_bits), a nonzero accumulator's 2^(exponent - 23). Both at or above
+        // 2^(E - F): every term is a multiple of 2^(emax - F), the step's sum is exact in FP64 (below
+        // 2^(F + 8) units) and its result is that sum rounded once.
+        bool fast[R][kV];
+        bool any_fast = false;
+        for (size_t r = 0; r < R; ++r) {
+          const int32_t hi_a = phia[(p * ns + si) * R + r], lo_a = ploa[(p * ns + si) * R + r];
+          for (size_t v = 0; v < kV; ++v) {
+            fast[r][v] = false;
+            if (!whole_steps) continue;
+            const size_t o = v * H;
+            const auto part = hn::LoadU(dh, ct + r * ldc + o);
+            const auto field = hn::And(hn::ShiftRight<23>(hn::BitCast(dih, part)), exp_mask);
+            const auto pzero = hn::RebindMask(dih, hn::Eq(part, hn::Zero(dh)));
+            const auto ec = hn::IfThenElse(pzero, zero_exp, hn::Max(hn::Sub(field, bias), emin));
+            const auto top = hn::Max(hn::Add(hn::Set(dih, hi_a), hn::LoadU(dih, phib.get() + (q * ns + si) * nr + o)), zero_exp);
+            const auto e_ub = hn::Max(ec, top);
+            const auto lo = hn::Sub(hn::Add(hn::Set(dih, lo_a), hn::LoadU(dih, plob.get() + (q * ns + si) * nr + o)),
+                                    hn::Set(dih, g.man_bits));
+            const auto cut = hn::Sub(e_ub, hn::Set(dih, g.frac_bits));
+            const auto ok_acc = hn::Or(pzero, hn::Not(hn::Lt(hn::Sub(ec, hn::Set(dih, 23)), cut)));
+            const auto ok = hn::And(ok_acc, hn::Not(hn::Lt(lo, cut)));
+            fast[r][v] = hn::AllTrue(dih, ok);
+            any_fast = any_fast || fast[r][v];
+          }
+        }
+        if (any_fast) {
+          VD acc[R][kV];
+          for (size_t r = 0; r < R; ++r)
+            for (size_t v = 0; v < kV; ++v) acc[r][v] = hn::PromoteTo(dd, hn::LoadU(dh, ct + r * ldc + v * H));
+          for (size_t kk = 0; kk < s1 - s0; ++kk) {
+            VD b[kV];
+            for (size_t v = 0; v < kV; ++v) b[v] = hn::LoadU(dd, bp + kk * nr + v * H);
+            HWY_UNROLL(6)
+            for (size_t r = 0; r < R; ++r) {
+              const VD x = hn::Set(dd, ap[kk * R + r]);
+              for (size_t v = 0; v < kV; ++v) acc[r][v] = hn::MulAdd(x, b[v], acc[r][v]);
+            }
+          }
+          for (size_t r = 0; r < R; ++r)
+            for (size_t v = 0; v < kV; ++v) {
+              if (!fast[r][v]) continue;
+              const VD sum = acc[r][v];
+              const auto a = hn::Abs(sum);
+              const auto zero = hn::Eq(sum, hn::Zero(dd));
+              const auto normal = hn::And(hn::Ge(a, hn::Set(dd, 0x1p-126)), hn::Lt(a, hn::Set(dd, 0x1p127)));
+              if (!hn::AllTrue(dd, hn::Or(zero, normal))) {
+                fast[r][v] = false;  // below or near FP32's range: the exact step rounds it
+                continue;
+              }
+              // Toward zero: the bits below FP32's 24 are cleared first, so the conversion is exact.
+              const VD rounded = kOutRne ? sum : hn::BitCast(dd, hn::And(hn::BitCast(du64, sum), cut_low));
+              hn::StoreU(hn::DemoteTo(dh, hn::IfThenZeroElse(zero, rounded)), dh, ct + r * ldc + v * H);
+            }
+        }
+        // The exact step for H outputs: the terms aligned at the largest nominal exponent, truncated (or
+        // rounded) at 2^(emax - F) and summed in FP64; the sum rounded to out_bits.
+        const int32_t* eap = pea.get() + (p * g.k + s0) * R;
+        const int32_t* ebp = peb.get() + (q * g.k + s0) * nr;
+        for (size_t r = 0; r < R; ++r)
+          for (size_t v = 0; v < kV; ++v) {
+            if (fast[r][v]) continue;
+            const size_t o = v * H;
+            float* at = ct + r * ldc + o;
+            const auto part = hn::LoadU(dh, at);
+            const auto field = hn::And(hn::ShiftRight<23>(hn::BitCast(dih, part)), exp_mask);
+            const auto pzero = hn::RebindMask(dih, hn::Eq(part, hn::Zero(dh)));
+            auto emax = hn::IfThenElse(pzero, zero_exp, hn::Max(hn::Sub(field, bias), emin));
+            const auto x = hn::Add(hn::Set(dih, pxa[(p * nb + blk) * R + r]), hn::LoadU(dih, pxb.get() + (q * nb + blk) * nr + o));
+            auto emax_p = hn::Set(dih, -2 * kNone);
+            for (size_t kk = 0; kk < s1 - s0; ++kk)
+              emax_p = hn::Max(emax_p, hn::Add(hn::Set(dih, eap[kk * R + r]), hn::LoadU(dih, ebp + kk * nr + o)));
+            emax = hn::Max(emax, hn::Add(emax_p, x));
+            const auto some_zero = hn::Or(hn::Set(dih, pza[(p * ns + si) * R + r]), hn::LoadU(dih, pzb.get() + (q * ns + si) * nr + o));
+            emax = hn::IfThenElse(hn::MaskFromVec(some_zero), hn::Max(emax, zero_exp), emax);
+            const auto emax64 = hn::PromoteTo(di64, emax);
+            const VD f = Pow2D(dd, hn::Min(hn::Max(hn::Sub(fbits, emax64), hn::Set(di64, -1022)), hn::Set(di64, 1023)));
+            VD sum = RoundIntD<kTermRne>(hn::Mul(hn::PromoteTo(dd, part), f));
+            for (size_t kk = 0; kk < s1 - s0; ++kk) {
+              const VD t = hn::Mul(hn::Set(dd, ap[kk * R + r]), hn::LoadU(dd, bp + kk * nr + o));
+              sum = hn::Add(sum, RoundIntD<kTermRne>(hn::Mul(t, f)));
+            }
+            const auto out = GroupOut<kOutRne>(dd, sum, hn::Sub(emax64, fbits), g.out_bits);
+            // A part that left the finite range marks the output (NaN) for the reference; NaN stays NaN.
+            const auto bad = hn::Or(hn::Not(hn::IsFinite(out)), hn::Not(hn::IsFinite(part)));
+            hn::StoreU(hn::IfThenElse(bad, hn::DemoteTo(dh, nan), out), dh, at);
+          }
+      }
+    });
+  });
+  return true;
+}
+
+bool GemmScaledT(const ScaledFusedArgs& g, float* c) {
+  if (g.kb % g.step != 0 || g.out_bits > 24 || g.out_bits < 1) return false;
+  if (g.rne_terms) return g.rne_out ? GemmScaledImpl<true, true>(g, c) : GemmScaledImpl<true, false>(g, c);
+  return g.rne_out ? GemmScaledImpl<false, true>(g, c) : GemmScaledImpl<false, false>(g, c);
+}
+
+#else  // no FMA or a scalable target: the caller's portable path
+
+bool GemmScaledT(const ScaledFusedArgs&, float*) { return false; }
+
+#endif
+
+}  // namespace HWY_NAMESPACE
+}  // namespace qmx::simd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qmx::simd {
+HWY_EXPORT(GemmScaledT);
+
+bool GemmScaledF64(const ScaledFusedArgs& g, float* c) { return HWY_DYNAMIC_DISPATCH(GemmScaledT)(g, c); }
+}  // namespace qmx::simd
+#endif  // HWY_ONCE

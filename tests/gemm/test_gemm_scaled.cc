@@ -1,0 +1,128 @@
+// test_gemm_scaled.cc: the fused models whose UE8M0 block scales enter each product's exponent (MMA-Sim's
+// T-FDPA with scales in the products: blackwell-mxf8f6f4, fused:...,scale=products) and fused models with
+// no scales and F too wide for FP32 terms: the FP64 kernel (gemm/gemm_scaled_simd.cc) against the
+// reference where a step's decision matters: steps whose product exponents span more than F bits (small
+// products truncated), rows and columns with all-zero steps (zero_exp), scales from 2^-127 to 2^127 (C
+// truncated away, results outside FP32's range), C from subnormal to near FLT_MAX, ragged K, RNE variants,
+// FP8 / FP6 / FP4 elements; on every SIMD target, 1 and 2 threads.
+#include <omp.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gemm/gemm_cases.h"
+#include "qmx/convert.h"
+#include "qmx/gemm.h"
+#include "qmx/round.h"
+#include "support/modes.h"
+
+using namespace qmx;
+using qmx::test::CheckEverywhere;
+using qmx::test::RequireSame;
+
+namespace {
+
+// Codes of m x k (A) or k x n (B) in which each (row, step of 32) or (step, column) pair takes one of
+// four shapes: random, all zero, the largest magnitudes beside the smallest (a span of more than F
+// bits: the small products are truncated), one binade only (no truncation).
+GemmOperand Shaped(const Format& f, size_t rows, size_t cols, bool is_a, std::mt19937& rng) {
+  std::vector<uint8_t> c = qmx::test::RandomCodes(f, rows * cols, rng, false);
+  const uint8_t max_code = static_cast<uint8_t>(ConvertF32(static_cast<float>(Limits(f).max_finite), f, CastOptions{})), min_code = 1;
+  const uint8_t sign = static_cast<uint8_t>(1u << (f.Bits() - 1));
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t q = 0; q < cols; ++q) {
+      const size_t kk = is_a ? q : r, other = is_a ? r : q;
+      uint8_t& v = c[r * cols + q];
+      switch ((other + kk / 32) % 5) {
+        case 1: v = 0; break;
+        case 2: v = kk % 7 == 0 ? max_code : min_code; break;
+        case 3: v = static_cast<uint8_t>((max_code - (rng() % 3)) | ((rng() & 1) ? sign : 0)); break;
+        default: break;
+      }
+    }
+  return OperandFromCodes(f, rows, cols, c.data());
+}
+
+void WideScales(GemmOperand& o, bool is_a, std::mt19937& rng) {
+  qmx::test::AddUe8m0(o, is_a, 32, rng, -3, 3);
+  for (size_t i = 0; i < o.scales.size(); ++i) {
+    if (i % 11 == 0) o.scales[i] = std::ldexp(1.0f, 30 + static_cast<int>(rng() % 11));
+    if (i % 13 == 0) o.scales[i] = std::ldexp(1.0f, -127);
+    if (i % 17 == 0) o.scales[i] = std::ldexp(1.0f, 127);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gemm: scales-in-products models equal the reference where truncation, zero steps and wide scales decide", "[gemm]") {
+  std::mt19937 rng(47);
+  const std::vector<AccumModel> scaled = {
+      AccumModelByName("blackwell-mxf8f6f4"),
+      AccumModelByName("fused:step=32,F=25,term=rne,out=rne,zero-exp=-133,scale=products"),
+      AccumModelByName("fused:step=16,F=30,bits=18,zero-exp=-120,scale=products")};
+  // (step 16 under blocks of 32: two steps per scale pair)
+  const std::pair<const Format*, const Format*> formats[] = {
+      {&fmt::kE4M3, &fmt::kE4M3}, {&fmt::kE5M2, &fmt::kE4M3}, {&fmt::kE2M3, &fmt::kE3M2}, {&fmt::kE2M1, &fmt::kE2M1}};
+  std::normal_distribution<float> nd;
+  // 26 rows and 70 columns cross the 6-row panels and every vector width's edge; K = 32 * 9 + 16 leaves a
+  // short last step and block.
+  for (const size_t k : {size_t{304}, size_t{32}}) {
+    std::vector<float> c(26 * 70);
+    for (size_t i = 0; i < c.size(); ++i) {
+      c[i] = i % 9 == 0 ? 0.0f : nd(rng) * std::ldexp(1.0f, static_cast<int>(i % 60) - 30);
+      if (i % 23 == 0) c[i] = std::ldexp(1.0f, -140);      // subnormal
+      if (i % 29 == 0) c[i] = 0x1.fffffep127f;             // overflows with any product added
+    }
+    const std::string ks = " K=" + std::to_string(k);
+    for (const auto& [fa, fb] : formats) {
+      const GemmOperand a = Shaped(*fa, 26, k, true, rng), b = Shaped(*fb, k, 70, false, rng);
+      const std::string what = std::string(fa->name) + " x " + fb->name + ks;
+      GemmOperand sa = a, sb = b;
+      qmx::test::AddUe8m0(sa, true, 32, rng, -4, 4);
+      qmx::test::AddUe8m0(sb, false, 32, rng, -4, 4);
+      GemmOperand wa = a, wb = b;
+      WideScales(wa, true, rng);
+      WideScales(wb, false, rng);
+      // Scales near 2^-75 each: products from 2^-178 to 2^-123, where the accumulator's floor (-126) and
+      // zero_exp (-133, -120) decide emax.
+      GemmOperand ta = a, tb = b;
+      qmx::test::AddUe8m0(ta, true, 32, rng, -80, -70);
+      qmx::test::AddUe8m0(tb, false, 32, rng, -80, -70);
+      for (const AccumModel& m : scaled) {
+        CheckEverywhere(ta, tb, c, m, "tiny scales with C " + what);
+        if (m.fused.step == 16) {
+          CheckEverywhere(a, b, c, m, "no scales " + what);
+          continue;
+        }
+        CheckEverywhere(sa, sb, {}, m, "mx " + what);
+        CheckEverywhere(sa, sb, c, m, "mx with C " + what);
+        CheckEverywhere(wa, wb, c, m, "wide scales with C " + what);
+      }
+    }
+  }
+}
+
+TEST_CASE("gemm: blackwell-mxf8f6f4 truncates products below 2^(emax - 25) where the exact sum would keep them", "[gemm]") {
+  // One step of 32: 256 * 256 = 2^16 beside 31 products 2^-5 * 2^-5 = 2^-10. emax = 16 puts the cut at
+  // 2^-9, so each 2^-10 is truncated away and the result is 65536; the exact sum 65536 + 31 * 2^-10
+  // rounded toward zero to FP32 would be 65536 + 3 * 2^-7.
+  const AccumModel m = AccumModelByName("blackwell-mxf8f6f4");
+  const uint8_t big = static_cast<uint8_t>(ConvertF32(256.0f, fmt::kE4M3, CastOptions{}));
+  const uint8_t small = static_cast<uint8_t>(ConvertF32(0x1p-5f, fmt::kE4M3, CastOptions{}));
+  std::vector<uint8_t> av(32, small), bv(32, small);
+  av[0] = bv[0] = big;
+  GemmOperand a = OperandFromCodes(fmt::kE4M3, 1, 32, av.data()), b = OperandFromCodes(fmt::kE4M3, 32, 1, bv.data());
+  std::mt19937 rng(1);
+  qmx::test::AddUe8m0(a, true, 32, rng, 0, 0);
+  qmx::test::AddUe8m0(b, false, 32, rng, 0, 0);
+  CHECK(GemmRef(a, b, nullptr, m)[0] == 65536.0f);
+  CHECK(Gemm(a, b, nullptr, m)[0] == 65536.0f);
+  // Without the large product nothing is cut: 31 * 2^-10 exactly.
+  GemmOperand a2 = a, b2 = b;
+  a2.codes[0] = b2.codes[0] = small;
+  CHECK(GemmRef(a2, b2, nullptr, m)[0] == 32 * 0x1p-10f);
+  CHECK(Gemm(a2, b2, nullptr, m)[0] == 32 * 0x1p-10f);
+}

@@ -175,34 +175,54 @@ bool GemmScaledImpl(const ScaledFusedArgs& g, float* c) {
         // rounded) at 2^(emax - F) and summed in FP64; the sum rounded to out_bits.
         const int32_t* eap = pea.get() + (p * g.k + s0) * R;
         const int32_t* ebp = peb.get() + (q * g.k + s0) * nr;
-        for (size_t r = 0; r < R; ++r)
+        // One row's kV vectors at a time: independent chains for the emax maxima and the term sums.
+        for (size_t r = 0; r < R; ++r) {
+          bool any = false;
+          for (size_t v = 0; v < kV; ++v) any = any || !fast[r][v];
+          if (!any) continue;
+          hn::Vec<decltype(dih)> emax[kV];
+          hn::Vec<decltype(dh)> part[kV];
+          hn::Vec<decltype(di64)> emax64[kV];
+          VD f[kV], sum[kV];
+          for (size_t v = 0; v < kV; ++v) {
+            const size_t o = v * H;
+            part[v] = hn::LoadU(dh, ct + r * ldc + o);
+            const auto field = hn::And(hn::ShiftRight<23>(hn::BitCast(dih, part[v])), exp_mask);
+            const auto pzero = hn::RebindMask(dih, hn::Eq(part[v], hn::Zero(dh)));
+            emax[v] = hn::IfThenElse(pzero, zero_exp, hn::Max(hn::Sub(field, bias), emin));
+          }
+          hn::Vec<decltype(dih)> emax_p[kV];
+          for (size_t v = 0; v < kV; ++v) emax_p[v] = hn::Set(dih, -2 * kNone);
+          for (size_t kk = 0; kk < s1 - s0; ++kk) {
+            const auto ea = hn::Set(dih, eap[kk * R + r]);
+            for (size_t v = 0; v < kV; ++v) emax_p[v] = hn::Max(emax_p[v], hn::Add(ea, hn::LoadU(dih, ebp + kk * nr + v * H)));
+          }
+          const auto xa = hn::Set(dih, pxa[(p * nb + blk) * R + r]);
+          const auto za_r = hn::Set(dih, pza[(p * ns + si) * R + r]);
+          for (size_t v = 0; v < kV; ++v) {
+            const size_t o = v * H;
+            emax[v] = hn::Max(emax[v], hn::Add(emax_p[v], hn::Add(xa, hn::LoadU(dih, pxb.get() + (q * nb + blk) * nr + o))));
+            const auto some_zero = hn::Or(za_r, hn::LoadU(dih, pzb.get() + (q * ns + si) * nr + o));
+            emax[v] = hn::IfThenElse(hn::MaskFromVec(some_zero), hn::Max(emax[v], zero_exp), emax[v]);
+            emax64[v] = hn::PromoteTo(di64, emax[v]);
+            f[v] = Pow2D(dd, hn::Min(hn::Max(hn::Sub(fbits, emax64[v]), hn::Set(di64, -1022)), hn::Set(di64, 1023)));
+            sum[v] = RoundIntD<kTermRne>(hn::Mul(hn::PromoteTo(dd, part[v]), f[v]));
+          }
+          for (size_t kk = 0; kk < s1 - s0; ++kk) {
+            const VD x = hn::Set(dd, ap[kk * R + r]);
+            for (size_t v = 0; v < kV; ++v) {
+              const VD t = hn::Mul(x, hn::LoadU(dd, bp + kk * nr + v * H));
+              sum[v] = hn::Add(sum[v], RoundIntD<kTermRne>(hn::Mul(t, f[v])));
+            }
+          }
           for (size_t v = 0; v < kV; ++v) {
             if (fast[r][v]) continue;
-            const size_t o = v * H;
-            float* at = ct + r * ldc + o;
-            const auto part = hn::LoadU(dh, at);
-            const auto field = hn::And(hn::ShiftRight<23>(hn::BitCast(dih, part)), exp_mask);
-            const auto pzero = hn::RebindMask(dih, hn::Eq(part, hn::Zero(dh)));
-            auto emax = hn::IfThenElse(pzero, zero_exp, hn::Max(hn::Sub(field, bias), emin));
-            const auto x = hn::Add(hn::Set(dih, pxa[(p * nb + blk) * R + r]), hn::LoadU(dih, pxb.get() + (q * nb + blk) * nr + o));
-            auto emax_p = hn::Set(dih, -2 * kNone);
-            for (size_t kk = 0; kk < s1 - s0; ++kk)
-              emax_p = hn::Max(emax_p, hn::Add(hn::Set(dih, eap[kk * R + r]), hn::LoadU(dih, ebp + kk * nr + o)));
-            emax = hn::Max(emax, hn::Add(emax_p, x));
-            const auto some_zero = hn::Or(hn::Set(dih, pza[(p * ns + si) * R + r]), hn::LoadU(dih, pzb.get() + (q * ns + si) * nr + o));
-            emax = hn::IfThenElse(hn::MaskFromVec(some_zero), hn::Max(emax, zero_exp), emax);
-            const auto emax64 = hn::PromoteTo(di64, emax);
-            const VD f = Pow2D(dd, hn::Min(hn::Max(hn::Sub(fbits, emax64), hn::Set(di64, -1022)), hn::Set(di64, 1023)));
-            VD sum = RoundIntD<kTermRne>(hn::Mul(hn::PromoteTo(dd, part), f));
-            for (size_t kk = 0; kk < s1 - s0; ++kk) {
-              const VD t = hn::Mul(hn::Set(dd, ap[kk * R + r]), hn::LoadU(dd, bp + kk * nr + o));
-              sum = hn::Add(sum, RoundIntD<kTermRne>(hn::Mul(t, f)));
-            }
-            const auto out = GroupOut<kOutRne>(dd, sum, hn::Sub(emax64, fbits), g.out_bits);
+            const auto out = GroupOut<kOutRne>(dd, sum[v], hn::Sub(emax64[v], fbits), g.out_bits);
             // A part that left the finite range marks the output (NaN) for the reference; NaN stays NaN.
-            const auto bad = hn::Or(hn::Not(hn::IsFinite(out)), hn::Not(hn::IsFinite(part)));
-            hn::StoreU(hn::IfThenElse(bad, hn::DemoteTo(dh, nan), out), dh, at);
+            const auto bad = hn::Or(hn::Not(hn::IsFinite(out)), hn::Not(hn::IsFinite(part[v])));
+            hn::StoreU(hn::IfThenElse(bad, hn::DemoteTo(dh, nan), out), dh, ct + r * ldc + v * H);
           }
+        }
       }
     });
   });

@@ -56,10 +56,12 @@ float TensorAmax(const TensorView& x, NanPolicy policy) {
   return m;
 }
 
+// The |x| bits TensorAmax counts: below Inf (block-nan, ignore) or up to Inf, NaN skipped (the others).
+bool TensorAmaxKeepsInf(NanPolicy policy) { return policy != NanPolicy::kBlockNan && policy != NanPolicy::kIgnore; }
+
 float TensorAmaxFast(const TensorView& x, NanPolicy policy, Exec exec) {
-  // The same elements as TensorAmax: |x| bits below Inf (block-nan, ignore) or up to Inf (NaN skipped). The
-  // maximum of bit patterns is the maximum of the values, in any order and any split among threads.
-  const uint32_t limit = policy == NanPolicy::kBlockNan || policy == NanPolicy::kIgnore ? 0x7F800000u : 0x7F800001u;
+  // The maximum of bit patterns is the maximum of the values, in any order and any split among threads.
+  const uint32_t limit = TensorAmaxKeepsInf(policy) ? 0x7F800001u : 0x7F800000u;
   const size_t n = x.rows * x.cols, esize = DTypeSize(x.dtype);
   constexpr size_t kChunk = size_t{1} << 18;
   uint32_t m = 0;
@@ -327,6 +329,10 @@ void QuantizeFp32Contiguous(const Ctx& c, size_t block_len, QuantizedTensor& q, 
   std::vector<float> mult(blocks);
   std::vector<uint8_t> nan_block(blocks);
   const auto scale = [&](size_t b) {
+    if (blocks == 1) {  // per tensor: the tensor amax is the block's maximum under TensorAmax's policy
+      const uint32_t m = detail::TensorAmaxKeepsInf(spec.nan) ? maxima_of[0].with_inf : maxima_of[0].finite;
+      std::memcpy(&q.tensor_amax, &m, 4);
+    }
     const MultiplyScale ms = Fp32BlockScale(c, maxima_of[b]);
     detail::StoreScale(spec, q.scales.data(), b, ms.stored, ms.nan_block);
     mult[b] = ms.multiplier;
@@ -398,7 +404,7 @@ void QuantizeNvfp4Rows(const TensorView& x, const QuantSpec& spec, size_t block,
   const size_t n = x.rows * x.cols, esize = DTypeSize(x.dtype), run = detail::kBlocksPerRun * block;
   const size_t runs = (n + run - 1) / run;
   const int threads = exec == Exec::kParallel ? static_cast<int>(std::min<size_t>(runs, static_cast<size_t>(omp_get_max_threads()))) : 1;
-  const uint32_t limit = spec.nan == NanPolicy::kBlockNan || spec.nan == NanPolicy::kIgnore ? 0x7F800000u : 0x7F800001u;
+  const uint32_t limit = detail::TensorAmaxKeepsInf(spec.nan) ? 0x7F800001u : 0x7F800000u;
   const uint8_t* src = static_cast<const uint8_t*>(x.data);
   std::vector<uint32_t> part(static_cast<size_t>(threads), 0);
   std::unique_ptr<Nvfp4Kernel> kernel;
@@ -444,9 +450,9 @@ QuantizedTensor QuantizeImpl(const TensorView& x, const QuantSpec& spec, Exec ex
     QuantizeNvfp4Rows(x, spec, c.be.cols, given_amax, exec, q);
     return q;
   }
+  // (A per-tensor FP32 spec takes the contiguous path below, which sets the tensor amax from its maxima.)
   if (given_amax) q.tensor_amax = *given_amax;
-  else if (nvfp4 || (ScaleFormatOf(spec.rule) == ScaleFormat::kFp32 && q.scale_rows * q.scale_cols == 1))
-    q.tensor_amax = detail::TensorAmaxFast(x, spec.nan, exec);
+  else if (nvfp4) q.tensor_amax = detail::TensorAmaxFast(x, spec.nan, exec);
   std::unique_ptr<Nvfp4Kernel> nvfp4_kernel;
   if (nvfp4) {
     c.s_enc = Nvfp4TensorEncodeScale(q.tensor_amax);

@@ -14,6 +14,7 @@ namespace qmx::detail {
 QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec);  // validated, sized, zeroed
 float TensorAmax(const TensorView& x, NanPolicy policy);  // one element at a time (the reference's)
 float TensorAmaxFast(const TensorView& x, NanPolicy policy, Exec exec);  // the same value, SIMD and threads
+bool TensorAmaxKeepsInf(NanPolicy policy);  // whether TensorAmax counts Inf (it always skips NaN)
 
 struct MultiplyScale {
   uint32_t stored;   // E4M3 byte or FP32 bits of the decode scale

@@ -14,6 +14,7 @@
 #include "qmx/error.h"
 #include "qmx/metrics.h"
 #include "support/hex.h"
+#include "support/modes.h"
 
 using namespace qmx;
 
@@ -105,6 +106,148 @@ TEST_CASE("error statistics are the same bits for any thread count, chunking or 
     at += len;
   }
   RequireSame(acc.Result(), want);
+}
+
+namespace {
+
+// The documented summation order, written out on its own: element i of a chunk goes to lane i % 8, the
+// lanes fold as l + 4, + 2, + 1, the chunks add in order.
+struct OracleSums {
+  double sq = 0, err = 0, sq_ref = 0, sq_out = 0, dot = 0, rel = 0, max_abs = 0, max_rel = 0;
+  uint64_t count = 0, skipped = 0, rel_count = 0, zero_ref = 0;
+  void Add(const OracleSums& b) {
+    sq += b.sq, err += b.err, sq_ref += b.sq_ref, sq_out += b.sq_out, dot += b.dot, rel += b.rel;
+    max_abs = std::max(max_abs, b.max_abs), max_rel = std::max(max_rel, b.max_rel);
+    count += b.count, skipped += b.skipped, rel_count += b.rel_count, zero_ref += b.zero_ref;
+  }
+};
+
+template <typename Ref>
+OracleSums LaneOracle(const Ref* ref, const float* out, size_t n) {
+  OracleSums total;
+  for (size_t lo = 0; lo < n; lo += kMetricsChunk) {
+    OracleSums lane[8];
+    for (size_t i = lo; i < std::min(n, lo + kMetricsChunk); ++i) {
+      OracleSums& l = lane[(i - lo) % 8];
+      if (!std::isfinite(ref[i]) || !std::isfinite(out[i])) {
+        ++l.skipped;
+        continue;
+      }
+      const double r = ref[i], o = out[i], e = o - r;
+      l.sq += e * e, l.err += e, l.sq_ref += r * r, l.sq_out += o * o, l.dot += r * o;
+      l.max_abs = std::max(l.max_abs, std::fabs(e));
+      ++l.count;
+      if (r != 0) {
+        l.rel += std::fabs(e) / std::fabs(r);
+        l.max_rel = std::max(l.max_rel, std::fabs(e) / std::fabs(r));
+        ++l.rel_count;
+      } else if (o != 0) {
+        ++l.zero_ref;
+      }
+    }
+    for (size_t half = 4; half > 0; half /= 2)
+      for (size_t j = 0; j < half; ++j) lane[j].Add(lane[j + half]);
+    total.Add(lane[0]);
+  }
+  return total;
+}
+
+void RequireSums(const ErrorStats& s, const OracleSums& o) {
+  CHECK(SameBits(s.sum_sq_err, o.sq));
+  CHECK(SameBits(s.sum_err, o.err));
+  CHECK(SameBits(s.sum_sq_ref, o.sq_ref));
+  CHECK(SameBits(s.sum_sq_out, o.sq_out));
+  CHECK(SameBits(s.sum_dot, o.dot));
+  CHECK(SameBits(s.sum_rel_err, o.rel));
+  CHECK(SameBits(s.max_abs_err, o.max_abs));
+  CHECK(SameBits(s.max_rel_err, o.max_rel));
+  CHECK(s.count == o.count);
+  CHECK(s.nonfinite == o.skipped);
+  CHECK(s.rel_count == o.rel_count);
+  CHECK(s.zero_ref_err == o.zero_ref);
+}
+
+// Magnitudes from 2^-60 to 2^60 in runs, so that every sum depends on its order; zeros in ref (no
+// relative error) and in out; NaN and Inf scattered at every position of a group of eight.
+template <typename Ref>
+void HostileData(size_t n, std::vector<Ref>& ref, std::vector<float>& out, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  std::uniform_int_distribution<int> e(-60, 60);
+  ref.resize(n), out.resize(n);
+  int scale = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (i % 37 == 0) scale = e(rng);
+    const float x = std::ldexp(nd(rng), scale);
+    ref[i] = static_cast<Ref>(x) + (sizeof(Ref) == 8 ? static_cast<Ref>(std::ldexp(nd(rng), scale - 40)) : 0);
+    out[i] = x * (1.0f + 0x1p-8f * nd(rng));
+    const unsigned k = rng() % 1000;
+    if (k < 20) ref[i] = 0;
+    else if (k < 30) out[i] = 0;
+    else if (k == 30) out[i] = std::numeric_limits<float>::quiet_NaN();
+    else if (k == 31) ref[i] = -std::numeric_limits<Ref>::infinity();
+    else if (k == 32) out[i] = std::numeric_limits<float>::infinity();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the error sums follow the documented lane order on every SIMD target, float and double refs",
+          "[metrics]") {
+  const size_t n = 2 * kMetricsChunk + 1237;
+  std::vector<float> ref32, out32;
+  std::vector<double> ref64;
+  std::vector<float> out64;
+  HostileData(n, ref32, out32, 21);
+  HostileData(n, ref64, out64, 22);
+  const OracleSums want32 = LaneOracle(ref32.data(), out32.data(), n);
+  const OracleSums want64 = LaneOracle(ref64.data(), out64.data(), n);
+  const ErrorStats ref_path = CompareTensorsRef(ref32.data(), out32.data(), n);
+  RequireSums(ref_path, want32);
+  // A sequential sum gives other bits on this data: the order is what the test pins.
+  double seq = 0;
+  for (size_t i = 0; i < kMetricsChunk; ++i)
+    if (std::isfinite(ref32[i]) && std::isfinite(out32[i])) seq += double(out32[i]) - ref32[i];
+  CHECK_FALSE(SameBits(seq, LaneOracle(ref32.data(), out32.data(), kMetricsChunk).err));
+  qmx::test::TargetGuard guard;
+  for (const std::string& target : SimdTargets()) {
+    ForceSimdTarget(target);
+    for (int t : {1, 3}) {
+      omp_set_num_threads(t);
+      INFO("target " << target << " threads " << t);
+      const ErrorStats s32 = CompareTensors(ref32.data(), out32.data(), n);
+      RequireSame(s32, ref_path);
+      RequireSums(CompareTensors(ref64.data(), out64.data(), n), want64);
+      // Streaming in pieces that start at every lane.
+      ErrorAccumulator acc;
+      size_t at = 0, len = 1;
+      while (at < n) {
+        const size_t take = std::min(n - at, len);
+        acc.Add(ref32.data() + at, out32.data() + at, take);
+        at += take;
+        len = len * 3 % 9973 + 1;
+      }
+      RequireSame(acc.Result(), ref_path);
+    }
+  }
+  omp_set_num_threads(2);
+  // Double refs with 53 significant bits: the products round, so a fused multiply-add in any sum
+  // (which the lanes must not use) gives other bits. Terms of one magnitude, few per lane.
+  std::mt19937_64 rng(9);
+  std::vector<double> r(4096);
+  std::vector<float> o(r.size());
+  for (size_t i = 0; i < r.size(); ++i) {
+    r[i] = 1.0 + static_cast<double>(rng() >> 11) * 0x1p-53;
+    o[i] = static_cast<float>(r[i] * (1.0 + 0x1p-10 * static_cast<double>(rng() % 64)));
+  }
+  for (size_t len : {size_t{64}, r.size()}) {
+    const OracleSums want = LaneOracle(r.data(), o.data(), len);
+    for (const std::string& target : SimdTargets()) {
+      ForceSimdTarget(target);
+      INFO("target " << target << " length " << len);
+      RequireSums(CompareTensors(r.data(), o.data(), len), want);
+    }
+  }
 }
 
 TEST_CASE("projection misalignment: identity gives 0, a uniform shrink gives the shrink", "[metrics]") {

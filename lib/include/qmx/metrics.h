@@ -13,7 +13,8 @@
 namespace qmx {
 
 // Elements are summed in chunks of this many consecutive indices; each chunk's partial sums are added to
-// the totals in index order.
+// the totals in index order. Inside a chunk, element i adds to partial sum i % 8 (eight FP64 lanes), and
+// the eight are folded as l + 4, then + 2, then + 1.
 inline constexpr size_t kMetricsChunk = 65536;
 
 // Error of `out` against `ref`, over the elements where both are finite. Elements where either is not
@@ -60,7 +61,8 @@ class ErrorAccumulator {
   ErrorStats Result() const;  // totals plus the open chunk
 
  private:
-  ErrorStats total_, chunk_;
+  ErrorStats total_;
+  ErrorStats lanes_[8];  // the open chunk's lanes: element i of a chunk adds to lane i % 8
   size_t in_chunk_ = 0;
 };
 

@@ -1,5 +1,6 @@
 // metrics.cc: the error, misalignment and kurtosis statistics of qmx/metrics.h. Sums run in double over
-// fixed chunks of kMetricsChunk element indices (rows for the per-row statistics), combined in order.
+// fixed chunks of kMetricsChunk element indices (rows for the per-row statistics), combined in order;
+// inside a chunk the error sums run in eight lanes (metrics_internal.h), through the Highway kernel.
 #include "qmx/metrics.h"
 
 #include <omp.h>
@@ -8,45 +9,38 @@
 #include <cmath>
 #include <limits>
 
+#include "metrics/metrics_internal.h"
+#include "metrics/metrics_simd.h"
 #include "qmx/error.h"
 
 namespace qmx {
 namespace {
 
-// One element into a chunk's partial sums. Shared by every path, so they agree by construction; the
-// reference differs from the fast path only in how chunks are scheduled.
-// A float reference gives exact differences; a double one (the recipes' FP64 GEMMs) one rounding.
+using detail::AddElement;
+using detail::kErrorLanes;
+
+// Elements pos .. pos + n - 1 of a chunk into its lanes, one at a time: the reference order.
 template <typename Ref>
-inline void AddElement(ErrorStats& s, Ref r, float o) {
-  if (!std::isfinite(r) || !std::isfinite(o)) {
-    ++s.nonfinite;
-    if (std::isfinite(r)) ++s.out_nonfinite;
-    return;
-  }
-  const double rd = r, od = o, e = od - rd;
-  ++s.count;
-  s.sum_sq_err += e * e;
-  s.sum_err += e;
-  s.sum_sq_ref += rd * rd;
-  s.sum_sq_out += od * od;
-  s.sum_dot += rd * od;
-  const double ae = std::fabs(e);
-  s.max_abs_err = std::max(s.max_abs_err, ae);
-  if (rd != 0) {
-    const double rel = ae / std::fabs(rd);
-    s.max_rel_err = std::max(s.max_rel_err, rel);
-    s.sum_rel_err += rel;
-    ++s.rel_count;
-  } else if (od != 0) {
-    ++s.zero_ref_err;
-  }
+void AddScalar(ErrorStats* lanes, size_t pos, const Ref* ref, const float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) AddElement(lanes[(pos + i) % kErrorLanes], ref[i], out[i]);
+}
+
+// The same through the Highway kernel, which takes whole groups of eight starting at lane 0.
+template <typename Ref>
+void AddFast(ErrorStats* lanes, size_t pos, const Ref* ref, const float* out, size_t n) {
+  const size_t head = std::min(n, (kErrorLanes - pos % kErrorLanes) % kErrorLanes);
+  AddScalar(lanes, pos, ref, out, head);
+  const size_t body = (n - head) / kErrorLanes * kErrorLanes;
+  simd::ErrorLanes(ref + head, out + head, body, lanes);
+  AddScalar(lanes, pos + head + body, ref + head + body, out + head + body, n - head - body);
 }
 
 template <typename Ref>
 ErrorStats ChunkStats(const Ref* ref, const float* out, size_t n) {
-  ErrorStats s;
-  for (size_t i = 0; i < n; ++i) AddElement(s, ref[i], out[i]);
-  return s;
+  ErrorStats lanes[kErrorLanes];
+  AddFast(lanes, 0, ref, out, n);
+  detail::FoldLanes(lanes);
+  return lanes[0];
 }
 
 }  // namespace
@@ -111,23 +105,31 @@ ErrorStats CompareTensors(const double* ref, const float* out, size_t n, Exec ex
 }
 
 ErrorStats CompareTensorsRef(const float* ref, const float* out, size_t n) {
-  // One element at a time through the streaming accumulator: the chunk order, without OpenMP.
-  ErrorAccumulator acc;
-  acc.Add(ref, out, n);
-  return acc.Result();
+  // One element at a time into its chunk's lane, lanes folded per chunk, chunks in order; no SIMD, no
+  // OpenMP.
+  ErrorStats total;
+  for (size_t lo = 0; lo < n; lo += kMetricsChunk) {
+    ErrorStats lanes[kErrorLanes];
+    AddScalar(lanes, 0, ref + lo, out + lo, std::min(kMetricsChunk, n - lo));
+    detail::FoldLanes(lanes);
+    total.Merge(lanes[0]);
+  }
+  return total;
 }
 
 void ErrorAccumulator::Add(const float* ref, const float* out, size_t n) {
+  static_assert(sizeof lanes_ / sizeof lanes_[0] == kErrorLanes, "one partial sum per lane");
   while (n > 0) {
     const size_t take = std::min(n, kMetricsChunk - in_chunk_);
-    for (size_t i = 0; i < take; ++i) AddElement(chunk_, ref[i], out[i]);
+    AddFast(lanes_, in_chunk_, ref, out, take);
     in_chunk_ += take;
     ref += take;
     out += take;
     n -= take;
     if (in_chunk_ == kMetricsChunk) {
-      total_.Merge(chunk_);
-      chunk_ = ErrorStats{};
+      detail::FoldLanes(lanes_);
+      total_.Merge(lanes_[0]);
+      for (ErrorStats& l : lanes_) l = ErrorStats{};
       in_chunk_ = 0;
     }
   }
@@ -135,7 +137,12 @@ void ErrorAccumulator::Add(const float* ref, const float* out, size_t n) {
 
 ErrorStats ErrorAccumulator::Result() const {
   ErrorStats s = total_;
-  if (in_chunk_ > 0) s.Merge(chunk_);
+  if (in_chunk_ > 0) {
+    ErrorStats lanes[kErrorLanes];
+    std::copy(lanes_, lanes_ + kErrorLanes, lanes);
+    detail::FoldLanes(lanes);
+    s.Merge(lanes[0]);
+  }
   return s;
 }
 

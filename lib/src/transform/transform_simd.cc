@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "transform/transform_simd.h"
 
@@ -16,7 +17,10 @@ namespace qmx::simd {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-void HadamardBlocksT(const float* in, float* out, size_t blocks, int n, const double* sign, double norm, bool inverse) {
+// The block size is a template argument, so the stages' loops unroll and the block can stay in registers.
+template <int n>
+HWY_NOINLINE void HadamardBlocksN(const float* in, float* out, size_t blocks, const double* sign, double norm,
+                                  bool inverse) {
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> dh;
   const hn::RebindToSigned<decltype(dd)> di;
@@ -37,9 +41,14 @@ void HadamardBlocksT(const float* in, float* out, size_t blocks, int n, const do
     high[in_vector] = hn::RebindMask(dd, hn::Ne(hn::And(hn::Iota(di, 0), hn::Set(di, static_cast<int64_t>(h))), hn::Zero(di)));
   }
   const VD vnorm = hn::Set(dd, norm);
+  constexpr size_t kLine = 64 / sizeof(float);
+  const size_t ahead = (4096 / sizeof(float) + n - 1) / static_cast<size_t>(n);  // blocks
   for (size_t b = 0; b < blocks; ++b) {
     const float* src = in + b * static_cast<size_t>(n);
     float* dst = out + b * static_cast<size_t>(n);
+    // The butterflies leave the loads waiting on memory: fetch the lines 4 KB ahead.
+    if (b + ahead < blocks)
+      for (size_t j = 0; j < static_cast<size_t>(n); j += kLine) hwy::Prefetch(src + ahead * n + j);
     for (size_t i = 0; i < nv; ++i) {
       VD x = hn::PromoteTo(dd, hn::LoadU(dh, src + i * N));
       if (!inverse) x = hn::Mul(x, hn::Load(dd, sign + i * N));
@@ -70,6 +79,17 @@ void HadamardBlocksT(const float* in, float* out, size_t blocks, int n, const do
       hn::StoreU(hn::DemoteTo(dh, y), dh, dst + i * N);
 #endif
     }
+  }
+}
+
+void HadamardBlocksT(const float* in, float* out, size_t blocks, int n, const double* sign, double norm, bool inverse) {
+  switch (n) {
+    case 16: return HadamardBlocksN<16>(in, out, blocks, sign, norm, inverse);
+    case 32: return HadamardBlocksN<32>(in, out, blocks, sign, norm, inverse);
+    case 64: return HadamardBlocksN<64>(in, out, blocks, sign, norm, inverse);
+    case 128: return HadamardBlocksN<128>(in, out, blocks, sign, norm, inverse);
+    case 256: return HadamardBlocksN<256>(in, out, blocks, sign, norm, inverse);
+    default: HWY_ASSERT(false);  // transform.cc checks the size first
   }
 }
 

@@ -446,6 +446,7 @@ uint32_t AmaxLoop(const void* in, size_t n, uint32_t limit) {
   VU m0 = hn::Zero(du), m1 = m0, m2 = m0, m3 = m0;
   size_t i = 0;
   for (; i + 4 * lanes <= n; i += 4 * lanes) {
+    PrefetchAhead<S>(in, i, 4 * lanes);
     m0 = hn::Max(m0, kept(LoadBits<S>(in, i)));
     m1 = hn::Max(m1, kept(LoadBits<S>(in, i + lanes)));
     m2 = hn::Max(m2, kept(LoadBits<S>(in, i + 2 * lanes)));

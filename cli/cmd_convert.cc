@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "common/tensor_inputs.h"
 #include "qmx/error.h"
 #include "qmx/io.h"
 #include "qmx/rng.h"
@@ -115,6 +116,7 @@ void ConvertValues(const ConvertArgs& a, const Format& dst, const CastOptions& o
 
 void ConvertFile(const ConvertArgs& a, const Format& dst, const CastOptions& opt) {
   if (a.out.empty()) throw Error("--in needs --out (the file to write)");
+  RefuseToOverwriteInput(a.out, {a.in});
   const NpyArray in = ReadNpy(a.in);
   const Format* src = nullptr;
   switch (in.dtype) {

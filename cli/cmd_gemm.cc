@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "common/tensor_inputs.h"
 #include "qmx/error.h"
 #include "qmx/gemm.h"
 #include "qmx/io.h"
@@ -116,6 +117,10 @@ uint32_t Bits(float f) {
 
 void Run(const GemmArgs& g) {
   if (g.threads < 0 || g.threads > 1024) throw Error("--threads must be 1..1024");
+  for (const auto& [out, option] : {std::pair{g.out, "--out"}, std::pair{g.json, "--json"}})
+    RefuseToOverwriteInput(out, {g.a, g.b, g.a_scales, g.b_scales, g.c, g.expect}, option);
+  if (g.block > 0 && g.a_scales.empty() && g.b_scales.empty())
+    throw Error("--block sets the block of --a-scales / --b-scales, and neither is given (--quantize takes its recipe's blocks)");
   if (g.threads > 0) omp_set_num_threads(g.threads);
   AccumModel model = AccumModelByName(g.model);
   if (g.promote >= 0) {
@@ -214,7 +219,7 @@ void AddGemmCommand(CLI::App& app) {
   cmd->add_option("--a-scales", g->a_scales, "A's block scales (.npy): uint8 codes or float32, (M/br) x (K/bc)");
   cmd->add_option("--b-scales", g->b_scales, "B's block scales (.npy): (K/br) x (N/bc)");
   cmd->add_option("--scale-format", g->scale_format, "uint8 scales are ue8m0 (default) or e4m3 codes");
-  cmd->add_option("--block", g->block, "scale block length along K: A 1xN, B Nx1");
+  cmd->add_option("--block", g->block, "scale block length along K: A 1xN, B Nx1")->check(CLI::Range(1, 65536));
   cmd->add_option("--a-block", g->a_block, "A's scale block RxC (e.g. 1x128)");
   cmd->add_option("--b-block", g->b_block, "B's scale block RxC (e.g. 128x128)");
   cmd->add_option("--a-tensor-scale", g->a_tensor_scale, "per-tensor FP32 factor of A, applied after accumulation");
@@ -223,13 +228,13 @@ void AddGemmCommand(CLI::App& app) {
   cmd->add_option("--c", g->c, "C: M x N float32, the accumulator's starting value");
   cmd->add_option("--model", g->model, "accumulation model: exact, fp32-seq, block-exact, hopper-fp8, hopper-fp8-fast, "
                                        "ada-fp8, blackwell-mxf8f6f4, blackwell-mxf4nvf4, fused:KEY=V,...");
-  cmd->add_option("--promote", g->promote, "override the model's FP32 promotion interval (K elements; 0 = never)");
+  cmd->add_option("--promote", g->promote, "override the model's FP32 promotion interval (K elements; 0 = never)")->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--out", g->out, "write D (float32 .npy)");
   cmd->add_option("--expect", g->expect, "compare D bit for bit with this float32 .npy (exit 1 on a mismatch)");
   cmd->add_option("--max-errors", g->max_errors, "mismatches printed (default 10)");
   cmd->add_option("--compare", g->compare, "print error statistics against another model");
   cmd->add_option("--json", g->json, "write a JSON summary");
-  cmd->add_option("--threads", g->threads, "OpenMP threads (default: all)");
+  cmd->add_option("--threads", g->threads, "OpenMP threads (default: all)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--reference", g->reference, "use the scalar reference path");
   cmd->add_flag("--quiet", g->quiet, "print only mismatches and comparisons");
   cmd->callback([g] { Run(*g); });

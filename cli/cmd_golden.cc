@@ -137,7 +137,7 @@ void AddGoldenCommand(CLI::App& app) {
   v->add_option("--simd-target", ver.simd_target, "force one SIMD target (AVX3, AVX2, SSE4, ...; cpu-simd)");
   v->add_option("--max-errors", ver.max_errors, "stop after this many mismatches (0: never), default 20");
   v->add_option("--only", ver.only, "replay only files whose path contains this text");
-  v->add_option("--threads", ver.threads, "OpenMP threads (default: all cores)");
+  v->add_option("--threads", ver.threads, "OpenMP threads (default: all cores)")->check(CLI::Range(1, 1024));
   v->add_flag("--quiet", ver.quiet, "print only failing files and the summary");
   v->callback([] { RunVerify(ver); });
 

@@ -7,6 +7,22 @@
 #include "qmx/error.h"
 #include "qmx/version.h"
 
+namespace {
+
+// Unsigned options refuse a negative value: CLI11 would otherwise wrap "--seed -1" to 2^64 - 1.
+void RefuseNegativeUnsigned(CLI::App* app) {
+  const CLI::Validator non_negative(
+      [](std::string& v) {
+        return !v.empty() && v[0] == '-' ? "'" + v + "' is negative; it must be 0 or more" : std::string();
+      },
+      "", "NON-NEGATIVE");
+  for (CLI::Option* o : app->get_options())
+    if (o->get_type_name().rfind("UINT", 0) == 0) o->check(non_negative);
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) RefuseNegativeUnsigned(sub);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"qmx-sim " QMX_VERSION ": bit-exact emulation of OCP FP8/FP6/FP4, MX and NVFP4 numerics"};
   app.require_subcommand(1);
@@ -20,6 +36,7 @@ int main(int argc, char** argv) {
   qmx::cli::AddRecipeCommand(app);
   qmx::cli::AddGoldenCommand(app);
   qmx::cli::AddXvalCommand(app);
+  RefuseNegativeUnsigned(&app);
   qmx::cli::SetCommandLine(argc, argv);
   try {
     app.parse(argc, argv);

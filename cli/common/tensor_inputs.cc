@@ -1,6 +1,8 @@
 // tensor_inputs.cc: float tensors from .npy and .safetensors files for the CLI commands.
 #include "common/tensor_inputs.h"
 
+#include <filesystem>
+
 #include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/safetensors.h"
@@ -9,6 +11,18 @@ namespace qmx::cli {
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void RefuseToOverwriteInput(const std::string& out, const std::vector<std::string>& inputs, const std::string& option) {
+  std::error_code ec;
+  if (out.empty() || !std::filesystem::exists(out, ec)) return;
+  for (const std::string& in : inputs) {
+    if (in.empty()) continue;
+    const std::string file = in.substr(0, in.find(".safetensors:") == std::string::npos ? in.size()
+                                                                                          : in.find(".safetensors:") + 12);
+    if (std::filesystem::exists(file, ec) && std::filesystem::equivalent(out, file, ec))
+      throw Error(option + " '" + out + "' is the input file '" + file + "': write the result elsewhere");
+  }
 }
 
 std::vector<std::pair<std::string, NpyArray>> ReadSafetensorsInputs(const std::string& path,

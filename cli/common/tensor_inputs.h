@@ -12,6 +12,11 @@ namespace qmx::cli {
 
 bool EndsWith(const std::string& s, const std::string& suffix);
 
+// Throws qmx::Error when the output `out` (named by `option`) is one of the input files: a result written
+// over its own input is never what was meant. Inputs that are empty or do not exist are skipped.
+void RefuseToOverwriteInput(const std::string& out, const std::vector<std::string>& inputs,
+                            const std::string& option = "--out");
+
 // The named tensors of a .safetensors file, or, when names is empty, every F32 / BF16 / F16 tensor in it
 // (throws qmx::Error when there is none). Unknown names throw the reader's IoError.
 std::vector<std::pair<std::string, NpyArray>> ReadSafetensorsInputs(const std::string& path,

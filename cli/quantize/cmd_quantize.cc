@@ -122,6 +122,8 @@ void RunQuantize(const QuantizeArgs& a) {
     throw Error("--in must be a .npy or .safetensors file, not '" + a.in + "'");
   }
   const bool st_out = EndsWith(a.out, ".safetensors");
+  RefuseToOverwriteInput(a.out, {a.in});
+  RefuseToOverwriteInput(a.json, {a.in}, "--json");
   if (!st_out && (a.out.empty() || a.out.back() != '/'))
     throw Error("--out must end in .safetensors, or in / for a directory of .npy files");
   if (!spec.delayed && !a.amax_history.empty()) throw Error("--amax-history needs a delayed-scaling spec (fp8-delayed)");
@@ -190,6 +192,7 @@ void RunQuantize(const QuantizeArgs& a) {
   if (st_out) {
     WriteSafetensors(a.out, outputs, meta);
   } else {
+    CreateOutputDir(a.out);
     for (const auto& [n, arr] : outputs) WriteNpy(a.out + n + ".npy", arr);
     WriteFileAtomic(a.out + "spec.json", summary["spec"].dump(2) + "\n");
   }
@@ -220,6 +223,8 @@ void RunDequantize(const DequantizeArgs& a) {
       if (EndsWith(t.name, ".codes")) names.push_back(t.name.substr(0, t.name.size() - 6));
   if (a.out.empty() || (names.size() > 1 && a.out.back() != '/') || (names.size() == 1 && a.out.back() != '/' && !EndsWith(a.out, ".npy")))
     throw Error("--out must be a .npy file (one tensor) or a directory ending in /");
+  RefuseToOverwriteInput(a.out, {a.in});
+  if (a.out.back() == '/') CreateOutputDir(a.out);
   for (const auto& name : names) {
     const NpyArray codes = r.Read(name + ".codes"), scales = r.Read(name + ".scales");
     const auto packed_it = meta.find("qmx.packed." + name);
@@ -271,7 +276,7 @@ void AddQuantizeCommand(CLI::App& app) {
   cmd->add_option("--tensor", a->tensors, "Tensor names of a .safetensors input (default: every F32/BF16/F16 tensor)");
   cmd->add_option("--out", a->out, "Output .safetensors (NAME.codes, NAME.scales, NAME.dequant) or a directory/ of .npy files")->required();
   cmd->add_option("--json", a->json, "Write a JSON summary (counts, scale histogram, error) here");
-  cmd->add_option("--threads", a->threads, "OpenMP threads (default: all)");
+  cmd->add_option("--threads", a->threads, "OpenMP threads (default: all)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--reference", a->reference, "Use the scalar reference quantizer (slow; equal bit for bit)");
   cmd->add_flag("--no-dequant", a->no_dequant, "Do not write the dequantized values");
   cmd->add_flag("--pack", a->pack, "Pack FP4 two per byte and FP6 four per three bytes (lib/README.md: Packing)");

@@ -98,6 +98,8 @@ void CheckShape(const RecipeArgs& a) {
     if (v == 0 || v > (1u << 16)) throw Error("--m, --n and --k must lie in 1..65536");
   if (a.m * a.k > (size_t{1} << 28) || a.n * a.k > (size_t{1} << 28) || a.m * a.n > (size_t{1} << 28))
     throw Error("each tensor may hold at most 2^28 elements");
+  // X, W, dY and the three products in FP32 and FP64, plus each recipe's quantized copies.
+  CheckMemoryCeiling(uint64_t{40} * (a.m * a.k + a.n * a.k + a.m * a.n), "--m x --n x --k");
 }
 
 double Db(double x) { return std::isfinite(x) ? x : (x > 0 ? 999.0 : -999.0); }
@@ -319,7 +321,7 @@ void AddRecipeCommand(CLI::App& app) {
   c->add_option("--seed", a->seed, "tensors, stochastic rounding and random Hadamard signs")->capture_default_str();
   c->add_option("--accum", a->accum, "auto (each GEMM on the hardware its recipe targets) or one model for all")
       ->capture_default_str();
-  c->add_option("--steps", a->steps, "sequence mode: this many steps of drifting tensors with spikes");
+  c->add_option("--steps", a->steps, "sequence mode: this many steps of drifting tensors with spikes")->check(CLI::Range(1, 100000));
   c->add_option("--drift", a->seq.drift, "sequence: fraction of the X and dY elements redrawn per step")->capture_default_str();
   c->add_option("--weight-drift", a->seq.weight_drift, "sequence: fraction of the W elements redrawn per step")->capture_default_str();
   c->add_option("--grad-decay", a->seq.grad_decay, "sequence: dY scale factor per step")->capture_default_str();
@@ -333,7 +335,7 @@ void AddRecipeCommand(CLI::App& app) {
               "single step: start fp8-delayed from an empty history (scale 1) instead of the tensors' own amax");
   c->add_option("--csv", a->csv, "write the records as CSV");
   c->add_option("--json", a->json, "write the records, the recipes' plans and the command as JSON");
-  c->add_option("--threads", a->threads, "OpenMP threads (results do not depend on it)");
+  c->add_option("--threads", a->threads, "OpenMP threads (results do not depend on it)")->check(CLI::Range(1, 1024));
   c->add_flag("--quiet", a->quiet, "no progress bar");
   c->callback([a] {
     const std::vector<TrainingRecipe> rs = TrainingRecipesByNames(a->recipes);

@@ -44,7 +44,7 @@ void AddSweepOptions(CLI::App* cmd, SweepArgs& a) {
   cmd->add_option("--profile", a.profile, "Library profile applied to every spec (ocp, microxcaling, ...)");
   cmd->add_option("--trials", a.trials, "Repeat with seeds seed+t and merge (SR and RHT randomness)")
       ->capture_default_str();
-  cmd->add_option("--threads", a.threads, "OpenMP threads (default: all; results do not depend on it)");
+  cmd->add_option("--threads", a.threads, "OpenMP threads (default: all; results do not depend on it)")->check(CLI::Range(1, 1024));
   cmd->add_option("--csv", a.csv, "Write the records as CSV");
   cmd->add_option("--json", a.json, "Write the records as JSON, with the command, version, seed and scale histograms");
   cmd->add_flag("--quiet", a.quiet, "No progress bar");
@@ -114,7 +114,7 @@ void AddStudyCommand(CLI::App& app) {
   k->add_option("--outlier-sweep", ku->sweep, "Outlier magnitudes (x RMS) for the theorem-1 sweep")->capture_default_str();
   k->add_option("--spec", ku->specs, "Recipes of the outlier sweep")->capture_default_str();
   k->add_option("--period", ku->period, "One outlier every PERIOD elements in the sweep")->capture_default_str();
-  k->add_option("--threads", ku->threads, "OpenMP threads");
+  k->add_option("--threads", ku->threads, "OpenMP threads")->check(CLI::Range(1, 1024));
   k->add_option("--csv", ku->csv, "Outlier sweep as CSV (the kurtosis table goes to FILE-kurtosis.csv)");
   k->add_option("--json", ku->json, "Both tables as JSON");
   k->add_flag("--quiet", ku->quiet, "No progress bar");
@@ -139,7 +139,7 @@ void AddStudyCommand(CLI::App& app) {
   q->add_option("--rows", qs->rows, "Rows of each input")->capture_default_str();
   q->add_option("--cols", qs->cols, "Columns of each input")->capture_default_str();
   q->add_option("--seed", qs->seed, "Seed")->capture_default_str();
-  q->add_option("--threads", qs->threads, "OpenMP threads (results do not depend on it)");
+  q->add_option("--threads", qs->threads, "OpenMP threads (results do not depend on it)")->check(CLI::Range(1, 1024));
   q->add_flag("--quiet", qs->quiet, "No progress bar");
   q->callback([qs] { RunQuickstart(*qs); });
 }

@@ -25,6 +25,10 @@ namespace qmx::cli::study {
 std::vector<Input> LoadInputs(const InputArgs& a) {
   if (a.rows == 0 || a.cols == 0 || a.rows > (1u << 24) || a.cols > (1u << 24) || a.rows * a.cols > (size_t{1} << 30))
     throw Error("--rows and --cols must be positive with rows x cols at most 2^30");
+  // Every generated input is held at once; one at a time is transformed, quantized and compared (about
+  // five more FP32 copies).
+  CheckMemoryCeiling(uint64_t{4} * a.rows * a.cols * (a.dists.size() + 5),
+                     "--rows x --cols over " + std::to_string(a.dists.size()) + " distribution(s)");
   std::vector<Input> out;
   for (size_t i = 0; i < a.dists.size(); ++i) {
     const DistSpec d = ParseDist(a.dists[i]);

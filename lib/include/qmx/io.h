@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdio>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -58,5 +59,20 @@ std::vector<uint8_t> SerializeNpy(const NpyArray& array);
 void WriteFileAtomic(const std::string& path, const std::string& contents);
 // The same for a byte buffer.
 void WriteBytesAtomic(const std::string& path, const uint8_t* data, size_t size);
+// The directory `dir` and its missing parents (an output given as DIR/); IoError when a component is a
+// file or cannot be created.
+void CreateOutputDir(const std::string& dir);
+
+// Opens `path` for reading when it is a regular file: a FIFO is not waited on and a device or a directory
+// is refused (IoError naming the path). The caller fcloses the result.
+std::FILE* OpenRegularFile(const std::string& path);
+
+// The memory ceiling: QMX_MAX_MEMORY (bytes, or with a K/M/G/T binary suffix) when set, else 80% of
+// physical memory. CheckMemoryCeiling throws qmx::Error naming `what` when `bytes` exceeds it; readers and
+// commands call it with a declared or requested size before allocating.
+uint64_t MemoryCeiling();
+void CheckMemoryCeiling(uint64_t bytes, const std::string& what);
+// "4096", "512M", "8G", "1T" (binary units) as bytes; qmx::Error otherwise.
+uint64_t ParseByteSize(const std::string& text);
 
 }  // namespace qmx

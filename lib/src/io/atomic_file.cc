@@ -1,12 +1,15 @@
 // atomic_file.cc: the atomic file writer of qmx/io.h (WriteFileAtomic, WriteBytesAtomic) that every
 // qmx-sim output writer (npy, safetensors, CSV, JSON) goes through: a temporary file, fsync, rename. POSIX.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 
 #include "qmx/error.h"
@@ -16,6 +19,53 @@ namespace qmx {
 namespace {
 
 std::string ErrnoText(int err) { return std::strerror(err); }
+
+// SIGINT / SIGTERM / SIGHUP while a temporary file is open: the handler removes it (unlink is
+// async-signal-safe), puts back the handler that was there before and raises the signal again, so an
+// interrupted qmx-sim leaves neither the output nor its temporary behind. The handlers are installed only
+// for the duration of one write (a host process such as Python keeps its own otherwise); one write at a
+// time holds the slot.
+char g_tmp_path[4096];
+std::atomic<bool> g_tmp_set{false};
+struct sigaction g_old_actions[3];
+constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
+
+extern "C" void RemoveTmpOnSignal(int sig) {
+  if (g_tmp_set.exchange(false)) ::unlink(g_tmp_path);
+  for (int i = 0; i < 3; ++i)
+    if (kSignals[i] == sig) ::sigaction(sig, &g_old_actions[i], nullptr);
+  ::raise(sig);
+}
+
+struct TmpGuard {
+  bool held = false;
+  explicit TmpGuard(const std::string& tmp) {
+    if (tmp.size() >= sizeof g_tmp_path || g_tmp_set.load()) return;
+    std::memcpy(g_tmp_path, tmp.c_str(), tmp.size() + 1);
+    struct sigaction sa {};
+    sa.sa_handler = RemoveTmpOnSignal;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], nullptr, &g_old_actions[i]);
+    g_tmp_set.store(true);
+    held = true;
+    for (int i = 0; i < 3; ++i)
+      if (g_old_actions[i].sa_handler != SIG_IGN) ::sigaction(kSignals[i], &sa, nullptr);  // nohup: keep ignoring
+  }
+  ~TmpGuard() {
+    if (!held) return;
+    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &g_old_actions[i], nullptr);
+    g_tmp_set.store(false);
+  }
+};
+
+// Why a temporary in `path`'s directory cannot be created, in words: a missing directory is named.
+std::string CreateFailure(const std::string& path, const std::string& tmp, int err) {
+  if (err == ENOENT) {
+    const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    return "cannot write '" + path + "': the directory '" + dir.string() + "' does not exist";
+  }
+  return "cannot write '" + path + "': cannot create '" + tmp + "': " + ErrnoText(err);
+}
 
 // Writes all of [data, data+size) to fd, retrying short writes and EINTR.
 bool WriteAll(int fd, const uint8_t* data, size_t size) {
@@ -33,10 +83,11 @@ bool WriteAll(int fd, const uint8_t* data, size_t size) {
 
 void WriteBytesAtomicImpl(const std::string& path, const uint8_t* data, size_t size) {
   const std::string tmp = path + ".tmp." + std::to_string(static_cast<long>(::getpid()));
+  const TmpGuard guard(tmp);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) {
     int err = errno;
-    throw IoError("cannot write '" + path + "': cannot create '" + tmp + "': " + ErrnoText(err));
+    throw IoError(CreateFailure(path, tmp, err));
   }
   auto fail = [&](const std::string& step, int err) {
     ::unlink(tmp.c_str());
@@ -77,6 +128,16 @@ void WriteFileAtomic(const std::string& path, const std::string& contents) {
 
 void WriteBytesAtomic(const std::string& path, const uint8_t* data, size_t size) {
   WriteBytesAtomicImpl(path, data, size);
+}
+
+void CreateOutputDir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::path p(dir);
+  while (!p.empty() && !p.has_filename() && p != p.root_path()) p = p.parent_path();  // "out/" -> "out"
+  if (std::filesystem::is_directory(p, ec)) return;
+  if (std::filesystem::exists(p, ec)) throw IoError("cannot use '" + dir + "' as an output directory: it is a file");
+  std::filesystem::create_directories(p, ec);
+  if (ec) throw IoError("cannot create the output directory '" + dir + "': " + ec.message());
 }
 
 }  // namespace qmx

@@ -1,5 +1,7 @@
 // npy.cc: NumPy .npy reader/writer (format 1.0/2.0/3.0); files are written through the atomic
 // writer of atomic_file.cc. Std only.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -511,19 +513,24 @@ NpyArray ParseNpy(const std::vector<uint8_t>& bytes, const std::string& name) {
 }
 
 NpyArray ReadNpy(const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    int err = errno;
-    throw IoError("cannot open '" + path + "': " + ErrnoText(err));
+  // A regular file of known size, read once: a FIFO or a device (/dev/zero) would never end, and the
+  // file is held twice (its bytes, then the array), so both copies must fit under the ceiling.
+  std::FILE* file = OpenRegularFile(path);
+  struct stat st {};
+  if (::fstat(::fileno(file), &st) != 0) {
+    const int err = errno;
+    std::fclose(file);
+    throw IoError("cannot stat '" + path + "': " + ErrnoText(err));
   }
-  std::vector<uint8_t> bytes;
-  uint8_t buffer[1 << 16];
-  while (true) {
-    size_t n = std::fread(buffer, 1, sizeof(buffer), file);
-    bytes.insert(bytes.end(), buffer, buffer + n);
-    if (n < sizeof(buffer)) break;
+  try {
+    CheckMemoryCeiling(2 * static_cast<uint64_t>(st.st_size), "reading '" + path + "'");
+  } catch (...) {
+    std::fclose(file);
+    throw;
   }
-  if (std::ferror(file)) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
+  const size_t got = bytes.empty() ? 0 : std::fread(bytes.data(), 1, bytes.size(), file);
+  if (got != bytes.size() || std::ferror(file)) {
     int err = errno;
     std::fclose(file);
     throw IoError("cannot read '" + path + "': " + ErrnoText(err));

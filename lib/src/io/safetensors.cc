@@ -174,8 +174,7 @@ SafetensorsIndex ParseSafetensors(const std::vector<uint8_t>& bytes, const std::
 }
 
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) throw IoError("cannot open '" + path + "': " + ErrnoText(errno));
+  std::FILE* f = OpenRegularFile(path);
   struct stat st {};
   if (::fstat(fileno(f), &st) != 0) {
     const int err = errno;
@@ -214,6 +213,7 @@ NpyArray SafetensorsReader::Read(const std::string& name) const {
   NpyArray a;
   a.dtype = t->qmx_dtype;
   a.shape = t->shape;
+  CheckMemoryCeiling(t->end - t->begin, "tensor '" + name + "' of '" + path_ + "'");
   a.data.resize(static_cast<size_t>(t->end - t->begin));
   std::FILE* f = std::fopen(path_.c_str(), "rb");
   if (f == nullptr) throw IoError("cannot open '" + path_ + "': " + ErrnoText(errno));

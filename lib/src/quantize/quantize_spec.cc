@@ -138,7 +138,9 @@ void SetBlockShape(QuantSpec& spec, const std::string& s) {
   const auto num = [&](const std::string& t) {
     if (t == "all") return 0;
     if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos) throw Error(form);
-    return std::stoi(t);
+    const int v = std::stoi(t);
+    if (v == 0) throw Error(form + " (a block extent is 1 or more; 'all' spans the dimension)");
+    return v;
   };
   spec.block_rows = num(s.substr(0, x));
   spec.block_cols = num(s.substr(x + 1));

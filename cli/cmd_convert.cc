@@ -26,6 +26,7 @@ struct ConvertArgs {
   std::string nan_sign = "keep";
   std::string nan_fallback = "max";
   std::string subnormals = "keep";
+  std::string negative = "invalid";
   int sr_bits = 8;
   uint64_t seed = 0;
   std::string in, out;
@@ -40,6 +41,7 @@ CastOptions BuildOptions(const ConvertArgs& a, const Format& dst) {
   o.nan_sign = ParseNanSign(a.nan_sign);
   o.nan_fallback = ParseNanFallback(a.nan_fallback);
   o.subnormals = ParseSubnormals(a.subnormals);
+  o.negative_unsigned = ParseNegativeUnsigned(a.negative);
   o.sr_bits = a.sr_bits;
   ValidateCastOptions(dst, o);
   return o;
@@ -186,6 +188,9 @@ void AddConvertCommand(CLI::App& app) {
   cmd->add_option("--nan-fallback", a.nan_fallback, "NaN into a format without NaN: max (+max, as PTX) or zero")
       ->capture_default_str();
   cmd->add_option("--subnormals", a.subnormals, "keep, or flush (inputs and results)")->capture_default_str();
+  cmd->add_option("--negative", a.negative,
+                  "Negative inputs to an unsigned format (ue8m0): invalid (NaN code), or magnitude (|x|, as CUDA's "
+                  "__nv_cvt_float_to_e8m0)")->capture_default_str();
   cmd->add_option("--sr-bits", a.sr_bits, "Random bits per element for stochastic rounding (1..32)")->capture_default_str();
   cmd->add_option("--seed", a.seed, "Philox seed for stochastic rounding (element i uses stream index i)")
       ->capture_default_str();

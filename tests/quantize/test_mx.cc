@@ -248,6 +248,40 @@ TEST_CASE("MX NaN and Inf blocks: scale 0xFF, element NaN codes, dequantized NaN
   }
 }
 
+TEST_CASE("te-rcp: a NaN product is the GPU's positive NaN (Inf x 0 at scale 254, NaN elements)", "[mx]") {
+  // Block 0: an Inf under the te policy (scale 0xFE, multiplier +0): Inf x 0 is NaN; x86 makes it its
+  // negative default NaN, the GPU's FMUL 0x7FFFFFFF. Block 1: a negative NaN under ignore. Under te-rcp
+  // both convert to the positive NaN code 0x7F with nan-sign=keep; under fp32 scaling the negative NaN
+  // keeps its sign (0xFF).
+  std::vector<float> x(64, 1.0f);
+  x[5] = -HUGE_VALF;
+  x[40] = -std::nanf("");
+  qmx::test::TargetGuard guard;
+  for (ElementScaling scaling : {ElementScaling::kTeRcp, ElementScaling::kFp32}) {
+    for (NanPolicy nan : {NanPolicy::kTe, NanPolicy::kIgnore}) {
+      MxSpec spec;
+      spec.nan = nan;
+      spec.scaling = scaling;
+      std::vector<uint8_t> want(64), ws(2);
+      QuantizeMxRef(DType::kF32, x.data(), 64, spec, want.data(), ws.data());
+      INFO(ElementScalingName(scaling) << " " << NanPolicyName(nan));
+      if (nan == NanPolicy::kTe && scaling == ElementScaling::kTeRcp) {
+        CHECK(ws[0] == 0xFE);
+        CHECK(want[5] == 0x7F);
+      }
+      if (nan == NanPolicy::kIgnore) CHECK(want[40] == (scaling == ElementScaling::kTeRcp ? 0x7F : 0xFF));
+      for (const std::string& target : SimdTargets()) {
+        ForceSimdTarget(target);
+        std::vector<uint8_t> c(64), s(2);
+        QuantizeMx(DType::kF32, x.data(), 64, spec, c.data(), s.data());
+        CHECK(c == want);
+        CHECK(s == ws);
+      }
+      ForceSimdTarget("");
+    }
+  }
+}
+
 TEST_CASE("MX parallel quantization is independent of the thread count", "[mx]") {
   const size_t n = 32 * 70001 + 3;
   const std::vector<float> x = MakeTensor(n, 99);

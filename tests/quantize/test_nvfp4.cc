@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -224,4 +225,71 @@ TEST_CASE("The NVFP4 test data separate the two scale orders", "[quantize][nvfp4
   for (size_t i = 0; i < a.scales.size(); ++i) differ += a.scales[i] != b.scales[i];
   INFO("blocks whose scale differs between the orders: " << differ << " of " << a.scales.size());
   CHECK(differ >= 10);
+}
+
+namespace {
+
+float F(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Quantizes one row: block 0 holds the tensor amax, block 1 the given values (padded with zeros), and
+// returns block 1's scale byte and codes, through `Quantize` on the current target and through the
+// reference (which must agree).
+std::pair<uint8_t, std::vector<uint8_t>> SecondBlock(float tensor_amax, const std::vector<float>& block,
+                                                     ScaleRule rule) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = tensor_amax;
+  for (size_t i = 0; i < block.size(); ++i) x[16 + i] = block[i];
+  const TensorView v{DType::kF32, x.data(), 1, 32};
+  const QuantSpec spec = Nvfp4Spec(rule, NanPolicy::kIgnore, Rounding::kRne);
+  const QuantizedTensor q = Quantize(v, spec), r = QuantizeRef(v, spec);
+  CHECK(q.scales == r.scales);
+  CHECK(q.codes == r.codes);
+  return {q.scales[1], std::vector<uint8_t>(q.codes.begin() + 16, q.codes.begin() + 16 + block.size())};
+}
+
+}  // namespace
+
+TEST_CASE("NVFP4 op orders: known answers on which the kernel order, the divide-first order and their "
+          "neighbours differ", "[quantize][nvfp4][orders]") {
+  // Vectors computed outside qmx (a standalone C++ program with the CUDA 13 host conversion
+  // __nv_cvt_float_to_fp8 for E4M3, and again in NumPy float32), each in the op order of Transformer
+  // Engine's NVFP4 kernel (core_nvfp4.cuh: s8 = e4m3(fl(b * fl(S * fl(1/6)))), encode
+  // fl(1 / fl(s8 * fl(1 / S)))) and of the divide-first order (s8 = e4m3(fl(fl(b / 6) * S)), encode
+  // fl(S / s8)). Each case names the alternative order it rules out.
+  TargetGuard guard;
+  for (const std::string& target : SimdTargets()) {
+    ForceSimdTarget(target);
+    INFO("target " << target);
+    // fl(S * fl(1/6)) = 0x3F0F700A but fl(S / 6) = 0x3F0F7009: b * that lands on 168 exactly, a tie that
+    // rounds down to 160 (0x72); the kernel order gives 0x43280001 -> 176 (0x73). Rules out S / 6.
+    CHECK(SecondBlock(F(0x4447E449), {F(0x4395EB37)}, ScaleRule::kNvfp4).first == 0x73);
+    // S = 1: the kernel order's fl(b * fl(1/6)) = 0.296875 exactly (a tie -> 0x2A), fl(b / 6) is one ulp
+    // below (-> 0x29). Rules out the other order for each rule.
+    CHECK(SecondBlock(F(0x45280000), {F(0x3FE3FFFF)}, ScaleRule::kNvfp4).first == 0x2A);
+    CHECK(SecondBlock(F(0x45280000), {F(0x3FE3FFFF)}, ScaleRule::kNvfp4Div).first == 0x29);
+    CHECK(SecondBlock(F(0x422C92ED), {F(0x3D3F1061)}, ScaleRule::kNvfp4).first == 0x30);
+    CHECK(SecondBlock(F(0x422C92ED), {F(0x3D3F1061)}, ScaleRule::kNvfp4Div).first == 0x2F);
+    // torchao's fl(fl(b / 6) / fl(amax / 2688)) gives 0x3C here; the kernel order 0x3D.
+    CHECK(SecondBlock(F(0x410A9325), {F(0x3CF77479)}, ScaleRule::kNvfp4).first == 0x3D);
+    // The encode factor: with s8 = 0x69 (72) under S = fl(2688 / 0x419AE321), the kernel's
+    // fl(1 / fl(72 * fl(1 / S))) = 0x3FF6D20A puts x = 0x3EC72405 at 0.75 exactly (a tie -> 1.0, code 2);
+    // fl(S / 72) = 0x3FF6D209 puts it one ulp below (-> 0.5, code 1). Rules out S / s8 for nvfp4 and
+    // 1 / (s8 / S) for nvfp4-div.
+    const float t = F(0x419AE321), block_amax = 3.111f;
+    for (ScaleRule r : {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div}) {
+      const auto [s8, codes] = SecondBlock(t, {block_amax, F(0x3EC72405)}, r);
+      REQUIRE(s8 == 0x69);
+      CHECK(codes[1] == (r == ScaleRule::kNvfp4 ? 0x2 : 0x1));
+    }
+    CHECK(Nvfp4EncodeFactor(0x69, Nvfp4TensorEncodeScale(t), ScaleRule::kNvfp4) == F(0x3FF6D20A));
+    CHECK(Nvfp4EncodeFactor(0x69, Nvfp4TensorEncodeScale(t), ScaleRule::kNvfp4Div) == F(0x3FF6D209));
+    // A block far below the tensor amax: s8 = 0; the kernel's encode factor is FLT_MAX, so 1e-6 saturates
+    // to 6 (code 7); the divide-first order's is 0 (code 0).
+    CHECK(SecondBlock(1.0f, {F(0x358637BD)}, ScaleRule::kNvfp4) == std::make_pair(uint8_t{0}, std::vector<uint8_t>{0x7}));
+    CHECK(SecondBlock(1.0f, {F(0x358637BD)}, ScaleRule::kNvfp4Div) == std::make_pair(uint8_t{0}, std::vector<uint8_t>{0x0}));
+  }
 }

@@ -31,6 +31,9 @@ enum class Saturation : uint8_t {
 enum class NanSign : uint8_t { kKeep, kPositive };
 // What a NaN input becomes in a format without a NaN code (FP6, FP4, INT8).
 enum class NanFallback : uint8_t { kMaxPositive, kZero };
+// A negative nonzero input into an unsigned format (ue8m0, eXmY:unsigned): invalid (the format's NaN and
+// the invalid flag), or its magnitude, as CUDA's __nv_cvt_float_to_e8m0 converts |x| (cuda_fp8.hpp).
+enum class NegativeUnsigned : uint8_t { kInvalid, kMagnitude };
 enum class Subnormals : uint8_t {
   kKeep,
   kFlush,  // subnormal inputs read as zero, subnormal results become zero (sign kept)
@@ -43,6 +46,7 @@ struct CastOptions {
   NanFallback nan_fallback = NanFallback::kMaxPositive;  // what PTX and cuda_fp6.h/cuda_fp4.h do
   Subnormals subnormals = Subnormals::kKeep;
   int sr_bits = 8;  // N, random bits per element for stochastic rounding (1..32)
+  NegativeUnsigned negative_unsigned = NegativeUnsigned::kInvalid;
 };
 
 // Exception flags, TestFloat numbering (bits 0..4) plus a saturation bit.
@@ -66,6 +70,8 @@ Saturation ParseSaturation(const std::string& s);  // satfinite nosat satpropaga
 const char* NanSignName(NanSign v);            // keep positive
 const char* NanFallbackName(NanFallback v);    // max zero
 const char* SubnormalsName(Subnormals v);      // keep flush
+const char* NegativeUnsignedName(NegativeUnsigned v);  // invalid magnitude
+NegativeUnsigned ParseNegativeUnsigned(const std::string& s, const std::string& option = "--negative");
 NanSign ParseNanSign(const std::string& s, const std::string& option = "--nan-sign");
 NanFallback ParseNanFallback(const std::string& s, const std::string& option = "--nan-fallback");
 Subnormals ParseSubnormals(const std::string& s, const std::string& option = "--subnormals");

@@ -64,7 +64,10 @@ enum class ElementScaling : uint8_t {
   kFp32,   // "fp32": fl32(x * 2^-k) in FP32 (torchao's multiply by the exact reciprocal, microxcaling's
            // division by 2^k); differs from exact only when the product leaves FP32's normal range
   kTeRcp,  // "te-rcp": fl32(x * r) with Transformer Engine's exp2f_rcp r: byte 0 -> 1.0 (not 2^127),
-           // otherwise the FP32 bits (254 - byte) << 23 (byte 254 -> +0.0)
+           // otherwise the FP32 bits (254 - byte) << 23 (byte 254 -> +0.0); a NaN product is the GPU's
+           // canonical +NaN 0x7FFFFFFF (Inf x 0, NaN elements), as the GPU kernel's FMUL gives it. This is
+           // TE's exp2f_rcp before 2026-02-05 (commit 71971e33d); TE since gives 2^(127 - byte) for every
+           // byte below 255, which is "fp32".
 };
 const char* ElementScalingName(ElementScaling e);  // "exact", "fp32", "te-rcp"
 ElementScaling ParseElementScaling(const std::string& s);

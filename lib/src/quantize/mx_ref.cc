@@ -7,6 +7,7 @@
 
 #include "fp_env.h"
 #include "qmx/error.h"
+#include "qmx/host_device.h"
 #include "qmx/mx.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
@@ -73,7 +74,10 @@ void QuantizeMxRef(DType src_type, const void* src, size_t n, const MxSpec& spec
       // FP32 element scaling: the product of the FP32 value and the multiplier, rounded once to FP32.
       double mult = std::ldexp(1.0, -k);
       if (spec.scaling == ElementScaling::kTeRcp) mult = scale == 0 ? 1.0 : (scale == 254 ? 0.0 : std::ldexp(1.0, -k));
-      const float y = static_cast<float>(static_cast<double>(SourceValueF32(src_type, src, i)) * mult);
+      float y = static_cast<float>(static_cast<double>(SourceValueF32(src_type, src, i)) * mult);
+      // te-rcp models the GPU kernel, whose FMUL returns the canonical +NaN (0x7FFFFFFF) for Inf x 0 and
+      // for a NaN operand, where x86 gives its negative default NaN or keeps the operand's sign.
+      if (spec.scaling == ElementScaling::kTeRcp && std::isnan(y)) y = hd::F32FromBits(0x7FFFFFFFu);
       codes[i] = static_cast<uint8_t>(ConvertF32(y, spec.elem, spec.cast, r));
     }
   }

@@ -238,12 +238,17 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
   VI eoff = hn::Zero(di);
   Lite lite = MakeLite(k, 0);
   auto vmul = hn::Set(df, 1.0f);
+  const float gpu_nan = hd::F32FromBits(0x7FFFFFFFu);
 
   // A block's elements through the general tiers, under the current eoff/lite (exact) or vmul.
   const auto convert_elements = [&](size_t start, size_t len) {
     const auto load = [&](size_t at, size_t count) {
       const VU x = count == lanes ? LoadBits<S>(in, at) : LoadBitsPartial<S>(in, at, count);
-      return exact ? x : hn::BitCast(du, hn::Mul(hn::BitCast(df, x), vmul));
+      if (exact) return x;
+      const auto y = hn::Mul(hn::BitCast(df, x), vmul);
+      // te-rcp: the GPU's FMUL gives the canonical +NaN (mx_ref.cc).
+      if (a.scaling == 2) return hn::BitCast(du, hn::IfThenElse(hn::IsNaN(y), hn::Set(df, gpu_nan), y));
+      return hn::BitCast(du, y);
     };
     for (size_t j = 0; j < len; j += lanes) {
       const size_t c = len - j < lanes ? len - j : lanes;

@@ -67,6 +67,14 @@ NanFallback ParseNanFallback(const std::string& s, const std::string& option) {
   throw Error(option + " must be max or zero, not '" + s + "'");
 }
 
+const char* NegativeUnsignedName(NegativeUnsigned v) { return v == NegativeUnsigned::kMagnitude ? "magnitude" : "invalid"; }
+
+NegativeUnsigned ParseNegativeUnsigned(const std::string& s, const std::string& option) {
+  if (s == "invalid") return NegativeUnsigned::kInvalid;
+  if (s == "magnitude") return NegativeUnsigned::kMagnitude;
+  throw Error(option + " must be invalid or magnitude, not '" + s + "'");
+}
+
 Subnormals ParseSubnormals(const std::string& s, const std::string& option) {
   if (s == "keep") return Subnormals::kKeep;
   if (s == "flush") return Subnormals::kFlush;
@@ -163,7 +171,8 @@ ExactValue ReadExact(const Format& src, uint64_t bits) {
 RoundResult RoundExact(const ExactValue& x, const Format& dst, const CastOptions& opt, uint32_t random_bits) {
   ValidateCastOptions(dst, opt);
   const uint64_t max_code = dst.MaxFiniteCode();
-  const bool neg = x.negative;
+  // An unsigned destination under negative=magnitude converts |x|.
+  const bool neg = x.negative && (dst.is_signed || opt.negative_unsigned == NegativeUnsigned::kInvalid);
 
   // 1. NaN: the format's NaN, or the named fallback where the format has none.
   if (x.kind == ExactValue::Kind::kNan) {

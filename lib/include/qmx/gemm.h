@@ -69,6 +69,11 @@ struct FusedParams {
   int out_bits = 24;     // significant bits of a step's result (24 = FP32; 14 = re-truncated to F bits)
   int group = 1;         // products first summed exactly in groups of this many (Blackwell mxf4nvf4: 16)
   int zero_exp = -1000;  // exponent a zero term takes in the alignment (<= -1000: zeros never set it)
+  // MMA-Sim's zero rule instead of zero_exp ("zero-exp=operands"; arXiv 2511.10909, microsoft/MMA-Sim
+  // arithmetic.py): a zero element has exponent -126, so a zero product's exponent is -126 plus the other
+  // element's plus the scales' (-252 for zero x zero), a zero accumulator's is -126, an all-zero group's is
+  // its scales'; a step whose sum is cut to zero gives +0. Runs on the reference path.
+  bool zero_operands = false;
   // Every `promote` K elements (a multiple of step; 0 = never) the tensor-core accumulator, which
   // starts at zero, is added into an FP32 accumulator in IEEE arithmetic, scaled by the block scales
   // when they are applied at promotion (cuBLAS / CUTLASS FP8 without fast accumulation; blockwise

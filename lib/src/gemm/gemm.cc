@@ -67,6 +67,7 @@ AccumModel ParseFused(const std::string& name) {
     else if (key == "term") f.term_round = ParseRound(key, v);
     else if (key == "out") f.out_round = ParseRound(key, v);
     else if (key == "group") f.group = ParseInt(key, v);
+    else if (key == "zero-exp" && v == "operands") f.zero_operands = true;
     else if (key == "zero-exp") f.zero_exp = ParseInt(key, v);
     else if (key == "promote") f.promote = ParseInt(key, v);
     else if (key == "scale") {
@@ -90,7 +91,8 @@ AccumModel ParseFused(const std::string& name) {
 
 std::vector<std::string> AccumModelNames() {
   return {"exact", "fp32-seq", "block-exact", "hopper-fp8", "hopper-fp8-fast", "hopper-fp8-vec", "ada-fp8", "blackwell-mxf8f6f4",
-          "blackwell-mxf4nvf4"};
+          "blackwell-mxf4nvf4", "blackwell-mxf8f6f4-mmasim", "blackwell-mxf4nvf4-mmasim", "hopper-fp8-mmasim",
+          "hopper-fp8-fast-mmasim"};
 }
 
 AccumModel AccumModelByName(const std::string& name) {
@@ -125,6 +127,14 @@ AccumModel AccumModelByName(const std::string& name) {
     }
     return Named(name, AccumKind::kFused, p);
   }
+  // The same models under MMA-Sim's zero rule (FusedParams::zero_operands), for replaying its outputs.
+  for (const char* base : {"blackwell-mxf8f6f4", "blackwell-mxf4nvf4", "hopper-fp8", "hopper-fp8-fast"})
+    if (name == std::string(base) + "-mmasim") {
+      AccumModel m = AccumModelByName(base);
+      m.name = name;
+      m.fused.zero_operands = true;
+      return m;
+    }
   if (name.rfind("fused:", 0) == 0 || name == "fused") return ParseFused(name);
   std::string known;
   for (const std::string& n : AccumModelNames()) known += (known.empty() ? "" : ", ") + n;
@@ -144,7 +154,8 @@ std::string DescribeModel(const AccumModel& m) {
       if (f.group > 1) os << " (exact groups of " << f.group << ")";
       os << ", F=" << f.frac_bits << ", terms " << (f.term_round == FusedRound::kRz ? "rz" : "rne") << ", output "
          << (f.out_round == FusedRound::kRz ? "rz" : "rne") << " to " << f.out_bits << " bits, zero exponent ";
-      if (f.zero_exp <= -1000) os << "none";
+      if (f.zero_operands) os << "from the operands (MMA-Sim: zero element -126)";
+      else if (f.zero_exp <= -1000) os << "none";
       else os << f.zero_exp;
       if (f.promote) os << ", FP32 promotion every " << f.promote << " K";
       else os << ", no promotion";

@@ -145,7 +145,9 @@ bool GemmFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, con
               const GemmPlan& plan, Exec exec, float* out) {
   if (plan.m == 0 || plan.n == 0) return true;
   switch (model.kind) {
-    case AccumKind::kFused: return TryFused(a, b, c_in, model, plan, exec, out);
+    case AccumKind::kFused:
+      if (model.fused.zero_operands) return false;  // MMA-Sim's zero rule: the reference path only
+      return TryFused(a, b, c_in, model, plan, exec, out);
     case AccumKind::kFp32Seq: return Fp32SeqFast(a, b, c_in, plan, exec, out);
     case AccumKind::kExact:
     case AccumKind::kBlockExact: return ExactFamilyFast(a, b, c_in, model, plan, exec, out);

@@ -128,10 +128,13 @@ float FusedSum(const std::vector<Term>& terms, const FusedParams& p) {
   return internal::RoundFused(neg, static_cast<u128>(neg ? -s : s), unit, p.out_bits, p.out_round == FusedRound::kRne);
 }
 
+// MMA-Sim's exponent of an operand: -126 for zero (whatever its format), else the nominal exponent.
+int ZeroRuleExp(double v, int emin) { return v == 0 ? -126 : internal::NominalExp(v, emin); }
+
 Term AccTerm(float c, const FusedParams& p) {
   Term t;
   if (c == 0) {
-    t.nominal = p.zero_exp;
+    t.nominal = p.zero_operands ? -126 : p.zero_exp;
     return t;
   }
   t.v = ExactOf(c);
@@ -163,7 +166,9 @@ float FusedStep(const Dot& d, size_t k0, size_t k1, float c, bool scales_in) {
       }
       Term t;
       if (x == 0 || y == 0 || sa == 0 || sb == 0) {
-        t.nominal = p.zero_exp;
+        t.nominal = p.zero_operands ? ZeroRuleExp(x, ea) + ZeroRuleExp(y, eb) +
+                                          (scales_in ? ZeroRuleExp(sa, esa) + ZeroRuleExp(sb, esb) : 0)
+                                    : p.zero_exp;
       } else {
         t.v = Mul(Mul(ExactOf(x), ExactOf(y)), Mul(ExactOf(sa), ExactOf(sb)));
         t.nominal = internal::NominalExp(x, ea) + internal::NominalExp(y, eb) +
@@ -199,7 +204,9 @@ float FusedStep(const Dot& d, size_t k0, size_t k1, float c, bool scales_in) {
       }
     }
     Term t;
-    if (all_zero || sa == 0 || sb == 0) {
+    if (p.zero_operands && (all_zero || sa == 0 || sb == 0)) {
+      t.nominal = scales_in ? ZeroRuleExp(sa, esa) + ZeroRuleExp(sb, esb) : 0;  // its value is 0
+    } else if (all_zero || sa == 0 || sb == 0) {
       t.nominal = p.zero_exp;
     } else {
       Exact ps;
@@ -212,7 +219,8 @@ float FusedStep(const Dot& d, size_t k0, size_t k1, float c, bool scales_in) {
     terms.push_back(t);
   }
   if (sp.Any()) return sp.Result();
-  return FusedSum(terms, p);
+  const float r = FusedSum(terms, p);
+  return p.zero_operands && r == 0 ? 0.0f : r;  // MMA-Sim: a sum cut to zero is +0
 }
 
 float FusedDot(const Dot& d, const float* c) {

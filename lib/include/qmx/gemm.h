@@ -74,6 +74,10 @@ struct FusedParams {
   // element's plus the scales' (-252 for zero x zero), a zero accumulator's is -126, an all-zero group's is
   // its scales'; a step whose sum is cut to zero gives +0. Runs on the reference path.
   bool zero_operands = false;
+  // "split=hmma": how sm_90 runs mma.sync.m16n8k32 with FP8 operands (its SASS: F2FP.F16.E4M3.UNPACK_B,
+  // then two HMMA.16816.F32): of each 32 K, the products with k % 4 in {0, 1} form one step of 16 and
+  // those with k % 4 in {2, 3} the next. Needs step = 16 and K a multiple of 32.
+  bool hmma_split = false;
   // Every `promote` K elements (a multiple of step; 0 = never) the tensor-core accumulator, which
   // starts at zero, is added into an FP32 accumulator in IEEE arithmetic, scaled by the block scales
   // when they are applied at promotion (cuBLAS / CUTLASS FP8 without fast accumulation; blockwise

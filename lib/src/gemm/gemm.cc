@@ -70,6 +70,11 @@ AccumModel ParseFused(const std::string& name) {
     else if (key == "zero-exp" && v == "operands") f.zero_operands = true;
     else if (key == "zero-exp") f.zero_exp = ParseInt(key, v);
     else if (key == "promote") f.promote = ParseInt(key, v);
+    else if (key == "split") {
+      if (v == "hmma") f.hmma_split = true;
+      else if (v == "none") f.hmma_split = false;
+      else throw Error("fused model: 'split' is hmma or none, got '" + v + "'");
+    }
     else if (key == "scale") {
       if (v == "products") f.scale_in_products = true;
       else if (v == "promotion") f.scale_in_products = false;
@@ -80,7 +85,7 @@ AccumModel ParseFused(const std::string& name) {
       else throw Error("fused model: 'promote-scale' is product or separate, got '" + v + "'");
     } else {
       throw Error("fused model: unknown key '" + key +
-                  "' (keys: step, F, bits, term, out, group, zero-exp, promote, scale, promote-scale)");
+                  "' (keys: step, F, bits, term, out, group, zero-exp, promote, scale, promote-scale, split)");
     }
   }
   ValidateAccumModel(m);
@@ -90,7 +95,7 @@ AccumModel ParseFused(const std::string& name) {
 }  // namespace
 
 std::vector<std::string> AccumModelNames() {
-  return {"exact", "fp32-seq", "block-exact", "hopper-fp8", "hopper-fp8-fast", "hopper-fp8-vec", "ada-fp8", "blackwell-mxf8f6f4",
+  return {"exact", "fp32-seq", "block-exact", "hopper-fp8", "hopper-fp8-fast", "hopper-fp8-vec", "hopper-mma-sync", "ada-fp8", "blackwell-mxf8f6f4",
           "blackwell-mxf4nvf4", "blackwell-mxf8f6f4-mmasim", "blackwell-mxf4nvf4-mmasim", "hopper-fp8-mmasim",
           "hopper-fp8-fast-mmasim"};
 }
@@ -105,6 +110,18 @@ AccumModel AccumModelByName(const std::string& name) {
     FusedParams p = HopperFp8(128);
     p.promote_scale_separately = true;
     return Named("hopper-fp8-vec", AccumKind::kFused, p);
+  }
+  if (name == "hopper-mma-sync") {
+    // mma.sync.m16n8k32 with FP8 operands on sm_90 (SASS: F2FP.F16.E4M3.UNPACK_B, two HMMA.16816.F32, the
+    // first from zero, then FADD of C): each 32 K is two HMMA steps of 16 (split=hmma) with F = 25, RZ,
+    // and the instruction's sum is added to C in FP32 (promote=32). Measured on an H100 (gpu/README.md).
+    FusedParams p;
+    p.step = 16;
+    p.frac_bits = 25;
+    p.out_bits = 24;
+    p.promote = 32;
+    p.hmma_split = true;
+    return Named("hopper-mma-sync", AccumKind::kFused, p);
   }
   if (name == "ada-fp8") {
     FusedParams p = HopperFp8(0);
@@ -157,6 +174,7 @@ std::string DescribeModel(const AccumModel& m) {
       if (f.zero_operands) os << "from the operands (MMA-Sim: zero element -126)";
       else if (f.zero_exp <= -1000) os << "none";
       else os << f.zero_exp;
+      if (f.hmma_split) os << ", each 32 K split as two HMMA k16 steps (k % 4 in {0,1}, then {2,3})";
       if (f.promote) os << ", FP32 promotion every " << f.promote << " K";
       else os << ", no promotion";
       os << ", block scales " << (f.scale_in_products ? "in products" : "at promotion");
@@ -171,6 +189,8 @@ void ValidateAccumModel(const AccumModel& m) {
   if (m.kind != AccumKind::kFused) return;
   const FusedParams& f = m.fused;
   if (f.step < 1 || f.step > 4096) throw Error("fused model: step must be 1..4096, got " + std::to_string(f.step));
+  if (f.hmma_split && (f.step != 16 || f.group != 1))
+    throw Error("fused model: split=hmma runs steps of 16 single products (step=16), got step " + std::to_string(f.step));
   if (f.frac_bits < 0 || f.frac_bits > 60) throw Error("fused model: F must be 0..60, got " + std::to_string(f.frac_bits));
   if (f.out_bits < 1 || f.out_bits > 24) throw Error("fused model: bits must be 1..24, got " + std::to_string(f.out_bits));
   if (f.group < 1 || f.step % f.group != 0)
@@ -293,8 +313,36 @@ GemmOperand OperandFromQuantized(const QuantizedTensor& q) {
   return o;
 }
 
+namespace internal {
+bool SplitHmma(const GemmOperand& a, const GemmOperand& b, const AccumModel& model, GemmOperand& pa, GemmOperand& pb,
+               AccumModel& pm) {
+  if (model.kind != AccumKind::kFused || !model.fused.hmma_split) return false;
+  if (a.cols % 32 != 0) throw Error("gemm: split=hmma needs K to be a multiple of 32, got " + std::to_string(a.cols));
+  if ((a.block_rows != 0 && a.block_cols % 32 != 0) || (b.block_rows != 0 && b.block_rows % 32 != 0))
+    throw Error("gemm: split=hmma needs scale blocks along K to be whole multiples of 32");
+  // K reordered inside each 32 so that the two HMMA steps are contiguous runs of 16: 0 1 4 5 ... 29, 2 3 6 7
+  // ... 31. A step's sum does not depend on the order of its products, only on which products share it.
+  size_t perm[32];
+  for (size_t i = 0; i < 16; ++i) perm[i] = 4 * (i / 2) + i % 2, perm[16 + i] = 4 * (i / 2) + 2 + i % 2;
+  pa = a;
+  pb = b;
+  for (size_t r = 0; r < a.rows; ++r)
+    for (size_t k = 0; k < a.cols; ++k) pa.codes[r * a.cols + k] = a.codes[r * a.cols + k / 32 * 32 + perm[k % 32]];
+  for (size_t k = 0; k < b.rows; ++k)
+    for (size_t c = 0; c < b.cols; ++c) pb.codes[k * b.cols + c] = b.codes[(k / 32 * 32 + perm[k % 32]) * b.cols + c];
+  pm = model;
+  pm.fused.hmma_split = false;
+  return true;
+}
+}  // namespace internal
+
 std::vector<float> Gemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
                         Exec exec) {
+  {
+    GemmOperand pa, pb;
+    AccumModel pm;
+    if (internal::SplitHmma(a, b, model, pa, pb, pm)) return Gemm(pa, pb, c_in, pm, exec);
+  }
   const detail::ScopedDefaultFpEnv fp_env;  // the OpenMP loops below take their own
   const internal::GemmPlan plan = internal::PlanGemm(a, b, c_in, model);
   std::vector<float> out(plan.m * plan.n);

@@ -121,4 +121,9 @@ inline float RoundFused(bool neg, u128 s, int lsb, int bits, bool rne) {
   return neg ? -f : f;
 }
 
+// split=hmma (FusedParams::hmma_split): pa, pb are a, b with K reordered inside each 32 so that the two
+// HMMA steps are contiguous, pm the model without the split; false (nothing done) for other models.
+bool SplitHmma(const GemmOperand& a, const GemmOperand& b, const AccumModel& model, GemmOperand& pa, GemmOperand& pb,
+               AccumModel& pm);
+
 }  // namespace qmx::internal

@@ -272,6 +272,9 @@ void GemmRefRows(const GemmOperand& a, const GemmOperand& b, const float* c_in, 
 }  // namespace internal
 
 std::vector<float> GemmRef(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model) {
+  GemmOperand pa, pb;
+  AccumModel pm;
+  if (internal::SplitHmma(a, b, model, pa, pb, pm)) return GemmRef(pa, pb, c_in, pm);
   const internal::GemmPlan plan = internal::PlanGemm(a, b, c_in, model);
   std::vector<float> out(plan.m * plan.n);
   internal::GemmRefRows(a, b, c_in, model, plan, 0, plan.m, out.data());

@@ -1,0 +1,194 @@
+// mma_zero_rule.cu: probes of the raw mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 instruction on
+// the device (one warp, one 16 x 8 tile per launch), printed one line per output for an offline model
+// fit. Standalone: nvcc -arch=sm_90a -O2 -o mma_zero_rule mma_zero_rule.cu && ./mma_zero_rule
+//   zero <a> <b> <c> -> <d>      A rows all `a`, B columns all `b` (e4m3 codes), C all `c` (FP32 bits):
+//                                whether zero products lift the step's exponent above a tiny C
+//                                (MMA-Sim's zero rule) or leave C alone (qmx-sim's fixed zero exponent).
+//   pair <i> <j> -> <d>          A row: 448 at k = i, 2^-9 at k = j, 0 elsewhere; B all 1.0; C = 0: the
+//                                small product survives only where i and j are summed in different steps.
+// With an output folder argument it also writes random cases for a model fit: NAME_a.bin (M x K codes),
+// NAME_b.bin (K x N codes), NAME_c.bin and NAME_d.bin (M x N FP32), K chained over k32 instructions with
+// the accumulator in registers (as gpu/src/device.cu's kernel).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+__device__ inline uint32_t Load4(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// a: 16 x 32 row-major; bt: 8 x 32 (column j's K values); c, d: 16 x 8 row-major. Fragment layout of
+// PTX ISA 9.7.14.5 (as gpu/src/device.cu).
+__global__ void Tile(const uint8_t* a, const uint8_t* bt, const float* c, float* d) {
+  const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+  float acc[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]};
+  const uint32_t a0 = Load4(a + g * 32 + 4 * t), a1 = Load4(a + (g + 8) * 32 + 4 * t);
+  const uint32_t a2 = Load4(a + g * 32 + 16 + 4 * t), a3 = Load4(a + (g + 8) * 32 + 16 + 4 * t);
+  const uint32_t b0 = Load4(bt + g * 32 + 4 * t), b1 = Load4(bt + g * 32 + 16 + 4 * t);
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  d[g * 8 + 2 * t] = acc[0];
+  d[g * 8 + 2 * t + 1] = acc[1];
+  d[(g + 8) * 8 + 2 * t] = acc[2];
+  d[(g + 8) * 8 + 2 * t + 1] = acc[3];
+}
+
+template <int F>
+__global__ void Chain(const uint8_t* a, const uint8_t* bt, const float* c, int m, int n, int k, float* d) {
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+  const int tiles_n = n / 8;
+  if (warp >= (m / 16) * tiles_n) return;
+  const int r0 = (warp / tiles_n) * 16, c0 = (warp % tiles_n) * 8, g = lane / 4, t = lane % 4;
+  const int rows[4] = {r0 + g, r0 + g, r0 + g + 8, r0 + g + 8};
+  const int cols[4] = {c0 + 2 * t, c0 + 2 * t + 1, c0 + 2 * t, c0 + 2 * t + 1};
+  float acc[4];
+  for (int i = 0; i < 4; ++i) acc[i] = c[rows[i] * n + cols[i]];
+  const uint8_t *ar0 = a + (r0 + g) * k, *ar1 = a + (r0 + g + 8) * k, *bc = bt + (c0 + g) * k;
+  for (int k0 = 0; k0 < k; k0 += 32) {
+    const uint32_t a0 = Load4(ar0 + k0 + 4 * t), a1 = Load4(ar1 + k0 + 4 * t);
+    const uint32_t a2 = Load4(ar0 + k0 + 16 + 4 * t), a3 = Load4(ar1 + k0 + 16 + 4 * t);
+    const uint32_t b0 = Load4(bc + k0 + 4 * t), b1 = Load4(bc + k0 + 16 + 4 * t);
+    if (F == 0)
+      asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                   : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+                   : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    else
+      asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                   : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+                   : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+  for (int i = 0; i < 4; ++i) d[rows[i] * n + cols[i]] = acc[i];
+}
+
+void WriteBin(const char* dir, const char* name, const char* what, const void* p, size_t bytes) {
+  char path[512];
+  std::snprintf(path, sizeof path, "%s/%s_%s.bin", dir, name, what);
+  FILE* f = std::fopen(path, "wb");
+  std::fwrite(p, 1, bytes, f);
+  std::fclose(f);
+}
+
+// Random cases: A, B codes drawn over every finite code (wide: exponents from subnormal to max) or over
+// codes near 1 (narrow), C from 2^-20 .. 2^20 with zeros; M = 64, N = 32.
+void RandomCases(const char* dir) {
+  uint64_t s = 0x9E3779B97F4A7C15ull;
+  auto rnd = [&] { s ^= s << 13; s ^= s >> 7; s ^= s << 17; return s; };
+  const int m = 64, n = 32;
+  for (int fmt = 0; fmt < 2; ++fmt)
+    for (int k : {32, 64, 256})
+      for (int wide = 0; wide < 2; ++wide) {
+        std::vector<uint8_t> a(m * k), b(k * n), bt(n * k);
+        auto code = [&]() -> uint8_t {
+          for (;;) {
+            uint8_t c = static_cast<uint8_t>(rnd());
+            if (!wide) c = static_cast<uint8_t>((c & 0x80) | ((fmt == 0 ? 0x30 : 0x38) + (c & 0x0F)));
+            if (rnd() % 8 == 0) c = 0;
+            const bool nan_inf = fmt == 0 ? (c & 0x7F) == 0x7F : (c & 0x7C) == 0x7C;
+            if (!nan_inf) return c;
+          }
+        };
+        for (auto& v : a) v = code();
+        for (auto& v : b) v = code();
+        for (int kk = 0; kk < k; ++kk)
+          for (int j = 0; j < n; ++j) bt[j * k + kk] = b[kk * n + j];
+        std::vector<float> c(m * n), d(m * n);
+        for (auto& v : c) {
+          const uint64_t r = rnd();
+          v = r % 5 == 0 ? 0.0f : std::ldexp(static_cast<float>(static_cast<int64_t>(r >> 40) - (1 << 23)) / (1 << 23), static_cast<int>(r % 41) - 20);
+        }
+        uint8_t *da, *db;
+        float *dc, *dd;
+        cudaMalloc(&da, a.size());
+        cudaMalloc(&db, bt.size());
+        cudaMalloc(&dc, c.size() * 4);
+        cudaMalloc(&dd, d.size() * 4);
+        cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
+        cudaMemcpy(db, bt.data(), bt.size(), cudaMemcpyHostToDevice);
+        cudaMemcpy(dc, c.data(), c.size() * 4, cudaMemcpyHostToDevice);
+        const int warps = (m / 16) * (n / 8);
+        if (fmt == 0) Chain<0><<<(warps + 3) / 4, 128>>>(da, db, dc, m, n, k, dd);
+        else Chain<1><<<(warps + 3) / 4, 128>>>(da, db, dc, m, n, k, dd);
+        cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost);
+        cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dd);
+        char name[64];
+        std::snprintf(name, sizeof name, "%s_k%d_%s", fmt == 0 ? "e4m3" : "e5m2", k, wide ? "wide" : "narrow");
+        WriteBin(dir, name, "a", a.data(), a.size());
+        WriteBin(dir, name, "b", b.data(), b.size());
+        WriteBin(dir, name, "c", c.data(), c.size() * 4);
+        WriteBin(dir, name, "d", d.data(), d.size() * 4);
+        std::printf("case %s %d %d %d\n", name, m, k, n);
+      }
+}
+
+struct Dev {
+  uint8_t *a, *bt;
+  float *c, *d;
+  Dev() {
+    cudaMalloc(&a, 16 * 32);
+    cudaMalloc(&bt, 8 * 32);
+    cudaMalloc(&c, 16 * 8 * 4);
+    cudaMalloc(&d, 16 * 8 * 4);
+  }
+  std::vector<float> Run(const std::vector<uint8_t>& ha, const std::vector<uint8_t>& hbt, const std::vector<float>& hc) {
+    cudaMemcpy(a, ha.data(), ha.size(), cudaMemcpyHostToDevice);
+    cudaMemcpy(bt, hbt.data(), hbt.size(), cudaMemcpyHostToDevice);
+    cudaMemcpy(c, hc.data(), hc.size() * 4, cudaMemcpyHostToDevice);
+    Tile<<<1, 32>>>(a, bt, c, d);
+    std::vector<float> hd(128);
+    cudaMemcpy(hd.data(), d, 512, cudaMemcpyDeviceToHost);
+    if (cudaGetLastError() != cudaSuccess) std::printf("error %s\n", cudaGetErrorString(cudaGetLastError()));
+    return hd;
+  }
+};
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float Float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+int main(int argc, char** argv) {
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("device %s sm_%d%d\n", prop.name, prop.major, prop.minor);
+  Dev dev;
+  // zero: (a, b) code pairs x C values.
+  const uint8_t codes[][2] = {{0x00, 0x7E}, {0x00, 0x00}, {0x80, 0x7E}, {0x00, 0x01}, {0x01, 0x01}, {0x00, 0x38}};
+  const uint32_t cs[] = {0x00800400u, 0x00800001u, 0x00000001u, 0x00400001u, 0x3F800001u, 0x80800400u,
+                         0x02000001u, 0x06000001u, 0x0A000001u, 0x0E000001u, 0x12000001u, 0x16000001u,
+                         0x1A000001u, 0x1E000001u, 0x22000001u, 0x26000001u, 0x2A000001u, 0x2E000001u,
+                         0x32000001u, 0x36000001u, 0x00000000u, 0x80000000u};
+  for (const auto& ab : codes)
+    for (uint32_t c : cs) {
+      const std::vector<float> d =
+          dev.Run(std::vector<uint8_t>(16 * 32, ab[0]), std::vector<uint8_t>(8 * 32, ab[1]), std::vector<float>(128, Float(c)));
+      std::printf("zero %02x %02x %08x -> %08x\n", ab[0], ab[1], c, Bits(d[0]));
+    }
+  // pair: 16 (i, j) pairs per launch, one per row.
+  std::vector<std::pair<int, int>> pairs;
+  for (int i = 0; i < 32; ++i)
+    for (int j = 0; j < 32; ++j)
+      if (i != j) pairs.push_back({i, j});
+  for (size_t p0 = 0; p0 < pairs.size(); p0 += 16) {
+    std::vector<uint8_t> a(16 * 32, 0);
+    for (int r = 0; r < 16 && p0 + r < pairs.size(); ++r) {
+      a[r * 32 + pairs[p0 + r].first] = 0x7E;   // 448
+      a[r * 32 + pairs[p0 + r].second] = 0x01;  // 2^-9
+    }
+    const std::vector<float> d = dev.Run(a, std::vector<uint8_t>(8 * 32, 0x38), std::vector<float>(128, 0.0f));
+    for (int r = 0; r < 16 && p0 + r < pairs.size(); ++r)
+      std::printf("pair %d %d -> %08x\n", pairs[p0 + r].first, pairs[p0 + r].second, Bits(d[r * 8]));
+  }
+  if (argc > 1) RandomCases(argv[1]);
+  return 0;
+}

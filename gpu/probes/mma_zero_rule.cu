@@ -38,7 +38,7 @@ __global__ void Tile(const uint8_t* a, const uint8_t* bt, const float* c, float*
   d[(g + 8) * 8 + 2 * t + 1] = acc[3];
 }
 
-template <int F>
+template <int FA, int FB>
 __global__ void Chain(const uint8_t* a, const uint8_t* bt, const float* c, int m, int n, int k, float* d) {
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
   const int tiles_n = n / 8;
@@ -53,14 +53,16 @@ __global__ void Chain(const uint8_t* a, const uint8_t* bt, const float* c, int m
     const uint32_t a0 = Load4(ar0 + k0 + 4 * t), a1 = Load4(ar1 + k0 + 4 * t);
     const uint32_t a2 = Load4(ar0 + k0 + 16 + 4 * t), a3 = Load4(ar1 + k0 + 16 + 4 * t);
     const uint32_t b0 = Load4(bc + k0 + 4 * t), b1 = Load4(bc + k0 + 16 + 4 * t);
-    if (F == 0)
-      asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                   : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-                   : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    else
-      asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                   : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-                   : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#define QMX_MMA(TA, TB)                                                                                        \
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." TA "." TB ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, " \
+               "{%0, %1, %2, %3};"                                                                               \
+               : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])                                         \
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+    if (FA == 0 && FB == 0) QMX_MMA("e4m3", "e4m3");
+    if (FA == 0 && FB == 1) QMX_MMA("e4m3", "e5m2");
+    if (FA == 1 && FB == 0) QMX_MMA("e5m2", "e4m3");
+    if (FA == 1 && FB == 1) QMX_MMA("e5m2", "e5m2");
+#undef QMX_MMA
   }
   for (int i = 0; i < 4; ++i) d[rows[i] * n + cols[i]] = acc[i];
 }
@@ -75,54 +77,72 @@ void WriteBin(const char* dir, const char* name, const char* what, const void* p
 
 // Random cases: A, B codes drawn over every finite code (wide: exponents from subnormal to max) or over
 // codes near 1 (narrow), C from 2^-20 .. 2^20 with zeros; M = 64, N = 32.
+struct Config {
+  int fa, fb, m, k, n;
+  bool wide_a, wide_b;
+  const char* name;
+};
+
 void RandomCases(const char* dir) {
   uint64_t s = 0x9E3779B97F4A7C15ull;
   auto rnd = [&] { s ^= s << 13; s ^= s >> 7; s ^= s << 17; return s; };
-  const int m = 64, n = 32;
-  for (int fmt = 0; fmt < 2; ++fmt)
+  std::vector<Config> configs;
+  const char* fname[2] = {"e4m3", "e5m2"};
+  static char names[64][64];
+  int at = 0;
+  for (int f = 0; f < 2; ++f)
     for (int k : {32, 64, 256})
       for (int wide = 0; wide < 2; ++wide) {
-        std::vector<uint8_t> a(m * k), b(k * n), bt(n * k);
-        auto code = [&]() -> uint8_t {
-          for (;;) {
-            uint8_t c = static_cast<uint8_t>(rnd());
-            if (!wide) c = static_cast<uint8_t>((c & 0x80) | ((fmt == 0 ? 0x30 : 0x38) + (c & 0x0F)));
-            if (rnd() % 8 == 0) c = 0;
-            const bool nan_inf = fmt == 0 ? (c & 0x7F) == 0x7F : (c & 0x7C) == 0x7C;
-            if (!nan_inf) return c;
-          }
-        };
-        for (auto& v : a) v = code();
-        for (auto& v : b) v = code();
-        for (int kk = 0; kk < k; ++kk)
-          for (int j = 0; j < n; ++j) bt[j * k + kk] = b[kk * n + j];
-        std::vector<float> c(m * n), d(m * n);
-        for (auto& v : c) {
-          const uint64_t r = rnd();
-          v = r % 5 == 0 ? 0.0f : std::ldexp(static_cast<float>(static_cast<int64_t>(r >> 40) - (1 << 23)) / (1 << 23), static_cast<int>(r % 41) - 20);
-        }
-        uint8_t *da, *db;
-        float *dc, *dd;
-        cudaMalloc(&da, a.size());
-        cudaMalloc(&db, bt.size());
-        cudaMalloc(&dc, c.size() * 4);
-        cudaMalloc(&dd, d.size() * 4);
-        cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
-        cudaMemcpy(db, bt.data(), bt.size(), cudaMemcpyHostToDevice);
-        cudaMemcpy(dc, c.data(), c.size() * 4, cudaMemcpyHostToDevice);
-        const int warps = (m / 16) * (n / 8);
-        if (fmt == 0) Chain<0><<<(warps + 3) / 4, 128>>>(da, db, dc, m, n, k, dd);
-        else Chain<1><<<(warps + 3) / 4, 128>>>(da, db, dc, m, n, k, dd);
-        cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost);
-        cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dd);
-        char name[64];
-        std::snprintf(name, sizeof name, "%s_k%d_%s", fmt == 0 ? "e4m3" : "e5m2", k, wide ? "wide" : "narrow");
-        WriteBin(dir, name, "a", a.data(), a.size());
-        WriteBin(dir, name, "b", b.data(), b.size());
-        WriteBin(dir, name, "c", c.data(), c.size() * 4);
-        WriteBin(dir, name, "d", d.data(), d.size() * 4);
-        std::printf("case %s %d %d %d\n", name, m, k, n);
+        std::snprintf(names[at], 64, "%s_k%d_%s", fname[f], k, wide ? "wide" : "narrow");
+        configs.push_back({f, f, 64, k, 32, wide != 0, wide != 0, names[at++]});
       }
+  // Mixed formats, long K: e4m3 near 1 or over every finite code, times e5m2 over every finite code.
+  for (int rep = 0; rep < 4; ++rep) {
+    std::snprintf(names[at], 64, "e4m3_e5m2_k1024_mixed%d", rep);
+    configs.push_back({0, 1, 256, 1024, 256, rep >= 2, true, names[at++]});
+  }
+  for (const Config& cf : configs) {
+    const int m = cf.m, n = cf.n, k = cf.k;
+    std::vector<uint8_t> a(m * k), b(k * n), bt(n * k);
+    auto code = [&](int fmt, bool wide) -> uint8_t {
+      for (;;) {
+        uint8_t c = static_cast<uint8_t>(rnd());
+        if (!wide) c = static_cast<uint8_t>((c & 0x80) | ((fmt == 0 ? 0x30 : 0x38) + (c & 0x0F)));
+        if (rnd() % 8 == 0) c = 0;
+        const bool nan_inf = fmt == 0 ? (c & 0x7F) == 0x7F : (c & 0x7C) == 0x7C;
+        if (!nan_inf) return c;
+      }
+    };
+    for (auto& v : a) v = code(cf.fa, cf.wide_a);
+    for (auto& v : b) v = code(cf.fb, cf.wide_b);
+    for (int kk = 0; kk < k; ++kk)
+      for (int j = 0; j < n; ++j) bt[j * k + kk] = b[kk * n + j];
+    std::vector<float> c(m * n), d(m * n);
+    for (auto& v : c) {
+      const uint64_t r = rnd();
+      v = r % 5 == 0 ? 0.0f : std::ldexp(static_cast<float>(static_cast<int64_t>(r >> 40) - (1 << 23)) / (1 << 23), static_cast<int>(r % 41) - 20);
+    }
+    uint8_t *da, *db;
+    float *dc, *dd;
+    cudaMalloc(&da, a.size());
+    cudaMalloc(&db, bt.size());
+    cudaMalloc(&dc, c.size() * 4);
+    cudaMalloc(&dd, d.size() * 4);
+    cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
+    cudaMemcpy(db, bt.data(), bt.size(), cudaMemcpyHostToDevice);
+    cudaMemcpy(dc, c.data(), c.size() * 4, cudaMemcpyHostToDevice);
+    const int warps = (m / 16) * (n / 8), blocks = (warps + 3) / 4;
+    if (cf.fa == 0 && cf.fb == 0) Chain<0, 0><<<blocks, 128>>>(da, db, dc, m, n, k, dd);
+    if (cf.fa == 0 && cf.fb == 1) Chain<0, 1><<<blocks, 128>>>(da, db, dc, m, n, k, dd);
+    if (cf.fa == 1 && cf.fb == 1) Chain<1, 1><<<blocks, 128>>>(da, db, dc, m, n, k, dd);
+    cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost);
+    cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dd);
+    WriteBin(dir, cf.name, "a", a.data(), a.size());
+    WriteBin(dir, cf.name, "b", b.data(), b.size());
+    WriteBin(dir, cf.name, "c", c.data(), c.size() * 4);
+    WriteBin(dir, cf.name, "d", d.data(), d.size() * 4);
+    std::printf("case %s %s %s %d %d %d\n", cf.name, fname[cf.fa], fname[cf.fb], m, k, n);
+  }
 }
 
 struct Dev {

@@ -78,6 +78,10 @@ struct FusedParams {
   // then two HMMA.16816.F32): of each 32 K, the products with k % 4 in {0, 1} form one step of 16 and
   // those with k % 4 in {2, 3} the next. Needs step = 16 and K a multiple of 32.
   bool hmma_split = false;
+  // The exponent below which operand values are subnormal in the alignment (0: each format's own). The
+  // HMMA steps of split=hmma see FP16 conversions of the FP8 codes, so an E4M3 subnormal (2^-9) is an FP16
+  // normal there: -14.
+  int operand_emin = 0;
   // Every `promote` K elements (a multiple of step; 0 = never) the tensor-core accumulator, which
   // starts at zero, is added into an FP32 accumulator in IEEE arithmetic, scaled by the block scales
   // when they are applied at promotion (cuBLAS / CUTLASS FP8 without fast accumulation; blockwise

@@ -332,6 +332,7 @@ bool SplitHmma(const GemmOperand& a, const GemmOperand& b, const AccumModel& mod
     for (size_t c = 0; c < b.cols; ++c) pb.codes[k * b.cols + c] = b.codes[(k / 32 * 32 + perm[k % 32]) * b.cols + c];
   pm = model;
   pm.fused.hmma_split = false;
+  pm.fused.operand_emin = -14;  // the HMMA steps see FP16 values
   return true;
 }
 }  // namespace internal

@@ -151,7 +151,8 @@ float FusedStep(const Dot& d, size_t k0, size_t k1, float c, bool scales_in) {
   sp.Add(c);
   std::vector<Term> terms;
   terms.push_back(AccTerm(c, p));
-  const int ea = internal::FormatEmin(d.a.elem), eb = internal::FormatEmin(d.b.elem);
+  const int ea = p.operand_emin != 0 ? p.operand_emin : internal::FormatEmin(d.a.elem);
+  const int eb = p.operand_emin != 0 ? p.operand_emin : internal::FormatEmin(d.b.elem);
   const int esa = internal::ScaleEmin(d.a.scale_format), esb = internal::ScaleEmin(d.b.scale_format);
   const size_t g = static_cast<size_t>(p.group);
   for (size_t q0 = k0; q0 < k1; q0 += g) {

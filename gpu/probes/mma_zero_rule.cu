@@ -209,6 +209,24 @@ int main(int argc, char** argv) {
     for (int r = 0; r < 16 && p0 + r < pairs.size(); ++r)
       std::printf("pair %d %d -> %08x\n", pairs[p0 + r].first, pairs[p0 + r].second, Bits(d[r * 8]));
   }
+  // sub: an E4M3 subnormal (2^-9) times E5M2 57344 is the step's largest product (112, exponent 6 as FP16
+  // values; 9 were the E4M3 subnormal's exponent clamped to E4M3's emin -6), beside 2^-9 x 2^-8 = 2^-17:
+  // D = 112 + 2^-17 (0x42e00001) where the HMMA aligns at 6, 112 (0x42e00000) where at 9.
+  {
+    std::vector<uint8_t> a(16 * 32, 0), bt(8 * 32, 0);
+    for (int r = 0; r < 16; ++r) a[r * 32] = a[r * 32 + 1] = 0x01;
+    for (int j = 0; j < 8; ++j) bt[j * 32] = 0x7B, bt[j * 32 + 1] = 0x1C;
+    uint8_t *da, *db;
+    float *dc, *dd;
+    cudaMalloc(&da, a.size()), cudaMalloc(&db, bt.size()), cudaMalloc(&dc, 512), cudaMalloc(&dd, 512);
+    cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
+    cudaMemcpy(db, bt.data(), bt.size(), cudaMemcpyHostToDevice);
+    cudaMemset(dc, 0, 512);
+    Chain<0, 1><<<1, 32>>>(da, db, dc, 16, 8, 32, dd);
+    float d0;
+    cudaMemcpy(&d0, dd, 4, cudaMemcpyDeviceToHost);
+    std::printf("sub e4m3 01 01 x e5m2 7b 1c -> %08x\n", Bits(d0));
+  }
   if (argc > 1) RandomCases(argv[1]);
   return 0;
 }

@@ -57,6 +57,19 @@ TEST_CASE("gemm: hopper-mma-sync reproduces mma.sync m16n8k32 FP8 measured on an
   }
   CHECK(outputs == 12 * 64 * 32);
   CHECK(neighbours_differ >= 6);
+  // Measured on the H100 (gpu/probes/mma_zero_rule.cu, "sub"): E4M3 2^-9 x E5M2 57344 = 112 is the step's
+  // largest product; the HMMA sees FP16 values, where 2^-9 is normal, so it aligns at 2^6 and keeps
+  // 2^-9 x 2^-8 = 2^-17: D = 0x42e00001. Aligning at E4M3's clamped emin (2^9) would give 0x42e00000.
+  {
+    std::vector<uint8_t> av(16 * 32, 0), bv(32 * 8, 0);
+    for (size_t r = 0; r < 16; ++r) av[r * 32] = av[r * 32 + 1] = 0x01;
+    for (size_t j = 0; j < 8; ++j) bv[j] = 0x7B, bv[8 + j] = 0x1C;
+    const std::vector<float> d = Gemm(OperandFromCodes(fmt::kE4M3, 16, 32, av.data()), OperandFromCodes(fmt::kE5M2, 32, 8, bv.data()),
+                                      nullptr, AccumModelByName("hopper-mma-sync"));
+    uint32_t got;
+    std::memcpy(&got, &d[0], 4);
+    CHECK(got == 0x42e00001u);
+  }
   // Zero rows beside a tiny C: D = C (C enters by an FADD after the HMMAs; -0 + 0 = +0).
   for (const auto& z : js["zero_probes"]) {
     const auto code = [](const nlohmann::json& h) { return static_cast<uint8_t>(std::stoul(h.get<std::string>(), nullptr, 16)); };

@@ -87,4 +87,38 @@ TEST_CASE("gemm: hopper-mma-sync reproduces mma.sync m16n8k32 FP8 measured on an
   }
 }
 
+TEST_CASE("gemm: Hopper's FP8 wgmma keeps a tiny C beside zero products (measured on an H100); MMA-Sim's rule "
+          "would cut it", "[gemm][mma-sync]") {
+  // gpu/probes/wgmma_zero_rule.cu: one wgmma.m64n8k32 e4m3 with every A code a, every B code b and the
+  // accumulator registers preset to c. hopper-fp8-fast (one step of 32 here) reproduces every probe; the
+  // -mmasim variant, whose zero products sit at -126 + the other operand's exponent, cuts
+  // C = 2^-126 + 2^-139 beside 0 x 448 to 2^-126, which the device does not. Any fixed zero exponent at or
+  // below -126 fits (a zero term then never exceeds a nonzero C, whose subnormals align at -126, nor an
+  // FP8 product of at least 2^-18), so the measurement pins the rule, not the value -133.
+  const std::string dir = std::string(QMX_SOURCE_DIR) + "/golden/gemm-mma-sync/";
+  std::ifstream in(dir + "cases.json");
+  REQUIRE(in.good());
+  const nlohmann::json js = nlohmann::json::parse(in);
+  const auto hex = [](const nlohmann::json& h) { return static_cast<uint32_t>(std::stoul(h.get<std::string>(), nullptr, 16)); };
+  size_t mmasim_differs = 0, probes = 0;
+  for (const auto& z : js["wgmma_zero_probes"]) {
+    const std::vector<uint8_t> av(32, static_cast<uint8_t>(hex(z["a"]))), bv(32, static_cast<uint8_t>(hex(z["b"])));
+    const uint32_t cb = hex(z["c"]);
+    float cf;
+    std::memcpy(&cf, &cb, 4);
+    const GemmOperand A = OperandFromCodes(fmt::kE4M3, 1, 32, av.data()), B = OperandFromCodes(fmt::kE4M3, 32, 1, bv.data());
+    uint32_t got, mms;
+    const float d = Gemm(A, B, &cf, AccumModelByName("hopper-fp8-fast"))[0];
+    const float m = Gemm(A, B, &cf, AccumModelByName("hopper-fp8-fast-mmasim"))[0];
+    std::memcpy(&got, &d, 4);
+    std::memcpy(&mms, &m, 4);
+    INFO("a " << z["a"] << " b " << z["b"] << " c " << z["c"]);
+    CHECK(got == hex(z["d"]));
+    mmasim_differs += mms != hex(z["d"]);
+    ++probes;
+  }
+  CHECK(probes == 132);
+  CHECK(mmasim_differs > 0);
+}
+
 }  // namespace qmx

@@ -293,3 +293,21 @@ TEST_CASE("NVFP4 op orders: known answers on which the kernel order, the divide-
     CHECK(SecondBlock(1.0f, {F(0x358637BD)}, ScaleRule::kNvfp4Div) == std::make_pair(uint8_t{0}, std::vector<uint8_t>{0x0}));
   }
 }
+
+TEST_CASE("NVFP4 dequantization order: TE's fl(code * fl(fl(s8 * amax) * fl(1/2688))), not torchao's "
+          "fl(code * fl(fl(amax / 2688) * s8))", "[quantize][nvfp4][orders]") {
+  // Tensor amax 0x441A72C5, block scale 0x4C (6), element code 0x4 (2): TE (dequantize_nvfp4.cuh) gives
+  // 0x4030832B, torchao's order 0x4030832A (computed outside qmx with CUDA's E4M3 decoding; the orders
+  // differ on a third of random cases).
+  const float amax = F(0x441A72C5);
+  CHECK(FloatBits(Nvfp4DecodeScale(0x4C, amax)) == 0x3FB0832Bu);
+  volatile float p = amax / 2688.0f, ts = p * 6.0f;
+  CHECK(FloatBits(2.0f * ts) == 0x4030832Au);  // torchao's order, for contrast
+  const std::vector<uint8_t> codes(16, 0x4), scales{0x4C};
+  const QuantizedTensor q = AssembleQuantized(QuantSpecByName("nvfp4"), {1, 16}, codes, scales, amax);
+  std::vector<float> out(16), ref(16);
+  Dequantize(q, out.data());
+  DequantizeRef(q, ref.data());
+  CHECK(FloatBits(out[0]) == 0x4030832Bu);
+  CHECK(FloatBits(ref[0]) == 0x4030832Bu);
+}

@@ -18,8 +18,8 @@ void RefuseToOverwriteInput(const std::string& out, const std::vector<std::strin
   if (out.empty() || !std::filesystem::exists(out, ec)) return;
   for (const std::string& in : inputs) {
     if (in.empty()) continue;
-    const std::string file = in.substr(0, in.find(".safetensors:") == std::string::npos ? in.size()
-                                                                                          : in.find(".safetensors:") + 12);
+    const size_t st = in.find(".safetensors:");  // FILE.safetensors:NAME names a tensor of FILE
+    const std::string file = st == std::string::npos ? in : in.substr(0, st + std::string(".safetensors").size());
     if (std::filesystem::exists(file, ec) && std::filesystem::equivalent(out, file, ec))
       throw Error(option + " '" + out + "' is the input file '" + file + "': write the result elsewhere");
   }

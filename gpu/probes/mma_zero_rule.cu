@@ -19,25 +19,9 @@
 
 __device__ inline uint32_t Load4(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-// a: 16 x 32 row-major; bt: 8 x 32 (column j's K values); c, d: 16 x 8 row-major. Fragment layout of
-// PTX ISA 9.7.14.5 (as gpu/src/device.cu).
-__global__ void Tile(const uint8_t* a, const uint8_t* bt, const float* c, float* d) {
-  const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
-  float acc[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]};
-  const uint32_t a0 = Load4(a + g * 32 + 4 * t), a1 = Load4(a + (g + 8) * 32 + 4 * t);
-  const uint32_t a2 = Load4(a + g * 32 + 16 + 4 * t), a3 = Load4(a + (g + 8) * 32 + 16 + 4 * t);
-  const uint32_t b0 = Load4(bt + g * 32 + 4 * t), b1 = Load4(bt + g * 32 + 16 + 4 * t);
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  d[g * 8 + 2 * t] = acc[0];
-  d[g * 8 + 2 * t + 1] = acc[1];
-  d[(g + 8) * 8 + 2 * t] = acc[2];
-  d[(g + 8) * 8 + 2 * t + 1] = acc[3];
-}
-
+// a: m x k row-major codes; bt: n x k (column j's K values); c, d: m x n row-major; FA, FB: 0 e4m3, 1 e5m2.
+// One warp per 16 x 8 tile, the accumulator in registers over K (fragment layout of PTX ISA 9.7.14.5, as
+// gpu/src/device.cu).
 template <int FA, int FB>
 __global__ void Chain(const uint8_t* a, const uint8_t* bt, const float* c, int m, int n, int k, float* d) {
   const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
@@ -65,6 +49,30 @@ __global__ void Chain(const uint8_t* a, const uint8_t* bt, const float* c, int m
 #undef QMX_MMA
   }
   for (int i = 0; i < 4; ++i) d[rows[i] * n + cols[i]] = acc[i];
+}
+
+// Chain on host arrays; returns D.
+std::vector<float> RunChain(int fa, int fb, const std::vector<uint8_t>& a, const std::vector<uint8_t>& bt,
+                            const std::vector<float>& c, int m, int n, int k) {
+  uint8_t *da, *db;
+  float *dc, *dd;
+  cudaMalloc(&da, a.size());
+  cudaMalloc(&db, bt.size());
+  cudaMalloc(&dc, c.size() * 4);
+  cudaMalloc(&dd, c.size() * 4);
+  cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(db, bt.data(), bt.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(dc, c.data(), c.size() * 4, cudaMemcpyHostToDevice);
+  const int warps = (m / 16) * (n / 8), blocks = (warps + 3) / 4;
+  if (fa == 0 && fb == 0) Chain<0, 0><<<blocks, 128>>>(da, db, dc, m, n, k, dd);
+  if (fa == 0 && fb == 1) Chain<0, 1><<<blocks, 128>>>(da, db, dc, m, n, k, dd);
+  if (fa == 1 && fb == 1) Chain<1, 1><<<blocks, 128>>>(da, db, dc, m, n, k, dd);
+  std::vector<float> d(c.size());
+  cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) std::printf("error %s\n", cudaGetErrorString(e));
+  cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dd);
+  return d;
 }
 
 void WriteBin(const char* dir, const char* name, const char* what, const void* p, size_t bytes) {
@@ -117,26 +125,12 @@ void RandomCases(const char* dir) {
     for (auto& v : b) v = code(cf.fb, cf.wide_b);
     for (int kk = 0; kk < k; ++kk)
       for (int j = 0; j < n; ++j) bt[j * k + kk] = b[kk * n + j];
-    std::vector<float> c(m * n), d(m * n);
+    std::vector<float> c(m * n);
     for (auto& v : c) {
       const uint64_t r = rnd();
       v = r % 5 == 0 ? 0.0f : std::ldexp(static_cast<float>(static_cast<int64_t>(r >> 40) - (1 << 23)) / (1 << 23), static_cast<int>(r % 41) - 20);
     }
-    uint8_t *da, *db;
-    float *dc, *dd;
-    cudaMalloc(&da, a.size());
-    cudaMalloc(&db, bt.size());
-    cudaMalloc(&dc, c.size() * 4);
-    cudaMalloc(&dd, d.size() * 4);
-    cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
-    cudaMemcpy(db, bt.data(), bt.size(), cudaMemcpyHostToDevice);
-    cudaMemcpy(dc, c.data(), c.size() * 4, cudaMemcpyHostToDevice);
-    const int warps = (m / 16) * (n / 8), blocks = (warps + 3) / 4;
-    if (cf.fa == 0 && cf.fb == 0) Chain<0, 0><<<blocks, 128>>>(da, db, dc, m, n, k, dd);
-    if (cf.fa == 0 && cf.fb == 1) Chain<0, 1><<<blocks, 128>>>(da, db, dc, m, n, k, dd);
-    if (cf.fa == 1 && cf.fb == 1) Chain<1, 1><<<blocks, 128>>>(da, db, dc, m, n, k, dd);
-    cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost);
-    cudaFree(da), cudaFree(db), cudaFree(dc), cudaFree(dd);
+    const std::vector<float> d = RunChain(cf.fa, cf.fb, a, bt, c, m, n, k);
     WriteBin(dir, cf.name, "a", a.data(), a.size());
     WriteBin(dir, cf.name, "b", b.data(), b.size());
     WriteBin(dir, cf.name, "c", c.data(), c.size() * 4);
@@ -144,27 +138,6 @@ void RandomCases(const char* dir) {
     std::printf("case %s %s %s %d %d %d\n", cf.name, fname[cf.fa], fname[cf.fb], m, k, n);
   }
 }
-
-struct Dev {
-  uint8_t *a, *bt;
-  float *c, *d;
-  Dev() {
-    cudaMalloc(&a, 16 * 32);
-    cudaMalloc(&bt, 8 * 32);
-    cudaMalloc(&c, 16 * 8 * 4);
-    cudaMalloc(&d, 16 * 8 * 4);
-  }
-  std::vector<float> Run(const std::vector<uint8_t>& ha, const std::vector<uint8_t>& hbt, const std::vector<float>& hc) {
-    cudaMemcpy(a, ha.data(), ha.size(), cudaMemcpyHostToDevice);
-    cudaMemcpy(bt, hbt.data(), hbt.size(), cudaMemcpyHostToDevice);
-    cudaMemcpy(c, hc.data(), hc.size() * 4, cudaMemcpyHostToDevice);
-    Tile<<<1, 32>>>(a, bt, c, d);
-    std::vector<float> hd(128);
-    cudaMemcpy(hd.data(), d, 512, cudaMemcpyDeviceToHost);
-    if (cudaGetLastError() != cudaSuccess) std::printf("error %s\n", cudaGetErrorString(cudaGetLastError()));
-    return hd;
-  }
-};
 
 uint32_t Bits(float f) {
   uint32_t u;
@@ -181,7 +154,6 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, 0);
   std::printf("device %s sm_%d%d\n", prop.name, prop.major, prop.minor);
-  Dev dev;
   // zero: (a, b) code pairs x C values.
   const uint8_t codes[][2] = {{0x00, 0x7E}, {0x00, 0x00}, {0x80, 0x7E}, {0x00, 0x01}, {0x01, 0x01}, {0x00, 0x38}};
   const uint32_t cs[] = {0x00800400u, 0x00800001u, 0x00000001u, 0x00400001u, 0x3F800001u, 0x80800400u,
@@ -191,7 +163,8 @@ int main(int argc, char** argv) {
   for (const auto& ab : codes)
     for (uint32_t c : cs) {
       const std::vector<float> d =
-          dev.Run(std::vector<uint8_t>(16 * 32, ab[0]), std::vector<uint8_t>(8 * 32, ab[1]), std::vector<float>(128, Float(c)));
+          RunChain(0, 0, std::vector<uint8_t>(16 * 32, ab[0]), std::vector<uint8_t>(8 * 32, ab[1]),
+                   std::vector<float>(128, Float(c)), 16, 8, 32);
       std::printf("zero %02x %02x %08x -> %08x\n", ab[0], ab[1], c, Bits(d[0]));
     }
   // pair: 16 (i, j) pairs per launch, one per row.
@@ -205,7 +178,7 @@ int main(int argc, char** argv) {
       a[r * 32 + pairs[p0 + r].first] = 0x7E;   // 448
       a[r * 32 + pairs[p0 + r].second] = 0x01;  // 2^-9
     }
-    const std::vector<float> d = dev.Run(a, std::vector<uint8_t>(8 * 32, 0x38), std::vector<float>(128, 0.0f));
+    const std::vector<float> d = RunChain(0, 0, a, std::vector<uint8_t>(8 * 32, 0x38), std::vector<float>(128, 0.0f), 16, 8, 32);
     for (int r = 0; r < 16 && p0 + r < pairs.size(); ++r)
       std::printf("pair %d %d -> %08x\n", pairs[p0 + r].first, pairs[p0 + r].second, Bits(d[r * 8]));
   }
@@ -216,15 +189,7 @@ int main(int argc, char** argv) {
     std::vector<uint8_t> a(16 * 32, 0), bt(8 * 32, 0);
     for (int r = 0; r < 16; ++r) a[r * 32] = a[r * 32 + 1] = 0x01;
     for (int j = 0; j < 8; ++j) bt[j * 32] = 0x7B, bt[j * 32 + 1] = 0x1C;
-    uint8_t *da, *db;
-    float *dc, *dd;
-    cudaMalloc(&da, a.size()), cudaMalloc(&db, bt.size()), cudaMalloc(&dc, 512), cudaMalloc(&dd, 512);
-    cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
-    cudaMemcpy(db, bt.data(), bt.size(), cudaMemcpyHostToDevice);
-    cudaMemset(dc, 0, 512);
-    Chain<0, 1><<<1, 32>>>(da, db, dc, 16, 8, 32, dd);
-    float d0;
-    cudaMemcpy(&d0, dd, 4, cudaMemcpyDeviceToHost);
+    const float d0 = RunChain(0, 1, a, bt, std::vector<float>(128, 0.0f), 16, 8, 32)[0];
     std::printf("sub e4m3 01 01 x e5m2 7b 1c -> %08x\n", Bits(d0));
   }
   if (argc > 1) RandomCases(argv[1]);

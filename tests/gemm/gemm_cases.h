@@ -1,9 +1,10 @@
-// gemm_cases.h: operands for the GEMM tests (random codes, UE8M0 / FP32 / E4M3 block scales) and a
-// bit-for-bit comparison of outputs that names the first differences.
+// gemm_cases.h: operands for the GEMM tests (random codes, UE8M0 / FP32 / E4M3 block scales), the float32
+// arrays of the golden GEMM folders, and bit-for-bit comparisons of outputs.
 #pragma once
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 
 #include "qmx/convert.h"
 #include "qmx/gemm.h"
+#include "qmx/io.h"
 #include "support/hex.h"
 #include "support/modes.h"
 
@@ -59,6 +61,23 @@ inline void AddFp32(GemmOperand& o, size_t br, size_t bc, std::mt19937& rng, Sca
     s = u(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 9) - 4);
     if (sf == ScaleFormat::kE4m3) s = DecodeToFloat(fmt::kE4M3, rng() % 0x7F);  // finite, may be 0
   }
+}
+
+// A float32 .npy array's values (C, D and FP32 scales in the golden GEMM folders).
+inline std::vector<float> FloatsOf(const NpyArray& x) {
+  std::vector<float> v(x.data.size() / 4);
+  std::memcpy(v.data(), x.data.data(), v.size() * 4);
+  return v;
+}
+
+// How many outputs differ in their bits (NaNs too), skipping those where `keep` (if given) is 0.
+inline size_t BitsDiffer(const std::vector<float>& got, const std::vector<float>& want,
+                         const std::vector<uint8_t>* keep = nullptr) {
+  REQUIRE(got.size() == want.size());
+  size_t n = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (keep == nullptr || keep->empty() || (*keep)[i] != 0) n += FloatBits(got[i]) != FloatBits(want[i]);
+  return n;
 }
 
 inline void RequireSame(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {

@@ -30,6 +30,7 @@ using qmx::test::Hex;
 using qmx::test::AddFp32;
 using qmx::test::AddUe8m0;
 using qmx::test::Codes;
+using qmx::test::FloatsOf;
 using qmx::test::RandomCodes;
 using qmx::test::RequireSame;
 
@@ -444,15 +445,13 @@ TEST_CASE("gemm: the Hopper models reproduce H200 tensor-core outputs (golden/ge
         o->block_cols = std::stoul(blk.substr(blk.find('x') + 1));
         o->scale_rows = s.shape[0];
         o->scale_cols = s.shape[1];
-        o->scales.resize(s.data.size() / 4);
-        std::memcpy(o->scales.data(), s.data.data(), s.data.size());
+        o->scales = FloatsOf(s);
       }
     }
     const nlohmann::json models = c.value("models", nlohmann::json{{"d_slow", "hopper-fp8"}, {"d_fast", "hopper-fp8-fast"}});
     for (const auto& [key, model] : models.items()) {
       const NpyArray d = ReadNpy(dir + name + "_" + key + ".npy");
-      std::vector<float> want(d.data.size() / 4);
-      std::memcpy(want.data(), d.data.data(), d.data.size());
+      const std::vector<float> want = FloatsOf(d);
       const AccumModel m = AccumModelByName(model.get<std::string>());
       RequireSame(Gemm(A, B, nullptr, m), want, name + " " + key);
       if (A.cols <= 256) RequireSame(GemmRef(A, B, nullptr, m), want, name + " " + key + " (reference)");

@@ -11,24 +11,11 @@
 #include "qmx/gemm.h"
 #include "qmx/io.h"
 #include "qmx/round.h"
+#include "gemm/gemm_cases.h"
 
 namespace qmx {
-namespace {
-
-std::vector<float> Floats(const NpyArray& x) {
-  std::vector<float> v(x.data.size() / 4);
-  std::memcpy(v.data(), x.data.data(), x.data.size());
-  return v;
-}
-
-size_t Differ(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  size_t n = 0;
-  for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], 4) != 0;
-  return n;
-}
-
-}  // namespace
+using test::BitsDiffer;
+using test::FloatsOf;
 
 TEST_CASE("gemm: hopper-mma-sync reproduces mma.sync m16n8k32 FP8 measured on an H100", "[gemm][mma-sync]") {
   const std::string dir = std::string(QMX_SOURCE_DIR) + "/golden/gemm-mma-sync/";
@@ -42,16 +29,16 @@ TEST_CASE("gemm: hopper-mma-sync reproduces mma.sync m16n8k32 FP8 measured on an
     const NpyArray a = ReadNpy(dir + name + "_a.npy"), b = ReadNpy(dir + name + "_b.npy");
     const GemmOperand A = OperandFromCodes(GetFormat(c["a_format"].get<std::string>()), a.shape[0], a.shape[1], a.data.data());
     const GemmOperand B = OperandFromCodes(GetFormat(c["b_format"].get<std::string>()), b.shape[0], b.shape[1], b.data.data());
-    const std::vector<float> cin = Floats(ReadNpy(dir + name + "_c.npy")), want = Floats(ReadNpy(dir + name + "_d.npy"));
+    const std::vector<float> cin = FloatsOf(ReadNpy(dir + name + "_c.npy")), want = FloatsOf(ReadNpy(dir + name + "_d.npy"));
     const AccumModel m = AccumModelByName("hopper-mma-sync");
-    CHECK(Differ(Gemm(A, B, cin.data(), m), want) == 0);
-    CHECK(Differ(GemmRef(A, B, cin.data(), m), want) == 0);
+    CHECK(BitsDiffer(Gemm(A, B, cin.data(), m), want) == 0);
+    CHECK(BitsDiffer(GemmRef(A, B, cin.data(), m), want) == 0);
     // Neighbouring models: contiguous halves of 16, F = 24 or 26, RNE output.
     size_t worst = 0;
     for (const char* alt : {"fused:step=16,F=25,term=rz,out=rz,promote=32", "fused:step=16,F=24,term=rz,out=rz,promote=32,split=hmma",
                             "fused:step=16,F=26,term=rz,out=rz,promote=32,split=hmma",
                             "fused:step=16,F=25,term=rz,out=rne,promote=32,split=hmma"})
-      worst = std::max(worst, Differ(Gemm(A, B, cin.data(), AccumModelByName(alt)), want));
+      worst = std::max(worst, BitsDiffer(Gemm(A, B, cin.data(), AccumModelByName(alt)), want));
     neighbours_differ += worst > 0;
     outputs += want.size();
   }

@@ -14,6 +14,7 @@
 #include "qmx/gemm.h"
 #include "qmx/io.h"
 #include "qmx/round.h"
+#include "gemm/gemm_cases.h"
 
 namespace qmx {
 namespace {
@@ -40,27 +41,14 @@ Case Load(const std::string& dir, const nlohmann::json& js) {
       else SetBlockScales(c.b, sf, block, 1, raw.data());
     }
   }
-  for (auto [suffix, v] : {std::pair{"_c.npy", &c.c}, std::pair{"_d.npy", &c.d}}) {
-    const NpyArray x = ReadNpy(dir + name + suffix);
-    v->resize(x.data.size() / 4);
-    std::memcpy(v->data(), x.data.data(), x.data.size());
-  }
+  c.c = test::FloatsOf(ReadNpy(dir + name + "_c.npy"));
+  c.d = test::FloatsOf(ReadNpy(dir + name + "_d.npy"));
   std::ifstream ok(dir + name + "_ok.npy");
   if (ok.good()) c.ok = ReadNpy(dir + name + "_ok.npy").data;
   return c;
 }
 
-size_t Mismatches(const Case& c, const std::vector<float>& got) {
-  size_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!c.ok.empty() && c.ok[i] == 0) continue;
-    uint32_t g, w;
-    std::memcpy(&g, &got[i], 4);
-    std::memcpy(&w, &c.d[i], 4);
-    bad += g != w;
-  }
-  return bad;
-}
+size_t Mismatches(const Case& c, const std::vector<float>& got) { return test::BitsDiffer(got, c.d, &c.ok); }
 
 }  // namespace
 

@@ -1,6 +1,6 @@
-// limits.cc: the memory ceiling of qmx/io.h. Every reader and every command that allocates from a
-// declared or requested size checks the bytes against it first, so a hostile or mistaken size gives a
-// message instead of an out-of-memory kill.
+// limits.cc: the input limits of qmx/io.h: readers open regular files only (OpenRegularFile), and every
+// reader and command that allocates from a declared or requested size checks the bytes against the memory
+// ceiling first, so a hostile or mistaken size gives a message instead of a hang or an out-of-memory kill.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -118,33 +118,28 @@ void ConvertToCodes(DType src_type, const void* src, size_t n, const Format& dst
   CheckFast(src_type, dst, opt);
   const simd::ConvertParams p = simd::MakeConvertParams(dst, opt, src_type);
   const size_t esize = SourceSize(src_type);
-  if (!dst.is_signed && opt.negative_unsigned == NegativeUnsigned::kMagnitude) {
-    // |x| into the unsigned format: the kernels see the inputs with their sign bits cleared, a piece at a
-    // time (RoundExact does the same to one value).
-    const bool parallel = exec == Exec::kParallel && n > kChunk;
-    const int64_t chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
-#pragma omp parallel for schedule(static) if (parallel)
-    for (int64_t c = 0; c < chunks; ++c) {
-      const size_t start = static_cast<size_t>(c) * kChunk, len = std::min(kChunk, n - start);
-      std::vector<uint8_t> abs(len * esize);
-      std::memcpy(abs.data(), static_cast<const uint8_t*>(src) + start * esize, abs.size());
-      for (size_t i = 0; i < len; ++i) abs[i * esize + esize - 1] &= 0x7F;  // little-endian: the top byte
-      simd::ConvertCodes(p, src_type, abs.data(), len, out + start, sr.seed, sr.first_index + start,
-                         sr.bits != nullptr ? sr.bits + start : nullptr);
-    }
-    return;
-  }
-  if (exec == Exec::kSequential || n <= kChunk) {
+  // |x| into an unsigned format (negative=magnitude): each piece reaches the kernel as a copy with its sign
+  // bits cleared (RoundExact does the same to one value).
+  const bool magnitude = !dst.is_signed && opt.negative_unsigned == NegativeUnsigned::kMagnitude;
+  if (!magnitude && (exec == Exec::kSequential || n <= kChunk)) {
     simd::ConvertCodes(p, src_type, src, n, out, sr.seed, sr.first_index, sr.bits);
     return;
   }
+  const bool parallel = exec == Exec::kParallel && n > kChunk;
   const int64_t chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t c = 0; c < chunks; ++c) {
     const size_t start = static_cast<size_t>(c) * kChunk;
     const size_t len = std::min(kChunk, n - start);
-    simd::ConvertCodes(p, src_type, static_cast<const uint8_t*>(src) + start * esize, len, out + start, sr.seed,
-                       sr.first_index + start, sr.bits != nullptr ? sr.bits + start : nullptr);
+    const uint8_t* piece = static_cast<const uint8_t*>(src) + start * esize;
+    std::vector<uint8_t> abs;
+    if (magnitude) {
+      abs.assign(piece, piece + len * esize);
+      for (size_t i = 0; i < len; ++i) abs[i * esize + esize - 1] &= 0x7F;  // little-endian: the top byte
+      piece = abs.data();
+    }
+    simd::ConvertCodes(p, src_type, piece, len, out + start, sr.seed, sr.first_index + start,
+                       sr.bits != nullptr ? sr.bits + start : nullptr);
   }
 }
 

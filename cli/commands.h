@@ -13,4 +13,5 @@ void AddStudyCommand(CLI::App& app);
 void AddGoldenCommand(CLI::App& app);
 void AddXvalCommand(CLI::App& app);
 void AddRecipeCommand(CLI::App& app);
+void AddAuditCommand(CLI::App& app);
 }  // namespace qmx::cli

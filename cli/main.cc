@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   qmx::cli::AddGemmCommand(app);
   qmx::cli::AddStudyCommand(app);
   qmx::cli::AddRecipeCommand(app);
+  qmx::cli::AddAuditCommand(app);
   qmx::cli::AddGoldenCommand(app);
   qmx::cli::AddXvalCommand(app);
   RefuseNegativeUnsigned(&app);

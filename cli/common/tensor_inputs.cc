@@ -1,8 +1,12 @@
 // tensor_inputs.cc: float tensors from .npy and .safetensors files for the CLI commands.
 #include "common/tensor_inputs.h"
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <set>
 
+#include "qmx/checkpoint.h"
 #include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/safetensors.h"
@@ -28,15 +32,36 @@ void RefuseToOverwriteInput(const std::string& out, const std::vector<std::strin
 std::vector<std::pair<std::string, NpyArray>> ReadSafetensorsInputs(const std::string& path,
                                                                     const std::vector<std::string>& names) {
   SafetensorsReader r(path);
-  std::vector<std::string> picked = names;
-  if (picked.empty()) {
-    for (const auto& t : r.index().tensors)
-      if (t.supported && (t.qmx_dtype == DType::kF32 || t.qmx_dtype == DType::kBF16 || t.qmx_dtype == DType::kF16))
-        picked.push_back(t.name);
-    if (picked.empty()) throw Error("'" + path + "' holds no F32, BF16 or F16 tensor");
-  }
+  const std::vector<CheckpointTensorInfo> quantized = ScanCheckpoint(r);
+  std::set<std::string> parts;
+  for (const auto& q : quantized) parts.insert(q.parts.begin(), q.parts.end());
+  auto decoded = [&](const CheckpointTensorInfo& info) {
+    const CheckpointTensor t = LoadCheckpointTensor(r, info);
+    const std::vector<float> v = DecodeCheckpointTensor(t);
+    NpyArray a;
+    a.dtype = DType::kF32;
+    a.shape = t.q.shape;
+    a.data.resize(v.size() * 4);
+    if (!v.empty()) std::memcpy(a.data.data(), v.data(), a.data.size());
+    return a;
+  };
   std::vector<std::pair<std::string, NpyArray>> out;
-  for (const auto& n : picked) out.emplace_back(n, r.Read(n));
+  if (names.empty()) {
+    // Every quantized tensor decoded, then every float or code tensor that is not part of one.
+    for (const auto& q : quantized) out.emplace_back(q.name, decoded(q));
+    for (const auto& t : r.index().tensors)
+      if (parts.count(t.name) == 0 &&
+          (t.codes || t.qmx_dtype == DType::kF32 || t.qmx_dtype == DType::kBF16 || t.qmx_dtype == DType::kF16) && t.supported)
+        out.emplace_back(t.name, r.ReadValues(t.name));
+    if (out.empty()) throw Error("'" + path + "' holds no F32, BF16, F16, FP8/FP6/FP4 or quantized tensor");
+    return out;
+  }
+  for (const auto& n : names) {
+    // A quantized tensor's logical name comes first: ModelOpt's P.weight is also the name of its packed codes.
+    const auto q = std::find_if(quantized.begin(), quantized.end(), [&](const CheckpointTensorInfo& i) { return i.name == n; });
+    if (q != quantized.end()) out.emplace_back(n, decoded(*q));
+    else out.emplace_back(n, r.Get(n).codes ? r.ReadValues(n) : r.Read(n));
+  }
   return out;
 }
 

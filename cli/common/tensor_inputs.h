@@ -17,8 +17,10 @@ bool EndsWith(const std::string& s, const std::string& suffix);
 void RefuseToOverwriteInput(const std::string& out, const std::vector<std::string>& inputs,
                             const std::string& option = "--out");
 
-// The named tensors of a .safetensors file, or, when names is empty, every F32 / BF16 / F16 tensor in it
-// (throws qmx::Error when there is none). Unknown names throw the reader's IoError.
+// The named tensors of a .safetensors file, or, when names is empty, every quantized tensor in a layout of
+// qmx/checkpoint.h decoded to FP32 and every F32 / BF16 / F16 / code-dtype tensor that is not part of one
+// (throws qmx::Error when there is none). A name is a quantized tensor's logical name (decoded), or a
+// tensor of the file (code dtypes decoded to FP32 values). Unknown names throw the reader's IoError.
 std::vector<std::pair<std::string, NpyArray>> ReadSafetensorsInputs(const std::string& path,
                                                                     const std::vector<std::string>& names);
 // A .npy file as one tensor named after the file ("dir/act.npy" -> "act").

@@ -3,6 +3,7 @@
 // reads without qmx-sim, plus a JSON summary; and back from our .safetensors output.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "qmx/checkpoint.h"
 #include "qmx/error.h"
 #include "qmx/io.h"
 #include "qmx/quantize.h"
@@ -29,7 +31,7 @@ struct QuantizeArgs {
   int sr_bits = 8;
   uint64_t seed = 0;
   int margin = 0;
-  std::string in, out, json;
+  std::string in, out, json, codes_dtype = "native";
   std::vector<std::string> tensors;
   std::vector<float> amax_history;
   int history_len = 1024;
@@ -122,6 +124,15 @@ void RunQuantize(const QuantizeArgs& a) {
     throw Error("--in must be a .npy or .safetensors file, not '" + a.in + "'");
   }
   const bool st_out = EndsWith(a.out, ".safetensors");
+  if (a.codes_dtype != "native" && a.codes_dtype != "u8") throw Error("--codes-dtype is native or u8, not '" + a.codes_dtype + "'");
+  // Native dtypes (a .safetensors output only): codes as F8_E4M3 / F8_E5M2 / F6_* / F4 / I8, UE8M0 scales as
+  // F8_E8M0 and NVFP4 scales as F8_E4M3. --pack writes U8 packed codes instead.
+  const bool native = st_out && a.codes_dtype == "native" && !a.pack;
+  const char* code_dtype = native ? SafetensorsCodeDtype(spec.elem) : nullptr;
+  const char* scale_dtype = !native                                             ? nullptr
+                            : ScaleFormatOf(spec.rule) == ScaleFormat::kUe8m0 ? "F8_E8M0"
+                            : ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3  ? "F8_E4M3"
+                                                                               : nullptr;
   RefuseToOverwriteInput(a.out, {a.in});
   RefuseToOverwriteInput(a.json, {a.in}, "--json");
   if (!st_out && (a.out.empty() || a.out.back() != '/'))
@@ -129,7 +140,7 @@ void RunQuantize(const QuantizeArgs& a) {
   if (!spec.delayed && !a.amax_history.empty()) throw Error("--amax-history needs a delayed-scaling spec (fp8-delayed)");
   DelayedScaling state(spec.elem, spec.delayed ? a.history_len : 1, spec.margin);
   for (float h : a.amax_history) state.Push(h);
-  std::vector<std::pair<std::string, NpyArray>> outputs;
+  std::vector<SafetensorsEntry> outputs;
   std::map<std::string, std::string> meta;
   ordered_json summary;
   summary["spec"] = SpecJson(spec);
@@ -167,15 +178,18 @@ void RunQuantize(const QuantizeArgs& a) {
     std::vector<uint8_t> codes = a.pack ? PackCodes(q.codes.data(), q.codes.size(), bits == 8 ? 8 : bits) : q.codes;
     std::vector<size_t> code_shape = a.pack ? std::vector<size_t>{codes.size()} : arr.shape;
     if (code_shape.empty()) code_shape = {1};
-    outputs.emplace_back(name + ".codes", U8Array(code_shape, std::move(codes)));
+    if (code_dtype != nullptr && spec.elem.Bits() < 8 && codes.size() * static_cast<size_t>(spec.elem.Bits()) % 8 != 0)
+      throw Error("tensor '" + name + "': " + std::to_string(codes.size()) + " " + code_dtype +
+                  " codes are not whole bytes (F4 needs an even count, F6 a multiple of 4); write them with --codes-dtype u8");
+    outputs.push_back({name + ".codes", U8Array(code_shape, std::move(codes)), code_dtype ? code_dtype : ""});
     if (ScaleFormatOf(spec.rule) == ScaleFormat::kFp32) {
       std::vector<float> s(q.scale_rows * q.scale_cols);
       if (!s.empty()) std::memcpy(s.data(), q.scales.data(), s.size() * 4);
-      outputs.emplace_back(name + ".scales", F32Array({q.scale_rows, q.scale_cols}, s));
+      outputs.push_back({name + ".scales", F32Array({q.scale_rows, q.scale_cols}, s), ""});
     } else {
-      outputs.emplace_back(name + ".scales", U8Array({q.scale_rows, q.scale_cols}, q.scales));
+      outputs.push_back({name + ".scales", U8Array({q.scale_rows, q.scale_cols}, q.scales), scale_dtype ? scale_dtype : ""});
     }
-    if (!a.no_dequant) outputs.emplace_back(name + ".dequant", F32Array(arr.shape.empty() ? std::vector<size_t>{1} : arr.shape, dq));
+    if (!a.no_dequant) outputs.push_back({name + ".dequant", F32Array(arr.shape.empty() ? std::vector<size_t>{1} : arr.shape, dq), ""});
     meta["qmx.tensor_amax." + name] = nlohmann::json(q.tensor_amax).dump();
     meta["qmx.packed." + name] = a.pack ? "1" : "0";
     if (!a.quiet)
@@ -190,10 +204,10 @@ void RunQuantize(const QuantizeArgs& a) {
   meta["qmx.spec"] = SpecJson(spec).dump();
   meta["qmx.generator"] = "qmx-sim " QMX_VERSION;
   if (st_out) {
-    WriteSafetensors(a.out, outputs, meta);
+    WriteSafetensorsTyped(a.out, outputs, meta);
   } else {
     CreateOutputDir(a.out);
-    for (const auto& [n, arr] : outputs) WriteNpy(a.out + n + ".npy", arr);
+    for (const auto& o : outputs) WriteNpy(a.out + o.name + ".npy", o.array);
     WriteFileAtomic(a.out + "spec.json", summary["spec"].dump(2) + "\n");
   }
   if (!a.json.empty()) WriteFileAtomic(a.json, summary.dump(2) + "\n");
@@ -205,45 +219,45 @@ struct DequantizeArgs {
   std::vector<std::string> tensors;
 };
 
+// Every quantized tensor of the file (or those named), in any layout of qmx/checkpoint.h, decoded to FP32.
 void RunDequantize(const DequantizeArgs& a) {
-  if (!EndsWith(a.in, ".safetensors")) throw Error("--in must be a .safetensors file written by qmx-sim quantize");
+  if (!EndsWith(a.in, ".safetensors")) throw Error("--in must be a .safetensors file (qmx-sim quantize's, or a quantized checkpoint)");
   SafetensorsReader r(a.in);
-  const auto& meta = r.index().metadata;
-  const auto spec_it = meta.find("qmx.spec");
-  if (spec_it == meta.end()) throw Error("'" + a.in + "' has no qmx.spec metadata: it was not written by qmx-sim quantize");
-  QuantSpec spec;
-  try {
-    spec = QuantSpecFromJson(spec_it->second);
-  } catch (const Error& e) {
-    throw Error("'" + a.in + "': " + e.what());
-  }
-  std::vector<std::string> names = a.tensors;
-  if (names.empty())
-    for (const auto& t : r.index().tensors)
-      if (EndsWith(t.name, ".codes")) names.push_back(t.name.substr(0, t.name.size() - 6));
-  if (a.out.empty() || (names.size() > 1 && a.out.back() != '/') || (names.size() == 1 && a.out.back() != '/' && !EndsWith(a.out, ".npy")))
-    throw Error("--out must be a .npy file (one tensor) or a directory ending in /");
-  RefuseToOverwriteInput(a.out, {a.in});
-  if (a.out.back() == '/') CreateOutputDir(a.out);
-  for (const auto& name : names) {
-    const NpyArray codes = r.Read(name + ".codes"), scales = r.Read(name + ".scales");
-    const auto packed_it = meta.find("qmx.packed." + name);
-    if (packed_it != meta.end() && packed_it->second == "1")
-      throw Error("tensor '" + name + "' was written with --pack; dequantize reads unpacked codes");
-    const auto amax_it = meta.find("qmx.tensor_amax." + name);
-    const float amax = amax_it == meta.end() ? 0.0f : nlohmann::json::parse(amax_it->second, nullptr, false).get<float>();
-    QuantizedTensor q;
-    try {
-      q = AssembleQuantized(spec, codes.shape, codes.data, scales.data, amax);
-    } catch (const Error& e) {
-      throw Error("tensor '" + name + "': " + e.what());
+  const std::vector<CheckpointTensorInfo> found = ScanCheckpoint(r);
+  std::vector<CheckpointTensorInfo> picked;
+  for (const std::string& n : a.tensors) {
+    const auto it = std::find_if(found.begin(), found.end(), [&](const CheckpointTensorInfo& i) { return i.name == n; });
+    if (it == found.end()) {
+      std::string known;
+      for (size_t i = 0; i < found.size() && i < 5; ++i) known += (i ? ", " : "") + found[i].name;
+      throw Error("'" + a.in + "' has no quantized tensor '" + n + "'" + (known.empty() ? "" : " (it has " + known + (found.size() > 5 ? ", ..." : "") + ")"));
     }
-    std::vector<float> out(q.rows * q.cols);
-    Dequantize(q, out.data());
-    const std::string path = a.out.back() == '/' ? a.out + name + ".npy" : a.out;
-    WriteNpy(path, F32Array(codes.shape, out));
-    std::printf("%s -> %s\n", name.c_str(), path.c_str());
+    picked.push_back(*it);
   }
+  if (a.tensors.empty()) picked = found;
+  if (picked.empty())
+    throw Error("'" + a.in + "' holds no quantized tensor in a known layout (qmx, gpt-oss-mxfp4, modelopt-nvfp4, "
+                "compressed-tensors-nvfp4/-mxfp4, torchao, deepseek-fp8, fp8-scaled: cli/README.md)");
+  const bool dir = !a.out.empty() && a.out.back() == '/', st_out = EndsWith(a.out, ".safetensors");
+  if (a.out.empty() || (!dir && !st_out && (picked.size() > 1 || !EndsWith(a.out, ".npy"))))
+    throw Error("--out must be a .npy file (one tensor), a .safetensors file or a directory ending in /");
+  RefuseToOverwriteInput(a.out, {a.in});
+  if (dir) CreateOutputDir(a.out);
+  std::vector<std::pair<std::string, NpyArray>> outputs;
+  for (const CheckpointTensorInfo& info : picked) {
+    const CheckpointTensor t = LoadCheckpointTensor(r, info);
+    const std::vector<float> values = DecodeCheckpointTensor(t);
+    NpyArray arr = F32Array(t.q.shape.empty() ? std::vector<size_t>{1} : t.q.shape, values);
+    if (st_out) {
+      outputs.emplace_back(info.name, std::move(arr));
+    } else {
+      const std::string path = dir ? a.out + info.name + ".npy" : a.out;
+      WriteNpy(path, arr);
+    }
+    std::printf("%s (%s, %s) -> %s\n", info.name.c_str(), CheckpointLayoutName(info.layout), DescribeBlock(t.q.spec).c_str(),
+                st_out ? a.out.c_str() : dir ? (a.out + info.name + ".npy").c_str() : a.out.c_str());
+  }
+  if (st_out) WriteSafetensors(a.out, outputs, {{"qmx.generator", "qmx-sim " QMX_VERSION " dequantize"}});
 }
 
 }  // namespace
@@ -279,15 +293,20 @@ void AddQuantizeCommand(CLI::App& app) {
   cmd->add_option("--threads", a->threads, "OpenMP threads (default: all)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--reference", a->reference, "Use the scalar reference quantizer (slow; equal bit for bit)");
   cmd->add_flag("--no-dequant", a->no_dequant, "Do not write the dequantized values");
-  cmd->add_flag("--pack", a->pack, "Pack FP4 two per byte and FP6 four per three bytes (lib/README.md: Packing)");
+  cmd->add_option("--codes-dtype", a->codes_dtype,
+                  "native: a .safetensors output stores codes as F8_E4M3/F8_E5M2/F6_E2M3/F6_E3M2/F4/I8 and scales as "
+                  "F8_E8M0/F8_E4M3/F32; u8: codes and scale bytes as U8")
+      ->capture_default_str();
+  cmd->add_flag("--pack", a->pack, "U8 codes packed: FP4 two per byte, FP6 four per three bytes (lib/README.md: Packing)");
   cmd->add_flag("--quiet", a->quiet, "No table on stdout");
   cmd->callback([a] { RunQuantize(*a); });
 
   auto d = std::make_shared<DequantizeArgs>();
-  CLI::App* dq = app.add_subcommand("dequantize", "Decode the codes and scales of a qmx-sim quantize .safetensors to FP32 .npy");
-  dq->add_option("--in", d->in, "A .safetensors written by qmx-sim quantize")->required();
-  dq->add_option("--tensor", d->tensors, "Tensor names (default: all)");
-  dq->add_option("--out", d->out, "Output .npy (one tensor) or directory/")->required();
+  CLI::App* dq = app.add_subcommand("dequantize", "Decode quantized tensors (qmx-sim quantize's, or a checkpoint's: gpt-oss MXFP4, "
+                                                   "ModelOpt / compressed-tensors NVFP4, torchao, DeepSeek FP8, scaled FP8) to FP32");
+  dq->add_option("--in", d->in, "A .safetensors written by qmx-sim quantize, or a quantized checkpoint")->required();
+  dq->add_option("--tensor", d->tensors, "Logical tensor names (default: every quantized tensor)");
+  dq->add_option("--out", d->out, "Output .npy (one tensor), .safetensors (F32 tensors) or directory/ of .npy")->required();
   dq->callback([d] { RunDequantize(*d); });
 }
 

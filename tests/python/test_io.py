@@ -149,3 +149,42 @@ def test_save_quantized_errors(tmp_path):
     qmx.io.save_safetensors(p, {"x": x})
     with pytest.raises(ValueError, match="qmx.spec"):
         qmx.io.load_quantized(p)
+
+
+def test_code_dtypes_read_and_written_as_the_format_packs_them(tmp_path):
+    # F4 [2, 4]: codes 0..7 packed two per byte, element 2i in the low nibble (torch float4_e2m1fn_x2);
+    # F8_E8M0 [3]: scale bytes.
+    codes = np.array([[1, 2, 3, 4], [5, 6, 7, 15]], dtype=np.uint8)
+    packed = bytes([0x21, 0x43, 0x65, 0xF7])
+    p = tmp_path / "codes.safetensors"
+    build_safetensors(p, {"w": ("F4", (2, 4), packed), "s": ("F8_E8M0", (3,), bytes([127, 0, 255]))})
+    tensors, _ = qmx.io.safetensors_info(p)
+    by_name = {t["name"]: t for t in tensors}
+    assert by_name["w"]["format"] == "e2m1" and by_name["w"]["readable"]
+    got = qmx.io.load_safetensors(p)
+    assert_bits_equal(got["w"], codes, "F4 codes")
+    assert got["s"].tolist() == [127, 0, 255]
+    assert qmx.decode(got["w"], "e2m1").tolist() == [[0.5, 1.0, 1.5, 2.0], [3.0, 4.0, 6.0, -6.0]]
+    # Written back with its dtype, the file is the same bytes as the hand-built one's data.
+    q = tmp_path / "back.safetensors"
+    qmx.io.save_safetensors(q, {"w": codes, "s": got["s"]}, dtypes={"w": "F4", "s": "F8_E8M0"})
+    assert q.read_bytes().endswith(packed + bytes([127, 0, 255]))
+    with pytest.raises(Exception, match="does not fit F4"):
+        qmx.io.save_safetensors(tmp_path / "bad.safetensors", {"w": codes + 16}, dtypes={"w": "F4"})
+
+
+def test_load_checkpoint_decodes_a_modelopt_nvfp4_tensor(tmp_path):
+    rng = np.random.default_rng(3)
+    codes = rng.integers(0, 16, size=(4, 32), dtype=np.uint8)
+    s8 = rng.integers(0x20, 0x7E, size=(4, 2), dtype=np.uint8)
+    ws2 = np.float32(0.0123)
+    p = tmp_path / "nvfp4.safetensors"
+    build_safetensors(p, {"l.weight": ("U8", (4, 16), (codes[:, 0::2] | (codes[:, 1::2] << 4)).tobytes()),
+                          "l.weight_scale": ("F8_E4M3", (4, 2), s8.tobytes()),
+                          "l.weight_scale_2": ("F32", (), ws2.tobytes())})
+    assert qmx.io.checkpoint_tensors(p) == [
+        {"name": "l.weight", "layout": "modelopt-nvfp4", "parts": ["l.weight", "l.weight_scale", "l.weight_scale_2"]}]
+    got = qmx.io.load_checkpoint(p)["l.weight"]
+    scale = (qmx.decode(s8, "e4m3") * ws2).astype(np.float32)
+    want = (qmx.decode(codes, "e2m1") * np.repeat(scale, 16, axis=1)).astype(np.float32)
+    assert_bits_equal(got, want, "ModelOpt decode")

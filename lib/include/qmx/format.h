@@ -29,6 +29,13 @@ struct Format {
   bool is_signed;
   Encoding encoding;
 
+  // The same encoding (the name aside): a user format "e4m3:..." with OCP's fields equals fmt::kE4M3.
+  constexpr bool operator==(const Format& o) const {
+    return exp_bits == o.exp_bits && man_bits == o.man_bits && bias == o.bias && is_signed == o.is_signed &&
+           encoding == o.encoding;
+  }
+  constexpr bool operator!=(const Format& o) const { return !(*this == o); }
+
   constexpr int Bits() const { return (is_signed ? 1 : 0) + exp_bits + man_bits + (encoding == Encoding::kInt ? 1 : 0); }
   constexpr bool IsInt() const { return encoding == Encoding::kInt; }
   constexpr uint64_t CodeMask() const { return Bits() >= 64 ? ~0ull : (1ull << Bits()) - 1; }

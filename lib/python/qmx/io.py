@@ -8,24 +8,28 @@ from . import _qmx
 
 
 def safetensors_info(path):
-    """(tensors, metadata): each tensor's name, dtype as the file spells it, shape and whether qmx reads
-    it (F32, F64, F16, BF16, U8, U16), and the __metadata__ map."""
+    """(tensors, metadata): each tensor's name, dtype as the file spells it, shape, whether qmx reads it
+    (F32, F64, F16, BF16, U8, U16, and the code dtypes F8_E4M3, F8_E5M2, F8_E8M0, F6_E2M3, F6_E3M2, F4,
+    I8, whose entries also name their element "format"), and the __metadata__ map."""
     return _qmx.safetensors_index(str(path))
 
 
 def load_safetensors(path, names=None):
     """{name: array} of the readable tensors (or those named). BF16 tensors come back as their uint16
-    bits (pass src="bf16" to qmx.convert/quantize)."""
+    bits (pass src="bf16" to qmx.convert/quantize); code dtypes as uint8 codes, one per element (F4 and
+    F6 unpacked), to decode with qmx.decode(codes, format)."""
     tensors, _ = _qmx.safetensors_index(str(path))
     if names is None:
         names = [t["name"] for t in tensors if t["readable"]]
     return _qmx.safetensors_read(str(path), list(names))
 
 
-def save_safetensors(path, tensors, metadata=None, bf16=()):
+def save_safetensors(path, tensors, metadata=None, bf16=(), dtypes=None):
     """Writes {name: array} (float32, float64, float16, uint8, uint16; names in `bf16` are uint16 bits
-    written as BF16) atomically: a temporary file, then a rename."""
-    items = [(name, arr, "BF16" if name in bf16 else "") for name, arr in tensors.items()]
+    written as BF16; `dtypes` maps names of uint8 code arrays to a code dtype such as "F8_E4M3" or "F4",
+    packed as the file format wants) atomically: a temporary file, then a rename."""
+    dtypes = dict(dtypes or {})
+    items = [(name, arr, "BF16" if name in bf16 else dtypes.get(name, "")) for name, arr in tensors.items()]
     _qmx.safetensors_write(str(path), items, {str(k): str(v) for k, v in (metadata or {}).items()})
 
 
@@ -62,3 +66,18 @@ def load_quantized(path):
         amax = float(json.loads(meta.get("qmx.tensor_amax." + n, "0")))
         out[n] = _qmx.assemble(arrays[n + ".codes"], arrays[n + ".scales"], meta["qmx.spec"], amax)
     return out
+
+
+def checkpoint_tensors(path):
+    """The quantized tensors of a checkpoint in the layouts qmx-sim knows (qmx, gpt-oss-mxfp4,
+    modelopt-nvfp4, compressed-tensors-nvfp4/-mxfp4, torchao, deepseek-fp8, fp8-scaled): a list of
+    {name, layout, parts}."""
+    return _qmx.checkpoint_scan(str(path))
+
+
+def load_checkpoint(path, names=None):
+    """{name: float32 array} of a checkpoint's quantized tensors (or those named), each decoded by its
+    producer's formula (`qmx-sim dequantize`: the same bits)."""
+    if names is None:
+        names = [t["name"] for t in checkpoint_tensors(path)]
+    return _qmx.checkpoint_decode(str(path), list(names))

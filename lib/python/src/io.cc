@@ -1,5 +1,6 @@
 // io.cc: .safetensors files (qmx/safetensors.h) for Python, which NumPy cannot read or write: the index,
-// tensors as arrays (BF16 as its uint16 bits), and writing arrays atomically.
+// tensors as arrays (BF16 as its uint16 bits, code dtypes as uint8 codes), writing arrays atomically (code
+// dtypes from uint8 codes), and quantized checkpoints (qmx/checkpoint.h) found and decoded.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
@@ -8,6 +9,7 @@
 
 #include "arrays.h"
 #include "bindings.h"
+#include "qmx/checkpoint.h"
 #include "qmx/error.h"
 #include "qmx/io.h"
 #include "qmx/safetensors.h"
@@ -28,10 +30,13 @@ pyb::dtype NumpyDtype(DType t) {
   return pyb::dtype::of<uint8_t>();
 }
 
+// `as`: "BF16" for 2-byte arrays, or a code dtype (F8_E4M3, F4, ...) for uint8 codes, one per element.
 DType DtypeOf(const pyb::array& a, const std::string& as) {
   if (!as.empty()) {
     if (as == "BF16" && a.dtype().itemsize() == 2) return DType::kBF16;
-    throw pyb::value_error("dtype override '" + as + "' applies to 2-byte arrays as BF16 only");
+    if (as != "BF16" && a.dtype().is(pyb::dtype::of<uint8_t>())) return DType::kU8;  // the writer checks the name
+    throw pyb::value_error("dtype override '" + as + "': BF16 applies to 2-byte arrays, code dtypes (F8_E4M3, F8_E5M2, "
+                           "F8_E8M0, F6_E2M3, F6_E3M2, F4, I8) to uint8 codes");
   }
   const pyb::dtype d = a.dtype();
   if (d.is(pyb::dtype::of<float>())) return DType::kF32;
@@ -46,7 +51,10 @@ DType DtypeOf(const pyb::array& a, const std::string& as) {
 
 }  // namespace
 
+void BindCheckpoint(pyb::module_& m);
+
 void BindIo(pyb::module_& m) {
+  BindCheckpoint(m);
   m.def("safetensors_index", [](const std::string& path) {
     const SafetensorsReader r(path);
     pyb::list tensors;
@@ -56,6 +64,7 @@ void BindIo(pyb::module_& m) {
       d["dtype"] = t.dtype;
       d["shape"] = pyb::tuple(pyb::cast(t.shape));
       d["readable"] = t.supported;
+      if (t.codes) d["format"] = std::string(t.format.name);
       tensors.append(d);
     }
     return pyb::make_tuple(tensors, r.index().metadata);
@@ -75,7 +84,7 @@ void BindIo(pyb::module_& m) {
   }, pyb::arg("path"), pyb::arg("names"));
   m.def("safetensors_write", [](const std::string& path, const std::vector<pyb::tuple>& items,
                                 const std::map<std::string, std::string>& metadata) {
-    std::vector<std::pair<std::string, NpyArray>> tensors;
+    std::vector<SafetensorsEntry> tensors;
     for (const pyb::tuple& it : items) {
       const std::string name = it[0].cast<std::string>();
       const pyb::array a = it[1].cast<pyb::array>();
@@ -86,11 +95,50 @@ void BindIo(pyb::module_& m) {
       for (pyb::ssize_t i = 0; i < a.ndim(); ++i) n.shape.push_back(static_cast<size_t>(a.shape(i)));
       const auto* p = static_cast<const uint8_t*>(a.data());
       n.data.assign(p, p + a.nbytes());
-      tensors.emplace_back(name, std::move(n));
+      tensors.push_back({name, std::move(n), as == "BF16" ? "" : as});
     }
     pyb::gil_scoped_release nogil;
-    WriteSafetensors(path, tensors, metadata);
+    WriteSafetensorsTyped(path, tensors, metadata);
   }, pyb::arg("path"), pyb::arg("items"), pyb::arg("metadata"));
+}
+
+// Quantized checkpoints (qmx/checkpoint.h): the tensors found, and each decoded to FP32 by its layout.
+void BindCheckpoint(pyb::module_& m) {
+  m.def("checkpoint_scan", [](const std::string& path) {
+    const SafetensorsReader r(path);
+    pyb::list out;
+    for (const CheckpointTensorInfo& i : ScanCheckpoint(r)) {
+      pyb::dict d;
+      d["name"] = i.name;
+      d["layout"] = CheckpointLayoutName(i.layout);
+      d["parts"] = i.parts;
+      out.append(d);
+    }
+    return out;
+  }, pyb::arg("path"));
+  m.def("checkpoint_decode", [](const std::string& path, const std::vector<std::string>& names) {
+    const SafetensorsReader r(path);
+    const std::vector<CheckpointTensorInfo> found = ScanCheckpoint(r);
+    pyb::dict out;
+    for (const std::string& name : names) {
+      const CheckpointTensorInfo* info = nullptr;
+      for (const auto& f : found)
+        if (f.name == name) info = &f;
+      if (info == nullptr) throw pyb::key_error("'" + path + "' has no quantized tensor '" + name + "'");
+      std::vector<float> v;
+      std::vector<size_t> shape;
+      {
+        pyb::gil_scoped_release nogil;
+        const CheckpointTensor t = LoadCheckpointTensor(r, *info);
+        v = DecodeCheckpointTensor(t);
+        shape = t.q.shape;
+      }
+      pyb::array_t<float> a(std::vector<pyb::ssize_t>(shape.begin(), shape.end()));
+      if (!v.empty()) std::memcpy(a.mutable_data(), v.data(), v.size() * 4);
+      out[pyb::str(name)] = a;
+    }
+    return out;
+  }, pyb::arg("path"), pyb::arg("names"));
 }
 
 }  // namespace qmx::py

@@ -12,7 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "qmx/convert.h"
 #include "qmx/error.h"
+#include "qmx/quantize.h"
 
 namespace qmx {
 namespace {
@@ -22,18 +24,33 @@ constexpr uint64_t kMaxHeader = 100'000'000;
 
 struct DtypeInfo {
   const char* name;
-  int bits;       // bits per element
-  bool supported; // readable as a qmx::DType
-  DType dtype;
+  int bits;             // bits per element
+  bool supported;       // readable (a value or a code dtype)
+  DType dtype;          // what Read returns
+  const Format* codes;  // code dtypes: the element format; nullptr for value dtypes
 };
 constexpr DtypeInfo kDtypes[] = {
-    {"F32", 32, true, DType::kF32},    {"F64", 64, true, DType::kF64},     {"F16", 16, true, DType::kF16},
-    {"BF16", 16, true, DType::kBF16},  {"U8", 8, true, DType::kU8},        {"U16", 16, true, DType::kU16},
-    {"BOOL", 8, false, DType::kU8},    {"I8", 8, false, DType::kU8},       {"I16", 16, false, DType::kU8},
-    {"I32", 32, false, DType::kU8},    {"U32", 32, false, DType::kU8},     {"I64", 64, false, DType::kU8},
-    {"U64", 64, false, DType::kU8},    {"F8_E4M3", 8, false, DType::kU8},  {"F8_E5M2", 8, false, DType::kU8},
-    {"F8_E8M0", 8, false, DType::kU8}, {"F6_E2M3", 6, false, DType::kU8},  {"F6_E3M2", 6, false, DType::kU8},
-    {"F4", 4, false, DType::kU8},
+    {"F32", 32, true, DType::kF32, nullptr},
+    {"F64", 64, true, DType::kF64, nullptr},
+    {"F16", 16, true, DType::kF16, nullptr},
+    {"BF16", 16, true, DType::kBF16, nullptr},
+    {"U8", 8, true, DType::kU8, nullptr},
+    {"U16", 16, true, DType::kU16, nullptr},
+    {"F8_E4M3", 8, true, DType::kU8, &fmt::kE4M3},
+    {"F8_E5M2", 8, true, DType::kU8, &fmt::kE5M2},
+    {"F8_E8M0", 8, true, DType::kU8, &fmt::kUE8M0},
+    {"F6_E2M3", 6, true, DType::kU8, &fmt::kE2M3},
+    {"F6_E3M2", 6, true, DType::kU8, &fmt::kE3M2},
+    {"F4", 4, true, DType::kU8, &fmt::kE2M1},
+    {"I8", 8, true, DType::kU8, &fmt::kInt8},
+    {"BOOL", 8, false, DType::kU8, nullptr},
+    {"I16", 16, false, DType::kU8, nullptr},
+    {"I32", 32, false, DType::kU8, nullptr},
+    {"U32", 32, false, DType::kU8, nullptr},
+    {"I64", 64, false, DType::kU8, nullptr},
+    {"U64", 64, false, DType::kU8, nullptr},
+    {"F8_E4M3FNUZ", 8, false, DType::kU8, nullptr},
+    {"F8_E5M2FNUZ", 8, false, DType::kU8, nullptr},
 };
 
 const DtypeInfo* FindDtype(const std::string& s) {
@@ -87,8 +104,20 @@ const SafetensorsTensor* SafetensorsIndex::Find(const std::string& name) const {
 
 const char* SafetensorsDtypeName(DType dtype) {
   for (const auto& d : kDtypes)
-    if (d.supported && d.dtype == dtype) return d.name;
+    if (d.supported && d.codes == nullptr && d.dtype == dtype) return d.name;
   return "?";
+}
+
+const char* SafetensorsCodeDtype(const Format& f) {
+  for (const auto& d : kDtypes)
+    if (d.codes != nullptr && *d.codes == f) return d.name;
+  return nullptr;
+}
+
+size_t SafetensorsTensor::count() const {
+  size_t n = 1;
+  for (size_t d : shape) n *= d;
+  return n;
 }
 
 SafetensorsIndex ParseSafetensorsHeader(const uint8_t* header, size_t header_size, uint64_t file_size,
@@ -126,6 +155,9 @@ SafetensorsIndex ParseSafetensorsHeader(const uint8_t* header, size_t header_siz
     if (info == nullptr) Fail(name, where + " has unknown dtype '" + Shown(t.dtype) + "'");
     t.supported = info->supported;
     t.qmx_dtype = info->dtype;
+    t.codes = info->codes != nullptr;
+    if (t.codes) t.format = *info->codes;
+    t.bits = info->bits;
     auto sh = v.find("shape");
     if (sh == v.end() || !sh->is_array()) Fail(name, where + " has no shape array");
     for (const auto& d : *sh) {
@@ -200,44 +232,108 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   index_ = ParseSafetensorsHeader(header.data(), header.size(), file_size, path);
 }
 
-NpyArray SafetensorsReader::Read(const std::string& name) const {
+const SafetensorsTensor& SafetensorsReader::Get(const std::string& name) const {
   const SafetensorsTensor* t = index_.Find(name);
-  if (t == nullptr) {
-    std::string known;
-    for (size_t i = 0; i < index_.tensors.size() && i < 5; ++i) known += (i ? ", " : "") + index_.tensors[i].name;
-    if (index_.tensors.size() > 5) known += ", ... (" + std::to_string(index_.tensors.size()) + " tensors)";
-    Fail(path_, "no tensor named '" + name + "'" + (known.empty() ? " (the file holds none)" : "; it holds " + known));
-  }
+  if (t != nullptr) return *t;
+  std::string known;
+  for (size_t i = 0; i < index_.tensors.size() && i < 5; ++i) known += (i ? ", " : "") + index_.tensors[i].name;
+  if (index_.tensors.size() > 5) known += ", ... (" + std::to_string(index_.tensors.size()) + " tensors)";
+  Fail(path_, "no tensor named '" + name + "'" + (known.empty() ? " (the file holds none)" : "; it holds " + known));
+}
+
+NpyArray SafetensorsReader::Read(const std::string& name) const {
+  const SafetensorsTensor* t = &Get(name);
   if (!t->supported)
-    Fail(path_, "tensor '" + name + "' has dtype " + t->dtype + "; qmx-sim reads F32, F64, F16, BF16, U8 and U16");
-  NpyArray a;
-  a.dtype = t->qmx_dtype;
-  a.shape = t->shape;
-  CheckMemoryCeiling(t->end - t->begin, "tensor '" + name + "' of '" + path_ + "'");
-  a.data.resize(static_cast<size_t>(t->end - t->begin));
+    Fail(path_, "tensor '" + name + "' has dtype " + t->dtype +
+                    "; qmx-sim reads F32, F64, F16, BF16, U8, U16, I8 and the F8_E4M3, F8_E5M2, F8_E8M0, F6_E2M3, "
+                    "F6_E3M2 and F4 codes");
+  const uint64_t stored = t->end - t->begin;
+  // Sub-byte codes are unpacked to one byte each: the array is count() bytes.
+  CheckMemoryCeiling(t->bits < 8 ? stored + t->count() : stored, "tensor '" + name + "' of '" + path_ + "'");
+  std::vector<uint8_t> bytes(static_cast<size_t>(stored));
   std::FILE* f = std::fopen(path_.c_str(), "rb");
   if (f == nullptr) throw IoError("cannot open '" + path_ + "': " + ErrnoText(errno));
   const bool ok = ::fseeko(f, static_cast<off_t>(index_.data_start + t->begin), SEEK_SET) == 0 &&
-                  (a.data.empty() || std::fread(a.data.data(), 1, a.data.size(), f) == a.data.size());
+                  (bytes.empty() || std::fread(bytes.data(), 1, bytes.size(), f) == bytes.size());
   std::fclose(f);
   if (!ok) Fail(path_, "could not read the bytes of tensor '" + name + "' (file changed or truncated?)");
+  NpyArray a;
+  a.dtype = t->qmx_dtype;
+  a.shape = t->shape;
+  a.data = t->bits < 8 ? UnpackCodes(bytes.data(), bytes.size(), t->count(), t->bits) : std::move(bytes);
   return a;
 }
 
-std::vector<uint8_t> SerializeSafetensors(const std::vector<std::pair<std::string, NpyArray>>& tensors,
-                                          const std::map<std::string, std::string>& metadata) {
+NpyArray SafetensorsReader::ReadValues(const std::string& name) const {
+  const SafetensorsTensor& t = Get(name);
+  if (!t.codes) {
+    if (t.qmx_dtype == DType::kF32 || t.qmx_dtype == DType::kF16 || t.qmx_dtype == DType::kBF16) return Read(name);
+    Fail(path_, "tensor '" + name + "' has dtype " + t.dtype + "; values are read from F32, F16, BF16 and the code dtypes");
+  }
+  CheckMemoryCeiling(uint64_t{5} * t.count(), "tensor '" + name + "' of '" + path_ + "' decoded to FP32");
+  const NpyArray c = Read(name);
+  NpyArray v;
+  v.dtype = DType::kF32;
+  v.shape = c.shape;
+  v.data.resize(c.data.size() * 4);
+  float* out = reinterpret_cast<float*>(v.data.data());
+  if (t.format == fmt::kInt8) {
+    for (size_t i = 0; i < c.data.size(); ++i) out[i] = static_cast<float>(static_cast<int8_t>(c.data[i]));
+  } else {
+    DecodeToF32(c.data.data(), c.data.size(), t.format, out);
+  }
+  return v;
+}
+
+namespace {
+
+// A tensor to serialize, by reference (the pair and entry overloads share one writer without copying).
+struct EntryRef {
+  const std::string& name;
+  const NpyArray& array;
+  const std::string& dtype;
+};
+
+std::vector<uint8_t> Serialize(const std::vector<EntryRef>& tensors, const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::set<std::string> seen;
+  std::vector<std::vector<uint8_t>> packed(tensors.size());  // sub-byte code tensors, packed
   uint64_t pos = 0;
-  for (const auto& [name, a] : tensors) {
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const std::string& name = tensors[k].name;
+    const NpyArray& a = tensors[k].array;
+    const std::string& dtype_name = tensors[k].dtype;
     if (name == "__metadata__" || !seen.insert(name).second)
       throw IoError("safetensors: tensor name '" + name + "' is reserved or repeated");
-    const size_t bytes = a.count() * DTypeSize(a.dtype);
+    const size_t count = a.count();
+    const std::string dtype = dtype_name.empty() ? SafetensorsDtypeName(a.dtype) : dtype_name;
+    const DtypeInfo* info = FindDtype(dtype);
+    if (info == nullptr || !info->supported)
+      throw IoError("safetensors: tensor '" + name + "': dtype '" + dtype + "' is not written");
+    size_t bytes = count * DTypeSize(a.dtype);
     if (a.data.size() != bytes)
       throw IoError("safetensors: tensor '" + name + "' holds " + std::to_string(a.data.size()) + " bytes, its shape needs " +
                     std::to_string(bytes));
-    header[name] = {{"dtype", SafetensorsDtypeName(a.dtype)}, {"shape", a.shape}, {"data_offsets", {pos, pos + bytes}}};
+    if (info->codes != nullptr) {
+      if (a.dtype != DType::kU8) throw IoError("safetensors: tensor '" + name + "': " + dtype + " is written from U8 codes");
+      const uint8_t limit = info->bits == 8 ? 0 : static_cast<uint8_t>(1u << info->bits);
+      for (size_t i = 0; limit != 0 && i < count; ++i)
+        if (a.data[i] >= limit) {
+          char hex[8];
+          std::snprintf(hex, sizeof hex, "0x%02x", a.data[i]);
+          throw IoError("safetensors: tensor '" + name + "': code " + hex + " at element " + std::to_string(i) +
+                        " does not fit " + dtype + "'s " + std::to_string(info->bits) + " bits");
+        }
+      if (info->bits < 8) {
+        if (count * static_cast<size_t>(info->bits) % 8 != 0)
+          throw IoError("safetensors: tensor '" + name + "': " + std::to_string(count) + " " + dtype + " elements are not whole bytes (" +
+                        (info->bits == 4 ? "F4 needs an even count" : "F6 needs a multiple of 4") + ")");
+        packed[k] = PackCodes(a.data.data(), count, info->bits);
+        bytes = packed[k].size();
+      }
+    }
+    header[name] = {{"dtype", dtype}, {"shape", a.shape}, {"data_offsets", {pos, pos + bytes}}};
     pos += bytes;
   }
   std::string text = header.dump();
@@ -246,11 +342,36 @@ std::vector<uint8_t> SerializeSafetensors(const std::vector<std::pair<std::strin
   for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
   std::memcpy(out.data() + 8, text.data(), text.size());
   size_t at = 8 + text.size();
-  for (const auto& [name, a] : tensors) {
-    if (!a.data.empty()) std::memcpy(out.data() + at, a.data.data(), a.data.size());
-    at += a.data.size();
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const std::vector<uint8_t>& src = packed[k].empty() ? tensors[k].array.data : packed[k];
+    if (!src.empty()) std::memcpy(out.data() + at, src.data(), src.size());
+    at += src.size();
   }
   return out;
+}
+
+const std::string kNoDtype;
+
+}  // namespace
+
+std::vector<uint8_t> SerializeSafetensorsTyped(const std::vector<SafetensorsEntry>& tensors,
+                                          const std::map<std::string, std::string>& metadata) {
+  std::vector<EntryRef> refs;
+  for (const auto& t : tensors) refs.push_back({t.name, t.array, t.dtype});
+  return Serialize(refs, metadata);
+}
+
+std::vector<uint8_t> SerializeSafetensors(const std::vector<std::pair<std::string, NpyArray>>& tensors,
+                                          const std::map<std::string, std::string>& metadata) {
+  std::vector<EntryRef> refs;
+  for (const auto& [name, a] : tensors) refs.push_back({name, a, kNoDtype});
+  return Serialize(refs, metadata);
+}
+
+void WriteSafetensorsTyped(const std::string& path, const std::vector<SafetensorsEntry>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  const std::vector<uint8_t> bytes = SerializeSafetensorsTyped(tensors, metadata);
+  WriteBytesAtomic(path, bytes.data(), bytes.size());
 }
 
 void WriteSafetensors(const std::string& path, const std::vector<std::pair<std::string, NpyArray>>& tensors,

@@ -1,0 +1,111 @@
+// qmx/checkpoint.h: the quantized tensors of real checkpoints, found by the layouts their producers
+// publish (lib/README.md "Checkpoints" cites each), decoded by each layout's own formula, and audited:
+// which scale rule or library profile reproduces the stored codes and scales bit for bit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qmx/quantize.h"
+#include "qmx/safetensors.h"
+
+namespace qmx {
+
+// The layouts (the file's tensor names for a logical tensor P + "weight", or X):
+//   qmx                       X.codes, X.scales, metadata qmx.spec (what `qmx-sim quantize` writes)
+//   gpt-oss-mxfp4             X.blocks / X_blocks U8 [..., G, 16] (two E2M1 per byte, element 2i low),
+//                             X.scales / X_scales U8 [..., G] (UE8M0): MXFP4 1x32 over [..., 32 G]
+//   modelopt-nvfp4            P.weight U8 [O, I/2] (or F4 [O, I]), P.weight_scale F8_E4M3 [O, I/16],
+//                             P.weight_scale_2 F32 (a multiplier), P.input_scale
+//   compressed-tensors-nvfp4  P.weight_packed U8 [O, I/2], P.weight_scale F8_E4M3 [O, I/16],
+//                             P.weight_global_scale F32 [1] (a divisor: 2688 / amax), P.input_global_scale
+//   compressed-tensors-mxfp4  P.weight_packed U8 [O, I/2], P.weight_scale U8 (UE8M0) [O, I/32]
+//   torchao                   M._weight_qdata (U8 packed FP4, or F8_E4M3 / F8_E5M2), M._weight_scale
+//                             (F8_E8M0: MX 1x32; F8_E4M3: NVFP4 1x16; linear or cuBLAS-swizzled),
+//                             M._weight_per_tensor_scale F32 (NVFP4, a multiplier); logical name M.weight
+//   deepseek-fp8              P.weight F8_E4M3 [O, I], P.weight_scale_inv F32 [ceil(O/128), ceil(I/128)]
+//                             (a multiplier, despite the name)
+//   fp8-scaled                P.weight F8_E4M3 / F8_E5M2, P.weight_scale F32 per tensor ([], [1]) or per
+//                             row ([O], [O, 1]) (compressed-tensors and ModelOpt FP8)
+enum class CheckpointLayout {
+  kQmx,
+  kGptOssMxfp4,
+  kModelOptNvfp4,
+  kCompressedTensorsNvfp4,
+  kCompressedTensorsMxfp4,
+  kTorchao,
+  kDeepSeekFp8,
+  kFp8Scaled,
+};
+const char* CheckpointLayoutName(CheckpointLayout layout);
+
+// A quantized tensor found in a file, before its bytes are read.
+struct CheckpointTensorInfo {
+  std::string name;                // logical name ("model.layers.0.mlp.down_proj.weight")
+  CheckpointLayout layout;
+  std::vector<std::string> parts;  // the file's tensors it is made of (codes, scales, globals)
+};
+
+// Finds every quantized tensor by its layout's names. Tensors of a matching name whose dtype or shape
+// do not fit the layout throw IoError naming them (a checkpoint half in a layout is not guessed at).
+std::vector<CheckpointTensorInfo> ScanCheckpoint(const SafetensorsReader& reader);
+
+// A quantized tensor read: its codes (unpacked, the logical shape), scales in the QuantizedTensor order
+// (row-major block grid; swizzled scales are unswizzled) and the spec the layout implies (element format,
+// block, scale format; the rule the producer used is what `audit` finds out).
+struct CheckpointTensor {
+  CheckpointTensorInfo info;
+  QuantizedTensor q;
+  // NVFP4's second-level scale as stored: ModelOpt's weight_scale_2 and torchao's per_tensor_scale
+  // multiply the E4M3 scale, compressed-tensors' weight_global_scale divides it; 1 when absent.
+  float global = 1;
+  bool global_divides = false;
+};
+CheckpointTensor LoadCheckpointTensor(const SafetensorsReader& reader, const CheckpointTensorInfo& info);
+
+// The tensor's FP32 values by its producer's formula, each element rounded once to FP32:
+//   UE8M0 scales: decode(code) * 2^(s - 127) (s = 0xFF gives NaN, the OCP reading);
+//   NVFP4 (modelopt, torchao): fl32(decode(code) * fl32(fp32(s8) * global));
+//   NVFP4 (compressed-tensors): fl32(decode(code) * fl32(fp32(s8) / global));
+//   FP32 scales: fl32(decode(code) * s); qmx: Dequantize. Frameworks that return BF16 round this result.
+std::vector<float> DecodeCheckpointTensor(const CheckpointTensor& t);
+
+// The audit of one quantized tensor: every scale rule and library profile that applies to its scheme,
+// re-quantizing the source (the given high-precision tensor, or the decoded values) and comparing codes
+// and scales with the stored ones bit for bit.
+struct AuditCandidate {
+  std::string name;      // "rule=ocp-floor", "profile=torchao-rceil", "rule=nvfp4", ...
+  std::string spec;      // DescribeSpec of what was run
+  bool reproduces = false;
+  uint64_t code_mismatches = 0, scale_mismatches = 0;
+  // The first difference: element or scale index (row-major), stored and re-quantized bytes.
+  bool has_first = false;
+  std::string first_what;  // "code" or "scale"
+  uint64_t first_index = 0;
+  uint32_t first_stored = 0, first_requantized = 0;
+};
+struct AuditStats {
+  uint64_t elements = 0, zero_codes = 0, max_codes = 0, nan_codes = 0;  // max: +-max finite magnitude
+  uint64_t blocks = 0, nan_scales = 0;
+  double min_scale = 0, max_scale = 0;          // decoded block scales (finite ones)
+  double decoded_amax = 0;                      // max |decoded| over finite values
+  // With a source: its amax, the elements that saturated (|x| above the block's max) and the nonzero
+  // finite inputs stored as zero codes.
+  bool has_source = false;
+  double source_amax = 0;
+  uint64_t saturated = 0, flushed_to_zero = 0;
+};
+struct AuditResult {
+  CheckpointTensorInfo info;
+  std::string scheme;   // "mxfp4", "nvfp4", "fp8-block128x128", ...
+  std::string source;   // "decoded" or the source tensor's name
+  AuditStats stats;
+  std::vector<AuditCandidate> candidates;
+};
+// `source` (F32 / BF16 / F16, the checkpoint's shape, or its last two dimensions swapped) or nullptr to
+// audit against the decoded values. Throws qmx::Error when the source's shape does not fit.
+AuditResult AuditCheckpointTensor(const CheckpointTensor& t, const NpyArray* source, const std::string& source_name);
+
+}  // namespace qmx

@@ -1,0 +1,358 @@
+// test_checkpoint.cc: synthetic checkpoints in each published layout (qmx/checkpoint.h) found, read and
+// decoded against each producer's formula written out here independently (E2M1 and E4M3 by their OCP
+// tables, products in FP32 as the producers' PyTorch code computes them), swizzled scales built by
+// torchao's to_blocked reshapes, and the audit naming the rule that made a tensor (and none after a
+// stored scale is changed).
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "qmx/checkpoint.h"
+#include "qmx/error.h"
+#include "qmx/quantize.h"
+#include "qmx/safetensors.h"
+
+using namespace qmx;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// OCP E2M1 by value (gpt-oss's FP4_VALUES table).
+const float kE2M1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+
+// OCP E4M3 by its fields: bias 7, subnormals 2^-6 * m/8, S.1111.111 NaN.
+float E4m3(uint8_t c) {
+  const int e = (c >> 3) & 0xF, m = c & 7;
+  const float sign = (c & 0x80) ? -1.0f : 1.0f;
+  if (e == 15 && m == 7) return NAN;
+  return sign * (e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(1.0f + m / 8.0f, e - 7));
+}
+
+bool SameBits(float a, float b) {
+  uint32_t x, y;
+  std::memcpy(&x, &a, 4);
+  std::memcpy(&y, &b, 4);
+  return x == y || (std::isnan(a) && std::isnan(b));
+}
+
+NpyArray U8(std::vector<size_t> shape, std::vector<uint8_t> v) {
+  NpyArray a;
+  a.dtype = DType::kU8;
+  a.shape = std::move(shape);
+  a.data = std::move(v);
+  return a;
+}
+NpyArray F32(std::vector<size_t> shape, const std::vector<float>& v) {
+  NpyArray a;
+  a.dtype = DType::kF32;
+  a.shape = std::move(shape);
+  a.data.resize(v.size() * 4);
+  std::memcpy(a.data.data(), v.data(), a.data.size());
+  return a;
+}
+
+std::vector<uint8_t> Random(size_t n, uint32_t seed, int lo, int hi) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(lo, hi);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(d(rng));
+  return v;
+}
+
+// Two E2M1 codes per byte, element 2i in the low nibble (written out, not PackCodes).
+std::vector<uint8_t> Nibbles(const std::vector<uint8_t>& codes) {
+  std::vector<uint8_t> out(codes.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(codes[2 * i] | (codes[2 * i + 1] << 4));
+  return out;
+}
+
+std::string Write(const std::vector<SafetensorsEntry>& entries, const std::map<std::string, std::string>& meta = {}) {
+  static int n = 0;
+  const std::string path = "/tmp/qmx_ckpt_" + std::to_string(::getpid()) + "_" + std::to_string(n++) + ".safetensors";
+  WriteSafetensorsTyped(path, entries, meta);
+  return path;
+}
+
+struct Loaded {
+  std::vector<CheckpointTensorInfo> found;
+  CheckpointTensor t;
+  std::vector<float> values;
+};
+Loaded LoadOnly(const std::string& path) {
+  const SafetensorsReader r(path);
+  Loaded l;
+  l.found = ScanCheckpoint(r);
+  REQUIRE(l.found.size() == 1);
+  l.t = LoadCheckpointTensor(r, l.found[0]);
+  l.values = DecodeCheckpointTensor(l.t);
+  return l;
+}
+
+void CheckValues(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!SameBits(got[i], want[i]) && bad++ < 5) FAIL_CHECK("element " << i << ": got " << got[i] << ", want " << want[i]);
+  CHECK(bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: gpt-oss MXFP4 blocks and scales, both namings", "[checkpoint]") {
+  // [E=2, rows=3, G=2, 16] blocks, [2, 3, 2] scales; one scale 0xFF (NaN by OCP; gpt-oss's ldexp gives Inf).
+  const size_t E = 2, R = 3, G = 2;
+  const std::vector<uint8_t> codes = Random(E * R * G * 32, 1, 0, 15);
+  std::vector<uint8_t> scales = Random(E * R * G, 2, 110, 140);
+  scales[5] = 0xFF;
+  std::vector<float> want(codes.size());
+  for (size_t i = 0; i < codes.size(); ++i) {
+    const uint8_t s = scales[i / 32];
+    want[i] = s == 0xFF ? NAN : std::ldexp(kE2M1[codes[i]], s - 127);
+  }
+  for (const char* sep : {".", "_"}) {
+    const std::string x = std::string("model.layers.0.mlp.experts.down_proj");
+    const std::string path = Write({{x + sep + "blocks", U8({E, R, G, 16}, Nibbles(codes)), ""},
+                                    {x + sep + "scales", U8({E, R, G}, scales), ""},
+                                    {"model.layers.0.mlp.experts.down_proj_bias", F32({E, R}, std::vector<float>(E * R, 1)), ""}});
+    const Loaded l = LoadOnly(path);
+    CHECK(l.found[0].name == x);
+    CHECK(l.found[0].layout == CheckpointLayout::kGptOssMxfp4);
+    CHECK(l.t.q.shape == std::vector<size_t>{E, R, G * 32});
+    CheckValues(l.values, want);
+    std::remove(path.c_str());
+  }
+  // Blocks that are not [..., G, 16] beside [..., G] scales.
+  const std::string bad = Write({{"w.blocks", U8({3, 15}, std::vector<uint8_t>(45)), ""}, {"w.scales", U8({3}, {1, 2, 3}), ""}});
+  const SafetensorsReader r(bad);
+  CHECK_THROWS_WITH(LoadCheckpointTensor(r, ScanCheckpoint(r).at(0)), Contains("must be [..., G, 16]"));
+  std::remove(bad.c_str());
+}
+
+TEST_CASE("checkpoint: NVFP4 as ModelOpt (multiplier) and compressed-tensors (divisor) store it", "[checkpoint]") {
+  const size_t O = 4, I = 64;
+  const std::vector<uint8_t> codes = Random(O * I, 3, 0, 15);
+  const std::vector<uint8_t> s8 = Random(O * I / 16, 4, 0x20, 0x7e);
+  const float ws2 = 0.0123456789f, gs = 81.0f;
+  std::vector<float> want_mo(codes.size()), want_ct(codes.size());
+  for (size_t i = 0; i < codes.size(); ++i) {
+    const float s = E4m3(s8[i / 16]);
+    want_mo[i] = kE2M1[codes[i]] * (s * ws2);  // ModelOpt: nibble * (weight_scale * weight_scale_2)
+    want_ct[i] = kE2M1[codes[i]] * (s / gs);   // compressed-tensors: nibble * (weight_scale / global_scale)
+  }
+  {
+    const std::string path = Write({{"l.weight", U8({O, I / 2}, Nibbles(codes)), ""},
+                                    {"l.weight_scale", U8({O, I / 16}, s8), "F8_E4M3"},
+                                    {"l.weight_scale_2", F32({}, {ws2}), ""},
+                                    {"l.input_scale", F32({}, {0.5f}), ""}});
+    const Loaded l = LoadOnly(path);
+    CHECK(l.found[0].name == "l.weight");
+    CHECK(l.found[0].layout == CheckpointLayout::kModelOptNvfp4);
+    CHECK(l.found[0].parts.size() == 4);
+    CHECK(l.t.q.shape == std::vector<size_t>{O, I});
+    CheckValues(l.values, want_mo);
+    std::remove(path.c_str());
+  }
+  {  // the weight as native F4 with its logical shape
+    const std::string path = Write({{"l.weight", U8({O, I}, codes), "F4"},
+                                    {"l.weight_scale", U8({O, I / 16}, s8), "F8_E4M3"},
+                                    {"l.weight_scale_2", F32({}, {ws2}), ""}});
+    CheckValues(LoadOnly(path).values, want_mo);
+    std::remove(path.c_str());
+  }
+  {
+    const std::string path = Write({{"l.weight_packed", U8({O, I / 2}, Nibbles(codes)), ""},
+                                    {"l.weight_scale", U8({O, I / 16}, s8), "F8_E4M3"},
+                                    {"l.weight_global_scale", F32({1}, {gs}), ""}});
+    const Loaded l = LoadOnly(path);
+    CHECK(l.found[0].layout == CheckpointLayout::kCompressedTensorsNvfp4);
+    CheckValues(l.values, want_ct);
+    std::remove(path.c_str());
+  }
+  {  // a scale grid that does not fit the weight
+    const std::string path = Write({{"l.weight", U8({O, I / 2}, Nibbles(codes)), ""},
+                                    {"l.weight_scale", U8({O, I / 32}, std::vector<uint8_t>(O * I / 32, 0x38)), "F8_E4M3"},
+                                    {"l.weight_scale_2", F32({}, {ws2}), ""}});
+    const SafetensorsReader r(path);
+    CHECK_THROWS_WITH(LoadCheckpointTensor(r, ScanCheckpoint(r).at(0)), Contains("does not hold the 4 x 4 scales"));
+    std::remove(path.c_str());
+  }
+  {  // weight_scale_2 without its weight
+    const std::string path = Write({{"l.weight_scale_2", F32({}, {ws2}), ""}});
+    const SafetensorsReader r(path);
+    CHECK_THROWS_WITH(ScanCheckpoint(r), Contains("needs 'l.weight'"));
+    std::remove(path.c_str());
+  }
+}
+
+TEST_CASE("checkpoint: torchao NVFP4 with cuBLAS-swizzled scales, MXFP8 with linear ones", "[checkpoint]") {
+  // 130 x 64 NVFP4: a 130 x 4 scale grid, swizzled into ceil(130/128) = 2 row tiles of 128 x 4 (shape
+  // [64, 16]) by torchao's to_blocked: view(2, 128, 1, 4).permute(0, 2, 1, 3).reshape(-1, 4, 32, 4)
+  // .transpose(1, 2).reshape(-1, 32, 16), written out as index arithmetic over those axes.
+  const size_t M = 130, K = 64, C = K / 16;
+  const std::vector<uint8_t> codes = Random(M * K, 5, 0, 15);
+  const std::vector<uint8_t> s8 = Random(M * C, 6, 0x20, 0x7e);
+  std::vector<uint8_t> swizzled(2 * 128 * 4, 0);
+  for (size_t r = 0; r < M; ++r)
+    for (size_t c = 0; c < C; ++c) {
+      const size_t rb = r / 128, cb = c / 4, r128 = r % 128, c4 = c % 4;  // view + permute: block (rb, cb)
+      const size_t r1 = r128 / 32, r2 = r128 % 32;                        // reshape(-1, 4, 32, 4): [b, r1, r2, c4]
+      const size_t b = rb * 1 + cb;                                       // one column block
+      swizzled[b * 512 + r2 * 16 + r1 * 4 + c4] = s8[r * C + c];           // transpose(1, 2): [b, r2, r1, c4]
+    }
+  const float pts = 0.03125f * 1.1f;
+  std::vector<float> want(codes.size());
+  for (size_t i = 0; i < codes.size(); ++i) want[i] = kE2M1[codes[i]] * (pts * E4m3(s8[(i / K) * C + (i % K) / 16]));
+  {
+    const std::string path = Write({{"0._weight_qdata", U8({M, K / 2}, Nibbles(codes)), ""},
+                                    {"0._weight_scale", U8({64, 16}, swizzled), "F8_E4M3"},
+                                    {"0._weight_per_tensor_scale", F32({}, {pts}), ""}});
+    const Loaded l = LoadOnly(path);
+    CHECK(l.found[0].name == "0.weight");
+    CHECK(l.found[0].layout == CheckpointLayout::kTorchao);
+    CHECK(l.t.q.scales == s8);
+    CheckValues(l.values, want);
+    std::remove(path.c_str());
+  }
+  {  // MXFP8: F8_E4M3 qdata, F8_E8M0 scales [M, K / 32], linear
+    const std::vector<uint8_t> c8 = Random(M * K, 7, 0, 0xFE);
+    std::vector<uint8_t> e8 = Random(M * K / 32, 8, 100, 150);
+    std::vector<float> w8(c8.size());
+    for (size_t i = 0; i < c8.size(); ++i) w8[i] = E4m3(c8[i]) * std::ldexp(1.0f, e8[i / 32] - 127);
+    const std::string path = Write({{"lin._weight_qdata", U8({M, K}, c8), "F8_E4M3"}, {"lin._weight_scale", U8({M, K / 32}, e8), "F8_E8M0"}});
+    const Loaded l = LoadOnly(path);
+    CHECK(l.t.q.spec.elem == fmt::kE4M3);
+    CheckValues(l.values, w8);
+    std::remove(path.c_str());
+  }
+}
+
+TEST_CASE("checkpoint: DeepSeek-V3 128x128 FP8 with edge blocks, scaled FP8 per row and per tensor", "[checkpoint]") {
+  const size_t O = 130, I = 260;
+  const std::vector<uint8_t> c8 = Random(O * I, 9, 0, 0xFE);
+  std::vector<float> s(2 * 3);
+  for (size_t i = 0; i < s.size(); ++i) s[i] = 0.001f * static_cast<float>(i + 1) / 3.0f;
+  std::vector<float> want(c8.size());
+  for (size_t i = 0; i < c8.size(); ++i) want[i] = E4m3(c8[i]) * s[(i / I) / 128 * 3 + (i % I) / 128];
+  {
+    const std::string path = Write({{"m.weight", U8({O, I}, c8), "F8_E4M3"}, {"m.weight_scale_inv", F32({2, 3}, s), ""}});
+    const Loaded l = LoadOnly(path);
+    CHECK(l.found[0].layout == CheckpointLayout::kDeepSeekFp8);
+    CheckValues(l.values, want);
+    std::remove(path.c_str());
+  }
+  std::vector<float> row(O);
+  for (size_t i = 0; i < O; ++i) row[i] = 0.01f / static_cast<float>(i + 3);
+  for (size_t i = 0; i < c8.size(); ++i) want[i] = E4m3(c8[i]) * row[i / I];
+  {
+    const std::string path = Write({{"m.weight", U8({O, I}, c8), "F8_E4M3"}, {"m.weight_scale", F32({O, 1}, row), ""},
+                                    {"m.input_scale", F32({}, {1.0f}), ""}});
+    const Loaded l = LoadOnly(path);
+    CHECK(l.found[0].layout == CheckpointLayout::kFp8Scaled);
+    CHECK(l.t.q.spec.block_rows == 1);
+    CheckValues(l.values, want);
+    std::remove(path.c_str());
+  }
+  for (size_t i = 0; i < c8.size(); ++i) want[i] = E4m3(c8[i]) * 0.25f;
+  {
+    const std::string path = Write({{"m.weight", U8({O, I}, c8), "F8_E4M3"}, {"m.weight_scale", F32({}, {0.25f}), ""}});
+    CheckValues(LoadOnly(path).values, want);
+    std::remove(path.c_str());
+  }
+  {
+    const std::string path = Write({{"m.weight", U8({O, I}, c8), "F8_E4M3"}, {"m.weight_scale", F32({3}, {1, 2, 3}), ""}});
+    const SafetensorsReader r(path);
+    CHECK_THROWS_WITH(LoadCheckpointTensor(r, ScanCheckpoint(r).at(0)), Contains("neither per tensor nor per row"));
+    std::remove(path.c_str());
+  }
+}
+
+TEST_CASE("checkpoint audit: the rule that made a gpt-oss tensor reproduces it; a changed scale is found", "[checkpoint][audit]") {
+  const size_t R = 8, K = 256;
+  std::vector<float> x(R * K);
+  std::mt19937 rng(11);
+  std::student_t_distribution<float> d(3.0f);
+  for (float& v : x) v = d(rng);
+  TensorView view;
+  view.data = x.data();
+  view.rows = R;
+  view.cols = K;
+  const NpyArray source = F32({R, K}, x);
+  for (const char* rule : {"ocp-floor", "round-up"}) {
+    INFO(rule);
+    QuantSpec spec = QuantSpecByName("mxfp4");
+    spec.rule = ParseScaleRule(rule);
+    const QuantizedTensor q = Quantize(view, spec);
+    std::vector<uint8_t> scales = q.scales;
+    const std::string path = Write({{"w.blocks", U8({R, K / 32, 16}, Nibbles(q.codes)), ""}, {"w.scales", U8({R, K / 32}, scales), ""}});
+    const SafetensorsReader r(path);
+    const CheckpointTensor t = LoadCheckpointTensor(r, ScanCheckpoint(r).at(0));
+    const AuditResult a = AuditCheckpointTensor(t, &source, "src");
+    bool found = false;
+    for (const AuditCandidate& c : a.candidates) {
+      if (c.name == std::string("rule=") + rule) {
+        found = true;
+        CHECK(c.reproduces);
+      }
+    }
+    CHECK(found);
+    CHECK(a.stats.has_source);
+    CHECK(a.stats.elements == R * K);
+    std::remove(path.c_str());
+    // One stored scale one step larger: no candidate reproduces, and each names scale 13 first.
+    scales[13] += 1;
+    const std::string bad = Write({{"w.blocks", U8({R, K / 32, 16}, Nibbles(q.codes)), ""}, {"w.scales", U8({R, K / 32}, scales), ""}});
+    const SafetensorsReader rb(bad);
+    const AuditResult ab = AuditCheckpointTensor(LoadCheckpointTensor(rb, ScanCheckpoint(rb).at(0)), &source, "src");
+    for (const AuditCandidate& c : ab.candidates) {
+      INFO(c.name);
+      CHECK_FALSE(c.reproduces);
+      if (c.name == std::string("rule=") + rule) {
+        CHECK(c.scale_mismatches == 1);
+        CHECK(c.first_what == "scale");
+        CHECK(c.first_index == 13);
+        CHECK(c.first_stored == uint32_t{scales[13]});
+      }
+    }
+    std::remove(bad.c_str());
+  }
+}
+
+TEST_CASE("checkpoint audit: NVFP4 from the source under TE's order, in ModelOpt's layout", "[checkpoint][audit]") {
+  const size_t R = 16, K = 128;
+  std::vector<float> x(R * K);
+  std::mt19937 rng(12);
+  std::normal_distribution<float> d;
+  for (float& v : x) v = d(rng);
+  TensorView view;
+  view.data = x.data();
+  view.rows = R;
+  view.cols = K;
+  const QuantizedTensor q = Quantize(view, QuantSpecByName("nvfp4"));
+  const std::string path = Write({{"p.weight", U8({R, K / 2}, Nibbles(q.codes)), ""},
+                                  {"p.weight_scale", U8({R, K / 16}, q.scales), "F8_E4M3"},
+                                  {"p.weight_scale_2", F32({}, {q.tensor_decode}), ""}});
+  const SafetensorsReader r(path);
+  const NpyArray source = F32({R, K}, x);
+  const AuditResult a = AuditCheckpointTensor(LoadCheckpointTensor(r, ScanCheckpoint(r).at(0)), &source, "src");
+  CHECK(a.scheme == "nvfp4");
+  bool te = false;
+  for (const AuditCandidate& c : a.candidates)
+    if (c.name == "rule=nvfp4") te = c.reproduces;
+  CHECK(te);
+  // The source transposed (a producer that stores W^T) is matched by swapping its last two dimensions.
+  std::vector<float> xt(x.size());
+  for (size_t i = 0; i < R; ++i)
+    for (size_t j = 0; j < K; ++j) xt[j * R + i] = x[i * K + j];
+  const NpyArray source_t = F32({K, R}, xt);
+  const AuditResult at = AuditCheckpointTensor(LoadCheckpointTensor(r, ScanCheckpoint(r).at(0)), &source_t, "src^T");
+  CHECK(at.candidates.at(0).reproduces == a.candidates.at(0).reproduces);
+  const NpyArray wrong = F32({R, K / 2}, std::vector<float>(R * K / 2));
+  CHECK_THROWS_WITH(AuditCheckpointTensor(LoadCheckpointTensor(r, ScanCheckpoint(r).at(0)), &wrong, "w"), Contains("shape unlike"));
+  std::remove(path.c_str());
+}

@@ -1,0 +1,147 @@
+// test_cli_checkpoint.cc: the CLI on quantized checkpoints: `quantize` writing native safetensors dtypes
+// (and U8 on request), `dequantize` decoding every layout bit for bit as the library does, `audit` naming
+// the rule that made a tensor, `study` reading a checkpoint's quantized tensor, and the errors.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "qmx/checkpoint.h"
+#include "qmx/io.h"
+#include "qmx/quantize.h"
+#include "qmx/safetensors.h"
+#include "support/cli.h"
+
+namespace qmx {
+namespace {
+
+using Catch::Matchers::Contains;
+using namespace qmx::test;
+
+NpyArray RandomF32(std::vector<size_t> shape, uint32_t seed) {
+  NpyArray a;
+  a.dtype = DType::kF32;
+  a.shape = std::move(shape);
+  std::vector<float> v(a.count());
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  for (float& x : v) x = nd(rng);
+  a.data.resize(v.size() * 4);
+  std::memcpy(a.data.data(), v.data(), a.data.size());
+  return a;
+}
+
+std::string DtypeOf(const std::string& path, const std::string& name) { return SafetensorsReader(path).Get(name).dtype; }
+
+TEST_CASE("quantize writes native safetensors dtypes; --codes-dtype u8 and --pack keep U8", "[cli][checkpoint]") {
+  TempDir d;
+  WriteNpy(d / "x.npy", RandomF32({8, 64}, 1));
+  struct Case {
+    const char* spec;
+    const char* codes;
+    const char* scales;
+  };
+  for (const Case& c : {Case{"mxfp8", "F8_E4M3", "F8_E8M0"}, Case{"mxfp8_e5m2", "F8_E5M2", "F8_E8M0"}, Case{"mxfp4", "F4", "F8_E8M0"},
+                        Case{"mxfp6_e3m2", "F6_E3M2", "F8_E8M0"}, Case{"mxint8", "I8", "F8_E8M0"}, Case{"nvfp4", "F4", "F8_E4M3"},
+                        Case{"fp8-block1x128", "F8_E4M3", "F32"}}) {
+    INFO(c.spec);
+    const std::string out = d / (std::string(c.spec) + ".safetensors");
+    REQUIRE(Run(std::string("quantize --spec ") + c.spec + " --in " + Quote(d / "x.npy") + " --out " + Quote(out) + " --quiet").status == 0);
+    CHECK(DtypeOf(out, "x.codes") == c.codes);
+    CHECK(DtypeOf(out, "x.scales") == c.scales);
+    // dequantize reads the native file back to the values quantize wrote beside it.
+    REQUIRE(Run("dequantize --in " + Quote(out) + " --out " + Quote(d / "back.npy")).status == 0);
+    const SafetensorsReader r(out);
+    CHECK(ReadNpy(d / "back.npy").data == r.Read("x.dequant").data);
+    const std::string u8 = d / (std::string(c.spec) + "-u8.safetensors");
+    REQUIRE(Run(std::string("quantize --spec ") + c.spec + " --codes-dtype u8 --in " + Quote(d / "x.npy") + " --out " + Quote(u8) + " --quiet").status == 0);
+    CHECK(DtypeOf(u8, "x.codes") == "U8");
+    CHECK(SafetensorsReader(u8).Read("x.codes").data == r.Read("x.codes").data);
+  }
+  RunResult bad = Run("quantize --spec mxfp8 --codes-dtype f8 --in " + Quote(d / "x.npy") + " --out " + Quote(d / "y.safetensors"));
+  CHECK(bad.status == 1);
+  CHECK_THAT(bad.err, Contains("--codes-dtype is native or u8"));
+  // 6 x 7 FP6 codes are not whole bytes of F6: the message says how to write them.
+  WriteNpy(d / "odd.npy", RandomF32({6, 7}, 2));
+  bad = Run("quantize --spec mxfp6_e2m3 --in " + Quote(d / "odd.npy") + " --out " + Quote(d / "odd.safetensors"));
+  CHECK(bad.status == 1);
+  CHECK_THAT(bad.err, Contains("--codes-dtype u8"));
+  CHECK_FALSE(fs::exists(d / "odd.safetensors"));
+}
+
+TEST_CASE("dequantize decodes a gpt-oss MXFP4 checkpoint; audit names the rule that made it", "[cli][checkpoint]") {
+  TempDir d;
+  const NpyArray src = RandomF32({2, 16, 128}, 3);
+  TensorView v;
+  v.data = src.data.data();
+  v.rows = 32;
+  v.cols = 128;
+  QuantSpec spec = QuantSpecByName("mxfp4");
+  spec.rule = ScaleRule::kOcpFloor;
+  const QuantizedTensor q = Quantize(v, spec);
+  std::vector<uint8_t> blocks(q.codes.size() / 2);
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<uint8_t>(q.codes[2 * i] | (q.codes[2 * i + 1] << 4));
+  NpyArray b, s;
+  b.dtype = s.dtype = DType::kU8;
+  b.shape = {2, 16, 4, 16};
+  b.data = blocks;
+  s.shape = {2, 16, 4};
+  s.data = q.scales;
+  const std::string name = "model.layers.0.mlp.experts.down_proj";
+  WriteSafetensors(d / "ckpt.safetensors", {{name + "_blocks", b}, {name + "_scales", s}});
+  WriteSafetensors(d / "src.safetensors", {{name, src}});
+
+  RunResult r = Run("dequantize --in " + Quote(d / "ckpt.safetensors") + " --out " + Quote(d / "out/"));
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Contains("gpt-oss-mxfp4"));
+  const NpyArray got = ReadNpy(d / ("out/" + name + ".npy"));
+  CHECK(got.shape == std::vector<size_t>{2, 16, 128});
+  std::vector<float> want(q.codes.size());
+  Dequantize(q, want.data());
+  CHECK(std::memcmp(got.data.data(), want.data(), got.data.size()) == 0);
+
+  r = Run("audit " + Quote(d / "ckpt.safetensors") + " --source " + Quote(d / "src.safetensors") + " --json " + Quote(d / "a.json"));
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Contains("rule=ocp-floor"));
+  const auto j = nlohmann::json::parse(ReadText(d / "a.json"));
+  const auto& t = j["tensors"][0];
+  CHECK(t["layout"] == "gpt-oss-mxfp4");
+  CHECK(t["source"] == d / "src.safetensors:" + name);
+  bool ocp = false, ceil_differs = false;
+  for (const auto& c : t["candidates"]) {
+    if (c["name"] == "rule=ocp-floor") ocp = c["reproduces"].get<bool>();
+    if (c["name"] == "rule=ceil") ceil_differs = !c["reproduces"].get<bool>() && c.contains("first_difference");
+  }
+  CHECK(ocp);
+  CHECK(ceil_differs);
+  CHECK(t["stats"]["elements"] == 4096);
+
+  // study reads the checkpoint's quantized tensor by its logical name, decoded.
+  r = Run("study error --spec mxfp8 --input " + Quote(d / ("ckpt.safetensors:" + name)) + " --quiet --json " + Quote(d / "e.json"));
+  REQUIRE(r.status == 0);
+  CHECK(nlohmann::json::parse(ReadText(d / "e.json"))["records"][0]["rows"] == 32);
+}
+
+TEST_CASE("dequantize and audit refuse files without quantized tensors and names they do not hold", "[cli][checkpoint]") {
+  TempDir d;
+  WriteSafetensors(d / "plain.safetensors", {{"w", RandomF32({4, 4}, 4)}});
+  RunResult r = Run("dequantize --in " + Quote(d / "plain.safetensors") + " --out " + Quote(d / "o/"));
+  CHECK(r.status == 1);
+  CHECK_THAT(r.err, Contains("holds no quantized tensor in a known layout"));
+  r = Run("audit " + Quote(d / "plain.safetensors"));
+  CHECK(r.status == 1);
+  CHECK_THAT(r.err, Contains("holds no quantized tensor"));
+  WriteNpy(d / "x.npy", RandomF32({4, 32}, 5));
+  REQUIRE(Run("quantize --spec mxfp8 --in " + Quote(d / "x.npy") + " --out " + Quote(d / "q.safetensors") + " --quiet").status == 0);
+  r = Run("dequantize --in " + Quote(d / "q.safetensors") + " --tensor nope --out " + Quote(d / "n.npy"));
+  CHECK(r.status == 1);
+  CHECK_THAT(r.err, Contains("no quantized tensor 'nope'"));
+  r = Run("audit " + Quote(d / "q.safetensors") + " --json " + Quote(d / "q.safetensors"));
+  CHECK(r.status == 1);
+  CHECK_THAT(r.err, Contains("is the input file"));
+}
+
+}  // namespace
+}  // namespace qmx

@@ -10,6 +10,8 @@
 
 #include "commands.h"
 #include "common/tensor_inputs.h"
+#include "qmx/cast_profiles.h"
+#include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/io.h"
 #include "qmx/rng.h"
@@ -29,7 +31,7 @@ struct ConvertArgs {
   std::string negative = "invalid";
   int sr_bits = 8;
   uint64_t seed = 0;
-  std::string in, out;
+  std::string in, out, profile;
   bool decode = false;
   std::vector<std::string> values;
 };
@@ -175,6 +177,63 @@ void ConvertFile(const ConvertArgs& a, const Format& dst, const CastOptions& opt
               static_cast<unsigned long long>(c.underflow), static_cast<unsigned long long>(c.invalid));
 }
 
+// --profile: another library's cast (qmx/cast_profiles.h) of FP32 inputs. Values are read as FP64 and
+// rounded to FP32 first (the libraries' casts take float), 0x patterns as FP32 bits.
+void ConvertWithCastProfile(const ConvertArgs& a, const CastProfile& p) {
+  if (!a.from.empty() && a.from != "fp32" && a.from != "f32" && a.in.empty())
+    throw Error("--profile casts FP32 values: 0x patterns are FP32 bits, --from applies to files only");
+  if (a.in.empty()) {
+    std::printf("%-24s %-12s %-8s %-22s\n", "input", "fp32 bits", p.format().name, "value");
+    for (const std::string& tok : a.values) {
+      float x;
+      if (tok.size() > 2 && tok[0] == '0' && (tok[1] == 'x' || tok[1] == 'X') && tok.find('.') == std::string::npos &&
+          tok.find('p') == std::string::npos) {
+        char* end = nullptr;
+        errno = 0;
+        const unsigned long long b = std::strtoull(tok.c_str(), &end, 16);
+        if (*end != '\0' || errno != 0 || b > 0xFFFFFFFFull) throw Error("'" + tok + "' is not a 32-bit hex pattern of fp32");
+        const uint32_t b32 = static_cast<uint32_t>(b);
+        std::memcpy(&x, &b32, 4);
+      } else {
+        char* end = nullptr;
+        const double v = std::strtod(tok.c_str(), &end);
+        if (end == tok.c_str() || *end != '\0') throw Error("'" + tok + "' is not a number");
+        x = static_cast<float>(v);
+      }
+      uint32_t xb;
+      std::memcpy(&xb, &x, 4);
+      const uint8_t code = p(x);
+      std::printf("%-24s 0x%08X   0x%02X     %-22.17g\n", tok.c_str(), xb, code, DecodeToDouble(p.format(), code));
+    }
+    return;
+  }
+  if (a.out.empty()) throw Error("--in needs --out (the file to write)");
+  RefuseToOverwriteInput(a.out, {a.in});
+  const NpyArray in = ReadNpy(a.in);
+  if (in.dtype != DType::kF32 && in.dtype != DType::kF16 && in.dtype != DType::kBF16)
+    throw Error(a.in + ": --profile casts f32 (or f16 / bf16, exact in f32) inputs, not " + DTypeName(in.dtype));
+  const size_t n = in.count();
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = SourceValueF32(in.dtype, in.data.data(), i);
+  std::vector<uint8_t> codes(n);
+  CastWithProfile(p, x.data(), n, codes.data());
+  NpyArray out;
+  out.shape = in.shape;
+  out.dtype = a.decode ? DType::kF32 : DType::kU8;
+  if (a.decode) {
+    out.data.resize(n * 4);
+    for (size_t i = 0; i < n; ++i) {
+      const float v = DecodeToFloat(p.format(), codes[i]);
+      std::memcpy(out.data.data() + 4 * i, &v, 4);
+    }
+  } else {
+    out.data = std::move(codes);
+  }
+  WriteNpy(a.out, out);
+  std::printf("%s -> %s: %zu elements -> %s under profile %s\n", a.in.c_str(), a.out.c_str(), n, p.format().name,
+              p.name().c_str());
+}
+
 }  // namespace
 
 void AddConvertCommand(CLI::App& app) {
@@ -197,9 +256,22 @@ void AddConvertCommand(CLI::App& app) {
   cmd->add_option("--in", a.in, "Input .npy (<f4, <f8, <f2, bf16 as |V2, or <u2 with --from)");
   cmd->add_option("--out", a.out, "Output .npy: codes (|u1 for 8 bits or fewer), or f32 with --decode");
   cmd->add_flag("--decode", a.decode, "Write the decoded FP32 value of each result instead of its code");
+  std::string profiles;
+  for (const auto& n : CastProfileNames()) profiles += (profiles.empty() ? "" : ", ") + n;
+  cmd->add_option("--profile", a.profile,
+                  "Cast FP32 as another library does, bit for bit (" + profiles + "); excludes the cast options");
   cmd->add_option("values", a.values, "Values to convert: decimal numbers, nan, inf, or 0x bit patterns of --from");
-  cmd->callback([] {
+  cmd->callback([cmd] {
     const Format dst = ParseFormat(a.to);
+    if (!a.profile.empty()) {
+      for (const char* o : {"--round", "--sat", "--nan-sign", "--nan-fallback", "--subnormals", "--negative", "--sr-bits", "--seed"})
+        if (cmd->count(o) > 0) throw Error(std::string("--profile sets the whole cast; drop ") + o);
+      if (!a.in.empty() && !a.values.empty()) throw Error("give either --in FILE or values, not both");
+      if (a.in.empty() && a.values.empty()) throw Error("nothing to convert: give --in FILE --out FILE, or values");
+      if (a.in.empty() && (!a.out.empty() || a.decode)) throw Error("--out and --decode need --in FILE");
+      ConvertWithCastProfile(a, CastProfile(a.profile, dst));
+      return;
+    }
     const CastOptions opt = BuildOptions(a, dst);
     if (!a.in.empty() && !a.values.empty()) throw Error("give either --in FILE or values, not both");
     if (a.in.empty() && a.values.empty()) throw Error("nothing to convert: give --in FILE --out FILE, or values");

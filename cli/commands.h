@@ -14,4 +14,5 @@ void AddGoldenCommand(CLI::App& app);
 void AddXvalCommand(CLI::App& app);
 void AddRecipeCommand(CLI::App& app);
 void AddAuditCommand(CLI::App& app);
+void AddDiffCommand(CLI::App& app);
 }  // namespace qmx::cli

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   qmx::cli::AddStudyCommand(app);
   qmx::cli::AddRecipeCommand(app);
   qmx::cli::AddAuditCommand(app);
+  qmx::cli::AddDiffCommand(app);
   qmx::cli::AddGoldenCommand(app);
   qmx::cli::AddXvalCommand(app);
   RefuseNegativeUnsigned(&app);

@@ -392,7 +392,7 @@ void QuantizeMx(const float* x, size_t n, const MxSpec& spec, uint8_t* codes, ui
 
 void QuantizeNvfp4(const float* x, size_t n, size_t block, float tensor_amax, ScaleRule rule, uint8_t* codes,
                    uint8_t* block_scales, float* tensor_decode) {
-  if (rule != ScaleRule::kNvfp4 && rule != ScaleRule::kNvfp4Div) throw Error("NVFP4 takes the nvfp4 or nvfp4-div rule");
+  if (rule != ScaleRule::kNvfp4 && rule != ScaleRule::kNvfp4Div) throw Error("the CUDA NVFP4 quantizer takes the nvfp4 or nvfp4-div rule (nvfp4-torchao runs on the CPU)");
   if (block < 1 || block > 4096) throw Error("NVFP4 block must be 1..4096");
   CastOptions rne{};
   DevNvfp4 p{};

@@ -30,6 +30,7 @@ enum class ScaleRule : uint8_t {
   // NVFP4: E4M3 block scales under an FP32 tensor scale, Transformer Engine's order of operations.
   kNvfp4,     // "nvfp4": Transformer Engine's kernel order (below)
   kNvfp4Div,  // "nvfp4-div": the divide-first order of TE's older reference (below)
+  kNvfp4Torchao,  // "nvfp4-torchao": torchao's nvfp4_quantize (below)
 };
 
 enum class ScaleFormat : uint8_t { kUe8m0, kE4m3, kFp32 };
@@ -99,13 +100,22 @@ Fp32Scale Fp32ScaleFromAmax(float amax, float destmax, bool pow2, int margin = 0
 // nvfp4-div (TE's older Python reference and its C++ 2D test):
 //   s8 = e4m3_rne_satfinite(fl32(fl32(block_amax / 6) * S_enc));
 //   element multiplier = s8 == 0 ? 0 : min(fl32(S_enc / decode(s8)), FLT_MAX).
+// nvfp4-torchao (torchao/prototype/mx_formats/nvfp4_tensor.py nvfp4_quantize with a per-tensor scale, 0.17+):
+//   tensor scale s_g = fl32(tensor_amax / 2688) (torchao's per_tensor_scale, a decode factor; 1 where the
+//   amax is 0 or not finite, where torchao itself gives NaN scales);
+//   s8 = e4m3_rne(clamp(fl32(fl32(block_amax / 6) / s_g), 2^-6, 448)) (never subnormal or zero);
+//   element multiplier = fl32(fl32(1 / s_g) / decode(s8)); dequantization fl32(code * fl32(s_g * decode(s8))).
 // fminf semantics are kept: a NaN operand yields the other operand.
 float Nvfp4TensorEncodeScale(float tensor_amax);
+// The tensor-level factor the block functions take: S_enc for nvfp4 and nvfp4-div, s_g for nvfp4-torchao.
+float Nvfp4TensorScale(float tensor_amax, ScaleRule rule);
+// The second-level decode factor a QuantizedTensor keeps (tensor_decode): fl32(1 / S_enc), or s_g.
+float Nvfp4TensorDecode(float tensor_scale, ScaleRule rule);
 uint8_t Nvfp4BlockScale(float block_amax, float s_enc, ScaleRule rule);
 float Nvfp4EncodeFactor(uint8_t block_scale, float s_enc, ScaleRule rule);
 // TE's dequantization (dequantize_nvfp4.cuh): value = fl32(decode(code) * fl32(fl32(decode(s8) * tensor_amax)
-// * fl32(1/2688))).
-float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax);
+// * fl32(1/2688))); under nvfp4-torchao fl32(s_g * decode(s8)).
+float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, ScaleRule rule = ScaleRule::kNvfp4);
 
 // ----------------------------------------------------------------- per-tensor delayed scaling
 enum class AmaxAlgo : uint8_t { kMax, kMostRecent };

@@ -34,7 +34,7 @@ std::vector<Candidate> CandidatesFor(const QuantSpec& stored) {
       }
       break;
     case ScaleFormat::kE4m3:
-      for (ScaleRule r : {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div}) with_rule(r);
+      for (ScaleRule r : {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div, ScaleRule::kNvfp4Torchao}) with_rule(r);
       break;
     case ScaleFormat::kFp32:
       for (ScaleRule r : {ScaleRule::kFp32, ScaleRule::kFp32Pow2}) with_rule(r);
@@ -59,7 +59,7 @@ double BlockScale(const CheckpointTensor& t, size_t i) {
     case ScaleFormat::kUe8m0: return q.scales[i] == 0xFF ? NAN : std::ldexp(1.0, q.scales[i] - 127);
     case ScaleFormat::kE4m3: {
       const float s8 = DecodeToFloat(fmt::kE4M3, q.scales[i]);
-      if (t.info.layout == CheckpointLayout::kQmx) return Nvfp4DecodeScale(q.scales[i], q.tensor_amax);
+      if (t.info.layout == CheckpointLayout::kQmx) return Nvfp4DecodeScale(q.scales[i], q.tensor_amax, q.spec.rule);
       return t.global_divides ? s8 / t.global : s8 * t.global;
     }
     case ScaleFormat::kFp32: {

@@ -152,7 +152,9 @@ HWY_INLINE VU ScaleMultipliersOf(int scaling, VU byte) {
 // The element multiplier of the FP32 element-scaling modes for scale byte s (< 255): host_device.h.
 inline float ScaleInverse(int scaling, uint32_t s) { return hd::ScaleMultiplier(static_cast<uint8_t>(s), scaling == 2); }
 
-inline ScaleRule Nvfp4Rule(const MxKernelArgs& a) { return a.nvfp4 == 2 ? ScaleRule::kNvfp4Div : ScaleRule::kNvfp4; }
+inline ScaleRule Nvfp4Rule(const MxKernelArgs& a) {
+  return a.nvfp4 == 2 ? ScaleRule::kNvfp4Div : a.nvfp4 == 3 ? ScaleRule::kNvfp4Torchao : ScaleRule::kNvfp4;
+}
 
 // Nvfp4BlockScale (scale/scale.cc) on every lane of finite amax bits, the same FP32 operations in the same
 // order and the E4M3 rounding through the conversion tiers, and the multiplier of each byte from the
@@ -162,7 +164,12 @@ HWY_INLINE VU Nvfp4BytesOf(const MxKernelArgs& a, const Consts& ke, VU amax, VU*
   const DI di;
   const DF df;
   const auto am = hn::BitCast(df, amax);
-  const VU v = hn::BitCast(du, a.nvfp4 == 2 ? hn::Mul(hn::Div(am, hn::Set(df, 6.0f)), hn::Set(df, a.s_enc)) : hn::Mul(am, hn::Set(df, a.s_m)));
+  // nvfp4-torchao: finite lanes only reach here, so the clamp sees no NaN (std::min/max and hn::Min/Max agree).
+  const auto tv = hn::Min(hn::Max(hn::Div(hn::Div(am, hn::Set(df, 6.0f)), hn::Set(df, a.s_enc)), hn::Set(df, 0.015625f)),
+                          hn::Set(df, 448.0f));
+  const VU v = hn::BitCast(du, a.nvfp4 == 3   ? tv
+                               : a.nvfp4 == 2 ? hn::Mul(hn::Div(am, hn::Set(df, 6.0f)), hn::Set(df, a.s_enc))
+                                              : hn::Mul(am, hn::Set(df, a.s_m)));
   const VU code = ke.fused && ke.f.sat && ke.f.neg_zero ? FusedVec<Rounding::kRne, true>(ke.f, v, hn::Zero(du))
                                                         : ConvertVec<Rounding::kRne>(ke, v, hn::Zero(di), hn::Zero(du));
   const VU byte = hn::And(code, hn::Set(du, 0x7Fu));

@@ -147,7 +147,7 @@ struct Nvfp4Kernel {
     args.policy = static_cast<int>(spec.nan);
     args.scaling = 1;  // fl32(x * multiplier)
     args.elem_nan = detail::BlockNanCode(spec.elem);
-    args.nvfp4 = spec.rule == ScaleRule::kNvfp4Div ? 2 : 1;
+    args.nvfp4 = spec.rule == ScaleRule::kNvfp4Div ? 2 : spec.rule == ScaleRule::kNvfp4Torchao ? 3 : 1;
     args.s_enc = s_enc;
     args.s_m = s_enc * (1.0f / 6.0f);
     args.p_e4m3 = &p_e4m3;
@@ -426,8 +426,8 @@ void QuantizeNvfp4Rows(const TensorView& x, const QuantSpec& spec, size_t block,
         const uint32_t m = *std::max_element(part.begin(), part.end());
         std::memcpy(&q.tensor_amax, &m, 4);
       }
-      const float s_enc = Nvfp4TensorEncodeScale(q.tensor_amax);
-      q.tensor_decode = 1.0f / s_enc;
+      const float s_enc = Nvfp4TensorScale(q.tensor_amax, spec.rule);
+      q.tensor_decode = Nvfp4TensorDecode(s_enc, spec.rule);
       kernel = std::make_unique<Nvfp4Kernel>(spec, x.dtype, s_enc);
     }
     const simd::MxKernelArgs args = kernel->For(block);
@@ -455,8 +455,8 @@ QuantizedTensor QuantizeImpl(const TensorView& x, const QuantSpec& spec, Exec ex
   else if (nvfp4) q.tensor_amax = detail::TensorAmaxFast(x, spec.nan, exec);
   std::unique_ptr<Nvfp4Kernel> nvfp4_kernel;
   if (nvfp4) {
-    c.s_enc = Nvfp4TensorEncodeScale(q.tensor_amax);
-    q.tensor_decode = 1.0f / c.s_enc;
+    c.s_enc = Nvfp4TensorScale(q.tensor_amax, spec.rule);
+    q.tensor_decode = Nvfp4TensorDecode(c.s_enc, spec.rule);
     nvfp4_kernel = std::make_unique<Nvfp4Kernel>(spec, x.dtype, c.s_enc);
     c.nvfp4 = nvfp4_kernel.get();
   }
@@ -504,7 +504,7 @@ QuantizedTensor QuantizeWithScale(const TensorView& x, const QuantSpec& spec, Fp
 
 void CheckNvfp4Spec(const QuantSpec& spec) {
   if (ScaleFormatOf(spec.rule) != ScaleFormat::kE4m3)
-    throw Error("a given tensor amax needs an NVFP4 scale rule (nvfp4, nvfp4-div), not '" +
+    throw Error("a given tensor amax needs an NVFP4 scale rule (nvfp4, nvfp4-div, nvfp4-torchao), not '" +
                 std::string(ScaleRuleName(spec.rule)) + "'");
 }
 
@@ -536,7 +536,7 @@ void DequantizeRows(const QuantizedTensor& q, size_t r_begin, size_t r_end, cons
         const uint8_t s = q.scales[sr * q.scale_cols + sc];
         f = s == 0xFF ? std::nanf("") : static_cast<float>(v * std::ldexp(1.0, static_cast<int>(s) - 127));
       } else if (sf == ScaleFormat::kE4m3) {
-        f = static_cast<float>(v * Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.tensor_amax));
+        f = static_cast<float>(v * Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.tensor_amax, q.spec.rule));
       } else {
         f = static_cast<float>(v * q.ScaleAt(sr, sc));
       }
@@ -599,7 +599,7 @@ QuantStats ComputeStats(const TensorView& x, const QuantizedTensor& q) {
     ++st.scale_histogram[bin];
     st.nan_blocks += nan_scale;
     const size_t sr = i / q.scale_cols, sc = i % q.scale_cols;
-    const double scale = sf == ScaleFormat::kE4m3 ? Nvfp4DecodeScale(q.scales[i], q.tensor_amax) : q.ScaleAt(sr, sc);
+    const double scale = sf == ScaleFormat::kE4m3 ? Nvfp4DecodeScale(q.scales[i], q.tensor_amax, q.spec.rule) : q.ScaleAt(sr, sc);
     if (std::isfinite(scale) && scale > 0) threshold[i] = maxv * scale;
   }
   // Codes that decode to zero (an input that became one was flushed).

@@ -31,8 +31,8 @@ QuantizedTensor QuantizeRefImpl(const TensorView& x, const QuantSpec& spec, cons
     q.tensor_amax = detail::TensorAmax(x, spec.nan);
   if (given_amax) q.tensor_amax = *given_amax;
   if (sf == ScaleFormat::kE4m3) {
-    s_enc = Nvfp4TensorEncodeScale(q.tensor_amax);
-    q.tensor_decode = 1.0f / s_enc;
+    s_enc = Nvfp4TensorScale(q.tensor_amax, spec.rule);
+    q.tensor_decode = Nvfp4TensorDecode(s_enc, spec.rule);
   }
   for (size_t br = 0; br < q.scale_rows; ++br) {
     for (size_t bc = 0; bc < q.scale_cols; ++bc) {
@@ -102,7 +102,7 @@ void DequantizeRef(const QuantizedTensor& q, float* out) {
         const int s = q.scales[sr * q.scale_cols + sc];
         scale = s == 0xFF ? std::nan("") : std::ldexp(1.0, s - 127);
       } else if (sf == ScaleFormat::kE4m3) {
-        scale = Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.tensor_amax);
+        scale = Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.tensor_amax, q.spec.rule);
       } else {
         scale = q.ScaleAt(sr, sc);
       }

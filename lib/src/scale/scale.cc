@@ -27,6 +27,7 @@ constexpr RuleName kRuleNames[] = {
     {ScaleRule::kOcpFloor, "ocp-floor"}, {ScaleRule::kRoundUp, "round-up"}, {ScaleRule::kCeil, "ceil"},
     {ScaleRule::kEven, "even"},          {ScaleRule::kMaxFinite, "max-finite"}, {ScaleRule::kFp32, "fp32"},
     {ScaleRule::kFp32Pow2, "fp32-pow2"}, {ScaleRule::kNvfp4, "nvfp4"},         {ScaleRule::kNvfp4Div, "nvfp4-div"},
+    {ScaleRule::kNvfp4Torchao, "nvfp4-torchao"},
 };
 
 }  // namespace
@@ -60,7 +61,7 @@ bool IsPow2Rule(ScaleRule r) {
 
 ScaleFormat ScaleFormatOf(ScaleRule r) {
   if (IsPow2Rule(r)) return ScaleFormat::kUe8m0;
-  if (r == ScaleRule::kNvfp4 || r == ScaleRule::kNvfp4Div) return ScaleFormat::kE4m3;
+  if (r == ScaleRule::kNvfp4 || r == ScaleRule::kNvfp4Div || r == ScaleRule::kNvfp4Torchao) return ScaleFormat::kE4m3;
   return ScaleFormat::kFp32;
 }
 
@@ -132,10 +133,23 @@ float Nvfp4TensorEncodeScale(float tensor_amax) {
   return s;
 }
 
+float Nvfp4TensorScale(float tensor_amax, ScaleRule rule) {
+  if (rule != ScaleRule::kNvfp4Torchao) return Nvfp4TensorEncodeScale(tensor_amax);
+  const float s = tensor_amax / 2688.0f;
+  return std::isfinite(s) && s > 0.0f ? s : 1.0f;
+}
+
+float Nvfp4TensorDecode(float tensor_scale, ScaleRule rule) {
+  return rule == ScaleRule::kNvfp4Torchao ? tensor_scale : 1.0f / tensor_scale;
+}
+
 uint8_t Nvfp4BlockScale(float block_amax, float s_enc, ScaleRule rule) {
   const CastOptions rne{};
   float v;
-  if (rule == ScaleRule::kNvfp4Div) {
+  if (rule == ScaleRule::kNvfp4Torchao) {
+    v = (block_amax / 6.0f) / s_enc;
+    v = std::min(std::max(v, 0.015625f), 448.0f);  // torch.clamp(min=finfo(e4m3).tiny, max=448)
+  } else if (rule == ScaleRule::kNvfp4Div) {
     v = (block_amax / 6.0f) * s_enc;
   } else {
     const float m = s_enc * (1.0f / 6.0f);
@@ -146,6 +160,7 @@ uint8_t Nvfp4BlockScale(float block_amax, float s_enc, ScaleRule rule) {
 
 float Nvfp4EncodeFactor(uint8_t block_scale, float s_enc, ScaleRule rule) {
   const float sd = static_cast<float>(DecodeToDouble(fmt::kE4M3, block_scale));
+  if (rule == ScaleRule::kNvfp4Torchao) return (1.0f / s_enc) / sd;
   if (rule == ScaleRule::kNvfp4Div) {
     if (sd == 0.0f) return 0.0f;
     return FMin(s_enc / sd, kFltMax);
@@ -154,8 +169,9 @@ float Nvfp4EncodeFactor(uint8_t block_scale, float s_enc, ScaleRule rule) {
   return FMin(1.0f / (sd * s_dec), kFltMax);
 }
 
-float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax) {
+float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, ScaleRule rule) {
   const float sd = static_cast<float>(DecodeToDouble(fmt::kE4M3, block_scale));
+  if (rule == ScaleRule::kNvfp4Torchao) return Nvfp4TensorScale(tensor_amax, rule) * sd;
   return (sd * tensor_amax) * (1.0f / 2688.0f);
 }
 

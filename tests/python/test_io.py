@@ -188,3 +188,14 @@ def test_load_checkpoint_decodes_a_modelopt_nvfp4_tensor(tmp_path):
     scale = (qmx.decode(s8, "e4m3") * ws2).astype(np.float32)
     want = (qmx.decode(codes, "e2m1") * np.repeat(scale, 16, axis=1)).astype(np.float32)
     assert_bits_equal(got, want, "ModelOpt decode")
+
+
+def test_cast_profiles_from_python_match_the_cli_and_differ_where_the_libraries_do():
+    x = np.array([0.0, -1.0, 3.0, 1.5, np.nan, np.inf, 500.0], dtype=np.float32)
+    assert "ml-dtypes" in qmx.cast_profile_names()
+    assert qmx.cast_profile(x, "ue8m0", "pytorch").tolist() == [0x00, 0x7F, 0x81, 0x80, 0xFF, 0xFF, 0x88]
+    assert qmx.cast_profile(x, "ue8m0", "ml-dtypes").tolist() == [0xFF, 0xFF, 0x81, 0x80, 0xFF, 0xFF, 0x88]
+    assert qmx.cast_profile(x, "e4m3", "onnx").tolist() == [0x00, 0xB8, 0x44, 0x3C, 0x7F, 0x7E, 0x7E]
+    assert qmx.cast_profile(x, "e4m3", "ml-dtypes").tolist() == [0x00, 0xB8, 0x44, 0x3C, 0x7F, 0x7F, 0x7F]
+    with pytest.raises(Exception, match="casts to e4m3 e5m2 ue8m0, not e2m1"):
+        qmx.cast_profile(x, "e2m1", "pytorch")

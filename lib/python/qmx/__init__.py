@@ -16,6 +16,7 @@ from . import _qmx
 from ._qmx import (  # noqa: F401  (re-exported)
     DelayedScaling,
     QuantizedTensor,
+    cast_profile_names,
     decode,
     describe_model,
     error_stats,
@@ -86,6 +87,15 @@ def convert(x, fmt, rounding="rne", saturation="satfinite", *, nan_sign="keep", 
     array of x's shape to write the codes into (returned), instead of a new array."""
     return _qmx.convert(as_array(x), fmt, rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits,
                         seed, first_index, random_bits, _src_of(x, src), reference, out)
+
+
+def cast_profile(x, fmt, profile, *, src=""):
+    """Element codes (uint8, x's shape) of x in `fmt` as another library's cast writes them, bit for bit:
+    profile "ml-dtypes" (x.astype(ml_dtypes.float8_e4m3fn) etc.), "pytorch" (tensor.to(torch.float8_*)),
+    "onnx" (Cast, saturate=1; E8M0 round_mode "up"), "onnx-nosat", "onnx-nearest", "onnx-down" (E8M0 round
+    modes), "ocp-sat", "ocp-nosat" (the reference routine). cast_profile_names() lists them; golden/casts
+    holds the libraries' own outputs they are tested against."""
+    return _qmx.cast_profile(as_array(x), fmt, profile, _src_of(x, src))
 
 
 def fake_cast(x, fmt, rounding="rne", saturation="satfinite", **kw):

@@ -8,6 +8,7 @@
 #include "arrays.h"
 #include "bindings.h"
 #include "qmx/cast_options.h"
+#include "qmx/cast_profiles.h"
 #include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/format.h"
@@ -120,9 +121,28 @@ pyb::array_t<float> Decode(const pyb::array& codes, const std::string& fmt) {
   return out;
 }
 
+// Another library's cast (qmx/cast_profiles.h) of float32 (or float16 / bfloat16, exact in float32).
+pyb::array CastProfileCodes(const pyb::array& x, const std::string& fmt, const std::string& profile, const std::string& src) {
+  const InArray in = FloatInput(x, src, "x");
+  const CastProfile p(profile, ParseFormat(fmt));
+  pyb::array out = NewArray<uint8_t>(in.shape);
+  uint8_t* o = static_cast<uint8_t*>(out.mutable_data());
+  {
+    pyb::gil_scoped_release nogil;
+    std::vector<float> f(in.count);
+    for (size_t i = 0; i < in.count; ++i) f[i] = SourceValueF32(in.dtype, in.data, i);
+    CastWithProfile(p, f.data(), in.count, o);
+  }
+  return out;
+}
+
 }  // namespace
 
 void BindFormats(pyb::module_& m) {
+  m.def("cast_profile", &CastProfileCodes, pyb::arg("x"), pyb::arg("fmt"), pyb::arg("profile"), pyb::arg("src") = "",
+        "Element codes (uint8) of x as another library casts it, bit for bit: profile ml-dtypes, pytorch, onnx,\n"
+        "onnx-nosat, onnx-nearest, onnx-down, ocp-sat or ocp-nosat (qmx-sim convert --profile).");
+  m.def("cast_profile_names", &CastProfileNames, "The cast profiles' names.");
   m.def("formats", [] {
     std::vector<std::string> names;
     for (const auto& e : Registry()) names.push_back(e.format.name);

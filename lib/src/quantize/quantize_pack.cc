@@ -1,5 +1,5 @@
-// quantize_pack.cc: sub-byte code packing (4-, 6- and 8-bit) and the cuBLASLt scale layouts of
-// qmx/quantize.h: how quantized tensors are laid out for storage and for the GEMM libraries.
+// quantize_pack.cc: the cuBLASLt scale layouts of qmx/quantize.h: how quantized tensors' scales are laid
+// out for the GEMM libraries (the sub-byte code packing is io/packing.cc, which the file readers share).
 #include "qmx/quantize.h"
 
 #include <cstring>
@@ -7,50 +7,6 @@
 #include "qmx/error.h"
 
 namespace qmx {
-
-// ------------------------------------------------------------------ packing
-
-size_t PackedSize(size_t n, int bits) {
-  if (bits == 4) return (n + 1) / 2;
-  if (bits == 6) return (n * 6 + 7) / 8;
-  if (bits == 8) return n;
-  throw Error("packing takes 4-, 6- or 8-bit codes, not " + std::to_string(bits));
-}
-
-std::vector<uint8_t> PackCodes(const uint8_t* codes, size_t n, int bits) {
-  std::vector<uint8_t> out(PackedSize(n, bits), 0);
-  if (bits == 8) {
-    if (n) std::memcpy(out.data(), codes, n);
-  } else if (bits == 4) {
-    for (size_t i = 0; i < n; ++i) out[i / 2] |= static_cast<uint8_t>((codes[i] & 0xF) << (4 * (i & 1)));
-  } else {
-    for (size_t i = 0; i < n; ++i) {
-      const size_t bit = 6 * i;
-      const uint32_t v = static_cast<uint32_t>(codes[i] & 0x3F) << (bit % 8);
-      out[bit / 8] |= static_cast<uint8_t>(v);
-      if ((bit % 8) > 2) out[bit / 8 + 1] |= static_cast<uint8_t>(v >> 8);
-    }
-  }
-  return out;
-}
-
-std::vector<uint8_t> UnpackCodes(const uint8_t* packed, size_t packed_size, size_t n, int bits) {
-  if (packed_size < PackedSize(n, bits))
-    throw Error("packed buffer of " + std::to_string(packed_size) + " bytes is too small for " + std::to_string(n) + " " +
-                std::to_string(bits) + "-bit codes");
-  std::vector<uint8_t> out(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (bits == 8) out[i] = packed[i];
-    else if (bits == 4) out[i] = (packed[i / 2] >> (4 * (i & 1))) & 0xF;
-    else {
-      const size_t bit = 6 * i;
-      uint32_t v = packed[bit / 8];
-      if (bit / 8 + 1 < packed_size) v |= static_cast<uint32_t>(packed[bit / 8 + 1]) << 8;
-      out[i] = static_cast<uint8_t>((v >> (bit % 8)) & 0x3F);
-    }
-  }
-  return out;
-}
 
 // ------------------------------------------------------------------ cuBLASLt layouts
 

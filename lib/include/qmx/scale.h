@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "qmx/cast_options.h"
 #include "qmx/format.h"
 
 namespace qmx {
@@ -31,6 +32,8 @@ enum class ScaleRule : uint8_t {
   kNvfp4,     // "nvfp4": Transformer Engine's kernel order (below)
   kNvfp4Div,  // "nvfp4-div": the divide-first order of TE's older reference (below)
   kNvfp4Torchao,  // "nvfp4-torchao": torchao's nvfp4_quantize (below)
+  kNvfp4FourOverSix,     // "nvfp4-4over6": Transformer Engine's 4over6, MAE (below)
+  kNvfp4FourOverSixMse,  // "nvfp4-4over6-mse": the same with MSE
 };
 
 enum class ScaleFormat : uint8_t { kUe8m0, kE4m3, kFp32 };
@@ -105,8 +108,20 @@ Fp32Scale Fp32ScaleFromAmax(float amax, float destmax, bool pow2, int margin = 0
 //   amax is 0 or not finite, where torchao itself gives NaN scales);
 //   s8 = e4m3_rne(clamp(fl32(fl32(block_amax / 6) / s_g), 2^-6, 448)) (never subnormal or zero);
 //   element multiplier = fl32(fl32(1 / s_g) / decode(s8)); dequantization fl32(code * fl32(s_g * decode(s8))).
+// nvfp4-4over6 / nvfp4-4over6-mse (TE's NVTE_NVFP4_4OVER6 with its default E4M3 bound 256; reference_nvfp4.py
+// _quantize_blockwise_4over6_reference, 1x16 blocks, the input-domain error):
+//   S_enc = min(fl32(1536 / tensor_amax), FLT_MAX), 1 for amax 0; S_dec = fl32(1 / S_enc);
+//   base = fl32(fl32(block_amax / 6) * S_enc); map-to-4 s4 = e4m3(fl32(base * 1.5)), map-to-6 s6 = e4m3(base);
+//   each candidate's elements e2m1(fl32(x * min(fl32(1 / fl32(decode(s) * S_dec)), FLT_MAX))) and its error
+//   in element order, err = fl32(err + |d|) (MSE: fl32(err + fl32(d * d))), d = fl32(fl32(fl32(fl32(q * s) *
+//   tensor_amax) / 1536) - x); map-to-4 when its error is smaller (a tie keeps map-to-6). Dequantization
+//   fl32(code * fl32(fl32(s8 * tensor_amax) * fl32(1/1536))), TE's with 6 * 256 for 6 * 448.
 // fminf semantics are kept: a NaN operand yields the other operand.
 float Nvfp4TensorEncodeScale(float tensor_amax);
+bool IsNvfp4FourOverSix(ScaleRule rule);
+// One 4over6 block of n finite elements x: its E4M3 scale byte, and its element codes under `cast` into codes.
+uint8_t Nvfp4FourOverSixBlock(const float* x, size_t n, float block_amax, float s_enc, float tensor_amax, ScaleRule rule,
+                              const CastOptions& cast, uint8_t* codes);
 // The tensor-level factor the block functions take: S_enc for nvfp4 and nvfp4-div, s_g for nvfp4-torchao.
 float Nvfp4TensorScale(float tensor_amax, ScaleRule rule);
 // The second-level decode factor a QuantizedTensor keeps (tensor_decode): fl32(1 / S_enc), or s_g.

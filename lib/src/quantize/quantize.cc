@@ -441,6 +441,10 @@ void QuantizeNvfp4Rows(const TensorView& x, const QuantSpec& spec, size_t block,
 
 QuantizedTensor QuantizeImpl(const TensorView& x, const QuantSpec& spec, Exec exec, const Fp32Scale* fixed,
                              const float* given_amax = nullptr) {
+  // 4over6 picks between two candidate blocks by their error: it has no block kernel, and its fast path
+  // is the reference (each block is independent; the thread count cannot change a bit).
+  if (IsNvfp4FourOverSix(spec.rule) && fixed == nullptr)
+    return given_amax ? QuantizeNvfp4WithAmaxRef(x, spec, *given_amax) : QuantizeRef(x, spec);
   QuantizedTensor q = detail::MakeShell(x, spec);
   if (x.rows == 0 || x.cols == 0) return q;
   Ctx c{&x, &spec, ResolveBlock(spec, x.rows, x.cols), q.scale_cols, 1.0f, fixed != nullptr, fixed ? *fixed : Fp32Scale{}, nullptr,
@@ -504,7 +508,7 @@ QuantizedTensor QuantizeWithScale(const TensorView& x, const QuantSpec& spec, Fp
 
 void CheckNvfp4Spec(const QuantSpec& spec) {
   if (ScaleFormatOf(spec.rule) != ScaleFormat::kE4m3)
-    throw Error("a given tensor amax needs an NVFP4 scale rule (nvfp4, nvfp4-div, nvfp4-torchao), not '" +
+    throw Error("a given tensor amax needs an NVFP4 scale rule (nvfp4, nvfp4-div, nvfp4-torchao, nvfp4-4over6[-mse]), not '" +
                 std::string(ScaleRuleName(spec.rule)) + "'");
 }
 

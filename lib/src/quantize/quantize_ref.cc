@@ -63,6 +63,14 @@ QuantizedTensor QuantizeRefImpl(const TensorView& x, const QuantSpec& spec, cons
       }
       float a = static_cast<float>(amax);  // exact: the max of FP32 values
       if (has_inf && spec.nan == NanPolicy::kIgnoreNan) a = HUGE_VALF;
+      if (IsNvfp4FourOverSix(spec.rule) && !has_nan && !has_inf) {  // two candidates per block: no single multiplier
+        std::vector<float> xb(idx.size());
+        std::vector<uint8_t> codes(idx.size());
+        for (size_t t = 0; t < idx.size(); ++t) xb[t] = SourceValueF32(x.dtype, x.data, idx[t]);
+        q.scales[si] = Nvfp4FourOverSixBlock(xb.data(), xb.size(), a, s_enc, q.tensor_amax, spec.rule, spec.cast, codes.data());
+        for (size_t t = 0; t < idx.size(); ++t) q.codes[idx[t]] = codes[t];
+        continue;
+      }
       const detail::MultiplyScale ms = detail::BlockMultiplyScale(spec, destmax, a, has_nan, has_inf, s_enc);
       detail::StoreScale(spec, q.scales.data(), si, ms.stored, ms.nan_block);
       for (size_t t = 0; t < idx.size(); ++t) {

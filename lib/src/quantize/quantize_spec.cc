@@ -182,6 +182,9 @@ void ValidateQuantSpec(const QuantSpec& spec) {
     if (spec.scaling != ElementScaling::kExact)
       throw Error("element scaling modes apply to UE8M0 scales; FP32 and NVFP4 scales always multiply in FP32");
   }
+  if (IsNvfp4FourOverSix(spec.rule) && (spec.block_rows != 1 || spec.block_cols != 16 || spec.cast.rounding != Rounding::kRne))
+    throw Error(std::string("the ") + ScaleRuleName(spec.rule) + " rule is TE's 4over6 on 1x16 blocks with RNE elements, not " +
+                std::to_string(spec.block_rows) + "x" + std::to_string(spec.block_cols) + " / " + RoundingName(spec.cast.rounding));
   if (spec.delayed && (sf != ScaleFormat::kFp32 || spec.block_rows != 0 || spec.block_cols != 0))
     throw Error("delayed scaling is per-tensor with an FP32 scale rule");
   if (spec.margin < -64 || spec.margin > 64) throw Error("margin must be -64..64, not " + std::to_string(spec.margin));

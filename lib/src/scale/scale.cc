@@ -27,7 +27,8 @@ constexpr RuleName kRuleNames[] = {
     {ScaleRule::kOcpFloor, "ocp-floor"}, {ScaleRule::kRoundUp, "round-up"}, {ScaleRule::kCeil, "ceil"},
     {ScaleRule::kEven, "even"},          {ScaleRule::kMaxFinite, "max-finite"}, {ScaleRule::kFp32, "fp32"},
     {ScaleRule::kFp32Pow2, "fp32-pow2"}, {ScaleRule::kNvfp4, "nvfp4"},         {ScaleRule::kNvfp4Div, "nvfp4-div"},
-    {ScaleRule::kNvfp4Torchao, "nvfp4-torchao"},
+    {ScaleRule::kNvfp4Torchao, "nvfp4-torchao"}, {ScaleRule::kNvfp4FourOverSix, "nvfp4-4over6"},
+    {ScaleRule::kNvfp4FourOverSixMse, "nvfp4-4over6-mse"},
 };
 
 }  // namespace
@@ -61,7 +62,8 @@ bool IsPow2Rule(ScaleRule r) {
 
 ScaleFormat ScaleFormatOf(ScaleRule r) {
   if (IsPow2Rule(r)) return ScaleFormat::kUe8m0;
-  if (r == ScaleRule::kNvfp4 || r == ScaleRule::kNvfp4Div || r == ScaleRule::kNvfp4Torchao) return ScaleFormat::kE4m3;
+  if (r == ScaleRule::kNvfp4 || r == ScaleRule::kNvfp4Div || r == ScaleRule::kNvfp4Torchao || IsNvfp4FourOverSix(r))
+    return ScaleFormat::kE4m3;
   return ScaleFormat::kFp32;
 }
 
@@ -133,7 +135,44 @@ float Nvfp4TensorEncodeScale(float tensor_amax) {
   return s;
 }
 
+bool IsNvfp4FourOverSix(ScaleRule rule) {
+  return rule == ScaleRule::kNvfp4FourOverSix || rule == ScaleRule::kNvfp4FourOverSixMse;
+}
+
+uint8_t Nvfp4FourOverSixBlock(const float* x, size_t n, float block_amax, float s_enc, float tensor_amax, ScaleRule rule,
+                              const CastOptions& cast, uint8_t* codes) {
+  const CastOptions rne{};
+  const float s_dec = 1.0f / s_enc;
+  const float base = (block_amax / 6.0f) * s_enc;
+  const uint8_t s4 = static_cast<uint8_t>(ConvertF32(base * 1.5f, fmt::kE4M3, rne));
+  const uint8_t s6 = static_cast<uint8_t>(ConvertF32(base, fmt::kE4M3, rne));
+  float err[2] = {0.0f, 0.0f};
+  uint8_t* out[2] = {codes, nullptr};
+  std::vector<uint8_t> other(n);
+  out[1] = other.data();
+  const uint8_t scale[2] = {s4, s6};
+  for (int k = 0; k < 2; ++k) {
+    const float s = static_cast<float>(DecodeToDouble(fmt::kE4M3, scale[k]));
+    const float mult = FMin(1.0f / (s * s_dec), kFltMax);
+    for (size_t i = 0; i < n; ++i) {
+      const uint8_t c = static_cast<uint8_t>(ConvertF32(x[i] * mult, fmt::kE2M1, cast));
+      out[k][i] = c;
+      const float q = static_cast<float>(DecodeToDouble(fmt::kE2M1, c));
+      const float d = (((q * s) * tensor_amax) / 1536.0f) - x[i];
+      err[k] = rule == ScaleRule::kNvfp4FourOverSixMse ? err[k] + d * d : err[k] + std::fabs(d);
+    }
+  }
+  if (err[0] < err[1]) return s4;
+  std::copy(other.begin(), other.end(), codes);
+  return s6;
+}
+
 float Nvfp4TensorScale(float tensor_amax, ScaleRule rule) {
+  if (IsNvfp4FourOverSix(rule)) {
+    float s = FMin(1536.0f / tensor_amax, kFltMax);
+    if (tensor_amax == 0.0f || s == 0.0f) s = 1.0f;
+    return s;
+  }
   if (rule != ScaleRule::kNvfp4Torchao) return Nvfp4TensorEncodeScale(tensor_amax);
   const float s = tensor_amax / 2688.0f;
   return std::isfinite(s) && s > 0.0f ? s : 1.0f;
@@ -172,6 +211,7 @@ float Nvfp4EncodeFactor(uint8_t block_scale, float s_enc, ScaleRule rule) {
 float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, ScaleRule rule) {
   const float sd = static_cast<float>(DecodeToDouble(fmt::kE4M3, block_scale));
   if (rule == ScaleRule::kNvfp4Torchao) return Nvfp4TensorScale(tensor_amax, rule) * sd;
+  if (IsNvfp4FourOverSix(rule)) return (sd * tensor_amax) * (1.0f / 1536.0f);
   return (sd * tensor_amax) * (1.0f / 2688.0f);
 }
 

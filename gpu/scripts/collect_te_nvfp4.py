@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Transformer Engine's NVFP4 reference quantizer as an oracle for qmx-sim's rules nvfp4 (TE's default
+order) and nvfp4-4over6 / nvfp4-4over6-mse (TE's 4over6, E4M3 bound 256).
+
+Runs NVFP4QuantizerRef._quantize_blockwise_reference from transformer_engine/pytorch/custom_recipes/
+reference_nvfp4.py (pure PyTorch) on seeded inputs, 1x16 blocks, the tensor amax as global amax. TE's
+compiled package is not needed: the module's two imports of it (quantized_tensor's base classes and
+tensor.utils.is_custom, unused by this function) are stubbed in a temporary package beside a copy of
+custom_recipes/ from a source checkout (--te-src, the directory holding transformer_engine/).
+
+Writes per case NAME and MODE (default, 4over6-mae, 4over6-mse), numpy .npy:
+  NAME_x.npy               the input, float32 (no exact -0.0: TE's reference cast_to_fp4x2 takes -0.0 to
+                           the +0 code, where the CUDA kernels keep the sign)
+  NAME_MODE_scales.npy     E4M3 block scales, M x K/16 uint8
+  NAME_MODE_codes.npy      E2M1 codes, M x K uint8 (unpacked: element 2i in the low nibble of the output)
+into OUTDIR and OUTDIR/te-nvfp4.tar (one file to bring back from the device).
+Usage: python3 collect_te_nvfp4.py OUTDIR --te-src DIR
+"""
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+
+import numpy as np
+
+STUB_QT = '''class QuantizedTensorStorage:
+    pass
+
+
+class Quantizer:
+    def __init__(self, *args, **kwargs):
+        pass
+'''
+
+
+def import_reference(te_src):
+    root = tempfile.mkdtemp()
+    pkg = os.path.join(root, "transformer_engine", "pytorch")
+    os.makedirs(os.path.join(pkg, "tensor"))
+    for d in (os.path.join(root, "transformer_engine"), pkg, os.path.join(pkg, "tensor")):
+        open(os.path.join(d, "__init__.py"), "w").close()
+    with open(os.path.join(pkg, "quantized_tensor.py"), "w") as f:
+        f.write(STUB_QT)
+    with open(os.path.join(pkg, "tensor", "utils.py"), "w") as f:
+        f.write("def is_custom(*args, **kwargs):\n    return False\n")
+    shutil.copytree(os.path.join(te_src, "transformer_engine", "pytorch", "custom_recipes"),
+                    os.path.join(pkg, "custom_recipes"))
+    sys.path.insert(0, root)
+    from transformer_engine.pytorch.custom_recipes import reference_nvfp4
+    return reference_nvfp4
+
+
+def cases():
+    rng = np.random.default_rng(20261127)
+    out = {}
+    out["normal"] = rng.standard_normal((64, 256)).astype(np.float32)
+    mag = np.exp2(rng.uniform(-20, 8, size=(64, 32, 1))).astype(np.float32)
+    out["logmag"] = (rng.standard_normal((64, 32, 16)).astype(np.float32) * mag).reshape(64, 512)
+    out["heavy"] = rng.standard_t(2, size=(32, 512)).astype(np.float32)
+    for x in out.values():
+        x[x == 0] = 1e-3  # no exact zeros (see above)
+    return out
+
+
+def main():
+    args = sys.argv[1:]
+    outdir = args[0]
+    te_src = args[args.index("--te-src") + 1]
+    import torch
+    ref = import_reference(te_src).NVFP4QuantizerRef
+    os.makedirs(outdir, exist_ok=True)
+    written = []
+    modes = {"default": dict(nvfp4_use_4over6=False),
+             "4over6-mae": dict(nvfp4_use_4over6=True, nvfp4_e4m3_max=256, nvfp4_4over6_err_mode="MAE"),
+             "4over6-mse": dict(nvfp4_use_4over6=True, nvfp4_e4m3_max=256, nvfp4_4over6_err_mode="MSE")}
+    for name, x in cases().items():
+        p = os.path.join(outdir, name + "_x.npy")
+        np.save(p, x)
+        written.append(p)
+        t = torch.from_numpy(x)
+        amax = torch.max(torch.abs(t)).to(torch.float32).view(1)
+        for mode, kw in modes.items():
+            qx, scale = ref._quantize_blockwise_reference(t.clone(), amax, 16, 1, pow_2_scales=False, eps=0.0, **kw)
+            packed = qx.cpu().numpy().astype(np.uint8)
+            codes = np.empty((packed.shape[0], packed.shape[1] * 2), dtype=np.uint8)
+            codes[:, 0::2] = packed & 0xF
+            codes[:, 1::2] = packed >> 4
+            for k, v in (("scales", scale.view(torch.uint8).cpu().numpy().reshape(x.shape[0], -1)), ("codes", codes)):
+                p = os.path.join(outdir, "%s_%s_%s.npy" % (name, mode, k))
+                np.save(p, np.ascontiguousarray(v))
+                written.append(p)
+            print("%-8s %-11s scales %s" % (name, mode, scale.shape))
+    with tarfile.open(os.path.join(outdir, "te-nvfp4.tar"), "w") as tar:
+        for p in written:
+            tar.add(p, arcname=os.path.basename(p))
+
+
+if __name__ == "__main__":
+    main()

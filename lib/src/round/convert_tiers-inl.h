@@ -308,8 +308,10 @@ HWY_INLINE Lite MakeLite(const Consts& k, int32_t eoff) {
   l.sub_base = hn::Set(DI(), lo + k.sbase_s);
   l.eoffs = hn::Set(DU(), static_cast<uint32_t>(eoff) << 23);
   // Largest |x| whose scaled value is at most max: max_bits - eoff << 23, capped at FP32's max.
-  const int64_t hi = std::min<int64_t>(static_cast<int64_t>(k.max_bits) - (static_cast<int64_t>(eoff) << 23), 0x7F7FFFFF);
-  const int64_t thr = static_cast<int64_t>(lo) << 23;
+  // eoff * 2^23 as a product: eoff is negative for scales above 1, and shifting a negative value left is
+  // undefined before C++20 (UBSan flags it).
+  const int64_t hi = std::min<int64_t>(static_cast<int64_t>(k.max_bits) - static_cast<int64_t>(eoff) * (int64_t{1} << 23), 0x7F7FFFFF);
+  const int64_t thr = static_cast<int64_t>(lo) * (int64_t{1} << 23);
   l.span = hn::Set(DU(), static_cast<uint32_t>(l.ok && k.max_bits != 0 && hi >= thr ? hi - thr + 1 : 0));
   l.c_norm_eoff = hn::Set(DU(), static_cast<uint32_t>(((k.emin127_s - 1) - eoff)) << k.man_bits);
   return l;

@@ -54,10 +54,11 @@ struct Exact {
   u128 mag = 0;
   int lsb = 0;
 };
-// A finite double as an exact value with an odd (or zero) magnitude.
+// A finite double as an exact value with an odd (or zero) magnitude; Inf and NaN give zero (their
+// callers take specials apart first and never use the value, but converting them is undefined).
 inline Exact ExactOf(double x) {
   Exact r;
-  if (x == 0) return r;
+  if (x == 0 || !std::isfinite(x)) return r;
   int e;
   const double f = std::frexp(std::fabs(x), &e);
   uint64_t m = static_cast<uint64_t>(std::ldexp(f, 53));

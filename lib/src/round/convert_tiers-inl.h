@@ -214,8 +214,10 @@ HWY_INLINE VU ConvertVec(const Consts& k, VU bits, VI eoff, VU rbits) {
   const VI eh = hn::Max(hn::Add(en, eoff), k.emin127);
   const VI s = hn::Add(hn::Sub(eh, es), k.sbase);
   const VU sr = hn::BitCast(du, hn::Min(hn::Max(s, zero_i), c31));
-  const VU sl = hn::BitCast(du, hn::Max(hn::Neg(s), zero_i));
-  const VU sigl = hn::Shl(sig, sl);
+  // A left shift past 31 gives 0, as x86's variable vector shifts do; spelled out, because the scalar
+  // and EMU128 targets shift with C++'s <<, undefined there (UBSan).
+  const VI nsl = hn::Max(hn::Neg(s), zero_i);
+  const VU sigl = hn::IfThenZeroElse(hn::RebindMask(du, hn::Gt(nsl, c31)), hn::Shl(sig, hn::BitCast(du, hn::Min(nsl, c31))));
   const VU trunc = hn::Shr(sigl, sr);
   const VU rem = hn::Sub(sigl, hn::Shl(trunc, sr));
   const VU pre = hn::Add(hn::ShiftLeftSame(hn::BitCast(du, hn::Sub(eh, k.emin127)), k.man_bits), trunc);

@@ -13,6 +13,7 @@
 #include "common/tensor_inputs.h"
 #include "qmx/checkpoint.h"
 #include "qmx/error.h"
+#include "qmx/golden.h"
 #include "qmx/io.h"
 #include "qmx/version.h"
 
@@ -27,12 +28,6 @@ struct AuditArgs {
   int threads = 0;
   bool quiet = false;
 };
-
-std::string Hex(uint32_t v, size_t bytes) {
-  char b[16];
-  std::snprintf(b, sizeof b, "0x%0*x", static_cast<int>(2 * bytes), v);
-  return b;
-}
 
 ordered_json ToJson(const AuditResult& a, size_t scale_bytes) {
   ordered_json j;
@@ -68,9 +63,9 @@ ordered_json ToJson(const AuditResult& a, size_t scale_bytes) {
     cj["code_mismatches"] = c.code_mismatches;
     cj["scale_mismatches"] = c.scale_mismatches;
     if (c.has_first) {
-      const size_t w = c.first_what == "code" ? 1 : scale_bytes;
-      cj["first_difference"] = {{"what", c.first_what}, {"index", c.first_index}, {"stored", Hex(c.first_stored, w)},
-                                {"requantized", Hex(c.first_requantized, w)}};
+      const int w = c.first_what == "code" ? 1 : static_cast<int>(scale_bytes);
+      cj["first_difference"] = {{"what", c.first_what}, {"index", c.first_index}, {"stored", "0x" + golden::Hex(c.first_stored, 2 * w)},
+                                {"requantized", "0x" + golden::Hex(c.first_requantized, 2 * w)}};
     }
     cands.push_back(cj);
   }
@@ -93,10 +88,9 @@ void RunAudit(const AuditArgs& a) {
   if (!a.tensors.empty()) {
     std::vector<CheckpointTensorInfo> keep;
     for (const std::string& n : a.tensors) {
-      bool hit = false;
-      for (const auto& f : found)
-        if (f.name == n) keep.push_back(f), hit = true;
-      if (!hit) throw Error("'" + a.in + "' has no quantized tensor '" + n + "'");
+      const CheckpointTensorInfo* f = FindCheckpointTensor(found, n);
+      if (f == nullptr) throw Error("'" + a.in + "' has no quantized tensor '" + n + "'");
+      keep.push_back(*f);
     }
     found = keep;
   }

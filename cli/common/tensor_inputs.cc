@@ -1,7 +1,6 @@
 // tensor_inputs.cc: float tensors from .npy and .safetensors files for the CLI commands.
 #include "common/tensor_inputs.h"
 
-#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -58,8 +57,8 @@ std::vector<std::pair<std::string, NpyArray>> ReadSafetensorsInputs(const std::s
   }
   for (const auto& n : names) {
     // A quantized tensor's logical name comes first: ModelOpt's P.weight is also the name of its packed codes.
-    const auto q = std::find_if(quantized.begin(), quantized.end(), [&](const CheckpointTensorInfo& i) { return i.name == n; });
-    if (q != quantized.end()) out.emplace_back(n, decoded(*q));
+    const CheckpointTensorInfo* q = FindCheckpointTensor(quantized, n);
+    if (q != nullptr) out.emplace_back(n, decoded(*q));
     else out.emplace_back(n, r.Get(n).codes ? r.ReadValues(n) : r.Read(n));
   }
   return out;

@@ -3,7 +3,6 @@
 // reads without qmx-sim, plus a JSON summary; and back from our .safetensors output.
 #include <omp.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -226,8 +225,8 @@ void RunDequantize(const DequantizeArgs& a) {
   const std::vector<CheckpointTensorInfo> found = ScanCheckpoint(r);
   std::vector<CheckpointTensorInfo> picked;
   for (const std::string& n : a.tensors) {
-    const auto it = std::find_if(found.begin(), found.end(), [&](const CheckpointTensorInfo& i) { return i.name == n; });
-    if (it == found.end()) {
+    const CheckpointTensorInfo* it = FindCheckpointTensor(found, n);
+    if (it == nullptr) {
       std::string known;
       for (size_t i = 0; i < found.size() && i < 5; ++i) known += (i ? ", " : "") + found[i].name;
       throw Error("'" + a.in + "' has no quantized tensor '" + n + "'" + (known.empty() ? "" : " (it has " + known + (found.size() > 5 ? ", ..." : "") + ")"));

@@ -15,6 +15,7 @@
 #include "gpu_internal.h"
 #include "qmx/convert.h"
 #include "qmx/gpu.h"
+#include "qmx/quantize.h"
 
 namespace qmx::gpu {
 namespace {
@@ -80,12 +81,6 @@ cudaDataType ElemType(const Format& f) {
   throw Error(std::string("cuBLASLt: no element type for ") + f.name + " here (e4m3, e5m2, e2m1)");
 }
 
-
-// Offset of scale (r, s) in the 128x4 tiled layout of a scale matrix with `cols` scale columns.
-size_t Tiled128x4(size_t r, size_t s, size_t cols) {
-  const size_t col_tiles = (cols + 3) / 4;
-  return ((r / 128) * col_tiles + s / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + s % 4;
-}
 
 // Element codes of an operand in cuBLAS's K-contiguous order (rows of `outer`, each K long), packed two per
 // byte (element 0 in the low nibble) for FP4.
@@ -260,7 +255,7 @@ std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, Cubl
         std::vector<uint8_t> t(((outer + 127) / 128) * 128 * ((kb + 3) / 4) * 4, 0);
         for (size_t r = 0; r < outer; ++r)
           for (size_t j = 0; j < kb; ++j)
-            t[Tiled128x4(r, j, kb)] = byte_of(is_b ? o.scales[j * o.scale_cols + r] : o.scales[r * o.scale_cols + j]);
+            t[CublasTiledIndex(r, j, kb)] = byte_of(is_b ? o.scales[j * o.scale_cols + r] : o.scales[r * o.scale_cols + j]);
         return t;
       };
       const std::vector<uint8_t> ta = tiled(b, true, n), tb = tiled(a, false, m);

@@ -17,9 +17,12 @@
 #include "qmx/error.h"
 #include "qmx/quantize.h"
 #include "qmx/safetensors.h"
+#include "support/arrays.h"
 
 using namespace qmx;
 using Catch::Matchers::Contains;
+using qmx::test::F32Array;
+using qmx::test::U8Array;
 
 namespace {
 
@@ -39,22 +42,6 @@ bool SameBits(float a, float b) {
   std::memcpy(&x, &a, 4);
   std::memcpy(&y, &b, 4);
   return x == y || (std::isnan(a) && std::isnan(b));
-}
-
-NpyArray U8(std::vector<size_t> shape, std::vector<uint8_t> v) {
-  NpyArray a;
-  a.dtype = DType::kU8;
-  a.shape = std::move(shape);
-  a.data = std::move(v);
-  return a;
-}
-NpyArray F32(std::vector<size_t> shape, const std::vector<float>& v) {
-  NpyArray a;
-  a.dtype = DType::kF32;
-  a.shape = std::move(shape);
-  a.data.resize(v.size() * 4);
-  std::memcpy(a.data.data(), v.data(), a.data.size());
-  return a;
 }
 
 std::vector<uint8_t> Random(size_t n, uint32_t seed, int lo, int hi) {
@@ -117,9 +104,9 @@ TEST_CASE("checkpoint: gpt-oss MXFP4 blocks and scales, both namings", "[checkpo
   }
   for (const char* sep : {".", "_"}) {
     const std::string x = std::string("model.layers.0.mlp.experts.down_proj");
-    const std::string path = Write({{x + sep + "blocks", U8({E, R, G, 16}, Nibbles(codes)), ""},
-                                    {x + sep + "scales", U8({E, R, G}, scales), ""},
-                                    {"model.layers.0.mlp.experts.down_proj_bias", F32({E, R}, std::vector<float>(E * R, 1)), ""}});
+    const std::string path = Write({{x + sep + "blocks", U8Array({E, R, G, 16}, Nibbles(codes)), ""},
+                                    {x + sep + "scales", U8Array({E, R, G}, scales), ""},
+                                    {"model.layers.0.mlp.experts.down_proj_bias", F32Array({E, R}, std::vector<float>(E * R, 1)), ""}});
     const Loaded l = LoadOnly(path);
     CHECK(l.found[0].name == x);
     CHECK(l.found[0].layout == CheckpointLayout::kGptOssMxfp4);
@@ -128,7 +115,7 @@ TEST_CASE("checkpoint: gpt-oss MXFP4 blocks and scales, both namings", "[checkpo
     std::remove(path.c_str());
   }
   // Blocks that are not [..., G, 16] beside [..., G] scales.
-  const std::string bad = Write({{"w.blocks", U8({3, 15}, std::vector<uint8_t>(45)), ""}, {"w.scales", U8({3}, {1, 2, 3}), ""}});
+  const std::string bad = Write({{"w.blocks", U8Array({3, 15}, std::vector<uint8_t>(45)), ""}, {"w.scales", U8Array({3}, {1, 2, 3}), ""}});
   const SafetensorsReader r(bad);
   CHECK_THROWS_WITH(LoadCheckpointTensor(r, ScanCheckpoint(r).at(0)), Contains("must be [..., G, 16]"));
   std::remove(bad.c_str());
@@ -146,10 +133,10 @@ TEST_CASE("checkpoint: NVFP4 as ModelOpt (multiplier) and compressed-tensors (di
     want_ct[i] = kE2M1[codes[i]] * (s / gs);   // compressed-tensors: nibble * (weight_scale / global_scale)
   }
   {
-    const std::string path = Write({{"l.weight", U8({O, I / 2}, Nibbles(codes)), ""},
-                                    {"l.weight_scale", U8({O, I / 16}, s8), "F8_E4M3"},
-                                    {"l.weight_scale_2", F32({}, {ws2}), ""},
-                                    {"l.input_scale", F32({}, {0.5f}), ""}});
+    const std::string path = Write({{"l.weight", U8Array({O, I / 2}, Nibbles(codes)), ""},
+                                    {"l.weight_scale", U8Array({O, I / 16}, s8), "F8_E4M3"},
+                                    {"l.weight_scale_2", F32Array({}, {ws2}), ""},
+                                    {"l.input_scale", F32Array({}, {0.5f}), ""}});
     const Loaded l = LoadOnly(path);
     CHECK(l.found[0].name == "l.weight");
     CHECK(l.found[0].layout == CheckpointLayout::kModelOptNvfp4);
@@ -159,31 +146,31 @@ TEST_CASE("checkpoint: NVFP4 as ModelOpt (multiplier) and compressed-tensors (di
     std::remove(path.c_str());
   }
   {  // the weight as native F4 with its logical shape
-    const std::string path = Write({{"l.weight", U8({O, I}, codes), "F4"},
-                                    {"l.weight_scale", U8({O, I / 16}, s8), "F8_E4M3"},
-                                    {"l.weight_scale_2", F32({}, {ws2}), ""}});
+    const std::string path = Write({{"l.weight", U8Array({O, I}, codes), "F4"},
+                                    {"l.weight_scale", U8Array({O, I / 16}, s8), "F8_E4M3"},
+                                    {"l.weight_scale_2", F32Array({}, {ws2}), ""}});
     CheckValues(LoadOnly(path).values, want_mo);
     std::remove(path.c_str());
   }
   {
-    const std::string path = Write({{"l.weight_packed", U8({O, I / 2}, Nibbles(codes)), ""},
-                                    {"l.weight_scale", U8({O, I / 16}, s8), "F8_E4M3"},
-                                    {"l.weight_global_scale", F32({1}, {gs}), ""}});
+    const std::string path = Write({{"l.weight_packed", U8Array({O, I / 2}, Nibbles(codes)), ""},
+                                    {"l.weight_scale", U8Array({O, I / 16}, s8), "F8_E4M3"},
+                                    {"l.weight_global_scale", F32Array({1}, {gs}), ""}});
     const Loaded l = LoadOnly(path);
     CHECK(l.found[0].layout == CheckpointLayout::kCompressedTensorsNvfp4);
     CheckValues(l.values, want_ct);
     std::remove(path.c_str());
   }
   {  // a scale grid that does not fit the weight
-    const std::string path = Write({{"l.weight", U8({O, I / 2}, Nibbles(codes)), ""},
-                                    {"l.weight_scale", U8({O, I / 32}, std::vector<uint8_t>(O * I / 32, 0x38)), "F8_E4M3"},
-                                    {"l.weight_scale_2", F32({}, {ws2}), ""}});
+    const std::string path = Write({{"l.weight", U8Array({O, I / 2}, Nibbles(codes)), ""},
+                                    {"l.weight_scale", U8Array({O, I / 32}, std::vector<uint8_t>(O * I / 32, 0x38)), "F8_E4M3"},
+                                    {"l.weight_scale_2", F32Array({}, {ws2}), ""}});
     const SafetensorsReader r(path);
     CHECK_THROWS_WITH(LoadCheckpointTensor(r, ScanCheckpoint(r).at(0)), Contains("does not hold the 4 x 4 scales"));
     std::remove(path.c_str());
   }
   {  // weight_scale_2 without its weight
-    const std::string path = Write({{"l.weight_scale_2", F32({}, {ws2}), ""}});
+    const std::string path = Write({{"l.weight_scale_2", F32Array({}, {ws2}), ""}});
     const SafetensorsReader r(path);
     CHECK_THROWS_WITH(ScanCheckpoint(r), Contains("needs 'l.weight'"));
     std::remove(path.c_str());
@@ -209,9 +196,9 @@ TEST_CASE("checkpoint: torchao NVFP4 with cuBLAS-swizzled scales, MXFP8 with lin
   std::vector<float> want(codes.size());
   for (size_t i = 0; i < codes.size(); ++i) want[i] = kE2M1[codes[i]] * (pts * E4m3(s8[(i / K) * C + (i % K) / 16]));
   {
-    const std::string path = Write({{"0._weight_qdata", U8({M, K / 2}, Nibbles(codes)), ""},
-                                    {"0._weight_scale", U8({64, 16}, swizzled), "F8_E4M3"},
-                                    {"0._weight_per_tensor_scale", F32({}, {pts}), ""}});
+    const std::string path = Write({{"0._weight_qdata", U8Array({M, K / 2}, Nibbles(codes)), ""},
+                                    {"0._weight_scale", U8Array({64, 16}, swizzled), "F8_E4M3"},
+                                    {"0._weight_per_tensor_scale", F32Array({}, {pts}), ""}});
     const Loaded l = LoadOnly(path);
     CHECK(l.found[0].name == "0.weight");
     CHECK(l.found[0].layout == CheckpointLayout::kTorchao);
@@ -224,7 +211,7 @@ TEST_CASE("checkpoint: torchao NVFP4 with cuBLAS-swizzled scales, MXFP8 with lin
     std::vector<uint8_t> e8 = Random(M * K / 32, 8, 100, 150);
     std::vector<float> w8(c8.size());
     for (size_t i = 0; i < c8.size(); ++i) w8[i] = E4m3(c8[i]) * std::ldexp(1.0f, e8[i / 32] - 127);
-    const std::string path = Write({{"lin._weight_qdata", U8({M, K}, c8), "F8_E4M3"}, {"lin._weight_scale", U8({M, K / 32}, e8), "F8_E8M0"}});
+    const std::string path = Write({{"lin._weight_qdata", U8Array({M, K}, c8), "F8_E4M3"}, {"lin._weight_scale", U8Array({M, K / 32}, e8), "F8_E8M0"}});
     const Loaded l = LoadOnly(path);
     CHECK(l.t.q.spec.elem == fmt::kE4M3);
     CheckValues(l.values, w8);
@@ -240,7 +227,7 @@ TEST_CASE("checkpoint: DeepSeek-V3 128x128 FP8 with edge blocks, scaled FP8 per 
   std::vector<float> want(c8.size());
   for (size_t i = 0; i < c8.size(); ++i) want[i] = E4m3(c8[i]) * s[(i / I) / 128 * 3 + (i % I) / 128];
   {
-    const std::string path = Write({{"m.weight", U8({O, I}, c8), "F8_E4M3"}, {"m.weight_scale_inv", F32({2, 3}, s), ""}});
+    const std::string path = Write({{"m.weight", U8Array({O, I}, c8), "F8_E4M3"}, {"m.weight_scale_inv", F32Array({2, 3}, s), ""}});
     const Loaded l = LoadOnly(path);
     CHECK(l.found[0].layout == CheckpointLayout::kDeepSeekFp8);
     CheckValues(l.values, want);
@@ -250,8 +237,8 @@ TEST_CASE("checkpoint: DeepSeek-V3 128x128 FP8 with edge blocks, scaled FP8 per 
   for (size_t i = 0; i < O; ++i) row[i] = 0.01f / static_cast<float>(i + 3);
   for (size_t i = 0; i < c8.size(); ++i) want[i] = E4m3(c8[i]) * row[i / I];
   {
-    const std::string path = Write({{"m.weight", U8({O, I}, c8), "F8_E4M3"}, {"m.weight_scale", F32({O, 1}, row), ""},
-                                    {"m.input_scale", F32({}, {1.0f}), ""}});
+    const std::string path = Write({{"m.weight", U8Array({O, I}, c8), "F8_E4M3"}, {"m.weight_scale", F32Array({O, 1}, row), ""},
+                                    {"m.input_scale", F32Array({}, {1.0f}), ""}});
     const Loaded l = LoadOnly(path);
     CHECK(l.found[0].layout == CheckpointLayout::kFp8Scaled);
     CHECK(l.t.q.spec.block_rows == 1);
@@ -260,12 +247,12 @@ TEST_CASE("checkpoint: DeepSeek-V3 128x128 FP8 with edge blocks, scaled FP8 per 
   }
   for (size_t i = 0; i < c8.size(); ++i) want[i] = E4m3(c8[i]) * 0.25f;
   {
-    const std::string path = Write({{"m.weight", U8({O, I}, c8), "F8_E4M3"}, {"m.weight_scale", F32({}, {0.25f}), ""}});
+    const std::string path = Write({{"m.weight", U8Array({O, I}, c8), "F8_E4M3"}, {"m.weight_scale", F32Array({}, {0.25f}), ""}});
     CheckValues(LoadOnly(path).values, want);
     std::remove(path.c_str());
   }
   {
-    const std::string path = Write({{"m.weight", U8({O, I}, c8), "F8_E4M3"}, {"m.weight_scale", F32({3}, {1, 2, 3}), ""}});
+    const std::string path = Write({{"m.weight", U8Array({O, I}, c8), "F8_E4M3"}, {"m.weight_scale", F32Array({3}, {1, 2, 3}), ""}});
     const SafetensorsReader r(path);
     CHECK_THROWS_WITH(LoadCheckpointTensor(r, ScanCheckpoint(r).at(0)), Contains("neither per tensor nor per row"));
     std::remove(path.c_str());
@@ -282,14 +269,14 @@ TEST_CASE("checkpoint audit: the rule that made a gpt-oss tensor reproduces it; 
   view.data = x.data();
   view.rows = R;
   view.cols = K;
-  const NpyArray source = F32({R, K}, x);
+  const NpyArray source = F32Array({R, K}, x);
   for (const char* rule : {"ocp-floor", "round-up"}) {
     INFO(rule);
     QuantSpec spec = QuantSpecByName("mxfp4");
     spec.rule = ParseScaleRule(rule);
     const QuantizedTensor q = Quantize(view, spec);
     std::vector<uint8_t> scales = q.scales;
-    const std::string path = Write({{"w.blocks", U8({R, K / 32, 16}, Nibbles(q.codes)), ""}, {"w.scales", U8({R, K / 32}, scales), ""}});
+    const std::string path = Write({{"w.blocks", U8Array({R, K / 32, 16}, Nibbles(q.codes)), ""}, {"w.scales", U8Array({R, K / 32}, scales), ""}});
     const SafetensorsReader r(path);
     const CheckpointTensor t = LoadCheckpointTensor(r, ScanCheckpoint(r).at(0));
     const AuditResult a = AuditCheckpointTensor(t, &source, "src");
@@ -306,7 +293,7 @@ TEST_CASE("checkpoint audit: the rule that made a gpt-oss tensor reproduces it; 
     std::remove(path.c_str());
     // One stored scale one step larger: no candidate reproduces, and each names scale 13 first.
     scales[13] += 1;
-    const std::string bad = Write({{"w.blocks", U8({R, K / 32, 16}, Nibbles(q.codes)), ""}, {"w.scales", U8({R, K / 32}, scales), ""}});
+    const std::string bad = Write({{"w.blocks", U8Array({R, K / 32, 16}, Nibbles(q.codes)), ""}, {"w.scales", U8Array({R, K / 32}, scales), ""}});
     const SafetensorsReader rb(bad);
     const AuditResult ab = AuditCheckpointTensor(LoadCheckpointTensor(rb, ScanCheckpoint(rb).at(0)), &source, "src");
     for (const AuditCandidate& c : ab.candidates) {
@@ -334,11 +321,11 @@ TEST_CASE("checkpoint audit: NVFP4 from the source under TE's order, in ModelOpt
   view.rows = R;
   view.cols = K;
   const QuantizedTensor q = Quantize(view, QuantSpecByName("nvfp4"));
-  const std::string path = Write({{"p.weight", U8({R, K / 2}, Nibbles(q.codes)), ""},
-                                  {"p.weight_scale", U8({R, K / 16}, q.scales), "F8_E4M3"},
-                                  {"p.weight_scale_2", F32({}, {q.tensor_decode}), ""}});
+  const std::string path = Write({{"p.weight", U8Array({R, K / 2}, Nibbles(q.codes)), ""},
+                                  {"p.weight_scale", U8Array({R, K / 16}, q.scales), "F8_E4M3"},
+                                  {"p.weight_scale_2", F32Array({}, {q.tensor_decode}), ""}});
   const SafetensorsReader r(path);
-  const NpyArray source = F32({R, K}, x);
+  const NpyArray source = F32Array({R, K}, x);
   const AuditResult a = AuditCheckpointTensor(LoadCheckpointTensor(r, ScanCheckpoint(r).at(0)), &source, "src");
   CHECK(a.scheme == "nvfp4");
   bool te = false;
@@ -349,10 +336,10 @@ TEST_CASE("checkpoint audit: NVFP4 from the source under TE's order, in ModelOpt
   std::vector<float> xt(x.size());
   for (size_t i = 0; i < R; ++i)
     for (size_t j = 0; j < K; ++j) xt[j * R + i] = x[i * K + j];
-  const NpyArray source_t = F32({K, R}, xt);
+  const NpyArray source_t = F32Array({K, R}, xt);
   const AuditResult at = AuditCheckpointTensor(LoadCheckpointTensor(r, ScanCheckpoint(r).at(0)), &source_t, "src^T");
   CHECK(at.candidates.at(0).reproduces == a.candidates.at(0).reproduces);
-  const NpyArray wrong = F32({R, K / 2}, std::vector<float>(R * K / 2));
+  const NpyArray wrong = F32Array({R, K / 2}, std::vector<float>(R * K / 2));
   CHECK_THROWS_WITH(AuditCheckpointTensor(LoadCheckpointTensor(r, ScanCheckpoint(r).at(0)), &wrong, "w"), Contains("shape unlike"));
   std::remove(path.c_str());
 }

@@ -12,6 +12,7 @@
 #include "qmx/io.h"
 #include "qmx/quantize.h"
 #include "qmx/safetensors.h"
+#include "support/arrays.h"
 #include "support/cli.h"
 
 namespace qmx {
@@ -19,19 +20,6 @@ namespace {
 
 using Catch::Matchers::Contains;
 using namespace qmx::test;
-
-NpyArray RandomF32(std::vector<size_t> shape, uint32_t seed) {
-  NpyArray a;
-  a.dtype = DType::kF32;
-  a.shape = std::move(shape);
-  std::vector<float> v(a.count());
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd;
-  for (float& x : v) x = nd(rng);
-  a.data.resize(v.size() * 4);
-  std::memcpy(a.data.data(), v.data(), a.data.size());
-  return a;
-}
 
 std::string DtypeOf(const std::string& path, const std::string& name) { return SafetensorsReader(path).Get(name).dtype; }
 

@@ -21,6 +21,7 @@
 
 #include "qmx/io.h"
 #include "qmx/safetensors.h"
+#include "support/arrays.h"
 #include "support/cli.h"
 
 namespace qmx {
@@ -29,21 +30,6 @@ namespace {
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 using namespace qmx::test;
-
-NpyArray RandomF32(std::vector<size_t> shape, uint32_t seed) {
-  size_t n = 1;
-  for (size_t d : shape) n *= d;
-  std::vector<float> v(n);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd;
-  for (float& x : v) x = nd(rng);
-  NpyArray a;
-  a.dtype = DType::kF32;
-  a.shape = std::move(shape);
-  a.data.resize(n * 4);
-  std::memcpy(a.data.data(), v.data(), n * 4);
-  return a;
-}
 
 NpyArray RandomU8(std::vector<size_t> shape, uint32_t seed) {
   NpyArray a;

@@ -13,9 +13,11 @@
 
 #include "qmx/error.h"
 #include "qmx/safetensors.h"
+#include "support/arrays.h"
 
 using namespace qmx;
 using Catch::Matchers::Contains;
+using qmx::test::U8Array;
 
 namespace {
 
@@ -49,14 +51,6 @@ std::vector<float> Floats(const NpyArray& a) {
 // Equal as values, NaN equal to NaN, -0 distinct from +0.
 bool Same(float a, float b) {
   return (std::isnan(a) && std::isnan(b)) || (a == b && std::signbit(a) == std::signbit(b));
-}
-
-NpyArray U8(std::vector<size_t> shape, std::vector<uint8_t> codes) {
-  NpyArray a;
-  a.dtype = DType::kU8;
-  a.shape = std::move(shape);
-  a.data = std::move(codes);
-  return a;
 }
 
 }  // namespace
@@ -116,9 +110,9 @@ TEST_CASE("safetensors code dtypes: hand-built files read as codes and as values
 
 TEST_CASE("safetensors code dtypes: the writer's bytes equal the hand-built file", "[io][safetensors][dtypes]") {
   const std::vector<SafetensorsEntry> entries = {
-      {"a", U8({1, 4}, {0x1, 0x2, 0x7, 0xf}), "F4"},
-      {"b", U8({4}, {0x01, 0x3f, 0x08, 0x20}), "F6_E2M3"},
-      {"c", U8({2}, {0x7f, 0x00}), "F8_E8M0"},
+      {"a", U8Array({1, 4}, {0x1, 0x2, 0x7, 0xf}), "F4"},
+      {"b", U8Array({4}, {0x01, 0x3f, 0x08, 0x20}), "F6_E2M3"},
+      {"c", U8Array({2}, {0x7f, 0x00}), "F8_E8M0"},
   };
   const std::string header = R"({"a":{"dtype":"F4","shape":[1,4],"data_offsets":[0,2]},)"
                              R"("b":{"dtype":"F6_E2M3","shape":[4],"data_offsets":[2,5]},)"
@@ -139,11 +133,11 @@ TEST_CASE("safetensors code dtypes: the writer's bytes equal the hand-built file
 
 TEST_CASE("safetensors code dtypes: codes that do not fit and counts that are not whole bytes are refused",
           "[io][safetensors][dtypes]") {
-  CHECK_THROWS_WITH(SerializeSafetensorsTyped({{"a", U8({2}, {0x1, 0x10}), "F4"}}),
+  CHECK_THROWS_WITH(SerializeSafetensorsTyped({{"a", U8Array({2}, {0x1, 0x10}), "F4"}}),
                     Contains("code 0x10 at element 1 does not fit F4's 4 bits"));
-  CHECK_THROWS_WITH(SerializeSafetensorsTyped({{"a", U8({3}, {1, 2, 3}), "F4"}}), Contains("F4 needs an even count"));
-  CHECK_THROWS_WITH(SerializeSafetensorsTyped({{"a", U8({6}, {1, 2, 3, 4, 5, 6}), "F6_E3M2"}}), Contains("F6 needs a multiple of 4"));
-  CHECK_THROWS_WITH(SerializeSafetensorsTyped({{"a", U8({2}, {1, 2}), "F8_E4M3FNUZ"}}), Contains("is not written"));
+  CHECK_THROWS_WITH(SerializeSafetensorsTyped({{"a", U8Array({3}, {1, 2, 3}), "F4"}}), Contains("F4 needs an even count"));
+  CHECK_THROWS_WITH(SerializeSafetensorsTyped({{"a", U8Array({6}, {1, 2, 3, 4, 5, 6}), "F6_E3M2"}}), Contains("F6 needs a multiple of 4"));
+  CHECK_THROWS_WITH(SerializeSafetensorsTyped({{"a", U8Array({2}, {1, 2}), "F8_E4M3FNUZ"}}), Contains("is not written"));
   NpyArray f32;
   f32.dtype = DType::kF32;
   f32.shape = {1};

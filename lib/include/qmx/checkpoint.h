@@ -51,6 +51,8 @@ struct CheckpointTensorInfo {
 // Finds every quantized tensor by its layout's names. Tensors of a matching name whose dtype or shape
 // do not fit the layout throw IoError naming them (a checkpoint half in a layout is not guessed at).
 std::vector<CheckpointTensorInfo> ScanCheckpoint(const SafetensorsReader& reader);
+// The one of `found` with this logical name, or nullptr.
+const CheckpointTensorInfo* FindCheckpointTensor(const std::vector<CheckpointTensorInfo>& found, const std::string& name);
 
 // A quantized tensor read: its codes (unpacked, the logical shape), scales in the QuantizedTensor order
 // (row-major block grid; swizzled scales are unswizzled) and the spec the layout implies (element format,
@@ -71,6 +73,9 @@ CheckpointTensor LoadCheckpointTensor(const SafetensorsReader& reader, const Che
 //   NVFP4 (compressed-tensors): fl32(decode(code) * fl32(fp32(s8) / global));
 //   FP32 scales: fl32(decode(code) * s); qmx: Dequantize. Frameworks that return BF16 round this result.
 std::vector<float> DecodeCheckpointTensor(const CheckpointTensor& t);
+// Block i's scale as that decoding applies it (row-major over the scale grid): 2^(s - 127) (NaN for 0xFF),
+// the FP32 scale, NVFP4's fl32(s8 * global) or fl32(s8 / global) (qmx's own: its rule's decode scale).
+float CheckpointBlockScale(const CheckpointTensor& t, size_t i);
 
 // The audit of one quantized tensor: every scale rule and library profile that applies to its scheme,
 // re-quantizing the source (the given high-precision tensor, or the decoded values) and comparing codes

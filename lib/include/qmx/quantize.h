@@ -176,8 +176,9 @@ size_t PackedSize(size_t n, int bits);
 // 1-D block scaling (VEC32_UE8M0 for MX 1x32, VEC16_UE4M3 for NVFP4 1x16), row-wise blocks: the scale
 // matrix (rows x scale_cols) padded with zeros to a multiple of 128 rows and 4 columns, in 128x4 tiles
 // of 512 bytes: scale (r, c) goes to ((r / 128) * ceil(scale_cols / 4) + c / 4) * 512 + (r % 32) * 16 +
-// ((r % 128) / 32) * 4 + c % 4.
+// ((r % 128) / 32) * 4 + c % 4 (CublasTiledIndex; torchao's to_blocked "swizzled" scales are the same layout).
 std::vector<uint8_t> ScalesToCublasTiled(const QuantizedTensor& q);
+size_t CublasTiledIndex(size_t r, size_t c, size_t scale_cols);
 // Hopper blockwise FP32 scales (VEC128_32F for 1x128, BLK128x128_32F for 128x128): 1x128 row-wise scales
 // as an M-major (rows contiguous) ceil(K/128) x roundup(M, 4) array; 128x128 scales K-major, each block
 // row's ceil(K/128) scales padded to a multiple of 4. Padding is zero. Returns the padded array.

@@ -121,9 +121,7 @@ void BindCheckpoint(pyb::module_& m) {
     const std::vector<CheckpointTensorInfo> found = ScanCheckpoint(r);
     pyb::dict out;
     for (const std::string& name : names) {
-      const CheckpointTensorInfo* info = nullptr;
-      for (const auto& f : found)
-        if (f.name == name) info = &f;
+      const CheckpointTensorInfo* info = FindCheckpointTensor(found, name);
       if (info == nullptr) throw pyb::key_error("'" + path + "' has no quantized tensor '" + name + "'");
       std::vector<float> v;
       std::vector<size_t> shape;

@@ -54,25 +54,6 @@ std::string SchemeOf(const QuantizedTensor& q) {
   return "?";
 }
 
-// Decoded block scale i (NaN for a NaN scale).
-double BlockScale(const CheckpointTensor& t, size_t i) {
-  const QuantizedTensor& q = t.q;
-  switch (ScaleFormatOf(q.spec.rule)) {
-    case ScaleFormat::kUe8m0: return q.scales[i] == 0xFF ? NAN : std::ldexp(1.0, q.scales[i] - 127);
-    case ScaleFormat::kE4m3: {
-      const float s8 = DecodeToFloat(fmt::kE4M3, q.scales[i]);
-      if (t.info.layout == CheckpointLayout::kQmx) return Nvfp4DecodeScale(q.scales[i], q.tensor_amax, q.spec.rule);
-      return t.global_divides ? s8 / t.global : s8 * t.global;
-    }
-    case ScaleFormat::kFp32: {
-      float f;
-      std::memcpy(&f, &q.scales[4 * i], 4);
-      return f;
-    }
-  }
-  return NAN;
-}
-
 }  // namespace
 
 AuditResult AuditCheckpointTensor(const CheckpointTensor& t, const NpyArray* source, const std::string& source_name) {
@@ -116,7 +97,7 @@ AuditResult AuditCheckpointTensor(const CheckpointTensor& t, const NpyArray* sou
   std::vector<double> scale(st.blocks);
   bool first_scale = true;
   for (size_t i = 0; i < st.blocks; ++i) {
-    scale[i] = BlockScale(t, i);
+    scale[i] = CheckpointBlockScale(t, i);
     if (std::isnan(scale[i])) {
       ++st.nan_scales;
     } else if (std::isfinite(scale[i])) {

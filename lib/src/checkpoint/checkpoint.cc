@@ -68,12 +68,6 @@ size_t Count(const std::vector<size_t>& shape) {
   return n;
 }
 
-// cuBLAS / torchao to_blocked: the rows x cols scale matrix padded to 128 x 4 tiles of 512 bytes.
-size_t SwizzledIndex(size_t r, size_t c, size_t cols) {
-  const size_t col_tiles = (cols + 3) / 4;
-  return ((r / 128) * col_tiles + c / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4;
-}
-
 // Scales [rows, cols] of one byte each, linear or swizzled (told apart by their element count).
 std::vector<uint8_t> ReadByteScales(const SafetensorsReader& r, const SafetensorsTensor& t, size_t rows, size_t cols) {
   const NpyArray a = r.Read(t.name);
@@ -84,7 +78,7 @@ std::vector<uint8_t> ReadByteScales(const SafetensorsReader& r, const Safetensor
                std::to_string(cols) + " block scales nor their swizzled 128x4-tile layout (" + std::to_string(padded) + " bytes)");
   std::vector<uint8_t> out(rows * cols);
   for (size_t i = 0; i < rows; ++i)
-    for (size_t j = 0; j < cols; ++j) out[i * cols + j] = a.data[SwizzledIndex(i, j, cols)];
+    for (size_t j = 0; j < cols; ++j) out[i * cols + j] = a.data[CublasTiledIndex(i, j, cols)];
   return out;
 }
 
@@ -197,6 +191,12 @@ std::vector<CheckpointTensorInfo> ScanCheckpoint(const SafetensorsReader& r) {
     }
   }
   return out;
+}
+
+const CheckpointTensorInfo* FindCheckpointTensor(const std::vector<CheckpointTensorInfo>& found, const std::string& name) {
+  for (const CheckpointTensorInfo& f : found)
+    if (f.name == name) return &f;
+  return nullptr;
 }
 
 CheckpointTensor LoadCheckpointTensor(const SafetensorsReader& r, const CheckpointTensorInfo& info) {
@@ -329,13 +329,31 @@ std::vector<float> DecodeCheckpointTensor(const CheckpointTensor& t) {
   // NVFP4 with a stored second-level scale: the producer's order.
   const std::vector<float> table = DecodeTableF32(q.spec.elem);
   const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);
+  std::vector<float> scale(q.scale_rows * q.scale_cols);
+  for (size_t i = 0; i < scale.size(); ++i) scale[i] = CheckpointBlockScale(t, i);
   for (size_t r = 0; r < q.rows; ++r)
-    for (size_t c = 0; c < q.cols; ++c) {
-      const float s8 = DecodeToFloat(fmt::kE4M3, q.scales[(r / be.rows) * q.scale_cols + c / be.cols]);
-      const float s = t.global_divides ? s8 / t.global : s8 * t.global;
-      out[r * q.cols + c] = table[q.codes[r * q.cols + c] & q.spec.elem.CodeMask()] * s;
-    }
+    for (size_t c = 0; c < q.cols; ++c)
+      out[r * q.cols + c] = table[q.codes[r * q.cols + c] & q.spec.elem.CodeMask()] *
+                            scale[(r / be.rows) * q.scale_cols + c / be.cols];
   return out;
+}
+
+float CheckpointBlockScale(const CheckpointTensor& t, size_t i) {
+  const QuantizedTensor& q = t.q;
+  switch (ScaleFormatOf(q.spec.rule)) {
+    case ScaleFormat::kUe8m0: return q.scales[i] == 0xFF ? NAN : std::ldexp(1.0f, q.scales[i] - 127);
+    case ScaleFormat::kE4m3: {
+      if (t.info.layout == CheckpointLayout::kQmx) return Nvfp4DecodeScale(q.scales[i], q.tensor_amax, q.spec.rule);
+      const float s8 = DecodeToFloat(fmt::kE4M3, q.scales[i]);
+      return t.global_divides ? s8 / t.global : s8 * t.global;
+    }
+    case ScaleFormat::kFp32: {
+      float f;
+      std::memcpy(&f, &q.scales[4 * i], 4);
+      return f;
+    }
+  }
+  return NAN;
 }
 
 }  // namespace qmx

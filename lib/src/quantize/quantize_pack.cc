@@ -10,6 +10,11 @@ namespace qmx {
 
 // ------------------------------------------------------------------ cuBLASLt layouts
 
+size_t CublasTiledIndex(size_t r, size_t c, size_t scale_cols) {
+  const size_t col_tiles = (scale_cols + 3) / 4;
+  return ((r / 128) * col_tiles + c / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4;
+}
+
 std::vector<uint8_t> ScalesToCublasTiled(const QuantizedTensor& q) {
   const ScaleFormat sf = ScaleFormatOf(q.spec.rule);
   const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);
@@ -20,7 +25,7 @@ std::vector<uint8_t> ScalesToCublasTiled(const QuantizedTensor& q) {
   std::vector<uint8_t> out(rt * 128 * kt * 4, 0);
   for (size_t r = 0; r < q.rows; ++r)
     for (size_t c = 0; c < q.scale_cols; ++c)
-      out[((r / 128) * kt + c / 4) * 512 + (r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4] = q.scales[r * q.scale_cols + c];
+      out[CublasTiledIndex(r, c, q.scale_cols)] = q.scales[r * q.scale_cols + c];
   return out;
 }
 

@@ -26,20 +26,30 @@ enum Kind {
 
 struct Def {
   const char* name;
+  int kind;
   std::vector<Format> formats;
 };
 const std::vector<Def>& Defs() {
   static const std::vector<Def> defs = {
-      {"ocp-sat", {fmt::kE4M3, fmt::kE5M2, fmt::kUE8M0, fmt::kE2M1, fmt::kE2M3, fmt::kE3M2}},
-      {"ocp-nosat", {fmt::kE4M3, fmt::kE5M2}},
-      {"ml-dtypes", {fmt::kE4M3, fmt::kE5M2, fmt::kUE8M0, fmt::kE2M1, fmt::kE2M3, fmt::kE3M2}},
-      {"pytorch", {fmt::kE4M3, fmt::kE5M2, fmt::kUE8M0}},
-      {"onnx", {fmt::kE4M3, fmt::kE5M2, fmt::kUE8M0, fmt::kE2M1}},
-      {"onnx-nosat", {fmt::kE4M3, fmt::kE5M2, fmt::kE2M1}},
-      {"onnx-nearest", {fmt::kUE8M0}},
-      {"onnx-down", {fmt::kUE8M0}},
+      {"ocp-sat", kOcpSat, {fmt::kE4M3, fmt::kE5M2, fmt::kUE8M0, fmt::kE2M1, fmt::kE2M3, fmt::kE3M2}},
+      {"ocp-nosat", kOcpNoSat, {fmt::kE4M3, fmt::kE5M2}},
+      {"ml-dtypes", kMlDtypes, {fmt::kE4M3, fmt::kE5M2, fmt::kUE8M0, fmt::kE2M1, fmt::kE2M3, fmt::kE3M2}},
+      {"pytorch", kPytorch, {fmt::kE4M3, fmt::kE5M2, fmt::kUE8M0}},
+      {"onnx", kOnnxSat, {fmt::kE4M3, fmt::kE5M2, fmt::kUE8M0, fmt::kE2M1}},
+      {"onnx-nosat", kOnnxNoSat, {fmt::kE4M3, fmt::kE5M2, fmt::kE2M1}},
+      {"onnx-nearest", kOnnxNearest, {fmt::kUE8M0}},
+      {"onnx-down", kOnnxDown, {fmt::kUE8M0}},
   };
   return defs;
+}
+
+// The profile's definition; qmx::Error listing the names for an unknown one.
+const Def& DefOf(const std::string& profile) {
+  for (const Def& d : Defs())
+    if (profile == d.name) return d;
+  std::string names;
+  for (const Def& d : Defs()) names += (names.empty() ? "" : ", ") + std::string(d.name);
+  throw Error("unknown cast profile '" + profile + "' (" + names + ")");
 }
 
 uint32_t Bits(float x) {
@@ -103,29 +113,18 @@ std::vector<std::string> CastProfileNames() {
   return v;
 }
 
-std::vector<Format> CastProfileFormats(const std::string& profile) {
-  for (const Def& d : Defs())
-    if (profile == d.name) return d.formats;
-  std::string names;
-  for (const Def& d : Defs()) names += (names.empty() ? "" : ", ") + std::string(d.name);
-  throw Error("unknown cast profile '" + profile + "' (" + names + ")");
-}
+std::vector<Format> CastProfileFormats(const std::string& profile) { return DefOf(profile).formats; }
 
 CastProfile::CastProfile(const std::string& name, const Format& dst) : name_(name), dst_(dst), kind_(0) {
-  const std::vector<Format> formats = CastProfileFormats(name);
+  const Def& def = DefOf(name);
   bool ok = false;
   std::string list;
-  for (const Format& f : formats) {
+  for (const Format& f : def.formats) {
     ok = ok || f == dst;
     list += (list.empty() ? "" : " ") + std::string(f.name);
   }
   if (!ok) throw Error("cast profile '" + name + "' casts to " + list + ", not " + dst.name);
-  static const char* const kNames[] = {"ocp-sat", "ocp-nosat", "ml-dtypes", "pytorch", "onnx", "onnx-nosat",
-                                       "onnx-nearest", "onnx-down"};
-  static const int kKinds[] = {kOcpSat, kOcpNoSat, kMlDtypes, kPytorch, kOnnxSat, kOnnxNoSat, kOnnxNearest, kOnnxDown};
-  for (size_t i = 0; i < sizeof kKinds / sizeof kKinds[0]; ++i)
-    if (name == kNames[i]) kind_ = kKinds[i];
-  if (kind_ == kOnnxSat && dst == fmt::kUE8M0) kind_ = kOnnxUp;  // Cast's round_mode default
+  kind_ = def.kind == kOnnxSat && dst == fmt::kUE8M0 ? kOnnxUp : def.kind;  // Cast's round_mode default
 }
 
 uint8_t CastProfile::operator()(float x) const {

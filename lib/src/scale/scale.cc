@@ -129,11 +129,17 @@ Fp32Scale Fp32ScaleFromAmax(float amax, float destmax, bool pow2, int margin, fl
   return {s, 1.0f / s};
 }
 
-float Nvfp4TensorEncodeScale(float tensor_amax) {
-  float s = FMin(2688.0f / tensor_amax, kFltMax);
+namespace {
+// TE's S_enc = min(fl32(6 * e4m3_bound / tensor_amax), FLT_MAX), 1 for amax 0 or an S_enc of 0: the bound
+// is 448 (2688 = 6 * 448), or 256 under 4over6 (1536).
+float TeEncodeScale(float tensor_amax, float six_times_bound) {
+  float s = FMin(six_times_bound / tensor_amax, kFltMax);
   if (tensor_amax == 0.0f || s == 0.0f) s = 1.0f;
   return s;
 }
+}  // namespace
+
+float Nvfp4TensorEncodeScale(float tensor_amax) { return TeEncodeScale(tensor_amax, 2688.0f); }
 
 bool IsNvfp4FourOverSix(ScaleRule rule) {
   return rule == ScaleRule::kNvfp4FourOverSix || rule == ScaleRule::kNvfp4FourOverSixMse;
@@ -142,37 +148,29 @@ bool IsNvfp4FourOverSix(ScaleRule rule) {
 uint8_t Nvfp4FourOverSixBlock(const float* x, size_t n, float block_amax, float s_enc, float tensor_amax, ScaleRule rule,
                               const CastOptions& cast, uint8_t* codes) {
   const CastOptions rne{};
-  const float s_dec = 1.0f / s_enc;
   const float base = (block_amax / 6.0f) * s_enc;
-  const uint8_t s4 = static_cast<uint8_t>(ConvertF32(base * 1.5f, fmt::kE4M3, rne));
-  const uint8_t s6 = static_cast<uint8_t>(ConvertF32(base, fmt::kE4M3, rne));
+  // Map-to-4 and map-to-6, each quantized as the nvfp4 rule quantizes a block under its scale byte.
+  const uint8_t scale[2] = {static_cast<uint8_t>(ConvertF32(base * 1.5f, fmt::kE4M3, rne)),
+                            static_cast<uint8_t>(ConvertF32(base, fmt::kE4M3, rne))};
+  std::vector<uint8_t> cand[2] = {std::vector<uint8_t>(n), std::vector<uint8_t>(n)};
   float err[2] = {0.0f, 0.0f};
-  uint8_t* out[2] = {codes, nullptr};
-  std::vector<uint8_t> other(n);
-  out[1] = other.data();
-  const uint8_t scale[2] = {s4, s6};
   for (int k = 0; k < 2; ++k) {
     const float s = static_cast<float>(DecodeToDouble(fmt::kE4M3, scale[k]));
-    const float mult = FMin(1.0f / (s * s_dec), kFltMax);
+    const float mult = Nvfp4EncodeFactor(scale[k], s_enc, ScaleRule::kNvfp4);
     for (size_t i = 0; i < n; ++i) {
-      const uint8_t c = static_cast<uint8_t>(ConvertF32(x[i] * mult, fmt::kE2M1, cast));
-      out[k][i] = c;
-      const float q = static_cast<float>(DecodeToDouble(fmt::kE2M1, c));
+      cand[k][i] = static_cast<uint8_t>(ConvertF32(x[i] * mult, fmt::kE2M1, cast));
+      const float q = static_cast<float>(DecodeToDouble(fmt::kE2M1, cand[k][i]));
       const float d = (((q * s) * tensor_amax) / 1536.0f) - x[i];
       err[k] = rule == ScaleRule::kNvfp4FourOverSixMse ? err[k] + d * d : err[k] + std::fabs(d);
     }
   }
-  if (err[0] < err[1]) return s4;
-  std::copy(other.begin(), other.end(), codes);
-  return s6;
+  const int pick = err[0] < err[1] ? 0 : 1;  // a tie keeps map-to-6
+  std::copy(cand[pick].begin(), cand[pick].end(), codes);
+  return scale[pick];
 }
 
 float Nvfp4TensorScale(float tensor_amax, ScaleRule rule) {
-  if (IsNvfp4FourOverSix(rule)) {
-    float s = FMin(1536.0f / tensor_amax, kFltMax);
-    if (tensor_amax == 0.0f || s == 0.0f) s = 1.0f;
-    return s;
-  }
+  if (IsNvfp4FourOverSix(rule)) return TeEncodeScale(tensor_amax, 1536.0f);
   if (rule != ScaleRule::kNvfp4Torchao) return Nvfp4TensorEncodeScale(tensor_amax);
   const float s = tensor_amax / 2688.0f;
   return std::isfinite(s) && s > 0.0f ? s : 1.0f;

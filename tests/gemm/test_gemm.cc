@@ -321,10 +321,16 @@ TEST_CASE("gemm: specials follow the models (NaN, Inf, NaN scales, overflow)", "
   GemmOperand x = OperandFromCodes(fmt::kE4M3, 1, 32, one), y = OperandFromCodes(fmt::kE4M3, 32, 1, one);
   AddUe8m0(x, true, 32, rng, 127, 127);
   AddUe8m0(y, false, 32, rng, 127, 127);
-  for (const char* m : {"exact", "block-exact", "blackwell-mxf8f6f4"}) {
+  qmx::test::TargetGuard guard;
+  for (const char* m : {"exact", "block-exact", "blackwell-mxf8f6f4", "fp32-seq", "hopper-fp8", "blackwell-mxf4nvf4"}) {
     INFO(m);
-    CHECK(std::isinf(Gemm(x, y, nullptr, AccumModelByName(m))[0]));
     CHECK(std::isinf(GemmRef(x, y, nullptr, AccumModelByName(m))[0]));
+    for (const std::string& target : SimdTargets()) {  // (Highway's SCALAR and EMU128 DemoteTo clamp Inf)
+      INFO(target);
+      ForceSimdTarget(target);
+      CHECK(std::isinf(Gemm(x, y, nullptr, AccumModelByName(m))[0]));
+    }
+    ForceSimdTarget("");
   }
 }
 

@@ -316,3 +316,28 @@ TEST_CASE("Fast conversion refuses what it cannot do, with a clear message", "[s
                     Catch::Contains("no Inf or NaN"));
   CHECK_THROWS_WITH(ForceSimdTarget("AVX9000"), Catch::Contains("not compiled in"));
 }
+
+TEST_CASE("sr_bits outside 1..32 is ignored by non-stochastic roundings (found by fuzz_spec: a shift past 63)", "[round]") {
+  // Stochastic rounding checks its bit count; every other rounding must not read it (the sanitizer build
+  // reported 1 << 72 in the reference and the SIMD parameters before the fix).
+  std::mt19937 rng(5);
+  std::vector<float> x(4096);
+  for (auto& v : x) {
+    const uint32_t w = rng();
+    std::memcpy(&v, &w, 4);
+  }
+  CastOptions plain;
+  for (int bits : {0, -3, 33, 72}) {
+    CastOptions odd = plain;
+    odd.sr_bits = bits;
+    for (const Format* f : {&fmt::kE4M3, &fmt::kE2M1}) {
+      std::vector<uint8_t> want(x.size()), got(x.size());
+      ConvertToCodes(DType::kF32, x.data(), x.size(), *f, plain, want.data());
+      ConvertToCodes(DType::kF32, x.data(), x.size(), *f, odd, got.data());
+      CHECK(want == got);
+      for (size_t i = 0; i < 64; ++i) CHECK(ConvertF32(x[i], *f, odd, 0) == ConvertF32(x[i], *f, plain, 0));
+    }
+    odd.rounding = Rounding::kSrA;
+    CHECK_THROWS_AS(ConvertF32(1.0f, fmt::kE4M3, odd, 0), Error);
+  }
+}

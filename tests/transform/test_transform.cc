@@ -102,7 +102,7 @@ TEST_CASE("Hadamard is orthogonal: unit vectors map to rows of H, and the invers
 TEST_CASE("the Hadamard kernel equals the scalar butterflies bit for bit on every SIMD target", "[transform]") {
   // +-2^40 (which cancel exactly in the sums) among values near 2^-20 (which vanish beside 2^40 in
   // double): whether a small value survives depends on the order of the butterflies, and shows after
-  // rounding to FP32. Plus values spanning 2^-140 .. 2^100, zeros, a subnormal, Inf and NaN.
+  // rounding to FP32. Plus values spanning 2^-140 .. 2^100, zeros, a subnormal, Inf, NaN and sums that overflow.
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> e(-140, 100);
   std::normal_distribution<float> nd;
@@ -119,6 +119,9 @@ TEST_CASE("the Hadamard kernel equals the scalar butterflies bit for bit on ever
     x[5] = 1e-45f;
     x[cols + 3] = std::numeric_limits<float>::infinity();
     x[2 * cols + 1] = std::numeric_limits<float>::quiet_NaN();
+    // Row 3's first block: sums beyond the FP32 range, which round to +-Inf (Highway's SCALAR and EMU128
+    // DemoteTo would clamp them to the largest float).
+    for (size_t i = 0; i < static_cast<size_t>(n); ++i) x[3 * cols + i] = (i % 3 == 2) ? -3.0e38f : 3.0e38f;
     for (bool randomized : {false, true})
       for (bool inverse : {false, true}) {
         HadamardSpec h;

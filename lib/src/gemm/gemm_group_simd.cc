@@ -55,10 +55,10 @@ HWY_INLINE bool WholeStep(DD dd, DH dh, float* at, const float* const* terms, si
   const auto normal = hn::And(hn::Ge(a, hn::Set(dd, 0x1p-126)), hn::Lt(a, hn::Set(dd, 0x1p127)));
   if (!hn::AllTrue(dd, hn::Or(zero, normal))) return false;
   if constexpr (kOutRne) {
-    hn::StoreU(hn::DemoteTo(dh, hn::IfThenZeroElse(zero, sum)), dh, at);
+    hn::StoreU(DemoteToF32(dh, hn::IfThenZeroElse(zero, sum)), dh, at);
   } else {  // toward zero: the bits below FP32's 24 are cleared first, so the conversion is exact
     const auto cut = hn::BitCast(dd, hn::And(hn::BitCast(du64, sum), hn::Set(du64, ~uint64_t{0x1FFFFFFF})));
-    hn::StoreU(hn::DemoteTo(dh, hn::IfThenZeroElse(zero, cut)), dh, at);
+    hn::StoreU(DemoteToF32(dh, hn::IfThenZeroElse(zero, cut)), dh, at);
   }
   return true;
 }
@@ -202,7 +202,7 @@ bool GemmGroupImpl(const GroupGemmArgs& g, float* c) {
           const auto out = GroupOut<kOutRne>(dd, sum, hn::Sub(emax64, fbits), g.out_bits);
           // A part that left the finite range marks the output (NaN) for the reference; NaN stays NaN.
           const auto bad = hn::Or(hn::Not(hn::IsFinite(out)), hn::Not(hn::IsFinite(part)));
-          hn::StoreU(hn::IfThenElse(bad, hn::DemoteTo(dh, nan), out), dh, at);
+          hn::StoreU(hn::IfThenElse(bad, DemoteToF32(dh, nan), out), dh, at);
         };
         for (size_t r = 0; r < R; ++r) {
           for (size_t v = 0; v < nr; v += N) {

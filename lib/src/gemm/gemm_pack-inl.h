@@ -23,6 +23,7 @@
 #include <limits>
 
 #include "fp_env.h"
+#include "simd_lanes-inl.h"
 #include "gemm/gemm_simd.h"
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
@@ -199,7 +200,7 @@ HWY_INLINE hn::Vec<hn::Rebind<float, DD>> GroupOut(DD dd, hn::Vec<DD> s, VI64 un
   const auto v = hn::Mul(kept, Pow2D(dd, q));
   const auto big = hn::Ge(v, hn::Set(dd, 0x1p128));
   const auto mag = hn::IfThenElse(big, hn::Set(dd, std::numeric_limits<double>::infinity()), v);
-  return hn::DemoteTo(df, hn::IfThenZeroElse(hn::Eq(s, hn::Zero(dd)), hn::CopySign(mag, s)));
+  return DemoteToF32(df, hn::IfThenZeroElse(hn::Eq(s, hn::Zero(dd)), hn::CopySign(mag, s)));
 }
 
 #endif  // HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE

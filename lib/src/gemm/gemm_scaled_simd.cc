@@ -168,7 +168,7 @@ bool GemmScaledImpl(const ScaledFusedArgs& g, float* c) {
               }
               // Toward zero: the bits below FP32's 24 are cleared first, so the conversion is exact.
               const VD rounded = kOutRne ? sum : hn::BitCast(dd, hn::And(hn::BitCast(du64, sum), cut_low));
-              hn::StoreU(hn::DemoteTo(dh, hn::IfThenZeroElse(zero, rounded)), dh, ct + r * ldc + v * H);
+              hn::StoreU(DemoteToF32(dh, hn::IfThenZeroElse(zero, rounded)), dh, ct + r * ldc + v * H);
             }
         }
         // The exact step for H outputs: the terms aligned at the largest nominal exponent, truncated (or
@@ -220,7 +220,7 @@ bool GemmScaledImpl(const ScaledFusedArgs& g, float* c) {
             const auto out = GroupOut<kOutRne>(dd, sum[v], hn::Sub(emax64[v], fbits), g.out_bits);
             // A part that left the finite range marks the output (NaN) for the reference; NaN stays NaN.
             const auto bad = hn::Or(hn::Not(hn::IsFinite(out)), hn::Not(hn::IsFinite(part[v])));
-            hn::StoreU(hn::IfThenElse(bad, hn::DemoteTo(dh, nan), out), dh, ct + r * ldc + v * H);
+            hn::StoreU(hn::IfThenElse(bad, DemoteToF32(dh, nan), out), dh, ct + r * ldc + v * H);
           }
         }
       }

@@ -144,7 +144,7 @@ HWY_INLINE hn::Vec<hn::Rebind<float, DD>> AddRoundOnceF32(DD dd, hn::Vec<DD> x, 
     const __m512d up = _mm512_add_round_pd(x.raw, v.raw, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
     const __mmask8 down_odd = _mm512_test_epi64_mask(_mm512_castpd_si512(down), _mm512_set1_epi64(1));
     const hn::Vec<DD> odd{_mm512_mask_blend_pd(down_odd, up, down)};
-    return hn::DemoteTo(dh, odd);
+    return DemoteToF32(dh, odd);
   }
 #endif
   const auto s = hn::Add(x, v);
@@ -157,7 +157,7 @@ HWY_INLINE hn::Vec<hn::Rebind<float, DD>> AddRoundOnceF32(DD dd, hn::Vec<DD> x, 
   // (the true sum lies beyond s), down otherwise: step = +1 or -1 from the sign of err xor s.
   const auto step = hn::Or(hn::ShiftRight<63>(hn::BitCast(di, hn::Xor(err, s))), hn::Set(di, 1));
   const auto odd = hn::BitCast(dd, hn::IfThenElse(hn::And(even, inexact), hn::Add(bits, step), bits));
-  return hn::DemoteTo(dh, odd);
+  return DemoteToF32(dh, odd);
 }
 
 bool GemmBlockF64T(const BlockGemmArgs& g, const CodeMatrix<double>& a, const CodeMatrix<double>& b, float* c) {

@@ -76,8 +76,10 @@ ConvertParams MakeConvertParams(const Format& dst, const CastOptions& opt, DType
     p.ovf_code[negative] = static_cast<uint32_t>(RoundExact({ExactValue::Kind::kFinite, neg, 1, 4000}, dst, opt).code);
   }
   p.invalid_code = static_cast<uint32_t>(RoundExact({ExactValue::Kind::kFinite, true, 1, 0}, dst, opt).code);
-  p.sr_bits = static_cast<uint32_t>(opt.sr_bits);
-  p.sr_mask = opt.sr_bits >= 32 ? 0xFFFFFFFFu : (1u << opt.sr_bits) - 1;
+  // sr_bits is checked (1..32) only where the rounding is stochastic; any other rounding ignores it.
+  const int sr_bits = IsStochastic(opt.rounding) ? opt.sr_bits : 8;
+  p.sr_bits = static_cast<uint32_t>(sr_bits);
+  p.sr_mask = sr_bits >= 32 ? 0xFFFFFFFFu : (1u << sr_bits) - 1;
   return p;
 }
 

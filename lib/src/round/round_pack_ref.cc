@@ -220,9 +220,11 @@ RoundResult RoundExact(const ExactValue& x, const Format& dst, const CastOptions
   bool away = false;
   const bool half_or_more = nu.FloorScaled(1) == 1;
   const bool above_half = half_or_more && !nu.ExactScaled(1);
-  const uint64_t n_mask = opt.sr_bits >= 32 ? 0xFFFFFFFFull : (1ull << opt.sr_bits) - 1;
+  // sr_bits is checked (1..32) above where the rounding is stochastic; any other rounding ignores it.
+  const int sr_bits = IsStochastic(opt.rounding) ? opt.sr_bits : 8;
+  const uint64_t n_mask = sr_bits >= 32 ? 0xFFFFFFFFull : (1ull << sr_bits) - 1;
   const uint64_t r = random_bits & n_mask;
-  const uint64_t two_n = 1ull << opt.sr_bits;
+  const uint64_t two_n = 1ull << sr_bits;
   switch (opt.rounding) {
     case Rounding::kRne:
       away = above_half || (half_or_more && !LowerCandidateIsEven(dst, i, e));

@@ -10,6 +10,7 @@
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "simd_lanes-inl.h"
 #include "transform/transform_simd.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -73,11 +74,7 @@ HWY_NOINLINE void HadamardBlocksN(const float* in, float* out, size_t blocks, co
     for (size_t i = 0; i < nv; ++i) {
       VD y = hn::Mul(hn::Load(dd, v + i * N), vnorm);
       if (inverse) y = hn::Mul(y, hn::Load(dd, sign + i * N));
-#if HWY_TARGET == HWY_SCALAR
-      dst[i] = static_cast<float>(hn::GetLane(y));  // Highway's scalar DemoteTo clamps Inf to the largest float
-#else
-      hn::StoreU(hn::DemoteTo(dh, y), dh, dst + i * N);
-#endif
+      hn::StoreU(DemoteToF32(dh, y), dh, dst + i * N);
     }
   }
 }

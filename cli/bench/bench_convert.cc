@@ -73,7 +73,7 @@ void RunConvertBench(const BenchArgs& a, nlohmann::json& j) {
   const size_t nb = n / 32;
   const size_t hcols = std::min<size_t>(n, 4096);
   const HadamardSpec h32 = ParseHadamard("hadamard:32"), h128 = ParseHadamard("hadamard:128");
-  const QuantSpec nvfp4 = QuantSpecByName("nvfp4"), nvfp4_2d = QuantSpecByName("nvfp4-2d");
+  const QuantSpec nvfp4 = QuantSpecByName("nvfp4"), nvfp4_2d = QuantSpecByName("nvfp4-2d"), nvfp4_row = QuantSpecByName("nvfp4-row");
   const QuantSpec fp8_1x128 = QuantSpecByName("fp8-block1x128"), fp8_tensor = QuantSpecByName("fp8-tensor-current");
   const TensorView rows_view{DType::kF32, x.data(), n / hcols, hcols};
   std::vector<float> x2(x);
@@ -109,6 +109,9 @@ void RunConvertBench(const BenchArgs& a, nlohmann::json& j) {
       {"nvfp4 quantize, tensor amax given", 4 * n, n + n / 16,
        [&](Exec e) { sink += QuantizeNvfp4WithAmax(rows_view, nvfp4, 5.0f, e).tensor_amax; },
        [&] { sink += QuantizeNvfp4WithAmaxRef(rows_view, nvfp4, 5.0f).tensor_amax; }},
+      {"nvfp4-row quantize (1x16, an amax per row)", 4 * n, n + n / 16,
+       [&](Exec e) { sink += Quantize(rows_view, nvfp4_row, e).tensor_amax; },
+       [&] { sink += QuantizeRef(rows_view, nvfp4_row).tensor_amax; }},
       {"nvfp4-2d quantize (16x16)", 4 * n, n + n / 256,
        [&](Exec e) { sink += Quantize(rows_view, nvfp4_2d, e).tensor_amax; },
        [&] { sink += QuantizeRef(rows_view, nvfp4_2d).tensor_amax; }},

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -34,7 +35,7 @@ struct QuantizeArgs {
   std::vector<std::string> tensors;
   std::vector<float> amax_history;
   int history_len = 1024;
-  bool reference = false, no_dequant = false, pack = false, quiet = false;
+  bool reference = false, no_dequant = false, pack = false, quiet = false, row_scaled = false;
   int threads = 0;
 };
 
@@ -62,6 +63,7 @@ QuantSpec BuildSpec(const QuantizeArgs& a) {
   o.sr_bits = a.sr_bits;
   o.seed = a.seed;
   o.margin = a.margin;
+  o.row_scaled = a.row_scaled;
   return BuildQuantSpec(a.spec, o);
 }
 
@@ -162,7 +164,10 @@ void RunQuantize(const QuantizeArgs& a) {
     t["dtype"] = DTypeName(arr.dtype);
     t["scale_grid"] = {q.scale_rows, q.scale_cols};
     t["tensor_amax"] = q.tensor_amax;
-    if (ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3) t["tensor_decode_scale"] = q.tensor_decode;
+    if (ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3 && !spec.row_scaled) t["tensor_decode_scale"] = q.tensor_decode;
+    if (spec.row_scaled && !q.line_amax.empty())
+      t["line_amax_range"] = {*std::min_element(q.line_amax.begin(), q.line_amax.end()),
+                              *std::max_element(q.line_amax.begin(), q.line_amax.end())};
     t["counts"] = {{"elements", st.elements}, {"nan_inputs", st.nan_inputs}, {"inf_inputs", st.inf_inputs},
                    {"saturated", st.saturated}, {"flushed_to_zero", st.flushed_to_zero}, {"nan_blocks", st.nan_blocks}};
     ordered_json hist = ordered_json::object();
@@ -188,6 +193,7 @@ void RunQuantize(const QuantizeArgs& a) {
     } else {
       outputs.push_back({name + ".scales", U8Array({q.scale_rows, q.scale_cols}, q.scales), scale_dtype ? scale_dtype : ""});
     }
+    if (spec.row_scaled) outputs.push_back({name + ".line_amax", F32Array({q.line_amax.size()}, q.line_amax), ""});
     if (!a.no_dequant) outputs.push_back({name + ".dequant", F32Array(arr.shape.empty() ? std::vector<size_t>{1} : arr.shape, dq), ""});
     meta["qmx.tensor_amax." + name] = nlohmann::json(q.tensor_amax).dump();
     meta["qmx.packed." + name] = a.pack ? "1" : "0";
@@ -290,6 +296,9 @@ void AddQuantizeCommand(CLI::App& app) {
   cmd->add_option("--out", a->out, "Output .safetensors (NAME.codes, NAME.scales, NAME.dequant) or a directory/ of .npy files")->required();
   cmd->add_option("--json", a->json, "Write a JSON summary (counts, scale histogram, error) here");
   cmd->add_option("--threads", a->threads, "OpenMP threads (default: all)")->check(CLI::Range(1, 1024));
+  cmd->add_flag("--row-scaled", a->row_scaled,
+                "NVFP4: a second-level scale per row (per column with --axis col) from that line's amax, as Transformer "
+                "Engine's row-scaled NVFP4; writes NAME.line_amax (the nvfp4-row spec sets it)");
   cmd->add_flag("--reference", a->reference, "Use the scalar reference quantizer (slow; equal bit for bit)");
   cmd->add_flag("--no-dequant", a->no_dequant, "Do not write the dequantized values");
   cmd->add_option("--codes-dtype", a->codes_dtype,

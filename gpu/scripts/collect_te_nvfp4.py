@@ -8,7 +8,8 @@ compiled package is not needed: the module's two imports of it (quantized_tensor
 tensor.utils.is_custom, unused by this function) are stubbed in a temporary package beside a copy of
 custom_recipes/ from a source checkout (--te-src, the directory holding transformer_engine/).
 
-Writes per case NAME and MODE (default, 4over6-mae, 4over6-mse), numpy .npy:
+Writes per case NAME and MODE (default, 4over6-mae, 4over6-mse, and the same three row-scaled, row_scaled_nvfp4
+with each row's amax as its global amax: row-default, row-4over6-mae, row-4over6-mse), numpy .npy:
   NAME_x.npy               the input, float32 (no exact -0.0: TE's reference cast_to_fp4x2 takes -0.0 to
                            the +0 code, where the CUDA kernels keep the sign)
   NAME_MODE_scales.npy     E4M3 block scales, M x K/16 uint8
@@ -58,6 +59,8 @@ def cases():
     mag = np.exp2(rng.uniform(-20, 8, size=(64, 32, 1))).astype(np.float32)
     out["logmag"] = (rng.standard_normal((64, 32, 16)).astype(np.float32) * mag).reshape(64, 512)
     out["heavy"] = rng.standard_t(2, size=(32, 512)).astype(np.float32)
+    # Rows 2^-24 .. 2^21 apart (row-scaled NVFP4 keeps the small rows a per-tensor scale flushes).
+    out["rowmag"] = (rng.standard_normal((48, 256)) * np.exp2(rng.uniform(-24, 21, size=(48, 1)))).astype(np.float32)
     for x in out.values():
         x[x == 0] = 1e-3  # no exact zeros (see above)
     return out
@@ -80,8 +83,12 @@ def main():
         written.append(p)
         t = torch.from_numpy(x)
         amax = torch.max(torch.abs(t)).to(torch.float32).view(1)
-        for mode, kw in modes.items():
-            qx, scale = ref._quantize_blockwise_reference(t.clone(), amax, 16, 1, pow_2_scales=False, eps=0.0, **kw)
+        # Row-scaled (row_scaled_nvfp4=True): the global amax per row, as NVFP4QuantizerRef computes it.
+        row_amax = torch.max(torch.abs(t), dim=1).values.to(torch.float32)
+        runs = [(mode, kw, amax) for mode, kw in modes.items()]
+        runs += [("row-" + mode, dict(kw, row_scaled_nvfp4=True), row_amax) for mode, kw in modes.items()]
+        for mode, kw, g in runs:
+            qx, scale = ref._quantize_blockwise_reference(t.clone(), g, 16, 1, pow_2_scales=False, eps=0.0, **kw)
             packed = qx.cpu().numpy().astype(np.uint8)
             codes = np.empty((packed.shape[0], packed.shape[1] * 2), dtype=np.uint8)
             codes[:, 0::2] = packed & 0xF

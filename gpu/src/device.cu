@@ -114,7 +114,8 @@ std::vector<float> GemmMmaSync(const GemmOperand& a, const GemmOperand& b, const
   if (dev.major * 10 + dev.minor < 89) throw Error("mma.sync with FP8 operands needs sm_89 or newer");
   const int fa = Fp8Index(a.elem), fb = Fp8Index(b.elem);
   if (a.cols != b.rows) throw Error("mma.sync: A's columns (K) differ from B's rows");
-  if (a.block_rows || b.block_rows || a.tensor_scale != 1.0f || b.tensor_scale != 1.0f)
+  if (a.block_rows || b.block_rows || a.tensor_scale != 1.0f || b.tensor_scale != 1.0f || !a.row_scales.empty() ||
+      !b.col_scales.empty())
     throw Error("mma.sync: the raw kernel takes plain codes without scales");
   const size_t m = a.rows, k = a.cols, n = b.cols;
   if (m % 16 || n % 8 || k % 32 || m == 0 || n == 0 || k == 0)

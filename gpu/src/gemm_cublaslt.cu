@@ -138,6 +138,8 @@ std::string CublasSupport(CublasMode mode, const GemmOperand& a, const GemmOpera
   if (!d.available) return what + ": " + d.reason;
   const int sm = d.major * 10 + d.minor;
   if (a.cols != b.rows) return what + ": A's columns (K) differ from B's rows";
+  if (!a.row_scales.empty() || !a.col_scales.empty() || !b.row_scales.empty() || !b.col_scales.empty())
+    return what + ": row-scaled operands (a second-level scale per row) are not run on cuBLASLt here";
   const size_t m = a.rows, k = a.cols, n = b.cols;
   if (m % 16 || n % 16 || k % 32 || m == 0 || n == 0 || k == 0)
     return what + ": M and N must be multiples of 16 and K of 32";

@@ -59,6 +59,43 @@ TEST_CASE("quantize writes native safetensors dtypes; --codes-dtype u8 and --pac
   CHECK_FALSE(fs::exists(d / "odd.safetensors"));
 }
 
+TEST_CASE("quantize --row-scaled writes each row's amax; dequantize, audit and the .npy directory read it back", "[cli][checkpoint]") {
+  TempDir d;
+  // Rows 2^-16 .. 2^12 apart: row scaling keeps the small rows.
+  std::vector<float> x(12 * 64);
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd;
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::ldexp(nd(rng), static_cast<int>(i / 64) * 3 - 16);
+  WriteNpy(d / "x.npy", F32Array({12, 64}, x));
+  const std::string out = d / "row.safetensors";
+  RunResult r = Run("quantize --spec nvfp4 --row-scaled --in " + Quote(d / "x.npy") + " --out " + Quote(out) + " --json " + Quote(d / "s.json"));
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Contains("row-scaled"));
+  const SafetensorsReader f(out);
+  const QuantizedTensor want = Quantize({DType::kF32, x.data(), 12, 64}, QuantSpecByName("nvfp4-row"));
+  const NpyArray la = f.Read("x.line_amax");
+  REQUIRE(la.shape == std::vector<size_t>{12});
+  CHECK(std::memcmp(la.data.data(), want.line_amax.data(), 48) == 0);
+  CHECK(nlohmann::json::parse(ReadText(d / "s.json"))["tensors"][0].contains("line_amax_range"));
+  REQUIRE(Run("dequantize --in " + Quote(out) + " --out " + Quote(d / "back.npy")).status == 0);
+  std::vector<float> dq(x.size());
+  Dequantize(want, dq.data());
+  CHECK(std::memcmp(ReadNpy(d / "back.npy").data.data(), dq.data(), dq.size() * 4) == 0);
+  CHECK(ReadNpy(d / "back.npy").data == f.Read("x.dequant").data);
+  // audit finds that nvfp4 (row-scaled, as stored) reproduces the tensor from its source.
+  WriteSafetensors(d / "src.safetensors", {{"x", F32Array({12, 64}, x)}});
+  r = Run("audit " + Quote(out) + " --source " + Quote(d / "src.safetensors") + " --json " + Quote(d / "a.json"));
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("rule=nvfp4,") != std::string::npos);
+  // The .npy directory output holds x.line_amax.npy; refusals name the problem.
+  REQUIRE(Run("quantize --spec nvfp4-row --in " + Quote(d / "x.npy") + " --out " + Quote(d / "dir/") + " --quiet").status == 0);
+  CHECK(ReadNpy(d / "dir/x.line_amax.npy").data == la.data);
+  r = Run("quantize --spec mxfp8 --row-scaled --in " + Quote(d / "x.npy") + " --out " + Quote(d / "bad.safetensors"));
+  CHECK(r.status == 1);
+  CHECK_THAT(r.err, Contains("row-scaled NVFP4 takes an NVFP4 rule"));
+  CHECK_FALSE(fs::exists(d / "bad.safetensors"));
+}
+
 TEST_CASE("dequantize decodes a gpt-oss MXFP4 checkpoint; audit names the rule that made it", "[cli][checkpoint]") {
   TempDir d;
   const NpyArray src = RandomF32({2, 16, 128}, 3);

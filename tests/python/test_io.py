@@ -109,7 +109,7 @@ def test_truncated_file_is_an_error(tmp_path):
         qmx.io.safetensors_info(tmp_path / "missing.safetensors")
 
 
-@pytest.mark.parametrize("spec", ["mxfp8", "nvfp4", "fp8-block128x128", "fp8-tensor-current"])
+@pytest.mark.parametrize("spec", ["mxfp8", "nvfp4", "nvfp4-row", "fp8-block128x128", "fp8-tensor-current"])
 def test_cli_quantize_file_loads(cli, tmp_path, spec):
     rng = np.random.default_rng(2)
     x = rng.standard_normal((64, 256)).astype(np.float32)
@@ -125,7 +125,7 @@ def test_cli_quantize_file_loads(cli, tmp_path, spec):
     assert_bits_equal(qmx.io.load_safetensors(out, ["w.dequant"])["w.dequant"], want.dequantize(), "file's dequant")
 
 
-@pytest.mark.parametrize("spec", ["mxfp4", "nvfp4", "fp8-block1x128"])
+@pytest.mark.parametrize("spec", ["mxfp4", "nvfp4", "nvfp4-row", "fp8-block1x128"])
 def test_saved_file_dequantizes_in_the_cli(cli, tmp_path, spec):
     rng = np.random.default_rng(3)
     qs = {"a": qmx.quantize(rng.standard_normal((32, 128)).astype(np.float32), spec),

@@ -123,3 +123,26 @@ def test_errors():
         qmx.quantize(x, "mxfp8", block="1xbanana")
     with pytest.raises(TypeError, match="C-contiguous"):
         qmx.quantize(x.T, "mxfp8")
+
+
+def test_row_scaled_nvfp4_is_each_row_quantized_alone():
+    # Rows 2^-20 .. 2^20 apart: a per-tensor scale would flush the small rows; row-scaled keeps each.
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal((8, 64)) * np.exp2(np.arange(8) * 6 - 20)[:, None]).astype(np.float32)
+    q = qmx.quantize(x, "nvfp4", row_scaled=True)
+    assert q.spec["row_scaled"] is True and qmx.make_spec("nvfp4", row_scaled=True)["row_scaled"] is True
+    assert q.line_amax.dtype == np.float32 and q.line_amax.shape == (8,)
+    assert qmx.quantize(x, "nvfp4").line_amax is None
+    dq = q.dequantize()
+    for r in range(8):
+        one = qmx.quantize(x[r:r + 1], "nvfp4")
+        assert_bits_equal(q.codes[r], one.codes[0], "codes of row %d" % r)
+        assert_bits_equal(q.scales[r], one.scales[0], "scales of row %d" % r)
+        assert_bits_equal(q.line_amax[r:r + 1], np.array([one.tensor_amax], np.float32), "amax of row %d" % r)
+        assert_bits_equal(dq[r], one.dequantize()[0], "values of row %d" % r)
+    # The same through stored parts, and the spec's checks.
+    assert_bits_equal(qmx.dequantize(q.codes, q.scales, q.spec, q.tensor_amax, q.line_amax), dq, "assembled")
+    with pytest.raises(ValueError, match="one amax per row"):
+        qmx.dequantize(q.codes, q.scales, q.spec, q.tensor_amax, [1.0])
+    with pytest.raises(ValueError, match="NVFP4 rule"):
+        qmx.quantize(x, "mxfp4", row_scaled=True)

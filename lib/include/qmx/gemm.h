@@ -29,6 +29,9 @@ struct GemmOperand {
   size_t scale_rows = 0, scale_cols = 0;
   std::vector<float> scales;  // decoded block scales (UE8M0 0xFF -> NaN)
   float tensor_scale = 1.0f;
+  // Row-scaled NVFP4: a second-level scale per row of A (M entries) or per column of B (N entries), each
+  // applied after accumulation as tensor_scale is (and in its place: tensor_scale stays 1). Empty: none.
+  std::vector<float> row_scales, col_scales;
   float ScaleOf(size_t r, size_t c) const {
     return block_rows == 0 ? 1.0f : scales[(r / block_rows) * scale_cols + c / block_cols];
   }
@@ -36,7 +39,8 @@ struct GemmOperand {
 
 // An operand from a quantized tensor: its codes, its block scales wherever they lie (A quantized
 // row-wise has its 1xK blocks along K; B (K x N) column-wise), per-tensor FP32 scales and NVFP4's tensor
-// scale as tensor_scale. Gemm checks that A's and B's blocks along K agree.
+// scale as tensor_scale, row-scaled NVFP4's line decode scales as row_scales (axis row) or col_scales (axis
+// col). Gemm checks that A's and B's blocks along K agree.
 GemmOperand OperandFromQuantized(const QuantizedTensor& q);
 // Plain codes with no scales (tensor_scale 1), checked against the format (codes beyond its width).
 GemmOperand OperandFromCodes(Format elem, size_t rows, size_t cols, const uint8_t* codes);

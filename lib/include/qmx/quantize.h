@@ -45,10 +45,14 @@ struct QuantSpec {
   uint64_t seed = 0;  // stochastic rounding: element (r, c) uses RandomBitsForElement(seed, r * cols + c)
   int margin = 0;     // FP32 scales: s = destmax / amax / 2^margin
   bool delayed = false;  // per-tensor FP32 scale from an amax history (QuantizeDelayed), not the tensor
+  // Row-scaled NVFP4 (Transformer Engine's row_scaled_nvfp4, NVIDIA/TransformerEngine#2931): the FP32
+  // second-level scale comes from each line's amax instead of the tensor's, a line being a row for axis row
+  // and a column for axis col (the direction the 1-D blocks run). NVFP4 rules and 1xN blocks only.
+  bool row_scaled = false;
 };
 
 // The recipes' short names: mxfp8 (e4m3, round-up), mxfp8-ocp (ocp-floor), mxfp8_e5m2, mxfp6_e2m3,
-// mxfp6_e3m2, mxfp4 (round-up), mxfp4-ocp, mxint8 (ocp-floor), nvfp4, nvfp4-2d (16x16), fp8-tensor-current,
+// mxfp6_e3m2, mxfp4 (round-up), mxfp4-ocp, mxint8 (ocp-floor), nvfp4, nvfp4-2d (16x16), nvfp4-row (row-scaled), fp8-tensor-current,
 // fp8-delayed, fp8-rowwise, fp8-block1x128, fp8-block128x128. Throws qmx::Error listing them.
 QuantSpec QuantSpecByName(const std::string& name);
 std::vector<std::string> QuantSpecNames();
@@ -74,6 +78,7 @@ struct SpecOverrides {
   int sr_bits = 8;
   uint64_t seed = 0;
   int margin = 0;
+  bool row_scaled = false;  // `--row-scaled`: one second-level scale per line (NVFP4 rules)
 };
 // QuantSpecByName(name), then the profile, then each override. A max-finite rule brings the ignore NaN
 // policy with it unless nan_policy is given. The name gains a "+" when elem, rule or block changed a named
@@ -109,8 +114,15 @@ struct QuantizedTensor {
   size_t scale_rows = 0, scale_cols = 0;  // ceil(rows / block rows) x ceil(cols / block cols)
   std::vector<uint8_t> scales;  // row-major; ScaleBytes(ScaleFormatOf(rule)) bytes each (FP32 little-endian)
   float tensor_amax = 0;        // NVFP4 and per-tensor scaling: the source's amax (NaN-aware max of |x|)
-  float tensor_decode = 1;      // NVFP4: fl32(1 / S_enc), the second-level scale; 1 otherwise
+  float tensor_decode = 1;      // NVFP4: fl32(1 / S_enc), the second-level scale; 1 otherwise (and row-scaled)
+  // Row-scaled NVFP4: each line's amax (rows entries for axis row, cols for axis col), from which that
+  // line's S_enc and decode scale come; tensor_amax is then the tensor's amax, for summaries. Empty otherwise.
+  std::vector<float> line_amax;
   float ScaleAt(size_t sr, size_t sc) const;  // decoded block scale (NVFP4: the E4M3 value, before tensor_decode)
+  // The amax that sets element (r, c)'s second-level scale: its line's when row-scaled, else tensor_amax.
+  float SecondLevelAmax(size_t r, size_t c) const {
+    return line_amax.empty() ? tensor_amax : line_amax[spec.axis == Axis::kCol ? c : r];
+  }
 };
 
 // Quantizes x. Fast path (SIMD kernels, OpenMP over strips of blocks) and the scalar reference, equal bit
@@ -126,8 +138,8 @@ QuantizedTensor QuantizeDelayed(const TensorView& x, const QuantSpec& spec, Dela
                                 Exec exec = Exec::kParallel);
 
 // NVFP4 with the tensor amax given instead of measured on x (Transformer Engine takes it from a separate
-// amax reduction, which may cover more data than x): the spec's rule must be nvfp4 or nvfp4-div (else
-// qmx::Error). Blocks whose amax exceeds the given one saturate as the scales dictate.
+// amax reduction, which may cover more data than x): the spec's rule must be an NVFP4 rule and the spec not
+// row-scaled (else qmx::Error). Blocks whose amax exceeds the given one saturate as the scales dictate.
 QuantizedTensor QuantizeNvfp4WithAmax(const TensorView& x, const QuantSpec& spec, float tensor_amax,
                                       Exec exec = Exec::kParallel);
 QuantizedTensor QuantizeNvfp4WithAmaxRef(const TensorView& x, const QuantSpec& spec, float tensor_amax);
@@ -135,7 +147,8 @@ QuantizedTensor QuantizeNvfp4WithAmaxRef(const TensorView& x, const QuantSpec& s
 void CheckNvfp4Spec(const QuantSpec& spec);
 
 // Decodes to FP32 (rows * cols values): UE8M0 scales exactly (decode(code) * 2^k), FP32 scales as
-// fl32(decode(code) * decode_scale), NVFP4 as fl32(decode(code) * fl32(e4m3(scale) * tensor_decode)).
+// fl32(decode(code) * decode_scale), NVFP4 as fl32(decode(code) * Nvfp4DecodeScale(scale, amax)) with the
+// tensor's amax, or the element's line's when row-scaled.
 // A NaN scale makes its block NaN.
 void Dequantize(const QuantizedTensor& q, float* out, Exec exec = Exec::kParallel);
 void DequantizeRef(const QuantizedTensor& q, float* out);
@@ -145,10 +158,11 @@ void FakeQuantize(const TensorView& x, const QuantSpec& spec, float* out, Exec e
 QuantStats ComputeStats(const TensorView& x, const QuantizedTensor& q);
 // A QuantizedTensor from stored parts: unpacked codes of a tensor of the given shape (its 2-D view as
 // TensorView takes it), the scale grid the spec's block gives on that view, and the source's tensor amax
-// (NVFP4's second-level scale is derived from it). Throws qmx::Error when the scale bytes do not fill that
-// grid or the codes do not match the shape.
+// (NVFP4's second-level scale is derived from it), and for a row-scaled spec each line's amax. Throws
+// qmx::Error when the scale bytes do not fill that grid, the codes do not match the shape or the line
+// amaxes do not match the lines.
 QuantizedTensor AssembleQuantized(const QuantSpec& spec, std::vector<size_t> shape, std::vector<uint8_t> codes,
-                                  std::vector<uint8_t> scales, float tensor_amax);
+                                  std::vector<uint8_t> scales, float tensor_amax, std::vector<float> line_amax = {});
 
 // The error of a dequantized tensor against its source, over the elements where both are finite, summed
 // in element order.

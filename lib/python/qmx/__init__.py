@@ -111,7 +111,7 @@ def _json_loads(text):
 def make_spec(spec="mxfp8", **overrides):
     """The spec quantize would use, as a dict: a recipe name (see spec_names()) with overrides by the CLI's
     option names: profile, elem, rule, block, axis, rounding, saturation, nan_policy, element_scaling,
-    subnormals, nan_fallback, sr_bits, seed, margin."""
+    subnormals, nan_fallback, sr_bits, seed, margin, row_scaled (NVFP4: a second-level scale per row)."""
     import json
     return json.loads(_spec_json(spec, overrides))
 
@@ -122,12 +122,12 @@ def _spec_json(spec, overrides):
         if overrides:
             raise TypeError("overrides apply to a recipe name, not to a spec dict")
         return json.dumps(spec)
-    unknown = set(overrides) - set(_OVERRIDES) - {"sr_bits", "seed", "margin"}
+    unknown = set(overrides) - set(_OVERRIDES) - {"sr_bits", "seed", "margin", "row_scaled"}
     if unknown:
         raise TypeError("unknown spec option(s): " + ", ".join(sorted(unknown)))
     kw = {k: overrides.get(k) for k in _OVERRIDES}
     return _qmx.make_spec(spec, sr_bits=overrides.get("sr_bits", 8), seed=overrides.get("seed", 0),
-                          margin=overrides.get("margin", 0), **kw)
+                          margin=overrides.get("margin", 0), row_scaled=bool(overrides.get("row_scaled", False)), **kw)
 
 
 def quantize(x, spec="mxfp8", *, state=None, tensor_amax=None, src="", reference=False, **overrides):
@@ -143,10 +143,11 @@ def quantize(x, spec="mxfp8", *, state=None, tensor_amax=None, src="", reference
     return _qmx.quantize(as_array(x), _spec_json(spec, overrides), state, tensor_amax, _src_of(x, src), reference)
 
 
-def dequantize(q, scales=None, spec=None, tensor_amax=0.0):
+def dequantize(q, scales=None, spec=None, tensor_amax=0.0, line_amax=None):
     """FP32 values of a QuantizedTensor, or of stored parts: dequantize(codes, scales, spec,
     tensor_amax=...) with uint8 codes in the tensor's shape, the scale grid's scales (uint8, or float32
-    for FP32-scale recipes) and the spec (a recipe name, a dict or JSON text)."""
+    for FP32-scale recipes) and the spec (a recipe name, a dict or JSON text); a row-scaled NVFP4 spec
+    also takes line_amax, each line's amax."""
     if isinstance(q, QuantizedTensor):
         if scales is not None or spec is not None:
             raise TypeError("dequantize(QuantizedTensor) takes no scales or spec")
@@ -155,7 +156,8 @@ def dequantize(q, scales=None, spec=None, tensor_amax=0.0):
         raise TypeError("dequantize(codes, scales, spec): give the scales and the spec")
     import json
     spec_arg = spec if isinstance(spec, str) else json.dumps(spec)
-    return _qmx.assemble(as_array(q), as_array(scales), spec_arg, tensor_amax).dequantize()
+    lines = None if line_amax is None else [float(v) for v in line_amax]
+    return _qmx.assemble(as_array(q), as_array(scales), spec_arg, tensor_amax, lines).dequantize()
 
 
 def fake_quantize(x, spec="mxfp8", *, src="", **overrides):

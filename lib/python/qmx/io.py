@@ -35,7 +35,8 @@ def save_safetensors(path, tensors, metadata=None, bf16=(), dtypes=None):
 
 def save_quantized(path, tensors, dequantized=False):
     """Writes {name: QuantizedTensor} as `qmx-sim quantize` does: NAME.codes (uint8, the tensor's
-    shape), NAME.scales (uint8, or float32 for FP32-scale specs), NAME.dequant with dequantized=True, and
+    shape), NAME.scales (uint8, or float32 for FP32-scale specs), NAME.line_amax (row-scaled NVFP4),
+    NAME.dequant with dequantized=True, and
     the metadata qmx.spec, qmx.tensor_amax.NAME, qmx.packed.NAME. All tensors must share one spec."""
     specs = {json.dumps(q.spec, sort_keys=True) for q in tensors.values()}
     if len(specs) != 1:
@@ -44,6 +45,8 @@ def save_quantized(path, tensors, dequantized=False):
     for name, q in tensors.items():
         out[name + ".codes"] = q.codes
         out[name + ".scales"] = q.scales
+        if q.line_amax is not None:
+            out[name + ".line_amax"] = q.line_amax
         if dequantized:
             out[name + ".dequant"] = q.dequantize()
         meta["qmx.tensor_amax." + name] = json.dumps(float(q.tensor_amax))
@@ -58,13 +61,17 @@ def load_quantized(path):
     if "qmx.spec" not in meta:
         raise ValueError("%s has no qmx.spec metadata: it was not written by qmx-sim quantize or qmx.io" % path)
     names = [t["name"][:-6] for t in tensors if t["name"].endswith(".codes")]
-    arrays = _qmx.safetensors_read(str(path), [n + s for n in names for s in (".codes", ".scales")])
+    have = {t["name"] for t in tensors}
+    arrays = _qmx.safetensors_read(str(path), [n + s for n in names for s in (".codes", ".scales", ".line_amax")
+                                               if s != ".line_amax" or n + s in have])
     out = {}
     for n in names:
         if meta.get("qmx.packed." + n) == "1":
             raise ValueError("tensor '%s' was written with --pack; load_quantized reads unpacked codes" % n)
         amax = float(json.loads(meta.get("qmx.tensor_amax." + n, "0")))
-        out[n] = _qmx.assemble(arrays[n + ".codes"], arrays[n + ".scales"], meta["qmx.spec"], amax)
+        lines = arrays.get(n + ".line_amax")
+        out[n] = _qmx.assemble(arrays[n + ".codes"], arrays[n + ".scales"], meta["qmx.spec"], amax,
+                               None if lines is None else [float(v) for v in lines])
     return out
 
 

@@ -33,7 +33,7 @@ QuantSpec SpecOf(const std::string& spec, const std::optional<std::string>& prof
                  const std::optional<std::string>& rounding, const std::optional<std::string>& saturation,
                  const std::optional<std::string>& nan_policy, const std::optional<std::string>& element_scaling,
                  const std::optional<std::string>& subnormals, const std::optional<std::string>& nan_fallback,
-                 int sr_bits, uint64_t seed, int margin) {
+                 int sr_bits, uint64_t seed, int margin, bool row_scaled) {
   SpecOverrides o;
   o.profile = Opt(profile);
   o.elem = Opt(elem);
@@ -49,6 +49,7 @@ QuantSpec SpecOf(const std::string& spec, const std::optional<std::string>& prof
   o.sr_bits = sr_bits;
   o.seed = seed;
   o.margin = margin;
+  o.row_scaled = row_scaled;
   return BuildQuantSpec(spec, o);
 }
 
@@ -125,7 +126,12 @@ void BindQuantize(pyb::module_& m) {
       .def_property_readonly("spec_text", [](const QuantizedTensor& q) { return DescribeSpec(q.spec); })
       .def_property_readonly("tensor_amax", [](const QuantizedTensor& q) { return q.tensor_amax; })
       .def_property_readonly("tensor_decode", [](const QuantizedTensor& q) { return q.tensor_decode; },
-                             "NVFP4's second-level decode scale fl32(1 / S_enc); 1 otherwise.")
+                             "NVFP4's second-level decode scale fl32(1 / S_enc); 1 otherwise (and when row-scaled).")
+      .def_property_readonly("line_amax", [](pyb::object self) -> pyb::object {
+        const QuantizedTensor& q = self.cast<const QuantizedTensor&>();
+        if (!q.spec.row_scaled) return pyb::none();
+        return pyb::array(pyb::dtype::of<float>(), {static_cast<pyb::ssize_t>(q.line_amax.size())}, {}, q.line_amax.data(), self);
+      }, "Row-scaled NVFP4: each line's amax (a row's, or a column's for axis col), float32; None otherwise.")
       .def("dequantize", [](const QuantizedTensor& q, bool reference) { return DequantizeTo(q, reference); },
            pyb::arg("reference") = false, "The tensor's FP32 values, in its shape.")
       .def("pack", [](const QuantizedTensor& q) {
@@ -159,16 +165,17 @@ void BindQuantize(pyb::module_& m) {
                         const std::optional<std::string>& rounding, const std::optional<std::string>& saturation,
                         const std::optional<std::string>& nan_policy, const std::optional<std::string>& element_scaling,
                         const std::optional<std::string>& subnormals, const std::optional<std::string>& nan_fallback,
-                        int sr_bits, uint64_t seed, int margin) {
+                        int sr_bits, uint64_t seed, int margin, bool row_scaled) {
     const QuantSpec s = SpecOf(spec, profile, elem, rule, block, axis, rounding, saturation, nan_policy,
-                               element_scaling, subnormals, nan_fallback, sr_bits, seed, margin);
+                               element_scaling, subnormals, nan_fallback, sr_bits, seed, margin, row_scaled);
     return QuantSpecToJson(s);
   }, pyb::arg("spec"), pyb::arg("profile") = std::nullopt, pyb::arg("elem") = std::nullopt,
         pyb::arg("rule") = std::nullopt, pyb::arg("block") = std::nullopt, pyb::arg("axis") = std::nullopt,
         pyb::arg("rounding") = std::nullopt, pyb::arg("saturation") = std::nullopt,
         pyb::arg("nan_policy") = std::nullopt, pyb::arg("element_scaling") = std::nullopt,
         pyb::arg("subnormals") = std::nullopt, pyb::arg("nan_fallback") = std::nullopt, pyb::arg("sr_bits") = 8,
-        pyb::arg("seed") = 0, pyb::arg("margin") = 0, "The JSON text of a spec built as quantize builds it.");
+        pyb::arg("seed") = 0, pyb::arg("margin") = 0, pyb::arg("row_scaled") = false,
+        "The JSON text of a spec built as quantize builds it.");
   m.def("describe_spec", [](const pyb::object& spec) { return DescribeSpec(SpecFromObject(spec)); },
         pyb::arg("spec"), "One line describing a spec (a name, a dict or JSON text).");
 
@@ -237,7 +244,8 @@ void BindQuantize(pyb::module_& m) {
         "two (or 'nearest', 'exact'), RNE to the elements; returns dequant, codes, the trust mask, the\n"
         "scales (one per group) and the clipped count. clip_ratio 0: the format's MSE-optimal constant.");
 
-  m.def("assemble", [](const pyb::array& codes, const pyb::array& scales, const pyb::object& spec, float tensor_amax) {
+  m.def("assemble", [](const pyb::array& codes, const pyb::array& scales, const pyb::object& spec, float tensor_amax,
+                       const std::optional<std::vector<float>>& line_amax) {
     const InArray c = CodesInput(codes, "codes");
     const QuantSpec s = SpecFromObject(spec);
     if (!(scales.flags() & pyb::array::c_style)) throw pyb::type_error("scales must be C-contiguous");
@@ -248,9 +256,12 @@ void BindQuantize(pyb::module_& m) {
     const auto* sb = static_cast<const uint8_t*>(scales.data());
     return std::make_shared<QuantizedTensor>(
         AssembleQuantized(s, c.shape, std::vector<uint8_t>(cb, cb + c.count),
-                          std::vector<uint8_t>(sb, sb + scales.nbytes()), tensor_amax));
+                          std::vector<uint8_t>(sb, sb + scales.nbytes()), tensor_amax,
+                          line_amax ? *line_amax : std::vector<float>{}));
   }, pyb::arg("codes"), pyb::arg("scales"), pyb::arg("spec"), pyb::arg("tensor_amax") = 0.0f,
-        "A QuantizedTensor from stored codes and scales (copied) and its spec (a name, a dict or JSON text).");
+        pyb::arg("line_amax") = std::nullopt,
+        "A QuantizedTensor from stored codes and scales (copied), its spec (a name, a dict or JSON text), the\n"
+        "tensor amax and, for a row-scaled spec, each line's amax.");
 }
 
 }  // namespace qmx::py

@@ -109,9 +109,10 @@ std::string MxSpecName(const Format& elem) {
 }
 
 QuantizedTensor Assemble(const SafetensorsReader& r, const std::string& what, const QuantSpec& spec,
-                         std::vector<size_t> shape, std::vector<uint8_t> codes, std::vector<uint8_t> scales) {
+                         std::vector<size_t> shape, std::vector<uint8_t> codes, std::vector<uint8_t> scales,
+                         float tensor_amax = 0.0f, std::vector<float> line_amax = {}) {
   try {
-    return AssembleQuantized(spec, std::move(shape), std::move(codes), std::move(scales), 0.0f);
+    return AssembleQuantized(spec, std::move(shape), std::move(codes), std::move(scales), tensor_amax, std::move(line_amax));
   } catch (const Error& e) {
     Bad(r, what + ": " + e.what());
   }
@@ -233,8 +234,17 @@ CheckpointTensor LoadCheckpointTensor(const SafetensorsReader& r, const Checkpoi
         if (!j.is_number()) Bad(r, "metadata qmx.tensor_amax." + info.name + " is not a number");
         a = j.get<float>();
       }
-      ct.q = Assemble(r, what, spec, codes.shape, codes.data, scales.data);
-      ct.q.tensor_amax = a;
+      // Row-scaled NVFP4: NAME.line_amax, one F32 amax per line (qmx-sim quantize writes it).
+      std::vector<float> lines;
+      if (spec.row_scaled) {
+        const std::string ln = info.name + ".line_amax";
+        if (!r.index().Find(ln)) Bad(r, what + ": the spec is row-scaled but the file has no tensor '" + ln + "'");
+        const NpyArray la = r.Read(ln);
+        if (la.dtype != DType::kF32 || la.shape.size() != 1) Bad(r, "tensor '" + ln + "' must be a 1-D F32 array");
+        lines.resize(la.shape[0]);
+        if (!lines.empty()) std::memcpy(lines.data(), la.data.data(), lines.size() * 4);
+      }
+      ct.q = Assemble(r, what, spec, codes.shape, codes.data, scales.data, a, std::move(lines));
       return ct;
     }
     case CheckpointLayout::kGptOssMxfp4: {
@@ -343,7 +353,9 @@ float CheckpointBlockScale(const CheckpointTensor& t, size_t i) {
   switch (ScaleFormatOf(q.spec.rule)) {
     case ScaleFormat::kUe8m0: return q.scales[i] == 0xFF ? NAN : std::ldexp(1.0f, q.scales[i] - 127);
     case ScaleFormat::kE4m3: {
-      if (t.info.layout == CheckpointLayout::kQmx) return Nvfp4DecodeScale(q.scales[i], q.tensor_amax, q.spec.rule);
+      // (Row-scaled blocks are 1-D, so block (sr, sc) lies in row sr for axis row and column sc for axis col.)
+      if (t.info.layout == CheckpointLayout::kQmx)
+        return Nvfp4DecodeScale(q.scales[i], q.SecondLevelAmax(i / q.scale_cols, i % q.scale_cols), q.spec.rule);
       const float s8 = DecodeToFloat(fmt::kE4M3, q.scales[i]);
       return t.global_divides ? s8 / t.global : s8 * t.global;
     }

@@ -230,7 +230,21 @@ GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in,
                 ": they must be equal");
   p.kb = std::min(ka, kbb);
   if (p.k == 0) p.kb = 1;
-  p.has_alpha = a.tensor_scale != 1.0f || b.tensor_scale != 1.0f;
+  if (!a.col_scales.empty() || (!a.row_scales.empty() && a.row_scales.size() != a.rows))
+    throw Error("gemm: A's second-level scales must be one per row (" + std::to_string(a.rows) + "), as row-wise "
+                "row-scaled NVFP4 gives; it has " + std::to_string(a.row_scales.size()) + " per row and " +
+                std::to_string(a.col_scales.size()) + " per column");
+  if (!b.row_scales.empty() || (!b.col_scales.empty() && b.col_scales.size() != b.cols))
+    throw Error("gemm: B's second-level scales must be one per column (" + std::to_string(b.cols) + "), as column-wise "
+                "row-scaled NVFP4 gives; it has " + std::to_string(b.col_scales.size()) + " per column and " +
+                std::to_string(b.row_scales.size()) + " per row");
+  if ((!a.row_scales.empty() && a.tensor_scale != 1.0f) || (!b.col_scales.empty() && b.tensor_scale != 1.0f))
+    throw Error("gemm: an operand with per-line second-level scales has tensor_scale 1 (they replace it)");
+  p.ta = a.tensor_scale;
+  p.tb = b.tensor_scale;
+  p.alpha_rows = a.row_scales.empty() ? nullptr : a.row_scales.data();
+  p.alpha_cols = b.col_scales.empty() ? nullptr : b.col_scales.data();
+  p.has_alpha = a.tensor_scale != 1.0f || b.tensor_scale != 1.0f || p.alpha_rows || p.alpha_cols;
   p.alpha = a.tensor_scale * b.tensor_scale;
   if (c_in && p.has_alpha)
     throw Error("gemm: an input C with per-tensor scales (" + std::to_string(a.tensor_scale) + ", " +
@@ -310,6 +324,11 @@ GemmOperand OperandFromQuantized(const QuantizedTensor& q) {
   for (size_t r = 0; r < q.scale_rows; ++r)
     for (size_t c = 0; c < q.scale_cols; ++c) o.scales[r * q.scale_cols + c] = q.ScaleAt(r, c);
   if (sf == ScaleFormat::kE4m3) o.tensor_scale = q.tensor_decode;
+  if (q.spec.row_scaled) {  // each line's decode scale, as the tensor's would be: fl32(1 / S_enc(line amax))
+    std::vector<float>& lines = q.spec.axis == Axis::kCol ? o.col_scales : o.row_scales;
+    for (float amax : q.line_amax) lines.push_back(Nvfp4TensorDecode(Nvfp4TensorScale(amax, q.spec.rule), q.spec.rule));
+    o.tensor_scale = 1.0f;
+  }
   return o;
 }
 

@@ -32,6 +32,9 @@ bool FormatFinite(const GemmOperand& o) {
 bool ScalesFinite(const GemmOperand& o) {
   for (float s : o.scales)
     if (!std::isfinite(s)) return false;
+  for (const auto* v : {&o.row_scales, &o.col_scales})
+    for (float s : *v)
+      if (!std::isfinite(s)) return false;
   return std::isfinite(o.tensor_scale);
 }
 
@@ -48,8 +51,13 @@ bool OperandsFinite(const GemmOperand& a, const GemmOperand& b, const float* c_i
 
 // out *= alpha (the per-tensor scales), as the reference applies them after accumulation.
 void ApplyAlpha(const GemmPlan& plan, float* out) {
-  if (plan.has_alpha)
+  if (!plan.has_alpha) return;
+  if (plan.alpha_rows == nullptr && plan.alpha_cols == nullptr) {
     for (size_t i = 0; i < plan.m * plan.n; ++i) out[i] = plan.alpha * out[i];
+    return;
+  }
+  for (size_t i = 0; i < plan.m; ++i)
+    for (size_t j = 0; j < plan.n; ++j) out[i * plan.n + j] = plan.AlphaAt(i, j) * out[i * plan.n + j];
 }
 
 // out = the accumulators' start values: C, or +0.

@@ -19,7 +19,14 @@ struct GemmPlan {
   size_t kb = 0;             // scale block length along K (k when neither side has block scales along K)
   bool a_blocks = false, b_blocks = false;
   float alpha = 1.0f;        // fl32(tensor_scale_a * tensor_scale_b)
-  bool has_alpha = false;    // either tensor scale differs from 1
+  bool has_alpha = false;    // either tensor scale differs from 1, or a side has per-line scales
+  const float* alpha_rows = nullptr;  // A's row_scales (row-scaled NVFP4), replacing its tensor scale
+  const float* alpha_cols = nullptr;  // B's col_scales
+  float ta = 1.0f, tb = 1.0f;
+  // The factor output (i, j) is multiplied by after accumulation: fl32(s_a(i) * s_b(j)), alpha without lines.
+  float AlphaAt(size_t i, size_t j) const {
+    return (alpha_rows ? alpha_rows[i] : ta) * (alpha_cols ? alpha_cols[j] : tb);
+  }
 };
 // Checks shapes, scale blocks and the model against each other (qmx::Error naming the problem).
 GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model);

@@ -28,9 +28,11 @@ struct Dot {
   double B(size_t k) const { return DecodeToDouble(b.elem, b.codes[k * b.cols + j]); }
   double SA(size_t k) const { return a.ScaleOf(i, k); }
   double SB(size_t k) const { return b.ScaleOf(k, j); }
+  double TA() const { return a.row_scales.empty() ? a.tensor_scale : a.row_scales[i]; }  // second-level scales
+  double TB() const { return b.col_scales.empty() ? b.tensor_scale : b.col_scales[j]; }
 };
 
-float Alpha(const internal::GemmPlan& plan, float acc) { return plan.has_alpha ? plan.alpha * acc : acc; }
+float Alpha(const Dot& d, float acc) { return d.plan.has_alpha ? d.plan.AlphaAt(d.i, d.j) * acc : acc; }
 
 // Adds the product of `factors` (element values and scales) to `sum` exactly. Non-finite factors give
 // the double product's NaN or signed Inf; a zero product keeps `all_neg_zero` only when it is -0.
@@ -55,7 +57,8 @@ void AddExactProduct(internal::ExactSum& sum, bool& all_neg_zero, std::initializ
   }
 }
 
-// exact: RNE(sum a*b*sa*sb*ta*tb + c), every product exact, one rounding.
+// exact: RNE(sum a*b*sa*sb*ta*tb + c), every product exact, one rounding (ta, tb: each side's tensor scale,
+// or its line's for row-scaled NVFP4).
 float ExactDot(const Dot& d, const float* c) {
   internal::ExactSum sum;
   bool all_neg_zero = true;
@@ -64,7 +67,7 @@ float ExactDot(const Dot& d, const float* c) {
     all_neg_zero = *c == 0 && std::signbit(*c);
   }
   for (size_t k = 0; k < d.plan.k; ++k)
-    AddExactProduct(sum, all_neg_zero, {d.A(k), d.B(k), d.SA(k), d.SB(k), d.a.tensor_scale, d.b.tensor_scale});
+    AddExactProduct(sum, all_neg_zero, {d.A(k), d.B(k), d.SA(k), d.SB(k), d.TA(), d.TB()});
   const bool any = c || d.plan.k > 0;
   return sum.RoundToFloat(any && all_neg_zero);
 }
@@ -76,7 +79,7 @@ float Fp32SeqDot(const Dot& d, const float* c) {
     const float y = static_cast<float>(d.B(k)) * static_cast<float>(d.SB(k));
     acc = std::fma(x, y, acc);
   }
-  return Alpha(d.plan, acc);
+  return Alpha(d, acc);
 }
 
 float BlockExactDot(const Dot& d, const float* c) {
@@ -89,7 +92,7 @@ float BlockExactDot(const Dot& d, const float* c) {
     for (size_t k = k0; k < k1; ++k) AddExactProduct(sum, all_neg_zero, {d.A(k), d.B(k), d.SA(k), d.SB(k)});
     acc = sum.RoundToFloat(all_neg_zero);
   }
-  return Alpha(d.plan, acc);
+  return Alpha(d, acc);
 }
 
 // One term of a fused step: its exact value and the exponent it is aligned by.
@@ -232,7 +235,7 @@ float FusedDot(const Dot& d, const float* c) {
   float acc = c ? *c : 0.0f;
   if (p.promote == 0) {
     for (size_t k0 = 0; k0 < d.plan.k; k0 += step) acc = FusedStep(d, k0, std::min(d.plan.k, k0 + step), acc, scales_in);
-    return Alpha(d.plan, acc);
+    return Alpha(d, acc);
   }
   const size_t window = static_cast<size_t>(p.promote);
   for (size_t w0 = 0; w0 < d.plan.k; w0 += window) {
@@ -246,7 +249,7 @@ float FusedDot(const Dot& d, const float* c) {
       acc = acc + part;
     }
   }
-  return Alpha(d.plan, acc);
+  return Alpha(d, acc);
 }
 
 }  // namespace

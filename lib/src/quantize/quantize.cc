@@ -39,7 +39,16 @@ QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec) {
   q.scale_cols = (x.cols + be.cols - 1) / be.cols;
   q.codes.assign(x.rows * x.cols, 0);
   q.scales.assign(q.scale_rows * q.scale_cols * ScaleBytes(ScaleFormatOf(spec.rule)), 0);
+  if (spec.row_scaled) q.line_amax.assign(spec.axis == Axis::kCol ? x.cols : x.rows, 0.0f);
   return q;
+}
+
+void CheckLineAmax(const QuantizedTensor& q) {
+  ValidateQuantSpec(q.spec);
+  const size_t lines = q.spec.axis == Axis::kCol ? q.cols : q.rows;
+  if (q.spec.row_scaled ? q.line_amax.size() != lines : !q.line_amax.empty())
+    throw Error("a " + std::string(q.spec.row_scaled ? "row-scaled" : "tensor-scaled") + " quantized tensor with " +
+                std::to_string(q.line_amax.size()) + " line amaxes (it needs " + std::to_string(q.spec.row_scaled ? lines : 0) + ")");
 }
 
 float TensorAmax(const TensorView& x, NanPolicy policy) {
@@ -141,17 +150,22 @@ struct Nvfp4Kernel {
   Nvfp4Kernel(const QuantSpec& spec, DType src, float s_enc)
       : p(simd::MakeConvertParams(spec.elem, spec.cast, src)),
         p_e4m3(simd::MakeConvertParams(fmt::kE4M3, CastOptions{}, DType::kF32)),
-        mult(128) {
-    for (size_t b = 0; b < 128; ++b) mult[b] = Nvfp4EncodeFactor(static_cast<uint8_t>(b), s_enc, spec.rule);
+        mult(128),
+        rule(spec.rule) {
     args.p = &p;
     args.policy = static_cast<int>(spec.nan);
     args.scaling = 1;  // fl32(x * multiplier)
     args.elem_nan = detail::BlockNanCode(spec.elem);
     args.nvfp4 = spec.rule == ScaleRule::kNvfp4Div ? 2 : spec.rule == ScaleRule::kNvfp4Torchao ? 3 : 1;
-    args.s_enc = s_enc;
-    args.s_m = s_enc * (1.0f / 6.0f);
     args.p_e4m3 = &p_e4m3;
     args.mult = mult.data();
+    SetEncodeScale(s_enc);
+  }
+  // A new tensor encode scale (row-scaled NVFP4 sets one per row); the conversion parameters stay.
+  void SetEncodeScale(float s_enc) {
+    for (size_t b = 0; b < 128; ++b) mult[b] = Nvfp4EncodeFactor(static_cast<uint8_t>(b), s_enc, rule);
+    args.s_enc = s_enc;
+    args.s_m = s_enc * (1.0f / 6.0f);
   }
   Nvfp4Kernel(const Nvfp4Kernel&) = delete;
   Nvfp4Kernel& operator=(const Nvfp4Kernel&) = delete;
@@ -164,6 +178,7 @@ struct Nvfp4Kernel {
  private:
   simd::ConvertParams p, p_e4m3;
   std::vector<float> mult;
+  ScaleRule rule;
   simd::MxKernelArgs args{};
 };
 
@@ -439,8 +454,35 @@ void QuantizeNvfp4Rows(const TensorView& x, const QuantSpec& spec, size_t block,
   }
 }
 
+// Row-scaled NVFP4 on row-wise blocks that tile each row: per row its amax (the AmaxBits of the per-tensor
+// path), its S_enc and its blocks through the block kernel, each thread with its own kernel on a contiguous
+// share of the rows. Rows are independent and SR words come from element indices: no bit depends on the split.
+void QuantizeNvfp4LineRows(const TensorView& x, const QuantSpec& spec, size_t block, Exec exec, QuantizedTensor& q) {
+  const size_t esize = DTypeSize(x.dtype);
+  const uint32_t limit = detail::TensorAmaxKeepsInf(spec.nan) ? 0x7F800001u : 0x7F800000u;
+  const uint8_t* src = static_cast<const uint8_t*>(x.data);
+  const int64_t rows = static_cast<int64_t>(x.rows);
+  const int threads = exec == Exec::kParallel ? static_cast<int>(std::min<size_t>(x.rows, static_cast<size_t>(omp_get_max_threads()))) : 1;
+#pragma omp parallel num_threads(threads)
+  {
+    Nvfp4Kernel kernel(spec, x.dtype, 1.0f);
+#pragma omp for schedule(static)
+    for (int64_t ri = 0; ri < rows; ++ri) {
+      const size_t r = static_cast<size_t>(ri), start = r * x.cols;
+      const uint32_t m = simd::AmaxBits(x.dtype, src + start * esize, x.cols, limit);
+      std::memcpy(&q.line_amax[r], &m, 4);
+      kernel.SetEncodeScale(Nvfp4TensorScale(q.line_amax[r], spec.rule));
+      simd::QuantizeMxBlocks(kernel.For(block), x.dtype, src + start * esize, x.cols, q.codes.data() + start,
+                             q.scales.data() + r * q.scale_cols, spec.seed, start, nullptr);
+    }
+  }
+  q.tensor_amax = *std::max_element(q.line_amax.begin(), q.line_amax.end());  // no NaN: AmaxBits skips them
+}
+
 QuantizedTensor QuantizeImpl(const TensorView& x, const QuantSpec& spec, Exec exec, const Fp32Scale* fixed,
                              const float* given_amax = nullptr) {
+  if (spec.row_scaled && given_amax != nullptr)
+    throw Error("a row-scaled NVFP4 spec takes each line's amax from the data, not a given tensor amax");
   // 4over6 picks between two candidate blocks by their error: it has no block kernel, and its fast path
   // is the reference (each block is independent; the thread count cannot change a bit).
   if (IsNvfp4FourOverSix(spec.rule) && fixed == nullptr)
@@ -450,6 +492,13 @@ QuantizedTensor QuantizeImpl(const TensorView& x, const QuantSpec& spec, Exec ex
   Ctx c{&x, &spec, ResolveBlock(spec, x.rows, x.cols), q.scale_cols, 1.0f, fixed != nullptr, fixed ? *fixed : Fp32Scale{}, nullptr,
         static_cast<float>(Limits(spec.elem).max_finite)};
   const bool nvfp4 = ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3;
+  if (spec.row_scaled) {  // row-wise lines that the blocks tile take the kernel; other shapes the reference
+    if (spec.axis == Axis::kRow && x.cols % c.be.cols == 0) {
+      QuantizeNvfp4LineRows(x, spec, c.be.cols, exec, q);
+      return q;
+    }
+    return QuantizeRef(x, spec);
+  }
   if (nvfp4 && c.be.rows == 1 && x.cols % c.be.cols == 0) {
     QuantizeNvfp4Rows(x, spec, c.be.cols, given_amax, exec, q);
     return q;
@@ -540,7 +589,7 @@ void DequantizeRows(const QuantizedTensor& q, size_t r_begin, size_t r_end, cons
         const uint8_t s = q.scales[sr * q.scale_cols + sc];
         f = s == 0xFF ? std::nanf("") : static_cast<float>(v * std::ldexp(1.0, static_cast<int>(s) - 127));
       } else if (sf == ScaleFormat::kE4m3) {
-        f = static_cast<float>(v * Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.tensor_amax, q.spec.rule));
+        f = static_cast<float>(v * Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.SecondLevelAmax(r, c), q.spec.rule));
       } else {
         f = static_cast<float>(v * q.ScaleAt(sr, sc));
       }
@@ -559,7 +608,7 @@ std::vector<float> CodeTable(const Format& elem) {
 }  // namespace
 
 void Dequantize(const QuantizedTensor& q, float* out, Exec exec) {
-  ValidateQuantSpec(q.spec);
+  detail::CheckLineAmax(q);
   const std::vector<float> table = CodeTable(q.spec.elem);
   const int64_t rows = static_cast<int64_t>(q.rows);
   if (exec == Exec::kParallel) {
@@ -578,6 +627,7 @@ void FakeQuantize(const TensorView& x, const QuantSpec& spec, float* out, Exec e
 // ------------------------------------------------------------------ statistics
 
 QuantStats ComputeStats(const TensorView& x, const QuantizedTensor& q) {
+  detail::CheckLineAmax(q);
   QuantStats st;
   const ScaleFormat sf = ScaleFormatOf(q.spec.rule);
   st.elements = q.rows * q.cols;
@@ -603,7 +653,8 @@ QuantStats ComputeStats(const TensorView& x, const QuantizedTensor& q) {
     ++st.scale_histogram[bin];
     st.nan_blocks += nan_scale;
     const size_t sr = i / q.scale_cols, sc = i % q.scale_cols;
-    const double scale = sf == ScaleFormat::kE4m3 ? Nvfp4DecodeScale(q.scales[i], q.tensor_amax, q.spec.rule) : q.ScaleAt(sr, sc);
+    // (Row-scaled blocks are 1-D: block row sr is row sr for axis row, block column sc is column sc for axis col.)
+    const double scale = sf == ScaleFormat::kE4m3 ? Nvfp4DecodeScale(q.scales[i], q.SecondLevelAmax(sr, sc), q.spec.rule) : q.ScaleAt(sr, sc);
     if (std::isfinite(scale) && scale > 0) threshold[i] = maxv * scale;
   }
   // Codes that decode to zero (an input that became one was flushed).

@@ -12,6 +12,8 @@
 namespace qmx::detail {
 
 QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec);  // validated, sized, zeroed
+// Validates the spec and that a row-scaled tensor holds one amax per line (and no other tensor any).
+void CheckLineAmax(const QuantizedTensor& q);
 float TensorAmax(const TensorView& x, NanPolicy policy);  // one element at a time (the reference's)
 float TensorAmaxFast(const TensorView& x, NanPolicy policy, Exec exec);  // the same value, SIMD and threads
 bool TensorAmaxKeepsInf(NanPolicy policy);  // whether TensorAmax counts Inf (it always skips NaN)

@@ -30,12 +30,30 @@ QuantizedTensor QuantizeRefImpl(const TensorView& x, const QuantSpec& spec, cons
   if (sf == ScaleFormat::kE4m3 || (sf == ScaleFormat::kFp32 && q.scale_rows * q.scale_cols == 1))
     q.tensor_amax = detail::TensorAmax(x, spec.nan);
   if (given_amax) q.tensor_amax = *given_amax;
-  if (sf == ScaleFormat::kE4m3) {
+  if (sf == ScaleFormat::kE4m3 && !spec.row_scaled) {
     s_enc = Nvfp4TensorScale(q.tensor_amax, spec.rule);
     q.tensor_decode = Nvfp4TensorDecode(s_enc, spec.rule);
   }
+  // Row-scaled: each line's amax, gathered into its own 1 x n tensor, by the same TensorAmax.
+  std::vector<float> line_enc;
+  if (spec.row_scaled) {
+    const bool by_col = spec.axis == Axis::kCol;
+    const size_t lines = by_col ? x.cols : x.rows, len = by_col ? x.rows : x.cols;
+    std::vector<uint8_t> line(len * esize);
+    for (size_t l = 0; l < lines; ++l) {
+      for (size_t t = 0; t < len; ++t)
+        std::memcpy(&line[t * esize], static_cast<const uint8_t*>(x.data) + (by_col ? t * x.cols + l : l * x.cols + t) * esize,
+                    esize);
+      q.line_amax[l] = detail::TensorAmax({x.dtype, line.data(), 1, len}, spec.nan);
+      line_enc.push_back(Nvfp4TensorScale(q.line_amax[l], spec.rule));
+    }
+  }
   for (size_t br = 0; br < q.scale_rows; ++br) {
     for (size_t bc = 0; bc < q.scale_cols; ++bc) {
+      // Row-scaled: a 1-D block lies in one line, whose S_enc and amax replace the tensor's.
+      const size_t line = spec.axis == Axis::kCol ? bc : br;
+      if (spec.row_scaled) s_enc = line_enc[line];
+      const float second_amax = spec.row_scaled ? q.line_amax[line] : q.tensor_amax;
       // The block's elements in row-major order, their flat indices and random bits.
       std::vector<size_t> idx;
       for (size_t r = br * be.rows; r < std::min(x.rows, (br + 1) * be.rows); ++r)
@@ -67,7 +85,7 @@ QuantizedTensor QuantizeRefImpl(const TensorView& x, const QuantSpec& spec, cons
         std::vector<float> xb(idx.size());
         std::vector<uint8_t> codes(idx.size());
         for (size_t t = 0; t < idx.size(); ++t) xb[t] = SourceValueF32(x.dtype, x.data, idx[t]);
-        q.scales[si] = Nvfp4FourOverSixBlock(xb.data(), xb.size(), a, s_enc, q.tensor_amax, spec.rule, spec.cast, codes.data());
+        q.scales[si] = Nvfp4FourOverSixBlock(xb.data(), xb.size(), a, s_enc, second_amax, spec.rule, spec.cast, codes.data());
         for (size_t t = 0; t < idx.size(); ++t) q.codes[idx[t]] = codes[t];
         continue;
       }
@@ -94,11 +112,12 @@ QuantizedTensor QuantizeRef(const TensorView& x, const QuantSpec& spec) { return
 
 QuantizedTensor QuantizeNvfp4WithAmaxRef(const TensorView& x, const QuantSpec& spec, float tensor_amax) {
   CheckNvfp4Spec(spec);
+  if (spec.row_scaled) throw Error("a row-scaled NVFP4 spec takes each line's amax from the data, not a given tensor amax");
   return QuantizeRefImpl(x, spec, &tensor_amax);
 }
 
 void DequantizeRef(const QuantizedTensor& q, float* out) {
-  ValidateQuantSpec(q.spec);
+  detail::CheckLineAmax(q);
   const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);
   const ScaleFormat sf = ScaleFormatOf(q.spec.rule);
   for (size_t r = 0; r < q.rows; ++r) {
@@ -110,7 +129,7 @@ void DequantizeRef(const QuantizedTensor& q, float* out) {
         const int s = q.scales[sr * q.scale_cols + sc];
         scale = s == 0xFF ? std::nan("") : std::ldexp(1.0, s - 127);
       } else if (sf == ScaleFormat::kE4m3) {
-        scale = Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.tensor_amax, q.spec.rule);
+        scale = Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.SecondLevelAmax(r, c), q.spec.rule);
       } else {
         scale = q.ScaleAt(sr, sc);
       }

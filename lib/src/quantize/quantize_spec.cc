@@ -30,6 +30,7 @@ struct Recipe {
   ScaleRule rule;
   int br, bc;
   bool delayed;
+  bool row_scaled = false;
 };
 const Recipe kRecipes[] = {
     {"mxfp8", &fmt::kE4M3, ScaleRule::kRoundUp, 1, 32, false},
@@ -42,6 +43,7 @@ const Recipe kRecipes[] = {
     {"mxint8", &fmt::kInt8, ScaleRule::kOcpFloor, 1, 32, false},
     {"nvfp4", &fmt::kE2M1, ScaleRule::kNvfp4, 1, 16, false},
     {"nvfp4-2d", &fmt::kE2M1, ScaleRule::kNvfp4, 16, 16, false},
+    {"nvfp4-row", &fmt::kE2M1, ScaleRule::kNvfp4, 1, 16, false, true},
     {"fp8-tensor-current", &fmt::kE4M3, ScaleRule::kFp32, 0, 0, false},
     {"fp8-delayed", &fmt::kE4M3, ScaleRule::kFp32, 0, 0, true},
     {"fp8-rowwise", &fmt::kE4M3, ScaleRule::kFp32, 1, 0, false},
@@ -89,6 +91,7 @@ QuantSpec QuantSpecByName(const std::string& name) {
     s.block_rows = r.br;
     s.block_cols = r.bc;
     s.delayed = r.delayed;
+    s.row_scaled = r.row_scaled;
     return s;
   }
   throw Error("unknown quantization spec '" + name + "' (" + JoinNames(QuantSpecNames()) + ")");
@@ -153,6 +156,7 @@ std::string DescribeSpec(const QuantSpec& spec) {
                   SaturationName(spec.cast.saturation) + ", NaN policy " + NanPolicyName(spec.nan);
   if (IsPow2Rule(spec.rule)) s += std::string(", element scaling ") + ElementScalingName(spec.scaling);
   if (spec.margin != 0) s += ", margin " + std::to_string(spec.margin);
+  if (spec.row_scaled) s += spec.axis == Axis::kCol ? ", row-scaled (a second-level scale per column)" : ", row-scaled (a second-level scale per row)";
   return s;
 }
 
@@ -185,6 +189,9 @@ void ValidateQuantSpec(const QuantSpec& spec) {
   if (IsNvfp4FourOverSix(spec.rule) && (spec.block_rows != 1 || spec.block_cols != 16 || spec.cast.rounding != Rounding::kRne))
     throw Error(std::string("the ") + ScaleRuleName(spec.rule) + " rule is TE's 4over6 on 1x16 blocks with RNE elements, not " +
                 std::to_string(spec.block_rows) + "x" + std::to_string(spec.block_cols) + " / " + RoundingName(spec.cast.rounding));
+  if (spec.row_scaled && (sf != ScaleFormat::kE4m3 || spec.block_rows != 1 || spec.block_cols < 1))
+    throw Error("row-scaled NVFP4 takes an NVFP4 rule (E4M3 block scales) and 1xN blocks (TE: 1x16), not " +
+                std::string(ScaleRuleName(spec.rule)) + " on " + DescribeBlock(spec) + " blocks");
   if (spec.delayed && (sf != ScaleFormat::kFp32 || spec.block_rows != 0 || spec.block_cols != 0))
     throw Error("delayed scaling is per-tensor with an FP32 scale rule");
   if (spec.margin < -64 || spec.margin > 64) throw Error("margin must be -64..64, not " + std::to_string(spec.margin));

@@ -29,13 +29,14 @@ QuantSpec BuildQuantSpec(const std::string& name, const SpecOverrides& o) {
   spec.cast.sr_bits = o.sr_bits;
   spec.seed = o.seed;
   spec.margin = o.margin;
-  if (spec.name != "custom" && (!o.elem.empty() || !o.rule.empty() || !o.block.empty())) spec.name += "+";
+  if (o.row_scaled) spec.row_scaled = true;
+  if (spec.name != "custom" && (!o.elem.empty() || !o.rule.empty() || !o.block.empty() || o.row_scaled)) spec.name += "+";
   ValidateQuantSpec(spec);
   return spec;
 }
 
 std::string QuantSpecToJson(const QuantSpec& s, int indent) {
-  const nlohmann::ordered_json j = {{"name", s.name},
+  nlohmann::ordered_json j = {{"name", s.name},
                                     {"elem", s.elem.name},
                                     {"rule", ScaleRuleName(s.rule)},
                                     {"scale_format", ScaleFormatName(ScaleFormatOf(s.rule))},
@@ -52,6 +53,7 @@ std::string QuantSpecToJson(const QuantSpec& s, int indent) {
                                     {"seed", s.seed},
                                     {"margin", s.margin},
                                     {"delayed", s.delayed}};
+  if (s.row_scaled) j["row_scaled"] = true;  // only when set: earlier files stay byte-identical
   return j.dump(indent);
 }
 
@@ -77,6 +79,7 @@ QuantSpec QuantSpecFromJson(const std::string& text) {
     s.seed = j.at("seed").get<uint64_t>();
     s.margin = j.at("margin").get<int>();
     s.delayed = j.at("delayed").get<bool>();
+    if (j.contains("row_scaled")) s.row_scaled = j.at("row_scaled").get<bool>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("qmx.spec metadata is incomplete (") + e.what() + ")");
   }
@@ -85,7 +88,7 @@ QuantSpec QuantSpecFromJson(const std::string& text) {
 }
 
 QuantizedTensor AssembleQuantized(const QuantSpec& spec, std::vector<size_t> shape, std::vector<uint8_t> codes,
-                                  std::vector<uint8_t> scales, float tensor_amax) {
+                                  std::vector<uint8_t> scales, float tensor_amax, std::vector<float> line_amax) {
   size_t count = 1;
   for (size_t d : shape) count *= d;
   if (codes.size() != count)
@@ -104,6 +107,14 @@ QuantizedTensor AssembleQuantized(const QuantSpec& spec, std::vector<size_t> sha
   if (q.scales.size() != want)
     throw Error(std::to_string(q.scales.size()) + " scale bytes, the spec needs " + std::to_string(want));
   q.tensor_amax = tensor_amax;
+  if (ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3 && !spec.row_scaled)
+    q.tensor_decode = Nvfp4TensorDecode(Nvfp4TensorScale(tensor_amax, spec.rule), spec.rule);
+  const size_t lines = spec.axis == Axis::kCol ? q.cols : q.rows;
+  if (spec.row_scaled && line_amax.size() != lines)
+    throw Error("row-scaled NVFP4 needs one amax per " + std::string(spec.axis == Axis::kCol ? "column" : "row") + " (" +
+                std::to_string(lines) + "), got " + std::to_string(line_amax.size()));
+  if (!spec.row_scaled && !line_amax.empty()) throw Error("per-line amaxes are given but the spec is not row-scaled");
+  q.line_amax = std::move(line_amax);
   return q;
 }
 

@@ -71,6 +71,7 @@ GemmOperand TransposeOperand(const GemmOperand& o) {
     for (size_t r = 0; r < o.scale_rows; ++r)
       for (size_t c = 0; c < o.scale_cols; ++c) t.scales[c * o.scale_rows + r] = o.scales[r * o.scale_cols + c];
   }
+  std::swap(t.row_scales, t.col_scales);  // per-row second-level scales become per-column ones
   return t;
 }
 

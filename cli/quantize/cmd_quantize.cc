@@ -3,9 +3,9 @@
 // reads without qmx-sim, plus a JSON summary; and back from our .safetensors output.
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>

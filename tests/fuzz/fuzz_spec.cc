@@ -7,7 +7,7 @@
 //   "hadamard SPEC"          ParseHadamard (the same), then the fast transform against its scalar twin;
 //   "NAME KEY=V KEY=V ..."   BuildQuantSpec with the overrides (keys as the CLI's options: profile, elem,
 //                            rule, block, axis, round, sat, nan, scaling, subnormals, nan-fallback, sr-bits,
-//                            seed, margin).
+//                            seed, margin, and row-scaled=1).
 // Bytes after the first line are the FP32 data (repeated to fill a 4 x 64 tensor). Every string must throw
 // qmx::Error or give an object that round-trips through its own description or JSON; a spec must quantize the
 // data on the fast path and the scalar reference to the same codes, scales and tensor scales (or make both
@@ -88,6 +88,7 @@ qmx::QuantSpec FromWords(const std::string& line) {
     else if (k == "scaling") o.scaling = v;
     else if (k == "subnormals") o.subnormals = v;
     else if (k == "nan-fallback") o.nan_fallback = v;
+    else if (k == "row-scaled") o.row_scaled = v == "1";
     else if (k == "sr-bits" || k == "seed" || k == "margin") {
       char* end = nullptr;
       const long long n = std::strtoll(v.c_str(), &end, 10);

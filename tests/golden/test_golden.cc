@@ -311,6 +311,11 @@ TEST_CASE("verify refuses edited headers, stray files, malformed lines and a mis
   problem.clear();
   TotalMismatches(golden::Verify(dir.string(), o), &problem);
   CHECK_THAT(problem, Contains("not listed in manifest.json"));
+  // A case count that is not an integer (1e30 was an undefined cast to uint64_t, found beside fuzz_spec's "block": [1E32]).
+  nlohmann::json m = nlohmann::json::parse(ReadText((dir / "manifest.json").string()));
+  m["files"][0]["cases"] = 1e30;
+  WriteText((dir / "manifest.json").string(), m.dump(1));
+  CHECK_THROWS_WITH(golden::Verify(dir.string(), o), Contains("cases must be an integer"));
   // No manifest at all.
   fs::remove(dir / "manifest.json");
   CHECK_THROWS_WITH(golden::Verify(dir.string(), o), Contains("no manifest.json"));

@@ -250,3 +250,21 @@ TEST_CASE("row-scaled NVFP4: the spec validates, round-trips through JSON and le
   const QuantizedTensor empty = Quantize({DType::kF32, x.data(), 3, 0}, s);
   CHECK(empty.line_amax.size() == 3);
 }
+
+TEST_CASE("qmx.spec JSON takes integer fields in range only (found by fuzz_spec: \"block\": [1E32] was a cast past int)",
+          "[quantize]") {
+  std::string json = QuantSpecToJson(QuantSpecByName("mxfp8"));
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string s = json;
+    const size_t at = s.find(from);
+    REQUIRE(at != std::string::npos);
+    return s.replace(at, from.size(), to);
+  };
+  CHECK(QuantSpecFromJson(json).block_cols == 32);
+  CHECK_THROWS_WITH(QuantSpecFromJson(with("[1,32]", "[1E32,32]")), Catch::Contains("block[0] must be an integer"));
+  CHECK_THROWS_WITH(QuantSpecFromJson(with("[1,32]", "[1,4294967296]")), Catch::Contains("block[1] is out of range"));
+  CHECK_THROWS_WITH(QuantSpecFromJson(with("\"sr_bits\":8", "\"sr_bits\":8.5")), Catch::Contains("sr_bits must be an integer"));
+  CHECK_THROWS_WITH(QuantSpecFromJson(with("\"seed\":0", "\"seed\":-1")), Catch::Contains("seed is out of range"));
+  CHECK_THROWS_WITH(QuantSpecFromJson(with("\"margin\":0", "\"margin\":-9999999999")), Catch::Contains("margin is out of range"));
+  CHECK(QuantSpecFromJson(with("\"seed\":0", "\"seed\":18446744073709551615")).seed == ~uint64_t{0});
+}

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "golden/golden_internal.h"
+#include "json_int.h"
 #include "qmx/error.h"
 #include "qmx/io.h"
 #include "qmx/rng.h"
@@ -239,7 +240,7 @@ std::vector<ManifestEntry> ReadManifest(const std::string& dir) {
     std::vector<ManifestEntry> out;
     for (const auto& f : j.at("files")) {
       ManifestEntry e{f.at("path").get<std::string>(), f.at("suite").get<std::string>(), f.at("op").get<std::string>(),
-                      f.at("header").get<std::string>(), f.at("cases").get<uint64_t>(), f.at("sha256").get<std::string>()};
+                      f.at("header").get<std::string>(), qmx::detail::JsonInteger<uint64_t>(f.at("cases"), path + ": cases"), f.at("sha256").get<std::string>()};
       if (e.path.empty() || e.path[0] == '/' || e.path.find("..") != std::string::npos)
         throw Error(path + ": file path '" + e.path + "' must stay inside the directory");
       out.push_back(std::move(e));

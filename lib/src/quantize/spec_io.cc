@@ -5,6 +5,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "json_int.h"
 #include "qmx/error.h"
 #include "qmx/quantize.h"
 
@@ -37,22 +38,22 @@ QuantSpec BuildQuantSpec(const std::string& name, const SpecOverrides& o) {
 
 std::string QuantSpecToJson(const QuantSpec& s, int indent) {
   nlohmann::ordered_json j = {{"name", s.name},
-                                    {"elem", s.elem.name},
-                                    {"rule", ScaleRuleName(s.rule)},
-                                    {"scale_format", ScaleFormatName(ScaleFormatOf(s.rule))},
-                                    {"block", {s.block_rows, s.block_cols}},
-                                    {"axis", AxisName(s.axis)},
-                                    {"round", RoundingName(s.cast.rounding)},
-                                    {"sat", SaturationName(s.cast.saturation)},
-                                    {"subnormals", SubnormalsName(s.cast.subnormals)},
-                                    {"nan_fallback", NanFallbackName(s.cast.nan_fallback)},
-                                    {"nan_sign", NanSignName(s.cast.nan_sign)},
-                                    {"sr_bits", s.cast.sr_bits},
-                                    {"nan_policy", NanPolicyName(s.nan)},
-                                    {"element_scaling", ElementScalingName(s.scaling)},
-                                    {"seed", s.seed},
-                                    {"margin", s.margin},
-                                    {"delayed", s.delayed}};
+                              {"elem", s.elem.name},
+                              {"rule", ScaleRuleName(s.rule)},
+                              {"scale_format", ScaleFormatName(ScaleFormatOf(s.rule))},
+                              {"block", {s.block_rows, s.block_cols}},
+                              {"axis", AxisName(s.axis)},
+                              {"round", RoundingName(s.cast.rounding)},
+                              {"sat", SaturationName(s.cast.saturation)},
+                              {"subnormals", SubnormalsName(s.cast.subnormals)},
+                              {"nan_fallback", NanFallbackName(s.cast.nan_fallback)},
+                              {"nan_sign", NanSignName(s.cast.nan_sign)},
+                              {"sr_bits", s.cast.sr_bits},
+                              {"nan_policy", NanPolicyName(s.nan)},
+                              {"element_scaling", ElementScalingName(s.scaling)},
+                              {"seed", s.seed},
+                              {"margin", s.margin},
+                              {"delayed", s.delayed}};
   if (s.row_scaled) j["row_scaled"] = true;  // only when set: earlier files stay byte-identical
   return j.dump(indent);
 }
@@ -65,19 +66,19 @@ QuantSpec QuantSpecFromJson(const std::string& text) {
     s.name = j.at("name").get<std::string>();
     s.elem = GetFormat(j.at("elem").get<std::string>());
     s.rule = ParseScaleRule(j.at("rule").get<std::string>());
-    s.block_rows = j.at("block").at(0).get<int>();
-    s.block_cols = j.at("block").at(1).get<int>();
+    s.block_rows = detail::JsonInteger<int>(j.at("block").at(0), "qmx.spec block[0]");
+    s.block_cols = detail::JsonInteger<int>(j.at("block").at(1), "qmx.spec block[1]");
     s.axis = ParseAxis(j.at("axis").get<std::string>());
     s.cast.rounding = ParseRounding(j.at("round").get<std::string>());
     s.cast.saturation = ParseSaturation(j.at("sat").get<std::string>());
     s.cast.subnormals = ParseSubnormals(j.at("subnormals").get<std::string>(), "qmx.spec subnormals");
     s.cast.nan_fallback = ParseNanFallback(j.at("nan_fallback").get<std::string>(), "qmx.spec nan_fallback");
     s.cast.nan_sign = ParseNanSign(j.at("nan_sign").get<std::string>(), "qmx.spec nan_sign");
-    s.cast.sr_bits = j.at("sr_bits").get<int>();
+    s.cast.sr_bits = detail::JsonInteger<int>(j.at("sr_bits"), "qmx.spec sr_bits");
     s.nan = ParseNanPolicy(j.at("nan_policy").get<std::string>());
     s.scaling = ParseElementScaling(j.at("element_scaling").get<std::string>());
-    s.seed = j.at("seed").get<uint64_t>();
-    s.margin = j.at("margin").get<int>();
+    s.seed = detail::JsonInteger<uint64_t>(j.at("seed"), "qmx.spec seed");
+    s.margin = detail::JsonInteger<int>(j.at("margin"), "qmx.spec margin");
     s.delayed = j.at("delayed").get<bool>();
     if (j.contains("row_scaled")) s.row_scaled = j.at("row_scaled").get<bool>();
   } catch (const nlohmann::json::exception& e) {

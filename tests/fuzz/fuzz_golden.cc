@@ -4,13 +4,9 @@
 // the directory with both CPU backends. Any text must give per-file errors or mismatches, never a crash, an
 // exception other than qmx::Error, or memory beyond a small multiple of the file; and a file that replays
 // clean on cpu-ref (outputs and flags) must replay clean on cpu-simd (outputs only).
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -19,23 +15,13 @@
 #include "qmx/error.h"
 #include "qmx/golden.h"
 #include "qmx/sha256.h"
+#include "scratch.h"
 
 namespace {
 
 const std::string& ScratchDir() {
-  static const std::string dir = [] {
-    char t[] = "/tmp/qmx-fuzz-golden-XXXXXX";
-    if (!mkdtemp(t)) std::abort();
-    std::filesystem::create_directories(std::filesystem::path(t) / "s");
-    return std::string(t);
-  }();
+  static const std::string dir = qmx::fuzz::MakeScratchDir("qmx-fuzz-golden", "s");
   return dir;
-}
-
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  if (!out) std::abort();
 }
 
 }  // namespace
@@ -54,14 +40,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   const std::string& dir = ScratchDir();
-  WriteText(dir + "/s/f.txt", text);
+  qmx::fuzz::WriteText(dir + "/s/f.txt", text);
   nlohmann::json m;
   m["format"] = "qmx-golden v1";
   m["files"] = nlohmann::json::array(
       {{{"path", "s/f.txt"}, {"suite", "s"}, {"op", op}, {"header", header}, {"cases", cases}, {"sha256", qmx::Sha256Hex(text)}}});
   // (A header that is not UTF-8 goes into the manifest with U+FFFD in place of its bad bytes; Verify then
   // reports that the file's header differs from the manifest's.)
-  WriteText(dir + "/manifest.json", m.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  qmx::fuzz::WriteText(dir + "/manifest.json", m.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   bool ref_clean = false;
   for (const auto backend : {qmx::golden::Backend::kCpuRef, qmx::golden::Backend::kCpuSimd}) {
     qmx::golden::VerifyOptions opt;

@@ -3,17 +3,14 @@
 // file (s/f.txt) and a subdirectory. Verify, on both CPU backends, must throw qmx::Error (malformed JSON, a
 // missing or mistyped field, a path leaving the directory) or report each listed file's problems; never crash,
 // read outside the directory, or throw anything else.
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "qmx/error.h"
 #include "qmx/golden.h"
+#include "scratch.h"
 
 namespace {
 
@@ -26,19 +23,11 @@ constexpr const char* kFile =
     "7f80 07 20\n"
     "7fc0 07 10\n";
 
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  if (!out) std::abort();
-}
-
 const std::string& ScratchDir() {
   static const std::string dir = [] {
-    char t[] = "/tmp/qmx-fuzz-manifest-XXXXXX";
-    if (!mkdtemp(t)) std::abort();
-    std::filesystem::create_directories(std::filesystem::path(t) / "s" / "d");
-    WriteText(std::string(t) + "/s/f.txt", kFile);
-    return std::string(t);
+    const std::string d = qmx::fuzz::MakeScratchDir("qmx-fuzz-manifest", "s/d");
+    qmx::fuzz::WriteText(d + "/s/f.txt", kFile);
+    return d;
   }();
   return dir;
 }
@@ -47,7 +36,7 @@ const std::string& ScratchDir() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string& dir = ScratchDir();
-  WriteText(dir + "/manifest.json", std::string(reinterpret_cast<const char*>(data), size));
+  qmx::fuzz::WriteText(dir + "/manifest.json", std::string(reinterpret_cast<const char*>(data), size));
   for (const auto backend : {qmx::golden::Backend::kCpuRef, qmx::golden::Backend::kCpuSimd}) {
     qmx::golden::VerifyOptions opt;
     opt.backend = backend;

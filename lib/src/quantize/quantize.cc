@@ -46,9 +46,11 @@ QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec) {
 void CheckLineAmax(const QuantizedTensor& q) {
   ValidateQuantSpec(q.spec);
   const size_t lines = q.spec.axis == Axis::kCol ? q.cols : q.rows;
-  if (q.spec.row_scaled ? q.line_amax.size() != lines : !q.line_amax.empty())
-    throw Error("a " + std::string(q.spec.row_scaled ? "row-scaled" : "tensor-scaled") + " quantized tensor with " +
-                std::to_string(q.line_amax.size()) + " line amaxes (it needs " + std::to_string(q.spec.row_scaled ? lines : 0) + ")");
+  if (q.spec.row_scaled && q.line_amax.size() != lines)
+    throw Error("row-scaled NVFP4 needs one amax per " + std::string(q.spec.axis == Axis::kCol ? "column" : "row") + " (" +
+                std::to_string(lines) + "), this tensor has " + std::to_string(q.line_amax.size()) + " line amaxes");
+  if (!q.spec.row_scaled && !q.line_amax.empty())
+    throw Error(std::to_string(q.line_amax.size()) + " line amaxes are given but the spec is not row-scaled");
 }
 
 float TensorAmax(const TensorView& x, NanPolicy policy) {

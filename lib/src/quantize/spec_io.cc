@@ -8,6 +8,7 @@
 #include "json_int.h"
 #include "qmx/error.h"
 #include "qmx/quantize.h"
+#include "quantize/quantize_internal.h"
 
 namespace qmx {
 
@@ -110,12 +111,8 @@ QuantizedTensor AssembleQuantized(const QuantSpec& spec, std::vector<size_t> sha
   q.tensor_amax = tensor_amax;
   if (ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3 && !spec.row_scaled)
     q.tensor_decode = Nvfp4TensorDecode(Nvfp4TensorScale(tensor_amax, spec.rule), spec.rule);
-  const size_t lines = spec.axis == Axis::kCol ? q.cols : q.rows;
-  if (spec.row_scaled && line_amax.size() != lines)
-    throw Error("row-scaled NVFP4 needs one amax per " + std::string(spec.axis == Axis::kCol ? "column" : "row") + " (" +
-                std::to_string(lines) + "), got " + std::to_string(line_amax.size()));
-  if (!spec.row_scaled && !line_amax.empty()) throw Error("per-line amaxes are given but the spec is not row-scaled");
   q.line_amax = std::move(line_amax);
+  detail::CheckLineAmax(q);
   return q;
 }
 

@@ -25,6 +25,8 @@ struct GemmArgs {
   std::string a, b, a_format = "e4m3", b_format = "e4m3", a_scales, b_scales, scale_format, a_block, b_block;
   int block = 0;
   float a_tensor_scale = 1, b_tensor_scale = 1;
+  float a_amax = -1, b_amax = -1, nvfp4_bound = 448;
+  std::string alpha = "decode";
   std::string c, model = "exact", out, expect, compare, quantize, json;
   int promote = -1;
   int max_errors = 10;
@@ -106,6 +108,8 @@ GemmOperand LoadOperand(const GemmArgs& g, bool is_a) {
     AttachScales(o, scales, g.scale_format, br, bc, side);
   }
   o.tensor_scale = is_a ? g.a_tensor_scale : g.b_tensor_scale;
+  o.nvfp4_amax = is_a ? g.a_amax : g.b_amax;
+  o.nvfp4_bound = g.nvfp4_bound;
   return o;
 }
 
@@ -123,6 +127,13 @@ void Run(const GemmArgs& g) {
     throw Error("--block sets the block of --a-scales / --b-scales, and neither is given (--quantize takes its recipe's blocks)");
   if (g.threads > 0) omp_set_num_threads(g.threads);
   AccumModel model = AccumModelByName(g.model);
+  model.alpha = ParseAlphaRule(g.alpha);
+  const bool amax_given = g.a_amax >= 0 || g.b_amax >= 0;
+  if (amax_given && !g.quantize.empty())
+    throw Error("--a-amax / --b-amax give raw codes their NVFP4 amax; --quantize measures it");
+  if (amax_given && model.alpha == AlphaRule::kDecode)
+    throw Error("--a-amax / --b-amax serve --alpha te or te-ref (the decode rule multiplies the tensor scales)");
+  if (g.nvfp4_bound != 448 && !amax_given) throw Error("--nvfp4-bound goes with --a-amax / --b-amax");
   if (g.promote >= 0) {
     if (model.kind != AccumKind::kFused) throw Error("--promote applies to fused models, not " + model.name);
     model.fused.promote = g.promote;
@@ -184,7 +195,8 @@ void Run(const GemmArgs& g) {
     if (mismatches) rc = 1;
   }
   if (!g.compare.empty()) {
-    const AccumModel other = AccumModelByName(g.compare);
+    AccumModel other = AccumModelByName(g.compare);
+    other.alpha = model.alpha;
     const std::vector<float> r = Gemm(A, B, cp, other);
     double max_abs = 0, max_rel = 0, sum_sq = 0, sum_ref_sq = 0;
     size_t differ = 0;
@@ -224,6 +236,15 @@ void AddGemmCommand(CLI::App& app) {
   cmd->add_option("--b-block", g->b_block, "B's scale block RxC (e.g. 128x128)");
   cmd->add_option("--a-tensor-scale", g->a_tensor_scale, "per-tensor FP32 factor of A, applied after accumulation");
   cmd->add_option("--b-tensor-scale", g->b_tensor_scale, "per-tensor FP32 factor of B");
+  cmd->add_option("--alpha", g->alpha,
+                  "how alpha (the factor after accumulation) is formed: decode (tensor_scale_a * tensor_scale_b, "
+                  "default), te (Transformer Engine's cuBLASLt NVFP4 alpha from the amax), te-ref (TE's reference GEMM)")
+      ->check(CLI::IsMember({"decode", "te", "te-ref"}));
+  cmd->add_option("--a-amax", g->a_amax, "A's NVFP4 tensor amax, for --alpha te/te-ref with raw codes")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--b-amax", g->b_amax, "B's NVFP4 tensor amax")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--nvfp4-bound", g->nvfp4_bound, "the E4M3 bound of the raw operands' NVFP4 rule: 448 (default) "
+                  "or 256 (TE's 4over6)")->check(CLI::IsMember({448.0f, 256.0f}));
   cmd->add_option("--quantize", g->quantize, "quantize float32 A (row-wise) and B (column-wise) with this recipe");
   cmd->add_option("--c", g->c, "C: M x N float32, the accumulator's starting value");
   cmd->add_option("--model", g->model, "accumulation model: exact, fp32-seq, block-exact, hopper-fp8, hopper-fp8-fast, "

@@ -28,6 +28,7 @@ struct RecipeArgs {
   size_t m = 256, n = 512, k = 512;
   uint64_t seed = 1;
   std::string accum = "auto";
+  std::string alpha = "decode";
   int steps = 0;
   SequenceGen seq;
   int amax_history = 1024, margin = 0;
@@ -131,6 +132,7 @@ RecipeOptions MakeOptions(const RecipeArgs& a) {
   RecipeOptions o;
   o.accum = a.accum;
   if (a.accum != "auto") (void)AccumModelByName(a.accum);  // a misspelled model stops before any work
+  o.alpha = ParseAlphaRule(a.alpha);
   o.seed = a.seed;
   if (a.amax_history < 1 || a.amax_history > (1 << 20)) throw Error("--amax-history must lie in 1..1048576");
   if (a.margin < -64 || a.margin > 64) throw Error("--margin must lie in -64..64");
@@ -172,6 +174,7 @@ void WriteOutputs(const RecipeArgs& a, const std::vector<TrainingRecipe>& rs, co
   j["shape"] = {{"m", shape.m}, {"n", shape.n}, {"k", shape.k}};
   j["inputs"] = shape.origin;
   j["accum"] = a.accum;
+  if (a.alpha != "decode") j["alpha"] = a.alpha;
   j["recipes"] = PlansJson(rs);
   if (!a.csv.empty()) WriteFileAtomic(a.csv, ToCsv(records));
   if (!a.json.empty()) WriteFileAtomic(a.json, j.dump(1) + "\n");
@@ -320,6 +323,11 @@ void AddRecipeCommand(CLI::App& app) {
                 "distribution of generated dY, times 1e-3 (default: laplace with lognormal row norms, sigma 1)");
   c->add_option("--seed", a->seed, "tensors, stochastic rounding and random Hadamard signs")->capture_default_str();
   c->add_option("--accum", a->accum, "auto (each GEMM on the hardware its recipe targets) or one model for all")
+      ->capture_default_str();
+  c->add_option("--alpha", a->alpha,
+                "NVFP4 GEMMs' factor after accumulation: decode (the decode scales' product), te (Transformer "
+                "Engine's cuBLASLt alpha from the amax), te-ref (TE's reference GEMM)")
+      ->check(CLI::IsMember({"decode", "te", "te-ref"}))
       ->capture_default_str();
   c->add_option("--steps", a->steps, "sequence mode: this many steps of drifting tensors with spikes")->check(CLI::Range(1, 100000));
   c->add_option("--drift", a->seq.drift, "sequence: fraction of the X and dY elements redrawn per step")->capture_default_str();

@@ -15,7 +15,16 @@ with each row's amax as its global amax: row-default, row-4over6-mae, row-4over6
   NAME_MODE_scales.npy     E4M3 block scales, M x K/16 uint8
   NAME_MODE_codes.npy      E2M1 codes, M x K uint8 (unpacked: element 2i in the low nibble of the output)
 into OUTDIR and OUTDIR/te-nvfp4.tar (one file to bring back from the device).
-Usage: python3 collect_te_nvfp4.py OUTDIR --te-src DIR
+
+With --gemm it also runs TE's reference NVFP4 GEMM (NVFP4QuantizerRef.qgemm, FPROP: Y = X W^T, per 16-K
+block fp32 sums scaled by fl32(sx * sw) and added in FP32, then Y = alpha * Y with alpha =
+fl32(amax_x * amax_w) / (36 * e4m3_max_x * e4m3_max_w)) on X (M x K) and W (N x K) quantized by
+NVFP4QuantizerRef._quantize, for modes GMODE: default, 4over6-mae, mixed (X default, W 4over6 MAE: bounds
+448 and 256), row-default and row-4over6-mae (X row-scaled, W per-tensor under the same rule), and writes
+  gemm_NAME_x.npy, gemm_NAME_w.npy   the inputs, float32
+  gemm_NAME_GMODE_y.npy              TE's output, float32 M x N
+  gemm_NAME_GMODE_alpha.npy          TE's alpha, float32 (1 value, or M for row-scaled X)
+Usage: python3 collect_te_nvfp4.py OUTDIR --te-src DIR [--gemm]
 """
 import os
 import shutil
@@ -30,8 +39,9 @@ STUB_QT = '''class QuantizedTensorStorage:
 
 
 class Quantizer:
-    def __init__(self, *args, **kwargs):
-        pass
+    def __init__(self, *args, rowwise=True, columnwise=True, **kwargs):
+        self.rowwise_usage = rowwise
+        self.columnwise_usage = columnwise
 '''
 
 
@@ -66,12 +76,67 @@ def cases():
     return out
 
 
+def gemm_cases():
+    rng = np.random.default_rng(20261126)
+    out = {}
+    out["normal"] = (rng.standard_normal((64, 256)).astype(np.float32),
+                     (rng.standard_normal((48, 256)) * 0.02).astype(np.float32))
+    mag = np.exp2(rng.uniform(-20, 8, size=(32, 32, 1)))
+    out["logmag"] = ((rng.standard_normal((32, 32, 16)) * mag).reshape(32, 512).astype(np.float32),
+                     rng.standard_t(3, size=(40, 512)).astype(np.float32))
+    out["rowmag"] = ((rng.standard_normal((48, 256)) * np.exp2(rng.uniform(-24, 21, size=(48, 1)))).astype(np.float32),
+                     rng.standard_normal((16, 256)).astype(np.float32))
+    for pair in out.values():
+        for x in pair:
+            x[x == 0] = 1e-3
+    return out
+
+
+def collect_gemm(mod, outdir, written):
+    import torch
+    from types import SimpleNamespace
+    ref = mod.NVFP4QuantizerRef
+    fp4 = mod.reference_utils.Fp4Formats.E2M1
+    rules = {"default": dict(nvfp4_use_4over6=False),
+             "4over6-mae": dict(nvfp4_use_4over6=True, nvfp4_e4m3_max=256, nvfp4_4over6_err_mode="MAE")}
+    gmodes = {"default": ("default", "default", False), "4over6-mae": ("4over6-mae", "4over6-mae", False),
+              "mixed": ("default", "4over6-mae", False), "row-default": ("default", "default", True),
+              "row-4over6-mae": ("4over6-mae", "4over6-mae", True)}
+
+    def quantize(t, rule, row_scaled):
+        q = ref(dtype=fp4, rowwise=True, columnwise=False, quant_tile_shape=(1, 16), row_scaled_nvfp4=row_scaled,
+                **rules[rule])
+        qx, sx, _, _, amax_row, amax_col = q._quantize(t)
+        res = SimpleNamespace(global_amax_row=amax_row, global_amax_col=amax_col,
+                              nvfp4_use_4over6=q.nvfp4_use_4over6, nvfp4_e4m3_max=q.nvfp4_e4m3_max)
+        return q, qx, sx, res
+
+    for name, (x, w) in gemm_cases().items():
+        for k, v in (("x", x), ("w", w)):
+            p = os.path.join(outdir, "gemm_%s_%s.npy" % (name, k))
+            np.save(p, v)
+            written.append(p)
+        for gmode, (rx, rw, row) in gmodes.items():
+            qobj, qx, sx, resx = quantize(torch.from_numpy(x), rx, row)
+            _, qw, sw, resw = quantize(torch.from_numpy(w), rw, False)
+            y = qobj.qgemm(qx, qw, None, torch.float32, sx, sw, gemm_type=mod.gemm.GEMMType.FPROP,
+                           qresult_x=resx, qresult_w=resw)
+            factor = 6.0 * 6.0 * resx.nvfp4_e4m3_max * resw.nvfp4_e4m3_max
+            alpha = torch.div(resx.global_amax_row * resw.global_amax_row, factor).reshape(-1)
+            for k, v in (("y", y.cpu().numpy().astype(np.float32)), ("alpha", alpha.cpu().numpy().astype(np.float32))):
+                p = os.path.join(outdir, "gemm_%s_%s_%s.npy" % (name, gmode, k))
+                np.save(p, np.ascontiguousarray(v))
+                written.append(p)
+            print("gemm %-7s %-15s y %s alpha[0] %r" % (name, gmode, tuple(y.shape), float(alpha[0])))
+
+
 def main():
     args = sys.argv[1:]
     outdir = args[0]
     te_src = args[args.index("--te-src") + 1]
     import torch
-    ref = import_reference(te_src).NVFP4QuantizerRef
+    mod = import_reference(te_src)
+    ref = mod.NVFP4QuantizerRef
     os.makedirs(outdir, exist_ok=True)
     written = []
     modes = {"default": dict(nvfp4_use_4over6=False),
@@ -98,6 +163,8 @@ def main():
                 np.save(p, np.ascontiguousarray(v))
                 written.append(p)
             print("%-8s %-11s scales %s" % (name, mode, scale.shape))
+    if "--gemm" in args:
+        collect_gemm(mod, outdir, written)
     with tarfile.open(os.path.join(outdir, "te-nvfp4.tar"), "w") as tar:
         for p in written:
             tar.add(p, arcname=os.path.basename(p))

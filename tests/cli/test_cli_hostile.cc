@@ -121,6 +121,14 @@ TEST_CASE("cli hostile: absurd and conflicting options get a message naming them
       {"gemm --a codes.npy --b codes.npy --a-scales codes.npy", "--block"},
       {"gemm --a x.npy --b codes.npy", "uint8"},
       {"gemm --a codes.npy --b codes.npy --c x.npy --a-format e2m1", "e2m1"},
+      {"gemm --a codes.npy --b codes.npy --alpha cuda", "--alpha"},
+      {"gemm --a codes.npy --b codes.npy --a-amax 3", "serve --alpha te or te-ref"},
+      {"gemm --a codes.npy --b codes.npy --a-amax -3 --alpha te", "--a-amax"},
+      {"gemm --a codes.npy --b codes.npy --a-amax 3 --alpha te", "B has none"},
+      {"gemm --a codes.npy --b codes.npy --a-amax 3 --b-amax 2 --alpha te --nvfp4-bound 300", "--nvfp4-bound"},
+      {"gemm --a x.npy --b x.npy --quantize nvfp4 --a-amax 3 --alpha te", "--quantize measures it"},
+      {"gemm --a x.npy --b x.npy --quantize nvfp4-row --alpha te", "alpha=te-ref"},
+      {"gemm --a x.npy --b x.npy --quantize mxfp4 --alpha te", "has none"},
       // recipe
       {"recipe --m 0 --quiet", "--m"},
       {"recipe --m 100000000 --n 100000000 --k 100000000 --quiet", "--m"},
@@ -128,6 +136,7 @@ TEST_CASE("cli hostile: absurd and conflicting options get a message naming them
       {"recipe --steps 0 --quiet", "--steps"},
       {"recipe --threads 0 --quiet", "--threads"},
       {"recipe --recipe nosuchrecipe --quiet", "nosuchrecipe"},
+      {"recipe --alpha cuda --quiet", "--alpha"},
       // study
       {"study error --rows 0", "--rows"},
       {"study error --rows 100000000 --cols 100000000", "--rows"},

@@ -79,28 +79,36 @@ TEST_CASE("recipe on .npy tensors reports what the library computes", "[cli][rec
   SaveNpy(d / "x.npy", x, m, k);
   SaveNpy(d / "w.npy", w, n, k);
   SaveNpy(d / "dy.npy", dy, m, n);
-  const RunResult r = Run("recipe --recipe mxfp8 nvfp4 --seed 4 --quiet --x " + Quote(d / "x.npy") + " --w " +
-                          Quote(d / "w.npy") + " --dy " + Quote(d / "dy.npy") + " --csv " + Quote(d / "r.csv"));
-  REQUIRE(r.status == 0);
-  const auto rows = Csv(ReadText(d / "r.csv"));
-  REQUIRE(rows.size() == 6);
   const LinearInputs in{x.data(), w.data(), dy.data(), m, n, k};
   const LinearReference ref = ComputeLinearReference(in);
-  RecipeOptions o;
-  o.seed = 4;
-  size_t row = 0;
-  for (const char* name : {"mxfp8", "nvfp4"}) {
-    RecipeState st;
-    const RecipeStepResult res = RunRecipeStep(TrainingRecipeByName(name), in, ref, st, o);
-    for (const RecipeGemmResult& gr : res.gemms) {
-      INFO(name << " " << LinearGemmName(gr.which));
-      CHECK(rows[row].at("recipe") == name);
-      CHECK(std::stod(rows[row].at("sqnr_db")) == gr.error.SqnrDb());
-      CHECK(std::stod(rows[row].at("nmse")) == gr.error.Nmse());
-      CHECK(std::stoull(rows[row].at("a_saturated")) == gr.a.saturated);
-      ++row;
+  std::string nvfp4_nmse[2];
+  for (const char* alpha : {"decode", "te"}) {
+    const RunResult r = Run("recipe --recipe mxfp8 nvfp4 --seed 4 --quiet --alpha " + std::string(alpha) + " --x " +
+                            Quote(d / "x.npy") + " --w " + Quote(d / "w.npy") + " --dy " + Quote(d / "dy.npy") + " --csv " +
+                            Quote(d / "r.csv") + " --json " + Quote(d / "r.json"));
+    REQUIRE(r.status == 0);
+    const auto rows = Csv(ReadText(d / "r.csv"));
+    REQUIRE(rows.size() == 6);
+    CHECK(nlohmann::json::parse(ReadText(d / "r.json")).value("alpha", "decode") == alpha);
+    RecipeOptions o;
+    o.seed = 4;
+    o.alpha = ParseAlphaRule(alpha);
+    size_t row = 0;
+    for (const char* name : {"mxfp8", "nvfp4"}) {
+      RecipeState st;
+      const RecipeStepResult res = RunRecipeStep(TrainingRecipeByName(name), in, ref, st, o);
+      for (const RecipeGemmResult& gr : res.gemms) {
+        INFO(name << " " << LinearGemmName(gr.which) << " --alpha " << alpha);
+        CHECK(rows[row].at("recipe") == name);
+        CHECK(std::stod(rows[row].at("sqnr_db")) == gr.error.SqnrDb());
+        CHECK(std::stod(rows[row].at("nmse")) == gr.error.Nmse());
+        CHECK(std::stoull(rows[row].at("a_saturated")) == gr.a.saturated);
+        if (row == 3) nvfp4_nmse[std::string(alpha) == "te"] = rows[row].at("nmse");
+        ++row;
+      }
     }
   }
+  CHECK(nvfp4_nmse[0] != nvfp4_nmse[1]);  // TE's alpha moves nvfp4's FPROP output
 }
 
 TEST_CASE("recipe --steps writes one row per step, recipe and GEMM", "[cli][recipe]") {

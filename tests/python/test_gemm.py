@@ -66,3 +66,41 @@ def test_errors():
     with pytest.raises(TypeError):
         qmx.gemm(qa, b, "exact")  # float32 B is neither codes nor a QuantizedTensor
     assert "hopper-fp8" in qmx.gemm_models()
+
+
+
+@pytest.mark.parametrize("case", ["normal", "logmag", "rowmag"])
+def test_te_alpha_reproduces_te_reference_gemm(repo, case):
+    # golden/nvfp4-te gemm_*: Transformer Engine's reference NVFP4 GEMM (NVFP4QuantizerRef.qgemm, run on the
+    # GPU host): exact 16-element block sums, FP32 accumulation (block-exact), then its alpha
+    # fl(fl(amax_x amax_w) / (36 bound_x bound_w)) (te-ref), per row of X when row-scaled.
+    g = repo / "golden" / "nvfp4-te"
+    x, w = np.load(g / ("gemm_%s_x.npy" % case)), np.load(g / ("gemm_%s_w.npy" % case))
+    modes = {"default": ("nvfp4", "nvfp4", "nvfp4"), "4over6-mae": ("nvfp4", "nvfp4-4over6", "nvfp4-4over6"),
+             "mixed": ("nvfp4", "nvfp4", "nvfp4-4over6"), "row-default": ("nvfp4-row", "nvfp4", "nvfp4"),
+             "row-4over6-mae": ("nvfp4-row", "nvfp4-4over6", "nvfp4-4over6")}
+    decode_differs = []
+    for mode, (xspec, xrule, wrule) in modes.items():
+        y = np.load(g / ("gemm_%s_%s_y.npy" % (case, mode)))
+        qx = qmx.quantize(x, xspec, rule=xrule)
+        qw = qmx.quantize(np.ascontiguousarray(w.T), "nvfp4", rule=wrule, axis="col")
+        assert_bits_equal(qmx.gemm(qx, qw, "block-exact", alpha="te-ref"), y, "%s %s" % (case, mode))
+        decode_differs.append(not np.array_equal(qmx.gemm(qx, qw, "block-exact"), y))
+    assert any(decode_differs)  # the decode rule misses TE's bits
+
+
+@pytest.mark.parametrize("alpha", ["te", "te-ref"])
+def test_te_alpha_against_cli(cli, tmp_path, alpha):
+    a, b = operands(seed=3)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    cli("gemm", "--a", tmp_path / "a.npy", "--b", tmp_path / "b.npy", "--quantize", "nvfp4", "--model",
+        "blackwell-mxf4nvf4", "--alpha", alpha, "--out", tmp_path / "d.npy", "--quiet")
+    qa, qb = qmx.quantize(a, "nvfp4"), qmx.quantize(b, "nvfp4", axis="col")
+    d = qmx.gemm(qa, qb, "blackwell-mxf4nvf4", alpha=alpha)
+    assert_bits_equal(d, np.load(tmp_path / "d.npy"), "alpha=" + alpha)
+    assert not np.array_equal(d, qmx.gemm(qa, qb, "blackwell-mxf4nvf4"))
+    with pytest.raises(ValueError, match="unknown alpha rule"):
+        qmx.gemm(qa, qb, alpha="cuda")
+    with pytest.raises(ValueError, match="has none"):
+        qmx.gemm(qmx.quantize(a, "mxfp4"), qmx.quantize(b, "mxfp4", axis="col"), alpha=alpha)

@@ -48,25 +48,37 @@ def test_a_tiny_model_trains_through_fake_quantization():
     assert losses[-1] < 0.05 * losses[0]
 
 
-@pytest.mark.parametrize("recipe", qmx._qmx.recipe_names())
-def test_linear_equals_the_recipe_layer(recipe):
+@pytest.mark.parametrize("recipe,alpha", [(r, "decode") for r in qmx._qmx.recipe_names()] + [("nvfp4", "te")])
+def test_linear_equals_the_recipe_layer(recipe, alpha):
     # One step through qmx.torch.Linear: forward, dX and dW equal the C++ recipe layer's GEMM outputs on
-    # the same tensors, bit for bit.
+    # the same tensors, bit for bit (alpha="te": Transformer Engine's NVFP4 alpha from the amax).
     torch.manual_seed(2)
     m, n, k = 32, 64, 128
-    lin = qt.Linear(k, n, bias=False, recipe=recipe, seed=7)
-    lin.steps = qmx._qmx.LinearSteps(recipe, seed=7, prime_history=True)  # recipe_step primes its histories
+    lin = qt.Linear(k, n, bias=False, recipe=recipe, seed=7, alpha=alpha)
+    # recipe_step primes its histories
+    lin.steps = qmx._qmx.LinearSteps(recipe, seed=7, prime_history=True, alpha=alpha)
     with torch.no_grad():
         lin.weight.copy_(torch.randn(n, k) * 0.05)
     x = torch.randn(m, k, requires_grad=True)
     y = lin(x)
     dy = torch.randn(m, n) * 1e-3
     y.backward(dy)
-    ref = qmx._qmx.recipe_step(recipe, x.detach().numpy(), lin.weight.detach().numpy(), dy.numpy(), seed=7)
+    args = (x.detach().numpy(), lin.weight.detach().numpy(), dy.numpy())
+    ref = qmx._qmx.recipe_step(recipe, *args, seed=7, alpha=alpha)
     assert_bits_equal(y.detach().numpy(), ref["fprop"]["out"], recipe + " fprop")
     assert_bits_equal(x.grad.numpy(), ref["dgrad"]["out"], recipe + " dgrad")
     assert_bits_equal(lin.weight.grad.numpy(), ref["wgrad"]["out"], recipe + " wgrad")
     assert lin.step == 1
+    if alpha != "decode":
+        # The option reaches the GEMMs: some of them move (about half of all amax pairs give another alpha).
+        moved = 0
+        for f in (1, 3, 5, 7):
+            xs = (args[0] * np.float32(f), args[1], args[2])
+            te, dec = (qmx._qmx.recipe_step(recipe, *xs, seed=7, alpha=a) for a in (alpha, "decode"))
+            moved += sum(not np.array_equal(dec[g]["out"], te[g]["out"]) for g in ("fprop", "dgrad", "wgrad"))
+        assert moved > 0
+        with pytest.raises(ValueError, match="unknown alpha rule"):
+            qt.Linear(k, n, recipe=recipe, alpha="cuda")
 
 
 def test_linear_backward_needs_its_own_step():

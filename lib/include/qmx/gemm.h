@@ -32,6 +32,12 @@ struct GemmOperand {
   // Row-scaled NVFP4: a second-level scale per row of A (M entries) or per column of B (N entries), each
   // applied after accumulation as tensor_scale is (and in its place: tensor_scale stays 1). Empty: none.
   std::vector<float> row_scales, col_scales;
+  // NVFP4 operands, for Transformer Engine's alpha (AlphaRule::kTe, kTeRef): the second-level amax (the
+  // tensor's; negative = not known) and the E4M3 bound of the rule (448, 256 under 4over6); row-scaled:
+  // each row's (A) or column's (B) amax, parallel to row_scales / col_scales.
+  float nvfp4_amax = -1.0f;
+  float nvfp4_bound = 448.0f;
+  std::vector<float> row_amax, col_amax;
   float ScaleOf(size_t r, size_t c) const {
     return block_rows == 0 ? 1.0f : scales[(r / block_rows) * scale_cols + c / block_cols];
   }
@@ -40,7 +46,8 @@ struct GemmOperand {
 // An operand from a quantized tensor: its codes, its block scales wherever they lie (A quantized
 // row-wise has its 1xK blocks along K; B (K x N) column-wise), per-tensor FP32 scales and NVFP4's tensor
 // scale as tensor_scale, row-scaled NVFP4's line decode scales as row_scales (axis row) or col_scales (axis
-// col). Gemm checks that A's and B's blocks along K agree.
+// col), and NVFP4's amax (nvfp4_amax, row_amax / col_amax, nvfp4_bound) for TE's alpha. Gemm checks that
+// A's and B's blocks along K agree.
 GemmOperand OperandFromQuantized(const QuantizedTensor& q);
 // Plain codes with no scales (tensor_scale 1), checked against the format (codes beyond its width).
 GemmOperand OperandFromCodes(Format elem, size_t rows, size_t cols, const uint8_t* codes);
@@ -101,10 +108,25 @@ struct FusedParams {
   bool promote_scale_separately = false;
 };
 
+// How the factor applied after accumulation (alpha) is formed from the operands' second-level scales.
+// This is the library's epilogue, not the tensor core's: the same MMA runs under every rule.
+enum class AlphaRule : uint8_t {
+  kDecode,  // fl32(tensor_scale_a * tensor_scale_b): the decode scales' product (torchao; qmx's default)
+  // Transformer Engine's cuBLASLt path (common/recipe/nvfp4.cu, compute_nvfp4_per_tensor_scale_kernel):
+  // fl32(fl32(amax_a * amax_b) * fl32(1 / fl32(36 * bound_a * bound_b))), from the operands' nvfp4_amax
+  kTe,
+  // TE's reference GEMM (pytorch/custom_recipes/reference_nvfp4.py, qgemm): fl32(fl32(amax_a * amax_b) /
+  // (36 * bound_a * bound_b)), per row of A / column of B when row-scaled
+  kTeRef,
+};
+const char* AlphaRuleName(AlphaRule r);
+AlphaRule ParseAlphaRule(const std::string& s);  // decode, te, te-ref (qmx::Error otherwise)
+
 struct AccumModel {
   std::string name = "exact";
   AccumKind kind = AccumKind::kExact;
   FusedParams fused;  // kFused only
+  AlphaRule alpha = AlphaRule::kDecode;  // the epilogue's alpha (kTe/kTeRef need both operands' nvfp4_amax)
 };
 
 // Named models: exact, fp32-seq, block-exact; hopper-fp8 (fused: 32 products + C, F = 13, terms and
@@ -129,6 +151,8 @@ void ValidateAccumModel(const AccumModel& m);
 // (promotion at a block scale with a promote interval not dividing the K block).
 std::vector<float> Gemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
                         Exec exec = Exec::kParallel);
+// The factor Gemm multiplies output (i, j) by after accumulation under `rule` (1 when none applies).
+float GemmAlphaAt(const GemmOperand& a, const GemmOperand& b, AlphaRule rule, size_t i, size_t j);
 // The scalar reference: one dot product at a time, written to follow the model's definition.
 std::vector<float> GemmRef(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model);
 

@@ -90,6 +90,9 @@ std::string DescribeTrainingRecipe(const TrainingRecipe& r);
 
 struct RecipeOptions {
   std::string accum = "auto";  // "auto": each GEMM's model from the recipe; else one model for all three
+  // NVFP4 GEMMs' alpha (qmx/gemm.h AlphaRule): the decode scales' product, or Transformer Engine's from the
+  // amax (te: its cuBLASLt path; te-ref: its reference GEMM). GEMMs without two NVFP4 operands keep kDecode.
+  AlphaRule alpha = AlphaRule::kDecode;
   uint64_t seed = 0;           // stochastic rounding bits and random Hadamard signs (mixed with the step)
   int amax_history = 1024;     // delayed scaling (Transformer Engine's DelayedScaling defaults)
   int margin = 0;
@@ -137,7 +140,8 @@ struct RecipeGemmResult {
   ErrorStats error;    // output against the FP64 reference of the unquantized GEMM
   OperandReport a, b;
   // keep_values only: the output, the exact values the GEMM multiplied (A: M x K, B^T: N x K, block scales
-  // applied), and the factor applied after accumulation (per-tensor scales, Quartet's 16/9).
+  // applied), and the factor applied after accumulation (per-tensor scales, Quartet's 16/9; output (0, 0)'s
+  // when it varies per row or column).
   std::vector<float> out;
   std::vector<double> a_values, bt_values;
   float alpha = 1;

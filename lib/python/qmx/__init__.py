@@ -165,19 +165,22 @@ def fake_quantize(x, spec="mxfp8", *, src="", **overrides):
     return _qmx.fake_quantize(as_array(x), _spec_json(spec, overrides), _src_of(x, src))
 
 
-def gemm(a, b, model="exact", c=None, *, a_format=None, b_format=None, reference=False):
+def gemm(a, b, model="exact", c=None, *, a_format=None, b_format=None, reference=False, alpha="decode"):
     """D = A B (+ C) in float32 under an accumulation model (gemm_models(): exact, fp32-seq, block-exact,
     hopper-fp8, hopper-fp8-fast, hopper-fp8-vec, ada-fp8, blackwell-mxf8f6f4, blackwell-mxf4nvf4, or
     "fused:step=..,F=..,..."). A (M x K) and B (K x N) are QuantizedTensors, A quantized along K
     row-wise and B column-wise (quantize(b, spec, axis="col")), or uint8 codes with a_format/b_format.
-    c (float32 M x N) is the accumulator's starting value. reference=True runs the scalar reference."""
+    c (float32 M x N) is the accumulator's starting value. reference=True runs the scalar reference.
+    alpha: how NVFP4's factor after accumulation is formed: "decode" (the product of the decode scales),
+    "te" (Transformer Engine's cuBLASLt alpha, fl(fl(amax_a amax_b) fl(1/(36 bound_a bound_b)))) or
+    "te-ref" (TE's reference GEMM, fl(fl(amax_a amax_b) / (36 bound_a bound_b)), per line when row-scaled)."""
     if c is not None:
         c = as_array(c)
     if not isinstance(a, QuantizedTensor):
         a = as_array(a)
     if not isinstance(b, QuantizedTensor):
         b = as_array(b)
-    return _qmx.gemm(a, b, model, c, a_format, b_format, reference)
+    return _qmx.gemm(a, b, model, c, a_format, b_format, reference, alpha)
 
 
 def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, scale_result=None, use_fast_accum=False, *,

@@ -71,7 +71,7 @@ class _LinearFunction(_torch.autograd.Function):
 def linear(x, weight, bias=None, steps=None, *, recipe="mxfp8", **options):
     """The functional form of Linear: y = x W^T + b under a recipe. `steps` (a qmx._qmx.LinearSteps)
     carries the step count and delayed-scaling state across calls; without it every call is step 0 of a
-    fresh state built from recipe and options (accum, seed, amax_history, margin, amax_algo)."""
+    fresh state built from recipe and options (accum, seed, amax_history, margin, amax_algo, alpha)."""
     if steps is None:
         steps = _qmx._qmx.LinearSteps(recipe, **options)
     return _LinearFunction.apply(x, weight, bias, steps)
@@ -83,14 +83,16 @@ class Linear(_torch.nn.Linear):
 
     accum: "auto" (the recipe's hardware model per GEMM) or one accumulation model for all three;
     seed: stochastic rounding and random Hadamard signs (mixed with the step); amax_history, margin,
-    amax_algo ("max", "most-recent"): delayed scaling, Transformer Engine's defaults."""
+    amax_algo ("max", "most-recent"): delayed scaling, Transformer Engine's defaults; alpha: NVFP4 GEMMs'
+    factor after accumulation, "decode" (the decode scales' product), "te" (Transformer Engine's cuBLASLt
+    alpha from the amax) or "te-ref" (TE's reference GEMM)."""
 
     def __init__(self, in_features, out_features, bias=True, recipe="mxfp8", accum="auto", seed=0,
-                 amax_history=1024, margin=0, amax_algo="max", device=None, dtype=None):
+                 amax_history=1024, margin=0, amax_algo="max", device=None, dtype=None, alpha="decode"):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.recipe = recipe
         self.steps = _qmx._qmx.LinearSteps(recipe, accum=accum, seed=seed, amax_history=amax_history,
-                                            margin=margin, amax_algo=amax_algo)
+                                            margin=margin, amax_algo=amax_algo, alpha=alpha)
 
     @property
     def step(self):

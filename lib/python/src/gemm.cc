@@ -89,9 +89,10 @@ void BindGemm(pyb::module_& m) {
         pyb::arg("model"), "One line with every parameter of a model.");
   m.def("gemm", [](const pyb::object& a, const pyb::object& b, const std::string& model,
                    const std::optional<pyb::array>& c, const std::optional<std::string>& a_format,
-                   const std::optional<std::string>& b_format, bool reference) {
+                   const std::optional<std::string>& b_format, bool reference, const std::string& alpha) {
     const GemmOperand oa = OperandOf(a, a_format, "a"), ob = OperandOf(b, b_format, "b");
-    const AccumModel am = AccumModelByName(model);
+    AccumModel am = AccumModelByName(model);
+    am.alpha = ParseAlphaRule(alpha);
     const float* cp = nullptr;
     if (c) {
       const InArray ci = F32Input(*c, "c");
@@ -106,7 +107,8 @@ void BindGemm(pyb::module_& m) {
     }
     return ToArray(std::move(d), {oa.rows, ob.cols});
   }, pyb::arg("a"), pyb::arg("b"), pyb::arg("model") = "exact", pyb::arg("c") = std::nullopt,
-        pyb::arg("a_format") = std::nullopt, pyb::arg("b_format") = std::nullopt, pyb::arg("reference") = false);
+        pyb::arg("a_format") = std::nullopt, pyb::arg("b_format") = std::nullopt, pyb::arg("reference") = false,
+        pyb::arg("alpha") = "decode");
 
   m.def("scaled_mm", [](const pyb::array& a, const pyb::array& b, const pyb::array& scale_a, const pyb::array& scale_b,
                         const std::string& a_format, const std::string& b_format, bool use_fast_accum) {

@@ -21,8 +21,9 @@ struct LinearSteps {
 };
 
 RecipeOptions Options(const std::string& accum, uint64_t seed, int amax_history, int margin, const std::string& algo,
-                      bool prime_history) {
+                      bool prime_history, const std::string& alpha) {
   RecipeOptions o;
+  o.alpha = ParseAlphaRule(alpha);
   if (accum != "auto") (void)AccumModelByName(accum);
   o.accum = accum;
   o.seed = seed;
@@ -56,14 +57,15 @@ void BindRecipe(pyb::module_& m) {
   pyb::class_<LinearSteps>(m, "LinearSteps",
                            "A linear layer's GEMMs under a training recipe, one step (forward, then backward) at a time.")
       .def(pyb::init([](const std::string& recipe, const std::string& accum, uint64_t seed, int amax_history, int margin,
-                        const std::string& algo, bool prime_history) {
+                        const std::string& algo, bool prime_history, const std::string& alpha) {
              LinearSteps s;
              s.recipe = TrainingRecipeByName(recipe);
-             s.opt = Options(accum, seed, amax_history, margin, algo, prime_history);
+             s.opt = Options(accum, seed, amax_history, margin, algo, prime_history, alpha);
              return s;
            }),
            pyb::arg("recipe"), pyb::arg("accum") = "auto", pyb::arg("seed") = 0, pyb::arg("amax_history") = 1024,
-           pyb::arg("margin") = 0, pyb::arg("amax_algo") = "max", pyb::arg("prime_history") = false)
+           pyb::arg("margin") = 0, pyb::arg("amax_algo") = "max", pyb::arg("prime_history") = false,
+           pyb::arg("alpha") = "decode")
       .def_property_readonly("step", [](const LinearSteps& s) { return s.state.step; })
       .def_property_readonly("recipe", [](const LinearSteps& s) { return s.recipe.name; })
       .def("forward", [](LinearSteps& s, const pyb::array& x, const pyb::array& w) {
@@ -101,14 +103,14 @@ void BindRecipe(pyb::module_& m) {
            "(dX (m x k), dW (n x k)) = (DGRAD, WGRAD) from dY (m x n) and the forward's saved; ends the step.");
 
   m.def("recipe_step", [](const std::string& recipe, const pyb::array& x, const pyb::array& w, const pyb::array& dy,
-                          const std::string& accum, uint64_t seed, uint64_t step) {
+                          const std::string& accum, uint64_t seed, uint64_t step, const std::string& alpha) {
     const InArray wi = Matrix(w, "weight", 0);
     const InArray xi = Matrix(x, "x", wi.shape[1]);
     const InArray di = Matrix(dy, "grad_output", wi.shape[0]);
     const size_t m = xi.shape[0], n = wi.shape[0], k = wi.shape[1];
     if (di.shape[0] != m) throw pyb::value_error("grad_output must be m x n");
     const TrainingRecipe r = TrainingRecipeByName(recipe);
-    RecipeOptions o = Options(accum, seed, 1024, 0, "max", true);
+    RecipeOptions o = Options(accum, seed, 1024, 0, "max", true, alpha);
     o.keep_values = true;
     RecipeState state;
     state.step = step;
@@ -133,7 +135,7 @@ void BindRecipe(pyb::module_& m) {
     }
     return d;
   }, pyb::arg("recipe"), pyb::arg("x"), pyb::arg("weight"), pyb::arg("grad_output"), pyb::arg("accum") = "auto",
-        pyb::arg("seed") = 0, pyb::arg("step") = 0,
+        pyb::arg("seed") = 0, pyb::arg("step") = 0, pyb::arg("alpha") = "decode",
         "One whole step of `qmx-sim recipe` on given tensors (fresh delayed-scaling histories primed with the\n"
         "tensors' amaxes): {'fprop'|'dgrad'|'wgrad': {'out', 'accum', 'sqnr_db', 'cosine'}} against FP64 GEMMs.");
 }

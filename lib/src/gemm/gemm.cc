@@ -94,6 +94,21 @@ AccumModel ParseFused(const std::string& name) {
 
 }  // namespace
 
+const char* AlphaRuleName(AlphaRule r) {
+  switch (r) {
+    case AlphaRule::kDecode: return "decode";
+    case AlphaRule::kTe: return "te";
+    case AlphaRule::kTeRef: return "te-ref";
+  }
+  return "?";
+}
+
+AlphaRule ParseAlphaRule(const std::string& s) {
+  for (AlphaRule r : {AlphaRule::kDecode, AlphaRule::kTe, AlphaRule::kTeRef})
+    if (s == AlphaRuleName(r)) return r;
+  throw Error("unknown alpha rule '" + s + "' (decode, te, te-ref)");
+}
+
 std::vector<std::string> AccumModelNames() {
   return {"exact", "fp32-seq", "block-exact", "hopper-fp8", "hopper-fp8-fast", "hopper-fp8-vec", "hopper-mma-sync", "ada-fp8", "blackwell-mxf8f6f4",
           "blackwell-mxf4nvf4", "blackwell-mxf8f6f4-mmasim", "blackwell-mxf4nvf4-mmasim", "hopper-fp8-mmasim",
@@ -182,6 +197,7 @@ std::string DescribeModel(const AccumModel& m) {
       break;
     }
   }
+  if (m.alpha != AlphaRule::kDecode) os << "; alpha " << AlphaRuleName(m.alpha) << " (Transformer Engine's, from the amax)";
   return os.str();
 }
 
@@ -201,6 +217,44 @@ void ValidateAccumModel(const AccumModel& m) {
 }
 
 namespace internal {
+namespace {
+
+// Transformer Engine's alpha from the two operands' amax (AlphaRule::kTe, kTeRef).
+void PlanTeAlpha(const GemmOperand& a, const GemmOperand& b, GemmPlan& p) {
+  const std::string rule = std::string("alpha=") + AlphaRuleName(p.rule);
+  for (const GemmOperand* o : {&a, &b}) {
+    const char* side = o == &a ? "A" : "B";
+    const std::vector<float>& scales = o == &a ? o->row_scales : o->col_scales;
+    const std::vector<float>& amax = o == &a ? o->row_amax : o->col_amax;
+    const char* line = o == &a ? "row of A" : "column of B";
+    if (!(o == &a ? o->col_amax : o->row_amax).empty())
+      throw Error(std::string("gemm: ") + side + "'s per-line amax must be one per " + line);
+    if (amax.size() != scales.size())
+      throw Error(std::string("gemm: ") + side + " has " + std::to_string(scales.size()) +
+                  " per-line second-level scales and " + std::to_string(amax.size()) + " per-line amax (one each per " +
+                  line + ")");
+    if (scales.empty() && !(o->nvfp4_amax >= 0.0f) && !std::isnan(o->nvfp4_amax))
+      throw Error("gemm: " + rule + " forms alpha from both operands' NVFP4 amax, and " + side +
+                  " has none (an NVFP4 tensor carries it; give codes an amax with --" +
+                  (o == &a ? "a" : "b") + "-amax)");
+    if (o->nvfp4_bound != 448.0f && o->nvfp4_bound != 256.0f)
+      throw Error(std::string("gemm: ") + side + "'s NVFP4 E4M3 bound is 448 (or 256 under 4over6), not " +
+                  std::to_string(o->nvfp4_bound));
+  }
+  if (p.rule == AlphaRule::kTe && (!a.row_amax.empty() || !b.col_amax.empty()))
+    throw Error("gemm: alpha=te is TE's cuBLASLt alpha, one scalar from two tensor amax; row-scaled operands "
+                "have one amax per line (TE's reference GEMM takes them: alpha=te-ref)");
+  p.has_alpha = true;
+  p.amax_a = a.nvfp4_amax;
+  p.amax_b = b.nvfp4_amax;
+  p.amax_rows = a.row_amax.empty() ? nullptr : a.row_amax.data();
+  p.amax_cols = b.col_amax.empty() ? nullptr : b.col_amax.data();
+  // TE: fp4_max * fp4_max * fp8_max_A * fp8_max_B in FP32, left to right (exact for bounds 448 and 256).
+  p.te_factor = 6.0f * 6.0f * a.nvfp4_bound * b.nvfp4_bound;
+  p.te_inv = 1.0f / p.te_factor;
+}
+
+}  // namespace
 
 GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model) {
   ValidateAccumModel(model);
@@ -245,10 +299,13 @@ GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in,
   p.alpha_rows = a.row_scales.empty() ? nullptr : a.row_scales.data();
   p.alpha_cols = b.col_scales.empty() ? nullptr : b.col_scales.data();
   p.has_alpha = a.tensor_scale != 1.0f || b.tensor_scale != 1.0f || p.alpha_rows || p.alpha_cols;
-  p.alpha = a.tensor_scale * b.tensor_scale;
+  p.rule = model.alpha;
+  if (p.rule != AlphaRule::kDecode) PlanTeAlpha(a, b, p);
+  p.alpha = p.AlphaAt(0, 0);
   if (c_in && p.has_alpha)
     throw Error("gemm: an input C with per-tensor scales (" + std::to_string(a.tensor_scale) + ", " +
-                std::to_string(b.tensor_scale) + ") is not modelled: cuBLAS's epilogue order for beta*C is unverified");
+                std::to_string(b.tensor_scale) + (p.rule == AlphaRule::kDecode ? "" : ", alpha=" + std::string(AlphaRuleName(p.rule))) +
+                ") is not modelled: cuBLAS's epilogue order for beta*C is unverified");
   if (model.kind == AccumKind::kFused) {
     const FusedParams& f = model.fused;
     const bool blocks = p.a_blocks || p.b_blocks;
@@ -323,10 +380,15 @@ GemmOperand OperandFromQuantized(const QuantizedTensor& q) {
   o.scales.resize(q.scale_rows * q.scale_cols);
   for (size_t r = 0; r < q.scale_rows; ++r)
     for (size_t c = 0; c < q.scale_cols; ++c) o.scales[r * q.scale_cols + c] = q.ScaleAt(r, c);
-  if (sf == ScaleFormat::kE4m3) o.tensor_scale = q.tensor_decode;
+  if (sf == ScaleFormat::kE4m3) {
+    o.tensor_scale = q.tensor_decode;
+    o.nvfp4_amax = q.tensor_amax;
+    o.nvfp4_bound = IsNvfp4FourOverSix(q.spec.rule) ? 256.0f : 448.0f;
+  }
   if (q.spec.row_scaled) {  // each line's decode scale, as the tensor's would be: fl32(1 / S_enc(line amax))
     std::vector<float>& lines = q.spec.axis == Axis::kCol ? o.col_scales : o.row_scales;
     for (float amax : q.line_amax) lines.push_back(Nvfp4TensorDecode(Nvfp4TensorScale(amax, q.spec.rule), q.spec.rule));
+    (q.spec.axis == Axis::kCol ? o.col_amax : o.row_amax) = q.line_amax;
     o.tensor_scale = 1.0f;
   }
   return o;
@@ -355,6 +417,14 @@ bool SplitHmma(const GemmOperand& a, const GemmOperand& b, const AccumModel& mod
   return true;
 }
 }  // namespace internal
+
+float GemmAlphaAt(const GemmOperand& a, const GemmOperand& b, AlphaRule rule, size_t i, size_t j) {
+  AccumModel m;
+  m.alpha = rule;
+  const internal::GemmPlan plan = internal::PlanGemm(a, b, nullptr, m);
+  if (i >= plan.m || j >= plan.n) throw Error("gemm: alpha of output (" + std::to_string(i) + ", " + std::to_string(j) + ") outside the result");
+  return plan.has_alpha ? plan.AlphaAt(i, j) : 1.0f;
+}
 
 std::vector<float> Gemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
                         Exec exec) {

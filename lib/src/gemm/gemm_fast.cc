@@ -52,7 +52,7 @@ bool OperandsFinite(const GemmOperand& a, const GemmOperand& b, const float* c_i
 // out *= alpha (the per-tensor scales), as the reference applies them after accumulation.
 void ApplyAlpha(const GemmPlan& plan, float* out) {
   if (!plan.has_alpha) return;
-  if (plan.alpha_rows == nullptr && plan.alpha_cols == nullptr) {
+  if (!plan.PerLine()) {
     for (size_t i = 0; i < plan.m * plan.n; ++i) out[i] = plan.alpha * out[i];
     return;
   }

@@ -18,15 +18,27 @@ struct GemmPlan {
   size_t m = 0, n = 0, k = 0;
   size_t kb = 0;             // scale block length along K (k when neither side has block scales along K)
   bool a_blocks = false, b_blocks = false;
-  float alpha = 1.0f;        // fl32(tensor_scale_a * tensor_scale_b)
-  bool has_alpha = false;    // either tensor scale differs from 1, or a side has per-line scales
+  float alpha = 1.0f;        // the factor of every output when no side has per-line scales (AlphaAt(0, 0))
+  bool has_alpha = false;    // either tensor scale differs from 1, a side has per-line scales, or a TE rule
   const float* alpha_rows = nullptr;  // A's row_scales (row-scaled NVFP4), replacing its tensor scale
   const float* alpha_cols = nullptr;  // B's col_scales
   float ta = 1.0f, tb = 1.0f;
-  // The factor output (i, j) is multiplied by after accumulation: fl32(s_a(i) * s_b(j)), alpha without lines.
+  // AlphaRule::kTe / kTeRef: each side's amax (per row of A / column of B when row-scaled) and the factor
+  // fl32(36 * bound_a * bound_b) with its FP32 reciprocal.
+  AlphaRule rule = AlphaRule::kDecode;
+  float amax_a = 0.0f, amax_b = 0.0f;
+  const float* amax_rows = nullptr;
+  const float* amax_cols = nullptr;
+  float te_factor = 1.0f, te_inv = 1.0f;
+  // The factor output (i, j) is multiplied by after accumulation: fl32(s_a(i) * s_b(j)) under kDecode;
+  // fl32(fl32(amax_a(i) * amax_b(j)) * te_inv) under kTe, fl32(fl32(amax_a(i) * amax_b(j)) / te_factor)
+  // under kTeRef.
   float AlphaAt(size_t i, size_t j) const {
-    return (alpha_rows ? alpha_rows[i] : ta) * (alpha_cols ? alpha_cols[j] : tb);
+    if (rule == AlphaRule::kDecode) return (alpha_rows ? alpha_rows[i] : ta) * (alpha_cols ? alpha_cols[j] : tb);
+    const float p = (amax_rows ? amax_rows[i] : amax_a) * (amax_cols ? amax_cols[j] : amax_b);
+    return rule == AlphaRule::kTe ? p * te_inv : p / te_factor;
   }
+  bool PerLine() const { return alpha_rows || alpha_cols || amax_rows || amax_cols; }
 };
 // Checks shapes, scale blocks and the model against each other (qmx::Error naming the problem).
 GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model);

@@ -58,7 +58,7 @@ void AddExactProduct(internal::ExactSum& sum, bool& all_neg_zero, std::initializ
 }
 
 // exact: RNE(sum a*b*sa*sb*ta*tb + c), every product exact, one rounding (ta, tb: each side's tensor scale,
-// or its line's for row-scaled NVFP4).
+// or its line's for row-scaled NVFP4; under TE's alpha rules, the FP32 alpha TE forms in their place).
 float ExactDot(const Dot& d, const float* c) {
   internal::ExactSum sum;
   bool all_neg_zero = true;
@@ -66,8 +66,10 @@ float ExactDot(const Dot& d, const float* c) {
     sum.AddDouble(*c);
     all_neg_zero = *c == 0 && std::signbit(*c);
   }
+  const bool te = d.plan.rule != AlphaRule::kDecode;
+  const double ta = te ? d.plan.AlphaAt(d.i, d.j) : d.TA(), tb = te ? 1.0 : d.TB();
   for (size_t k = 0; k < d.plan.k; ++k)
-    AddExactProduct(sum, all_neg_zero, {d.A(k), d.B(k), d.SA(k), d.SB(k), d.TA(), d.TB()});
+    AddExactProduct(sum, all_neg_zero, {d.A(k), d.B(k), d.SA(k), d.SB(k), ta, tb});
   const bool any = c || d.plan.k > 0;
   return sum.RoundToFloat(any && all_neg_zero);
 }

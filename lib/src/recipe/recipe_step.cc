@@ -72,6 +72,7 @@ GemmOperand TransposeOperand(const GemmOperand& o) {
       for (size_t c = 0; c < o.scale_cols; ++c) t.scales[c * o.scale_rows + r] = o.scales[r * o.scale_cols + c];
   }
   std::swap(t.row_scales, t.col_scales);  // per-row second-level scales become per-column ones
+  std::swap(t.row_amax, t.col_amax);
   return t;
 }
 
@@ -338,14 +339,18 @@ RecipeGemmResult RunStepGemm(const TrainingRecipe& recipe, size_t gi, const Step
                                what, opt.exec, qout(g.b));
   RecipeGemmResult out;
   out.which = g.which;
-  const AccumModel model = AccumModelByName(opt.accum == "auto" ? g.accum : opt.accum);
+  AccumModel model = AccumModelByName(opt.accum == "auto" ? g.accum : opt.accum);
   out.accum = model.name;
   const size_t m = ar, n = br;
   if (a.bf16) {
     out.out = GemmBf16(a, b, m, n, ac, model, opt.exec);
   } else {
-    out.out = Gemm(a.op, TransposeOperand(b.op), nullptr, model, opt.exec);
-    out.alpha = a.op.tensor_scale * b.op.tensor_scale;
+    const GemmOperand bt = TransposeOperand(b.op);
+    // TE's alpha where both operands are NVFP4 (they carry their amax); every other GEMM keeps the decode rule.
+    const auto nvfp4 = [](const GemmOperand& o) { return o.scale_format == ScaleFormat::kE4m3 && o.nvfp4_amax >= 0; };
+    if (nvfp4(a.op) && nvfp4(bt)) model.alpha = opt.alpha;
+    out.out = Gemm(a.op, bt, nullptr, model, opt.exec);
+    out.alpha = GemmAlphaAt(a.op, bt, model.alpha, 0, 0);
   }
   if (g.quest_backward) {
     // The output lives in the forward Hadamard domain of X (DGRAD, m x k) or W (WGRAD, n x k).

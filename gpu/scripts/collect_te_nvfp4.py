@@ -24,7 +24,9 @@ NVFP4QuantizerRef._quantize, for modes GMODE: default, 4over6-mae, mixed (X defa
   gemm_NAME_x.npy, gemm_NAME_w.npy   the inputs, float32
   gemm_NAME_GMODE_y.npy              TE's output, float32 M x N
   gemm_NAME_GMODE_alpha.npy          TE's alpha, float32 (1 value, or M for row-scaled X)
-Usage: python3 collect_te_nvfp4.py OUTDIR --te-src DIR [--gemm]
+With --orders it adds two crafted inputs, orders-default and orders-4over6 (crafted_cases: rows on which
+TE's op orders and plausible other orders give other scales or codes), to the quantizer cases.
+Usage: python3 collect_te_nvfp4.py OUTDIR --te-src DIR [--gemm] [--orders]
 """
 import os
 import shutil
@@ -74,6 +76,145 @@ def cases():
     for x in out.values():
         x[x == 0] = 1e-3  # no exact zeros (see above)
     return out
+
+
+def crafted_cases(mod):
+    """Two tensors whose rows separate TE's op orders from plausible other orders, so that a test replaying
+    TE's output on them fails under the other order. The rows come from scans near E4M3 and error-tie
+    boundaries, kept where an emulation of each order in torch float32 (torch's own E4M3 cast and TE's FP4
+    cast; independent of qmx-sim) gives another scale byte or other codes than TE's order:
+      orders-default  rule default (bound 448), T chosen where S_enc = fl(2688 / T) and fl(fl(448 / T) * 6)
+                      differ: rows whose result differs between the two S_enc
+      orders-4over6   4over6 (bound 256), T where fl(1536 / T) and fl(fl(256 / T) * 6) differ: rows that
+                      separate that, the base fl(fl(b / 6) * S) from fl(b * fl(S / 6)), the map-to-4 scale
+                      e4m3(fl(base * 1.5)) from e4m3(fl(fl(b / 4) * S)), and the error
+                      fl(fl(fl(q * s) * T) / 1536) from fl(fl(q * s) * fl(T / 1536)) (MAE and MSE)
+    Row 0 holds the tensor amax T; every other row stays below it."""
+    import torch
+    f32 = torch.float32
+    fmax = torch.finfo(f32).max
+    rng = np.random.default_rng(20261128)
+
+    def div(a, b):  # fl32(a / b); Python's number / tensor would be fl(fl(1 / b) * a) in torch
+        return torch.div(torch.as_tensor(a, dtype=f32), b)
+
+    def e4m3(v):
+        return torch.clamp(v, -448.0, 448.0).to(torch.float8_e4m3fn).to(f32)
+
+    def fp4(v):
+        return mod.cast_from_fp4x2(mod.cast_to_fp4x2(torch.clamp(v, -6.0, 6.0)), f32)
+
+    def near(v, k):  # every float32 within k ulps of each value of v (1-D), flattened
+        bits = torch.from_numpy(np.asarray(v, dtype=np.float32)).view(torch.int32).reshape(-1, 1)
+        return (bits + torch.arange(-k, k + 1, dtype=torch.int32)).reshape(-1).view(f32)
+
+    def pick_t(six_bound):
+        for _ in range(100000):
+            t = torch.tensor(float(np.float32(rng.uniform(0.5, 64.0))), dtype=f32)
+            if div(six_bound, t) != div(six_bound / 6.0, t) * 6.0:
+                return t
+        raise SystemExit("no tensor amax separates the S_enc orders")
+
+    def quantize(x, t, bound, variant, mse=False):
+        """(scale bytes as values, FP4 values) per row of x (n x 16) under TE's order, or one step replaced."""
+        b = x.abs().amax(dim=1, keepdim=True)
+        s = div(6.0 * bound, t) if variant != "senc" else div(float(bound), t) * 6.0
+        dec = div(1.0, s)
+        if bound == 448:
+            s8 = e4m3(b * (s * torch.reciprocal(torch.tensor(6.0, dtype=f32))))
+            return s8, fp4(x * torch.clamp(div(1.0, s8 * dec), max=fmax))
+        base = (b / 6.0) * s if variant != "base" else b * (s / 6.0)
+        m4 = e4m3(base * 1.5) if variant != "map4" else e4m3((b / 4.0) * s)
+        cands, errs = [], []
+        for sc in (m4, e4m3(base)):
+            q = fp4(x * torch.clamp(div(1.0, sc * dec), max=fmax))
+            err = torch.zeros_like(b)
+            for i in range(16):
+                v = ((q[:, i:i + 1] * sc) * t) / 1536.0 if variant != "err" else (q[:, i:i + 1] * sc) * (t / 1536.0)
+                d = v - x[:, i:i + 1]
+                err = err + (d * d if mse else d.abs())
+            cands.append((sc, q))
+            errs.append(err)
+        pick4 = errs[0] < errs[1]
+        return torch.where(pick4, cands[0][0], cands[1][0]), torch.where(pick4, cands[0][1], cands[1][1])
+
+    def differ(x, t, bound, variant, mse=False):
+        s0, q0 = quantize(x, t, bound, "te", mse)
+        s1, q1 = quantize(x, t, bound, variant, mse)
+        return ((s0 != s1).squeeze(1) | (q0 != q1).any(dim=1))
+
+    def rows_of(b, fill):  # rows [b, fill * b ...] (fill: n x 15 in (-1, 1))
+        x = torch.empty((b.numel(), 16), dtype=f32)
+        x[:, 0] = b
+        x[:, 1:] = torch.from_numpy(fill[: b.numel()].astype(np.float32)) * b.reshape(-1, 1)
+        return x
+
+    fill = rng.uniform(-0.9, 0.9, size=(400000, 15))
+    # E4M3 midpoints 2^-6 .. 448: where a scale one ulp off rounds the other way.
+    codes = torch.arange(0x08, 0x7E, dtype=torch.uint8).view(torch.float8_e4m3fn).to(f32)
+    mids = ((codes[:-1] + codes[1:]) / 2.0).numpy()
+    out = {}
+
+    t = pick_t(2688.0)
+    m = (div(2688.0, t) * torch.reciprocal(torch.tensor(6.0, dtype=f32))).item()
+    b = near(mids / m, 12)
+    b = b[(b > 0) & (b < t * 0.999)]
+    x = rows_of(b, fill)
+    keep = differ(x, t, 448, "senc").nonzero().squeeze(1)
+    print("orders-default: T %r: %d of %d scanned rows separate the S_enc orders" % (float(t), keep.numel(), x.shape[0]))
+    out["orders-default"] = (t, x[keep[:48]])
+
+    t = pick_t(1536.0)
+    s = div(1536.0, t).item()
+    b = near(np.concatenate([mids, mids / 1.5]) * 6.0 / s, 12)
+    b = b[(b > 0) & (b < t * 0.999)]
+    x = rows_of(b, fill)
+    picked = []
+    for variant in ("senc", "base", "map4"):
+        keep = differ(x, t, 256, variant).nonzero().squeeze(1)
+        print("orders-4over6: T %r, %s: %d of %d scanned rows" % (float(t), variant, keep.numel(), x.shape[0]))
+        picked.append(x[keep[:24]])
+    # Error ties: rows [b, y, tiny ...] with y scanned across (0, b); near each sign change of
+    # err4 - err6 (TE's order) every float within 64 ulps of y.
+    for mse in (False, True):
+        bs = torch.from_numpy((rng.uniform(0.05, 0.99, size=64) * float(t)).astype(np.float32))
+        found = []
+        for bv in bs:
+            ys = torch.linspace(0.0, float(bv), 4097, dtype=f32)[1:-1]
+            x = torch.full((ys.numel(), 16), float(bv) * 2.0 ** -40, dtype=f32)
+            x[:, 0] = bv
+            x[:, 1] = ys
+            b_ = x.abs().amax(dim=1, keepdim=True)
+            base = (b_ / 6.0) * s
+            errs = []
+            for sc in (e4m3(base * 1.5), e4m3(base)):
+                q = fp4(x * torch.clamp(div(1.0, sc * div(1.0, torch.tensor(s, dtype=f32))), max=fmax))
+                v = ((q * sc) * t) / 1536.0
+                d = v - x
+                errs.append((d * d if mse else d.abs()).sum(dim=1))
+            sign = (errs[0] < errs[1]).to(torch.int8)
+            flips = (sign[1:] != sign[:-1]).nonzero().squeeze(1)
+            if flips.numel() == 0:
+                continue
+            yy = near(ys[flips].numpy(), 64)
+            xs = torch.full((yy.numel(), 16), float(bv) * 2.0 ** -40, dtype=f32)
+            xs[:, 0] = bv
+            xs[:, 1] = yy
+            keep = differ(xs, t, 256, "err", mse).nonzero().squeeze(1)
+            found.append(xs[keep[:2]])
+        found = torch.cat(found) if found else torch.empty((0, 16), dtype=f32)
+        print("orders-4over6: error order (%s): %d rows" % ("MSE" if mse else "MAE", found.shape[0]))
+        picked.append(found[:24])
+    out["orders-4over6"] = (t, torch.cat(picked))
+    result = {}
+    for name, (t, rows_x) in out.items():
+        first = torch.zeros((1, 16), dtype=f32)
+        first[0, 0] = t
+        first[0, 1:] = torch.from_numpy(rng.uniform(-1, 1, size=15).astype(np.float32)) * t * 0.5
+        xt = torch.cat([first, rows_x]).numpy().copy()
+        xt[xt == 0] = 1e-3
+        result[name] = xt
+    return result
 
 
 def gemm_cases():
@@ -142,7 +283,10 @@ def main():
     modes = {"default": dict(nvfp4_use_4over6=False),
              "4over6-mae": dict(nvfp4_use_4over6=True, nvfp4_e4m3_max=256, nvfp4_4over6_err_mode="MAE"),
              "4over6-mse": dict(nvfp4_use_4over6=True, nvfp4_e4m3_max=256, nvfp4_4over6_err_mode="MSE")}
-    for name, x in cases().items():
+    all_cases = cases()
+    if "--orders" in args:
+        all_cases.update(crafted_cases(mod))
+    for name, x in all_cases.items():
         p = os.path.join(outdir, name + "_x.npy")
         np.save(p, x)
         written.append(p)

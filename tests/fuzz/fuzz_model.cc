@@ -1,9 +1,10 @@
 // libFuzzer target for accumulation model strings (qmx::AccumModelByName: named models and
 // "fused:step=32,F=13,term=rz,..."). The input is the model string, then optionally a newline and bytes that
 // fill the operands. Any string must either throw qmx::Error or give a model that, on two small block-scaled
-// operands (MXFP8, MXFP4 or NVFP4 with their scales, with or
-// without a C operand) the fast GEMM and the scalar reference GemmRef must both throw qmx::Error or give the
-// same bits.
+// operands (MXFP8, MXFP4 or NVFP4 with their scales, with or without a C operand; NVFP4 also with tensor
+// scales from an amax, per-row scales, and each alpha rule) the fast GEMM and the scalar reference GemmRef must
+// both throw qmx::Error or give the same bits.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -73,14 +74,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 3: elem = qmx::fmt::kE2M1, sf = qmx::ScaleFormat::kE4m3, block = 16; break;
     default: break;
   }
-  const qmx::GemmOperand a = Operand(elem, sf, block, M, K, true, in);
-  const qmx::GemmOperand b = Operand(elem, sf, block, K, N, false, in);
-  std::vector<float> c(M * N);
-  for (auto& v : c) {
+  qmx::GemmOperand a = Operand(elem, sf, block, M, K, true, in);
+  qmx::GemmOperand b = Operand(elem, sf, block, K, N, false, in);
+  auto f32 = [&] {
     uint32_t w = 0;
     for (int i = 0; i < 4; ++i) w = w << 8 | in.Next();
+    float v;
     std::memcpy(&v, &w, 4);
+    return v;
+  };
+  if ((kind & 3) == 3) {  // NVFP4: second-level scales from an amax (any bits), per tensor or per row of A
+    const uint8_t extra = in.Next();
+    m.alpha = static_cast<qmx::AlphaRule>(extra % 3);
+    for (qmx::GemmOperand* o : {&a, &b}) {
+      o->nvfp4_amax = f32();
+      o->nvfp4_bound = (extra & 8) ? 256.0f : 448.0f;
+      o->tensor_scale = 1.0f / qmx::Nvfp4TensorEncodeScale(std::fabs(o->nvfp4_amax));
+    }
+    if (extra & 16) {
+      for (size_t r = 0; r < M; ++r) {
+        a.row_amax.push_back(f32());
+        a.row_scales.push_back(1.0f / qmx::Nvfp4TensorEncodeScale(std::fabs(a.row_amax.back())));
+      }
+      a.tensor_scale = 1.0f;
+    }
   }
+  std::vector<float> c(M * N);
+  for (auto& v : c) v = f32();
   const float* c_in = (kind & 4) ? c.data() : nullptr;
   std::vector<float> fast, ref;
   bool fast_error = false, ref_error = false;

@@ -16,9 +16,12 @@
 #include "qmx/io.h"
 #include "qmx/quantize.h"
 #include "qmx/recipe.h"
+#include "support/fl32.h"
 #include "support/hex.h"
 
 using namespace qmx;
+using qmx::test::Fl32Div;
+using qmx::test::Fl32Mul;
 
 namespace {
 
@@ -26,22 +29,6 @@ uint32_t Bits(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
-}
-
-// fl32 of a product of two floats: the double product is exact, so one conversion rounds it correctly.
-float Fl32Mul(float x, float y) { return static_cast<float>(static_cast<double>(x) * static_cast<double>(y)); }
-
-// The float nearest p / f (ties to even), checked among a candidate and its neighbours with exact double
-// arithmetic (q * f holds 24 + 11 bits; p and q * f lie close enough that their difference is exact).
-float Fl32Div(float p, float f) {
-  const float q0 = static_cast<float>(static_cast<double>(p) / f);
-  float best = q0;
-  double best_err = -1;
-  for (float q : {std::nextafter(q0, -INFINITY), q0, std::nextafter(q0, INFINITY)}) {
-    const double err = std::fabs(static_cast<double>(q) * f - p);
-    if (best_err < 0 || err < best_err || (err == best_err && (Bits(q) & 1) == 0)) best = q, best_err = err;
-  }
-  return best;
 }
 
 // The float nearest 1 / f, by the same neighbour check.

@@ -2,7 +2,9 @@
 // 4over6, E4M3 bound 256) against Transformer Engine's own reference quantizer, golden/nvfp4-te
 // (gpu/scripts/collect_te_nvfp4.py: NVFP4QuantizerRef._quantize_blockwise_reference of TE d0067d0d on
 // torch 2.11): every block scale and every code of 4 cases, on the fast path and the reference, per-tensor and
-// row-scaled (row_scaled_nvfp4, rule `nvfp4-row`). 4over6 must pick map-to-4 for some blocks and map-to-6 for
+// row-scaled (row_scaled_nvfp4, rule `nvfp4-row`), and of 2 crafted cases whose rows separate TE's op orders
+// (S_enc = fl(6 * bound / T), the 4over6 base, map-to-4 scale and error) from plausible other orders, so that
+// each of those orders fails here when replaced (tests/mutation/orders.py). 4over6 must pick map-to-4 for some blocks and map-to-6 for
 // others, MAE and MSE must disagree somewhere, and row scaling must change some codes.
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -43,7 +45,7 @@ TEST_CASE("nvfp4 and nvfp4-4over6 reproduce Transformer Engine's reference quant
   // Per-tensor (files NAME_MODE_*) and row-scaled (NAME_row-MODE_*: row_scaled_nvfp4=True, each row's amax as
   // its global amax; rowmag's rows lie 2^-24 .. 2^21 apart, so row and tensor scaling differ there).
   for (const bool row : {false, true})
-    for (const char* name : {"normal", "logmag", "heavy", "rowmag"}) {
+    for (const char* name : {"normal", "logmag", "heavy", "rowmag", "orders-default", "orders-4over6"}) {
       const NpyArray x = Golden(std::string(name) + "_x");
       const TensorView v{DType::kF32, x.data.data(), x.shape[0], x.shape[1]};
       for (const Mode& m : modes) {

@@ -12,6 +12,7 @@
 #include "qmx/error.h"
 #include "qmx/round.h"
 #include "qmx/scale.h"
+#include "support/fl32.h"
 #include "support/hex.h"
 #include "support/modes.h"
 
@@ -21,6 +22,7 @@
 
 using namespace qmx;
 using qmx::test::BitsFloat;
+using qmx::test::Fl32Div;
 using qmx::test::FloatBits;
 using qmx::test::Hex;
 
@@ -199,6 +201,41 @@ TEST_CASE("FP32 scales follow Transformer Engine's compute_scale_from_amax", "[s
   CHECK(Fp32ScaleFromAmax(3.0f, 448.0f, true).decode == 1.0f / 128.0f);
   // margin 1 halves the scaled max.
   CHECK(Fp32ScaleFromAmax(3.0f, 448.0f, false, 1).encode == 224.0f / 3.0f);
+}
+
+TEST_CASE("FP32 scale op orders: scale = fl(fl(max * 2^-margin) / amax), decode = fl(1 / scale), against exact "
+          "arithmetic; the other orders differ on these amax", "[scale][orders]") {
+  // TE: recipe_common.cuh compute_scale_from_amax (__fdiv_rn(max_fp8, amax)), delayed_scaling.cu
+  // (scaled_max = fp8_max * 2^-margin, then the division), vectorized_pointwise.h (scale_inv = reciprocal(s)).
+  // The alternatives: decode fl(amax / scaled_max) (one division instead of the reciprocal), and the margin
+  // applied after the division (a second rounding where the scale is subnormal).
+  uint32_t state = 12345;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  size_t decode_alt = 0, margin_alt = 0, subnormal = 0;
+  for (int t = 0; t < 20000; ++t) {
+    const int margin = t % 4 == 0 ? 0 : static_cast<int>(next() % 41) - 10;
+    // amax from 2^-100 to 2^127 (the top gives subnormal scales with a margin), random significand.
+    const float amax = std::ldexp(1.0f + static_cast<float>(next() >> 9) * 0x1p-23f, static_cast<int>(next() % 228) - 100);
+    const float dest = t % 2 ? 448.0f : 57344.0f;
+    const Fp32Scale s = Fp32ScaleFromAmax(amax, dest, false, margin);
+    const float scaled_max = std::ldexp(dest, -margin);
+    const float q = Fl32Div(scaled_max, amax);
+    if (std::isinf(static_cast<double>(scaled_max) / amax) || !std::isfinite(q) || q == 0.0f) continue;
+    INFO("amax " << Hex(FloatBits(amax), 8) << " margin " << margin << " max " << dest);
+    REQUIRE(FloatBits(s.encode) == FloatBits(q));
+    if (std::isinf(static_cast<float>(1.0 / q))) {  // a subnormal scale's reciprocal overflows to Inf
+      REQUIRE(std::isinf(s.decode));
+      continue;
+    }
+    REQUIRE(FloatBits(s.decode) == FloatBits(Fl32Div(1.0f, q)));
+    decode_alt += FloatBits(Fl32Div(amax, scaled_max)) != FloatBits(s.decode);
+    const float late = std::ldexp(Fl32Div(dest, amax), -margin);  // fl32 of an exact power-of-two multiple
+    margin_alt += FloatBits(late) != FloatBits(s.encode);
+    subnormal += std::fpclassify(s.encode) == FP_SUBNORMAL;
+  }
+  CHECK(subnormal > 20);
+  CHECK(decode_alt > 100);
+  CHECK(margin_alt > 0);
 }
 
 TEST_CASE("NVFP4 scales in Transformer Engine's kernel order and the divide-first order", "[scale]") {

@@ -64,6 +64,15 @@ MUTANTS = [
     ("nvfp4-decode", "NVFP4 decode scale fl(fl(s8 * T) * fl(1/2688)) -> fl(fl(T / 2688) * s8) (torchao's)",
      [("lib/src/scale/scale.cc", "  return (sd * tensor_amax) * (1.0f / 2688.0f);", "  return (tensor_amax / 2688.0f) * sd;")],
      "[nvfp4],[quantize]"),
+    # Hopper's zero terms: the wgmma probes (gpu/README.md) show a zero product does not take its exponent from
+    # the other operand, and any fixed exponent at or below -126 gives the same bits for FP8 inputs (so -133 ->
+    # -134 is an equivalent mutant); what is pinned is the rule: above -126, or MMA-Sim's operand rule, fails.
+    ("hopper-zero-exp", "Hopper's zero-term exponent -133 -> -120 (above every C alignment)",
+     [("lib/src/gemm/gemm.cc", "  p.zero_exp = -133;\n  p.promote = promote;", "  p.zero_exp = -120;\n  p.promote = promote;")],
+     "[gemm]"),
+    ("hopper-zero-operands", "Hopper's zero terms under MMA-Sim's rule (a zero element at -126 plus the other's exponent)",
+     [("lib/src/gemm/gemm.cc", "  p.zero_exp = -133;\n  p.promote = promote;",
+       "  p.zero_exp = -133;\n  p.zero_operands = true;\n  p.promote = promote;")], "[gemm]"),
     ("history-order", "delayed scaling: the amax history kept oldest first (most-recent reads the oldest)",
      [("lib/src/scale/scale.cc", "  history_.insert(history_.begin(), amax);\n  history_.pop_back();",
        "  history_.push_back(amax);\n  history_.erase(history_.begin());")], "[scale],[recipe]"),
@@ -150,7 +159,7 @@ def main():
             for full, text in saved.items():
                 with open(full, "w") as f:
                     f.write(text)
-        print("%-15s %-9s %s" % results[-1], flush=True)
+        print("%-21s %-9s %s" % results[-1], flush=True)
     run(["cmake", "--build", build, "--target", "qmx_tests"])  # the unmutated binary again
     print("%d mutants, %d survived%s" % (len(results), len(survivors), (": " + ", ".join(survivors)) if survivors else ""))
     return 1 if survivors else 0

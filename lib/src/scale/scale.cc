@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "float_bits.h"
 #include "qmx/error.h"
@@ -18,6 +19,17 @@ namespace {
 constexpr float kFltMax = std::numeric_limits<float>::max();
 
 float FMin(float a, float b) { return std::fmin(a, b); }  // fminf: a NaN operand yields the other
+
+// The value of every E4M3 byte, decoded once: the NVFP4 scale functions run per block (and per row of a
+// row-scaled tensor, 128 times), where DecodeToDouble's general decoding would dominate.
+float E4m3Value(uint8_t byte) {
+  static const std::vector<float> table = DecodeTableF32(fmt::kE4M3);
+  return table[byte];
+}
+float E2m1Value(uint8_t code) {
+  static const std::vector<float> table = DecodeTableF32(fmt::kE2M1);
+  return table[code & 0xF];
+}
 
 struct RuleName {
   ScaleRule rule;
@@ -155,11 +167,11 @@ uint8_t Nvfp4FourOverSixBlock(const float* x, size_t n, float block_amax, float 
   std::vector<uint8_t> cand[2] = {std::vector<uint8_t>(n), std::vector<uint8_t>(n)};
   float err[2] = {0.0f, 0.0f};
   for (int k = 0; k < 2; ++k) {
-    const float s = static_cast<float>(DecodeToDouble(fmt::kE4M3, scale[k]));
+    const float s = E4m3Value(scale[k]);
     const float mult = Nvfp4EncodeFactor(scale[k], s_enc, ScaleRule::kNvfp4);
     for (size_t i = 0; i < n; ++i) {
       cand[k][i] = static_cast<uint8_t>(ConvertF32(x[i] * mult, fmt::kE2M1, cast));
-      const float q = static_cast<float>(DecodeToDouble(fmt::kE2M1, cand[k][i]));
+      const float q = E2m1Value(cand[k][i]);
       const float d = (((q * s) * tensor_amax) / 1536.0f) - x[i];
       err[k] = rule == ScaleRule::kNvfp4FourOverSixMse ? err[k] + d * d : err[k] + std::fabs(d);
     }
@@ -196,7 +208,7 @@ uint8_t Nvfp4BlockScale(float block_amax, float s_enc, ScaleRule rule) {
 }
 
 float Nvfp4EncodeFactor(uint8_t block_scale, float s_enc, ScaleRule rule) {
-  const float sd = static_cast<float>(DecodeToDouble(fmt::kE4M3, block_scale));
+  const float sd = E4m3Value(block_scale);
   if (rule == ScaleRule::kNvfp4Torchao) return (1.0f / s_enc) / sd;
   if (rule == ScaleRule::kNvfp4Div) {
     if (sd == 0.0f) return 0.0f;
@@ -207,7 +219,7 @@ float Nvfp4EncodeFactor(uint8_t block_scale, float s_enc, ScaleRule rule) {
 }
 
 float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, ScaleRule rule) {
-  const float sd = static_cast<float>(DecodeToDouble(fmt::kE4M3, block_scale));
+  const float sd = E4m3Value(block_scale);
   if (rule == ScaleRule::kNvfp4Torchao) return Nvfp4TensorScale(tensor_amax, rule) * sd;
   if (IsNvfp4FourOverSix(rule)) return (sd * tensor_amax) * (1.0f / 1536.0f);
   return (sd * tensor_amax) * (1.0f / 2688.0f);

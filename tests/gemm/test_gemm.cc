@@ -349,6 +349,30 @@ TEST_CASE("gemm: signs of zero results follow IEEE sums", "[gemm]") {
   }
 }
 
+TEST_CASE("gemm: exact's one-double path holds only under its bound (a tie decided 58 bits down)", "[gemm]") {
+  // The exact kernel sums a tile in one double per output when the sum of |terms| stays below 2^52 of the
+  // smallest term quantum (gemm_simd.cc). Here C = 2^40 and the products 256 * 256 = 2^16 (half an FP32 ulp
+  // of C: a tie) and +-2^-9 * 2^-9 = +-2^-18 (quantum 2^-18): the exact sum needs 58 bits, one double would
+  // drop the 2^-18 and round the tie to even (2^40); the exact answer is 2^40 + 2^17 for +2^-18 and 2^40 for
+  // -2^-18. With C = 2^20 everything fits (38 bits) and the one-double path gives the answer.
+  qmx::test::TargetGuard guard;
+  for (const bool up : {true, false})
+    for (const float c : {0x1p40f, 0x1p20f}) {
+      uint8_t ca[32] = {0x78, 0x01}, cb[32] = {0x78, static_cast<uint8_t>(up ? 0x01 : 0x81)};
+      const GemmOperand a = OperandFromCodes(fmt::kE4M3, 1, 32, ca), b = OperandFromCodes(fmt::kE4M3, 32, 1, cb);
+      const float want = c == 0x1p40f ? (up ? 0x1p40f + 0x1p17f : 0x1p40f) : 0x1p20f + 0x1p16f;
+      const AccumModel m = AccumModelByName("exact");
+      INFO("C " << c << (up ? " + 2^-18" : " - 2^-18"));
+      CHECK(GemmRef(a, b, &c, m)[0] == want);
+      for (const std::string& target : SimdTargets()) {
+        ForceSimdTarget(target);
+        INFO(target);
+        CHECK(Gemm(a, b, &c, m)[0] == want);
+      }
+      ForceSimdTarget("");
+    }
+}
+
 TEST_CASE("gemm: exact equals MPFR's exact sum rounded once", "[gemm]") {
   std::mt19937 rng(14);
   mpfr_t acc, term, f;

@@ -268,6 +268,14 @@ bool GemmExactF64T(const BlockGemmArgs& g, const CodeMatrix<double>& a, const Co
   if (limbs > kMaxLimbs) return false;
   const Buf<int> pxa = PackRows(xa.data(), g.m, bp.nb, kMr), pxb = PackCols(xb.data(), bp.nb, g.n, nr);
   const Buf<double> pa = PackRows(a, kMr, par), pb = PackCols(b, nr, par);
+  // The block scales as doubles (powers of two, exact), for the one-double path below.
+  std::vector<double> dsa(g.sa, g.sa + g.m * bp.nb), dsb(g.sb, g.sb + bp.nb * g.n);
+  const Buf<double> psa = PackRows(dsa.data(), g.m, bp.nb, kMr), psb = PackCols(dsb.data(), bp.nb, g.n, nr);
+  // The panels' padding rows and columns get scale 1 (packing pads with 0, which would make their quantum 0
+  // and fail the bound of every edge tile; their outputs are discarded).
+  for (size_t i = 0; i < bp.mp * bp.nb * kMr; ++i) psa[i] = psa[i] == 0 ? 1.0 : psa[i];
+  for (size_t i = 0; i < bp.np * bp.nb * nr; ++i) psb[i] = psb[i] == 0 ? 1.0 : psb[i];
+  const V quantum = hn::Set(d, std::ldexp(1.0, lsb)), room = hn::Set(d, std::ldexp(1.0 - 0x1p-30, 52));
   const CTiles tiles{c, g.m, g.n, kMr, nr};
   const double unit = std::ldexp(1.0, -lsb);
   const int threads = omp_get_max_threads();
@@ -279,6 +287,59 @@ bool GemmExactF64T(const BlockGemmArgs& g, const CodeMatrix<double>& a, const Co
     int64_t* L = acc[t].data();
     char* nz = negz[t].data();
     tiles.With(p, q, [&](float* ct, size_t ldc) {
+    // First the whole tile in one double per output: every term (a block sum times its two scales, and C) is
+    // a multiple of the output's smallest term quantum u, so while the sum of |terms| stays below 2^52 u every
+    // partial sum is a multiple of u below 2^53 u: representable, so each double addition is exact, and one
+    // conversion rounds the exact sum to FP32. The sum of |terms| is itself rounded; the margin of 2^-30
+    // covers that for up to 2^20 blocks. Starting from -0 (or C) keeps the reference's signed zeros: -0 only
+    // when every product is -0 (and C is -0 or absent). Outputs outside the bound take the limb path.
+    {
+      V sum[kMr][2], bound[kMr][2], unit[kMr][2];
+      alignas(64) double cinit[kMr * 2 * (HWY_MAX_BYTES / sizeof(double))];
+      alignas(64) double cunit[kMr * 2 * (HWY_MAX_BYTES / sizeof(double))];
+      for (size_t r = 0; r < kMr; ++r)
+        for (size_t j = 0; j < nr; ++j) {
+          const float cv = has_c ? ct[r * ldc + j] : -0.0f;
+          cinit[r * nr + j] = cv;
+          int e = 0;
+          if (cv != 0) std::frexp(cv, &e);
+          cunit[r * nr + j] = cv != 0 ? std::ldexp(1.0, std::max(e - 24, -149)) : HUGE_VAL;
+        }
+      for (size_t r = 0; r < kMr; ++r)
+        for (size_t h = 0; h < 2; ++h) {
+          sum[r][h] = hn::Load(d, cinit + r * nr + h * N);
+          bound[r][h] = hn::Abs(sum[r][h]);
+          unit[r][h] = hn::Load(d, cunit + r * nr + h * N);
+        }
+      for (size_t blk = 0; blk < bp.nb; ++blk) {
+        const size_t k0 = blk * g.kb, blen = std::min(g.kb, g.k - k0);
+        V s[kMr][2];
+        BlockSums(d, pa.get() + (p * g.k + k0) * kMr, pb.get() + (q * g.k + k0) * nr, blen, s);
+        const double* sbv = psb.get() + (q * bp.nb + blk) * nr;
+        const V sb[2] = {hn::LoadU(d, sbv), hn::LoadU(d, sbv + N)};
+        for (size_t r = 0; r < kMr; ++r) {
+          const V sa = hn::Set(d, psa[(p * bp.nb + blk) * kMr + r]);
+          for (size_t h = 0; h < 2; ++h) {
+            const V sc = hn::Mul(sa, sb[h]);
+            const V term = hn::Mul(s[r][h], sc);
+            sum[r][h] = hn::Add(sum[r][h], term);
+            bound[r][h] = hn::Add(bound[r][h], hn::Abs(term));
+            unit[r][h] = hn::Min(unit[r][h], hn::Mul(sc, quantum));
+          }
+        }
+      }
+      bool fits = true;
+      for (size_t r = 0; r < kMr; ++r)
+        for (size_t h = 0; h < 2; ++h) fits = fits && hn::AllTrue(d, hn::Lt(bound[r][h], hn::Mul(unit[r][h], room)));
+      if (fits) {
+        alignas(64) double out[kMr * 2 * (HWY_MAX_BYTES / sizeof(double))];
+        for (size_t r = 0; r < kMr; ++r)
+          for (size_t h = 0; h < 2; ++h) hn::Store(sum[r][h], d, out + r * nr + h * N);
+        for (size_t r = 0; r < kMr; ++r)
+          for (size_t j = 0; j < nr; ++j) ct[r * ldc + j] = static_cast<float>(out[r * nr + j]);
+        return;
+      }
+    }
     std::fill(acc[t].begin(), acc[t].end(), 0);
     for (size_t r = 0; r < kMr; ++r)
       for (size_t j = 0; j < nr; ++j) {

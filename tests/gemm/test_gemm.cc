@@ -349,7 +349,7 @@ TEST_CASE("gemm: signs of zero results follow IEEE sums", "[gemm]") {
   }
 }
 
-TEST_CASE("gemm: exact's one-double path holds only under its bound (a tie decided 58 bits down)", "[gemm]") {
+TEST_CASE("gemm: exact's one-double path holds only under its bound (ties decided 58 and 173 bits down)", "[gemm]") {
   // The exact kernel sums a tile in one double per output when the sum of |terms| stays below 2^52 of the
   // smallest term quantum (gemm_simd.cc). Here C = 2^40 and the products 256 * 256 = 2^16 (half an FP32 ulp
   // of C: a tie) and +-2^-9 * 2^-9 = +-2^-18 (quantum 2^-18): the exact sum needs 58 bits, one double would
@@ -371,6 +371,64 @@ TEST_CASE("gemm: exact's one-double path holds only under its bound (a tie decid
       }
       ForceSimdTarget("");
     }
+  // C's own quantum counts: products 256 * 256 * 2^8 (block 1, scale 2^8) and 1 * 1 (block 2) sum to 2^24 + 1,
+  // a tie; C = +-2^-149 decides it (2^24 + 2, or 2^24), 173 bits below.
+  for (const float c : {0x1p-149f, -0x1p-149f}) {
+    uint8_t ca[64] = {}, cb[64] = {};
+    ca[0] = cb[0] = 0x78;   // 256
+    ca[32] = cb[32] = 0x38;  // 1
+    GemmOperand a = OperandFromCodes(fmt::kE4M3, 1, 64, ca), b = OperandFromCodes(fmt::kE4M3, 64, 1, cb);
+    const uint32_t sa[2] = {127 + 8, 127}, sb[2] = {127, 127};
+    SetBlockScales(a, ScaleFormat::kUe8m0, 1, 32, sa);
+    SetBlockScales(b, ScaleFormat::kUe8m0, 32, 1, sb);
+    const float want = c > 0 ? 0x1p24f + 2.0f : 0x1p24f;
+    const AccumModel m = AccumModelByName("exact");
+    INFO("C " << c);
+    CHECK(GemmRef(a, b, &c, m)[0] == want);
+    for (const std::string& target : SimdTargets()) {
+      ForceSimdTarget(target);
+      INFO(target);
+      CHECK(Gemm(a, b, &c, m)[0] == want);
+    }
+    ForceSimdTarget("");
+  }
+}
+
+TEST_CASE("gemm: exact on random small shapes, scale spreads and C: every SIMD target equals the reference",
+          "[gemm]") {
+  // Shapes around the kernel's tiles (edge panels), UE8M0 scales from one binade to 80 apart (the one-double
+  // path's bound holds for some tiles and not others), and C among -0, +0, tiny, huge and ordinary values.
+  std::mt19937 rng(2611);
+  qmx::test::TargetGuard guard;
+  const AccumModel m = AccumModelByName("exact");
+  const Format formats[] = {fmt::kE4M3, fmt::kE5M2, fmt::kE2M1, fmt::kE3M2};
+  size_t outputs = 0;
+  for (int t = 0; t < 60; ++t) {
+    const Format f = formats[t % 4];
+    const size_t rows = 1 + rng() % 14, cols = 1 + rng() % 20, k = 32 * (1 + rng() % 5) - (t % 3 == 0 ? 7 : 0);
+    GemmOperand a = Codes(f, rows, k, rng), b = Codes(f, k, cols, rng);
+    const int spread = t % 4 == 0 ? 1 : t % 4 == 1 ? 8 : t % 4 == 2 ? 30 : 80;
+    AddUe8m0(a, true, 32, rng, -spread / 2, spread / 2);
+    AddUe8m0(b, false, 32, rng, -spread / 2, spread / 2);
+    std::vector<float> c(rows * cols);
+    std::normal_distribution<float> nd;
+    for (float& v : c) {
+      const unsigned kind = rng() % 8;
+      v = kind == 0 ? -0.0f : kind == 1 ? 0.0f : kind == 2 ? 0x1p-140f * (1 + rng() % 7)
+        : kind == 3 ? std::ldexp(nd(rng), 60) : nd(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 20) - 10);
+    }
+    for (const float* cp : {static_cast<const float*>(nullptr), static_cast<const float*>(c.data())}) {
+      const std::vector<float> ref = GemmRef(a, b, cp, m);
+      for (const std::string& target : SimdTargets()) {
+        ForceSimdTarget(target);
+        RequireSame(Gemm(a, b, cp, m), ref, std::string(f.name) + " case " + std::to_string(t) + " / " + target +
+                                              (cp ? " with C" : ""));
+      }
+      ForceSimdTarget("");
+      outputs += ref.size();
+    }
+  }
+  CHECK(outputs > 1000);
 }
 
 TEST_CASE("gemm: exact equals MPFR's exact sum rounded once", "[gemm]") {

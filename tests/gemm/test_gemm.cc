@@ -356,20 +356,22 @@ TEST_CASE("gemm: exact's one-double path holds only under its bound (ties decide
   // drop the 2^-18 and round the tie to even (2^40); the exact answer is 2^40 + 2^17 for +2^-18 and 2^40 for
   // -2^-18. With C = 2^20 everything fits (38 bits) and the one-double path gives the answer.
   qmx::test::TargetGuard guard;
+  const AccumModel m = AccumModelByName("exact");
+  auto check = [&](const GemmOperand& a, const GemmOperand& b, float c, float want) {
+    CHECK(GemmRef(a, b, &c, m)[0] == want);
+    for (const std::string& target : SimdTargets()) {
+      ForceSimdTarget(target);
+      INFO(target);
+      CHECK(Gemm(a, b, &c, m)[0] == want);
+    }
+    ForceSimdTarget("");
+  };
   for (const bool up : {true, false})
     for (const float c : {0x1p40f, 0x1p20f}) {
       uint8_t ca[32] = {0x78, 0x01}, cb[32] = {0x78, static_cast<uint8_t>(up ? 0x01 : 0x81)};
-      const GemmOperand a = OperandFromCodes(fmt::kE4M3, 1, 32, ca), b = OperandFromCodes(fmt::kE4M3, 32, 1, cb);
-      const float want = c == 0x1p40f ? (up ? 0x1p40f + 0x1p17f : 0x1p40f) : 0x1p20f + 0x1p16f;
-      const AccumModel m = AccumModelByName("exact");
       INFO("C " << c << (up ? " + 2^-18" : " - 2^-18"));
-      CHECK(GemmRef(a, b, &c, m)[0] == want);
-      for (const std::string& target : SimdTargets()) {
-        ForceSimdTarget(target);
-        INFO(target);
-        CHECK(Gemm(a, b, &c, m)[0] == want);
-      }
-      ForceSimdTarget("");
+      check(OperandFromCodes(fmt::kE4M3, 1, 32, ca), OperandFromCodes(fmt::kE4M3, 32, 1, cb), c,
+            c == 0x1p40f ? (up ? 0x1p40f + 0x1p17f : 0x1p40f) : 0x1p20f + 0x1p16f);
     }
   // C's own quantum counts: products 256 * 256 * 2^8 (block 1, scale 2^8) and 1 * 1 (block 2) sum to 2^24 + 1,
   // a tie; C = +-2^-149 decides it (2^24 + 2, or 2^24), 173 bits below.
@@ -381,16 +383,8 @@ TEST_CASE("gemm: exact's one-double path holds only under its bound (ties decide
     const uint32_t sa[2] = {127 + 8, 127}, sb[2] = {127, 127};
     SetBlockScales(a, ScaleFormat::kUe8m0, 1, 32, sa);
     SetBlockScales(b, ScaleFormat::kUe8m0, 32, 1, sb);
-    const float want = c > 0 ? 0x1p24f + 2.0f : 0x1p24f;
-    const AccumModel m = AccumModelByName("exact");
     INFO("C " << c);
-    CHECK(GemmRef(a, b, &c, m)[0] == want);
-    for (const std::string& target : SimdTargets()) {
-      ForceSimdTarget(target);
-      INFO(target);
-      CHECK(Gemm(a, b, &c, m)[0] == want);
-    }
-    ForceSimdTarget("");
+    check(a, b, c, c > 0 ? 0x1p24f + 2.0f : 0x1p24f);
   }
 }
 

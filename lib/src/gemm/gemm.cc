@@ -235,7 +235,7 @@ void PlanTeAlpha(const GemmOperand& a, const GemmOperand& b, GemmPlan& p) {
                   line + ")");
     if (scales.empty() && !(o->nvfp4_amax >= 0.0f) && !std::isnan(o->nvfp4_amax))
       throw Error("gemm: " + rule + " forms alpha from both operands' NVFP4 amax, and " + side +
-                  " has none (an NVFP4 tensor carries it; give codes an amax with --" +
+                  " has none: quantized NVFP4 tensors carry theirs, raw codes need one given (qmx-sim gemm --" +
                   (o == &a ? "a" : "b") + "-amax)");
     if (o->nvfp4_bound != 448.0f && o->nvfp4_bound != 256.0f)
       throw Error(std::string("gemm: ") + side + "'s NVFP4 E4M3 bound is 448 (or 256 under 4over6), not " +

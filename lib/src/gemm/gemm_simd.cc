@@ -294,7 +294,7 @@ bool GemmExactF64T(const BlockGemmArgs& g, const CodeMatrix<double>& a, const Co
     // covers that for up to 2^20 blocks. Starting from -0 (or C) keeps the reference's signed zeros: -0 only
     // when every product is -0 (and C is -0 or absent). Outputs outside the bound take the limb path.
     {
-      V sum[kMr][2], bound[kMr][2], unit[kMr][2];
+      V sum[kMr][2], bound[kMr][2], quant[kMr][2];
       alignas(64) double cinit[kMr * 2 * (HWY_MAX_BYTES / sizeof(double))];
       alignas(64) double cunit[kMr * 2 * (HWY_MAX_BYTES / sizeof(double))];
       for (size_t r = 0; r < kMr; ++r)
@@ -309,7 +309,7 @@ bool GemmExactF64T(const BlockGemmArgs& g, const CodeMatrix<double>& a, const Co
         for (size_t h = 0; h < 2; ++h) {
           sum[r][h] = hn::Load(d, cinit + r * nr + h * N);
           bound[r][h] = hn::Abs(sum[r][h]);
-          unit[r][h] = hn::Load(d, cunit + r * nr + h * N);
+          quant[r][h] = hn::Load(d, cunit + r * nr + h * N);
         }
       for (size_t blk = 0; blk < bp.nb; ++blk) {
         const size_t k0 = blk * g.kb, blen = std::min(g.kb, g.k - k0);
@@ -324,13 +324,13 @@ bool GemmExactF64T(const BlockGemmArgs& g, const CodeMatrix<double>& a, const Co
             const V term = hn::Mul(s[r][h], sc);
             sum[r][h] = hn::Add(sum[r][h], term);
             bound[r][h] = hn::Add(bound[r][h], hn::Abs(term));
-            unit[r][h] = hn::Min(unit[r][h], hn::Mul(sc, quantum));
+            quant[r][h] = hn::Min(quant[r][h], hn::Mul(sc, quantum));
           }
         }
       }
       bool fits = true;
       for (size_t r = 0; r < kMr; ++r)
-        for (size_t h = 0; h < 2; ++h) fits = fits && hn::AllTrue(d, hn::Lt(bound[r][h], hn::Mul(unit[r][h], room)));
+        for (size_t h = 0; h < 2; ++h) fits = fits && hn::AllTrue(d, hn::Lt(bound[r][h], hn::Mul(quant[r][h], room)));
       if (fits) {
         alignas(64) double out[kMr * 2 * (HWY_MAX_BYTES / sizeof(double))];
         for (size_t r = 0; r < kMr; ++r)

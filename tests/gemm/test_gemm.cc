@@ -29,6 +29,7 @@ using qmx::test::FloatBits;
 using qmx::test::Hex;
 using qmx::test::AddFp32;
 using qmx::test::AddUe8m0;
+using qmx::test::CheckEverywhere;
 using qmx::test::Codes;
 using qmx::test::FloatsOf;
 using qmx::test::RandomCodes;
@@ -393,7 +394,6 @@ TEST_CASE("gemm: exact on random small shapes, scale spreads and C: every SIMD t
   // Shapes around the kernel's tiles (edge panels), UE8M0 scales from one binade to 80 apart (the one-double
   // path's bound holds for some tiles and not others), and C among -0, +0, tiny, huge and ordinary values.
   std::mt19937 rng(2611);
-  qmx::test::TargetGuard guard;
   const AccumModel m = AccumModelByName("exact");
   const Format formats[] = {fmt::kE4M3, fmt::kE5M2, fmt::kE2M1, fmt::kE3M2};
   size_t outputs = 0;
@@ -411,15 +411,10 @@ TEST_CASE("gemm: exact on random small shapes, scale spreads and C: every SIMD t
       v = kind == 0 ? -0.0f : kind == 1 ? 0.0f : kind == 2 ? 0x1p-140f * (1 + rng() % 7)
         : kind == 3 ? std::ldexp(nd(rng), 60) : nd(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 20) - 10);
     }
-    for (const float* cp : {static_cast<const float*>(nullptr), static_cast<const float*>(c.data())}) {
-      const std::vector<float> ref = GemmRef(a, b, cp, m);
-      for (const std::string& target : SimdTargets()) {
-        ForceSimdTarget(target);
-        RequireSame(Gemm(a, b, cp, m), ref, std::string(f.name) + " case " + std::to_string(t) + " / " + target +
-                                              (cp ? " with C" : ""));
-      }
-      ForceSimdTarget("");
-      outputs += ref.size();
+    for (const bool with_c : {false, true}) {
+      CheckEverywhere(a, b, with_c ? c : std::vector<float>{}, m,
+                      std::string(f.name) + " case " + std::to_string(t) + (with_c ? " with C" : ""));
+      outputs += c.size();
     }
   }
   CHECK(outputs > 1000);

@@ -16,20 +16,20 @@
 #include "qmx/io.h"
 #include "qmx/quantize.h"
 #include "qmx/recipe.h"
+#include "gemm/gemm_cases.h"
 #include "support/fl32.h"
 #include "support/hex.h"
 
 using namespace qmx;
 using qmx::test::Fl32Div;
 using qmx::test::Fl32Mul;
+using qmx::test::FloatBits;
+using qmx::test::FloatsOf;
+using qmx::test::BitsDiffer;
+using qmx::test::RequireSame;
+using qmx::test::CheckEverywhere;
 
 namespace {
-
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 
 // The float nearest 1 / f, by the same neighbour check.
 float Fl32Recip(float f) { return Fl32Div(1.0f, f); }
@@ -47,12 +47,6 @@ GemmOperand Nvfp4Operand(bool is_a, float amax, float bound) {
 }
 
 NpyArray Golden(const std::string& name) { return ReadNpy(std::string(QMX_SOURCE_DIR) + "/golden/nvfp4-te/" + name + ".npy"); }
-
-std::vector<float> Floats(const NpyArray& a) {
-  std::vector<float> v(a.data.size() / 4);
-  std::memcpy(v.data(), a.data.data(), a.data.size());
-  return v;
-}
 
 std::vector<float> Transposed(const std::vector<float>& x, size_t rows, size_t cols) {
   std::vector<float> t(x.size());
@@ -84,13 +78,13 @@ TEST_CASE("alpha rules: te and te-ref against exact arithmetic; decode, te, te-r
     const float te = GemmAlphaAt(a, b, AlphaRule::kTe, 0, 0), ref = GemmAlphaAt(a, b, AlphaRule::kTeRef, 0, 0);
     const float decode = GemmAlphaAt(a, b, AlphaRule::kDecode, 0, 0);
     INFO("amax " << amax_a << " x " << amax_b << ", bounds " << ba << ", " << bb);
-    REQUIRE(Bits(te) == Bits(Fl32Mul(p, Fl32Recip(f))));
-    REQUIRE(Bits(ref) == Bits(Fl32Div(p, f)));
-    REQUIRE(Bits(decode) == Bits(Fl32Mul(a.tensor_scale, b.tensor_scale)));
-    te_vs_ref += Bits(te) != Bits(ref);
-    te_vs_decode += Bits(te) != Bits(decode);
-    te_vs_reassoc += Bits(te) != Bits(Fl32Mul(amax_a, Fl32Mul(amax_b, Fl32Recip(f))));  // amax_a * (amax_b * inv)
-    ref_vs_mul += Bits(ref) != Bits(Fl32Div(Fl32Div(p, 36.0f * ba), bb));             // (p / (36 ba)) / bb
+    REQUIRE(FloatBits(te) == FloatBits(Fl32Mul(p, Fl32Recip(f))));
+    REQUIRE(FloatBits(ref) == FloatBits(Fl32Div(p, f)));
+    REQUIRE(FloatBits(decode) == FloatBits(Fl32Mul(a.tensor_scale, b.tensor_scale)));
+    te_vs_ref += FloatBits(te) != FloatBits(ref);
+    te_vs_decode += FloatBits(te) != FloatBits(decode);
+    te_vs_reassoc += FloatBits(te) != FloatBits(Fl32Mul(amax_a, Fl32Mul(amax_b, Fl32Recip(f))));  // amax_a * (amax_b * inv)
+    ref_vs_mul += FloatBits(ref) != FloatBits(Fl32Div(Fl32Div(p, 36.0f * ba), bb));             // (p / (36 ba)) / bb
   }
   // Each alternative order gives other bits on some of these pairs, so a test on them pins the order.
   CHECK(te_vs_ref > 100);
@@ -98,7 +92,7 @@ TEST_CASE("alpha rules: te and te-ref against exact arithmetic; decode, te, te-r
   CHECK(te_vs_reassoc > 100);
   CHECK(ref_vs_mul > 100);
   // The reciprocal TE multiplies by, for E4M3 bound 448 on both sides: fl32(1 / 7225344).
-  CHECK(Bits(Fl32Recip(7225344.0f)) == Bits(1.0f / 7225344.0f));
+  CHECK(FloatBits(Fl32Recip(7225344.0f)) == FloatBits(1.0f / 7225344.0f));
 }
 
 TEST_CASE("alpha=te-ref reproduces Transformer Engine's reference NVFP4 GEMM bit for bit", "[gemm][alpha][te]") {
@@ -116,11 +110,11 @@ TEST_CASE("alpha=te-ref reproduces Transformer Engine's reference NVFP4 GEMM bit
   for (const char* name : {"normal", "logmag", "rowmag"}) {
     const NpyArray xa = Golden(std::string("gemm_") + name + "_x"), wa = Golden(std::string("gemm_") + name + "_w");
     const size_t m = xa.shape[0], k = xa.shape[1], n = wa.shape[0];
-    const std::vector<float> x = Floats(xa), wt = Transposed(Floats(wa), n, k);  // B = W^T, K x N
+    const std::vector<float> x = FloatsOf(xa), wt = Transposed(FloatsOf(wa), n, k);  // B = W^T, K x N
     for (const Mode& md : modes) {
       const std::string file = std::string("gemm_") + name + "_" + md.name;
       INFO(file);
-      const std::vector<float> y = Floats(Golden(file + "_y")), te_alpha = Floats(Golden(file + "_alpha"));
+      const std::vector<float> y = FloatsOf(Golden(file + "_y")), te_alpha = FloatsOf(Golden(file + "_alpha"));
       QuantSpec xs = QuantSpecByName(md.row ? "nvfp4-row" : "nvfp4"), ws = QuantSpecByName("nvfp4");
       xs.rule = md.x_rule;
       ws.rule = md.w_rule;
@@ -131,25 +125,17 @@ TEST_CASE("alpha=te-ref reproduces Transformer Engine's reference NVFP4 GEMM bit
       REQUIRE(te_alpha.size() == (md.row ? m : 1));
       for (size_t i = 0; i < te_alpha.size(); ++i) {
         INFO("alpha of row " << i);
-        CHECK(Bits(GemmAlphaAt(a, b, AlphaRule::kTeRef, i, 0)) == Bits(te_alpha[i]));
+        CHECK(FloatBits(GemmAlphaAt(a, b, AlphaRule::kTeRef, i, 0)) == FloatBits(te_alpha[i]));
       }
       // TE's reference: exact 16-element block sums times fl32(sx * sw), added in FP32: block-exact.
       const std::vector<float> got = Gemm(a, b, nullptr, Model("block-exact", AlphaRule::kTeRef));
       const std::vector<float> ref = GemmRef(a, b, nullptr, Model("block-exact", AlphaRule::kTeRef));
       const std::vector<float> dec = Gemm(a, b, nullptr, Model("block-exact", AlphaRule::kDecode));
-      size_t bad = 0;
-      for (size_t i = 0; i < y.size(); ++i) {
-        if (Bits(got[i]) != Bits(y[i]) && ++bad <= 4)
-          UNSCOPED_INFO("output " << i << ": qmx " << test::Hex(Bits(got[i])) << ", TE " << test::Hex(Bits(y[i])));
-        CHECK(Bits(ref[i]) == Bits(got[i]));
-        decode_differs += Bits(dec[i]) != Bits(y[i]);
-      }
-      CHECK(bad == 0);
+      RequireSame(got, y, file + " against TE");
+      RequireSame(ref, got, file + " reference against fast");
+      decode_differs += BitsDiffer(dec, y);
       outputs += y.size();
-      if (!md.row) {
-        const std::vector<float> te = Gemm(a, b, nullptr, Model("block-exact", AlphaRule::kTe));
-        for (size_t i = 0; i < y.size(); ++i) te_differs += Bits(te[i]) != Bits(y[i]);
-      }
+      if (!md.row) te_differs += BitsDiffer(Gemm(a, b, nullptr, Model("block-exact", AlphaRule::kTe)), y);
     }
   }
   // The decode rule misses TE's outputs here; the te rule (TE's CUDA path) may or may not (it multiplies by
@@ -182,18 +168,12 @@ TEST_CASE("alpha rules in every model: the fast path equals the reference, alpha
         if (row && rule == AlphaRule::kTe) continue;
         INFO(spec << " " << model << " alpha=" << AlphaRuleName(rule));
         const AccumModel am = Model(model, rule);
-        const std::vector<float> fast = Gemm(a, b, nullptr, am), ref = GemmRef(a, b, nullptr, am);
-        const std::vector<float> one = GemmRef(a1, b1, nullptr, Model(model, AlphaRule::kDecode));
-        size_t bad = 0, bad_alpha = 0;
+        CheckEverywhere(a, b, {}, am, std::string(spec) + " alpha=" + AlphaRuleName(rule));
+        if (std::string(model) == "exact") continue;  // the exact model folds alpha into each product instead
+        std::vector<float> want = GemmRef(a1, b1, nullptr, Model(model, AlphaRule::kDecode));
         for (size_t i = 0; i < m; ++i)
-          for (size_t j = 0; j < n; ++j) {
-            const size_t o = i * n + j;
-            bad += Bits(fast[o]) != Bits(ref[o]);
-            if (std::string(model) != "exact")  // the exact model folds alpha into each product instead
-              bad_alpha += Bits(ref[o]) != Bits(GemmAlphaAt(a, b, rule, i, j) * one[o]);
-          }
-        CHECK(bad == 0);
-        CHECK(bad_alpha == 0);
+          for (size_t j = 0; j < n; ++j) want[i * n + j] = GemmAlphaAt(a, b, rule, i, j) * want[i * n + j];
+        RequireSame(GemmRef(a, b, nullptr, am), want, "alpha times the accumulated sum");
       }
     }
     // The exact model under a TE rule: one rounding of the exact sum times TE's FP32 alpha.
@@ -205,11 +185,9 @@ TEST_CASE("alpha rules in every model: the fast path equals the reference, alpha
       ai.scale_rows = 1;
       ai.scales.assign(a1.scales.begin() + i * a1.scale_cols, a1.scales.begin() + (i + 1) * a1.scale_cols);
       ai.tensor_scale = GemmAlphaAt(a, b, AlphaRule::kTeRef, i, 0);  // one FP32 factor folded exactly
-      const std::vector<float> want = GemmRef(ai, ones, nullptr, Model("exact", AlphaRule::kDecode));
-      for (size_t j = 0; j < n; ++j) {
-        INFO(spec << " exact row " << i << " column " << j);
-        CHECK(Bits(ex[i * n + j]) == Bits(want[j]));
-      }
+      RequireSame(std::vector<float>(ex.begin() + i * n, ex.begin() + (i + 1) * n),
+                  GemmRef(ai, ones, nullptr, Model("exact", AlphaRule::kDecode)),
+                  std::string(spec) + " exact row " + std::to_string(i));
     }
   }
 }
@@ -261,11 +239,11 @@ TEST_CASE("recipes: --alpha reaches the NVFP4 GEMMs and no other", "[gemm][alpha
   float amax_x = 0, amax_w = 0;
   for (float v : x) amax_x = std::max(amax_x, std::fabs(v));
   for (float v : w) amax_w = std::max(amax_w, std::fabs(v));
-  CHECK(Bits(te.gemms[0].alpha) == Bits(Fl32Mul(Fl32Mul(amax_x, amax_w), 1.0f / 7225344.0f)));
-  CHECK(Bits(dec.gemms[0].alpha) == Bits(dec.gemms[0].a.tensor_scale * dec.gemms[0].b.tensor_scale));
+  CHECK(FloatBits(te.gemms[0].alpha) == FloatBits(Fl32Mul(Fl32Mul(amax_x, amax_w), 1.0f / 7225344.0f)));
+  CHECK(FloatBits(dec.gemms[0].alpha) == FloatBits(dec.gemms[0].a.tensor_scale * dec.gemms[0].b.tensor_scale));
   size_t differ = 0;
   for (int g = 0; g < 3; ++g)
-    for (size_t i = 0; i < te.gemms[g].out.size(); ++i) differ += Bits(te.gemms[g].out[i]) != Bits(dec.gemms[g].out[i]);
+    for (size_t i = 0; i < te.gemms[g].out.size(); ++i) differ += FloatBits(te.gemms[g].out[i]) != FloatBits(dec.gemms[g].out[i]);
   CHECK(differ > 0);
   const RecipeStepResult mx_dec = step("mxfp8", AlphaRule::kDecode), mx_te = step("mxfp8", AlphaRule::kTe);
   for (int g = 0; g < 3; ++g) CHECK(mx_te.gemms[g].out == mx_dec.gemms[g].out);

@@ -115,14 +115,9 @@ def crafted_cases(mod):
                 return t
         raise SystemExit("no tensor amax separates the S_enc orders")
 
-    def quantize(x, t, bound, variant, mse=False):
-        """(scale bytes as values, FP4 values) per row of x (n x 16) under TE's order, or one step replaced."""
-        b = x.abs().amax(dim=1, keepdim=True)
-        s = div(6.0 * bound, t) if variant != "senc" else div(float(bound), t) * 6.0
-        dec = div(1.0, s)
-        if bound == 448:
-            s8 = e4m3(b * (s * torch.reciprocal(torch.tensor(6.0, dtype=f32))))
-            return s8, fp4(x * torch.clamp(div(1.0, s8 * dec), max=fmax))
+    def four_over_six(x, b, s, dec, t, variant, mse):
+        """TE's two 4over6 candidates of each row of x (block amax b, S_enc s, its reciprocal dec), each
+        (scale byte as a value, FP4 values), and their errors summed in element order (n x 1)."""
         base = (b / 6.0) * s if variant != "base" else b * (s / 6.0)
         m4 = e4m3(base * 1.5) if variant != "map4" else e4m3((b / 4.0) * s)
         cands, errs = [], []
@@ -135,6 +130,17 @@ def crafted_cases(mod):
                 err = err + (d * d if mse else d.abs())
             cands.append((sc, q))
             errs.append(err)
+        return cands, errs
+
+    def quantize(x, t, bound, variant, mse=False):
+        """(scale bytes as values, FP4 values) per row of x (n x 16) under TE's order, or one step replaced."""
+        b = x.abs().amax(dim=1, keepdim=True)
+        s = div(6.0 * bound, t) if variant != "senc" else div(float(bound), t) * 6.0
+        dec = div(1.0, s)
+        if bound == 448:
+            s8 = e4m3(b * (s * torch.reciprocal(torch.tensor(6.0, dtype=f32))))
+            return s8, fp4(x * torch.clamp(div(1.0, s8 * dec), max=fmax))
+        cands, errs = four_over_six(x, b, s, dec, t, variant, mse)
         pick4 = errs[0] < errs[1]
         return torch.where(pick4, cands[0][0], cands[1][0]), torch.where(pick4, cands[0][1], cands[1][1])
 
@@ -142,6 +148,12 @@ def crafted_cases(mod):
         s0, q0 = quantize(x, t, bound, "te", mse)
         s1, q1 = quantize(x, t, bound, variant, mse)
         return ((s0 != s1).squeeze(1) | (q0 != q1).any(dim=1))
+
+    def tie_rows(bv, ys):  # rows [bv, y, tiny ...], one per y
+        x = torch.full((ys.numel(), 16), float(bv) * 2.0 ** -40, dtype=f32)
+        x[:, 0] = bv
+        x[:, 1] = ys
+        return x
 
     def rows_of(b, fill):  # rows [b, fill * b ...] (fill: n x 15 in (-1, 1))
         x = torch.empty((b.numel(), 16), dtype=f32)
@@ -181,25 +193,14 @@ def crafted_cases(mod):
         found = []
         for bv in bs:
             ys = torch.linspace(0.0, float(bv), 4097, dtype=f32)[1:-1]
-            x = torch.full((ys.numel(), 16), float(bv) * 2.0 ** -40, dtype=f32)
-            x[:, 0] = bv
-            x[:, 1] = ys
-            b_ = x.abs().amax(dim=1, keepdim=True)
-            base = (b_ / 6.0) * s
-            errs = []
-            for sc in (e4m3(base * 1.5), e4m3(base)):
-                q = fp4(x * torch.clamp(div(1.0, sc * div(1.0, torch.tensor(s, dtype=f32))), max=fmax))
-                v = ((q * sc) * t) / 1536.0
-                d = v - x
-                errs.append((d * d if mse else d.abs()).sum(dim=1))
-            sign = (errs[0] < errs[1]).to(torch.int8)
+            x = tie_rows(bv, ys)
+            s_t = div(1536.0, t)
+            _, errs = four_over_six(x, x.abs().amax(dim=1, keepdim=True), s_t, div(1.0, s_t), t, "te", mse)
+            sign = (errs[0] < errs[1]).squeeze(1).to(torch.int8)
             flips = (sign[1:] != sign[:-1]).nonzero().squeeze(1)
             if flips.numel() == 0:
                 continue
-            yy = near(ys[flips].numpy(), 64)
-            xs = torch.full((yy.numel(), 16), float(bv) * 2.0 ** -40, dtype=f32)
-            xs[:, 0] = bv
-            xs[:, 1] = yy
+            xs = tie_rows(bv, near(ys[flips].numpy(), 64))
             keep = differ(xs, t, 256, "err", mse).nonzero().squeeze(1)
             found.append(xs[keep[:2]])
         found = torch.cat(found) if found else torch.empty((0, 16), dtype=f32)

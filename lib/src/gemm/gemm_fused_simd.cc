@@ -21,14 +21,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // ---- fused (MMA-Sim) -----------------------------------------------------------------------------
 
-// 2^e for -126 <= e <= 127, and 0 where e < -126.
-template <class DF, class VI>
-HWY_INLINE hn::Vec<DF> Pow2OrZero(DF df, VI e) {
-  const hn::RebindToSigned<DF> di;
-  const auto bits = hn::ShiftLeft<23>(hn::Add(e, hn::Set(di, 127)));
-  return hn::IfThenZeroElse(hn::RebindMask(df, hn::Lt(e, hn::Set(di, -126))), hn::BitCast(df, bits));
-}
-
 template <bool kRne, class V>
 HWY_INLINE V RoundInt(V v) {
   if constexpr (kRne) return hn::Round(v);
@@ -52,6 +44,8 @@ HWY_INLINE hn::Vec<DF> FusedOutV(DF df, hn::Vec<DF> s, VI unit, int bits) {
 
 template <bool kTermRne, bool kOutRne>
 bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
+  if (!FitsExp8(g.ea.table, g.zero_code) || !FitsExp8(g.eb.table, g.zero_code) || g.out_bits < 1 || g.out_bits > 24)
+    return false;
   const bool par = g.parallel;
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
@@ -73,7 +67,7 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
     for (size_t j = 0; j < g.n; ++j)
       if (g.eb.At(kk, j) == g.zero_code) zb[(kk / step) * g.n + j] = -1;
   const Buf<float> pa = PackRows(g.a, R, par), pb = PackCols(g.b, nr, par);
-  const Buf<int32_t> pea = PackRows(g.ea, R, par), peb = PackCols(g.eb, nr, par);
+  const Buf<int8_t> pea = PackRowsExp8(g.ea, R, g.zero_code, par), peb = PackColsExp8Twice(g.eb, nr, g.zero_code, par);
   const Buf<int32_t> pza = PackRows(za.data(), g.m, nsteps, R), pzb = PackCols(zb.data(), nsteps, g.n, nr);
   const size_t nb = g.sa ? (g.k + g.kb - 1) / g.kb : 0;
   Buf<float> psa, psb;
@@ -82,10 +76,8 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
     psb = PackCols(g.sb, nb, g.n, nr);
   }
   const CTiles tiles{c, g.m, g.n, R, nr};
-  const VI zero_code = hn::Set(di, g.zero_code), zero_exp = hn::Set(di, g.zero_exp), fbits = hn::Set(di, g.frac_bits);
-  const VI exp_mask = hn::Set(di, 0xFF), bias = hn::Set(di, 127), emin = hn::Set(di, -126);
-  const VI sig_mask = hn::Set(di, static_cast<int32_t>(0x807FFFFFu)), one_exp = hn::Set(di, 127 << 23);
-  const VF sub_scale = hn::Set(df, 0x1p126f);
+  const VI zero_exp = hn::Set(di, g.zero_exp), fbits = hn::Set(di, g.frac_bits);
+  const VI keep = hn::Set(di, static_cast<int32_t>(~((1u << (24 - g.out_bits)) - 1)));  // sign, exponent, out_bits - 1
   const VF nan = hn::Set(df, std::numeric_limits<float>::quiet_NaN());
 
   Drive(mp, np, g.k, kc, g.parallel, [&](size_t p, size_t q, size_t k0c, size_t len) {
@@ -108,24 +100,15 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
         hn::Mask<decltype(di)> pzero[R][2];
         for (size_t r = 0; r < R; ++r)
           for (size_t h = 0; h < 2; ++h) {
-            const VI bits = hn::BitCast(di, part[r][h]);
-            pzero[r][h] = hn::RebindMask(di, hn::Eq(part[r][h], hn::Zero(df)));
-            const VI field = hn::And(hn::ShiftRight<23>(bits), exp_mask);
-            ec[r][h] = hn::IfThenElse(pzero[r][h], zero_code, hn::Max(hn::Sub(field, bias), emin));
+            ec[r][h] = AccExp(df, part[r][h], g.zero_code, pzero[r][h]);
             emax[r][h] = ec[r][h];
           }
-        const int32_t* eap = pea.get() + (p * g.k + s0) * R;
-        const int32_t* ebp = peb.get() + (q * g.k + s0) * nr;
-        for (size_t kk = 0; kk < s1 - s0; ++kk) {
-          const VI e0 = hn::LoadU(di, ebp + kk * nr), e1 = hn::LoadU(di, ebp + kk * nr + N);
-          HWY_UNROLL(4)
-          for (size_t r = 0; r < R; ++r) {
-            const VI x = hn::Set(di, eap[kk * R + r]);
-            emax[r][0] = hn::Max(emax[r][0], hn::Add(x, e0));
-            emax[r][1] = hn::Max(emax[r][1], hn::Add(x, e1));
-          }
-        }
-        VF g2[R][2], sum[R][2];
+        VI emax_p[R][2];
+        MaxProductExps<R>(di, pea.get() + (p * g.k + s0) * R, peb.get() + (q * g.k + s0) * 2 * nr, s1 - s0, emax_p);
+        for (size_t r = 0; r < R; ++r)
+          for (size_t h = 0; h < 2; ++h) emax[r][h] = hn::Max(emax[r][h], emax_p[r][h]);
+        VF g2[R][2];
+        VI sum[R][2];  // in units of 2^(emax - F), below 2^24 (the caller's bound)
         const int32_t* zbp = pzb.get() + (q * nsteps + si) * nr;
         for (size_t r = 0; r < R; ++r)
           for (size_t h = 0; h < 2; ++h) {
@@ -138,12 +121,7 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
             // too small to leave a bit); the accumulator's significand by 2^(ec - emax + F).
             const VI ge = hn::Min(hn::Sub(fbits, emax[r][h]), hn::Set(di, 127));
             g2[r][h] = Pow2OrZero(df, ge);
-            const VI bits = hn::BitCast(di, part[r][h]);
-            const auto subnormal = hn::RebindMask(df, hn::Eq(hn::And(bits, hn::Set(di, 0x7F800000)), hn::Zero(di)));
-            const VF sig = hn::IfThenElse(subnormal, hn::Mul(part[r][h], sub_scale),
-                                          hn::BitCast(df, hn::Or(hn::And(bits, sig_mask), one_exp)));
-            const VI dacc = hn::Add(hn::Sub(ec[r][h], emax[r][h]), fbits);
-            sum[r][h] = RoundInt<kTermRne>(hn::Mul(sig, Pow2OrZero(df, hn::Min(dacc, hn::Set(di, 127)))));
+            sum[r][h] = AccTermI32<kTermRne>(df, part[r][h], ec[r][h], emax[r][h], fbits);
           }
         const float* ap = pa.get() + (p * g.k + s0) * R;
         const float* bpp = pb.get() + (q * g.k + s0) * nr;
@@ -152,13 +130,18 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
           HWY_UNROLL(4)
           for (size_t r = 0; r < R; ++r) {
             const VF x = hn::Set(df, ap[kk * R + r]);
-            sum[r][0] = hn::Add(sum[r][0], RoundInt<kTermRne>(hn::Mul(hn::Mul(x, b0), g2[r][0])));
-            sum[r][1] = hn::Add(sum[r][1], RoundInt<kTermRne>(hn::Mul(hn::Mul(x, b1), g2[r][1])));
+            sum[r][0] = hn::Add(sum[r][0], ToI32InRange<kTermRne>(di, hn::Mul(hn::Mul(x, b0), g2[r][0])));
+            sum[r][1] = hn::Add(sum[r][1], ToI32InRange<kTermRne>(di, hn::Mul(hn::Mul(x, b1), g2[r][1])));
           }
         }
         for (size_t r = 0; r < R; ++r)
           for (size_t h = 0; h < 2; ++h) {
-            part[r][h] = FusedOutV<kOutRne>(df, sum[r][h], hn::Sub(emax[r][h], fbits), g.out_bits);
+            const VF s = hn::ConvertTo(df, sum[r][h]);  // exact: below 2^24
+            const VI unit = hn::Sub(emax[r][h], fbits);
+            hn::Mask<decltype(df)> ok = hn::FirstN(df, 0);
+            // Toward zero, a normal result: clear the bits below out_bits, then scale.
+            if (!kOutRne) part[r][h] = ScaleStepSum(df, hn::BitCast(df, hn::And(hn::BitCast(di, s), keep)), unit, ok);
+            if (!hn::AllTrue(df, ok)) part[r][h] = FusedOutV<kOutRne>(df, s, unit, g.out_bits);
             badm[r][h] = hn::Or(badm[r][h], hn::Not(hn::IsFinite(part[r][h])));
           }
       }

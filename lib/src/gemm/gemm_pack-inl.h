@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "fp_env.h"
 #include "simd_lanes-inl.h"
@@ -168,6 +169,138 @@ void Drive(size_t m_panels, size_t n_panels, size_t k, size_t kc, bool parallel,
 }
 
 inline size_t ChunkFor(size_t unit) { return unit >= kKc ? unit : unit * (kKc / unit); }
+
+// 2^e for -126 <= e <= 127, and 0 where e < -126.
+template <class DF, class VI>
+HWY_INLINE hn::Vec<DF> Pow2OrZero(DF df, VI e) {
+  const hn::RebindToSigned<DF> di;
+  const auto bits = hn::ShiftLeft<23>(hn::Add(e, hn::Set(di, 127)));
+  return hn::IfThenZeroElse(hn::RebindMask(df, hn::Lt(e, hn::Set(di, -126))), hn::BitCast(df, bits));
+}
+
+// v (integer-valued after rounding, far inside int32's range) as int32: toward zero, or to nearest even
+// (the default FP environment every kernel runs in). On x86 one instruction, without the fix-up that
+// Highway's ConvertTo and NearestInt add for out-of-range lanes.
+template <bool kRne, class DI, class VF>
+HWY_INLINE hn::Vec<DI> ToI32InRange(DI di, VF v) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (std::is_same_v<VF, hn::Vec512<float>>)
+    return hn::Vec<DI>{kRne ? _mm512_cvtps_epi32(v.raw) : _mm512_cvttps_epi32(v.raw)};
+#endif
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  if constexpr (std::is_same_v<VF, hn::Vec256<float>>)
+    return hn::Vec<DI>{kRne ? _mm256_cvtps_epi32(v.raw) : _mm256_cvttps_epi32(v.raw)};
+#endif
+  if constexpr (kRne) return hn::NearestInt(v);
+  else return hn::ConvertTo(di, v);
+}
+
+// ---- The accumulator's term in a fused step (FP32 lanes) ----------------------------------------------
+
+// The accumulator's nominal exponent: FP32's exponent, -126 for subnormals, zero_code for zero (`zero`).
+template <class DF>
+HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> AccExp(DF df, hn::Vec<DF> part, int32_t zero_code,
+                                                  hn::Mask<hn::RebindToSigned<DF>>& zero) {
+  const hn::RebindToSigned<DF> di;
+  zero = hn::RebindMask(di, hn::Eq(part, hn::Zero(df)));
+  const auto field = hn::And(hn::ShiftRight<23>(hn::BitCast(di, part)), hn::Set(di, 0xFF));
+  return hn::IfThenElse(zero, hn::Set(di, zero_code), hn::Max(hn::Sub(field, hn::Set(di, 127)), hn::Set(di, -126)));
+}
+// The accumulator truncated (or rounded) at 2^(emax - F), as an int32 count of that unit (below
+// 2^(F + 1)): its significand scaled by 2^(ec - emax + F), so no power of two leaves FP32's range.
+template <bool kRne, class DF, class VI>
+HWY_INLINE VI AccTermI32(DF df, hn::Vec<DF> part, VI ec, VI emax, VI fbits) {
+  const hn::RebindToSigned<DF> di;
+  const VI bits = hn::BitCast(di, part);
+  const auto subnormal = hn::RebindMask(df, hn::Eq(hn::And(bits, hn::Set(di, 0x7F800000)), hn::Zero(di)));
+  const auto sig = hn::IfThenElse(subnormal, hn::Mul(part, hn::Set(df, 0x1p126f)),
+                                  hn::BitCast(df, hn::Or(hn::And(bits, hn::Set(di, static_cast<int32_t>(0x807FFFFFu))),
+                                                         hn::Set(di, 127 << 23))));
+  const VI dacc = hn::Add(hn::Sub(ec, emax), fbits);
+  return ToI32InRange<kRne>(di, hn::Mul(sig, Pow2OrZero(df, hn::Min(dacc, hn::Set(di, 127)))));
+}
+
+// f * 2^unit for f an integer-valued FP32 number already rounded to the step's bits (a step's sum, or
+// 0), by adding unit to f's exponent field: exact, and the fused rule's result, where the product is a
+// normal FP32 number; `ok` is false in the lanes where it is not (the caller's general rounding then
+// decides them: subnormal and overflowing results). f = 0 gives +0.
+template <class DF>
+HWY_INLINE hn::Vec<DF> ScaleStepSum(DF df, hn::Vec<DF> f, hn::Vec<hn::RebindToSigned<DF>> unit, hn::Mask<DF>& ok) {
+  const hn::RebindToSigned<DF> di;
+  const auto fb = hn::BitCast(di, f);
+  const auto eo = hn::Add(hn::ShiftRight<23>(hn::And(fb, hn::Set(di, 0x7F800000))), unit);  // biased
+  const auto zero = hn::Eq(f, hn::Zero(df));
+  ok = hn::Or(zero, hn::RebindMask(df, hn::And(hn::Gt(eo, hn::Zero(di)), hn::Lt(eo, hn::Set(di, 255)))));
+  return hn::IfThenZeroElse(zero, hn::BitCast(df, hn::Add(fb, hn::ShiftLeft<23>(unit))));
+}
+
+// ---- The largest nominal exponent of a step's products, two rows per int8 vector --------------------
+//
+// The fused kernels need, per output and step, emax_p = max over k of ea(i, k) + eb(k, j) over the
+// nonzero products. As int8 lanes (every nominal exponent within +-kExp8Limit, zeros as kZeroExp8) one
+// vector holds two rows of a tile: B's exponents are packed with each column twice (lanes 2j and
+// 2j + 1), A's two rows as one 16-bit broadcast (row r in the even lanes, row r + 1 in the odd), so
+// each k costs one add and one max per pair of rows. A sum with a zero (at most kZeroExp8 + kExp8Limit)
+// stays below every sum of two nonzero exponents (at least -2 kExp8Limit), and no sum leaves int8.
+constexpr int kExp8Limit = 20;
+constexpr int8_t kZeroExp8 = -64;
+constexpr int32_t kNoProduct = -(1 << 20);  // emax_p of a step without a nonzero product
+static_assert(kZeroExp8 + kExp8Limit < -2 * kExp8Limit && 2 * kZeroExp8 >= -128, "int8 max-plus bounds");
+
+// True when every exponent in the table (zeros as zero_code) fits the int8 lanes.
+inline bool FitsExp8(const int32_t* table, int32_t zero_code) {
+  for (int c = 0; c < 256; ++c)
+    if (table[c] != zero_code && (table[c] < -kExp8Limit || table[c] > kExp8Limit)) return false;
+  return true;
+}
+inline int8_t Exp8(int32_t e, int32_t zero_code) { return e == zero_code ? kZeroExp8 : static_cast<int8_t>(e); }
+// A's exponents in panels of w rows (as PackRows); B's in panels of nr columns, each column twice.
+inline Buf<int8_t> PackRowsExp8(const CodeMatrix<int32_t>& e, size_t w, int32_t zero_code, bool parallel) {
+  return PanelRows<int8_t>(e.rows, e.cols, w, parallel, [&](size_t row, int8_t* d) {
+    const uint8_t* codes = e.codes + row * e.cols;
+    for (size_t c = 0; c < e.cols; ++c) d[c * w] = Exp8(e.table[codes[c]], zero_code);
+  });
+}
+inline Buf<int8_t> PackColsExp8Twice(const CodeMatrix<int32_t>& e, size_t nr, int32_t zero_code, bool parallel) {
+  return PanelCols<int8_t>(e.rows, 2 * e.cols, 2 * nr, parallel, [&](size_t r, size_t c0, size_t valid, int8_t* d) {
+    const uint8_t* codes = e.codes + r * e.cols + c0 / 2;
+    for (size_t j = 0; j < valid / 2; ++j) d[2 * j] = d[2 * j + 1] = Exp8(e.table[codes[j]], zero_code);
+  });
+}
+
+// emax_p of R rows (R even) x 2 vectors of int32 columns over `len` k: eap points at the step's first k
+// of A's int8 panel (R per k), ebp at B's (2 nr per k). out[r][h] gets kNoProduct where every product
+// is zero.
+template <size_t R, class DI32>
+HWY_INLINE void MaxProductExps(DI32 di, const int8_t* eap, const int8_t* ebp, size_t len, hn::Vec<DI32> (&out)[R][2]) {
+  static_assert(R % 2 == 0, "rows in pairs");
+  const hn::Repartition<int8_t, DI32> d8;
+  const hn::Repartition<int16_t, DI32> d16;
+  const hn::Half<decltype(d16)> dh16;
+  const size_t nr = hn::Lanes(d16);
+  hn::Vec<decltype(d8)> mx[R / 2];
+  for (size_t pr = 0; pr < R / 2; ++pr) mx[pr] = hn::Set(d8, -128);
+  for (size_t kk = 0; kk < len; ++kk) {
+    const auto eb = hn::LoadU(d8, ebp + kk * 2 * nr);
+    HWY_UNROLL(3)
+    for (size_t pr = 0; pr < R / 2; ++pr) {
+      int16_t two;
+      std::memcpy(&two, eap + kk * R + 2 * pr, sizeof(two));
+      mx[pr] = hn::Max(mx[pr], hn::Add(hn::BitCast(d8, hn::Set(d16, two)), eb));
+    }
+  }
+  const auto none = hn::Set(di, kNoProduct), floor = hn::Set(di, -2 * kExp8Limit);
+  const auto widen = [&](hn::Vec<decltype(d16)> v, hn::Vec<DI32>(&o)[2]) {
+    o[0] = hn::PromoteTo(di, hn::LowerHalf(dh16, v));
+    o[1] = hn::PromoteTo(di, hn::UpperHalf(dh16, v));
+    for (auto& x : o) x = hn::IfThenElse(hn::Lt(x, floor), none, x);
+  };
+  for (size_t pr = 0; pr < R / 2; ++pr) {
+    const auto v = hn::BitCast(d16, mx[pr]);
+    widen(hn::ShiftRight<8>(hn::ShiftLeft<8>(v)), out[2 * pr]);  // row 2 pr: the low bytes
+    widen(hn::ShiftRight<8>(v), out[2 * pr + 1]);
+  }
+}
 
 // ---- FP64 steps of the fused kernels (gemm_group_simd.cc, gemm_scaled_simd.cc) ----------------------
 

@@ -229,8 +229,176 @@ bool GemmScaledImpl(const ScaledFusedArgs& g, float* c) {
   return true;
 }
 
+// The same steps in FP32 lanes, for element formats whose products are exact FP32 numbers (the
+// dispatcher's check): each product a * b of the unscaled elements, times 2^(F - emax + xa + xb), is its
+// term in units of 2^(emax - F), truncated (or rounded) to an int32 by one conversion. Two int32 sums
+// of at most `chunk` terms each (the first with the accumulator's) stay within int32's range; their
+// total, exact in int32 where it does not wrap and else in FP64, is rounded once. emax comes from
+// MaxProductExps (int8 lanes).
+template <bool kTermRne, bool kOutRne>
+bool GemmScaledI32Impl(const ScaledFusedArgs& g, float* c, size_t chunk) {
+  const bool par = g.parallel;
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Half<decltype(di)> dih;
+  const hn::ScalableTag<double> dd;
+  const hn::RebindToSigned<decltype(dd)> di64;
+  const hn::RebindToUnsigned<decltype(dd)> du64;
+  const hn::Rebind<float, decltype(dd)> dfh;  // FP32 lanes beside FP64 lanes
+  using VF = hn::Vec<decltype(df)>;
+  using VI = hn::Vec<decltype(di)>;
+  using VD = hn::Vec<decltype(dd)>;
+  constexpr size_t R = kFusedMr;
+  const size_t N = hn::Lanes(df), nr = 2 * N;
+  if (2 * hn::Lanes(dd) != N) return false;
+  const size_t step = static_cast<size_t>(g.step);
+  const size_t kc = ChunkFor(step);
+  const size_t mp = (g.m + R - 1) / R, np = (g.n + nr - 1) / nr;
+  const size_t nb = (g.k + g.kb - 1) / g.kb, ns = (g.k + step - 1) / step;
+  // Zero flags per (row, step) and (step, column): some product of the step is zero.
+  std::vector<int32_t> za(g.m * ns, 0), zb(ns * g.n, 0);
+  for (size_t i = 0; i < g.m; ++i)
+    for (size_t kk = 0; kk < g.k; ++kk)
+      if (g.ea.At(i, kk) == g.zero_code) za[i * ns + kk / step] = -1;
+  for (size_t kk = 0; kk < g.k; ++kk)
+    for (size_t j = 0; j < g.n; ++j)
+      if (g.eb.At(kk, j) == g.zero_code) zb[(kk / step) * g.n + j] = -1;
+  const Buf<float> pa = PanelRows<float>(g.m, g.k, R, par, [&](size_t row, float* d) {
+    const uint8_t* codes = g.a.codes + row * g.k;
+    for (size_t cc = 0; cc < g.k; ++cc) d[cc * R] = static_cast<float>(g.a.table[codes[cc]]);
+  });
+  const Buf<float> pb = PanelCols<float>(g.k, g.n, nr, par, [&](size_t r, size_t c0, size_t valid, float* d) {
+    const uint8_t* codes = g.b.codes + r * g.n + c0;
+    for (size_t j = 0; j < valid; ++j) d[j] = static_cast<float>(g.b.table[codes[j]]);
+  });
+  const Buf<int8_t> pea = PackRowsExp8(g.ea, R, g.zero_code, par), peb = PackColsExp8Twice(g.eb, nr, g.zero_code, par);
+  const Buf<int32_t> pxa = PackRows(g.xa, g.m, nb, R), pxb = PackCols(g.xb, nb, g.n, nr);
+  const Buf<int32_t> pza = PackRows(za.data(), g.m, ns, R), pzb = PackCols(zb.data(), ns, g.n, nr);
+  const CTiles tiles{c, g.m, g.n, R, nr};
+  const VI zero_exp = hn::Set(di, g.zero_exp), fbits = hn::Set(di, g.frac_bits), none = hn::Set(di, kNoProduct);
+  const VF nan = hn::Set(df, std::numeric_limits<float>::quiet_NaN());
+  const auto cut_low = hn::Set(du64, ~uint64_t{0x1FFFFFFF});  // FP64 bits below FP32's 24
+
+  Drive(mp, np, g.k, kc, par, [&](size_t p, size_t q, size_t k0c, size_t len) {
+    tiles.With(p, q, [&](float* ct, size_t ldc) {
+      VF part[R][2];
+      hn::Mask<decltype(df)> bad[R][2];  // lanes whose accumulation left the finite range
+      for (size_t r = 0; r < R; ++r)
+        for (size_t h = 0; h < 2; ++h) {
+          part[r][h] = hn::LoadU(df, ct + r * ldc + h * N);
+          bad[r][h] = hn::Not(hn::IsFinite(part[r][h]));
+        }
+      for (size_t s0 = k0c; s0 < k0c + len; s0 += step) {
+        const size_t s1 = std::min(k0c + len, s0 + step), si = s0 / step, blk = s0 / g.kb;
+        VI emax[R][2], ec[R][2], emax_p[R][2], sum[R][2];
+        VF gp[R][2];  // 2^(F - emax + xa + xb): a product of unscaled elements to its units
+        MaxProductExps<R>(di, pea.get() + (p * g.k + s0) * R, peb.get() + (q * g.k + s0) * 2 * nr, s1 - s0, emax_p);
+        const int32_t* xbp = pxb.get() + (q * nb + blk) * nr;
+        const int32_t* zbp = pzb.get() + (q * ns + si) * nr;
+        for (size_t r = 0; r < R; ++r)
+          for (size_t h = 0; h < 2; ++h) {
+            hn::Mask<decltype(di)> pzero;
+            ec[r][h] = AccExp(df, part[r][h], g.zero_code, pzero);
+            const VI xs = hn::Add(hn::Set(di, pxa[(p * nb + blk) * R + r]), hn::LoadU(di, xbp + h * N));
+            const VI ep = hn::IfThenElse(hn::Eq(emax_p[r][h], none), none, hn::Add(emax_p[r][h], xs));
+            const VI z = hn::Or(hn::Set(di, pza[(p * ns + si) * R + r]), hn::LoadU(di, zbp + h * N));
+            const VI e = hn::Max(ec[r][h], ep);
+            emax[r][h] = hn::IfThenElse(hn::Or(hn::MaskFromVec(z), pzero), hn::Max(e, zero_exp), e);
+            // Out of FP32's range only where no product leaves a bit (below) or every product is zero.
+            gp[r][h] = Pow2OrZero(df, hn::Min(hn::Add(hn::Sub(fbits, emax[r][h]), xs), hn::Set(di, 127)));
+            sum[r][h] = AccTermI32<kTermRne>(df, part[r][h], ec[r][h], emax[r][h], fbits);
+          }
+        // The step's terms in two int32 sums: the accumulator's and the first `chunk` products', and the
+        // rest's (the dispatcher's bound keeps each below 2^31).
+        VI first[R][2];
+        const float* ap = pa.get() + (p * g.k + s0) * R;
+        const float* bp = pb.get() + (q * g.k + s0) * nr;
+        for (size_t c0 = 0; c0 < 2 * chunk; c0 += chunk) {
+          const size_t c1 = std::min(s1 - s0, c0 + chunk);
+          for (size_t kk = c0; kk < c1; ++kk) {
+            const VF b0 = hn::LoadU(df, bp + kk * nr), b1 = hn::LoadU(df, bp + kk * nr + N);
+            HWY_UNROLL(4)
+            for (size_t r = 0; r < R; ++r) {
+              const VF x = hn::Set(df, ap[kk * R + r]);
+              sum[r][0] = hn::Add(sum[r][0], ToI32InRange<kTermRne>(di, hn::Mul(hn::Mul(x, b0), gp[r][0])));
+              sum[r][1] = hn::Add(sum[r][1], ToI32InRange<kTermRne>(di, hn::Mul(hn::Mul(x, b1), gp[r][1])));
+            }
+          }
+          if (c0 == 0)
+            for (size_t r = 0; r < R; ++r)
+              for (size_t h = 0; h < 2; ++h) first[r][h] = sum[r][h], sum[r][h] = hn::Zero(di);
+        }
+        for (size_t r = 0; r < R; ++r)
+          for (size_t h = 0; h < 2; ++h) {
+            const VI unit = hn::Sub(emax[r][h], fbits);
+            hn::Mask<decltype(df)> ok = hn::FirstN(df, 0);
+            if (g.out_bits == 24) {
+              // Where the int32 total does not wrap and the result is a normal number: the total rounded
+              // to 24 bits in FP64 (exact), narrowed (exact) and scaled by its exponent field.
+              const VI total = hn::Add(first[r][h], sum[r][h]);
+              const auto wrapped = hn::Lt(hn::And(hn::Xor(first[r][h], total), hn::Xor(sum[r][h], total)), hn::Zero(di));
+              VD lo = hn::PromoteTo(dd, hn::LowerHalf(dih, total)), hi = hn::PromoteTo(dd, hn::UpperHalf(dih, total));
+              if (!kOutRne) {
+                lo = hn::BitCast(dd, hn::And(hn::BitCast(du64, lo), cut_low));
+                hi = hn::BitCast(dd, hn::And(hn::BitCast(du64, hi), cut_low));
+              }
+              const VF f = hn::Combine(df, DemoteToF32(dfh, hi), DemoteToF32(dfh, lo));
+              part[r][h] = ScaleStepSum(df, f, unit, ok);
+              ok = hn::AndNot(hn::RebindMask(df, wrapped), ok);
+            }
+            if (!hn::AllTrue(df, ok)) {  // the exact total in FP64, rounded by the fused rule
+              VD t[2];
+              t[0] = hn::Add(hn::PromoteTo(dd, hn::LowerHalf(dih, first[r][h])), hn::PromoteTo(dd, hn::LowerHalf(dih, sum[r][h])));
+              t[1] = hn::Add(hn::PromoteTo(dd, hn::UpperHalf(dih, first[r][h])), hn::PromoteTo(dd, hn::UpperHalf(dih, sum[r][h])));
+              const auto lo = GroupOut<kOutRne>(dd, t[0], hn::PromoteTo(di64, hn::LowerHalf(dih, unit)), g.out_bits);
+              const auto hi = GroupOut<kOutRne>(dd, t[1], hn::PromoteTo(di64, hn::UpperHalf(dih, unit)), g.out_bits);
+              part[r][h] = hn::Combine(df, hi, lo);
+            }
+            bad[r][h] = hn::Or(bad[r][h], hn::Not(hn::IsFinite(part[r][h])));
+          }
+      }
+      for (size_t r = 0; r < R; ++r)
+        for (size_t h = 0; h < 2; ++h) hn::StoreU(hn::IfThenElse(bad[r][h], nan, part[r][h]), df, ct + r * ldc + h * N);
+    });
+  });
+  return true;
+}
+
+// Terms per int32 sum in GemmScaledI32Impl, or 0 where that kernel does not apply: every element value
+// must be an FP32 number whose products with the other side's are exact, normal FP32 numbers, the
+// exponents must fit MaxProductExps' int8 lanes, and half a step's terms (or all of them) plus the
+// accumulator's must stay below 2^31 (a term is below (largest significand product) * 2^F, plus 1 for
+// rounding; the accumulator's below 2^(F + 1) + 1).
+size_t I32Chunk(const ScaledFusedArgs& g) {
+  if (!FitsExp8(g.ea.table, g.zero_code) || !FitsExp8(g.eb.table, g.zero_code) || g.frac_bits > 28) return 0;
+  double sig[2] = {0, 0}, lo[2] = {HUGE_VAL, HUGE_VAL}, hi[2] = {0, 0};
+  int bits[2] = {0, 0};
+  const CodeMatrix<double>* v[2] = {&g.a, &g.b};
+  const CodeMatrix<int32_t>* e[2] = {&g.ea, &g.eb};
+  for (int s = 0; s < 2; ++s)
+    for (int code = 0; code < 256; ++code) {
+      const double x = std::fabs(v[s]->table[code]);
+      if (e[s]->table[code] == g.zero_code || x == 0 || !std::isfinite(x)) continue;
+      if (static_cast<double>(static_cast<float>(x)) != x) return 0;
+      int exp2 = 0, used = 0;  // significant bits of x
+      for (double t = std::frexp(x, &exp2); t != std::floor(t); t *= 2) ++used;
+      bits[s] = std::max(bits[s], used);
+      sig[s] = std::max(sig[s], std::ldexp(x, -e[s]->table[code]));  // significand at the nominal exponent
+      lo[s] = std::min(lo[s], x), hi[s] = std::max(hi[s], x);
+    }
+  if (bits[0] + bits[1] > 24 || lo[0] * lo[1] < 0x1p-126 || hi[0] * hi[1] >= 0x1p127) return 0;
+  const double term = sig[0] * sig[1] * std::ldexp(1.0, g.frac_bits) + 1, acc = std::ldexp(1.0, g.frac_bits + 1) + 1;
+  const size_t step = static_cast<size_t>(g.step), chunk = (step + 1) / 2;  // two sums per step
+  return step * term + acc < 0x1p31 ? step : chunk * term + acc < 0x1p31 ? chunk : 0;
+}
+
 bool GemmScaledT(const ScaledFusedArgs& g, float* c) {
   if (g.kb % g.step != 0 || g.out_bits > 24 || g.out_bits < 1) return false;
+  if (const size_t chunk = I32Chunk(g)) {
+    if (g.rne_terms)
+      return g.rne_out ? GemmScaledI32Impl<true, true>(g, c, chunk) : GemmScaledI32Impl<true, false>(g, c, chunk);
+    return g.rne_out ? GemmScaledI32Impl<false, true>(g, c, chunk) : GemmScaledI32Impl<false, false>(g, c, chunk);
+  }
   if (g.rne_terms) return g.rne_out ? GemmScaledImpl<true, true>(g, c) : GemmScaledImpl<true, false>(g, c);
   return g.rne_out ? GemmScaledImpl<false, true>(g, c) : GemmScaledImpl<false, false>(g, c);
 }

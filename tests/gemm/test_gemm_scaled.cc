@@ -126,3 +126,29 @@ TEST_CASE("gemm: blackwell-mxf8f6f4 truncates products below 2^(emax - 25) where
   CHECK(GemmRef(a2, b2, nullptr, m)[0] == 32 * 0x1p-10f);
   CHECK(Gemm(a2, b2, nullptr, m)[0] == 32 * 0x1p-10f);
 }
+
+TEST_CASE("gemm: scales-in-products steps whose term sum passes 2^31 units (the FP32 kernel's wrapped int32 total)", "[gemm]") {
+  // 32 products of 448 * 448 of one sign: each term is 3.0625 * 2^25 units of 2^(emax - 25), their sum
+  // 2^31.6 units, beyond int32. Rows alternate the sign of their first half so both signs wrap, and one
+  // row mixes signs (no wrap) beside them.
+  std::mt19937 rng(3);
+  const uint8_t max = static_cast<uint8_t>(ConvertF32(448.0f, fmt::kE4M3, CastOptions{}));
+  const uint8_t neg = static_cast<uint8_t>(max | 0x80);
+  const size_t m = 9, k = 96, n = 37;
+  std::vector<uint8_t> av(m * k, max), bv(k * n, max);
+  for (size_t i = 0; i < m; ++i)
+    for (size_t kk = 0; kk < k; ++kk) {
+      if (i % 2 == 1) av[i * k + kk] = neg;
+      if (i == 4 && kk % 2 == 0) av[i * k + kk] = neg;
+    }
+  GemmOperand a = OperandFromCodes(fmt::kE4M3, m, k, av.data()), b = OperandFromCodes(fmt::kE4M3, k, n, bv.data());
+  qmx::test::AddUe8m0(a, true, 32, rng, -2, 2);
+  qmx::test::AddUe8m0(b, false, 32, rng, -2, 2);
+  std::vector<float> c(m * n);
+  for (size_t i = 0; i < c.size(); ++i) c[i] = (i % 3 == 0 ? -1.0f : 1.0f) * std::ldexp(1.0f, static_cast<int>(i % 40));
+  for (const char* name : {"blackwell-mxf8f6f4", "fused:step=32,F=25,term=rne,out=rne,zero-exp=-133,scale=products"}) {
+    const AccumModel model = AccumModelByName(name);
+    CheckEverywhere(a, b, {}, model, std::string("same-sign maxima ") + name);
+    CheckEverywhere(a, b, c, model, std::string("same-sign maxima with C ") + name);
+  }
+}

@@ -170,12 +170,12 @@ void Drive(size_t m_panels, size_t n_panels, size_t k, size_t kc, bool parallel,
 
 inline size_t ChunkFor(size_t unit) { return unit >= kKc ? unit : unit * (kKc / unit); }
 
-// 2^e for -126 <= e <= 127, and 0 where e < -126.
+// 2^e for -126 <= e <= 127, 0 where e < -126, and 2^127 where e > 127.
 template <class DF, class VI>
 HWY_INLINE hn::Vec<DF> Pow2OrZero(DF df, VI e) {
   const hn::RebindToSigned<DF> di;
-  const auto bits = hn::ShiftLeft<23>(hn::Add(e, hn::Set(di, 127)));
-  return hn::IfThenZeroElse(hn::RebindMask(df, hn::Lt(e, hn::Set(di, -126))), hn::BitCast(df, bits));
+  const auto biased = hn::Min(hn::Max(hn::Add(e, hn::Set(di, 127)), hn::Zero(di)), hn::Set(di, 254));
+  return hn::BitCast(df, hn::ShiftLeft<23>(biased));  // biased 0: +0
 }
 
 // v (integer-valued after rounding, far inside int32's range) as int32: toward zero, or to nearest even

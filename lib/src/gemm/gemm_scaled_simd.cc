@@ -275,7 +275,7 @@ bool GemmScaledI32Impl(const ScaledFusedArgs& g, float* c, size_t chunk) {
   const Buf<int32_t> pxa = PackRows(g.xa, g.m, nb, R), pxb = PackCols(g.xb, nb, g.n, nr);
   const Buf<int32_t> pza = PackRows(za.data(), g.m, ns, R), pzb = PackCols(zb.data(), ns, g.n, nr);
   const CTiles tiles{c, g.m, g.n, R, nr};
-  const VI zero_exp = hn::Set(di, g.zero_exp), fbits = hn::Set(di, g.frac_bits), none = hn::Set(di, kNoProduct);
+  const VI zero_exp = hn::Set(di, g.zero_exp), fbits = hn::Set(di, g.frac_bits);
   const VF nan = hn::Set(df, std::numeric_limits<float>::quiet_NaN());
   const auto cut_low = hn::Set(du64, ~uint64_t{0x1FFFFFFF});  // FP64 bits below FP32's 24
 
@@ -300,12 +300,12 @@ bool GemmScaledI32Impl(const ScaledFusedArgs& g, float* c, size_t chunk) {
             hn::Mask<decltype(di)> pzero;
             ec[r][h] = AccExp(df, part[r][h], g.zero_code, pzero);
             const VI xs = hn::Add(hn::Set(di, pxa[(p * nb + blk) * R + r]), hn::LoadU(di, xbp + h * N));
-            const VI ep = hn::IfThenElse(hn::Eq(emax_p[r][h], none), none, hn::Add(emax_p[r][h], xs));
+            // (kNoProduct + xs stays far below every exponent and zero_code)
             const VI z = hn::Or(hn::Set(di, pza[(p * ns + si) * R + r]), hn::LoadU(di, zbp + h * N));
-            const VI e = hn::Max(ec[r][h], ep);
+            const VI e = hn::Max(ec[r][h], hn::Add(emax_p[r][h], xs));
             emax[r][h] = hn::IfThenElse(hn::Or(hn::MaskFromVec(z), pzero), hn::Max(e, zero_exp), e);
             // Out of FP32's range only where no product leaves a bit (below) or every product is zero.
-            gp[r][h] = Pow2OrZero(df, hn::Min(hn::Add(hn::Sub(fbits, emax[r][h]), xs), hn::Set(di, 127)));
+            gp[r][h] = Pow2OrZero(df, hn::Add(hn::Sub(fbits, emax[r][h]), xs));
             sum[r][h] = AccTermI32<kTermRne>(df, part[r][h], ec[r][h], emax[r][h], fbits);
           }
         // The step's terms in two int32 sums: the accumulator's and the first `chunk` products', and the
@@ -353,8 +353,8 @@ bool GemmScaledI32Impl(const ScaledFusedArgs& g, float* c, size_t chunk) {
               const auto lo = GroupOut<kOutRne>(dd, t[0], hn::PromoteTo(di64, hn::LowerHalf(dih, unit)), g.out_bits);
               const auto hi = GroupOut<kOutRne>(dd, t[1], hn::PromoteTo(di64, hn::UpperHalf(dih, unit)), g.out_bits);
               part[r][h] = hn::Combine(df, hi, lo);
+              bad[r][h] = hn::Or(bad[r][h], hn::Not(hn::IsFinite(part[r][h])));  // (ok lanes are finite)
             }
-            bad[r][h] = hn::Or(bad[r][h], hn::Not(hn::IsFinite(part[r][h])));
           }
       }
       for (size_t r = 0; r < R; ++r)

@@ -1,8 +1,10 @@
-// gemm_scaled_simd.cc: the Highway kernel of the fused models whose block scales enter each product's
+// gemm_scaled_simd.cc: the Highway kernels of the fused models whose block scales enter each product's
 // exponent (MMA-Sim's T-FDPA with UE8M0 scales in the products, group 1: blackwell-mxf8f6f4; see
-// gemm_simd.h), compiled for every target and chosen at run time. The operands are packed times their
-// block scales as doubles, so every product is exact. Where bounds on the step's exponents prove that no
-// term is truncated, the step's result is the exact FP64 sum (FMA in K order) rounded once; elsewhere
+// gemm_simd.h), compiled for every target and chosen at run time. For FP8/FP6/FP4 elements the FP32
+// kernel: each product of unscaled elements times 2^(F - emax + xa + xb) becomes its term's int32 count
+// by one conversion, truncated exactly as the reference truncates it. Otherwise the FP64 kernel: the
+// operands packed times their block scales as doubles; where bounds on the step's exponents prove that
+// no term is truncated, the step's result is the exact FP64 sum (FMA in K order) rounded once; elsewhere
 // the exact step aligns, truncates and sums the terms as the reference does. Packing and loop nest:
 // gemm_pack-inl.h.
 #undef HWY_TARGET_INCLUDE

@@ -113,7 +113,8 @@ bool GemmGroupF32(const GroupGemmArgs& g, float* c);
 // elements carry zero_code; a zero product, or a zero accumulator, lifts emax to zero_exp); the terms
 // and the accumulator are aligned at the largest nominal exponent emax, truncated (or rounded) at
 // 2^(emax - F) and summed, and the sum is rounded to out_bits (<= 24) significant bits, the exponent
-// floored at -126. The kernel works in FP64: the caller checks that a step's terms sum exactly there
+// floored at -126. The kernel works in FP32 lanes with int32 sums where the element formats allow (its
+// own check), else in FP64: the caller checks that a step's terms sum exactly there
 // (F + 2 + log2(step + 1) <= 53). man_bits: the two element formats' mantissa bits (an element's LSB is
 // 2^(nominal exponent - mantissa bits)). c holds the start values; outputs whose accumulation became
 // non-finite come back as NaN for the reference.

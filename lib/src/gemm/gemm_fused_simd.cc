@@ -58,14 +58,8 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
   const size_t kc = ChunkFor(window);
   const size_t mp = (g.m + R - 1) / R, np = (g.n + nr - 1) / nr;
   const size_t nsteps = (g.k + step - 1) / step;
-  // Zero flags per (row, step) and (step, column): some product of the step is zero.
-  std::vector<int32_t> za(g.m * nsteps, 0), zb(nsteps * g.n, 0);
-  for (size_t i = 0; i < g.m; ++i)
-    for (size_t kk = 0; kk < g.k; ++kk)
-      if (g.ea.At(i, kk) == g.zero_code) za[i * nsteps + kk / step] = -1;
-  for (size_t kk = 0; kk < g.k; ++kk)
-    for (size_t j = 0; j < g.n; ++j)
-      if (g.eb.At(kk, j) == g.zero_code) zb[(kk / step) * g.n + j] = -1;
+  std::vector<int32_t> za, zb;  // some product of the step is zero
+  StepZeroFlags(g.ea, g.eb, g.zero_code, step, par, za, zb);
   const Buf<float> pa = PackRows(g.a, R, par), pb = PackCols(g.b, nr, par);
   const Buf<int8_t> pea = PackRowsExp8(g.ea, R, g.zero_code, par), peb = PackColsExp8Twice(g.eb, nr, g.zero_code, par);
   const Buf<int32_t> pza = PackRows(za.data(), g.m, nsteps, R), pzb = PackCols(zb.data(), nsteps, g.n, nr);

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "fp_env.h"
 #include "simd_lanes-inl.h"
@@ -266,6 +267,25 @@ inline Buf<int8_t> PackColsExp8Twice(const CodeMatrix<int32_t>& e, size_t nr, in
     const uint8_t* codes = e.codes + r * e.cols + c0 / 2;
     for (size_t j = 0; j < valid / 2; ++j) d[2 * j] = d[2 * j + 1] = Exp8(e.table[codes[j]], zero_code);
   });
+}
+
+// Zero flags per (row, step) of A and (step, column) of B (-1: some element of the step is zero, so some
+// product is): za is m x steps, zb steps x n.
+inline void StepZeroFlags(const CodeMatrix<int32_t>& ea, const CodeMatrix<int32_t>& eb, int32_t zero_code, size_t step,
+                          bool parallel, std::vector<int32_t>& za, std::vector<int32_t>& zb) {
+  const size_t m = ea.rows, k = ea.cols, n = eb.cols, ns = (k + step - 1) / step;
+  za.assign(m * ns, 0);
+  zb.assign(ns * n, 0);
+  bool zero_a[256], zero_b[256];
+  for (int c = 0; c < 256; ++c) zero_a[c] = ea.table[c] == zero_code, zero_b[c] = eb.table[c] == zero_code;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (long i = 0; i < static_cast<long>(m); ++i)
+    for (size_t kk = 0; kk < k; ++kk)
+      if (zero_a[ea.codes[i * k + kk]]) za[i * ns + kk / step] = -1;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (long si = 0; si < static_cast<long>(ns); ++si)
+    for (size_t kk = si * step; kk < std::min(k, (si + 1) * step); ++kk)
+      for (size_t j = 0; j < n; ++j) zb[si * n + j] |= zero_b[eb.codes[kk * n + j]] ? -1 : 0;
 }
 
 // emax_p of R rows (R even) x 2 vectors of int32 columns over `len` k: eap points at the step's first k

@@ -257,14 +257,8 @@ bool GemmScaledI32Impl(const ScaledFusedArgs& g, float* c, size_t chunk) {
   const size_t kc = ChunkFor(step);
   const size_t mp = (g.m + R - 1) / R, np = (g.n + nr - 1) / nr;
   const size_t nb = (g.k + g.kb - 1) / g.kb, ns = (g.k + step - 1) / step;
-  // Zero flags per (row, step) and (step, column): some product of the step is zero.
-  std::vector<int32_t> za(g.m * ns, 0), zb(ns * g.n, 0);
-  for (size_t i = 0; i < g.m; ++i)
-    for (size_t kk = 0; kk < g.k; ++kk)
-      if (g.ea.At(i, kk) == g.zero_code) za[i * ns + kk / step] = -1;
-  for (size_t kk = 0; kk < g.k; ++kk)
-    for (size_t j = 0; j < g.n; ++j)
-      if (g.eb.At(kk, j) == g.zero_code) zb[(kk / step) * g.n + j] = -1;
+  std::vector<int32_t> za, zb;  // some product of the step is zero
+  StepZeroFlags(g.ea, g.eb, g.zero_code, step, par, za, zb);
   const Buf<float> pa = PanelRows<float>(g.m, g.k, R, par, [&](size_t row, float* d) {
     const uint8_t* codes = g.a.codes + row * g.k;
     for (size_t cc = 0; cc < g.k; ++cc) d[cc * R] = static_cast<float>(g.a.table[codes[cc]]);

@@ -51,18 +51,21 @@ HWY_INLINE VU PairMax(VU lo, VU hi) {
   return hn::Max(hn::ConcatEven(du, hi, lo), hn::ConcatOdd(du, hi, lo));
 }
 
-// |x| bits maxima of kCount blocks of two vectors from element `start` (the usual MX block on AVX-512), lane
+// |x| bits maxima of kCount blocks of kVecs vectors from element `start` (the usual MX block on AVX-512), lane
 // i of the result for block i when kCount = Lanes: a depth-first PairMax tree, so that few vectors are live
 // at once (a breadth-first reduction, as in the general loop below, spills them to the stack).
-template <DType S, size_t kCount>
+// kVecs vectors per block: 2 (MX's 32 on AVX-512) or 1 (NVFP4's 16 on AVX-512).
+template <DType S, size_t kCount, size_t kVecs = 2>
 HWY_INLINE VU AmaxTree2(const void* in, size_t start) {
   const DU du;
   const size_t lanes = hn::Lanes(du);
   if constexpr (kCount == 1) {
     const VU abs_mask = hn::Set(du, 0x7FFFFFFFu);
-    return hn::Max(hn::And(LoadBits<S>(in, start), abs_mask), hn::And(LoadBits<S>(in, start + lanes), abs_mask));
+    if constexpr (kVecs == 1) return hn::And(LoadBits<S>(in, start), abs_mask);
+    else return hn::Max(hn::And(LoadBits<S>(in, start), abs_mask), hn::And(LoadBits<S>(in, start + lanes), abs_mask));
   } else {
-    return PairMax(AmaxTree2<S, kCount / 2>(in, start), AmaxTree2<S, kCount / 2>(in, start + kCount / 2 * 2 * lanes));
+    return PairMax(AmaxTree2<S, kCount / 2, kVecs>(in, start),
+                   AmaxTree2<S, kCount / 2, kVecs>(in, start + kCount / 2 * kVecs * lanes));
   }
 }
 #endif
@@ -82,6 +85,7 @@ HWY_INLINE VU AmaxOfBlocks(const void* in, size_t start, size_t len) {
   constexpr size_t kL = kMaxLanes;
   const size_t lanes = hn::Lanes(du);
   if (len == 2 * lanes && lanes == kL) return AmaxTree2<S, kL>(in, start);
+  if (len == lanes && lanes == kL) return AmaxTree2<S, kL, 1>(in, start);
   VU v[kL];
   for (size_t b = 0; b < kL && b < lanes; ++b) {
     VU m = hn::And(LoadBits<S>(in, start + b * len), abs_mask);

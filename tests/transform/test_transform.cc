@@ -122,6 +122,16 @@ TEST_CASE("the Hadamard kernel equals the scalar butterflies bit for bit on ever
     // Row 3's first block: sums beyond the FP32 range, which round to +-Inf (Highway's SCALAR and EMU128
     // DemoteTo would clamp them to the largest float).
     for (size_t i = 0; i < static_cast<size_t>(n); ++i) x[3 * cols + i] = (i % 3 == 2) ? -3.0e38f : 3.0e38f;
+    // Specials meeting inside one block: +Inf against -Inf (a new NaN), and a NaN with a payload beside an
+    // Inf, whose NaN every output must carry. (Where two NaNs of different payloads meet, which one a sum
+    // passes on follows the compiler's operand order, in the reference as in the kernel: not pinned.)
+    uint32_t payload = 0x7FC00003u;
+    float nan_payload;
+    std::memcpy(&nan_payload, &payload, 4);
+    x[5 * cols + 2] = std::numeric_limits<float>::infinity();
+    x[5 * cols + 7] = -std::numeric_limits<float>::infinity();
+    x[6 * cols + 1] = nan_payload;
+    x[6 * cols + 4] = -std::numeric_limits<float>::infinity();
     for (bool randomized : {false, true})
       for (bool inverse : {false, true}) {
         HadamardSpec h;

@@ -18,7 +18,25 @@ namespace qmx::simd {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// The block size is a template argument, so the stages' loops unroll and the block can stay in registers.
+// The stages of distance kH >= one vector and up, counted in vectors: vector j meets vector j + kH (j's
+// bit kH clear), in the scalar butterflies' order.
+template <size_t kNv, size_t kH, class VD>
+HWY_INLINE void CrossStages(VD (&v)[kNv]) {
+  if constexpr (kH < kNv) {
+#pragma GCC unroll 128
+    for (size_t p = 0; p < kNv / 2; ++p) {
+      const size_t j = (p / kH) * 2 * kH + p % kH;
+      const VD a = v[j], c = v[j + kH];
+      v[j] = hn::Add(a, c);
+      v[j + kH] = hn::Sub(a, c);
+    }
+    CrossStages<kNv, 2 * kH>(v);
+  }
+}
+
+// The block size is a template argument and the vector count per block a constant, so the stages' loops
+// unroll and the block stays in registers (the stages once went through a stack array; its stores and
+// reloads were a third of the kernel's time).
 template <int n>
 HWY_NOINLINE void HadamardBlocksN(const float* in, float* out, size_t blocks, const double* sign, double norm,
                                   bool inverse) {
@@ -26,8 +44,8 @@ HWY_NOINLINE void HadamardBlocksN(const float* in, float* out, size_t blocks, co
   const hn::Rebind<float, decltype(dd)> dh;
   const hn::RebindToSigned<decltype(dd)> di;
   using VD = hn::Vec<decltype(dd)>;
-  const size_t N = hn::Lanes(dd), nv = static_cast<size_t>(n) / N;
-  HWY_ALIGN double v[256];
+  constexpr size_t N = HWY_LANES(double), nv = static_cast<size_t>(n) / N;
+  static_assert(static_cast<size_t>(n) % N == 0, "whole vectors per block");
   HWY_ALIGN int64_t idx[HWY_MAX_BYTES / sizeof(double)];
   // Stages of distance h < N pair lanes inside a vector: lane j meets lane j ^ h; the lanes with bit h set
   // hold the differences.
@@ -50,29 +68,23 @@ HWY_NOINLINE void HadamardBlocksN(const float* in, float* out, size_t blocks, co
     // The butterflies leave the loads waiting on memory: fetch the lines 4 KB ahead.
     if (b + ahead < blocks)
       for (size_t j = 0; j < static_cast<size_t>(n); j += kLine) hwy::Prefetch(src + ahead * n + j);
+    VD v[nv];
+#pragma GCC unroll 64
     for (size_t i = 0; i < nv; ++i) {
-      VD x = hn::PromoteTo(dd, hn::LoadU(dh, src + i * N));
-      if (!inverse) x = hn::Mul(x, hn::Load(dd, sign + i * N));
-      hn::Store(x, dd, v + i * N);
+      v[i] = hn::PromoteTo(dd, hn::LoadU(dh, src + i * N));
+      if (!inverse) v[i] = hn::Mul(v[i], hn::Load(dd, sign + i * N));
     }
     for (size_t s = 0; s < in_vector; ++s) {
+#pragma GCC unroll 64
       for (size_t i = 0; i < nv; ++i) {
-        const VD x = hn::Load(dd, v + i * N);
-        const VD y = hn::TableLookupLanes(x, swap[s]);
-        hn::Store(hn::IfThenElse(high[s], hn::Sub(y, x), hn::Add(x, y)), dd, v + i * N);
+        const VD y = hn::TableLookupLanes(v[i], swap[s]);
+        v[i] = hn::IfThenElse(high[s], hn::Sub(y, v[i]), hn::Add(v[i], y));
       }
     }
-    for (size_t h = N; h < static_cast<size_t>(n); h *= 2) {
-      for (size_t i = 0; i < static_cast<size_t>(n); i += 2 * h) {
-        for (size_t j = i; j < i + h; j += N) {
-          const VD a = hn::Load(dd, v + j), c = hn::Load(dd, v + j + h);
-          hn::Store(hn::Add(a, c), dd, v + j);
-          hn::Store(hn::Sub(a, c), dd, v + j + h);
-        }
-      }
-    }
+    CrossStages<nv, 1>(v);
+#pragma GCC unroll 64
     for (size_t i = 0; i < nv; ++i) {
-      VD y = hn::Mul(hn::Load(dd, v + i * N), vnorm);
+      VD y = hn::Mul(v[i], vnorm);
       if (inverse) y = hn::Mul(y, hn::Load(dd, sign + i * N));
       hn::StoreU(DemoteToF32(dh, y), dh, dst + i * N);
     }

@@ -72,17 +72,12 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
   const CTiles tiles{c, g.m, g.n, R, nr};
   const VI zero_exp = hn::Set(di, g.zero_exp), fbits = hn::Set(di, g.frac_bits);
   const VI keep = hn::Set(di, static_cast<int32_t>(~((1u << (24 - g.out_bits)) - 1)));  // sign, exponent, out_bits - 1
-  const VF nan = hn::Set(df, std::numeric_limits<float>::quiet_NaN());
 
   Drive(mp, np, g.k, kc, g.parallel, [&](size_t p, size_t q, size_t k0c, size_t len) {
     tiles.With(p, q, [&](float* ct, size_t ldc) {
     VF acc[R][2];
     hn::Mask<decltype(df)> badm[R][2];  // lanes whose accumulation left the finite range
-    for (size_t r = 0; r < R; ++r)
-      for (size_t h = 0; h < 2; ++h) {
-        acc[r][h] = hn::LoadU(df, ct + r * ldc + h * N);
-        badm[r][h] = hn::Not(hn::IsFinite(acc[r][h]));
-      }
+    LoadTile<R>(df, ct, ldc, acc, badm);
     for (size_t w0 = k0c; w0 < k0c + len; w0 += window) {
       const size_t w1 = std::min(k0c + len, w0 + window);
       VF part[R][2];
@@ -117,17 +112,7 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
             g2[r][h] = Pow2OrZero(df, ge);
             sum[r][h] = AccTermI32<kTermRne>(df, part[r][h], ec[r][h], emax[r][h], fbits);
           }
-        const float* ap = pa.get() + (p * g.k + s0) * R;
-        const float* bpp = pb.get() + (q * g.k + s0) * nr;
-        for (size_t kk = 0; kk < s1 - s0; ++kk) {
-          const VF b0 = hn::LoadU(df, bpp + kk * nr), b1 = hn::LoadU(df, bpp + kk * nr + N);
-          HWY_UNROLL(4)
-          for (size_t r = 0; r < R; ++r) {
-            const VF x = hn::Set(df, ap[kk * R + r]);
-            sum[r][0] = hn::Add(sum[r][0], ToI32InRange<kTermRne>(di, hn::Mul(hn::Mul(x, b0), g2[r][0])));
-            sum[r][1] = hn::Add(sum[r][1], ToI32InRange<kTermRne>(di, hn::Mul(hn::Mul(x, b1), g2[r][1])));
-          }
-        }
+        AddTermsI32<kTermRne, R>(df, pa.get() + (p * g.k + s0) * R, pb.get() + (q * g.k + s0) * nr, 0, s1 - s0, g2, sum);
         for (size_t r = 0; r < R; ++r)
           for (size_t h = 0; h < 2; ++h) {
             const VF s = hn::ConvertTo(df, sum[r][h]);  // exact: below 2^24
@@ -155,8 +140,7 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
           badm[r][h] = hn::Or(badm[r][h], hn::Not(hn::IsFinite(acc[r][h])));
         }
     }
-    for (size_t r = 0; r < R; ++r)
-      for (size_t h = 0; h < 2; ++h) hn::StoreU(hn::IfThenElse(badm[r][h], nan, acc[r][h]), df, ct + r * ldc + h * N);
+    StoreTile<R>(df, acc, badm, ct, ldc);
     });
   });
   return true;

@@ -235,6 +235,45 @@ HWY_INLINE hn::Vec<DF> ScaleStepSum(DF df, hn::Vec<DF> f, hn::Vec<hn::RebindToSi
   return hn::IfThenZeroElse(zero, hn::BitCast(df, hn::Add(fb, hn::ShiftLeft<23>(unit))));
 }
 
+// ---- The FP32-lane fused kernels' tile (gemm_fused_simd.cc, gemm_scaled_simd.cc) ---------------------
+
+// An R-row tile of 2 vectors per row of C in registers, with the lanes that are already non-finite
+// (bad: stored back as NaN, which sends the output to the reference).
+template <size_t R, class DF>
+HWY_INLINE void LoadTile(DF df, const float* ct, size_t ldc, hn::Vec<DF> (&acc)[R][2], hn::Mask<DF> (&bad)[R][2]) {
+  const size_t N = hn::Lanes(df);
+  for (size_t r = 0; r < R; ++r)
+    for (size_t h = 0; h < 2; ++h) {
+      acc[r][h] = hn::LoadU(df, ct + r * ldc + h * N);
+      bad[r][h] = hn::Not(hn::IsFinite(acc[r][h]));
+    }
+}
+template <size_t R, class DF>
+HWY_INLINE void StoreTile(DF df, const hn::Vec<DF> (&acc)[R][2], const hn::Mask<DF> (&bad)[R][2], float* ct, size_t ldc) {
+  const size_t N = hn::Lanes(df);
+  const auto nan = hn::Set(df, std::numeric_limits<float>::quiet_NaN());
+  for (size_t r = 0; r < R; ++r)
+    for (size_t h = 0; h < 2; ++h) hn::StoreU(hn::IfThenElse(bad[r][h], nan, acc[r][h]), df, ct + r * ldc + h * N);
+}
+// Products k0 .. k1 - 1 of a step into the int32 term sums: a (R per k) and b (2 vectors per k) packed
+// values, f the per-output factor to units of 2^(emax - F); each product a * b * f truncated (or rounded)
+// by one conversion.
+template <bool kRne, size_t R, class DF>
+HWY_INLINE void AddTermsI32(DF df, const float* ap, const float* bp, size_t k0, size_t k1, const hn::Vec<DF> (&f)[R][2],
+                            hn::Vec<hn::RebindToSigned<DF>> (&sum)[R][2]) {
+  const hn::RebindToSigned<DF> di;
+  const size_t N = hn::Lanes(df), nr = 2 * N;
+  for (size_t kk = k0; kk < k1; ++kk) {
+    const auto b0 = hn::LoadU(df, bp + kk * nr), b1 = hn::LoadU(df, bp + kk * nr + N);
+    HWY_UNROLL(4)
+    for (size_t r = 0; r < R; ++r) {
+      const auto x = hn::Set(df, ap[kk * R + r]);
+      sum[r][0] = hn::Add(sum[r][0], ToI32InRange<kRne>(di, hn::Mul(hn::Mul(x, b0), f[r][0])));
+      sum[r][1] = hn::Add(sum[r][1], ToI32InRange<kRne>(di, hn::Mul(hn::Mul(x, b1), f[r][1])));
+    }
+  }
+}
+
 // ---- The largest nominal exponent of a step's products, two rows per int8 vector --------------------
 //
 // The fused kernels need, per output and step, emax_p = max over k of ea(i, k) + eb(k, j) over the

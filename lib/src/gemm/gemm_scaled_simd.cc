@@ -272,18 +272,13 @@ bool GemmScaledI32Impl(const ScaledFusedArgs& g, float* c, size_t chunk) {
   const Buf<int32_t> pza = PackRows(za.data(), g.m, ns, R), pzb = PackCols(zb.data(), ns, g.n, nr);
   const CTiles tiles{c, g.m, g.n, R, nr};
   const VI zero_exp = hn::Set(di, g.zero_exp), fbits = hn::Set(di, g.frac_bits);
-  const VF nan = hn::Set(df, std::numeric_limits<float>::quiet_NaN());
   const auto cut_low = hn::Set(du64, ~uint64_t{0x1FFFFFFF});  // FP64 bits below FP32's 24
 
   Drive(mp, np, g.k, kc, par, [&](size_t p, size_t q, size_t k0c, size_t len) {
     tiles.With(p, q, [&](float* ct, size_t ldc) {
       VF part[R][2];
       hn::Mask<decltype(df)> bad[R][2];  // lanes whose accumulation left the finite range
-      for (size_t r = 0; r < R; ++r)
-        for (size_t h = 0; h < 2; ++h) {
-          part[r][h] = hn::LoadU(df, ct + r * ldc + h * N);
-          bad[r][h] = hn::Not(hn::IsFinite(part[r][h]));
-        }
+      LoadTile<R>(df, ct, ldc, part, bad);
       for (size_t s0 = k0c; s0 < k0c + len; s0 += step) {
         const size_t s1 = std::min(k0c + len, s0 + step), si = s0 / step, blk = s0 / g.kb;
         VI emax[R][2], ec[R][2], emax_p[R][2], sum[R][2];
@@ -310,16 +305,7 @@ bool GemmScaledI32Impl(const ScaledFusedArgs& g, float* c, size_t chunk) {
         const float* ap = pa.get() + (p * g.k + s0) * R;
         const float* bp = pb.get() + (q * g.k + s0) * nr;
         for (size_t c0 = 0; c0 < 2 * chunk; c0 += chunk) {
-          const size_t c1 = std::min(s1 - s0, c0 + chunk);
-          for (size_t kk = c0; kk < c1; ++kk) {
-            const VF b0 = hn::LoadU(df, bp + kk * nr), b1 = hn::LoadU(df, bp + kk * nr + N);
-            HWY_UNROLL(4)
-            for (size_t r = 0; r < R; ++r) {
-              const VF x = hn::Set(df, ap[kk * R + r]);
-              sum[r][0] = hn::Add(sum[r][0], ToI32InRange<kTermRne>(di, hn::Mul(hn::Mul(x, b0), gp[r][0])));
-              sum[r][1] = hn::Add(sum[r][1], ToI32InRange<kTermRne>(di, hn::Mul(hn::Mul(x, b1), gp[r][1])));
-            }
-          }
+          AddTermsI32<kTermRne, R>(df, ap, bp, std::min(s1 - s0, c0), std::min(s1 - s0, c0 + chunk), gp, sum);
           if (c0 == 0)
             for (size_t r = 0; r < R; ++r)
               for (size_t h = 0; h < 2; ++h) first[r][h] = sum[r][h], sum[r][h] = hn::Zero(di);
@@ -353,8 +339,7 @@ bool GemmScaledI32Impl(const ScaledFusedArgs& g, float* c, size_t chunk) {
             }
           }
       }
-      for (size_t r = 0; r < R; ++r)
-        for (size_t h = 0; h < 2; ++h) hn::StoreU(hn::IfThenElse(bad[r][h], nan, part[r][h]), df, ct + r * ldc + h * N);
+      StoreTile<R>(df, part, bad, ct, ldc);
     });
   });
   return true;

@@ -108,8 +108,7 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
             }
             // Products scale by 2^(F - emax) (clamped: out of range only when every product is zero or
             // too small to leave a bit); the accumulator's significand by 2^(ec - emax + F).
-            const VI ge = hn::Min(hn::Sub(fbits, emax[r][h]), hn::Set(di, 127));
-            g2[r][h] = Pow2OrZero(df, ge);
+            g2[r][h] = Pow2OrZero(df, hn::Sub(fbits, emax[r][h]));
             sum[r][h] = AccTermI32<kTermRne>(df, part[r][h], ec[r][h], emax[r][h], fbits);
           }
         AddTermsI32<kTermRne, R>(df, pa.get() + (p * g.k + s0) * R, pb.get() + (q * g.k + s0) * nr, 0, s1 - s0, g2, sum);

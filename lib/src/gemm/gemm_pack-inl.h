@@ -218,7 +218,7 @@ HWY_INLINE VI AccTermI32(DF df, hn::Vec<DF> part, VI ec, VI emax, VI fbits) {
                                   hn::BitCast(df, hn::Or(hn::And(bits, hn::Set(di, static_cast<int32_t>(0x807FFFFFu))),
                                                          hn::Set(di, 127 << 23))));
   const VI dacc = hn::Add(hn::Sub(ec, emax), fbits);
-  return ToI32InRange<kRne>(di, hn::Mul(sig, Pow2OrZero(df, hn::Min(dacc, hn::Set(di, 127)))));
+  return ToI32InRange<kRne>(di, hn::Mul(sig, Pow2OrZero(df, dacc)));
 }
 
 // f * 2^unit for f an integer-valued FP32 number already rounded to the step's bits (a step's sum, or

@@ -301,6 +301,47 @@ TEST_CASE("MX parallel quantization is independent of the thread count", "[mx]")
   omp_set_num_threads(saved);
 }
 
+// Outputs of at least 2^23 codes take non-temporal stores (kStreamCodes, quantize/quantize_internal.h):
+// whole 64-byte stores where the codes are 64-byte aligned, four 16-byte ones where they are 16-byte aligned,
+// the cached store otherwise. Quarters of the tensor stay below the threshold: the codes and scales of the
+// whole must equal theirs, at each alignment, on every target and both thread counts.
+TEST_CASE("MX quantization past the non-temporal threshold equals the cached path at every code alignment", "[mx][simd]") {
+  TargetGuard guard;
+  const size_t n = (size_t{1} << 23) + 32 * 3, quarter = n / 4 / 32 * 32;
+  const std::vector<float> x = MakeTensor(n, 7);
+  const int saved = omp_get_max_threads();
+  for (const char* elem : {"e4m3", "e2m1"}) {
+    MxSpec spec;
+    spec.elem = GetFormat(elem);
+    for (Rounding r : {Rounding::kRne, Rounding::kSrA}) {
+      spec.cast.rounding = r;
+      std::vector<uint8_t> want(n), want_s(MxScaleCount(n, spec));
+      for (size_t start = 0; start < n; start += quarter) {
+        const size_t len = std::min(quarter, n - start);
+        QuantizeMx(DType::kF32, x.data() + start, len, spec, want.data() + start, want_s.data() + start / 32, SrSource{5, start, nullptr},
+                   Exec::kSequential);
+      }
+      std::vector<uint8_t> buf(n + 128), s(want_s.size());
+      const size_t aligned = (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+      for (const std::string& target : SimdTargets()) {
+        ForceSimdTarget(target);
+        for (size_t offset : {aligned, aligned + 16, aligned + 1}) {
+          for (int threads : {1, 2}) {
+            omp_set_num_threads(threads);
+            INFO(elem << " " << RoundingName(r) << " " << target << " code offset " << offset - aligned << " from a 64-byte line, threads " << threads);
+            uint8_t* codes = buf.data() + offset;
+            QuantizeMx(DType::kF32, x.data(), n, spec, codes, s.data(), SrSource{5, 0, nullptr}, Exec::kParallel);
+            CHECK(std::memcmp(codes, want.data(), n) == 0);
+            CHECK(s == want_s);
+          }
+        }
+      }
+      ForceSimdTarget("");
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
 TEST_CASE("MX specs are validated with clear messages", "[mx]") {
   MxSpec spec;
   spec.elem = fmt::kUE8M0;

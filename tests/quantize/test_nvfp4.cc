@@ -213,6 +213,60 @@ TEST_CASE("NVFP4 quantization equals the reference on every SIMD target and thre
   omp_set_num_threads(omp_get_num_procs());
 }
 
+// The amax pass keeps every block's maximum for the quantize pass (quantize/mx_simd.cc, AmaxBitsOfBlocks):
+// chunks of whole vectors of maxima, then the blocks left over one at a time. Tensors of 1 to 2048 + 37
+// blocks put the leftovers at every count, with NaN and Inf in the last blocks (left over, or the last
+// chunk's), under each NaN policy, on every target.
+TEST_CASE("NVFP4 block maxima from the amax pass: leftover blocks and specials at the end", "[quantize][nvfp4][simd]") {
+  TargetGuard guard;
+  for (size_t blocks : {size_t{1}, size_t{5}, size_t{21}, size_t{63}, size_t{64}, size_t{65}, size_t{129}, size_t{2048 + 37}}) {
+    const size_t rows = blocks % 2 == 0 ? 2 : 1, cols = blocks * 16 / rows;
+    std::vector<float> x = Nvfp4Matrix(rows, cols, static_cast<uint32_t>(blocks), 1.0f, false);
+    const size_t n = x.size();
+    for (int special = 0; special < 3; ++special) {
+      if (special == 1) x[n - 3] = std::nanf("");
+      if (special == 2) x[n - 20 < n ? n - 20 : 0] = -HUGE_VALF;
+      for (DType t : {DType::kF32, DType::kBF16}) {
+        const Source src = MakeSource(t, x);
+        const TensorView v{t, src.data(x), rows, cols};
+        for (NanPolicy nan : {NanPolicy::kBlockNan, NanPolicy::kIgnoreNan, NanPolicy::kIgnore}) {
+          const QuantSpec spec = Nvfp4Spec(ScaleRule::kNvfp4, nan, Rounding::kRne);
+          const QuantizedTensor want = QuantizeRef(v, spec);
+          for (const std::string& target : SimdTargets()) {
+            ForceSimdTarget(target);
+            CheckSame(Quantize(v, spec, Exec::kSequential), want,
+                      Name(spec, t, 1.0f, rows, cols) + " special " + std::to_string(special) + " " + target);
+          }
+          ForceSimdTarget("");
+        }
+      }
+    }
+  }
+}
+
+// Past 2^23 codes the quantize pass stores its codes non-temporally (kStreamCodes); the tensor here is
+// 2^23 + 2^14 elements, so the last run is partial.
+TEST_CASE("NVFP4 quantization past the non-temporal threshold equals the reference", "[quantize][nvfp4][simd]") {
+  TargetGuard guard;
+  const size_t rows = 2049, cols = 4096;
+  const std::vector<float> x = Nvfp4Matrix(rows, cols, 77, 0.7123f, true);
+  const TensorView v{DType::kF32, x.data(), rows, cols};
+  const int saved = omp_get_max_threads();
+  for (Rounding r : {Rounding::kRne, Rounding::kSrA}) {
+    const QuantSpec spec = Nvfp4Spec(ScaleRule::kNvfp4, NanPolicy::kIgnoreNan, r);
+    const QuantizedTensor want = QuantizeRef(v, spec);
+    for (const std::string& target : SimdTargets()) {
+      ForceSimdTarget(target);
+      for (int threads : {1, 2}) {
+        omp_set_num_threads(threads);
+        CheckSame(Quantize(v, spec), want, DescribeSpec(spec) + " " + target + " threads " + std::to_string(threads));
+      }
+    }
+    ForceSimdTarget("");
+  }
+  omp_set_num_threads(saved);
+}
+
 TEST_CASE("The NVFP4 test data separate the two scale orders", "[quantize][nvfp4]") {
   // Were the kernel to swap nvfp4's order for nvfp4-div's (or the reverse), the tests above would see it:
   // on these data the two orders give different scales.

@@ -50,8 +50,10 @@ simd::MxKernelArgs MakeArgs(const MxSpec& spec, const simd::ConvertParams& p) {
 
 namespace detail {
 
-void RunBlockKernel(const simd::MxKernelArgs& args, DType src_type, const void* src, size_t n, uint8_t* codes,
+void RunBlockKernel(const simd::MxKernelArgs& kernel_args, DType src_type, const void* src, size_t n, uint8_t* codes,
                     uint8_t* scales, const SrSource& sr, Exec exec) {
+  simd::MxKernelArgs args = kernel_args;
+  args.stream = n >= kStreamCodes;
   const size_t esize = src_type == DType::kF32 ? 4 : 2;
   const size_t chunk = kBlocksPerChunk * static_cast<size_t>(args.block);
   if (exec == Exec::kSequential || n <= chunk) {

@@ -413,9 +413,10 @@ void QuantizeFp32Contiguous(const Ctx& c, size_t block_len, QuantizedTensor& q, 
 }
 
 // NVFP4 blocks that tile each row: the tensor amax (unless given), then the block kernel, both over the
-// same runs of kBlocksPerRun blocks, each thread on its own share. The second pass walks a thread's runs
-// in reverse, so that it starts on the data the first pass read last, still in cache. Runs are
-// independent (SR words come from element indices), so neither the order nor the split changes a bit.
+// same runs of kBlocksPerRun blocks, each thread on its own share. The first pass also keeps every block's
+// maximum, so that the second only scales and converts. The second pass walks a thread's runs in reverse,
+// so that it starts on the data the first pass read last, still in cache. Runs are independent (SR words
+// come from element indices), so neither the order nor the split changes a bit.
 void QuantizeNvfp4Rows(const TensorView& x, const QuantSpec& spec, size_t block, const float* given_amax, Exec exec,
                        QuantizedTensor& q) {
   const size_t n = x.rows * x.cols, esize = DTypeSize(x.dtype), run = detail::kBlocksPerRun * block;
@@ -424,6 +425,8 @@ void QuantizeNvfp4Rows(const TensorView& x, const QuantSpec& spec, size_t block,
   const uint32_t limit = detail::TensorAmaxKeepsInf(spec.nan) ? 0x7F800001u : 0x7F800000u;
   const uint8_t* src = static_cast<const uint8_t*>(x.data);
   std::vector<uint32_t> part(static_cast<size_t>(threads), 0);
+  // Every block's maximum from the amax pass (not zeroed: the pass writes each entry before it is read).
+  const std::unique_ptr<uint32_t[]> block_max(given_amax == nullptr ? new uint32_t[n / block] : nullptr);
   std::unique_ptr<Nvfp4Kernel> kernel;
 #pragma omp parallel num_threads(threads)
   {
@@ -431,7 +434,9 @@ void QuantizeNvfp4Rows(const TensorView& x, const QuantSpec& spec, size_t block,
     const size_t lo = runs * t / nt, hi = runs * (t + 1) / nt;
     if (given_amax == nullptr) {
       uint32_t m = 0;
-      for (size_t r = lo; r < hi; ++r) m = std::max(m, simd::AmaxBits(x.dtype, src + r * run * esize, std::min(run, n - r * run), limit));
+      for (size_t r = lo; r < hi; ++r)
+        m = std::max(m, simd::AmaxBitsOfBlocks(x.dtype, src + r * run * esize, std::min(run, n - r * run), block,
+                                               block_max.get() + r * detail::kBlocksPerRun, limit));
       part[t] = m;
     }
 #pragma omp barrier
@@ -447,9 +452,11 @@ void QuantizeNvfp4Rows(const TensorView& x, const QuantSpec& spec, size_t block,
       q.tensor_decode = Nvfp4TensorDecode(s_enc, spec.rule);
       kernel = std::make_unique<Nvfp4Kernel>(spec, x.dtype, s_enc);
     }
-    const simd::MxKernelArgs args = kernel->For(block);
+    simd::MxKernelArgs args = kernel->For(block);
+    args.stream = n >= detail::kStreamCodes;
     for (size_t r = hi; r-- > lo;) {
       const size_t start = r * run;
+      if (block_max) args.block_amax = block_max.get() + r * detail::kBlocksPerRun;
       simd::QuantizeMxBlocks(args, x.dtype, src + start * esize, std::min(run, n - start), q.codes.data() + start,
                              q.scales.data() + r * detail::kBlocksPerRun, spec.seed, start, nullptr);
     }

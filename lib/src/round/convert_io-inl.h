@@ -13,6 +13,9 @@
 #include <cstring>
 
 #include "hwy/highway.h"
+#if HWY_ARCH_X86
+#include <immintrin.h>  // _mm_sfence on every target
+#endif
 #include "rng/philox_simd-inl.h"
 #include "round/convert_tiers-inl.h"
 #include "simd_lanes-inl.h"
@@ -96,6 +99,51 @@ HWY_INLINE void StoreCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* out) {
   StoreCodes(c1, out + lanes);
   StoreCodes(c2, out + 2 * lanes);
   StoreCodes(c3, out + 3 * lanes);
+#endif
+}
+
+// StoreCodes4 by non-temporal stores (MxKernelArgs::stream): the line is written without first being read
+// from memory. Where `out` is not 16-byte aligned, or on targets below AVX2, StoreCodes4. Callers end the
+// pass with StreamFence.
+HWY_INLINE void StreamCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* out) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(out);
+#if QMX_AVX512
+  if ((at & 15) == 0) {
+    const __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(c0.raw, c1.raw), _mm512_packus_epi32(c2.raw, c3.raw));
+    const __m512i r = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), b);
+    if ((at & 63) == 0) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(out), r);
+    } else {
+      __m128i* o = reinterpret_cast<__m128i*>(out);
+      _mm_stream_si128(o, _mm512_castsi512_si128(r));
+      _mm_stream_si128(o + 1, _mm512_extracti32x4_epi32(r, 1));
+      _mm_stream_si128(o + 2, _mm512_extracti32x4_epi32(r, 2));
+      _mm_stream_si128(o + 3, _mm512_extracti32x4_epi32(r, 3));
+    }
+    return;
+  }
+#elif HWY_TARGET == HWY_AVX2
+  if ((at & 15) == 0) {
+    const __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(c0.raw, c1.raw), _mm256_packus_epi32(c2.raw, c3.raw));
+    const __m256i r = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    if ((at & 31) == 0) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(out), r);
+    } else {
+      __m128i* o = reinterpret_cast<__m128i*>(out);
+      _mm_stream_si128(o, _mm256_castsi256_si128(r));
+      _mm_stream_si128(o + 1, _mm256_extracti128_si256(r, 1));
+    }
+    return;
+  }
+#endif
+  (void)at;
+  StoreCodes4(c0, c1, c2, c3, out);
+}
+
+// Orders the non-temporal stores of StreamCodes4 before whatever follows (another thread reading the codes).
+HWY_INLINE void StreamFence() {
+#if HWY_ARCH_X86
+  _mm_sfence();
 #endif
 }
 

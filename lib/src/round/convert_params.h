@@ -63,11 +63,20 @@ struct MxKernelArgs {
   float s_enc, s_m;
   const ConvertParams* p_e4m3;  // FP32 -> E4M3, RNE, satfinite (the scale's conversion)
   const float* mult;            // 128 entries
+  // The caller's |x| bit maxima of this call's blocks (every lane, NaN highest: what the kernel's own first
+  // pass takes), or nullptr for the kernel to take them. Used where the source is not flushed.
+  const uint32_t* block_amax = nullptr;
+  // Codes by non-temporal stores where whole lines allow: for outputs too large for the caches, whose lines
+  // would otherwise be read from memory before being written over.
+  bool stream = false;
 };
 void QuantizeMxBlocks(const MxKernelArgs& a, DType src, const void* in, size_t n, uint8_t* codes,
                       uint8_t* scales, uint64_t seed, uint64_t first_index, const uint32_t* rbits);
 // max over the n elements of |x| bits below `limit` (0x7F800000: finite elements; 0x7F800001: Inf too).
 uint32_t AmaxBits(DType src, const void* in, size_t n, uint32_t limit);
+// The |x| bit maxima of the n / block whole blocks of `in` (n a multiple of block) into out, every lane
+// counted (MxKernelArgs::block_amax), and the return value AmaxBits(src, in, n, limit), from the same read.
+uint32_t AmaxBitsOfBlocks(DType src, const void* in, size_t n, size_t block, uint32_t* out, uint32_t limit);
 void DequantizeMxBlocks(const float* table, int block, const uint8_t* codes, const uint8_t* scales, size_t n,
                         float* out);
 

@@ -83,16 +83,26 @@ HWY_INLINE void StoreCodesPartial(VU code, uint8_t* out, size_t count) {
 
 // Four vectors of codes (each lane < 256) as 4 * Lanes bytes in order. On AVX-512 and AVX2 two packs with
 // unsigned saturation leave, in each 128-bit block j, the four vectors' lanes 4j..4j+3; one dword permute
-// puts the blocks in order: 4 shuffles and one store where StoreCodes takes 8 and four.
+// puts the blocks in order: 4 shuffles and one store where StoreCodes takes 8 and four. (The zero-masking
+// forms of the AVX-512 permute and extract: GCC 12 reports the plain forms' undefined pass-through source as
+// maybe uninitialized.)
+#if QMX_AVX512
+HWY_INLINE __m512i PackCodes4(VU c0, VU c1, VU c2, VU c3) {
+  const __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(c0.raw, c1.raw), _mm512_packus_epi32(c2.raw, c3.raw));
+  return _mm512_maskz_permutexvar_epi32(0xFFFF, _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), b);
+}
+#elif HWY_TARGET == HWY_AVX2
+HWY_INLINE __m256i PackCodes4(VU c0, VU c1, VU c2, VU c3) {
+  const __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(c0.raw, c1.raw), _mm256_packus_epi32(c2.raw, c3.raw));
+  return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+#endif
+
 HWY_INLINE void StoreCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* out) {
 #if QMX_AVX512
-  const __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(c0.raw, c1.raw), _mm512_packus_epi32(c2.raw, c3.raw));
-  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  _mm512_storeu_si512(out, _mm512_permutexvar_epi32(idx, b));
+  _mm512_storeu_si512(out, PackCodes4(c0, c1, c2, c3));
 #elif HWY_TARGET == HWY_AVX2
-  const __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(c0.raw, c1.raw), _mm256_packus_epi32(c2.raw, c3.raw));
-  const __m256i idx = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permutevar8x32_epi32(b, idx));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), PackCodes4(c0, c1, c2, c3));
 #else
   const size_t lanes = hn::Lanes(DU());
   StoreCodes(c0, out);
@@ -103,29 +113,27 @@ HWY_INLINE void StoreCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* out) {
 }
 
 // StoreCodes4 by non-temporal stores (MxKernelArgs::stream): the line is written without first being read
-// from memory. Where `out` is not 16-byte aligned, or on targets below AVX2, StoreCodes4. Callers end the
-// pass with StreamFence.
+// from memory. One vector-wide store where `out` is that aligned, 16-byte ones where it is 16-byte aligned;
+// elsewhere, and on targets below AVX2, StoreCodes4. Callers end the pass with StreamFence.
 HWY_INLINE void StreamCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* out) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(out);
 #if QMX_AVX512
   if ((at & 15) == 0) {
-    const __m512i b = _mm512_packus_epi16(_mm512_packus_epi32(c0.raw, c1.raw), _mm512_packus_epi32(c2.raw, c3.raw));
-    const __m512i r = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), b);
+    const __m512i r = PackCodes4(c0, c1, c2, c3);
     if ((at & 63) == 0) {
       _mm512_stream_si512(reinterpret_cast<__m512i*>(out), r);
     } else {
       __m128i* o = reinterpret_cast<__m128i*>(out);
-      _mm_stream_si128(o, _mm512_castsi512_si128(r));
-      _mm_stream_si128(o + 1, _mm512_extracti32x4_epi32(r, 1));
-      _mm_stream_si128(o + 2, _mm512_extracti32x4_epi32(r, 2));
-      _mm_stream_si128(o + 3, _mm512_extracti32x4_epi32(r, 3));
+      _mm_stream_si128(o, _mm512_maskz_extracti32x4_epi32(0xF, r, 0));
+      _mm_stream_si128(o + 1, _mm512_maskz_extracti32x4_epi32(0xF, r, 1));
+      _mm_stream_si128(o + 2, _mm512_maskz_extracti32x4_epi32(0xF, r, 2));
+      _mm_stream_si128(o + 3, _mm512_maskz_extracti32x4_epi32(0xF, r, 3));
     }
     return;
   }
 #elif HWY_TARGET == HWY_AVX2
   if ((at & 15) == 0) {
-    const __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(c0.raw, c1.raw), _mm256_packus_epi32(c2.raw, c3.raw));
-    const __m256i r = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    const __m256i r = PackCodes4(c0, c1, c2, c3);
     if ((at & 31) == 0) {
       _mm256_stream_si256(reinterpret_cast<__m256i*>(out), r);
     } else {

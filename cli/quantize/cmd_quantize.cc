@@ -179,7 +179,8 @@ void RunQuantize(const QuantizeArgs& a) {
     t["error"] = ErrorJson(x, dq);
     jt.push_back(t);
     const int bits = spec.elem.Bits();
-    std::vector<uint8_t> codes = a.pack ? PackCodes(q.codes.data(), q.codes.size(), bits == 8 ? 8 : bits) : q.codes;
+    std::vector<uint8_t> codes = a.pack ? PackCodes(q.codes.data(), q.codes.size(), bits == 8 ? 8 : bits)
+                                        : std::vector<uint8_t>(q.codes.begin(), q.codes.end());
     std::vector<size_t> code_shape = a.pack ? std::vector<size_t>{codes.size()} : arr.shape;
     if (code_shape.empty()) code_shape = {1};
     if (code_dtype != nullptr && spec.elem.Bits() < 8 && codes.size() * static_cast<size_t>(spec.elem.Bits()) % 8 != 0)

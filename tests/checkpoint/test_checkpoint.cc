@@ -53,7 +53,8 @@ std::vector<uint8_t> Random(size_t n, uint32_t seed, int lo, int hi) {
 }
 
 // Two E2M1 codes per byte, element 2i in the low nibble (written out, not PackCodes).
-std::vector<uint8_t> Nibbles(const std::vector<uint8_t>& codes) {
+template <class Codes>
+std::vector<uint8_t> Nibbles(const Codes& codes) {
   std::vector<uint8_t> out(codes.size() / 2);
   for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(codes[2 * i] | (codes[2 * i + 1] << 4));
   return out;

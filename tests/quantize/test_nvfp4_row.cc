@@ -20,6 +20,7 @@
 #include "qmx/quantize.h"
 #include "qmx/round.h"
 #include "qmx/scale.h"
+#include "support/codes.h"
 #include "support/hex.h"
 #include "support/modes.h"
 
@@ -235,13 +236,13 @@ TEST_CASE("row-scaled NVFP4: the spec validates, round-trips through JSON and le
   CHECK_THROWS_WITH(QuantizeNvfp4WithAmaxRef({DType::kF32, x.data(), 4, 32}, s, 1.0f), Catch::Contains("each line's amax"));
   // Stored parts: the line amaxes must match the lines.
   const QuantizedTensor q = Quantize({DType::kF32, x.data(), 4, 32}, s);
-  const QuantizedTensor back = AssembleQuantized(s, {4, 32}, q.codes, q.scales, q.tensor_amax, q.line_amax);
+  const QuantizedTensor back = AssembleQuantized(s, {4, 32}, qmx::test::PlainCodes(q.codes), q.scales, q.tensor_amax, q.line_amax);
   std::vector<float> d1(x.size()), d2(x.size());
   Dequantize(q, d1.data());
   Dequantize(back, d2.data());
   CHECK(std::memcmp(d1.data(), d2.data(), d1.size() * 4) == 0);
-  CHECK_THROWS_WITH(AssembleQuantized(s, {4, 32}, q.codes, q.scales, q.tensor_amax, {1.0f}), Catch::Contains("one amax per row (4)"));
-  CHECK_THROWS_WITH(AssembleQuantized(QuantSpecByName("nvfp4"), {4, 32}, q.codes, q.scales, 1.0f, q.line_amax),
+  CHECK_THROWS_WITH(AssembleQuantized(s, {4, 32}, qmx::test::PlainCodes(q.codes), q.scales, q.tensor_amax, {1.0f}), Catch::Contains("one amax per row (4)"));
+  CHECK_THROWS_WITH(AssembleQuantized(QuantSpecByName("nvfp4"), {4, 32}, qmx::test::PlainCodes(q.codes), q.scales, 1.0f, q.line_amax),
                     Catch::Contains("not row-scaled"));
   QuantizedTensor broken = q;
   broken.line_amax.pop_back();

@@ -15,6 +15,7 @@
 #include "qmx/io.h"
 #include "qmx/quantize.h"
 #include "qmx/round.h"
+#include "support/codes.h"
 #include "support/hex.h"
 
 using namespace qmx;
@@ -56,9 +57,9 @@ TEST_CASE("nvfp4 and nvfp4-4over6 reproduce Transformer Engine's reference quant
         spec.rule = m.rule;
         const QuantizedTensor q = Quantize(v, spec), r = QuantizeRef(v, spec);
         CHECK(Differ(q.scales, scales.data, "scale") == 0);
-        CHECK(Differ(q.codes, codes.data, "code") == 0);
+        CHECK(Differ(qmx::test::PlainCodes(q.codes), codes.data, "code") == 0);
         CHECK(Differ(r.scales, scales.data, "reference scale") == 0);
-        CHECK(Differ(r.codes, codes.data, "reference code") == 0);
+        CHECK(Differ(qmx::test::PlainCodes(r.codes), codes.data, "reference code") == 0);
         if (row) {
           const NpyArray tensor = Golden(std::string(name) + "_" + m.name + "_codes");
           for (size_t i = 0; i < tensor.data.size(); ++i) row_vs_tensor += tensor.data[i] != codes.data[i];

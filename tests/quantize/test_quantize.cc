@@ -14,6 +14,7 @@
 #include "qmx/error.h"
 #include "qmx/quantize.h"
 #include "qmx/round.h"
+#include "support/codes.h"
 #include "support/hex.h"
 #include "support/modes.h"
 
@@ -104,6 +105,44 @@ TEST_CASE("Quantize equals the reference for every recipe, axis, source type and
             INFO(what << ": dequantize / fake-quantize mismatches " << bad);
             CHECK(bad == 0);
           }
+        }
+      }
+    }
+  }
+}
+
+// The fast path does not zero its codes before writing them (CodeVector): every route must write each one.
+// Before each call a freed block of the codes' size full of 0xA5 waits on the heap, and the probe shows
+// that a CodeVector of that size takes it back unwritten; a code the route skipped would then differ from
+// the reference's.
+TEST_CASE("Quantize writes every code: none is left over from the heap", "[quantize]") {
+  const std::pair<size_t, size_t> shapes[] = {{37, 70}, {64, 1024}, {16, 32}, {130, 48}};
+  const auto poison = [](size_t n) {
+    std::vector<uint8_t> junk(n, 0xA5);
+    volatile uint8_t keep = junk[n / 2];
+    (void)keep;
+  };
+  for (const auto& [rows, cols] : shapes) {
+    const std::vector<float> xf = MakeMatrix(rows, cols, static_cast<uint32_t>(rows + cols));
+    const TensorView x{DType::kF32, xf.data(), rows, cols};
+    const size_t n = rows * cols;
+    poison(n);
+    CodeVector probe;
+    probe.resize(n);
+    size_t dirty = 0;
+    for (uint8_t b : probe) dirty += b == 0xA5;
+    INFO(rows << "x" << cols << ": the probe found " << dirty << " poisoned bytes");
+    CHECK(dirty > n / 2);
+    probe = CodeVector();
+    for (const std::string& name : QuantSpecNames()) {
+      if (name == "fp8-delayed") continue;
+      for (Axis axis : {Axis::kRow, Axis::kCol}) {
+        QuantSpec spec = QuantSpecByName(name);
+        spec.axis = axis;
+        const QuantizedTensor want = QuantizeRef(x, spec);
+        for (Exec e : {Exec::kSequential, Exec::kParallel}) {
+          poison(n);
+          CheckSame(Quantize(x, spec, e), want, Where(spec, x) + (e == Exec::kParallel ? " parallel" : ""));
         }
       }
     }
@@ -386,16 +425,16 @@ TEST_CASE("spec overrides, the JSON form of a spec and reassembled tensors", "[q
   for (const char* name : {"mxfp8", "nvfp4", "fp8-block128x128"}) {
     const QuantSpec sp = QuantSpecByName(name);
     const QuantizedTensor q = Quantize(TensorView{DType::kF32, x.data(), 48, 80}, sp);
-    const QuantizedTensor r = AssembleQuantized(sp, {6, 8, 80}, q.codes, q.scales, q.tensor_amax);
+    const QuantizedTensor r = AssembleQuantized(sp, {6, 8, 80}, qmx::test::PlainCodes(q.codes), q.scales, q.tensor_amax);
     CHECK((r.rows == 48 && r.cols == 80 && r.scale_rows == q.scale_rows && r.scale_cols == q.scale_cols));
     std::vector<float> a(x.size()), b(x.size());
     Dequantize(q, a.data());
     Dequantize(r, b.data());
     CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
     std::vector<uint8_t> short_scales(q.scales.begin(), q.scales.end() - 1);
-    CHECK_THROWS_WITH(AssembleQuantized(sp, {48, 80}, q.codes, short_scales, q.tensor_amax),
+    CHECK_THROWS_WITH(AssembleQuantized(sp, {48, 80}, qmx::test::PlainCodes(q.codes), short_scales, q.tensor_amax),
                       Catch::Matchers::Contains("scale bytes"));
-    CHECK_THROWS_AS(AssembleQuantized(sp, {48, 81}, q.codes, q.scales, q.tensor_amax), Error);
+    CHECK_THROWS_AS(AssembleQuantized(sp, {48, 81}, qmx::test::PlainCodes(q.codes), q.scales, q.tensor_amax), Error);
   }
   // The dequantization error over finite elements, in element order.
   const float src[4] = {1.0f, 2.0f, NAN, 4.0f}, dq[4] = {1.0f, 2.5f, 3.0f, 4.0f};

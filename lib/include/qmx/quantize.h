@@ -5,7 +5,10 @@
 #pragma once
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -106,11 +109,39 @@ struct QuantStats {
                                           // exponent of the decode scale (255 = Inf/NaN)
 };
 
+// The element codes' container: a std::vector<uint8_t> whose resize leaves new bytes unwritten (the
+// allocator's construct default-initializes). The quantizers write every code, and a zero fill first costs
+// a whole extra write of the output: on 2^24 NVFP4 elements 0.7-1.1 ms of 7.6-8.8 on one thread.
+// Convert to a plain vector with std::vector<uint8_t>(c.begin(), c.end()); == compares it with one.
+template <class T>
+struct UninitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitAllocator<U>;
+  };
+  UninitAllocator() = default;
+  template <class U>
+  UninitAllocator(const UninitAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using CodeVector = std::vector<uint8_t, UninitAllocator<uint8_t>>;
+inline bool operator==(const CodeVector& a, const std::vector<uint8_t>& b) { return std::equal(a.begin(), a.end(), b.begin(), b.end()); }
+inline bool operator==(const std::vector<uint8_t>& a, const CodeVector& b) { return b == a; }
+inline bool operator!=(const CodeVector& a, const std::vector<uint8_t>& b) { return !(a == b); }
+inline bool operator!=(const std::vector<uint8_t>& a, const CodeVector& b) { return !(b == a); }
+
 struct QuantizedTensor {
   QuantSpec spec;
   std::vector<size_t> shape;  // the source's shape; rows x cols is its 2-D view
   size_t rows = 0, cols = 0;
-  std::vector<uint8_t> codes;  // rows * cols element codes, one per byte, row-major (unpacked)
+  CodeVector codes;  // rows * cols element codes, one per byte, row-major (unpacked)
   size_t scale_rows = 0, scale_cols = 0;  // ceil(rows / block rows) x ceil(cols / block cols)
   std::vector<uint8_t> scales;  // row-major; ScaleBytes(ScaleFormatOf(rule)) bytes each (FP32 little-endian)
   float tensor_amax = 0;        // NVFP4 and per-tensor scaling: the source's amax (NaN-aware max of |x|)

@@ -364,7 +364,7 @@ GemmOperand OperandFromQuantized(const QuantizedTensor& q) {
   o.elem = q.spec.elem;
   o.rows = q.rows;
   o.cols = q.cols;
-  o.codes = q.codes;
+  o.codes.assign(q.codes.begin(), q.codes.end());
   const BlockExtent ext = ResolveBlock(q.spec, q.rows, q.cols);
   const ScaleFormat sf = ScaleFormatOf(q.spec.rule);
   o.scale_format = sf;

@@ -24,7 +24,7 @@ namespace qmx {
 
 namespace detail {
 
-QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec) {
+QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec, bool zero_codes) {
   ValidateQuantSpec(spec);
   if (!IsFastSource(x.dtype))
     throw Error(std::string("quantization reads fp32, bf16 or fp16 tensors, not ") + DTypeName(x.dtype) +
@@ -37,7 +37,8 @@ QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec) {
   const BlockExtent be = ResolveBlock(spec, x.rows, x.cols);
   q.scale_rows = (x.rows + be.rows - 1) / be.rows;
   q.scale_cols = (x.cols + be.cols - 1) / be.cols;
-  q.codes.assign(x.rows * x.cols, 0);
+  if (zero_codes) q.codes.assign(x.rows * x.cols, 0);
+  else q.codes.resize(x.rows * x.cols);
   q.scales.assign(q.scale_rows * q.scale_cols * ScaleBytes(ScaleFormatOf(spec.rule)), 0);
   if (spec.row_scaled) q.line_amax.assign(spec.axis == Axis::kCol ? x.cols : x.rows, 0.0f);
   return q;
@@ -496,7 +497,7 @@ QuantizedTensor QuantizeImpl(const TensorView& x, const QuantSpec& spec, Exec ex
   // is the reference (each block is independent; the thread count cannot change a bit).
   if (IsNvfp4FourOverSix(spec.rule) && fixed == nullptr)
     return given_amax ? QuantizeNvfp4WithAmaxRef(x, spec, *given_amax) : QuantizeRef(x, spec);
-  QuantizedTensor q = detail::MakeShell(x, spec);
+  QuantizedTensor q = detail::MakeShell(x, spec, false);  // every route below writes each code
   if (x.rows == 0 || x.cols == 0) return q;
   Ctx c{&x, &spec, ResolveBlock(spec, x.rows, x.cols), q.scale_cols, 1.0f, fixed != nullptr, fixed ? *fixed : Fp32Scale{}, nullptr,
         static_cast<float>(Limits(spec.elem).max_finite)};

@@ -11,7 +11,9 @@
 
 namespace qmx::detail {
 
-QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec);  // validated, sized, zeroed
+// Validated and sized; the scales zeroed, the codes zeroed too unless `zero_codes` is false (the fast path,
+// whose every route writes each code: see CodeVector in qmx/quantize.h).
+QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec, bool zero_codes = true);
 // Validates the spec and that a row-scaled tensor holds one amax per line (and no other tensor any).
 void CheckLineAmax(const QuantizedTensor& q);
 float TensorAmax(const TensorView& x, NanPolicy policy);  // one element at a time (the reference's)

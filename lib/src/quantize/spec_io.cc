@@ -103,7 +103,7 @@ QuantizedTensor AssembleQuantized(const QuantSpec& spec, std::vector<size_t> sha
   const BlockExtent be = ResolveBlock(spec, q.rows, q.cols);
   q.scale_rows = q.rows == 0 ? 0 : (q.rows + be.rows - 1) / be.rows;
   q.scale_cols = q.cols == 0 ? 0 : (q.cols + be.cols - 1) / be.cols;
-  q.codes = std::move(codes);
+  q.codes.assign(codes.begin(), codes.end());
   q.scales = std::move(scales);
   const size_t want = q.scale_rows * q.scale_cols * ScaleBytes(ScaleFormatOf(spec.rule));
   if (q.scales.size() != want)

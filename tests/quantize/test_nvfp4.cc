@@ -244,8 +244,8 @@ TEST_CASE("NVFP4 block maxima from the amax pass: leftover blocks and specials a
   }
 }
 
-// Past 2^23 codes the quantize pass stores its codes non-temporally (kStreamCodes); the tensor here is
-// 2^23 + 2^14 elements, so the last run is partial.
+// Past 2^23 codes the quantize pass stores its codes non-temporally (kStreamCodes), whole 64-byte lines
+// (CodeVector's storage is line-aligned); the tensor here is 2^23 + 2^12 elements, so the last run is partial.
 TEST_CASE("NVFP4 quantization past the non-temporal threshold equals the reference", "[quantize][nvfp4][simd]") {
   TargetGuard guard;
   const size_t rows = 2049, cols = 4096;
@@ -259,7 +259,9 @@ TEST_CASE("NVFP4 quantization past the non-temporal threshold equals the referen
       ForceSimdTarget(target);
       for (int threads : {1, 2}) {
         omp_set_num_threads(threads);
-        CheckSame(Quantize(v, spec), want, DescribeSpec(spec) + " " + target + " threads " + std::to_string(threads));
+        const QuantizedTensor got = Quantize(v, spec);
+        CHECK(reinterpret_cast<uintptr_t>(got.codes.data()) % 64 == 0);
+        CheckSame(got, want, DescribeSpec(spec) + " " + target + " threads " + std::to_string(threads));
       }
     }
     ForceSimdTarget("");

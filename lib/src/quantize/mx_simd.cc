@@ -172,8 +172,7 @@ inline ScaleRule Nvfp4Rule(const MxKernelArgs& a) {
 // table[i] of every lane's index i < 128, as FP32 bits. On AVX-512 four two-table permutes and three
 // blends, instead of a gather (a gather of 16 lanes costs several times as much on the machines measured).
 HWY_INLINE VU Lookup128(const float* table, VU idx) {
-  const DU du;
-#if HWY_TARGET <= HWY_AVX3
+#if QMX_AVX512
   const __m512i i = idx.raw;
   const auto pair = [&](size_t t) {
     return _mm512_permutex2var_ps(_mm512_loadu_ps(table + 32 * t), i, _mm512_loadu_ps(table + 32 * t + 16));
@@ -183,6 +182,7 @@ HWY_INLINE VU Lookup128(const float* table, VU idx) {
   const __m512 lo = _mm512_mask_blend_ps(b5, pair(0), pair(1)), hi = _mm512_mask_blend_ps(b5, pair(2), pair(3));
   return VU{_mm512_castps_si512(_mm512_mask_blend_ps(b6, lo, hi))};
 #else
+  const DU du;
   const DF df;
   const DI di;
   return hn::BitCast(du, hn::GatherIndex(df, table, hn::BitCast(di, idx)));

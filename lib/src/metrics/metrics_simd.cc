@@ -36,8 +36,9 @@ struct Counts {
   uint64_t finite = 0, rel = 0, zero_ref = 0;  // elements added, of them ref != 0, ref == 0 != out
 };
 
-// Adds groups of eight from i on while every pair is finite, the sums in registers from and back to
-// buf; returns where it stopped (n, or a group holding a NaN or an Inf).
+// Adds groups of eight from i on, two at a time, while every pair is finite, the sums in registers from
+// and back to buf; returns where it stopped (n, a pair of groups holding a NaN or an Inf, or a last lone
+// group): the caller takes the group there through the scalar step, which gives the same bits.
 template <typename Ref>
 HWY_NOINLINE size_t FiniteRun(const Ref* ref, const float* out, size_t i, size_t n,
                               double (*buf)[detail::kErrorLanes], Counts& c) {
@@ -54,7 +55,10 @@ HWY_NOINLINE size_t FiniteRun(const Ref* ref, const float* out, size_t i, size_t
   size_t rel = 0, zero_ref = 0;
   const size_t start = i;
   constexpr size_t kPrefetch = 1024;  // elements ahead (4 KB of floats)
-  for (; i < n; i += detail::kErrorLanes) {
+  // Two groups of kErrorLanes per iteration (one check of both), each lane adding its two elements in
+  // index order: the same operations in the same order as one group at a time.
+  constexpr size_t kG = 2;
+  for (; i + kG * detail::kErrorLanes <= n; i += kG * detail::kErrorLanes) {
     // out - ref is finite exactly where both are: NaN and Inf propagate, and no difference of finite
     // values overflows in double (|out| < 2^128 is far below half an ulp of DBL_MAX).
     // Two streams with little work per byte: the hardware prefetcher alone leaves the loads waiting.
@@ -62,17 +66,18 @@ HWY_NOINLINE size_t FiniteRun(const Ref* ref, const float* out, size_t i, size_t
       hwy::Prefetch(ref + i + kPrefetch);
       hwy::Prefetch(out + i + kPrefetch);
     }
-    V rd[kV], od[kV], ev[kV];
+    V rd[kG * kV], od[kG * kV], ev[kG * kV];
     auto finite = hn::FirstN(d, N);
-    for (size_t v = 0; v < kV; ++v) {
+    for (size_t v = 0; v < kG * kV; ++v) {
       rd[v] = LoadRef(d, ref + i + v * N);
       od[v] = hn::PromoteTo(d, hn::LoadU(df, out + i + v * N));
       ev[v] = hn::Sub(od[v], rd[v]);
       finite = hn::And(finite, hn::IsFinite(ev[v]));
     }
     if (HWY_UNLIKELY(!hn::AllTrue(d, finite))) break;
-    for (size_t v = 0; v < kV; ++v) {
-      const V r = rd[v], o = od[v], e = ev[v];
+    for (size_t w = 0; w < kG * kV; ++w) {
+      const size_t v = w % kV;
+      const V r = rd[w], o = od[w], e = ev[w];
       acc[kSq][v] = hn::Add(acc[kSq][v], hn::Mul(e, e));
       acc[kErr][v] = hn::Add(acc[kErr][v], e);
       acc[kSqRef][v] = hn::Add(acc[kSqRef][v], hn::Mul(r, r));

@@ -125,7 +125,7 @@ struct UninitAllocator : std::allocator<T> {
   template <class U>
   UninitAllocator(const UninitAllocator<U>&) noexcept {}
   T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
-  void deallocate(T* p, std::size_t n) noexcept { ::operator delete(p, n * sizeof(T), std::align_val_t{64}); }
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{64}); }  // unsized: clang 14 has no sized form by default
   template <class U>
   void construct(U* p) noexcept {
     ::new (static_cast<void*>(p)) U;

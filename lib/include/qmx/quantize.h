@@ -125,7 +125,8 @@ struct UninitAllocator : std::allocator<T> {
   template <class U>
   UninitAllocator(const UninitAllocator<U>&) noexcept {}
   T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
-  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{64}); }  // unsized: clang 14 has no sized form by default
+  // The unsized aligned delete: clang 14 declares no sized form unless -fsized-deallocation.
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{64}); }
   template <class U>
   void construct(U* p) noexcept {
     ::new (static_cast<void*>(p)) U;
@@ -136,7 +137,9 @@ struct UninitAllocator : std::allocator<T> {
   }
 };
 using CodeVector = std::vector<uint8_t, UninitAllocator<uint8_t>>;
-inline bool operator==(const CodeVector& a, const std::vector<uint8_t>& b) { return std::equal(a.begin(), a.end(), b.begin(), b.end()); }
+inline bool operator==(const CodeVector& a, const std::vector<uint8_t>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end());
+}
 inline bool operator==(const std::vector<uint8_t>& a, const CodeVector& b) { return b == a; }
 inline bool operator!=(const CodeVector& a, const std::vector<uint8_t>& b) { return !(a == b); }
 inline bool operator!=(const std::vector<uint8_t>& a, const CodeVector& b) { return !(b == a); }

@@ -112,19 +112,23 @@ TEST_CASE("Quantize equals the reference for every recipe, axis, source type and
 }
 
 // The fast path does not zero its codes before writing them (CodeVector): every route must write each one.
-// Before each call a freed block of the codes' size and alignment full of 0xA5 waits on the heap, and the
-// probe shows that a CodeVector of that size takes it back unwritten (glibc; blocks under about 1 KB come
-// back holding the allocator's own words, so every shape here has 2,500 codes or more); a code the route
-// skipped would then differ from the reference's.
+// Before each call freed blocks of the codes' size and alignment full of 0xA5 wait on the heap, and a probe
+// shows that a CodeVector of that size takes one back unwritten; a code the route skipped would then differ
+// from the reference's. Whether the allocator hands a poisoned block back depends on its state (glibc; blocks
+// under about 1 KB come back holding its own words, so every shape here has 2,500 codes or more; run after
+// many other tests in one process a size may miss), so the probe must succeed for one shape at least.
 TEST_CASE("Quantize writes every code: none is left over from the heap", "[quantize]") {
   const std::pair<size_t, size_t> shapes[] = {{37, 70}, {64, 1024}, {48, 64}, {130, 48}};
-  const auto poison = [](size_t n) {  // a block of the codes' kind (64-byte aligned), then freed
-    CodeVector junk;
-    junk.resize(n);
-    std::fill(junk.begin(), junk.end(), uint8_t{0xA5});
-    volatile uint8_t keep = junk[n / 2];
+  const auto poison = [](size_t n) {  // blocks of the codes' kind (64-byte aligned), then freed
+    std::vector<CodeVector> junk(4);
+    for (CodeVector& j : junk) {
+      j.resize(n);
+      std::fill(j.begin(), j.end(), uint8_t{0xA5});
+    }
+    volatile uint8_t keep = junk[0][n / 2];
     (void)keep;
   };
+  size_t poisoned_shapes = 0;
   for (const auto& [rows, cols] : shapes) {
     const std::vector<float> xf = MakeMatrix(rows, cols, static_cast<uint32_t>(rows + cols));
     const TensorView x{DType::kF32, xf.data(), rows, cols};
@@ -135,11 +139,7 @@ TEST_CASE("Quantize writes every code: none is left over from the heap", "[quant
     size_t dirty = 0;
     for (uint8_t b : probe) dirty += b == 0xA5;
     INFO(rows << "x" << cols << ": the probe found " << dirty << " poisoned bytes");
-#if defined(__SANITIZE_ADDRESS__)
-    (void)dirty;  // AddressSanitizer quarantines freed blocks; it fills new ones with 0xbe itself (malloc_fill_byte)
-#else
-    CHECK(dirty > n / 2);
-#endif
+    poisoned_shapes += dirty > n / 2;
     probe = CodeVector();
     for (const std::string& name : QuantSpecNames()) {
       if (name == "fp8-delayed") continue;
@@ -154,6 +154,12 @@ TEST_CASE("Quantize writes every code: none is left over from the heap", "[quant
       }
     }
   }
+#if defined(__SANITIZE_ADDRESS__)
+  (void)poisoned_shapes;  // AddressSanitizer quarantines freed blocks; it fills new ones with 0xbe itself
+#else
+  INFO("shapes whose probe came back poisoned: " << poisoned_shapes << " of 4");
+  CHECK(poisoned_shapes >= 1);
+#endif
 }
 
 TEST_CASE("Quantize equals the reference on every SIMD target and thread count", "[quantize][simd]") {

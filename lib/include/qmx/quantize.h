@@ -4,13 +4,13 @@
 // 128x128) and per-row / per-tensor FP8 scaling (REFERENCES.md section 3).
 #pragma once
 
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <new>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qmx/cast_options.h"

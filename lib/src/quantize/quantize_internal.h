@@ -35,7 +35,8 @@ MxSpec MxSpecOf(const QuantSpec& spec, size_t block);  // the MX kernel's view o
 // kBlocksPerRun whole blocks under Exec::kParallel (mx.cc).
 constexpr size_t kBlocksPerRun = 2048;
 // Outputs of at least this many codes (bytes) are stored non-temporally (MxKernelArgs::stream): their
-// source is four times as large, beyond any cache, and every line of codes is written whole.
+// source is two (BF16, FP16) or four (FP32) times as large, beyond any cache, and every line of codes is
+// written whole.
 constexpr size_t kStreamCodes = size_t{8} << 20;
 void RunBlockKernel(const simd::MxKernelArgs& args, DType src_type, const void* src, size_t n, uint8_t* codes,
                     uint8_t* scales, const SrSource& sr, Exec exec);

@@ -232,6 +232,19 @@ HWY_NOINLINE void FusedBlocks(const FusedK& fk, const void* in, size_t block, si
       const VU x = LoadBits<S>(src, vi * lanes);
       return FusedVec<R, kCommon>(f, hn::BitCast(du, hn::Mul(hn::BitCast(df, x), hn::Set(df, mults[vi >> shift]))), none);
     };
+#if QMX_AVX512
+    if constexpr (R == Rounding::kRne && kCommon) {
+      if (f.e2m1) {
+        const auto scaled = [&](size_t vi) {
+          return hn::BitCast(du, hn::Mul(hn::BitCast(df, LoadBits<S>(src, vi * lanes)), hn::Set(df, mults[vi >> shift])));
+        };
+        for (; v + 4 <= nv; v += 4) {
+          PrefetchAhead<S>(src, v * lanes, 4 * lanes, ahead);
+          StoreBytes64<kStream>(E2m1Codes4(f, scaled(v), scaled(v + 1), scaled(v + 2), scaled(v + 3)), dst + v * lanes);
+        }
+      }
+    }
+#endif
     for (; v + 4 <= nv; v += 4) {
       PrefetchAhead<S>(src, v * lanes, 4 * lanes, ahead);
       if constexpr (kStream) StreamCodes4(code(v), code(v + 1), code(v + 2), code(v + 3), dst + v * lanes);

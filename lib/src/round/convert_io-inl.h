@@ -98,6 +98,33 @@ HWY_INLINE __m256i PackCodes4(VU c0, VU c1, VU c2, VU c3) {
 }
 #endif
 
+#if QMX_AVX512
+// E2M1 codes (RNE, satfinite, -0 coded) of four vectors of finite FP32 bits, as 64 bytes in order, by table.
+// A lane's key: its exponent field, the two mantissa bits below the point (the kept bit and the round
+// bit: E2M1 keeps one) and a sticky bit for the 21 below them, from bits >> 20 with bit 0 set where any
+// of bits 0..19 is. Binades below 2^-3 round to 0 and those from 2^3 saturate, as the lowest and highest
+// tabled ones do: the key is clamped into the 56 of exponents 124..130 in 16-bit lanes, and looked up in
+// the table FusedK holds (the codes that ConvertVec gives for those keys). The sign adds 8.
+HWY_INLINE __m512i E2m1Codes4(const FusedK& f, VU x0, VU x1, VU x2, VU x3) {
+  const __m512i low = _mm512_set1_epi32(0xFFFFF), one = _mm512_set1_epi32(1);
+  const auto key = [&](VU x) {
+    const __m512i t = _mm512_maskz_srli_epi32(0xFFFF, x.raw, 20);
+    return _mm512_mask_or_epi32(t, _mm512_test_epi32_mask(x.raw, low), t, one);
+  };
+  const auto codes = [&](__m512i w) {  // 32 keys with their signs (bit 11) -> 32 codes
+    const __mmask32 neg = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x800));
+    const __m512i idx = _mm512_min_epu16(_mm512_subs_epu16(_mm512_and_si512(w, _mm512_set1_epi16(0x7FF)), _mm512_set1_epi16(992)),
+                                         _mm512_set1_epi16(55));
+    const __m512i c = _mm512_permutex2var_epi16(f.e2m1_lo.raw, idx, f.e2m1_hi.raw);
+    return _mm512_mask_add_epi16(c, neg, c, _mm512_set1_epi16(8));
+  };
+  const __m512i w01 = codes(_mm512_packus_epi32(key(x0), key(x1))), w23 = codes(_mm512_packus_epi32(key(x2), key(x3)));
+  return _mm512_maskz_permutexvar_epi32(0xFFFF, _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15),
+                                        _mm512_packus_epi16(w01, w23));
+}
+
+#endif
+
 HWY_INLINE void StoreCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* out) {
 #if QMX_AVX512
   _mm512_storeu_si512(out, PackCodes4(c0, c1, c2, c3));
@@ -115,23 +142,31 @@ HWY_INLINE void StoreCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* out) {
 // StoreCodes4 by non-temporal stores (MxKernelArgs::stream): the line is written without first being read
 // from memory. One vector-wide store where `out` is that aligned, 16-byte ones where it is 16-byte aligned;
 // elsewhere, and on targets below AVX2, StoreCodes4. Callers end the pass with StreamFence.
-HWY_INLINE void StreamCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* out) {
-  const uintptr_t at = reinterpret_cast<uintptr_t>(out);
 #if QMX_AVX512
-  if ((at & 15) == 0) {
-    const __m512i r = PackCodes4(c0, c1, c2, c3);
-    if ((at & 63) == 0) {
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(out), r);
-    } else {
-      __m128i* o = reinterpret_cast<__m128i*>(out);
-      _mm_stream_si128(o, _mm512_maskz_extracti32x4_epi32(0xF, r, 0));
-      _mm_stream_si128(o + 1, _mm512_maskz_extracti32x4_epi32(0xF, r, 1));
-      _mm_stream_si128(o + 2, _mm512_maskz_extracti32x4_epi32(0xF, r, 2));
-      _mm_stream_si128(o + 3, _mm512_maskz_extracti32x4_epi32(0xF, r, 3));
-    }
-    return;
+// 64 packed bytes to out, by non-temporal stores as StreamCodes4 describes (kStream), else one store.
+template <bool kStream = true>
+HWY_INLINE void StoreBytes64(__m512i r, uint8_t* out) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(out);
+  if (!kStream || (at & 15) != 0) {
+    _mm512_storeu_si512(out, r);
+  } else if ((at & 63) == 0) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(out), r);
+  } else {
+    __m128i* o = reinterpret_cast<__m128i*>(out);
+    _mm_stream_si128(o, _mm512_maskz_extracti32x4_epi32(0xF, r, 0));
+    _mm_stream_si128(o + 1, _mm512_maskz_extracti32x4_epi32(0xF, r, 1));
+    _mm_stream_si128(o + 2, _mm512_maskz_extracti32x4_epi32(0xF, r, 2));
+    _mm_stream_si128(o + 3, _mm512_maskz_extracti32x4_epi32(0xF, r, 3));
   }
-#elif HWY_TARGET == HWY_AVX2
+}
+#endif
+
+HWY_INLINE void StreamCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* out) {
+#if QMX_AVX512
+  StoreBytes64(PackCodes4(c0, c1, c2, c3), out);
+#else
+#if HWY_TARGET == HWY_AVX2
+  const uintptr_t at = reinterpret_cast<uintptr_t>(out);
   if ((at & 15) == 0) {
     const __m256i r = PackCodes4(c0, c1, c2, c3);
     if ((at & 31) == 0) {
@@ -144,8 +179,8 @@ HWY_INLINE void StreamCodes4(VU c0, VU c1, VU c2, VU c3, uint8_t* out) {
     return;
   }
 #endif
-  (void)at;
   StoreCodes4(c0, c1, c2, c3, out);
+#endif
 }
 
 // Orders the non-temporal stores of StreamCodes4 before whatever follows (another thread reading the codes).
@@ -187,6 +222,17 @@ HWY_NOINLINE size_t FusedRun(const FusedK& fk, const void* in, size_t i, size_t 
   const DU du;
   const size_t lanes = hn::Lanes(du);
   const VU none = hn::Zero(du);
+#if QMX_AVX512
+  if (R == Rounding::kRne && kCommon && f.e2m1) {
+    for (; i + 4 * lanes <= n; i += 4 * lanes) {
+      PrefetchAhead<S>(in, i, 4 * lanes);
+      VU x[4];
+      if (!LoadFinite4<S>(in, i, x)) return i;
+      StoreBytes64<false>(E2m1Codes4(f, x[0], x[1], x[2], x[3]), out + i);
+    }
+    return i;
+  }
+#endif
   for (; i + 4 * lanes <= n; i += 4 * lanes) {
     PrefetchAhead<S>(in, i, 4 * lanes);
     VU x[4];

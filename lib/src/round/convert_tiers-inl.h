@@ -79,6 +79,10 @@ struct FusedK {
   VF magic, half_min;  // half_min, AVX-512: 2^(emin - 1) (SR)
   SameShift s0, sign_shift, sr_n, sr_up;  // sr_up = s0 - sr_n
   bool sat = false, neg_zero = false;
+  // OCP E2M1 under RNE with satfinite (kCommon) on AVX-512: the table of E2m1Codes4 (convert_io-inl.h),
+  // the 64 codes of its keys as 16-bit lanes, 0-31 in e2m1_lo and 32-63 in e2m1_hi.
+  bool e2m1 = false;
+  VU e2m1_lo, e2m1_hi;
 };
 
 // Broadcast constants of one call.
@@ -122,6 +126,7 @@ struct Consts {
         neg_zero(p.has_neg_zero != 0),
         is_unsigned(p.is_unsigned != 0) {
     InitFused(p);
+    InitE2m1Table(p);
   }
   VI emin127, sbase, big_e, sr_bits;
   VU adj, max_code, sign_bit, min_normal, flush_below, int_mask, sr_mask;
@@ -138,6 +143,7 @@ struct Consts {
 
  private:
   void InitFused(const ConvertParams& p);
+  void InitE2m1Table(const ConvertParams& p);
 };
 
 inline void Consts::InitFused(const ConvertParams& p) {
@@ -353,6 +359,31 @@ HWY_INLINE VU LiteVec(const Consts& k, const Lite& l, VU bits, VU rbits) {
   const auto put_sign = k.neg_zero ? neg : hn::And(neg, hn::Ne(pre, zero));
   const VU code = hn::Or(pre, hn::IfThenElseZero(put_sign, k.sign_bit));
   return hn::IfThenElse(hn::Gt(pre, k.max_code), hn::IfThenElse(neg, k.ovf_neg, k.ovf_pos), code);
+}
+
+// E2m1Codes4's table: key i stands for the FP32 bits with exponent field 124 + i / 8, mantissa bits 22 and
+// 21 from bits 2 and 1 of i, and bit 0 set where bit 0 of i is (the sticky bit); its code is the general
+// tier's for those bits. Keys 56-63 are never looked up (they stand for [16, 32): code 7).
+inline void Consts::InitE2m1Table(const ConvertParams& p) {
+#if QMX_AVX512
+  if (!fused || p.rounding != Rounding::kRne || !f.sat || !f.neg_zero || p.man_bits != 1 || p.max_code != 7 ||
+      p.sign_bit != 8 || p.emin127 != 127)
+    return;
+  const DU du;
+  alignas(64) uint32_t rep[64];
+  alignas(64) uint16_t word[64];
+  for (uint32_t i = 0; i < 64; ++i) rep[i] = ((124u + (i >> 3)) << 23) | (((i >> 1) & 3u) << 21) | (i & 1u);
+  for (size_t v = 0; v < 64; v += 16) {
+    alignas(64) uint32_t c[16];
+    hn::Store(ConvertVec<Rounding::kRne>(*this, hn::Load(du, rep + v), hn::Zero(DI()), hn::Zero(du)), du, c);
+    for (size_t j = 0; j < 16; ++j) word[v + j] = static_cast<uint16_t>(c[j]);
+  }
+  f.e2m1_lo = VU{_mm512_load_si512(word)};
+  f.e2m1_hi = VU{_mm512_load_si512(word + 32)};
+  f.e2m1 = true;
+#else
+  (void)p;
+#endif
 }
 
 // Every lane in dst's normal binades and at most max: round the FP32 bits with uniform shifts.

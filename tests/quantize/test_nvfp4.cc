@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -78,6 +79,17 @@ std::vector<float> Nvfp4Matrix(size_t rows, size_t cols, uint32_t seed, float sc
   return x;
 }
 
+// 16x16 blocks: Nvfp4Matrix with every row but the first of each strip of 16 rows times 1/4, so that each
+// block's amax is its first row's piece, and that piece's kind (above) puts the block's scale on, just
+// below or just above an E4M3 rounding boundary, as it does for 1x16 blocks. The specials lie in row 0.
+std::vector<float> Nvfp4Matrix2D(size_t rows, size_t cols, uint32_t seed, float scale, bool specials) {
+  std::vector<float> x = Nvfp4Matrix(rows, cols, seed, scale, specials);
+  for (size_t r = 0; r < rows; ++r)
+    if (r % 16 != 0)
+      for (size_t c = 0; c < cols; ++c) x[r * cols + c] *= 0.25f;
+  return x;
+}
+
 struct Source {
   DType type;
   std::vector<uint16_t> half;  // BF16 or FP16 bits
@@ -140,31 +152,86 @@ constexpr ScaleRule kRules[] = {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div, ScaleRu
 
 }  // namespace
 
+// check(what) on every SIMD target at each thread count, `what` naming the target and thread count.
+template <class Check>
+void OnEveryTarget(std::initializer_list<int> thread_counts, const std::string& what, Check&& check) {
+  for (const std::string& target : SimdTargets()) {
+    ForceSimdTarget(target);
+    for (int threads : thread_counts) {
+      omp_set_num_threads(threads);
+      check(what + " " + target + " threads " + std::to_string(threads));
+    }
+  }
+  ForceSimdTarget("");
+}
+
+// x (rows x cols, at magnitude `scale`) from each source type, under every scale rule, NaN policy and
+// rounding NVFP4 takes (RNE and SR-A fused, RZ through the general tiers), sequential and parallel, against
+// the reference.
+void CheckEverySpec(const std::vector<float>& x, size_t rows, size_t cols, float scale, int block_rows) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    if (t == DType::kF16 && (scale < 1e-4f || scale > 1.0f)) continue;  // outside FP16's range
+    const Source src = MakeSource(t, x);
+    const TensorView v{t, src.data(x), rows, cols};
+    for (ScaleRule rule : kRules) {
+      for (NanPolicy nan : {NanPolicy::kBlockNan, NanPolicy::kIgnoreNan, NanPolicy::kIgnore}) {
+        for (Rounding r : {Rounding::kRne, Rounding::kSrA, Rounding::kRz}) {
+          const QuantSpec spec = Nvfp4Spec(rule, nan, r, block_rows);
+          const QuantizedTensor want = QuantizeRef(v, spec);
+          const std::string what = Name(spec, t, scale, rows, cols);
+          CheckSame(Quantize(v, spec, Exec::kSequential), want, what);
+          CheckSame(Quantize(v, spec, Exec::kParallel), want, what + " parallel");
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("NVFP4 quantization equals the reference: both orders, NaN policies, roundings, sources, magnitudes",
           "[quantize][nvfp4]") {
   // 64 x 1024: 4096 blocks, two of the kernel's runs of 2048 blocks; 40 x 200: ragged rows (strip path).
   const std::pair<size_t, size_t> shapes[] = {{64, 1024}, {40, 200}};
   for (const auto& [rows, cols] : shapes) {
+    for (float scale : kScales)
+      CheckEverySpec(Nvfp4Matrix(rows, cols, static_cast<uint32_t>(rows) + FloatBits(scale), scale, true), rows, cols, scale, 1);
+  }
+}
+
+TEST_CASE("NVFP4 16x16 blocks equal the reference: strips in place, ragged strips and groups, fallbacks",
+          "[quantize][nvfp4]") {
+  // The strip kernel (quantize/mx_simd.cc, Nvfp4StripLoop) takes columns that the blocks tile: 64 x 1024 (4
+  // strips of 64 blocks), 40 x 208 (a last strip of 8 rows; 13 blocks a strip, fewer than a vector's
+  // lanes), 17 x 48 (a last strip of one row). 40 x 200 does not tile and takes the gathered strips, as
+  // RZ (not a fused rounding) does everywhere.
+  const std::pair<size_t, size_t> shapes[] = {{64, 1024}, {40, 208}, {17, 48}, {40, 200}};
+  for (const auto& [rows, cols] : shapes) {
     for (float scale : kScales) {
-      const std::vector<float> x = Nvfp4Matrix(rows, cols, static_cast<uint32_t>(rows) + FloatBits(scale), scale, true);
-      for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
-        if (t == DType::kF16 && (scale < 1e-4f || scale > 1.0f)) continue;  // outside FP16's range
-        const Source src = MakeSource(t, x);
-        const TensorView v{t, src.data(x), rows, cols};
-        for (ScaleRule rule : kRules) {
-          for (NanPolicy nan : {NanPolicy::kBlockNan, NanPolicy::kIgnoreNan, NanPolicy::kIgnore}) {
-            for (Rounding r : {Rounding::kRne, Rounding::kSrA, Rounding::kRz}) {
-              const QuantSpec spec = Nvfp4Spec(rule, nan, r);
-              const QuantizedTensor want = QuantizeRef(v, spec);
-              const std::string what = Name(spec, t, scale, rows, cols);
-              CheckSame(Quantize(v, spec, Exec::kSequential), want, what);
-              CheckSame(Quantize(v, spec, Exec::kParallel), want, what + " parallel");
-            }
-          }
-        }
+      const uint32_t seed = static_cast<uint32_t>(rows + cols) + FloatBits(scale);
+      CheckEverySpec(Nvfp4Matrix2D(rows, cols, seed, scale, true), rows, cols, scale, 16);
+    }
+  }
+}
+
+TEST_CASE("NVFP4 16x16 blocks on every SIMD target: ragged strips and groups", "[quantize][nvfp4][simd]") {
+  TargetGuard guard;
+  const size_t rows = 40, cols = 208;
+  const std::vector<float> x = Nvfp4Matrix2D(rows, cols, 9, 0.7123f, true);
+  const TensorView v{DType::kF32, x.data(), rows, cols};
+  for (ScaleRule rule : kRules) {
+    for (NanPolicy nan : {NanPolicy::kBlockNan, NanPolicy::kIgnore}) {
+      for (Rounding r : {Rounding::kRne, Rounding::kSrA}) {
+        const QuantSpec spec = Nvfp4Spec(rule, nan, r, 16);
+        const QuantizedTensor want = QuantizeRef(v, spec);
+        // A given amax below the real one: the blocks' maxima from the data, and saturated scales.
+        const QuantizedTensor want_given = QuantizeNvfp4WithAmaxRef(v, spec, 1000.0f);
+        OnEveryTarget({1, 2}, DescribeSpec(spec), [&](const std::string& what) {
+          CheckSame(Quantize(v, spec), want, what);
+          CheckSame(QuantizeNvfp4WithAmax(v, spec, 1000.0f), want_given, what + " amax given");
+        });
       }
     }
   }
+  omp_set_num_threads(omp_get_num_procs());
 }
 
 TEST_CASE("NVFP4 quantization with a given tensor amax equals the reference, saturated scales included",
@@ -173,14 +240,17 @@ TEST_CASE("NVFP4 quantization with a given tensor amax equals the reference, sat
   const std::vector<float> x = Nvfp4Matrix(rows, cols, 11, 1.0f, false);
   const TensorView v{DType::kF32, x.data(), rows, cols};
   // The real amax is 2688: smaller amaxes push block scales past 448 (and, at 1e-37, their inputs to Inf).
+  // 16x16 blocks: the strip kernel takes each block's maximum from the data (no amax pass to give it).
   for (float amax : {2688.0f, 100.0f, 1.0f, 1e-37f, 0.0f, 1e30f, 3001.7f}) {
     for (ScaleRule rule : kRules) {
       for (Rounding r : {Rounding::kRne, Rounding::kSrA}) {
-        const QuantSpec spec = Nvfp4Spec(rule, NanPolicy::kIgnore, r);
-        const QuantizedTensor want = QuantizeNvfp4WithAmaxRef(v, spec, amax);
-        const std::string what = DescribeSpec(spec) + " amax " + std::to_string(amax);
-        CheckSame(QuantizeNvfp4WithAmax(v, spec, amax, Exec::kSequential), want, what);
-        CheckSame(QuantizeNvfp4WithAmax(v, spec, amax, Exec::kParallel), want, what + " parallel");
+        for (int block_rows : {1, 16}) {
+          const QuantSpec spec = Nvfp4Spec(rule, NanPolicy::kIgnore, r, block_rows);
+          const QuantizedTensor want = QuantizeNvfp4WithAmaxRef(v, spec, amax);
+          const std::string what = DescribeSpec(spec) + " amax " + std::to_string(amax);
+          CheckSame(QuantizeNvfp4WithAmax(v, spec, amax, Exec::kSequential), want, what);
+          CheckSame(QuantizeNvfp4WithAmax(v, spec, amax, Exec::kParallel), want, what + " parallel");
+        }
       }
     }
   }
@@ -198,14 +268,7 @@ TEST_CASE("NVFP4 quantization equals the reference on every SIMD target and thre
           QuantSpec spec = Nvfp4Spec(rule, NanPolicy::kIgnoreNan, r, block_rows);
           spec.axis = axis;
           const QuantizedTensor want = QuantizeRef(v, spec);
-          for (const std::string& target : SimdTargets()) {
-            ForceSimdTarget(target);
-            for (int threads : {1, 2, 3}) {
-              omp_set_num_threads(threads);
-              CheckSame(Quantize(v, spec), want, DescribeSpec(spec) + " " + target + " threads " + std::to_string(threads));
-            }
-          }
-          ForceSimdTarget("");
+          OnEveryTarget({1, 2, 3}, DescribeSpec(spec), [&](const std::string& what) { CheckSame(Quantize(v, spec), want, what); });
         }
       }
     }
@@ -252,19 +315,15 @@ TEST_CASE("NVFP4 quantization past the non-temporal threshold equals the referen
   const std::vector<float> x = Nvfp4Matrix(rows, cols, 77, 0.7123f, true);
   const TensorView v{DType::kF32, x.data(), rows, cols};
   const int saved = omp_get_max_threads();
-  for (Rounding r : {Rounding::kRne, Rounding::kSrA}) {
-    const QuantSpec spec = Nvfp4Spec(ScaleRule::kNvfp4, NanPolicy::kIgnoreNan, r);
+  // 1x16 blocks under RNE and SR; 16x16 blocks (the strip kernel's non-temporal stores) under RNE.
+  for (const auto& [r, block_rows] : {std::pair{Rounding::kRne, 1}, std::pair{Rounding::kSrA, 1}, std::pair{Rounding::kRne, 16}}) {
+    const QuantSpec spec = Nvfp4Spec(ScaleRule::kNvfp4, NanPolicy::kIgnoreNan, r, block_rows);
     const QuantizedTensor want = QuantizeRef(v, spec);
-    for (const std::string& target : SimdTargets()) {
-      ForceSimdTarget(target);
-      for (int threads : {1, 2}) {
-        omp_set_num_threads(threads);
-        const QuantizedTensor got = Quantize(v, spec);
-        CHECK(reinterpret_cast<uintptr_t>(got.codes.data()) % 64 == 0);
-        CheckSame(got, want, DescribeSpec(spec) + " " + target + " threads " + std::to_string(threads));
-      }
-    }
-    ForceSimdTarget("");
+    OnEveryTarget({1, 2}, DescribeSpec(spec), [&](const std::string& what) {
+      const QuantizedTensor got = Quantize(v, spec);
+      CHECK(reinterpret_cast<uintptr_t>(got.codes.data()) % 64 == 0);
+      CheckSame(got, want, what);
+    });
   }
   omp_set_num_threads(saved);
 }

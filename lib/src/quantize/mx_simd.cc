@@ -9,8 +9,10 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "hwy/highway.h"
+#include "qmx/rng.h"
 #include "qmx/scale.h"
 #include "rng/philox_simd-inl.h"
 #include "round/convert_io-inl.h"
@@ -473,6 +475,174 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
   if (a.stream) StreamFence();
 }
 
+// ------------------------------------------------------------------ NVFP4 blocks of several rows
+
+// A run of fused blocks in one row: nv vectors from src_row, vector i multiplied by mults[i / vpb], SR words
+// from words (kSr), codes to dst_row.
+template <Rounding R, DType S, bool kCommon, bool kStream>
+HWY_NOINLINE void Nvfp4StripRow(const FusedK& fk, const uint8_t* src_row, size_t nv, size_t vpb, const float* mults,
+                                const uint32_t* words, uint8_t* dst_row) {
+  constexpr bool kSr = R == Rounding::kSrA;
+  const FusedK f = fk;  // a local copy: the code stores could alias the caller's constants
+  const DU du;
+  const DF df;
+  const size_t lanes = hn::Lanes(du);
+  const VU none = hn::Zero(du);
+  const auto scaled = [&](size_t i) {
+    return hn::BitCast(du, hn::Mul(hn::BitCast(df, LoadBits<S>(src_row, i * lanes)), hn::Set(df, mults[i / vpb])));
+  };
+  const auto code = [&](size_t i) { return FusedVec<R, kCommon>(f, scaled(i), kSr ? hn::LoadU(du, words + i * lanes) : none); };
+  size_t i = 0;
+#if QMX_AVX512
+  if constexpr (R == Rounding::kRne && kCommon) {
+    if (f.e2m1) {
+      for (; i + 4 <= nv; i += 4) StoreBytes64<kStream>(E2m1Codes4(f, scaled(i), scaled(i + 1), scaled(i + 2), scaled(i + 3)), dst_row + i * lanes);
+    }
+  }
+#endif
+  for (; i + 4 <= nv; i += 4) {
+    if constexpr (kStream) StreamCodes4(code(i), code(i + 1), code(i + 2), code(i + 3), dst_row + i * lanes);
+    else StoreCodes4(code(i), code(i + 1), code(i + 2), code(i + 3), dst_row + i * lanes);
+  }
+  for (; i < nv; ++i) StoreCodes(code(i), dst_row + i * lanes);
+}
+
+// Whether Nvfp4StripLoop takes these arguments: the fused tier under RNE or SR-A, whole vectors per block row,
+// and block columns a multiple of 4 (so that every row piece's SR words start a Philox counter).
+bool Nvfp4StripTakesT(const MxKernelArgs& a) {
+  const Consts k(*a.p);
+  const Rounding r = a.p->rounding;
+  return a.nvfp4 != 0 && k.fused && (r == Rounding::kRne || r == Rounding::kSrA) && a.block > 0 && a.block % 4 == 0 &&
+         static_cast<size_t>(a.block) % hn::Lanes(DU()) == 0;
+}
+
+// One strip of NVFP4 blocks of h rows by a.block columns, across `cols` columns (a multiple of a.block),
+// row-major with row stride cols; codes likewise, scales one per block; first_index: the element index of
+// the strip's first element (SR words). First every block's scale byte and multiplier, Lanes blocks at a
+// time as MxLoop's first pass: the block's |x| bits maximum is the maximum of its row pieces' where
+// a.block_amax holds them (the strip's pieces of a.block elements, row-major), else its rows' vectors
+// folded and then PairMax across the blocks (AmaxOfBlocks); then each row's runs of fused blocks in one
+// stream (the rows of the strip are long runs in memory, which the hardware prefetchers follow; a group's
+// rows one after another are not). A block the fused tier cannot take (NaN, Inf, a product that
+// overflows) is gathered, with its SR words, and goes through MxLoop as one block of h x a.block
+// elements: what the general strip path (quantize.cc's QuantizeStrip) does with every block.
+template <Rounding R, DType S>
+void Nvfp4StripLoop(const MxKernelArgs& a, const void* in, size_t h, size_t cols, uint8_t* codes, uint8_t* scales,
+                    uint64_t seed, uint64_t first_index) {
+  constexpr bool kSr = R == Rounding::kSrA;
+  constexpr size_t kSize = SrcSize<S>();
+  const DU du;
+  const DF df;
+  const size_t lanes = hn::Lanes(du);
+  const Consts k(*a.p);
+  const Consts ke(*a.p_e4m3);
+  const FusedK& f = k.f;
+  const bool common = k.f.sat && k.f.neg_zero;
+  const size_t bc = static_cast<size_t>(a.block), vpb = bc / lanes, nb = cols / bc;
+  const uint8_t* src = static_cast<const uint8_t*>(in);
+  const VU abs_mask = hn::Set(du, 0x7FFFFFFFu), inf_bits = hn::Set(du, 0x7F800000u);
+  const auto row_of = [&](size_t r, size_t c) { return src + (r * cols + c) * kSize; };
+  // 1. Scale bytes and multipliers (0 for a general block).
+  std::vector<float> mults(nb + lanes);
+  std::vector<uint8_t> general(nb + lanes);
+  for (size_t g0 = 0; g0 < nb; g0 += lanes) {
+    const size_t gn = std::min(lanes, nb - g0), c0 = g0 * bc;
+    VU v[kMaxLanes];  // lane j: block g0 + j
+    if (a.block_amax != nullptr) {
+      v[0] = hn::Zero(du);
+      for (size_t r = 0; r < h; ++r) {
+        const uint32_t* piece = a.block_amax + r * nb + g0;
+        if (gn == lanes) {
+          v[0] = hn::Max(v[0], hn::LoadU(du, piece));
+        } else {
+          alignas(64) uint32_t tail[kMaxLanes] = {};
+          std::memcpy(tail, piece, gn * sizeof(uint32_t));
+          v[0] = hn::Max(v[0], hn::Load(du, tail));
+        }
+      }
+    } else {
+      for (size_t j = 0; j < lanes; ++j) {
+        VU m = hn::Zero(du);
+        for (size_t r = 0; j < gn && r < h; ++r)
+          for (size_t q = 0; q < vpb; ++q) m = hn::Max(m, hn::And(LoadBits<S>(row_of(r, c0 + j * bc), q * lanes), abs_mask));
+        v[j] = m;
+      }
+#if HWY_TARGET != HWY_SCALAR
+      for (size_t w = lanes; w > 1; w /= 2) {
+        for (size_t i = 0; i < w / 2; ++i) v[i] = PairMax(v[2 * i], v[2 * i + 1]);
+      }
+#endif
+    }
+    const VU amax = v[0];
+    VU mult;
+    const VU byte = Nvfp4BytesOf(a, ke, amax, &mult);
+    const VU prod = hn::BitCast(du, hn::Mul(hn::BitCast(df, amax), hn::BitCast(df, mult)));
+    const auto ok = hn::And(hn::Lt(amax, inf_bits), hn::Lt(prod, inf_bits));
+    hn::StoreU(hn::BitCast(df, hn::IfThenElseZero(ok, mult)), df, mults.data() + g0);
+    StoreCodes(hn::IfThenZeroElse(ok, hn::Set(du, 1u)), general.data() + g0);
+    if (gn == lanes) StoreCodes(byte, scales + g0);
+    else StoreCodesPartial(byte, scales + g0, gn);
+  }
+  // 2. Each row's runs of fused blocks.
+  const PhiloxKeys keys(seed);
+  std::vector<uint32_t> words(kSr ? cols + 8 * lanes : 0);  // a row's SR words, whole calls of PhiloxWords
+  for (size_t r = 0; r < h; ++r) {
+    const size_t at = r * cols;
+    if constexpr (kSr) {
+      for (size_t o = 0; o < cols; o += 8 * lanes) PhiloxWords((first_index + at + o) >> 2, keys, words.data() + o);
+    }
+    for (size_t j = 0; j < nb;) {
+      if (general[j]) {
+        ++j;
+        continue;
+      }
+      size_t e = j + 1;
+      while (e < nb && !general[e]) ++e;
+      const size_t off = j * bc, nv = (e - j) * vpb;
+      const uint32_t* w = kSr ? words.data() + off : nullptr;
+      if (common && a.stream) Nvfp4StripRow<R, S, true, true>(f, row_of(r, off), nv, vpb, mults.data() + j, w, codes + at + off);
+      else if (common) Nvfp4StripRow<R, S, true, false>(f, row_of(r, off), nv, vpb, mults.data() + j, w, codes + at + off);
+      else Nvfp4StripRow<R, S, false, false>(f, row_of(r, off), nv, vpb, mults.data() + j, w, codes + at + off);
+      j = e;
+    }
+  }
+  // 3. The general blocks.
+  for (size_t j = 0; j < nb; ++j) {
+    if (!general[j]) continue;
+    const size_t len = h * bc;
+    std::vector<uint8_t> x(len * kSize), out(len);
+    std::vector<uint32_t> rb(kSr ? len : 0);
+    for (size_t r = 0; r < h; ++r) {
+      std::memcpy(x.data() + r * bc * kSize, row_of(r, j * bc), bc * kSize);
+      if constexpr (kSr)
+        for (size_t t = 0; t < bc; ++t) rb[r * bc + t] = RandomBitsForElement(seed, first_index + r * cols + j * bc + t);
+    }
+    MxKernelArgs one = a;
+    one.block = static_cast<int>(len);
+    one.block_amax = nullptr;
+    one.stream = false;
+    MxLoop<R, S>(one, x.data(), len, out.data(), scales + j, seed, 0, kSr ? rb.data() : nullptr);
+    for (size_t r = 0; r < h; ++r) std::memcpy(codes + r * cols + j * bc, out.data() + r * bc, bc);
+  }
+  if (a.stream) StreamFence();
+}
+
+void QuantizeNvfp4StripT(const MxKernelArgs& a, DType src, const void* in, size_t h, size_t cols, uint8_t* codes,
+                         uint8_t* scales, uint64_t seed, uint64_t first_index) {
+  const bool sr = a.p->rounding == Rounding::kSrA;
+  switch (src) {
+    case DType::kBF16:
+      return sr ? Nvfp4StripLoop<Rounding::kSrA, DType::kBF16>(a, in, h, cols, codes, scales, seed, first_index)
+                : Nvfp4StripLoop<Rounding::kRne, DType::kBF16>(a, in, h, cols, codes, scales, seed, first_index);
+    case DType::kF16:
+      return sr ? Nvfp4StripLoop<Rounding::kSrA, DType::kF16>(a, in, h, cols, codes, scales, seed, first_index)
+                : Nvfp4StripLoop<Rounding::kRne, DType::kF16>(a, in, h, cols, codes, scales, seed, first_index);
+    default:
+      return sr ? Nvfp4StripLoop<Rounding::kSrA, DType::kF32>(a, in, h, cols, codes, scales, seed, first_index)
+                : Nvfp4StripLoop<Rounding::kRne, DType::kF32>(a, in, h, cols, codes, scales, seed, first_index);
+  }
+}
+
 template <Rounding R>
 void MxBySource(const MxKernelArgs& a, DType src, const void* in, size_t n, uint8_t* codes, uint8_t* scales,
                 uint64_t seed, uint64_t first_index, const uint32_t* rbits) {
@@ -618,6 +788,8 @@ bool PrefetchPlainStreams() {
 }
 
 HWY_EXPORT(QuantizeMxBlocksT);
+HWY_EXPORT(Nvfp4StripTakesT);
+HWY_EXPORT(QuantizeNvfp4StripT);
 HWY_EXPORT(DequantizeMxBlocksT);
 HWY_EXPORT(AmaxBitsT);
 HWY_EXPORT(AmaxBitsOfBlocksT);
@@ -634,6 +806,12 @@ void QuantizeMxBlocks(const MxKernelArgs& a, DType src, const void* in, size_t n
                       uint64_t seed, uint64_t first_index, const uint32_t* rbits) {
   const detail::ScopedDefaultFpEnv fp_env;
   HWY_DYNAMIC_DISPATCH(QuantizeMxBlocksT)(a, src, in, n, codes, scales, seed, first_index, rbits);
+}
+bool Nvfp4StripTakes(const MxKernelArgs& a) { return HWY_DYNAMIC_DISPATCH(Nvfp4StripTakesT)(a); }
+void QuantizeNvfp4Strip(const MxKernelArgs& a, DType src, const void* in, size_t h, size_t cols, uint8_t* codes,
+                        uint8_t* scales, uint64_t seed, uint64_t first_index) {
+  const detail::ScopedDefaultFpEnv fp_env;
+  HWY_DYNAMIC_DISPATCH(QuantizeNvfp4StripT)(a, src, in, h, cols, codes, scales, seed, first_index);
 }
 void DequantizeMxBlocks(const float* table, int block, const uint8_t* codes, const uint8_t* scales, size_t n,
                         float* out) {

@@ -413,55 +413,107 @@ void QuantizeFp32Contiguous(const Ctx& c, size_t block_len, QuantizedTensor& q, 
   }
 }
 
-// NVFP4 blocks that tile each row: the tensor amax (unless given), then the block kernel, both over the
-// same runs of kBlocksPerRun blocks, each thread on its own share. The first pass also keeps every block's
-// maximum, so that the second only scales and converts. The second pass walks a thread's runs in reverse,
-// so that it starts on the data the first pass read last, still in cache. Runs are independent (SR words
-// come from element indices), so neither the order nor the split changes a bit.
-void QuantizeNvfp4Rows(const TensorView& x, const QuantSpec& spec, size_t block, const float* given_amax, Exec exec,
-                       QuantizedTensor& q) {
-  const size_t n = x.rows * x.cols, esize = DTypeSize(x.dtype), run = detail::kBlocksPerRun * block;
-  const size_t runs = (n + run - 1) / run;
-  const int threads = exec == Exec::kParallel ? static_cast<int>(std::min<size_t>(runs, static_cast<size_t>(omp_get_max_threads()))) : 1;
+// Threads for work in runs of kBlocksPerRun blocks of `block` elements over n elements, and a thread's
+// share [lo, hi) of the runs: the same split in every pass over a tensor.
+struct RunSplit {
+  size_t runs, run;
+  int threads;
+  RunSplit(size_t n, size_t block, Exec exec)
+      : runs((n + detail::kBlocksPerRun * block - 1) / (detail::kBlocksPerRun * block)),
+        run(detail::kBlocksPerRun * block),
+        threads(exec == Exec::kParallel ? static_cast<int>(std::min<size_t>(runs, static_cast<size_t>(omp_get_max_threads()))) : 1) {}
+  std::pair<size_t, size_t> Share(int t, int nt) const {
+    return {runs * static_cast<size_t>(t) / static_cast<size_t>(nt), runs * static_cast<size_t>(t + 1) / static_cast<size_t>(nt)};
+  }
+};
+
+// NVFP4's tensor amax pass, which also keeps the |x| bits maximum of every piece of `block` elements (n a
+// multiple of block) in pieces: AmaxBitsOfBlocks over each thread's share of the runs. Returns the tensor
+// amax bits under the spec's NaN policy (TensorAmax's).
+uint32_t AmaxAndPieceMaxima(const TensorView& x, const QuantSpec& spec, size_t block, Exec exec, uint32_t* pieces) {
+  const size_t n = x.rows * x.cols, esize = DTypeSize(x.dtype);
+  const RunSplit split(n, block, exec);
   const uint32_t limit = detail::TensorAmaxKeepsInf(spec.nan) ? 0x7F800001u : 0x7F800000u;
   const uint8_t* src = static_cast<const uint8_t*>(x.data);
-  std::vector<uint32_t> part(static_cast<size_t>(threads), 0);
+  std::vector<uint32_t> part(static_cast<size_t>(split.threads), 0);
+#pragma omp parallel num_threads(split.threads)
+  {
+    const int t = omp_get_thread_num();
+    const auto [lo, hi] = split.Share(t, omp_get_num_threads());
+    uint32_t m = 0;
+    for (size_t r = lo; r < hi; ++r)
+      m = std::max(m, simd::AmaxBitsOfBlocks(x.dtype, src + r * split.run * esize, std::min(split.run, n - r * split.run), block,
+                                             pieces + r * detail::kBlocksPerRun, limit));
+    part[static_cast<size_t>(t)] = m;
+  }
+  return *std::max_element(part.begin(), part.end());
+}
+
+// The tensor amax (given, or from the pass's bits), S_enc and the decode scale into q; returns S_enc.
+float SetNvfp4TensorScale(const QuantSpec& spec, const float* given_amax, uint32_t amax_bits, QuantizedTensor& q) {
+  if (given_amax != nullptr) q.tensor_amax = *given_amax;
+  else std::memcpy(&q.tensor_amax, &amax_bits, 4);
+  const float s_enc = Nvfp4TensorScale(q.tensor_amax, spec.rule);
+  q.tensor_decode = Nvfp4TensorDecode(s_enc, spec.rule);
+  return s_enc;
+}
+
+// NVFP4 blocks that tile each row: the tensor amax (unless given) with every block's maximum, then the
+// block kernel, both over the same runs of kBlocksPerRun blocks, each thread on its own share; the kernel
+// then only scales and converts. The second pass walks a thread's runs in reverse, so that it starts on the
+// data the first pass read last, still in cache. Runs are independent (SR words come from element
+// indices), so neither the order nor the split changes a bit.
+void QuantizeNvfp4Rows(const TensorView& x, const QuantSpec& spec, size_t block, const float* given_amax, Exec exec,
+                       QuantizedTensor& q) {
+  const size_t n = x.rows * x.cols, esize = DTypeSize(x.dtype);
+  const RunSplit split(n, block, exec);
+  const uint8_t* src = static_cast<const uint8_t*>(x.data);
   // Every block's maximum from the amax pass (not zeroed: the pass writes each entry before it is read).
   const std::unique_ptr<uint32_t[]> block_max(given_amax == nullptr ? new uint32_t[n / block] : nullptr);
-  std::unique_ptr<Nvfp4Kernel> kernel;
-#pragma omp parallel num_threads(threads)
+  const uint32_t amax = given_amax == nullptr ? AmaxAndPieceMaxima(x, spec, block, exec, block_max.get()) : 0;
+  const Nvfp4Kernel kernel(spec, x.dtype, SetNvfp4TensorScale(spec, given_amax, amax, q));
+#pragma omp parallel num_threads(split.threads)
   {
-    const size_t t = static_cast<size_t>(omp_get_thread_num()), nt = static_cast<size_t>(omp_get_num_threads());
-    const size_t lo = runs * t / nt, hi = runs * (t + 1) / nt;
-    if (given_amax == nullptr) {
-      uint32_t m = 0;
-      for (size_t r = lo; r < hi; ++r)
-        m = std::max(m, simd::AmaxBitsOfBlocks(x.dtype, src + r * run * esize, std::min(run, n - r * run), block,
-                                               block_max.get() + r * detail::kBlocksPerRun, limit));
-      part[t] = m;
-    }
-#pragma omp barrier
-#pragma omp single
-    {
-      if (given_amax != nullptr) {
-        q.tensor_amax = *given_amax;
-      } else {
-        const uint32_t m = *std::max_element(part.begin(), part.end());
-        std::memcpy(&q.tensor_amax, &m, 4);
-      }
-      const float s_enc = Nvfp4TensorScale(q.tensor_amax, spec.rule);
-      q.tensor_decode = Nvfp4TensorDecode(s_enc, spec.rule);
-      kernel = std::make_unique<Nvfp4Kernel>(spec, x.dtype, s_enc);
-    }
-    simd::MxKernelArgs args = kernel->For(block);
+    const auto [lo, hi] = split.Share(omp_get_thread_num(), omp_get_num_threads());
+    simd::MxKernelArgs args = kernel.For(block);
     args.stream = n >= detail::kStreamCodes;
     for (size_t r = hi; r-- > lo;) {
-      const size_t start = r * run;
+      const size_t start = r * split.run;
       if (block_max) args.block_amax = block_max.get() + r * detail::kBlocksPerRun;
-      simd::QuantizeMxBlocks(args, x.dtype, src + start * esize, std::min(run, n - start), q.codes.data() + start,
+      simd::QuantizeMxBlocks(args, x.dtype, src + start * esize, std::min(split.run, n - start), q.codes.data() + start,
                              q.scales.data() + r * detail::kBlocksPerRun, spec.seed, start, nullptr);
     }
   }
+}
+
+// NVFP4 blocks of several rows that tile each row, through the strip kernel where it takes the spec
+// (returns false otherwise, for the gathered strips): the tensor amax (unless given) with the maximum of
+// every row piece of a block's width, as QuantizeNvfp4Rows's first pass, then each strip in place, its
+// blocks' maxima folded from their row pieces'. Strips are independent: the split changes no bit.
+bool QuantizeNvfp4Strips(const TensorView& x, const QuantSpec& spec, const BlockExtent& be, const float* given_amax, Exec exec,
+                         QuantizedTensor& q) {
+  Nvfp4Kernel kernel(spec, x.dtype, 1.0f);
+  if (!simd::Nvfp4StripTakes(kernel.For(be.cols))) return false;
+  const size_t n = x.rows * x.cols, esize = DTypeSize(x.dtype), pieces_per_row = x.cols / be.cols;
+  const std::unique_ptr<uint32_t[]> piece_max(given_amax == nullptr ? new uint32_t[n / be.cols] : nullptr);
+  const uint32_t amax = given_amax == nullptr ? AmaxAndPieceMaxima(x, spec, be.cols, exec, piece_max.get()) : 0;
+  kernel.SetEncodeScale(SetNvfp4TensorScale(spec, given_amax, amax, q));
+  const int64_t strips = static_cast<int64_t>(q.scale_rows);
+  const auto strip = [&](int64_t si) {
+    const size_t s = static_cast<size_t>(si), r0 = s * be.rows;
+    simd::MxKernelArgs args = kernel.For(be.cols);
+    args.stream = n >= detail::kStreamCodes;
+    if (piece_max) args.block_amax = piece_max.get() + r0 * pieces_per_row;
+    simd::QuantizeNvfp4Strip(args, x.dtype, static_cast<const uint8_t*>(x.data) + r0 * x.cols * esize, std::min(be.rows, x.rows - r0),
+                             x.cols, q.codes.data() + r0 * x.cols, q.scales.data() + s * q.scale_cols, spec.seed, r0 * x.cols);
+  };
+  if (exec == Exec::kParallel && strips > 1) {
+#pragma omp parallel for schedule(static)
+    for (int64_t s = 0; s < strips; ++s) strip(s);
+  } else {
+    for (int64_t s = 0; s < strips; ++s) strip(s);
+  }
+  return true;
 }
 
 // Row-scaled NVFP4 on row-wise blocks that tile each row: per row its amax (the AmaxBits of the per-tensor
@@ -513,6 +565,7 @@ QuantizedTensor QuantizeImpl(const TensorView& x, const QuantSpec& spec, Exec ex
     QuantizeNvfp4Rows(x, spec, c.be.cols, given_amax, exec, q);
     return q;
   }
+  if (nvfp4 && fixed == nullptr && x.cols % c.be.cols == 0 && QuantizeNvfp4Strips(x, spec, c.be, given_amax, exec, q)) return q;
   // (A per-tensor FP32 spec takes the contiguous path below, which sets the tensor amax from its maxima.)
   if (given_amax) q.tensor_amax = *given_amax;
   else if (nvfp4) q.tensor_amax = detail::TensorAmaxFast(x, spec.nan, exec);

@@ -72,6 +72,14 @@ struct MxKernelArgs {
 };
 void QuantizeMxBlocks(const MxKernelArgs& a, DType src, const void* in, size_t n, uint8_t* codes,
                       uint8_t* scales, uint64_t seed, uint64_t first_index, const uint32_t* rbits);
+// NVFP4 blocks of h rows by a.block columns: one strip of them across `cols` columns (a multiple of
+// a.block), row-major with row stride cols, codes likewise and scales one per block, equal to quantizing
+// the gathered blocks with QuantizeMxBlocks (block h * a.block); first_index is the element index of the
+// strip's first element (SR words). Only where Nvfp4StripTakes(a): the fused tier under RNE or SR-A, and
+// block rows of whole vectors on the target that runs.
+bool Nvfp4StripTakes(const MxKernelArgs& a);
+void QuantizeNvfp4Strip(const MxKernelArgs& a, DType src, const void* in, size_t h, size_t cols, uint8_t* codes,
+                        uint8_t* scales, uint64_t seed, uint64_t first_index);
 // max over the n elements of |x| bits below `limit` (0x7F800000: finite elements; 0x7F800001: Inf too).
 uint32_t AmaxBits(DType src, const void* in, size_t n, uint32_t limit);
 // The |x| bit maxima of the n / block whole blocks of `in` (n a multiple of block) into out, every lane

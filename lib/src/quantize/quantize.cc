@@ -333,15 +333,27 @@ void QuantizeFp32Contiguous(const Ctx& c, size_t block_len, QuantizedTensor& q, 
   std::vector<Maxima> maxima_of(blocks);
   const auto maxima = [&](int64_t p) {
     const Piece& pc = pieces[static_cast<size_t>(p)];
+    if (whole_blocks) {
+      // The piece's whole blocks in one call, every lane counted; a block holding NaN or Inf, and a
+      // partial last block, then take MaximaOf's three maxima.
+      const size_t full = pc.len / block_len;
+      std::vector<uint32_t> all(full);
+      if (full > 0) simd::AmaxBitsOfBlocks(x.dtype, src + pc.start * esize, full * block_len, block_len, all.data(), 0x7F800000u);
+      for (size_t i = 0; i < full; ++i) {
+        const size_t b = pc.block + i;
+        maxima_of[b] = all[i] < 0x7F800000u ? Maxima{all[i], all[i], all[i]} : MaximaOf(x.dtype, src + b * block_len * esize, block_len);
+      }
+      if (full * block_len < pc.len) {
+        const size_t b = pc.block + full;
+        maxima_of[b] = MaximaOf(x.dtype, src + b * block_len * esize, pc.len - full * block_len);
+      }
+      return;
+    }
     for (size_t b = pc.block; b * block_len < pc.start + pc.len; ++b) {
       const size_t s = std::max(pc.start, b * block_len), e = std::min(pc.start + pc.len, (b + 1) * block_len);
       const Maxima m = MaximaOf(x.dtype, src + s * esize, e - s);
-      if (whole_blocks) {
-        maxima_of[b] = m;
-      } else {
 #pragma omp critical(qmx_fp32_maxima)
-        maxima_of[b].Add(m);
-      }
+      maxima_of[b].Add(m);
     }
   };
   std::vector<float> mult(blocks);

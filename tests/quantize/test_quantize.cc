@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/quantize.h"
 #include "qmx/round.h"
@@ -547,6 +548,47 @@ TEST_CASE("ComputeStats counts NaN and Inf inputs, flushes, saturations and scal
         CHECK(got.nan_blocks == want.nan_blocks);
         CHECK(got.scale_histogram == want.scale_histogram);
         CHECK(got.nan_inputs + got.inf_inputs > 0);
+      }
+    }
+  }
+}
+
+// A given per-tensor FP32 scale (delayed scaling) can be stale: fl32(x * encode) then overflows for some
+// elements. The elements path takes the fused tier straight from the source only where every product of a
+// block is finite (quantize.cc, ConvertScaledBlocks); here each piece holds overflowing products, NaN and
+// Inf, and the codes must equal the scalar conversion of fl32(x * encode), on every target.
+TEST_CASE("A given FP32 scale whose products overflow: codes equal the reference conversion of fl32(x * encode)",
+          "[quantize][simd]") {
+  TargetGuard guard;
+  const size_t rows = 70, cols = 1024;  // two pieces of 2^16 elements, the second partial
+  std::vector<float> x = MakeMatrix(rows, cols, 23);
+  for (size_t i = 0; i < x.size(); i += 997) x[i] = (i % 2 ? -1.0f : 1.0f) * 3e35f;
+  const Fp32Scale scale{1e4f, 1e-4f};
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * scale.encode;
+  const TensorView v{DType::kF32, x.data(), rows, cols};
+  for (const char* elem : {"e4m3", "e5m2"}) {
+    for (Saturation sat : {Saturation::kSatFinite, Saturation::kNoSat}) {
+      for (Rounding r : {Rounding::kRne, Rounding::kSrA}) {
+        QuantSpec spec = QuantSpecByName("fp8-tensor-current");
+        spec.elem = ParseFormat(elem);
+        spec.nan = NanPolicy::kIgnore;
+        spec.cast.saturation = sat;
+        spec.cast.rounding = r;
+        spec.seed = 99;
+        std::vector<uint8_t> want(x.size());
+        ConvertToCodesRef(DType::kF32, y.data(), y.size(), spec.elem, spec.cast, want.data(), {spec.seed, 0, nullptr});
+        for (const std::string& target : SimdTargets()) {
+          ForceSimdTarget(target);
+          for (Exec e : {Exec::kSequential, Exec::kParallel}) {
+            const QuantizedTensor q = QuantizeWithScale(v, spec, scale, e);
+            INFO(DescribeSpec(spec) << " " << target);
+            size_t bad = 0;
+            for (size_t i = 0; i < want.size(); ++i) bad += q.codes[i] != want[i];
+            CHECK(bad == 0);
+          }
+        }
+        ForceSimdTarget("");
       }
     }
   }

@@ -475,6 +475,55 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
   if (a.stream) StreamFence();
 }
 
+// ------------------------------------------------------------------ FP32-scaled blocks
+
+// Whether ScaledBlocksLoop takes conversions under p: the fused tier, RNE or SR-A.
+bool ScaledBlocksTakeT(const ConvertParams& p) {
+  const Consts k(p);
+  return k.fused && (p.rounding == Rounding::kRne || p.rounding == Rounding::kSrA);
+}
+
+// Blocks of `block` elements of in (n elements; the last block may be partial): where take[i], block i's
+// elements fl32(x * mults[i]) through the fused tier (FusedBlocks; the caller vouches that every product
+// is finite), SR words from the element indices first_index + j; other blocks are left to the caller.
+template <Rounding R, DType S>
+void ScaledBlocksLoop(const ConvertParams& p, const void* in, size_t n, size_t block, const float* mults, const uint8_t* take,
+                      uint8_t* codes, uint64_t seed, uint64_t first_index) {
+  constexpr bool kSr = R == Rounding::kSrA;
+  const Consts k(p);
+  const bool common = k.f.sat && k.f.neg_zero;
+  const size_t nblocks = (n + block - 1) / block;
+  for (size_t i = 0; i < nblocks;) {
+    if (!take[i]) {
+      ++i;
+      continue;
+    }
+    size_t e = i + 1;
+    while (e < nblocks && take[e]) ++e;
+    RandomWords rw(seed, first_index + i * block, nullptr, kSr);
+    RandomWords* words = kSr ? &rw : nullptr;
+    if (common) FusedBlocks<R, S, true, false>(k.f, in, block, n, i, e - i, mults + i, codes, words, kPrefetchBytes);
+    else FusedBlocks<R, S, false, false>(k.f, in, block, n, i, e - i, mults + i, codes, words, kPrefetchBytes);
+    i = e;
+  }
+}
+
+void ConvertScaledBlocksT(const ConvertParams& p, DType src, const void* in, size_t n, size_t block, const float* mults,
+                          const uint8_t* take, uint8_t* codes, uint64_t seed, uint64_t first_index) {
+  const bool sr = p.rounding == Rounding::kSrA;
+  switch (src) {
+    case DType::kBF16:
+      return sr ? ScaledBlocksLoop<Rounding::kSrA, DType::kBF16>(p, in, n, block, mults, take, codes, seed, first_index)
+                : ScaledBlocksLoop<Rounding::kRne, DType::kBF16>(p, in, n, block, mults, take, codes, seed, first_index);
+    case DType::kF16:
+      return sr ? ScaledBlocksLoop<Rounding::kSrA, DType::kF16>(p, in, n, block, mults, take, codes, seed, first_index)
+                : ScaledBlocksLoop<Rounding::kRne, DType::kF16>(p, in, n, block, mults, take, codes, seed, first_index);
+    default:
+      return sr ? ScaledBlocksLoop<Rounding::kSrA, DType::kF32>(p, in, n, block, mults, take, codes, seed, first_index)
+                : ScaledBlocksLoop<Rounding::kRne, DType::kF32>(p, in, n, block, mults, take, codes, seed, first_index);
+  }
+}
+
 // ------------------------------------------------------------------ NVFP4 blocks of several rows
 
 // A run of fused blocks in one row: nv vectors from src_row, vector i multiplied by mults[i / vpb], SR words
@@ -789,6 +838,8 @@ bool PrefetchPlainStreams() {
 
 HWY_EXPORT(QuantizeMxBlocksT);
 HWY_EXPORT(Nvfp4StripTakesT);
+HWY_EXPORT(ScaledBlocksTakeT);
+HWY_EXPORT(ConvertScaledBlocksT);
 HWY_EXPORT(QuantizeNvfp4StripT);
 HWY_EXPORT(DequantizeMxBlocksT);
 HWY_EXPORT(AmaxBitsT);
@@ -808,6 +859,12 @@ void QuantizeMxBlocks(const MxKernelArgs& a, DType src, const void* in, size_t n
   HWY_DYNAMIC_DISPATCH(QuantizeMxBlocksT)(a, src, in, n, codes, scales, seed, first_index, rbits);
 }
 bool Nvfp4StripTakes(const MxKernelArgs& a) { return HWY_DYNAMIC_DISPATCH(Nvfp4StripTakesT)(a); }
+bool ScaledBlocksTake(const ConvertParams& p) { return HWY_DYNAMIC_DISPATCH(ScaledBlocksTakeT)(p); }
+void ConvertScaledBlocks(const ConvertParams& p, DType src, const void* in, size_t n, size_t block, const float* mults,
+                         const uint8_t* take, uint8_t* codes, uint64_t seed, uint64_t first_index) {
+  const detail::ScopedDefaultFpEnv fp_env;
+  HWY_DYNAMIC_DISPATCH(ConvertScaledBlocksT)(p, src, in, n, block, mults, take, codes, seed, first_index);
+}
 void QuantizeNvfp4Strip(const MxKernelArgs& a, DType src, const void* in, size_t h, size_t cols, uint8_t* codes,
                         uint8_t* scales, uint64_t seed, uint64_t first_index) {
   const detail::ScopedDefaultFpEnv fp_env;

@@ -369,8 +369,39 @@ void QuantizeFp32Contiguous(const Ctx& c, size_t block_len, QuantizedTensor& q, 
     nan_block[b] = ms.nan_block;
   };
   const uint8_t fill = detail::BlockNanCode(spec.elem);
+  // The fused tier straight from the source where it takes the conversion: blocks whose products are all
+  // finite (no NaN or Inf, amax x multiplier finite); the others as below, a block at a time.
+  const simd::ConvertParams params = simd::MakeConvertParams(spec.elem, spec.cast, DType::kF32);
+  const bool fused = simd::ScaledBlocksTake(params);
+  const auto elements_fused = [&](const Piece& pc, std::vector<float>& y) {
+    const size_t b0 = pc.block, len = whole_blocks ? block_len : pc.len;
+    const size_t nb = (pc.len + len - 1) / len;
+    std::vector<uint8_t> take(nb);
+    for (size_t i = 0; i < nb; ++i) {
+      const Maxima& m = maxima_of[b0 + i];
+      float amax;
+      std::memcpy(&amax, &m.all, 4);
+      take[i] = !nan_block[b0 + i] && m.all < 0x7F800000u && std::isfinite(mult[b0 + i]) && std::isfinite(amax * mult[b0 + i]);
+    }
+    simd::ConvertScaledBlocks(params, x.dtype, src + pc.start * esize, pc.len, len, mult.data() + b0, take.data(),
+                              q.codes.data() + pc.start, spec.seed, pc.start);
+    for (size_t i = 0; i < nb; ++i) {
+      if (take[i]) continue;
+      const size_t s = pc.start + i * len, e = std::min(pc.start + pc.len, s + len);
+      if (nan_block[b0 + i]) {
+        std::memset(q.codes.data() + s, fill, e - s);
+        continue;
+      }
+      ScaleElements(x.dtype, src + s * esize, e - s, mult[b0 + i], y.data());
+      ConvertToCodes(DType::kF32, y.data(), e - s, spec.elem, spec.cast, q.codes.data() + s, {spec.seed, s, nullptr}, Exec::kSequential);
+    }
+  };
   const auto elements = [&](int64_t p, std::vector<float>& y) {
     const Piece& pc = pieces[static_cast<size_t>(p)];
+    if (fused) {
+      elements_fused(pc, y);
+      return;
+    }
     for (size_t b = pc.block; b * block_len < pc.start + pc.len; ++b) {
       const size_t s = std::max(pc.start, b * block_len), e = std::min(pc.start + pc.len, (b + 1) * block_len);
       ScaleElements(x.dtype, src + s * esize, e - s, mult[b], y.data() + (s - pc.start));

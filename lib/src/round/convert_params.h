@@ -78,6 +78,14 @@ void QuantizeMxBlocks(const MxKernelArgs& a, DType src, const void* in, size_t n
 // strip's first element (SR words). Only where Nvfp4StripTakes(a): the fused tier under RNE or SR-A, and
 // block rows of whole vectors on the target that runs.
 bool Nvfp4StripTakes(const MxKernelArgs& a);
+// FP32-scaled blocks: blocks of `block` elements of in (n elements, the last block may be partial); where
+// take[i], block i's elements fl32(x * mults[i]) converted under p (a kF32 source's parameters), equal to
+// ConvertCodes of those products with SR words of indices first_index + j; the caller vouches that every
+// product of a taken block is finite, and converts the other blocks itself. Only where
+// ScaledBlocksTake(p): the fused tier under RNE or SR-A.
+bool ScaledBlocksTake(const ConvertParams& p);
+void ConvertScaledBlocks(const ConvertParams& p, DType src, const void* in, size_t n, size_t block, const float* mults,
+                         const uint8_t* take, uint8_t* codes, uint64_t seed, uint64_t first_index);
 void QuantizeNvfp4Strip(const MxKernelArgs& a, DType src, const void* in, size_t h, size_t cols, uint8_t* codes,
                         uint8_t* scales, uint64_t seed, uint64_t first_index);
 // max over the n elements of |x| bits below `limit` (0x7F800000: finite elements; 0x7F800001: Inf too).

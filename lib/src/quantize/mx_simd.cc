@@ -527,7 +527,7 @@ void ConvertScaledBlocksT(const ConvertParams& p, DType src, const void* in, siz
 // ------------------------------------------------------------------ NVFP4 blocks of several rows
 
 // A run of fused blocks in one row: nv vectors from src_row, vector i multiplied by mults[i / vpb], SR words
-// from words (kSr), codes to dst_row.
+// from words (kSr), codes to dst_row; the source prefetched 4 KB ahead (into the next row at the end).
 template <Rounding R, DType S, bool kCommon, bool kStream>
 HWY_NOINLINE void Nvfp4StripRow(const FusedK& fk, const uint8_t* src_row, size_t nv, size_t vpb, const float* mults,
                                 const uint32_t* words, uint8_t* dst_row) {
@@ -545,11 +545,15 @@ HWY_NOINLINE void Nvfp4StripRow(const FusedK& fk, const uint8_t* src_row, size_t
 #if QMX_AVX512
   if constexpr (R == Rounding::kRne && kCommon) {
     if (f.e2m1) {
-      for (; i + 4 <= nv; i += 4) StoreBytes64<kStream>(E2m1Codes4(f, scaled(i), scaled(i + 1), scaled(i + 2), scaled(i + 3)), dst_row + i * lanes);
+      for (; i + 4 <= nv; i += 4) {
+        PrefetchAhead<S>(src_row, i * lanes, 4 * lanes);
+        StoreBytes64<kStream>(E2m1Codes4(f, scaled(i), scaled(i + 1), scaled(i + 2), scaled(i + 3)), dst_row + i * lanes);
+      }
     }
   }
 #endif
   for (; i + 4 <= nv; i += 4) {
+    PrefetchAhead<S>(src_row, i * lanes, 4 * lanes);
     if constexpr (kStream) StreamCodes4(code(i), code(i + 1), code(i + 2), code(i + 3), dst_row + i * lanes);
     else StoreCodes4(code(i), code(i + 1), code(i + 2), code(i + 3), dst_row + i * lanes);
   }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "hwy/highway.h"
@@ -62,6 +63,16 @@ HWY_INLINE VU PairMax(VU lo, VU hi) {
   return hn::Max(hn::ConcatEven(du, hi, lo), hn::ConcatOdd(du, hi, lo));
 }
 
+// Lane i of the result: the maximum of v[i]'s lanes (Lanes vectors), by halving pairwise (PairMax keeps the
+// lanes' order, so after log2(Lanes) rounds lane i holds v[i]'s maximum). v is overwritten.
+HWY_INLINE VU PairMaxFold(VU (&v)[kMaxLanes]) {
+  const size_t lanes = hn::Lanes(DU());
+  for (size_t w = lanes; w > 1; w /= 2) {
+    for (size_t i = 0; i < w / 2; ++i) v[i] = PairMax(v[2 * i], v[2 * i + 1]);
+  }
+  return v[0];
+}
+
 // |x| bits maxima of kCount blocks of kVecs vectors from element `start` (the usual MX block on AVX-512), lane
 // i of the result for block i when kCount = Lanes: a depth-first PairMax tree, so that few vectors are live
 // at once (a breadth-first reduction, as in the general loop below, spills them to the stack).
@@ -82,8 +93,7 @@ HWY_INLINE VU AmaxTree2(const void* in, size_t start) {
 #endif
 
 // amax bits of Lanes consecutive whole blocks of len elements (a multiple of Lanes) from `start`, lane b for
-// block b: each block's lanes are folded into one vector, then the vectors are halved pairwise (PairMax
-// keeps the lanes' order, so after log2(Lanes) rounds lane b holds block b's maximum).
+// block b: each block's lanes are folded into one vector, then the vectors by PairMaxFold.
 template <DType S>
 HWY_INLINE VU AmaxOfBlocks(const void* in, size_t start, size_t len) {
   const DU du;
@@ -103,10 +113,7 @@ HWY_INLINE VU AmaxOfBlocks(const void* in, size_t start, size_t len) {
     for (size_t j = lanes; j < len; j += lanes) m = hn::Max(m, hn::And(LoadBits<S>(in, start + b * len + j), abs_mask));
     v[b] = m;
   }
-  for (size_t w = lanes; w > 1; w /= 2) {
-    for (size_t i = 0; i < w / 2; ++i) v[i] = PairMax(v[2 * i], v[2 * i + 1]);
-  }
-  return v[0];
+  return PairMaxFold(v);
 #endif
 }
 
@@ -475,22 +482,22 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
   if (a.stream) StreamFence();
 }
 
-// ------------------------------------------------------------------ FP32-scaled blocks
+// ------------------------------------------------------------------ runs of fused blocks
 
-// Whether ScaledBlocksLoop takes conversions under p: the fused tier, RNE or SR-A.
-bool ScaledBlocksTakeT(const ConvertParams& p) {
+// Whether the fused runs below take conversions under p: the fused tier, RNE or SR-A.
+bool FusedRunsTakeT(const ConvertParams& p) {
   const Consts k(p);
   return k.fused && (p.rounding == Rounding::kRne || p.rounding == Rounding::kSrA);
 }
 
-// Blocks of `block` elements of in (n elements; the last block may be partial): where take[i], block i's
-// elements fl32(x * mults[i]) through the fused tier (FusedBlocks; the caller vouches that every product
-// is finite), SR words from the element indices first_index + j; other blocks are left to the caller.
-template <Rounding R, DType S>
-void ScaledBlocksLoop(const ConvertParams& p, const void* in, size_t n, size_t block, const float* mults, const uint8_t* take,
+// Blocks of `block` elements of in (n elements; the last block may be partial): each run of consecutive
+// blocks i with take[i] through FusedBlocks, block i's elements fl32(x * mults[i]) (the caller vouches that
+// every such product is finite), SR words from the element indices first_index + j; other blocks are left
+// to the caller.
+template <Rounding R, DType S, bool kStream>
+void FusedTakenBlocks(const Consts& k, const void* in, size_t n, size_t block, const float* mults, const uint8_t* take,
                       uint8_t* codes, uint64_t seed, uint64_t first_index) {
   constexpr bool kSr = R == Rounding::kSrA;
-  const Consts k(p);
   const bool common = k.f.sat && k.f.neg_zero;
   const size_t nblocks = (n + block - 1) / block;
   for (size_t i = 0; i < nblocks;) {
@@ -502,71 +509,40 @@ void ScaledBlocksLoop(const ConvertParams& p, const void* in, size_t n, size_t b
     while (e < nblocks && take[e]) ++e;
     RandomWords rw(seed, first_index + i * block, nullptr, kSr);
     RandomWords* words = kSr ? &rw : nullptr;
-    if (common) FusedBlocks<R, S, true, false>(k.f, in, block, n, i, e - i, mults + i, codes, words, kPrefetchBytes);
-    else FusedBlocks<R, S, false, false>(k.f, in, block, n, i, e - i, mults + i, codes, words, kPrefetchBytes);
+    if (common) FusedBlocks<R, S, true, kStream>(k.f, in, block, n, i, e - i, mults + i, codes, words, kPrefetchBytes);
+    else FusedBlocks<R, S, false, kStream>(k.f, in, block, n, i, e - i, mults + i, codes, words, kPrefetchBytes);
     i = e;
   }
 }
 
+// f(R, S) as integral constants: the source type's and RNE's or SR-A's instantiation.
+template <class F>
+void ByRneSrSource(DType src, bool sr, F&& f) {
+  const auto by_source = [&](auto r) {
+    switch (src) {
+      case DType::kBF16: return f(r, std::integral_constant<DType, DType::kBF16>{});
+      case DType::kF16: return f(r, std::integral_constant<DType, DType::kF16>{});
+      default: return f(r, std::integral_constant<DType, DType::kF32>{});
+    }
+  };
+  if (sr) by_source(std::integral_constant<Rounding, Rounding::kSrA>{});
+  else by_source(std::integral_constant<Rounding, Rounding::kRne>{});
+}
+
+// FP32-scaled blocks (ConvertScaledBlocks): the fused runs, cached stores.
 void ConvertScaledBlocksT(const ConvertParams& p, DType src, const void* in, size_t n, size_t block, const float* mults,
                           const uint8_t* take, uint8_t* codes, uint64_t seed, uint64_t first_index) {
-  const bool sr = p.rounding == Rounding::kSrA;
-  switch (src) {
-    case DType::kBF16:
-      return sr ? ScaledBlocksLoop<Rounding::kSrA, DType::kBF16>(p, in, n, block, mults, take, codes, seed, first_index)
-                : ScaledBlocksLoop<Rounding::kRne, DType::kBF16>(p, in, n, block, mults, take, codes, seed, first_index);
-    case DType::kF16:
-      return sr ? ScaledBlocksLoop<Rounding::kSrA, DType::kF16>(p, in, n, block, mults, take, codes, seed, first_index)
-                : ScaledBlocksLoop<Rounding::kRne, DType::kF16>(p, in, n, block, mults, take, codes, seed, first_index);
-    default:
-      return sr ? ScaledBlocksLoop<Rounding::kSrA, DType::kF32>(p, in, n, block, mults, take, codes, seed, first_index)
-                : ScaledBlocksLoop<Rounding::kRne, DType::kF32>(p, in, n, block, mults, take, codes, seed, first_index);
-  }
+  const Consts k(p);
+  ByRneSrSource(src, p.rounding == Rounding::kSrA, [&](auto r, auto s) {
+    FusedTakenBlocks<decltype(r)::value, decltype(s)::value, false>(k, in, n, block, mults, take, codes, seed, first_index);
+  });
 }
 
 // ------------------------------------------------------------------ NVFP4 blocks of several rows
 
-// A run of fused blocks in one row: nv vectors from src_row, vector i multiplied by mults[i / vpb], SR words
-// from words (kSr), codes to dst_row; the source prefetched 4 KB ahead (into the next row at the end).
-template <Rounding R, DType S, bool kCommon, bool kStream>
-HWY_NOINLINE void Nvfp4StripRow(const FusedK& fk, const uint8_t* src_row, size_t nv, size_t vpb, const float* mults,
-                                const uint32_t* words, uint8_t* dst_row) {
-  constexpr bool kSr = R == Rounding::kSrA;
-  const FusedK f = fk;  // a local copy: the code stores could alias the caller's constants
-  const DU du;
-  const DF df;
-  const size_t lanes = hn::Lanes(du);
-  const VU none = hn::Zero(du);
-  const auto scaled = [&](size_t i) {
-    return hn::BitCast(du, hn::Mul(hn::BitCast(df, LoadBits<S>(src_row, i * lanes)), hn::Set(df, mults[i / vpb])));
-  };
-  const auto code = [&](size_t i) { return FusedVec<R, kCommon>(f, scaled(i), kSr ? hn::LoadU(du, words + i * lanes) : none); };
-  size_t i = 0;
-#if QMX_AVX512
-  if constexpr (R == Rounding::kRne && kCommon) {
-    if (f.e2m1) {
-      for (; i + 4 <= nv; i += 4) {
-        PrefetchAhead<S>(src_row, i * lanes, 4 * lanes);
-        StoreBytes64<kStream>(E2m1Codes4(f, scaled(i), scaled(i + 1), scaled(i + 2), scaled(i + 3)), dst_row + i * lanes);
-      }
-    }
-  }
-#endif
-  for (; i + 4 <= nv; i += 4) {
-    PrefetchAhead<S>(src_row, i * lanes, 4 * lanes);
-    if constexpr (kStream) StreamCodes4(code(i), code(i + 1), code(i + 2), code(i + 3), dst_row + i * lanes);
-    else StoreCodes4(code(i), code(i + 1), code(i + 2), code(i + 3), dst_row + i * lanes);
-  }
-  for (; i < nv; ++i) StoreCodes(code(i), dst_row + i * lanes);
-}
-
-// Whether Nvfp4StripLoop takes these arguments: the fused tier under RNE or SR-A, whole vectors per block row,
-// and block columns a multiple of 4 (so that every row piece's SR words start a Philox counter).
+// Whether Nvfp4StripLoop takes these arguments: the fused runs' tier, and whole vectors per block row.
 bool Nvfp4StripTakesT(const MxKernelArgs& a) {
-  const Consts k(*a.p);
-  const Rounding r = a.p->rounding;
-  return a.nvfp4 != 0 && k.fused && (r == Rounding::kRne || r == Rounding::kSrA) && a.block > 0 && a.block % 4 == 0 &&
-         static_cast<size_t>(a.block) % hn::Lanes(DU()) == 0;
+  return a.nvfp4 != 0 && FusedRunsTakeT(*a.p) && a.block > 0 && static_cast<size_t>(a.block) % hn::Lanes(DU()) == 0;
 }
 
 // One strip of NVFP4 blocks of h rows by a.block columns, across `cols` columns (a multiple of a.block),
@@ -574,9 +550,9 @@ bool Nvfp4StripTakesT(const MxKernelArgs& a) {
 // the strip's first element (SR words). First every block's scale byte and multiplier, Lanes blocks at a
 // time as MxLoop's first pass: the block's |x| bits maximum is the maximum of its row pieces' where
 // a.block_amax holds them (the strip's pieces of a.block elements, row-major), else its rows' vectors
-// folded and then PairMax across the blocks (AmaxOfBlocks); then each row's runs of fused blocks in one
-// stream (the rows of the strip are long runs in memory, which the hardware prefetchers follow; a group's
-// rows one after another are not). A block the fused tier cannot take (NaN, Inf, a product that
+// folded and then PairMaxFold (as AmaxOfBlocks); then each row's runs of fused blocks in one stream
+// (FusedTakenBlocks: the rows of the strip are long runs in memory, which the hardware prefetchers follow;
+// a group's rows one after another are not). A block the fused tier cannot take (NaN, Inf, a product that
 // overflows) is gathered, with its SR words, and goes through MxLoop as one block of h x a.block
 // elements: what the general strip path (quantize.cc's QuantizeStrip) does with every block.
 template <Rounding R, DType S>
@@ -589,15 +565,13 @@ void Nvfp4StripLoop(const MxKernelArgs& a, const void* in, size_t h, size_t cols
   const size_t lanes = hn::Lanes(du);
   const Consts k(*a.p);
   const Consts ke(*a.p_e4m3);
-  const FusedK& f = k.f;
-  const bool common = k.f.sat && k.f.neg_zero;
   const size_t bc = static_cast<size_t>(a.block), vpb = bc / lanes, nb = cols / bc;
   const uint8_t* src = static_cast<const uint8_t*>(in);
   const VU abs_mask = hn::Set(du, 0x7FFFFFFFu), inf_bits = hn::Set(du, 0x7F800000u);
   const auto row_of = [&](size_t r, size_t c) { return src + (r * cols + c) * kSize; };
-  // 1. Scale bytes and multipliers (0 for a general block).
+  // 1. Scale bytes, multipliers, and whether the fused tier takes the block.
   std::vector<float> mults(nb + lanes);
-  std::vector<uint8_t> general(nb + lanes);
+  std::vector<uint8_t> fused(nb + lanes);
   for (size_t g0 = 0; g0 < nb; g0 += lanes) {
     const size_t gn = std::min(lanes, nb - g0), c0 = g0 * bc;
     VU v[kMaxLanes];  // lane j: block g0 + j
@@ -621,9 +595,7 @@ void Nvfp4StripLoop(const MxKernelArgs& a, const void* in, size_t h, size_t cols
         v[j] = m;
       }
 #if HWY_TARGET != HWY_SCALAR
-      for (size_t w = lanes; w > 1; w /= 2) {
-        for (size_t i = 0; i < w / 2; ++i) v[i] = PairMax(v[2 * i], v[2 * i + 1]);
-      }
+      PairMaxFold(v);
 #endif
     }
     const VU amax = v[0];
@@ -632,36 +604,18 @@ void Nvfp4StripLoop(const MxKernelArgs& a, const void* in, size_t h, size_t cols
     const VU prod = hn::BitCast(du, hn::Mul(hn::BitCast(df, amax), hn::BitCast(df, mult)));
     const auto ok = hn::And(hn::Lt(amax, inf_bits), hn::Lt(prod, inf_bits));
     hn::StoreU(hn::BitCast(df, hn::IfThenElseZero(ok, mult)), df, mults.data() + g0);
-    StoreCodes(hn::IfThenZeroElse(ok, hn::Set(du, 1u)), general.data() + g0);
+    StoreCodes(hn::IfThenElseZero(ok, hn::Set(du, 1u)), fused.data() + g0);
     if (gn == lanes) StoreCodes(byte, scales + g0);
     else StoreCodesPartial(byte, scales + g0, gn);
   }
   // 2. Each row's runs of fused blocks.
-  const PhiloxKeys keys(seed);
-  std::vector<uint32_t> words(kSr ? cols + 8 * lanes : 0);  // a row's SR words, whole calls of PhiloxWords
   for (size_t r = 0; r < h; ++r) {
-    const size_t at = r * cols;
-    if constexpr (kSr) {
-      for (size_t o = 0; o < cols; o += 8 * lanes) PhiloxWords((first_index + at + o) >> 2, keys, words.data() + o);
-    }
-    for (size_t j = 0; j < nb;) {
-      if (general[j]) {
-        ++j;
-        continue;
-      }
-      size_t e = j + 1;
-      while (e < nb && !general[e]) ++e;
-      const size_t off = j * bc, nv = (e - j) * vpb;
-      const uint32_t* w = kSr ? words.data() + off : nullptr;
-      if (common && a.stream) Nvfp4StripRow<R, S, true, true>(f, row_of(r, off), nv, vpb, mults.data() + j, w, codes + at + off);
-      else if (common) Nvfp4StripRow<R, S, true, false>(f, row_of(r, off), nv, vpb, mults.data() + j, w, codes + at + off);
-      else Nvfp4StripRow<R, S, false, false>(f, row_of(r, off), nv, vpb, mults.data() + j, w, codes + at + off);
-      j = e;
-    }
+    if (a.stream) FusedTakenBlocks<R, S, true>(k, row_of(r, 0), cols, bc, mults.data(), fused.data(), codes + r * cols, seed, first_index + r * cols);
+    else FusedTakenBlocks<R, S, false>(k, row_of(r, 0), cols, bc, mults.data(), fused.data(), codes + r * cols, seed, first_index + r * cols);
   }
-  // 3. The general blocks.
+  // 3. The other blocks.
   for (size_t j = 0; j < nb; ++j) {
-    if (!general[j]) continue;
+    if (fused[j]) continue;
     const size_t len = h * bc;
     std::vector<uint8_t> x(len * kSize), out(len);
     std::vector<uint32_t> rb(kSr ? len : 0);
@@ -682,18 +636,9 @@ void Nvfp4StripLoop(const MxKernelArgs& a, const void* in, size_t h, size_t cols
 
 void QuantizeNvfp4StripT(const MxKernelArgs& a, DType src, const void* in, size_t h, size_t cols, uint8_t* codes,
                          uint8_t* scales, uint64_t seed, uint64_t first_index) {
-  const bool sr = a.p->rounding == Rounding::kSrA;
-  switch (src) {
-    case DType::kBF16:
-      return sr ? Nvfp4StripLoop<Rounding::kSrA, DType::kBF16>(a, in, h, cols, codes, scales, seed, first_index)
-                : Nvfp4StripLoop<Rounding::kRne, DType::kBF16>(a, in, h, cols, codes, scales, seed, first_index);
-    case DType::kF16:
-      return sr ? Nvfp4StripLoop<Rounding::kSrA, DType::kF16>(a, in, h, cols, codes, scales, seed, first_index)
-                : Nvfp4StripLoop<Rounding::kRne, DType::kF16>(a, in, h, cols, codes, scales, seed, first_index);
-    default:
-      return sr ? Nvfp4StripLoop<Rounding::kSrA, DType::kF32>(a, in, h, cols, codes, scales, seed, first_index)
-                : Nvfp4StripLoop<Rounding::kRne, DType::kF32>(a, in, h, cols, codes, scales, seed, first_index);
-  }
+  ByRneSrSource(src, a.p->rounding == Rounding::kSrA, [&](auto r, auto s) {
+    Nvfp4StripLoop<decltype(r)::value, decltype(s)::value>(a, in, h, cols, codes, scales, seed, first_index);
+  });
 }
 
 template <Rounding R>
@@ -842,7 +787,7 @@ bool PrefetchPlainStreams() {
 
 HWY_EXPORT(QuantizeMxBlocksT);
 HWY_EXPORT(Nvfp4StripTakesT);
-HWY_EXPORT(ScaledBlocksTakeT);
+HWY_EXPORT(FusedRunsTakeT);
 HWY_EXPORT(ConvertScaledBlocksT);
 HWY_EXPORT(QuantizeNvfp4StripT);
 HWY_EXPORT(DequantizeMxBlocksT);
@@ -863,7 +808,7 @@ void QuantizeMxBlocks(const MxKernelArgs& a, DType src, const void* in, size_t n
   HWY_DYNAMIC_DISPATCH(QuantizeMxBlocksT)(a, src, in, n, codes, scales, seed, first_index, rbits);
 }
 bool Nvfp4StripTakes(const MxKernelArgs& a) { return HWY_DYNAMIC_DISPATCH(Nvfp4StripTakesT)(a); }
-bool ScaledBlocksTake(const ConvertParams& p) { return HWY_DYNAMIC_DISPATCH(ScaledBlocksTakeT)(p); }
+bool ScaledBlocksTake(const ConvertParams& p) { return HWY_DYNAMIC_DISPATCH(FusedRunsTakeT)(p); }
 void ConvertScaledBlocks(const ConvertParams& p, DType src, const void* in, size_t n, size_t block, const float* mults,
                          const uint8_t* take, uint8_t* codes, uint64_t seed, uint64_t first_index) {
   const detail::ScopedDefaultFpEnv fp_env;

@@ -369,48 +369,38 @@ void QuantizeFp32Contiguous(const Ctx& c, size_t block_len, QuantizedTensor& q, 
     nan_block[b] = ms.nan_block;
   };
   const uint8_t fill = detail::BlockNanCode(spec.elem);
-  // The fused tier straight from the source where it takes the conversion: blocks whose products are all
-  // finite (no NaN or Inf, amax x multiplier finite); the others as below, a block at a time.
+  // Elements of a piece. Where the fused tier takes the conversion, a block whose products are all finite
+  // (no NaN or Inf, amax x multiplier finite) goes straight from the source in registers; each run of the
+  // other blocks is multiplied into y and converted in one call, and NaN blocks are filled after.
   const simd::ConvertParams params = simd::MakeConvertParams(spec.elem, spec.cast, DType::kF32);
   const bool fused = simd::ScaledBlocksTake(params);
-  const auto elements_fused = [&](const Piece& pc, std::vector<float>& y) {
-    const size_t b0 = pc.block, len = whole_blocks ? block_len : pc.len;
-    const size_t nb = (pc.len + len - 1) / len;
-    std::vector<uint8_t> take(nb);
-    for (size_t i = 0; i < nb; ++i) {
-      const Maxima& m = maxima_of[b0 + i];
-      float amax;
-      std::memcpy(&amax, &m.all, 4);
-      take[i] = !nan_block[b0 + i] && m.all < 0x7F800000u && std::isfinite(mult[b0 + i]) && std::isfinite(amax * mult[b0 + i]);
-    }
-    simd::ConvertScaledBlocks(params, x.dtype, src + pc.start * esize, pc.len, len, mult.data() + b0, take.data(),
-                              q.codes.data() + pc.start, spec.seed, pc.start);
-    for (size_t i = 0; i < nb; ++i) {
-      if (take[i]) continue;
-      const size_t s = pc.start + i * len, e = std::min(pc.start + pc.len, s + len);
-      if (nan_block[b0 + i]) {
-        std::memset(q.codes.data() + s, fill, e - s);
-        continue;
-      }
-      ScaleElements(x.dtype, src + s * esize, e - s, mult[b0 + i], y.data());
-      ConvertToCodes(DType::kF32, y.data(), e - s, spec.elem, spec.cast, q.codes.data() + s, {spec.seed, s, nullptr}, Exec::kSequential);
-    }
-  };
   const auto elements = [&](int64_t p, std::vector<float>& y) {
     const Piece& pc = pieces[static_cast<size_t>(p)];
+    const size_t b0 = pc.block, len = whole_blocks ? block_len : pc.len, nb = (pc.len + len - 1) / len;
+    const auto start_of = [&](size_t i) { return pc.start + std::min(pc.len, i * len); };  // block b0 + i's
+    std::vector<uint8_t> take(nb, 0);
     if (fused) {
-      elements_fused(pc, y);
-      return;
+      for (size_t i = 0; i < nb; ++i) {
+        const Maxima& m = maxima_of[b0 + i];
+        float amax;
+        std::memcpy(&amax, &m.all, 4);
+        take[i] = !nan_block[b0 + i] && m.all < 0x7F800000u && std::isfinite(mult[b0 + i]) && std::isfinite(amax * mult[b0 + i]);
+      }
+      simd::ConvertScaledBlocks(params, x.dtype, src + pc.start * esize, pc.len, len, mult.data() + b0, take.data(),
+                                q.codes.data() + pc.start, spec.seed, pc.start);
     }
-    for (size_t b = pc.block; b * block_len < pc.start + pc.len; ++b) {
-      const size_t s = std::max(pc.start, b * block_len), e = std::min(pc.start + pc.len, (b + 1) * block_len);
-      ScaleElements(x.dtype, src + s * esize, e - s, mult[b], y.data() + (s - pc.start));
-    }
-    ConvertToCodes(DType::kF32, y.data(), pc.len, spec.elem, spec.cast, q.codes.data() + pc.start, {spec.seed, pc.start, nullptr},
-                   Exec::kSequential);
-    for (size_t b = pc.block; b * block_len < pc.start + pc.len; ++b) {
-      const size_t s = std::max(pc.start, b * block_len), e = std::min(pc.start + pc.len, (b + 1) * block_len);
-      if (nan_block[b]) std::memset(q.codes.data() + s, fill, e - s);
+    for (size_t i = 0; i < nb;) {
+      if (take[i]) {
+        ++i;
+        continue;
+      }
+      size_t e = i;
+      for (; e < nb && !take[e]; ++e)
+        ScaleElements(x.dtype, src + start_of(e) * esize, start_of(e + 1) - start_of(e), mult[b0 + e], y.data() + (start_of(e) - start_of(i)));
+      ConvertToCodes(DType::kF32, y.data(), start_of(e) - start_of(i), spec.elem, spec.cast, q.codes.data() + start_of(i),
+                     {spec.seed, start_of(i), nullptr}, Exec::kSequential);
+      for (; i < e; ++i)
+        if (nan_block[b0 + i]) std::memset(q.codes.data() + start_of(i), fill, start_of(i + 1) - start_of(i));
     }
   };
   const auto piece_blocks = [&](int64_t p) {  // the blocks a piece of whole blocks holds
@@ -453,6 +443,18 @@ void QuantizeFp32Contiguous(const Ctx& c, size_t block_len, QuantizedTensor& q, 
     for (size_t b = 0; b < blocks; ++b) scale(b);
     std::vector<float> y(std::min(n, kPiece));
     for (int64_t p = 0; p < np; ++p) elements(p, y);
+  }
+}
+
+// f(s) for every strip s of block rows, over OpenMP threads a strip at a time (a strip whose blocks go
+// through the general tiers costs more than its neighbours) or in order. No bit depends on which.
+template <class F>
+void ForEachStrip(int64_t strips, Exec exec, F&& f) {
+  if (exec == Exec::kParallel && strips > 1) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t s = 0; s < strips; ++s) f(s);
+  } else {
+    for (int64_t s = 0; s < strips; ++s) f(s);
   }
 }
 
@@ -550,12 +552,7 @@ bool QuantizeNvfp4Strips(const TensorView& x, const QuantSpec& spec, const Block
     simd::QuantizeNvfp4Strip(args, x.dtype, static_cast<const uint8_t*>(x.data) + r0 * x.cols * esize, std::min(be.rows, x.rows - r0),
                              x.cols, q.codes.data() + r0 * x.cols, q.scales.data() + s * q.scale_cols, spec.seed, r0 * x.cols);
   };
-  if (exec == Exec::kParallel && strips > 1) {
-#pragma omp parallel for schedule(static)
-    for (int64_t s = 0; s < strips; ++s) strip(s);
-  } else {
-    for (int64_t s = 0; s < strips; ++s) strip(s);
-  }
+  ForEachStrip(strips, exec, strip);
   return true;
 }
 
@@ -635,16 +632,10 @@ QuantizedTensor QuantizeImpl(const TensorView& x, const QuantSpec& spec, Exec ex
   }
   const int64_t strips = static_cast<int64_t>(q.scale_rows);
   const size_t strip_elems = c.be.rows * x.cols;
-  if (exec == Exec::kParallel && strips > 1) {
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t s = 0; s < strips; ++s)
-      QuantizeStrip(c, static_cast<size_t>(s), q.codes.data() + static_cast<size_t>(s) * strip_elems,
-                    q.scales.data() + static_cast<size_t>(s) * q.scale_cols * sbytes);
-  } else {
-    for (int64_t s = 0; s < strips; ++s)
-      QuantizeStrip(c, static_cast<size_t>(s), q.codes.data() + static_cast<size_t>(s) * strip_elems,
-                    q.scales.data() + static_cast<size_t>(s) * q.scale_cols * sbytes);
-  }
+  ForEachStrip(strips, exec, [&](int64_t si) {
+    const size_t s = static_cast<size_t>(si);
+    QuantizeStrip(c, s, q.codes.data() + s * strip_elems, q.scales.data() + s * q.scale_cols * sbytes);
+  });
   return q;
 }
 

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -485,6 +486,55 @@ TEST_CASE("FP32-scaled recipes on tensors of several pieces equal the reference"
             CheckSame(Quantize(x, spec), want, Where(spec, x) + " threads " + std::to_string(threads));
           }
           CheckSame(Quantize(x, spec, Exec::kSequential), want, Where(spec, x) + " sequential");
+        }
+      }
+    }
+  }
+  omp_set_num_threads(omp_get_num_procs());
+}
+
+TEST_CASE("Batched FP32 block scales equal the per-block scale: pow2, margins, zero, tiny and huge blocks", "[quantize]") {
+  // Fp32ScalesFromAmaxes against Fp32ScaleFromAmax on maxima that reach each branch: zero (fallback 1),
+  // subnormal and tiny (destmax / amax overflows to FLT_MAX), FLT_MAX, Inf and NaN (fallback), ordinary.
+  std::vector<float> amax = {0.0f, 1e-45f, 1e-40f, 1e-38f, 3e-36f, 1.0f, 0.75f, 448.0f, 3.0e38f, std::numeric_limits<float>::max(),
+                             HUGE_VALF, std::nanf("")};
+  std::mt19937 rng(3);
+  for (int i = 0; i < 2000; ++i) amax.push_back(qmx::test::BitsFloat(rng() & 0x7FFFFFFFu));
+  for (bool pow2 : {false, true}) {
+    for (int margin : {0, 3, -2}) {
+      for (float destmax : {448.0f, 57344.0f}) {
+        std::vector<Fp32Scale> got(amax.size());
+        Fp32ScalesFromAmaxes(amax.data(), amax.size(), destmax, pow2, margin, got.data());
+        for (size_t i = 0; i < amax.size(); ++i) {
+          const Fp32Scale want = Fp32ScaleFromAmax(amax[i], destmax, pow2, margin);
+          INFO("amax bits " << FloatBits(amax[i]) << " pow2 " << pow2 << " margin " << margin << " destmax " << destmax);
+          CHECK(FloatBits(got[i].encode) == FloatBits(want.encode));
+          CHECK(FloatBits(got[i].decode) == FloatBits(want.decode));
+        }
+      }
+    }
+  }
+  // Through Quantize: 1 x 128 and row-wise blocks take their scales from the batched call (blocks without
+  // NaN or Inf); the reference takes each block's from BlockMultiplyScale.
+  const size_t rows = 300, cols = 512;
+  std::vector<float> xf = MakeMatrix(rows, cols, 23, false);
+  xf[1000] = std::nanf("");
+  xf[70001] = HUGE_VALF;
+  for (const char* name : {"fp8-block1x128", "fp8-rowwise"}) {
+    for (ScaleRule rule : {ScaleRule::kFp32, ScaleRule::kFp32Pow2}) {
+      for (int margin : {0, 2}) {
+        for (Rounding r : {Rounding::kRne, Rounding::kSrA}) {
+          QuantSpec spec = QuantSpecByName(name);
+          spec.rule = rule;
+          spec.margin = margin;
+          spec.cast.rounding = r;
+          spec.seed = 9;
+          const TensorView x{DType::kF32, xf.data(), rows, cols};
+          const QuantizedTensor want = QuantizeRef(x, spec);
+          const std::string what = Where(spec, x) + " margin " + std::to_string(margin);
+          CheckSame(Quantize(x, spec, Exec::kSequential), want, what + " sequential");
+          omp_set_num_threads(2);
+          CheckSame(Quantize(x, spec), want, what + " threads 2");
         }
       }
     }

@@ -368,6 +368,28 @@ void QuantizeFp32Contiguous(const Ctx& c, size_t block_len, QuantizedTensor& q, 
     mult[b] = ms.multiplier;
     nan_block[b] = ms.nan_block;
   };
+  // Scales of blocks [b0, b1) of a piece. Under an FP32 rule from the maxima (not per tensor, not a fixed
+  // scale), a block without NaN or Inf takes its scale from one Fp32ScalesFromAmaxes call over the range
+  // (Fp32ScaleFromAmax's operations, so BlockMultiplyScale's bits); the others go one at a time.
+  const bool batch_scales = blocks > 1 && !c.have_fixed && ScaleFormatOf(spec.rule) == ScaleFormat::kFp32;
+  const auto scale_range = [&](size_t b0, size_t b1) {
+    if (!batch_scales) {
+      for (size_t b = b0; b < b1; ++b) scale(b);
+      return;
+    }
+    std::vector<float> amax(b1 - b0);
+    for (size_t b = b0; b < b1; ++b) std::memcpy(&amax[b - b0], &maxima_of[b].finite, 4);
+    std::vector<Fp32Scale> fs(b1 - b0);
+    Fp32ScalesFromAmaxes(amax.data(), amax.size(), c.destmax, spec.rule == ScaleRule::kFp32Pow2, spec.margin, fs.data());
+    for (size_t b = b0; b < b1; ++b) {
+      if (maxima_of[b].all >= 0x7F800000u) {
+        scale(b);
+        continue;
+      }
+      std::memcpy(q.scales.data() + 4 * b, &fs[b - b0].decode, 4);
+      mult[b] = fs[b - b0].encode;
+    }
+  };
   const uint8_t fill = detail::BlockNanCode(spec.elem);
   // Elements of a piece. Where the fused tier takes the conversion, a block whose products are all finite
   // (no NaN or Inf, amax x multiplier finite) goes straight from the source in registers; each run of the
@@ -411,7 +433,7 @@ void QuantizeFp32Contiguous(const Ctx& c, size_t block_len, QuantizedTensor& q, 
     const auto piece = [&](int64_t p, std::vector<float>& y) {
       maxima(p);
       const auto [b0, b1] = piece_blocks(p);
-      for (size_t b = b0; b < b1; ++b) scale(b);
+      scale_range(b0, b1);
       elements(p, y);
     };
     if (exec == Exec::kParallel && np > 1) {

@@ -92,8 +92,8 @@ struct Fp32Scale {
 // non-finite amax keep `fallback` (1 for a fresh tensor, the previous scale in delayed scaling); an
 // infinite s becomes FLT_MAX; pow2 clears s's mantissa bits.
 Fp32Scale Fp32ScaleFromAmax(float amax, float destmax, bool pow2, int margin = 0, float fallback = 1.0f);
-// out[i] = Fp32ScaleFromAmax(amax[i], destmax, pow2, margin) for n block maxima (fallback 1): the same
-// operations with destmax * 2^-margin formed once, so the same bits, at a few cycles a block.
+// out[i] = Fp32ScaleFromAmax(amax[i], destmax, pow2, margin) for n block maxima (fallback 1), in one call
+// (the blockwise quantizers' scales, a piece of blocks at a time).
 void Fp32ScalesFromAmaxes(const float* amax, size_t n, float destmax, bool pow2, int margin, Fp32Scale* out);
 
 // ----------------------------------------------------------------- NVFP4

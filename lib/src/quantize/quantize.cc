@@ -370,7 +370,7 @@ void QuantizeFp32Contiguous(const Ctx& c, size_t block_len, QuantizedTensor& q, 
   };
   // Scales of blocks [b0, b1) of a piece. Under an FP32 rule from the maxima (not per tensor, not a fixed
   // scale), a block without NaN or Inf takes its scale from one Fp32ScalesFromAmaxes call over the range
-  // (Fp32ScaleFromAmax's operations, so BlockMultiplyScale's bits); the others go one at a time.
+  // (Fp32ScaleFromAmax in a loop, so BlockMultiplyScale's bits); the others go one at a time.
   const bool batch_scales = blocks > 1 && !c.have_fixed && ScaleFormatOf(spec.rule) == ScaleFormat::kFp32;
   const auto scale_range = [&](size_t b0, size_t b1) {
     if (!batch_scales) {

@@ -130,26 +130,19 @@ uint8_t Ue8m0ScaleFromAmax(float amax, const Format& elem, ScaleRule rule) {
                                      elem.man_bits);
 }
 
-namespace {
-// Fp32ScaleFromAmax given scaled_max = destmax * 2^-margin.
-inline Fp32Scale Fp32ScaleOfScaledMax(float amax, float scaled_max, bool pow2, float fallback) {
+Fp32Scale Fp32ScaleFromAmax(float amax, float destmax, bool pow2, int margin, float fallback) {
   float s = fallback;
   if (std::isfinite(amax) && amax > 0.0f) {
+    const float scaled_max = margin == 0 ? destmax : std::ldexp(destmax, -margin);  // ldexp(x, 0) = x
     s = scaled_max / amax;
     if (std::isinf(s)) s = kFltMax;
   }
   if (pow2) s = detail::F32FromBits(detail::F32Bits(s) & 0xFF800000u);
   return {s, 1.0f / s};
 }
-}  // namespace
-
-Fp32Scale Fp32ScaleFromAmax(float amax, float destmax, bool pow2, int margin, float fallback) {
-  return Fp32ScaleOfScaledMax(amax, std::ldexp(destmax, -margin), pow2, fallback);
-}
 
 void Fp32ScalesFromAmaxes(const float* amax, size_t n, float destmax, bool pow2, int margin, Fp32Scale* out) {
-  const float scaled_max = std::ldexp(destmax, -margin);
-  for (size_t i = 0; i < n; ++i) out[i] = Fp32ScaleOfScaledMax(amax[i], scaled_max, pow2, 1.0f);
+  for (size_t i = 0; i < n; ++i) out[i] = Fp32ScaleFromAmax(amax[i], destmax, pow2, margin, 1.0f);
 }
 
 namespace {

@@ -416,6 +416,7 @@ void QuantizeFp32Contiguous(const Ctx& c, size_t block_len, QuantizedTensor& q, 
         ++i;
         continue;
       }
+      if (y.empty()) y.resize(std::min(n, kPiece));
       size_t e = i;
       for (; e < nb && !take[e]; ++e)
         ScaleElements(x.dtype, src + start_of(e) * esize, start_of(e + 1) - start_of(e), mult[b0 + e], y.data() + (start_of(e) - start_of(i)));
@@ -439,12 +440,12 @@ void QuantizeFp32Contiguous(const Ctx& c, size_t block_len, QuantizedTensor& q, 
     if (exec == Exec::kParallel && np > 1) {
 #pragma omp parallel
       {
-        std::vector<float> y(std::min(n, kPiece));
+        std::vector<float> y;  // sized on first use: most pieces never need it
 #pragma omp for schedule(static)
         for (int64_t p = 0; p < np; ++p) piece(p, y);
       }
     } else {
-      std::vector<float> y(std::min(n, kPiece));
+      std::vector<float> y;  // sized on first use: most pieces never need it
       for (int64_t p = 0; p < np; ++p) piece(p, y);
     }
     return;
@@ -456,14 +457,14 @@ void QuantizeFp32Contiguous(const Ctx& c, size_t block_len, QuantizedTensor& q, 
       for (int64_t p = 0; p < np; ++p) maxima(p);
 #pragma omp for schedule(static)
       for (int64_t b = 0; b < static_cast<int64_t>(blocks); ++b) scale(static_cast<size_t>(b));
-      std::vector<float> y(std::min(n, kPiece));
+      std::vector<float> y;  // sized on first use: most pieces never need it
 #pragma omp for schedule(static)
       for (int64_t p = 0; p < np; ++p) elements(p, y);
     }
   } else {
     for (int64_t p = 0; p < np; ++p) maxima(p);
     for (size_t b = 0; b < blocks; ++b) scale(b);
-    std::vector<float> y(std::min(n, kPiece));
+    std::vector<float> y;  // sized on first use: most pieces never need it
     for (int64_t p = 0; p < np; ++p) elements(p, y);
   }
 }

@@ -130,7 +130,9 @@ uint8_t Ue8m0ScaleFromAmax(float amax, const Format& elem, ScaleRule rule) {
                                      elem.man_bits);
 }
 
-Fp32Scale Fp32ScaleFromAmax(float amax, float destmax, bool pow2, int margin, float fallback) {
+namespace {
+// Fp32ScaleFromAmax's operations, inlined into its batch form.
+inline Fp32Scale Fp32ScaleOf(float amax, float destmax, bool pow2, int margin, float fallback) {
   float s = fallback;
   if (std::isfinite(amax) && amax > 0.0f) {
     const float scaled_max = margin == 0 ? destmax : std::ldexp(destmax, -margin);  // ldexp(x, 0) = x
@@ -140,9 +142,14 @@ Fp32Scale Fp32ScaleFromAmax(float amax, float destmax, bool pow2, int margin, fl
   if (pow2) s = detail::F32FromBits(detail::F32Bits(s) & 0xFF800000u);
   return {s, 1.0f / s};
 }
+}  // namespace
+
+Fp32Scale Fp32ScaleFromAmax(float amax, float destmax, bool pow2, int margin, float fallback) {
+  return Fp32ScaleOf(amax, destmax, pow2, margin, fallback);
+}
 
 void Fp32ScalesFromAmaxes(const float* amax, size_t n, float destmax, bool pow2, int margin, Fp32Scale* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = Fp32ScaleFromAmax(amax[i], destmax, pow2, margin, 1.0f);
+  for (size_t i = 0; i < n; ++i) out[i] = Fp32ScaleOf(amax[i], destmax, pow2, margin, 1.0f);
 }
 
 namespace {

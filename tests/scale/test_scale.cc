@@ -265,6 +265,34 @@ TEST_CASE("NVFP4 scales in Transformer Engine's kernel order and the divide-firs
   CHECK(Nvfp4DecodeScale(0x7E, amax) == (448.0f * 10.0f) * (1.0f / 2688.0f));
 }
 
+TEST_CASE("Nvfp4EncodeFactors equals Nvfp4EncodeFactor on every byte, rule and kind of S_enc", "[scale][nvfp4]") {
+  // The table form (row-scaled NVFP4 builds one per row) against the function, bit for bit: S_enc from
+  // zero, subnormal, tiny, ordinary, FLT_MAX, Inf and NaN, and random FP32 bits of both signs.
+  std::vector<float> s_encs = {0.0f, -0.0f, 1e-45f, 1e-40f, 1e-30f, 0.001f, 1.0f, 268.8f, 2688.0f, 1e30f,
+                               std::numeric_limits<float>::max(), HUGE_VALF, std::nanf("")};
+  uint32_t state = 12345;
+  for (int i = 0; i < 3000; ++i) {
+    state = state * 1664525u + 1013904223u;
+    s_encs.push_back(BitsFloat(state));
+  }
+  size_t checked = 0, mismatches = 0;
+  for (ScaleRule rule : {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div, ScaleRule::kNvfp4Torchao, ScaleRule::kNvfp4FourOverSix}) {
+    for (float s_enc : s_encs) {
+      float table[128];
+      Nvfp4EncodeFactors(s_enc, rule, table);
+      for (int b = 0; b < 128; ++b, ++checked) {
+        const float want = Nvfp4EncodeFactor(static_cast<uint8_t>(b), s_enc, rule);
+        if (FloatBits(table[b]) != FloatBits(want) && !(std::isnan(table[b]) && std::isnan(want)) && mismatches++ < 5) {
+          INFO("rule " << ScaleRuleName(rule) << " s_enc bits " << Hex(FloatBits(s_enc), 8) << " byte " << b);
+          CHECK(Hex(FloatBits(table[b]), 8) == Hex(FloatBits(want), 8));
+        }
+      }
+    }
+  }
+  CHECK(checked == 4 * s_encs.size() * 128);
+  CHECK(mismatches == 0);
+}
+
 TEST_CASE("Delayed scaling: quantize with the current scale, then push the amax", "[scale]") {
   DelayedScaling ds(fmt::kE4M3, 3, 0, AmaxAlgo::kMax);
   CHECK(ds.scale().encode == 1.0f);  // no history yet

@@ -131,6 +131,8 @@ float Nvfp4TensorScale(float tensor_amax, ScaleRule rule);
 float Nvfp4TensorDecode(float tensor_scale, ScaleRule rule);
 uint8_t Nvfp4BlockScale(float block_amax, float s_enc, ScaleRule rule);
 float Nvfp4EncodeFactor(uint8_t block_scale, float s_enc, ScaleRule rule);
+// out[b] = Nvfp4EncodeFactor(b, s_enc, rule) for the 128 block-scale bytes b < 128, in one call.
+void Nvfp4EncodeFactors(float s_enc, ScaleRule rule, float* out);
 // TE's dequantization (dequantize_nvfp4.cuh): value = fl32(decode(code) * fl32(fl32(decode(s8) * tensor_amax)
 // * fl32(1/2688))); under nvfp4-torchao fl32(s_g * decode(s8)).
 float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, ScaleRule rule = ScaleRule::kNvfp4);

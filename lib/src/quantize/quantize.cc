@@ -166,7 +166,7 @@ struct Nvfp4Kernel {
   }
   // A new tensor encode scale (row-scaled NVFP4 sets one per row); the conversion parameters stay.
   void SetEncodeScale(float s_enc) {
-    for (size_t b = 0; b < 128; ++b) mult[b] = Nvfp4EncodeFactor(static_cast<uint8_t>(b), s_enc, rule);
+    Nvfp4EncodeFactors(s_enc, rule, mult.data());
     args.s_enc = s_enc;
     args.s_m = s_enc * (1.0f / 6.0f);
   }

@@ -22,10 +22,11 @@ float FMin(float a, float b) { return std::fmin(a, b); }  // fminf: a NaN operan
 
 // The value of every E4M3 byte, decoded once: the NVFP4 scale functions run per block (and per row of a
 // row-scaled tensor, 128 times), where DecodeToDouble's general decoding would dominate.
-float E4m3Value(uint8_t byte) {
+const float* E4m3Values() {
   static const std::vector<float> table = DecodeTableF32(fmt::kE4M3);
-  return table[byte];
+  return table.data();
 }
+float E4m3Value(uint8_t byte) { return E4m3Values()[byte]; }
 float E2m1Value(uint8_t code) {
   static const std::vector<float> table = DecodeTableF32(fmt::kE2M1);
   return table[code & 0xF];
@@ -227,6 +228,24 @@ float Nvfp4EncodeFactor(uint8_t block_scale, float s_enc, ScaleRule rule) {
   }
   const float s_dec = 1.0f / s_enc;
   return FMin(1.0f / (sd * s_dec), kFltMax);
+}
+
+void Nvfp4EncodeFactors(float s_enc, ScaleRule rule, float* out) {
+  // Nvfp4EncodeFactor's FP32 operations on every byte, with the E4M3 values read once, 1 / s_enc formed
+  // once, and fminf(v, FLT_MAX) as v < FLT_MAX ? v : FLT_MAX (the same value for every v: fminf gives the
+  // other operand where one is NaN), so that the loops vectorize. tests/scale checks it against the
+  // function byte by byte.
+  const float* sd = E4m3Values();
+  const auto cap = [](float v) { return v < kFltMax ? v : kFltMax; };
+  if (rule == ScaleRule::kNvfp4Torchao) {
+    const float inv = 1.0f / s_enc;
+    for (int b = 0; b < 128; ++b) out[b] = inv / sd[b];
+  } else if (rule == ScaleRule::kNvfp4Div) {
+    for (int b = 0; b < 128; ++b) out[b] = sd[b] == 0.0f ? 0.0f : cap(s_enc / sd[b]);
+  } else {
+    const float s_dec = 1.0f / s_enc;
+    for (int b = 0; b < 128; ++b) out[b] = cap(1.0f / (sd[b] * s_dec));
+  }
 }
 
 float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, ScaleRule rule) {

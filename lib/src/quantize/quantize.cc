@@ -386,7 +386,9 @@ void QuantizeFp32Contiguous(const Ctx& c, size_t block_len, QuantizedTensor& q, 
         scale(b);
         continue;
       }
-      std::memcpy(q.scales.data() + 4 * b, &fs[b - b0].decode, 4);
+      uint32_t stored;
+      std::memcpy(&stored, &fs[b - b0].decode, 4);
+      detail::StoreScale(spec, q.scales.data(), b, stored, false);
       mult[b] = fs[b - b0].encode;
     }
   };

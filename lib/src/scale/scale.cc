@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "float_bits.h"
@@ -18,7 +19,9 @@ namespace {
 
 constexpr float kFltMax = std::numeric_limits<float>::max();
 
-float FMin(float a, float b) { return std::fmin(a, b); }  // fminf: a NaN operand yields the other
+// fminf(v, FLT_MAX) for every v (a NaN gives FLT_MAX: fminf returns the other operand), written as a compare
+// so that loops over it vectorize.
+float CapFltMax(float v) { return v < kFltMax ? v : kFltMax; }
 
 // The value of every E4M3 byte, decoded once: the NVFP4 scale functions run per block (and per row of a
 // row-scaled tensor, 128 times), where DecodeToDouble's general decoding would dominate.
@@ -157,7 +160,7 @@ namespace {
 // TE's S_enc = min(fl32(6 * e4m3_bound / tensor_amax), FLT_MAX), 1 for amax 0 or an S_enc of 0: the bound
 // is 448 (2688 = 6 * 448), or 256 under 4over6 (1536).
 float TeEncodeScale(float tensor_amax, float six_times_bound) {
-  float s = FMin(six_times_bound / tensor_amax, kFltMax);
+  float s = CapFltMax(six_times_bound / tensor_amax);
   if (tensor_amax == 0.0f || s == 0.0f) s = 1.0f;
   return s;
 }
@@ -219,33 +222,33 @@ uint8_t Nvfp4BlockScale(float block_amax, float s_enc, ScaleRule rule) {
   return static_cast<uint8_t>(ConvertF32(v, fmt::kE4M3, rne));
 }
 
-float Nvfp4EncodeFactor(uint8_t block_scale, float s_enc, ScaleRule rule) {
-  const float sd = E4m3Value(block_scale);
+namespace {
+// Nvfp4EncodeFactor of the block scale's value sd.
+inline float Nvfp4EncodeFactorOf(float sd, float s_enc, ScaleRule rule) {
   if (rule == ScaleRule::kNvfp4Torchao) return (1.0f / s_enc) / sd;
   if (rule == ScaleRule::kNvfp4Div) {
     if (sd == 0.0f) return 0.0f;
-    return FMin(s_enc / sd, kFltMax);
+    return CapFltMax(s_enc / sd);
   }
   const float s_dec = 1.0f / s_enc;
-  return FMin(1.0f / (sd * s_dec), kFltMax);
+  return CapFltMax(1.0f / (sd * s_dec));
+}
+}  // namespace
+
+float Nvfp4EncodeFactor(uint8_t block_scale, float s_enc, ScaleRule rule) {
+  return Nvfp4EncodeFactorOf(E4m3Value(block_scale), s_enc, rule);
 }
 
 void Nvfp4EncodeFactors(float s_enc, ScaleRule rule, float* out) {
-  // Nvfp4EncodeFactor's FP32 operations on every byte, with the E4M3 values read once, 1 / s_enc formed
-  // once, and fminf(v, FLT_MAX) as v < FLT_MAX ? v : FLT_MAX (the same value for every v: fminf gives the
-  // other operand where one is NaN), so that the loops vectorize. tests/scale checks it against the
-  // function byte by byte.
+  // The same function over the E4M3 values read once, one loop per rule (the rule a constant in each, so
+  // that 1 / s_enc is formed once and the loop vectorizes).
   const float* sd = E4m3Values();
-  const auto cap = [](float v) { return v < kFltMax ? v : kFltMax; };
-  if (rule == ScaleRule::kNvfp4Torchao) {
-    const float inv = 1.0f / s_enc;
-    for (int b = 0; b < 128; ++b) out[b] = inv / sd[b];
-  } else if (rule == ScaleRule::kNvfp4Div) {
-    for (int b = 0; b < 128; ++b) out[b] = sd[b] == 0.0f ? 0.0f : cap(s_enc / sd[b]);
-  } else {
-    const float s_dec = 1.0f / s_enc;
-    for (int b = 0; b < 128; ++b) out[b] = cap(1.0f / (sd[b] * s_dec));
-  }
+  const auto fill = [&](auto r) {
+    for (int b = 0; b < 128; ++b) out[b] = Nvfp4EncodeFactorOf(sd[b], s_enc, decltype(r)::value);
+  };
+  if (rule == ScaleRule::kNvfp4Torchao) fill(std::integral_constant<ScaleRule, ScaleRule::kNvfp4Torchao>{});
+  else if (rule == ScaleRule::kNvfp4Div) fill(std::integral_constant<ScaleRule, ScaleRule::kNvfp4Div>{});
+  else fill(std::integral_constant<ScaleRule, ScaleRule::kNvfp4>{});
 }
 
 float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, ScaleRule rule) {

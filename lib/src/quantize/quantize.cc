@@ -530,9 +530,11 @@ float SetNvfp4TensorScale(const QuantSpec& spec, const float* given_amax, uint32
 
 // NVFP4 blocks that tile each row: the tensor amax (unless given) with every block's maximum, then the
 // block kernel, both over the same runs of kBlocksPerRun blocks, each thread on its own share; the kernel
-// then only scales and converts. The second pass walks a thread's runs in reverse, so that it starts on the
-// data the first pass read last, still in cache. Runs are independent (SR words come from element
-// indices), so neither the order nor the split changes a bit.
+// then only scales and converts. Both passes walk a thread's runs forward: a second pass in reverse, which
+// starts on the data the first pass read last (still in cache), measured slower on both machines (2^24
+// elements, one thread: 6.7-7.1 ms against 6.2-6.6 on the AMD EPYC, 12.1-12.3 against 11.5-12.0 on the
+// Xeon), the hardware prefetchers following one long stream instead of a run's 128 KB at a time. Runs are
+// independent (SR words come from element indices), so neither the order nor the split changes a bit.
 void QuantizeNvfp4Rows(const TensorView& x, const QuantSpec& spec, size_t block, const float* given_amax, Exec exec,
                        QuantizedTensor& q) {
   const size_t n = x.rows * x.cols, esize = DTypeSize(x.dtype);
@@ -547,7 +549,7 @@ void QuantizeNvfp4Rows(const TensorView& x, const QuantSpec& spec, size_t block,
     const auto [lo, hi] = split.Share(omp_get_thread_num(), omp_get_num_threads());
     simd::MxKernelArgs args = kernel.For(block);
     args.stream = n >= detail::kStreamCodes;
-    for (size_t r = hi; r-- > lo;) {
+    for (size_t r = lo; r < hi; ++r) {
       const size_t start = r * split.run;
       if (block_max) args.block_amax = block_max.get() + r * detail::kBlocksPerRun;
       simd::QuantizeMxBlocks(args, x.dtype, src + start * esize, std::min(split.run, n - start), q.codes.data() + start,

@@ -532,8 +532,8 @@ float SetNvfp4TensorScale(const QuantSpec& spec, const float* given_amax, uint32
 // block kernel, both over the same runs of kBlocksPerRun blocks, each thread on its own share; the kernel
 // then only scales and converts. Both passes walk a thread's runs forward: a second pass in reverse, which
 // starts on the data the first pass read last (still in cache), measured slower on both machines (2^24
-// elements, one thread: 6.7-7.1 ms against 6.2-6.6 on the AMD EPYC, 12.1-12.3 against 11.5-12.0 on the
-// Xeon), the hardware prefetchers following one long stream instead of a run's 128 KB at a time. Runs are
+// elements, one thread: 6.5-7.1 ms against 6.2-6.9 on the AMD EPYC, 12.1-12.3 against 11.5-12.0 on the
+// Xeon; likely because forward the hardware prefetchers follow one long stream, not 128 KB runs). Runs are
 // independent (SR words come from element indices), so neither the order nor the split changes a bit.
 void QuantizeNvfp4Rows(const TensorView& x, const QuantSpec& spec, size_t block, const float* given_amax, Exec exec,
                        QuantizedTensor& q) {

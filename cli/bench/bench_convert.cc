@@ -106,6 +106,18 @@ void RunConvertBench(const BenchArgs& a, nlohmann::json& j) {
       {"nvfp4 quantize (1x16, e4m3 scales)", 4 * n, n + n / 16,
        [&](Exec e) { sink += Quantize(rows_view, nvfp4, e).tensor_amax; },
        [&] { sink += QuantizeRef(rows_view, nvfp4).tensor_amax; }},
+      // Not a quantizer: the two passes any per-tensor NVFP4 quantizer makes (the tensor amax, then a
+      // conversion that reads the input again and writes a code per element), with the least work in each,
+      // counted as the row above: its ratio to memcpy is the ceiling of that row's.
+      {"nvfp4 floor: tensor amax + f32->e2m1", 4 * n, n + n / 16,
+       [&](Exec e) {
+         sink += TensorAmax(rows_view, nvfp4.nan, e);
+         ConvertToCodes(DType::kF32, x.data(), n, fmt::kE2M1, rne, codes.data(), {}, e);
+       },
+       [&] {
+         sink += TensorAmaxRef(rows_view, nvfp4.nan);
+         ConvertToCodesRef(DType::kF32, x.data(), n, fmt::kE2M1, rne, codes.data());
+       }},
       {"nvfp4 quantize, tensor amax given", 4 * n, n + n / 16,
        [&](Exec e) { sink += QuantizeNvfp4WithAmax(rows_view, nvfp4, 5.0f, e).tensor_amax; },
        [&] { sink += QuantizeNvfp4WithAmaxRef(rows_view, nvfp4, 5.0f).tensor_amax; }},

@@ -146,3 +146,23 @@ def test_row_scaled_nvfp4_is_each_row_quantized_alone():
         qmx.dequantize(q.codes, q.scales, q.spec, q.tensor_amax, [1.0])
     with pytest.raises(ValueError, match="NVFP4 rule"):
         qmx.quantize(x, "mxfp4", row_scaled=True)
+
+
+def test_tensor_amax_policies_and_quantize():
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(3 * (1 << 18) + 48) * 3).astype(np.float32)
+    x[7] = np.inf
+    x[1 << 18] = np.nan
+    x[-1] = -np.inf
+    finite = np.max(np.abs(x[np.isfinite(x)]))
+    for policy, want in [("block-nan", finite), ("ignore", finite), ("te", np.inf), ("ignore-nan", np.inf),
+                         ("scale-nan", np.inf)]:
+        assert qmx.tensor_amax(x, policy) == want
+        assert qmx.tensor_amax(x, policy, reference=True) == want
+    clean = x.copy()
+    clean[~np.isfinite(clean)] = 0.5
+    q = qmx.quantize(clean.reshape(-1, 16), "nvfp4")
+    assert q.tensor_amax == qmx.tensor_amax(clean) == np.max(np.abs(clean))
+    assert qmx.tensor_amax(np.zeros(0, np.float32)) == 0.0
+    with pytest.raises(ValueError, match="NaN policy"):
+        qmx.tensor_amax(x, "nope")

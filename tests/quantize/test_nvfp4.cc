@@ -2,9 +2,10 @@
 // QuantizeRef: both scale orders, every NaN policy NVFP4 takes, fused and general roundings, FP32/BF16/FP16
 // sources, tensor magnitudes from FP32 subnormals to 2^100, a given tensor amax below the real one, 1x16
 // and 16x16 blocks, every SIMD target and thread count. The data put block scales on every E4M3 rounding
-// boundary, where the two orders differ.
+// boundary, where the two orders differ. Also the public TensorAmax.
 #include <omp.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -14,6 +15,8 @@
 #include <vector>
 
 #include "qmx/convert.h"
+#include "qmx/format.h"
+#include "qmx/io.h"
 #include "qmx/quantize.h"
 #include "qmx/round.h"
 #include "support/hex.h"
@@ -425,4 +428,64 @@ TEST_CASE("NVFP4 dequantization order: TE's fl(code * fl(fl(s8 * amax) * fl(1/26
   DequantizeRef(q, ref.data());
   CHECK(FloatBits(out[0]) == 0x4030832Bu);
   CHECK(FloatBits(ref[0]) == 0x4030832Bu);
+}
+
+// The public tensor amax (qmx::TensorAmax) against its one-element-at-a-time reference and an independent
+// loop here, and against the amax that Quantize records: FP32, BF16 and FP16 sources; sizes below, at and
+// above the fast path's 2^18-element chunks (several chunks on two threads); NaN, +-Inf, -0 and FP32
+// subnormals placed at the start, the end and across a chunk boundary; every NaN policy; every target.
+TEST_CASE("TensorAmax equals its reference and Quantize's tensor amax: sources, policies, specials, targets",
+          "[quantize][nvfp4][simd]") {
+  TargetGuard guard;
+  std::mt19937 rng(2027);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const NanPolicy policies[] = {NanPolicy::kBlockNan, NanPolicy::kScaleNan, NanPolicy::kTe, NanPolicy::kIgnoreNan,
+                                NanPolicy::kIgnore};
+  for (size_t n : {size_t{0}, size_t{1}, size_t{37}, size_t{1} << 18, (size_t{1} << 19) + 16 * 41}) {
+    for (int special = 0; special < 5; ++special) {
+      std::vector<float> x(n);
+      for (float& v : x) v = nd(rng) * std::ldexp(1.0f, static_cast<int>(rng() % 40) - 20);
+      if (n > 0 && special == 1) x[n - 1] = std::nanf("");                     // NaN last
+      if (n > 0 && special == 2) x[0] = -HUGE_VALF;                            // -Inf first
+      if (n > (size_t{1} << 18) && special == 3) {                             // both, across a chunk boundary
+        x[(size_t{1} << 18) - 1] = HUGE_VALF;
+        x[size_t{1} << 18] = -std::nanf("");
+      }
+      if (special == 4) {                                                      // tiny values only
+        for (float& v : x) v = std::ldexp(nd(rng), -140);                      // FP32 subnormals and -0
+        if (n > 2) x[n / 2] = -0.0f;
+      }
+      for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+        const Source src = MakeSource(t, x);
+        const TensorView v{t, src.data(x), 1, n};
+        for (NanPolicy nan : policies) {
+          // Independent: decode each element, skip NaN (and Inf where the policy drops it).
+          float want = 0.0f;
+          for (size_t i = 0; i < n; ++i) {
+            const float e = t == DType::kF32 ? x[i] : static_cast<float>(DecodeToDouble(t == DType::kBF16 ? fmt::kBF16 : fmt::kFP16, src.half[i]));
+            if (std::isnan(e) || (std::isinf(e) && (nan == NanPolicy::kBlockNan || nan == NanPolicy::kIgnore))) continue;
+            want = std::max(want, std::fabs(e));
+          }
+          const std::string what = std::string(DTypeName(t)) + " n=" + std::to_string(n) + " special=" + std::to_string(special) +
+                                   " nan=" + std::to_string(static_cast<int>(nan));
+          INFO(what);
+          REQUIRE(FloatBits(TensorAmaxRef(v, nan)) == FloatBits(want));
+          for (const std::string& target : SimdTargets()) {
+            ForceSimdTarget(target);
+            INFO("target " << target);
+            CHECK(FloatBits(TensorAmax(v, nan, Exec::kSequential)) == FloatBits(want));
+            omp_set_num_threads(2);
+            CHECK(FloatBits(TensorAmax(v, nan, Exec::kParallel)) == FloatBits(want));
+            omp_set_num_threads(omp_get_num_procs());
+          }
+          ForceSimdTarget("");
+          if (n > 0 && n % 16 == 0 && (nan == NanPolicy::kBlockNan || nan == NanPolicy::kIgnoreNan)) {
+            QuantSpec spec = QuantSpecByName("nvfp4");
+            spec.nan = nan;
+            CHECK(FloatBits(Quantize(v, spec).tensor_amax) == FloatBits(want));
+          }
+        }
+      }
+    }
+  }
 }

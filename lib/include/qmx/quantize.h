@@ -184,6 +184,12 @@ QuantizedTensor QuantizeNvfp4WithAmaxRef(const TensorView& x, const QuantSpec& s
 // Throws qmx::Error unless the spec's rule gives E4M3 (NVFP4) block scales.
 void CheckNvfp4Spec(const QuantSpec& spec);
 
+// The tensor amax that Quantize measures for a per-tensor scale (NVFP4's S_enc, FP8 current scaling) under
+// `policy`: the largest |x|, NaN skipped, Inf counted except under block-nan and ignore (0 for an empty or
+// all-NaN tensor). Fast path (SIMD, OpenMP over chunks) and reference, equal for every input.
+float TensorAmax(const TensorView& x, NanPolicy policy, Exec exec = Exec::kParallel);
+float TensorAmaxRef(const TensorView& x, NanPolicy policy);
+
 // Decodes to FP32 (rows * cols values): UE8M0 scales exactly (decode(code) * 2^k), FP32 scales as
 // fl32(decode(code) * decode_scale), NVFP4 as fl32(decode(code) * Nvfp4DecodeScale(scale, amax)) with the
 // tensor's amax, or the element's line's when row-scaled.

@@ -165,6 +165,13 @@ def fake_quantize(x, spec="mxfp8", *, src="", **overrides):
     return _qmx.fake_quantize(as_array(x), _spec_json(spec, overrides), _src_of(x, src))
 
 
+def tensor_amax(x, nan_policy="block-nan", *, src="", reference=False):
+    """The tensor amax a per-tensor spec measures (NVFP4's S_enc, FP8 current scaling): the largest |x|, NaN
+    skipped, Inf counted except under "block-nan" and "ignore" (the default is the nvfp4 spec's policy), as a
+    Python float; 0 for an empty tensor. reference=True uses the one-element-at-a-time loop (equal)."""
+    return _qmx.tensor_amax(as_array(x), nan_policy, _src_of(x, src), reference)
+
+
 def gemm(a, b, model="exact", c=None, *, a_format=None, b_format=None, reference=False, alpha="decode"):
     """D = A B (+ C) in float32 under an accumulation model (gemm_models(): exact, fp32-seq, block-exact,
     hopper-fp8, hopper-fp8-fast, hopper-fp8-vec, ada-fp8, blackwell-mxf8f6f4, blackwell-mxf4nvf4, or

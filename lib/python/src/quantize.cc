@@ -202,6 +202,20 @@ void BindQuantize(pyb::module_& m) {
   }, pyb::arg("x"), pyb::arg("spec"), pyb::arg("state") = nullptr, pyb::arg("tensor_amax") = std::nullopt,
         pyb::arg("src") = "", pyb::arg("reference") = false);
 
+  m.def("tensor_amax", [](const pyb::array& x, const std::string& nan_policy, const std::string& src, bool reference) {
+    const InArray in = FloatInput(x, src, "x");
+    const NanPolicy policy = ParseNanPolicy(nan_policy);
+    const TensorView v = ViewOf(in);
+    float r;
+    {
+      pyb::gil_scoped_release nogil;
+      r = reference ? TensorAmaxRef(v, policy) : TensorAmax(v, policy);
+    }
+    return r;
+  }, pyb::arg("x"), pyb::arg("nan_policy") = "block-nan", pyb::arg("src") = "", pyb::arg("reference") = false,
+        "The tensor amax a per-tensor spec measures (NVFP4's S_enc, FP8 current scaling): max |x|, NaN skipped, "
+        "Inf counted except under block-nan and ignore. The default policy is the nvfp4 spec's.");
+
   m.def("fake_quantize", [](const pyb::array& x, const pyb::object& spec, const std::string& src) {
     const InArray in = FloatInput(x, src, "x");
     const QuantSpec s = SpecFromObject(spec);

@@ -685,6 +685,9 @@ void CheckNvfp4Spec(const QuantSpec& spec) {
                 std::string(ScaleRuleName(spec.rule)) + "'");
 }
 
+float TensorAmax(const TensorView& x, NanPolicy policy, Exec exec) { return detail::TensorAmaxFast(x, policy, exec); }
+float TensorAmaxRef(const TensorView& x, NanPolicy policy) { return detail::TensorAmax(x, policy); }
+
 QuantizedTensor QuantizeNvfp4WithAmax(const TensorView& x, const QuantSpec& spec, float tensor_amax, Exec exec) {
   CheckNvfp4Spec(spec);
   return QuantizeImpl(x, spec, exec, nullptr, &tensor_amax);

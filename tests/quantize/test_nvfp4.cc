@@ -489,3 +489,36 @@ TEST_CASE("TensorAmax equals its reference and Quantize's tensor amax: sources, 
     }
   }
 }
+
+// The two-pass quantizer on FP32 input at every 4-byte offset from a 64-byte line (NumPy's and std::vector's
+// large buffers sit 16 bytes past one; a kernel that reads whole aligned lines must form the same vectors):
+// two runs of blocks (the second partial), Gaussian data with outliers (long fused runs) and a NaN, an Inf
+// and a zero block that cut them, both scale orders, RNE and SR, every target, one and two threads, against
+// the reference on the same values.
+TEST_CASE("NVFP4 quantization of FP32 input at every 4-byte offset from a 64-byte line equals the reference",
+          "[quantize][nvfp4][simd]") {
+  TargetGuard guard;
+  const size_t rows = 2, cols = 16 * 1066;  // 2048 + 84 blocks of 16, whole blocks per row
+  std::vector<float> x(rows * cols);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = nd(rng) * (i % 97 == 0 ? 40.0f : 1.0f);
+  x[16 * 300 + 5] = std::nanf("");
+  x[16 * 1500 + 9] = HUGE_VALF;
+  std::fill(x.begin() + 16 * 2100, x.begin() + 16 * 2101, 0.0f);
+  std::vector<unsigned char> raw(x.size() * 4 + 128);
+  unsigned char* line = raw.data() + (64 - reinterpret_cast<uintptr_t>(raw.data()) % 64) % 64;
+  for (ScaleRule rule : {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div}) {
+    for (Rounding r : {Rounding::kRne, Rounding::kSrA}) {
+      const QuantSpec spec = Nvfp4Spec(rule, NanPolicy::kIgnoreNan, r);
+      const QuantizedTensor want = QuantizeRef(TensorView{DType::kF32, x.data(), rows, cols}, spec);
+      for (size_t off = 0; off < 64; off += 4) {
+        std::memcpy(line + off, x.data(), x.size() * 4);
+        const TensorView v{DType::kF32, line + off, rows, cols};
+        OnEveryTarget({1, 2}, DescribeSpec(spec) + " offset " + std::to_string(off),
+                      [&](const std::string& what) { CheckSame(Quantize(v, spec), want, what); });
+      }
+    }
+  }
+  omp_set_num_threads(omp_get_num_procs());
+}

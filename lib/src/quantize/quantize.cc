@@ -533,8 +533,8 @@ float SetNvfp4TensorScale(const QuantSpec& spec, const float* given_amax, uint32
 // then only scales and converts. The second pass walks a thread's runs in reverse, so that it starts on the
 // data the first pass read last, still in cache: on the GPU host's Xeon 3-6% faster than forward (5-14% on
 // input 16 bytes off a line; 2^24 elements, one thread, the A/B's order rotated rep by rep), on the AMD
-// EPYC no different. Runs are
-// independent (SR words come from element indices), so neither the order nor the split changes a bit.
+// EPYC no different. Runs are independent (SR words come from element indices), so neither the order nor
+// the split changes a bit.
 void QuantizeNvfp4Rows(const TensorView& x, const QuantSpec& spec, size_t block, const float* given_amax, Exec exec,
                        QuantizedTensor& q) {
   const size_t n = x.rows * x.cols, esize = DTypeSize(x.dtype);

@@ -470,15 +470,12 @@ TEST_CASE("TensorAmax equals its reference and Quantize's tensor amax: sources, 
                                    " nan=" + std::to_string(static_cast<int>(nan));
           INFO(what);
           REQUIRE(FloatBits(TensorAmaxRef(v, nan)) == FloatBits(want));
-          for (const std::string& target : SimdTargets()) {
-            ForceSimdTarget(target);
-            INFO("target " << target);
+          OnEveryTarget({2}, what, [&](const std::string& where) {
+            INFO(where);
             CHECK(FloatBits(TensorAmax(v, nan, Exec::kSequential)) == FloatBits(want));
-            omp_set_num_threads(2);
             CHECK(FloatBits(TensorAmax(v, nan, Exec::kParallel)) == FloatBits(want));
-            omp_set_num_threads(omp_get_num_procs());
-          }
-          ForceSimdTarget("");
+          });
+          omp_set_num_threads(omp_get_num_procs());
           if (n > 0 && n % 16 == 0 && (nan == NanPolicy::kBlockNan || nan == NanPolicy::kIgnoreNan)) {
             QuantSpec spec = QuantSpecByName("nvfp4");
             spec.nan = nan;

@@ -153,6 +153,15 @@ std::vector<float> Gemm(const GemmOperand& a, const GemmOperand& b, const float*
                         Exec exec = Exec::kParallel);
 // The factor Gemm multiplies output (i, j) by after accumulation under `rule` (1 when none applies).
 float GemmAlphaAt(const GemmOperand& a, const GemmOperand& b, AlphaRule rule, size_t i, size_t j);
+// Steps of the fused kernel (AccumKind::kFused with FP32 terms, on an AVX-512 target) since the program
+// started: those that formed their products in FP16 lanes (CPUs with AVX512-FP16; lib/README.md "GEMM
+// fast paths") and those of such a GEMM that fell back to FP32 lanes (an output's exponent gap past the
+// bound). For tests and the bench.
+struct FusedStepCounts {
+  uint64_t fp16 = 0, fp32_fallback = 0;
+};
+FusedStepCounts GemmFusedStepCounts();
+
 // The scalar reference: one dot product at a time, written to follow the model's definition.
 std::vector<float> GemmRef(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model);
 

@@ -10,6 +10,7 @@
 
 #include "fp_env.h"
 #include "gemm/gemm_internal.h"
+#include "gemm/gemm_simd.h"
 #include "qmx/error.h"
 
 namespace qmx {
@@ -417,6 +418,12 @@ bool SplitHmma(const GemmOperand& a, const GemmOperand& b, const AccumModel& mod
   return true;
 }
 }  // namespace internal
+
+FusedStepCounts GemmFusedStepCounts() {
+  FusedStepCounts c;
+  simd::Fp16StepCounts(&c.fp16, &c.fp32_fallback);
+  return c;
+}
 
 float GemmAlphaAt(const GemmOperand& a, const GemmOperand& b, AlphaRule rule, size_t i, size_t j) {
   AccumModel m;

@@ -132,4 +132,14 @@ struct ScaledFusedArgs {
 };
 bool GemmScaledF64(const ScaledFusedArgs& g, float* c);
 
+// Whether the CPU has AVX512-FP16, AVX512-VNNI and AVX512BW, and whether the fused kernel may form its
+// products in FP16 lanes there (GemmFusedF32 on an AVX-512 target): yes unless a SIMD target without
+// "_FP16" was forced (qmx::ForceSimdTarget; the pseudo-target "AVX3_FP16" lists it).
+bool CpuHasFp16Products();
+bool Fp16Products();
+// Fused-kernel steps since the program started that formed their products in FP16 lanes (taken) and
+// that fell back to FP32 lanes because some output's G passed the bound (declined); for tests.
+void CountFp16Steps(uint64_t taken, uint64_t declined);
+void Fp16StepCounts(uint64_t* taken, uint64_t* declined);
+
 }  // namespace qmx::simd

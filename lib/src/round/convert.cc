@@ -9,6 +9,11 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+#include "gemm/gemm_simd.h"
 #include "hwy/targets.h"
 #include "qmx/error.h"
 #include "qmx/rng.h"
@@ -38,6 +43,7 @@ void CheckFast(DType src, const Format& dst, const CastOptions& opt) {
 }
 
 std::string forced_target;  // "" = the dispatcher's own choice
+bool fp16_allowed = true;   // false: a target without "_FP16" was forced
 
 }  // namespace
 
@@ -176,35 +182,71 @@ void DecodeToF32(const uint8_t* codes, size_t n, const Format& f, float* out, Ex
   }
 }
 
-std::vector<std::string> SimdTargets() {
+namespace {
+
+// Highway's targets, best first, with "<T>_FP16" before an AVX-512 target T where the CPU has
+// AVX512-FP16 (a pseudo-target: T with the GEMM kernels' FP16 products, simd::Fp16Products).
+std::vector<std::string> TargetNames() {
   std::vector<std::string> names;
+  for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
+    const std::string name = hwy::TargetName(t);
+    if (simd::CpuHasFp16Products() && (t == HWY_AVX3 || t == HWY_AVX3_DL)) names.push_back(name + "_FP16");
+    names.push_back(name);
+  }
+  return names;
+}
+
+}  // namespace
+
+namespace simd {
+bool CpuHasFp16Products() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+    return (d >> 23 & 1) != 0 && (c >> 11 & 1) != 0 && (b >> 30 & 1) != 0;  // AVX512-FP16, -VNNI, -BW
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+bool Fp16Products() { return fp16_allowed && CpuHasFp16Products(); }
+}  // namespace simd
+
+std::vector<std::string> SimdTargets() {
   hwy::SetSupportedTargetsForTest(0);
-  for (int64_t t : hwy::SupportedAndGeneratedTargets()) names.push_back(hwy::TargetName(t));
+  const std::vector<std::string> names = TargetNames();
   if (!forced_target.empty()) ForceSimdTarget(forced_target);
   return names;
 }
 
 std::string SimdTargetName() {
   if (!forced_target.empty()) return forced_target;
-  const std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
-  return targets.empty() ? "none" : hwy::TargetName(targets.front());
+  const std::vector<std::string> names = TargetNames();
+  return names.empty() ? "none" : names.front();
 }
 
 void ForceSimdTarget(const std::string& name) {
   hwy::SetSupportedTargetsForTest(0);
+  fp16_allowed = true;
   if (name.empty()) {
     forced_target.clear();
     return;
   }
-  std::string known;
+  const std::vector<std::string> names = TargetNames();
+  const bool fp16 = name.size() > 5 && name.compare(name.size() - 5, 5, "_FP16") == 0;
+  const std::string base = fp16 ? name.substr(0, name.size() - 5) : name;
   for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
-    if (name == hwy::TargetName(t)) {
+    if (base == hwy::TargetName(t) && std::find(names.begin(), names.end(), name) != names.end()) {
       hwy::SetSupportedTargetsForTest(t);
+      fp16_allowed = fp16;
       forced_target = name;
       return;
     }
-    known += std::string(known.empty() ? "" : ", ") + hwy::TargetName(t);
   }
+  std::string known;
+  for (const std::string& n : names) known += std::string(known.empty() ? "" : ", ") + n;
   throw Error("SIMD target '" + name + "' is not compiled in or not supported by this CPU (available: " + known + ")");
 }
 

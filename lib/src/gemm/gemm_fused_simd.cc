@@ -57,8 +57,8 @@ HWY_INLINE hn::Vec<DF> FusedOutV(DF df, hn::Vec<DF> s, VI unit, int bits) {
 // conversion truncates (rounds) it to an int16: exact where a' b' is an FP16 number; where it is not (its
 // LSB below 2^-24, so a' b' < 2^(SB - 24), SB the product's significant bits), FP16 rounds it to at most
 // 2^(SB - 24) and the term is 0 either way when G <= 23 - SB (a step takes this path only then, and only
-// with G <= 15, so that 2^G is an FP16 number: subnormal from -15 down to -24; below that no term leaves
-// a bit, and 2^G is 0). VNNI's pair sum
+// with G <= 15, so that 2^G is an FP16 number). Below G = -15 no term reaches 1/2 and 2^G is taken as 0;
+// 2^-15 is an FP16 subnormal. VNNI's pair sum
 // adds the two K of a column into its int32 sum.
 #if QMX_AVX512
 #define QMX_FP16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512fp16")))
@@ -240,6 +240,15 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
     ptop_a = PackRows(top_a.data(), g.m, nsteps, R);
     ptop_b = PackCols(top_b.data(), nsteps, g.n, nr);
   }
+  // FP16 bits of 2^G, twice per int32 lane, for G = -16 + i (i < 32): 2^-15 is FP16's subnormal 0x0200;
+  // below -15 every term is under 1/2 (a' b' < 2^15) and truncates and rounds to 0: the power is 0.
+  alignas(64) uint32_t pow2[32];
+  for (int i = 0; i < 32; ++i) {
+    const int gexp = i - 16;
+    const uint32_t half_bits = gexp >= -14 ? static_cast<uint32_t>(gexp + 15) << 10 : gexp == -15 ? 0x0200u : 0u;
+    pow2[i] = half_bits | half_bits << 16;
+  }
+  const __m512i pow2_lo = _mm512_load_si512(pow2), pow2_hi = _mm512_load_si512(pow2 + 16);
 #endif
   const Buf<int8_t> pea = PackRowsExp8(g.ea, R, g.zero_code, par), peb = PackColsExp8Twice(g.eb, nr, g.zero_code, par);
   const Buf<int32_t> pza = PackRows(za.data(), g.m, nsteps, R), pzb = PackCols(zb.data(), nsteps, g.n, nr);
@@ -308,11 +317,9 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
                                                              hn::LoadU(di, tb + h * N)),
                                                      emax[r][h]));
               fits = fits && hn::AllFalse(di, hn::Gt(gexp, hn::Set(di, f16.gmax)));
-              const VI normal = hn::ShiftLeft<10>(hn::Add(gexp, hn::Set(di, 15)));
-              const VI sub = hn::Shl(hn::Set(di, 1), hn::Max(hn::Add(gexp, hn::Set(di, 24)), hn::Zero(di)));
-              const VI bits = hn::IfThenElse(hn::Gt(gexp, hn::Set(di, -15)), normal,
-                                             hn::IfThenElseZero(hn::Gt(gexp, hn::Set(di, -25)), sub));
-              hn::Store(hn::Or(bits, hn::ShiftLeft<16>(bits)), di, reinterpret_cast<int32_t*>(gbits) + (2 * r + h) * N);
+              const VI idx = hn::Min(hn::Max(hn::Add(gexp, hn::Set(di, 16)), hn::Zero(di)), hn::Set(di, 31));
+              hn::Store(VI{_mm512_permutex2var_epi32(pow2_lo, idx.raw, pow2_hi)}, di,
+                        reinterpret_cast<int32_t*>(gbits) + (2 * r + h) * N);
               hn::Store(sum[r][h], di, sums + (2 * r + h) * N);
             }
           if (fits) {

@@ -340,7 +340,10 @@ HWY_INLINE void MaxProductExps(DI32 di, const int8_t* eap, const int8_t* ebp, si
   hn::Vec<decltype(d8)> mx[R / 2];
   for (size_t pr = 0; pr < R / 2; ++pr) mx[pr] = hn::Set(d8, -128);
   for (size_t kk = 0; kk < len; ++kk) {
-    const auto eb = hn::LoadU(d8, ebp + kk * 2 * nr);
+    auto eb = hn::LoadU(d8, ebp + kk * 2 * nr);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+    __asm__("" : "+x"(eb.raw));  // one load per k, not one per pair of rows (GCC folds it into each add)
+#endif
     HWY_UNROLL(3)
     for (size_t pr = 0; pr < R / 2; ++pr) {
       int16_t two;

@@ -212,7 +212,7 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
     };
     int32_t top0_a = 0, top0_b = 0;
     const std::vector<uint16_t> ha = half_table(g.a, g.ea, f16.ca, top0_a), hb = half_table(g.b, g.eb, 13 - f16.ca, top0_b);
-    // (a step's top is kNoExp only where all its elements are zero: those read entry 0 of any top)
+    // (a step whose elements are all zero has top kNoExp: its codes give 0)
     const auto half = [](const std::vector<uint16_t>& t, int32_t top0, int32_t top, uint8_t code) -> uint32_t {
       return top == kNoExp ? 0u : t[static_cast<size_t>(top - top0) * 256 + code];
     };
@@ -262,12 +262,16 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
   const VI zero_exp = hn::Set(di, g.zero_exp), fbits = hn::Set(di, g.frac_bits);
   const VI keep = hn::Set(di, static_cast<int32_t>(~((1u << (24 - g.out_bits)) - 1)));  // sign, exponent, out_bits - 1
 
+#if QMX_AVX512
   // Steps that took the FP16 products and steps that declined them, per thread (a line apart), for
   // Fp16StepCounts.
-  std::vector<uint64_t> f16_count(static_cast<size_t>(omp_get_max_threads()) * 16, 0);
+  std::vector<uint64_t> f16_count(f16.ok ? static_cast<size_t>(omp_get_max_threads()) * 16 : 0, 0);
+#endif
   Drive(mp, np, g.k, kc, g.parallel, [&](size_t p, size_t q, size_t k0c, size_t len) {
     tiles.With(p, q, [&](float* ct, size_t ldc) {
-    uint64_t* counts = f16_count.data() + static_cast<size_t>(omp_get_thread_num()) * 16;
+#if QMX_AVX512
+    uint64_t* counts = f16.ok ? f16_count.data() + static_cast<size_t>(omp_get_thread_num()) * 16 : nullptr;
+#endif
     VF acc[R][2];
     hn::Mask<decltype(df)> badm[R][2];  // lanes whose accumulation left the finite range
     LoadTile<R>(df, ct, ldc, acc, badm);
@@ -370,9 +374,11 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
     StoreTile<R>(df, acc, badm, ct, ldc);
     });
   });
+#if QMX_AVX512
   uint64_t taken = 0, declined = 0;
   for (size_t t = 0; t < f16_count.size(); t += 16) taken += f16_count[t], declined += f16_count[t + 1];
   if (taken + declined > 0) CountFp16Steps(taken, declined);
+#endif
   return true;
 }
 

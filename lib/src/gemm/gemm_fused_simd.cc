@@ -351,8 +351,10 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
             hn::Mask<decltype(df)> ok = hn::FirstN(df, 0);
             // Toward zero, a normal result: clear the bits below out_bits, then scale.
             if (!kOutRne) part[r][h] = ScaleStepSum(df, hn::BitCast(df, hn::And(hn::BitCast(di, s), keep)), unit, ok);
-            if (!hn::AllTrue(df, ok)) part[r][h] = FusedOutV<kOutRne>(df, s, unit, g.out_bits);
-            badm[r][h] = hn::Or(badm[r][h], hn::Not(hn::IsFinite(part[r][h])));
+            if (!hn::AllTrue(df, ok)) {  // (ok lanes are normal numbers: only the general rounding can overflow)
+              part[r][h] = FusedOutV<kOutRne>(df, s, unit, g.out_bits);
+              badm[r][h] = hn::Or(badm[r][h], hn::Not(hn::IsFinite(part[r][h])));
+            }
           }
       }
       for (size_t r = 0; r < R; ++r)

@@ -165,7 +165,10 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
   const size_t mp = (g.m + R - 1) / R, np = (g.n + nr - 1) / nr;
   const size_t nsteps = (g.k + step - 1) / step;
   std::vector<int32_t> za, zb;  // some product of the step is zero
-  StepZeroFlags(g.ea, g.eb, g.zero_code, step, par, za, zb);
+  // With zero_exp at or below -126 the zero-term rule is emax = max(emax, zero_exp) in every lane: a zero
+  // accumulator applies it anyway, and a nonzero one has put emax at -126 or above already. No flags.
+  const bool zero_floor = g.track_zero && g.zero_exp <= -126;
+  if (g.track_zero && !zero_floor) StepZeroFlags(g.ea, g.eb, g.zero_code, step, par, za, zb);
   const Buf<float> pa = PackRows(g.a, R, par), pb = PackCols(g.b, nr, par);
 #if QMX_AVX512
   // FP16 products: per (row, step) and (step, column) the top nominal exponent of a nonzero element
@@ -251,7 +254,8 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
   const __m512i pow2_lo = _mm512_load_si512(pow2), pow2_hi = _mm512_load_si512(pow2 + 16);
 #endif
   const Buf<int8_t> pea = PackRowsExp8(g.ea, R, g.zero_code, par), peb = PackColsExp8Twice(g.eb, nr, g.zero_code, par);
-  const Buf<int32_t> pza = PackRows(za.data(), g.m, nsteps, R), pzb = PackCols(zb.data(), nsteps, g.n, nr);
+  Buf<int32_t> pza, pzb;
+  if (!za.empty()) pza = PackRows(za.data(), g.m, nsteps, R), pzb = PackCols(zb.data(), nsteps, g.n, nr);
   const size_t nb = g.sa ? (g.k + g.kb - 1) / g.kb : 0;
   Buf<float> psa, psb;
   if (g.sa) {
@@ -294,10 +298,12 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
         for (size_t r = 0; r < R; ++r)
           for (size_t h = 0; h < 2; ++h) emax[r][h] = hn::Max(emax[r][h], emax_p[r][h]);
         VI sum[R][2];  // in units of 2^(emax - F), below 2^24 (the caller's bound)
-        const int32_t* zbp = pzb.get() + (q * nsteps + si) * nr;
+        const int32_t* zbp = pzb ? pzb.get() + (q * nsteps + si) * nr : nullptr;
         for (size_t r = 0; r < R; ++r)
           for (size_t h = 0; h < 2; ++h) {
-            if (g.track_zero) {
+            if (zero_floor) {
+              emax[r][h] = hn::Max(emax[r][h], zero_exp);
+            } else if (g.track_zero) {
               const VI z = hn::Or(hn::Set(di, pza[(p * nsteps + si) * R + r]), hn::LoadU(di, zbp + h * N));
               const auto m = hn::Or(hn::MaskFromVec(z), pzero[r][h]);
               emax[r][h] = hn::IfThenElse(m, hn::Max(emax[r][h], zero_exp), emax[r][h]);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -497,6 +498,28 @@ TEST_CASE("gemm: hand-worked fused steps", "[gemm]") {
   CHECK(exact == 16.0f + 16 * 0x1p-7f);
   // emax = 0: unit 2^-13, each 2^-7 product is 64 units and kept; the sum 16.125 has 14 significant bits.
   CHECK(Gemm(o, ob, nullptr, hopper)[0] == 16.125f);
+}
+
+TEST_CASE("gemm: a fused step that rounds up to Inf hands its output to the reference", "[gemm]") {
+  // No promotion, output rounded to nearest at 11 bits: C = FLT_MAX is cut at 13 fractional bits to
+  // (2 - 2^-13) 2^127, which rounds up to 2^128: Inf after the first step of 8, then a step of negative
+  // products. The kernels mark such outputs for the reference. 4 x 32 outputs (a whole tile on every
+  // vector width), C lanes FLT_MAX, -FLT_MAX and ordinary.
+  const AccumModel model = AccumModelByName("fused:step=8,F=13,term=rz,out=rne,bits=11");
+  const size_t m = 4, n = 32, k = 16;
+  std::vector<uint8_t> ca(m * k), cb(k * n);
+  for (size_t i = 0; i < m; ++i)
+    for (size_t kk = 0; kk < k; ++kk) ca[i * k + kk] = kk < 8 ? 0x30 : 0x7E;  // 0.5, then 448
+  for (size_t kk = 0; kk < k; ++kk)
+    for (size_t j = 0; j < n; ++j) cb[kk * n + j] = kk < 8 ? 0x30 : 0xFE;  // 0.5, then -448
+  const GemmOperand a = OperandFromCodes(fmt::kE4M3, m, k, ca.data()), b = OperandFromCodes(fmt::kE4M3, k, n, cb.data());
+  std::vector<float> c(m * n);
+  for (size_t i = 0; i < c.size(); ++i)
+    c[i] = i % 3 == 0 ? std::numeric_limits<float>::max() : i % 3 == 1 ? -std::numeric_limits<float>::max() : 1000.0f;
+  const std::vector<float> ref = GemmRef(a, b, c.data(), model);
+  CHECK(std::isinf(ref[0]));
+  CHECK(std::isinf(ref[1]));
+  qmx::test::CheckEverywhere(a, b, c, model, "step overflow");
 }
 
 TEST_CASE("gemm: the Hopper models reproduce H200 tensor-core outputs (golden/gemm-hopper)", "[gemm]") {

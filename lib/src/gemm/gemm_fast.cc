@@ -19,15 +19,18 @@
 namespace qmx::internal {
 namespace {
 
-bool FormatFinite(const GemmOperand& o) {
-  bool special[256];
+bool FormatFinite(const GemmOperand& o, Exec exec) {
+  uint8_t special[256];
   for (int c = 0; c < 256; ++c) {
     const CodeClass cl = (static_cast<uint64_t>(c) & ~o.elem.CodeMask()) ? CodeClass::kZero : ClassifyCode(o.elem, static_cast<uint8_t>(c));
     special[c] = cl == CodeClass::kNan || cl == CodeClass::kInf;
   }
-  for (uint8_t c : o.codes)
-    if (special[c]) return false;
-  return true;
+  const uint8_t* codes = o.codes.data();
+  const long n = static_cast<long>(o.codes.size());
+  uint8_t any = 0;
+#pragma omp parallel for schedule(static) reduction(| : any) if (exec == Exec::kParallel && n >= (1L << 16))
+  for (long i = 0; i < n; ++i) any |= special[codes[i]];
+  return any == 0;
 }
 bool ScalesFinite(const GemmOperand& o) {
   for (float s : o.scales)
@@ -41,8 +44,8 @@ bool ScalesFinite(const GemmOperand& o) {
 }  // namespace
 
 // No NaN or Inf among the codes, scales and C: the fast kernels leave specials to the reference.
-bool OperandsFinite(const GemmOperand& a, const GemmOperand& b, const float* c_in, const GemmPlan& plan) {
-  if (!FormatFinite(a) || !FormatFinite(b) || !ScalesFinite(a) || !ScalesFinite(b)) return false;
+bool OperandsFinite(const GemmOperand& a, const GemmOperand& b, const float* c_in, const GemmPlan& plan, Exec exec) {
+  if (!FormatFinite(a, exec) || !FormatFinite(b, exec) || !ScalesFinite(a) || !ScalesFinite(b)) return false;
   if (c_in)
     for (size_t i = 0; i < plan.m * plan.n; ++i)
       if (!std::isfinite(c_in[i])) return false;
@@ -76,13 +79,17 @@ std::array<double, 256> CodeValues(const Format& f) {
 // The rows holding a NaN, recomputed by the reference: with finite operands a fast kernel's NaN marks an
 // accumulator that overflowed, which the kernels leave to the reference.
 void RecomputeNanRows(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
-                      const GemmPlan& plan, float* out) {
-  for (size_t i = 0; i < plan.m; ++i)
+                      const GemmPlan& plan, float* out, Exec exec) {
+  // Rows are independent: each row's scan and recomputation touch that row alone.
+#pragma omp parallel for schedule(dynamic, 16) if (exec == Exec::kParallel && plan.m * plan.n >= (size_t{1} << 16))
+  for (long il = 0; il < static_cast<long>(plan.m); ++il) {
+    const size_t i = static_cast<size_t>(il);
     for (size_t j = 0; j < plan.n; ++j)
       if (std::isnan(out[i * plan.n + j])) {
         GemmRefRows(a, b, c_in, model, plan, i, i + 1, out);
         break;
       }
+  }
 }
 
 // Block scale of A at (row i, K block b) and of B at (K block b, column j), as dense per-K-block tables.

@@ -26,7 +26,7 @@ constexpr size_t kCols = 128;   // output columns per tile
 constexpr size_t kRows = 4;     // output rows per tile
 
 // No NaN or Inf among the codes, scales and C: the fast kernels leave specials to the reference.
-bool OperandsFinite(const GemmOperand& a, const GemmOperand& b, const float* c_in, const GemmPlan& plan);
+bool OperandsFinite(const GemmOperand& a, const GemmOperand& b, const float* c_in, const GemmPlan& plan, Exec exec);
 
 // out *= alpha (the per-tensor scales), as the reference applies them after accumulation.
 void ApplyAlpha(const GemmPlan& plan, float* out);
@@ -88,7 +88,7 @@ inline double Pow2d(int e) {  // 2^e for -1022 <= e <= 1023
 // The rows holding a NaN, recomputed by the reference: with finite operands a fast kernel's NaN marks an
 // accumulator that overflowed, which the kernels leave to the reference.
 void RecomputeNanRows(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
-                      const GemmPlan& plan, float* out);
+                      const GemmPlan& plan, float* out, Exec exec);
 
 // Block scale of A at (row i, K block b) and of B at (K block b, column j), as dense per-K-block tables.
 // `len` (default: the plan's scale block) may be any divisor of the scale block.

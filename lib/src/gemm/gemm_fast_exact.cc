@@ -103,7 +103,7 @@ bool ExactFamilySimd(const GemmOperand& a, const GemmOperand& b, const float* c_
   }
   if (!done) return false;
   ApplyAlpha(plan, out);
-  RecomputeNanRows(a, b, c_in, model, plan, out);
+  RecomputeNanRows(a, b, c_in, model, plan, out, exec);
   return true;
 }
 
@@ -113,7 +113,7 @@ bool ExactFamilyFast(const GemmOperand& a, const GemmOperand& b, const float* c_
                      const GemmPlan& plan, Exec exec, float* out) {
   const bool exact = model.kind == AccumKind::kExact;
   if (a.elem.IsInt() || b.elem.IsInt()) return false;
-  if (!OperandsFinite(a, b, c_in, plan)) return false;
+  if (!OperandsFinite(a, b, c_in, plan, exec)) return false;
   if ((plan.a_blocks && a.scale_format != ScaleFormat::kUe8m0) || (plan.b_blocks && b.scale_format != ScaleFormat::kUe8m0))
     return false;
   if (exact && plan.has_alpha) return false;  // the reference folds the tensor scales into each product

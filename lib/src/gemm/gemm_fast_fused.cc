@@ -219,7 +219,7 @@ bool FusedFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
                    at_promotion ? tb.data() : nullptr, c_in, i0, i1, j0, std::min(kCols, plan.n - j0), out);
   });
   ApplyAlpha(plan, out);
-  RecomputeNanRows(a, b, c_in, model, plan, out);
+  RecomputeNanRows(a, b, c_in, model, plan, out, exec);
   return true;
 }
 
@@ -272,7 +272,7 @@ bool FusedSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
   StartValues(c_in, plan, out);
   if (!simd::GemmFusedF32(g, out)) return false;
   ApplyAlpha(plan, out);
-  RecomputeNanRows(a, b, c_in, model, plan, out);
+  RecomputeNanRows(a, b, c_in, model, plan, out, exec);
   return true;
 }
 
@@ -322,7 +322,7 @@ bool ScaledSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, c
   StartValues(c_in, plan, out);
   if (!simd::GemmScaledF64(g, out)) return false;
   ApplyAlpha(plan, out);
-  RecomputeNanRows(a, b, c_in, model, plan, out);
+  RecomputeNanRows(a, b, c_in, model, plan, out, exec);
   return true;
 }
 
@@ -496,7 +496,7 @@ bool GroupFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
   for (size_t i = 0; i < tb.size(); ++i) xb[i] = tb[i] == 0 ? esb : NominalExp(tb[i], esb);
   if (GroupSimd(a, b, c_in, p, plan, exec, ta, xa, tb, xb, p_max, out)) {
     ApplyAlpha(plan, out);
-    RecomputeNanRows(a, b, c_in, model, plan, out);
+    RecomputeNanRows(a, b, c_in, model, plan, out, exec);
     return true;
   }
   const std::vector<double> va = Values<double>(a, false, exec), vb = Values<double>(b, false, exec);
@@ -509,7 +509,7 @@ bool GroupFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
                 std::min(kCols, plan.n - j0), tv.data(), tn.data(), out);
   });
   ApplyAlpha(plan, out);
-  RecomputeNanRows(a, b, c_in, model, plan, out);
+  RecomputeNanRows(a, b, c_in, model, plan, out, exec);
   return true;
 }
 
@@ -518,7 +518,7 @@ bool GroupFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
 bool TryFused(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
               const GemmPlan& plan, Exec exec, float* out) {
   const FusedParams& p = model.fused;
-  if (!OperandsFinite(a, b, c_in, plan)) return false;
+  if (!OperandsFinite(a, b, c_in, plan, exec)) return false;
   if (a.elem.IsInt() || b.elem.IsInt()) return false;
   if (p.group != 1) return GroupFast(a, b, c_in, model, plan, exec, out);
   const bool blocks = plan.a_blocks || plan.b_blocks;

@@ -414,7 +414,7 @@ QMX_GEMM_CLONES void GroupTile(const GroupCtx& ctx, const double* va, const doub
 int MaxSigBits(const std::vector<float>& t) {
   int bits = 0;
   for (float v : t) {
-    if (v != 0) bits = std::max(bits, Msb128(ExactOf(v).mag) + 1);
+    if (v != 0) bits = std::max(bits, SignificantBits(v));
   }
   return bits;
 }

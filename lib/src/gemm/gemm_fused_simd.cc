@@ -13,6 +13,7 @@
 #include <limits>
 #include <vector>
 
+#include "gemm/gemm_internal.h"
 #include "gemm/gemm_pack-inl.h"
 #include "gemm/gemm_simd.h"
 #include "hwy/highway.h"
@@ -58,8 +59,7 @@ HWY_INLINE hn::Vec<DF> FusedOutV(DF df, hn::Vec<DF> s, VI unit, int bits) {
 // LSB below 2^-24, so a' b' < 2^(SB - 24), SB the product's significant bits), FP16 rounds it to at most
 // 2^(SB - 24) and the term is 0 either way when G <= 23 - SB (a step takes this path only then, and only
 // with G <= 15, so that 2^G is an FP16 number). Below G = -15 no term reaches 1/2 and 2^G is taken as 0;
-// 2^-15 is an FP16 subnormal. VNNI's pair sum
-// adds the two K of a column into its int32 sum.
+// 2^-15 is an FP16 subnormal. VNNI's pair sum adds the two K of a column into its int32 sum.
 #if QMX_AVX512
 #define QMX_FP16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512fp16")))
 
@@ -93,11 +93,9 @@ Fp16Plan Fp16PlanFor(const FusedGemmArgs& g) {
       if (e.table[code] == g.zero_code || x == 0 || !std::isfinite(x)) continue;
       const double sig = std::ldexp(x, -e.table[code]);
       if (sig >= 2) return false;
-      int ex = 0, used = 0;
-      for (double m = std::frexp(x, &ex); m != std::floor(m); m *= 2) ++used;  // x = (integer) 2^(ex - used)
       s.sig = std::max(s.sig, sig);
-      s.bits = std::max(s.bits, used);
-      s.lsb = std::min(s.lsb, ex - used);
+      s.bits = std::max(s.bits, internal::SignificantBits(x));
+      s.lsb = std::min(s.lsb, internal::ExactOf(x).lsb);
       s.top = std::max(s.top, e.table[code]);
     }
     return true;
@@ -230,11 +228,8 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
       }
     });
     pb16 = PanelCols<uint32_t>(kpairs, g.n, nr, par, [&](size_t kp, size_t c0, size_t valid, uint32_t* d) {
-      for (size_t t = 0; t < 2; ++t) {
-        const size_t kk = 2 * kp + t;
-        if (t == 0)
-          for (size_t j = 0; j < valid; ++j) d[j] = 0;
-        if (kk >= g.k) break;
+      std::fill(d, d + valid, 0u);
+      for (size_t kk = 2 * kp, t = 0; t < 2 && kk < g.k; ++kk, ++t) {
         const uint8_t* codes = g.b.codes + kk * g.n + c0;
         const int32_t* top = top_b.data() + (kk / step) * g.n + c0;
         for (size_t j = 0; j < valid; ++j) d[j] |= half(hb, top0_b, top[j], codes[j]) << (16 * t);

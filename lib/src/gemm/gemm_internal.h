@@ -103,6 +103,8 @@ inline int Msb128(u128 v) {  // v != 0
   const uint64_t hi = static_cast<uint64_t>(v >> 64);
   return hi ? 127 - __builtin_clzll(hi) : 63 - __builtin_clzll(static_cast<uint64_t>(v));
 }
+// The significant bits of a finite nonzero x: the width of its odd magnitude (ExactOf).
+inline int SignificantBits(double x) { return Msb128(ExactOf(x).mag) + 1; }
 
 // floor(mag * 2^shift) (shift may be negative), or rounded to nearest even when `rne`.
 inline u128 ShiftRound(u128 mag, int shift, bool rne) {

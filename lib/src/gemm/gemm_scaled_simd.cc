@@ -16,6 +16,7 @@
 #include <limits>
 #include <vector>
 
+#include "gemm/gemm_internal.h"
 #include "gemm/gemm_pack-inl.h"
 #include "gemm/gemm_simd.h"
 #include "hwy/highway.h"
@@ -361,9 +362,7 @@ size_t I32Chunk(const ScaledFusedArgs& g) {
       const double x = std::fabs(v[s]->table[code]);
       if (e[s]->table[code] == g.zero_code || x == 0 || !std::isfinite(x)) continue;
       if (static_cast<double>(static_cast<float>(x)) != x) return 0;
-      int exp2 = 0, used = 0;  // significant bits of x
-      for (double t = std::frexp(x, &exp2); t != std::floor(t); t *= 2) ++used;
-      bits[s] = std::max(bits[s], used);
+      bits[s] = std::max(bits[s], internal::SignificantBits(x));
       sig[s] = std::max(sig[s], std::ldexp(x, -e[s]->table[code]));  // significand at the nominal exponent
       lo[s] = std::min(lo[s], x), hi[s] = std::max(hi[s], x);
     }

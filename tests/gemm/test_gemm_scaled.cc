@@ -127,6 +127,25 @@ TEST_CASE("gemm: blackwell-mxf8f6f4 truncates products below 2^(emax - 25) where
   CHECK(Gemm(a2, b2, nullptr, m)[0] == 32 * 0x1p-10f);
 }
 
+TEST_CASE("gemm: a step result just below 2^-126, which a rounding scale-by-2^unit lifts to 2^-126, is rounded by the model", "[gemm]") {
+  // E5M2 with block scales 2^-63: 1 * 1 = 2^-126 (emax = -126, units of 2^-151) beside -1.5 2^-9 * 2^-16
+  // = -1.5 units, truncated to -1: the total 2^25 - 1 units is cut to 24 bits, (2^24 - 1) 2^-150, just
+  // below FP32's normal range. The model keeps its exponent at -126 and truncates there: (2^23 - 1)
+  // 2^-149. Scaling 2^24 - 1 by 2^-150 with rounding to nearest would give 2^-126 itself; the kernels
+  // must send such a lane to their general rounding. 4 x 32 outputs: a whole tile on every vector width.
+  const size_t m = 4, k = 32, n = 32;
+  std::vector<uint8_t> av(m * k, 0), bv(k * n, 0);
+  for (size_t i = 0; i < m; ++i) av[i * k] = 0x3C, av[i * k + 1] = 0x9A;  // 1.0, -1.5 * 2^-9
+  for (size_t j = 0; j < n; ++j) bv[j] = 0x3C, bv[n + j] = 0x01;          // 1.0, 2^-16
+  GemmOperand a = OperandFromCodes(fmt::kE5M2, m, k, av.data()), b = OperandFromCodes(fmt::kE5M2, k, n, bv.data());
+  std::mt19937 rng(1);
+  qmx::test::AddUe8m0(a, true, 32, rng, -63, -63);
+  qmx::test::AddUe8m0(b, false, 32, rng, -63, -63);
+  const AccumModel model = AccumModelByName("blackwell-mxf8f6f4");
+  CHECK(GemmRef(a, b, nullptr, model)[0] == std::ldexp(float((1 << 23) - 1), -149));
+  CheckEverywhere(a, b, {}, model, "just below 2^-126");
+}
+
 TEST_CASE("gemm: scales-in-products steps whose term sum passes 2^31 units (the FP32 kernel's wrapped int32 total)", "[gemm]") {
   // 32 products of 448 * 448 of one sign: each term is 3.0625 * 2^25 units of 2^(emax - 25), their sum
   // 2^31.6 units, beyond int32. Rows alternate the sign of their first half so both signs wrap, and one

@@ -220,6 +220,12 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> AccExp(DF df, hn::Vec<DF> part, int32
 template <bool kRne, class DF, class VI>
 HWY_INLINE VI AccTermI32(DF df, hn::Vec<DF> part, VI ec, VI emax, VI fbits) {
   const hn::RebindToSigned<DF> di;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  // One scaling, part * 2^(F - emax) (VSCALEFPS): below 2^(F + 1) as emax >= ec, exact where it is a
+  // normal number; below 2^-126 it is rounded, but stays below 1/2, whose term is 0 either way.
+  if constexpr (std::is_same_v<hn::Vec<DF>, hn::Vec512<float>>)
+    return ToI32InRange<kRne>(di, hn::Vec512<float>{_mm512_scalef_ps(part.raw, _mm512_cvtepi32_ps(hn::Sub(fbits, emax).raw))});
+#endif
   const VI bits = hn::BitCast(di, part);
   const auto subnormal = hn::RebindMask(df, hn::Eq(hn::And(bits, hn::Set(di, 0x7F800000)), hn::Zero(di)));
   const auto sig = hn::IfThenElse(subnormal, hn::Mul(part, hn::Set(df, 0x1p126f)),
@@ -236,6 +242,16 @@ HWY_INLINE VI AccTermI32(DF df, hn::Vec<DF> part, VI ec, VI emax, VI fbits) {
 template <class DF>
 HWY_INLINE hn::Vec<DF> ScaleStepSum(DF df, hn::Vec<DF> f, hn::Vec<hn::RebindToSigned<DF>> unit, hn::Mask<DF>& ok) {
   const hn::RebindToSigned<DF> di;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  // One scaling (VSCALEFPS), exact where the result is normal. Not ok: NaN, Inf (overflow), subnormal,
+  // and +-2^-126, which a result just below FP32's normal range rounds to.
+  if constexpr (std::is_same_v<hn::Vec<DF>, hn::Vec512<float>>) {
+    const __m512 r = _mm512_scalef_ps(f.raw, _mm512_cvtepi32_ps(unit.raw));
+    const __mmask16 edge = _mm512_cmp_ps_mask(_mm512_abs_ps(r), _mm512_set1_ps(0x1p-126f), _CMP_EQ_OQ);
+    ok = hn::Mask512<float>{static_cast<__mmask16>(~(_mm512_fpclass_ps_mask(r, 0xB9) | edge))};  // QNaN SNaN +-Inf subnormal
+    return hn::Vec512<float>{r};
+  }
+#endif
   const auto fb = hn::BitCast(di, f);
   const auto eo = hn::Add(hn::ShiftRight<23>(hn::And(fb, hn::Set(di, 0x7F800000))), unit);  // biased
   const auto zero = hn::Eq(f, hn::Zero(df));
@@ -271,15 +287,18 @@ HWY_INLINE void AddTermsI32(DF df, const float* ap, const float* bp, size_t k0, 
                             hn::Vec<hn::RebindToSigned<DF>> (&sum)[R][2]) {
   const hn::RebindToSigned<DF> di;
   const size_t N = hn::Lanes(df), nr = 2 * N;
+  hn::Vec<decltype(di)> acc[R][2];
+  for (size_t r = 0; r < R; ++r) acc[r][0] = sum[r][0], acc[r][1] = sum[r][1];
   for (size_t kk = k0; kk < k1; ++kk) {
     const auto b0 = hn::LoadU(df, bp + kk * nr), b1 = hn::LoadU(df, bp + kk * nr + N);
     HWY_UNROLL(4)
     for (size_t r = 0; r < R; ++r) {
       const auto x = hn::Set(df, ap[kk * R + r]);
-      sum[r][0] = hn::Add(sum[r][0], ToI32InRange<kRne>(di, hn::Mul(hn::Mul(x, b0), f[r][0])));
-      sum[r][1] = hn::Add(sum[r][1], ToI32InRange<kRne>(di, hn::Mul(hn::Mul(x, b1), f[r][1])));
+      acc[r][0] = hn::Add(ToI32InRange<kRne>(di, hn::Mul(hn::Mul(x, b0), f[r][0])), acc[r][0]);
+      acc[r][1] = hn::Add(ToI32InRange<kRne>(di, hn::Mul(hn::Mul(x, b1), f[r][1])), acc[r][1]);
     }
   }
+  for (size_t r = 0; r < R; ++r) sum[r][0] = acc[r][0], sum[r][1] = acc[r][1];
 }
 
 // ---- The largest nominal exponent of a step's products, two rows per int8 vector --------------------

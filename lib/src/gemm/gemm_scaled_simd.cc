@@ -232,6 +232,27 @@ bool GemmScaledImpl(const ScaledFusedArgs& g, float* c) {
   return true;
 }
 
+// An int32 rounded to FP32's 24 bits toward zero or to nearest even: one conversion with its rounding
+// mode on AVX-512, else through FP64 (exact), the bits below FP32's 24 cleared for toward zero.
+template <bool kRne, class DF>
+HWY_INLINE hn::Vec<DF> I32ToF32(DF df, hn::Vec<hn::RebindToSigned<DF>> v) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (std::is_same_v<hn::Vec<DF>, hn::Vec512<float>>)
+    return hn::Vec512<float>{kRne ? _mm512_cvtepi32_ps(v.raw) : _mm512_cvt_roundepi32_ps(v.raw, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)};
+#endif
+  const hn::Half<hn::RebindToSigned<DF>> dih;
+  const hn::Rebind<double, decltype(dih)> dd;
+  const hn::Rebind<float, decltype(dd)> dfh;
+  const hn::RebindToUnsigned<decltype(dd)> du64;
+  auto lo = hn::PromoteTo(dd, hn::LowerHalf(dih, v)), hi = hn::PromoteTo(dd, hn::UpperHalf(dih, v));
+  if (!kRne) {
+    const auto cut_low = hn::Set(du64, ~uint64_t{0x1FFFFFFF});  // FP64 bits below FP32's 24
+    lo = hn::BitCast(dd, hn::And(hn::BitCast(du64, lo), cut_low));
+    hi = hn::BitCast(dd, hn::And(hn::BitCast(du64, hi), cut_low));
+  }
+  return hn::Combine(df, DemoteToF32(dfh, hi), DemoteToF32(dfh, lo));
+}
+
 // The same steps in FP32 lanes, for element formats whose products are exact FP32 numbers (the
 // dispatcher's check): each product a * b of the unscaled elements, times 2^(F - emax + xa + xb), is its
 // term in units of 2^(emax - F), truncated (or rounded) to an int32 by one conversion. Two int32 sums
@@ -273,7 +294,6 @@ bool GemmScaledI32Impl(const ScaledFusedArgs& g, float* c, size_t chunk) {
   const Buf<int32_t> pza = PackRows(za.data(), g.m, ns, R), pzb = PackCols(zb.data(), ns, g.n, nr);
   const CTiles tiles{c, g.m, g.n, R, nr};
   const VI zero_exp = hn::Set(di, g.zero_exp), fbits = hn::Set(di, g.frac_bits);
-  const auto cut_low = hn::Set(du64, ~uint64_t{0x1FFFFFFF});  // FP64 bits below FP32's 24
 
   Drive(mp, np, g.k, kc, par, [&](size_t p, size_t q, size_t k0c, size_t len) {
     tiles.With(p, q, [&](float* ct, size_t ldc) {
@@ -320,13 +340,7 @@ bool GemmScaledI32Impl(const ScaledFusedArgs& g, float* c, size_t chunk) {
               // to 24 bits in FP64 (exact), narrowed (exact) and scaled by its exponent field.
               const VI total = hn::Add(first[r][h], sum[r][h]);
               const auto wrapped = hn::Lt(hn::And(hn::Xor(first[r][h], total), hn::Xor(sum[r][h], total)), hn::Zero(di));
-              VD lo = hn::PromoteTo(dd, hn::LowerHalf(dih, total)), hi = hn::PromoteTo(dd, hn::UpperHalf(dih, total));
-              if (!kOutRne) {
-                lo = hn::BitCast(dd, hn::And(hn::BitCast(du64, lo), cut_low));
-                hi = hn::BitCast(dd, hn::And(hn::BitCast(du64, hi), cut_low));
-              }
-              const VF f = hn::Combine(df, DemoteToF32(dfh, hi), DemoteToF32(dfh, lo));
-              part[r][h] = ScaleStepSum(df, f, unit, ok);
+              part[r][h] = ScaleStepSum(df, I32ToF32<kOutRne>(df, total), unit, ok);
               ok = hn::AndNot(hn::RebindMask(df, wrapped), ok);
             }
             if (!hn::AllTrue(df, ok)) {  // the exact total in FP64, rounded by the fused rule

@@ -248,7 +248,7 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
   }
   const __m512i pow2_lo = _mm512_load_si512(pow2), pow2_hi = _mm512_load_si512(pow2 + 16);
 #endif
-  const Buf<int8_t> pea = PackRowsExp8(g.ea, R, g.zero_code, par), peb = PackColsExp8Twice(g.eb, nr, g.zero_code, par);
+  const Buf<int8_t> pea = PackRowsExp8Pairs(g.ea, R, g.zero_code, par), peb = PackColsExp8Twice(g.eb, nr, g.zero_code, par);
   Buf<int32_t> pza, pzb;
   if (!za.empty()) pza = PackRows(za.data(), g.m, nsteps, R), pzb = PackCols(zb.data(), nsteps, g.n, nr);
   const size_t nb = g.sa ? (g.k + g.kb - 1) / g.kb : 0;
@@ -289,7 +289,7 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
             emax[r][h] = ec[r][h];
           }
         VI emax_p[R][2];
-        MaxProductExps<R>(di, pea.get() + (p * g.k + s0) * R, peb.get() + (q * g.k + s0) * 2 * nr, s1 - s0, emax_p);
+        MaxProductExps<R>(di, pea.get() + (p * g.k + s0) * 2 * R, peb.get() + (q * g.k + s0) * 2 * nr, s1 - s0, emax_p);
         for (size_t r = 0; r < R; ++r)
           for (size_t h = 0; h < 2; ++h) emax[r][h] = hn::Max(emax[r][h], emax_p[r][h]);
         VI sum[R][2];  // in units of 2^(emax - F), below 2^24 (the caller's bound)

@@ -321,12 +321,21 @@ inline bool FitsExp8(const int32_t* table, int32_t zero_code) {
   return true;
 }
 inline int8_t Exp8(int32_t e, int32_t zero_code) { return e == zero_code ? kZeroExp8 : static_cast<int8_t>(e); }
-// A's exponents in panels of w rows (as PackRows); B's in panels of nr columns, each column twice.
-inline Buf<int8_t> PackRowsExp8(const CodeMatrix<int32_t>& e, size_t w, int32_t zero_code, bool parallel) {
-  return PanelRows<int8_t>(e.rows, e.cols, w, parallel, [&](size_t row, int8_t* d) {
-    const uint8_t* codes = e.codes + row * e.cols;
-    for (size_t c = 0; c < e.cols; ++c) d[c * w] = Exp8(e.table[codes[c]], zero_code);
-  });
+// A's exponents in panels of w rows, 2 w bytes per k: each pair of rows twice (r, r + 1, r, r + 1), so
+// that a pair's broadcast is a 32-bit one (a load, where a 16-bit broadcast also takes a shuffle); B's in
+// panels of nr columns, each column twice.
+inline Buf<int8_t> PackRowsExp8Pairs(const CodeMatrix<int32_t>& e, size_t w, int32_t zero_code, bool parallel) {
+  const size_t panels = (e.rows + w - 1) / w;
+  Buf<int8_t> dst = hwy::AllocateAligned<int8_t>(std::max<size_t>(1, panels * e.cols * 2 * w));
+#pragma omp parallel for schedule(static) if (parallel)
+  for (long p = 0; p < static_cast<long>(panels); ++p)
+    for (size_t r = 0; r < w; ++r) {
+      const size_t row = p * w + r;
+      int8_t* d = dst.get() + p * e.cols * 2 * w + (r / 2) * 4 + r % 2;
+      for (size_t c = 0; c < e.cols; ++c)
+        d[c * 2 * w] = d[c * 2 * w + 2] = row < e.rows ? Exp8(e.table[e.codes[row * e.cols + c]], zero_code) : kZeroExp8;
+    }
+  return dst;
 }
 inline Buf<int8_t> PackColsExp8Twice(const CodeMatrix<int32_t>& e, size_t nr, int32_t zero_code, bool parallel) {
   return PanelCols<int8_t>(e.rows, 2 * e.cols, 2 * nr, parallel, [&](size_t r, size_t c0, size_t valid, int8_t* d) {
@@ -355,8 +364,8 @@ inline void StepZeroFlags(const CodeMatrix<int32_t>& ea, const CodeMatrix<int32_
 }
 
 // emax_p of R rows (R even) x 2 vectors of int32 columns over `len` k: eap points at the step's first k
-// of A's int8 panel (R per k), ebp at B's (2 nr per k). out[r][h] gets kNoProduct where every product
-// is zero.
+// of A's int8 panel (2 R per k, PackRowsExp8Pairs), ebp at B's (2 nr per k). out[r][h] gets kNoProduct
+// where every product is zero.
 template <size_t R, class DI32>
 HWY_INLINE void MaxProductExps(DI32 di, const int8_t* eap, const int8_t* ebp, size_t len, hn::Vec<DI32> (&out)[R][2]) {
   static_assert(R % 2 == 0, "rows in pairs");
@@ -373,9 +382,10 @@ HWY_INLINE void MaxProductExps(DI32 di, const int8_t* eap, const int8_t* ebp, si
 #endif
     HWY_UNROLL(3)
     for (size_t pr = 0; pr < R / 2; ++pr) {
-      int16_t two;
-      std::memcpy(&two, eap + kk * R + 2 * pr, sizeof(two));
-      mx[pr] = hn::Max(mx[pr], hn::Add(hn::BitCast(d8, hn::Set(d16, two)), eb));
+      int32_t four;
+      std::memcpy(&four, eap + kk * 2 * R + 4 * pr, sizeof(four));
+      // (the running max second: GCC then keeps it in place instead of copying it back each k)
+      mx[pr] = hn::Max(hn::Add(hn::BitCast(d8, hn::Set(di, four)), eb), mx[pr]);
     }
   }
   const auto none = hn::Set(di, kNoProduct), floor = hn::Set(di, -2 * kExp8Limit);

@@ -289,7 +289,7 @@ bool GemmScaledI32Impl(const ScaledFusedArgs& g, float* c, size_t chunk) {
     const uint8_t* codes = g.b.codes + r * g.n + c0;
     for (size_t j = 0; j < valid; ++j) d[j] = static_cast<float>(g.b.table[codes[j]]);
   });
-  const Buf<int8_t> pea = PackRowsExp8(g.ea, R, g.zero_code, par), peb = PackColsExp8Twice(g.eb, nr, g.zero_code, par);
+  const Buf<int8_t> pea = PackRowsExp8Pairs(g.ea, R, g.zero_code, par), peb = PackColsExp8Twice(g.eb, nr, g.zero_code, par);
   const Buf<int32_t> pxa = PackRows(g.xa, g.m, nb, R), pxb = PackCols(g.xb, nb, g.n, nr);
   const Buf<int32_t> pza = PackRows(za.data(), g.m, ns, R), pzb = PackCols(zb.data(), ns, g.n, nr);
   const CTiles tiles{c, g.m, g.n, R, nr};
@@ -304,7 +304,7 @@ bool GemmScaledI32Impl(const ScaledFusedArgs& g, float* c, size_t chunk) {
         const size_t s1 = std::min(k0c + len, s0 + step), si = s0 / step, blk = s0 / g.kb;
         VI emax[R][2], ec[R][2], emax_p[R][2], sum[R][2];
         VF gp[R][2];  // 2^(F - emax + xa + xb): a product of unscaled elements to its units
-        MaxProductExps<R>(di, pea.get() + (p * g.k + s0) * R, peb.get() + (q * g.k + s0) * 2 * nr, s1 - s0, emax_p);
+        MaxProductExps<R>(di, pea.get() + (p * g.k + s0) * 2 * R, peb.get() + (q * g.k + s0) * 2 * nr, s1 - s0, emax_p);
         const int32_t* xbp = pxb.get() + (q * nb + blk) * nr;
         const int32_t* zbp = pzb.get() + (q * ns + si) * nr;
         for (size_t r = 0; r < R; ++r)

@@ -95,7 +95,7 @@ TEST_CASE("Every bf16 and fp16 code decodes as the hardware reads it", "[format]
       CHECK(got == static_cast<double>(bf));
       CHECK(std::signbit(got) == std::signbit(bf));
     }
-    _Float16 h;
+    qmx::test::Half h;
     const uint16_t c16 = static_cast<uint16_t>(c);
     std::memcpy(&h, &c16, 2);
     const double gh = DecodeToDouble(fmt::kFP16, c);

@@ -208,7 +208,7 @@ TEST_CASE("Subnormal flushing: inputs read as zero, results become zero", "[roun
 }
 
 TEST_CASE("FP32 -> bf16 and fp16 agree with independent conversions", "[round]") {
-  // bf16: the classic bit trick (RNE by adding 0x7FFF plus the kept LSB); fp16: the compiler's _Float16.
+  // bf16: the classic bit trick (RNE by adding 0x7FFF plus the kept LSB); fp16: the compiler's binary16 conversion (qmx::test::Half).
   for (uint64_t k = 0; k < (1ull << 32); k += 65521) {
     const uint32_t u = static_cast<uint32_t>(k);
     const float x = qmx::test::BitsFloat(u);
@@ -225,7 +225,7 @@ TEST_CASE("FP32 -> bf16 and fp16 agree with independent conversions", "[round]")
     const uint32_t want_bf = (u + 0x7FFFu + ((u >> 16) & 1)) >> 16;
     INFO(Hex(u, 8));
     CHECK(bf == want_bf);
-    const _Float16 hf = static_cast<_Float16>(x);
+    const qmx::test::Half hf = static_cast<qmx::test::Half>(x);
     uint16_t hb;
     std::memcpy(&hb, &hf, 2);
     CHECK(h == hb);

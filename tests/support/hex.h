@@ -8,6 +8,13 @@
 
 namespace qmx::test {
 
+// IEEE binary16 as the compiler converts to it (round to nearest even): the FP16 oracle of the tests.
+#if defined(__aarch64__) || defined(__arm__)
+using Half = __fp16;
+#else
+using Half = _Float16;
+#endif
+
 inline std::string Hex(uint64_t v, int digits = 2) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "0x%0*llX", digits, static_cast<unsigned long long>(v));

@@ -63,6 +63,39 @@ HWY_INLINE bool WholeStep(DD dd, DH dh, float* at, const float* const* terms, si
   return true;
 }
 
+// WholeStep for one FP32 vector of outputs (two FP64 halves) of a four-group step (blackwell-mxf4nvf4's
+// 64 = 4 x 16), terms[g * stride] the group terms: no loop over a run-time group count, the sum as a
+// tree (exact in any order), both halves decided together.
+template <bool kOutRne, class DF>
+HWY_INLINE bool WholeStep4(DF df, float* at, const float* terms, size_t stride) {
+  const hn::Repartition<double, DF> dd;
+  const hn::Rebind<float, decltype(dd)> dh;
+  const hn::RebindToUnsigned<decltype(dd)> du64;
+  using VD = hn::Vec<decltype(dd)>;
+  const size_t H = hn::Lanes(dd);
+  VD sum[2];
+  bool all = true;
+  for (size_t half = 0; half < 2; ++half) {
+    const size_t o = half * H;
+    const auto term = [&](size_t gi) { return hn::PromoteTo(dd, hn::Load(dh, terms + gi * stride + o)); };
+    const VD c = hn::PromoteTo(dd, hn::LoadU(dh, at + o));
+    sum[half] = hn::Add(hn::Add(c, term(0)), hn::Add(hn::Add(term(1), term(2)), term(3)));
+    const auto a = hn::Abs(sum[half]);
+    const auto ok = hn::Or(hn::Eq(sum[half], hn::Zero(dd)), hn::And(hn::Ge(a, hn::Set(dd, 0x1p-126)), hn::Lt(a, hn::Set(dd, 0x1p127))));
+    all = all && hn::AllTrue(dd, ok);
+  }
+  if (!all) return false;
+  hn::Vec<decltype(dh)> out[2];
+  for (size_t half = 0; half < 2; ++half) {
+    const auto zero = hn::Eq(sum[half], hn::Zero(dd));
+    const auto v = kOutRne ? sum[half] : hn::BitCast(dd, hn::And(hn::BitCast(du64, sum[half]), hn::Set(du64, ~uint64_t{0x1FFFFFFF})));
+    out[half] = DemoteToF32(dh, hn::IfThenZeroElse(zero, v));
+  }
+  // One store of the whole vector: the next step's 16-lane load of it is then forwarded from the store.
+  hn::StoreU(hn::Combine(df, out[1], out[0]), df, at);
+  return true;
+}
+
 template <bool kTermRne, bool kOutRne>
 bool GemmGroupImpl(const GroupGemmArgs& g, float* c) {
   const bool par = g.parallel;
@@ -209,6 +242,9 @@ bool GemmGroupImpl(const GroupGemmArgs& g, float* c) {
             if (whole_steps && NoTruncation(df, g, ct + r * ldc + v, phia[(p * ns + si) * R + r],
                                             phib.get() + (q * ns + si) * nr + v, ploa[(p * ns + si) * R + r],
                                             plob.get() + (q * ns + si) * nr + v)) {
+              // blackwell-mxf4nvf4's steps: 4 groups
+              if (groups == 4 && WholeStep4<kOutRne>(df, ct + r * ldc + v, sums[0][r] + v, sizeof(sums[0]) / sizeof(float)))
+                continue;
               for (size_t o = v; o < v + N; o += H) {
                 const float* terms[kMaxGroupsPerStep];
                 for (size_t gi = 0; gi < groups; ++gi) terms[gi] = sums[gi][r] + o;

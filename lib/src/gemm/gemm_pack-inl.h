@@ -236,9 +236,9 @@ HWY_INLINE VI AccTermI32(DF df, hn::Vec<DF> part, VI ec, VI emax, VI fbits) {
 }
 
 // f * 2^unit for f an integer-valued FP32 number already rounded to the step's bits (a step's sum, or
-// 0), by adding unit to f's exponent field: exact, and the fused rule's result, where the product is a
-// normal FP32 number; `ok` is false in the lanes where it is not (the caller's general rounding then
-// decides them: subnormal and overflowing results). f = 0 gives +0.
+// 0), by adding unit to f's exponent field (one VSCALEFPS on AVX-512): exact, and the fused rule's
+// result, where the product is a normal FP32 number; `ok` is false in the lanes where it is not (the
+// caller's general rounding then decides them: subnormal and overflowing results). f = 0 gives +0.
 template <class DF>
 HWY_INLINE hn::Vec<DF> ScaleStepSum(DF df, hn::Vec<DF> f, hn::Vec<hn::RebindToSigned<DF>> unit, hn::Mask<DF>& ok) {
   const hn::RebindToSigned<DF> di;

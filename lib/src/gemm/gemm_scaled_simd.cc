@@ -267,8 +267,6 @@ bool GemmScaledI32Impl(const ScaledFusedArgs& g, float* c, size_t chunk) {
   const hn::Half<decltype(di)> dih;
   const hn::ScalableTag<double> dd;
   const hn::RebindToSigned<decltype(dd)> di64;
-  const hn::RebindToUnsigned<decltype(dd)> du64;
-  const hn::Rebind<float, decltype(dd)> dfh;  // FP32 lanes beside FP64 lanes
   using VF = hn::Vec<decltype(df)>;
   using VI = hn::Vec<decltype(di)>;
   using VD = hn::Vec<decltype(dd)>;
@@ -337,7 +335,7 @@ bool GemmScaledI32Impl(const ScaledFusedArgs& g, float* c, size_t chunk) {
             hn::Mask<decltype(df)> ok = hn::FirstN(df, 0);
             if (g.out_bits == 24) {
               // Where the int32 total does not wrap and the result is a normal number: the total rounded
-              // to 24 bits in FP64 (exact), narrowed (exact) and scaled by its exponent field.
+              // to 24 bits (I32ToF32), then scaled by 2^unit (exact).
               const VI total = hn::Add(first[r][h], sum[r][h]);
               const auto wrapped = hn::Lt(hn::And(hn::Xor(first[r][h], total), hn::Xor(sum[r][h], total)), hn::Zero(di));
               part[r][h] = ScaleStepSum(df, I32ToF32<kOutRne>(df, total), unit, ok);

@@ -27,9 +27,24 @@ bool FormatFinite(const GemmOperand& o, Exec exec) {
   }
   const uint8_t* codes = o.codes.data();
   const long n = static_cast<long>(o.codes.size());
+  // Most formats' specials are the top magnitudes (E5M2's Inf and NaNs, E4M3's NaN) or none (FP6, FP4):
+  // then a compare per byte, which vectorizes, stands in for the table.
+  const uint8_t sign = static_cast<uint8_t>(o.elem.Bits() == 8 ? 0x80 : 0);
+  int top = 256;  // the smallest special magnitude
+  for (int c = 0; c < 256; ++c)
+    if (special[c]) top = std::min(top, c & ~sign);
+  bool by_magnitude = true;
+  for (int c = 0; c < 256; ++c) by_magnitude = by_magnitude && (special[c] != 0) == ((c & ~sign) >= top);
+  if (by_magnitude && top == 256) return true;
   uint8_t any = 0;
+  if (by_magnitude) {
+    const uint8_t mag = static_cast<uint8_t>(~sign), t = static_cast<uint8_t>(top);
 #pragma omp parallel for schedule(static) reduction(| : any) if (exec == Exec::kParallel && n >= (1L << 16))
-  for (long i = 0; i < n; ++i) any |= special[codes[i]];
+    for (long i = 0; i < n; ++i) any |= static_cast<uint8_t>((codes[i] & mag) >= t);
+  } else {
+#pragma omp parallel for schedule(static) reduction(| : any) if (exec == Exec::kParallel && n >= (1L << 16))
+    for (long i = 0; i < n; ++i) any |= special[codes[i]];
+  }
   return any == 0;
 }
 bool ScalesFinite(const GemmOperand& o) {
@@ -84,11 +99,14 @@ void RecomputeNanRows(const GemmOperand& a, const GemmOperand& b, const float* c
 #pragma omp parallel for schedule(dynamic, 16) if (exec == Exec::kParallel && plan.m * plan.n >= (size_t{1} << 16))
   for (long il = 0; il < static_cast<long>(plan.m); ++il) {
     const size_t i = static_cast<size_t>(il);
-    for (size_t j = 0; j < plan.n; ++j)
-      if (std::isnan(out[i * plan.n + j])) {
-        GemmRefRows(a, b, c_in, model, plan, i, i + 1, out);
-        break;
-      }
+    const float* row = out + i * plan.n;
+    uint32_t top = 0;  // the largest magnitude's bits: a NaN's are above Inf's (a max reduction vectorizes)
+    for (size_t j = 0; j < plan.n; ++j) {
+      uint32_t u;
+      std::memcpy(&u, row + j, sizeof(u));
+      top = std::max(top, u & 0x7FFFFFFFu);
+    }
+    if (top > 0x7F800000u) GemmRefRows(a, b, c_in, model, plan, i, i + 1, out);
   }
 }
 

@@ -23,13 +23,13 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
 #include "fp_env.h"
 #include "simd_lanes-inl.h"
 #include "gemm/gemm_simd.h"
-#include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -44,15 +44,27 @@ constexpr size_t kFusedMr = 4;  // rows of a micro-tile with more state per outp
 constexpr size_t kKc = 256;     // K per chunk (rounded to a multiple of the kernel's block)
 constexpr size_t kMcPanels = 8;   // A panels per thread's block
 
+// A packing buffer from the pool (gemm_simd.h, TakeBuffer), handed back to it when freed.
+struct PoolFreer {
+  size_t bytes = 0;
+  void operator()(void* p) const noexcept { GiveBuffer(p, bytes); }
+};
 template <typename T>
-using Buf = hwy::AlignedFreeUniquePtr<T[]>;
+using Buf = std::unique_ptr<T[], PoolFreer>;
+template <typename T>
+Buf<T> AllocateBuf(size_t n) {
+  static_assert(std::is_trivially_copyable_v<T>, "plain values only (the pool's blocks are not constructed)");
+  size_t bytes = n * sizeof(T);
+  T* p = static_cast<T*>(TakeBuffer(bytes));
+  return Buf<T>(p, PoolFreer{bytes});
+}
 
 // A rows x cols matrix as panels of w rows: panel p holds, for each column c, value(p*w + r, c) side by
 // side for r < w (zero beyond the last row). fill(row, d) writes row `row`'s values to d[0], d[w], ...
 template <typename T, class Fill>
 Buf<T> PanelRows(size_t rows, size_t cols, size_t w, bool parallel, const Fill& fill) {
   const long panels = static_cast<long>((rows + w - 1) / w);
-  Buf<T> dst = hwy::AllocateAligned<T>(std::max<size_t>(1, panels * cols * w));
+  Buf<T> dst = AllocateBuf<T>(std::max<size_t>(1, panels * cols * w));
 #pragma omp parallel for schedule(static) if (parallel)
   for (long p = 0; p < panels; ++p) {
     const qmx::detail::ScopedDefaultFpEnv fp_env;
@@ -72,7 +84,7 @@ Buf<T> PanelRows(size_t rows, size_t cols, size_t w, bool parallel, const Fill& 
 template <typename T, class Fill>
 Buf<T> PanelCols(size_t rows, size_t cols, size_t w, bool parallel, const Fill& fill) {
   const long panels = static_cast<long>((cols + w - 1) / w);
-  Buf<T> dst = hwy::AllocateAligned<T>(std::max<size_t>(1, panels * rows * w));
+  Buf<T> dst = AllocateBuf<T>(std::max<size_t>(1, panels * rows * w));
 #pragma omp parallel for schedule(static) if (parallel)
   for (long q = 0; q < panels; ++q) {
     const qmx::detail::ScopedDefaultFpEnv fp_env;
@@ -326,7 +338,7 @@ inline int8_t Exp8(int32_t e, int32_t zero_code) { return e == zero_code ? kZero
 // panels of nr columns, each column twice.
 inline Buf<int8_t> PackRowsExp8Pairs(const CodeMatrix<int32_t>& e, size_t w, int32_t zero_code, bool parallel) {
   const size_t panels = (e.rows + w - 1) / w;
-  Buf<int8_t> dst = hwy::AllocateAligned<int8_t>(std::max<size_t>(1, panels * e.cols * 2 * w));
+  Buf<int8_t> dst = AllocateBuf<int8_t>(std::max<size_t>(1, panels * e.cols * 2 * w));
 #pragma omp parallel for schedule(static) if (parallel)
   for (long p = 0; p < static_cast<long>(panels); ++p)
     for (size_t r = 0; r < w; ++r) {

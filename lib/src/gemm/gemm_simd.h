@@ -142,4 +142,13 @@ bool Fp16Products();
 void CountFp16Steps(uint64_t taken, uint64_t declined);
 void Fp16StepCounts(uint64_t* taken, uint64_t* declined);
 
+// The kernels' packing buffers (gemm_buffers.cc): 64-byte aligned blocks that a GEMM call hands back to
+// a pool rather than to the allocator, so that the next call reuses pages already mapped (a fresh buffer
+// costs a page fault and a zeroing per 4 KB page; at 1024^3 about a tenth of a fused model's time on two
+// threads). The pool keeps at most 256 MiB in 32 blocks, the oldest leaving first; a block from it holds
+// stale data (every packer writes its whole buffer). TakeBuffer rounds `bytes` up to the block's size,
+// which GiveBuffer takes back with it. Both are thread-safe.
+void* TakeBuffer(size_t& bytes);
+void GiveBuffer(void* p, size_t bytes) noexcept;
+
 }  // namespace qmx::simd

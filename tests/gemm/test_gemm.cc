@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
@@ -356,6 +357,38 @@ TEST_CASE("gemm: a lone special code (E5M2 +-Inf, E4M3 NaN) among finite ones se
     CheckAllModels(a1, b, nullptr, std::string(f->name) + " special in A " + Hex(code, 2));
     CheckAllModels(a, b1, nullptr, std::string(f->name) + " special in B " + Hex(code, 2));
   }
+}
+
+TEST_CASE("gemm: calls from several threads at once, which share the packing-buffer pool, equal the reference", "[gemm]") {
+  // Four caller threads, each with its own shapes (so the pool hands blocks of many sizes back and forth)
+  // and models whose kernels pack differently; each result is checked after all threads are done.
+  const char* models[] = {"blackwell-mxf8f6f4", "blackwell-mxf4nvf4", "hopper-fp8", "exact"};
+  struct Job {
+    GemmOperand a, b;
+    AccumModel m;
+    std::vector<float> want;
+    std::vector<std::vector<float>> got;
+  };
+  std::vector<Job> jobs;
+  std::mt19937 rng(31);
+  for (size_t t = 0; t < 4; ++t) {
+    const Format& f = t == 1 ? fmt::kE2M1 : fmt::kE4M3;
+    Job j{Codes(f, 40 + 13 * t, 96, rng), Codes(f, 96, 50 + 7 * t, rng), AccumModelByName(models[t]), {}, {}};
+    if (t != 2) {  // (hopper-fp8 promotes every 128 K: plain codes)
+      AddUe8m0(j.a, true, 32, rng, -2, 2);
+      AddUe8m0(j.b, false, 32, rng, -2, 2);
+    }
+    j.want = GemmRef(j.a, j.b, nullptr, j.m);
+    jobs.push_back(std::move(j));
+  }
+  std::vector<std::thread> threads;
+  for (Job& j : jobs)
+    threads.emplace_back([&j] {
+      for (int rep = 0; rep < 6; ++rep) j.got.push_back(Gemm(j.a, j.b, nullptr, j.m, rep % 2 ? Exec::kParallel : Exec::kSequential));
+    });
+  for (std::thread& t : threads) t.join();
+  for (const Job& j : jobs)
+    for (const std::vector<float>& g : j.got) RequireSame(g, j.want, "concurrent " + j.m.name);
 }
 
 TEST_CASE("gemm: signs of zero results follow IEEE sums", "[gemm]") {

@@ -118,10 +118,24 @@ void ScaleTables(const GemmOperand& a, const GemmOperand& b, const GemmPlan& pla
   const size_t nb = (plan.k + len - 1) / len;
   ta.assign(plan.m * nb, 1.0f);
   tb.assign(nb * plan.n, 1.0f);
-  for (size_t i = 0; i < plan.m; ++i)
-    for (size_t blk = 0; blk < nb; ++blk) ta[i * nb + blk] = a.ScaleOf(i, blk * len);
-  for (size_t blk = 0; blk < nb; ++blk)
-    for (size_t j = 0; j < plan.n; ++j) tb[blk * plan.n + j] = b.ScaleOf(blk * len, j);
+  // GemmOperand::ScaleOf's indices with each division once per row, block or column, not twice per
+  // element (this pass runs on one thread before every scaled product).
+  if (a.block_rows != 0) {
+    std::vector<size_t> col(nb);
+    for (size_t blk = 0; blk < nb; ++blk) col[blk] = blk * len / a.block_cols;
+    for (size_t i = 0; i < plan.m; ++i) {
+      const float* srow = a.scales.data() + (i / a.block_rows) * a.scale_cols;
+      for (size_t blk = 0; blk < nb; ++blk) ta[i * nb + blk] = srow[col[blk]];
+    }
+  }
+  if (b.block_rows != 0) {
+    std::vector<size_t> col(plan.n);
+    for (size_t j = 0; j < plan.n; ++j) col[j] = j / b.block_cols;
+    for (size_t blk = 0; blk < nb; ++blk) {
+      const float* srow = b.scales.data() + (blk * len / b.block_rows) * b.scale_cols;
+      for (size_t j = 0; j < plan.n; ++j) tb[blk * plan.n + j] = srow[col[j]];
+    }
+  }
 }
 
 // Exponent of a format's smallest quantum (its smallest positive value).

@@ -204,8 +204,8 @@ bool FusedFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
   if (blocks && p.scale_in_products) {  // UE8M0 only: exponents add, significands are 1
     xa.resize(ta.size());
     xb.resize(tb.size());
-    for (size_t i = 0; i < ta.size(); ++i) xa[i] = std::ilogb(ta[i]);
-    for (size_t i = 0; i < tb.size(); ++i) xb[i] = std::ilogb(tb[i]);
+    for (size_t i = 0; i < ta.size(); ++i) xa[i] = IlogbF(ta[i]);
+    for (size_t i = 0; i < tb.size(); ++i) xb[i] = IlogbF(tb[i]);
   } else {  // no scale exponents: zeros, so the kernel's loops carry no branches
     const size_t nb = (plan.k + plan.kb - 1) / plan.kb;
     xa.assign(plan.m * nb, 0);
@@ -299,8 +299,8 @@ bool ScaledSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, c
   if (blocks) {
     std::vector<float> ta, tb;
     ScaleTables(a, b, plan, ta, tb);
-    for (size_t i = 0; i < ta.size(); ++i) xa[i] = std::ilogb(ta[i]);
-    for (size_t i = 0; i < tb.size(); ++i) xb[i] = std::ilogb(tb[i]);
+    for (size_t i = 0; i < ta.size(); ++i) xa[i] = IlogbF(ta[i]);
+    for (size_t i = 0; i < tb.size(); ++i) xb[i] = IlogbF(tb[i]);
   }
   const std::array<double, 256> va = TableOf<double>(a.elem), vb = TableOf<double>(b.elem);
   const std::array<int32_t, 256> ea = NominalExps(a.elem), eb = NominalExps(b.elem);
@@ -412,11 +412,18 @@ QMX_GEMM_CLONES void GroupTile(const GroupCtx& ctx, const double* va, const doub
 
 // Significant bits of the widest value in a table (0 for zeros).
 int MaxSigBits(const std::vector<float>& t) {
+  // A normal number's significant bits are 24 - ctz(its significand, implicit bit set), so the widest
+  // normal one's are 24 - ctz(the OR of all their significands); other nonzero values one by one.
   int bits = 0;
+  uint32_t normal = 0;
   for (float v : t) {
-    if (v != 0) bits = std::max(bits, SignificantBits(v));
+    uint32_t u;
+    std::memcpy(&u, &v, sizeof(u));
+    const uint32_t field = (u >> 23) & 0xFF;
+    if (field != 0 && field != 0xFF) normal |= (u & 0x7FFFFFu) | 0x800000u;
+    else if (v != 0) bits = std::max(bits, SignificantBits(v));
   }
-  return bits;
+  return normal ? std::max(bits, 24 - __builtin_ctz(normal)) : bits;
 }
 
 // The Highway group kernel, where its extra bounds hold: group sums exact in FP32, no promotion (the
@@ -492,8 +499,8 @@ bool GroupFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
   if (std::log2(terms) + p_max + p.frac_bits + 2 >= 53) return false;
   std::vector<int> xa(ta.size()), xb(tb.size());
   const int esa = ScaleEmin(a.scale_format), esb = ScaleEmin(b.scale_format);
-  for (size_t i = 0; i < ta.size(); ++i) xa[i] = ta[i] == 0 ? esa : NominalExp(ta[i], esa);
-  for (size_t i = 0; i < tb.size(); ++i) xb[i] = tb[i] == 0 ? esb : NominalExp(tb[i], esb);
+  for (size_t i = 0; i < ta.size(); ++i) xa[i] = ta[i] == 0 ? esa : std::max(IlogbF(ta[i]), esa);  // NominalExp
+  for (size_t i = 0; i < tb.size(); ++i) xb[i] = tb[i] == 0 ? esb : std::max(IlogbF(tb[i]), esb);
   if (GroupSimd(a, b, c_in, p, plan, exec, ta, xa, tb, xb, p_max, out)) {
     ApplyAlpha(plan, out);
     RecomputeNanRows(a, b, c_in, model, plan, out, exec);

@@ -105,6 +105,13 @@ inline int Msb128(u128 v) {  // v != 0
 }
 // The significant bits of a finite nonzero x: the width of its odd magnitude (ExactOf).
 inline int SignificantBits(double x) { return Msb128(ExactOf(x).mag) + 1; }
+// ilogb of a float, from its exponent field where it is a normal number.
+inline int IlogbF(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof(u));
+  const int field = static_cast<int>((u >> 23) & 0xFF);
+  return field != 0 && field != 0xFF ? field - 127 : std::ilogb(v);
+}
 
 // floor(mag * 2^shift) (shift may be negative), or rounded to nearest even when `rne`.
 inline u128 ShiftRound(u128 mag, int shift, bool rne) {

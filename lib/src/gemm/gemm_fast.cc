@@ -101,11 +101,7 @@ void RecomputeNanRows(const GemmOperand& a, const GemmOperand& b, const float* c
     const size_t i = static_cast<size_t>(il);
     const float* row = out + i * plan.n;
     uint32_t top = 0;  // the largest magnitude's bits: a NaN's are above Inf's (a max reduction vectorizes)
-    for (size_t j = 0; j < plan.n; ++j) {
-      uint32_t u;
-      std::memcpy(&u, row + j, sizeof(u));
-      top = std::max(top, u & 0x7FFFFFFFu);
-    }
+    for (size_t j = 0; j < plan.n; ++j) top = std::max(top, detail::F32Bits(row[j]) & 0x7FFFFFFFu);
     if (top > 0x7F800000u) GemmRefRows(a, b, c_in, model, plan, i, i + 1, out);
   }
 }

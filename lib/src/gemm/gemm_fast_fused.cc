@@ -417,9 +417,7 @@ int MaxSigBits(const std::vector<float>& t) {
   int bits = 0;
   uint32_t normal = 0;
   for (float v : t) {
-    uint32_t u;
-    std::memcpy(&u, &v, sizeof(u));
-    const uint32_t field = (u >> 23) & 0xFF;
+    const uint32_t u = detail::F32Bits(v), field = (u >> 23) & 0xFF;
     if (field != 0 && field != 0xFF) normal |= (u & 0x7FFFFFu) | 0x800000u;
     else if (v != 0) bits = std::max(bits, SignificantBits(v));
   }

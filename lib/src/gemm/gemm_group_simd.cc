@@ -47,19 +47,10 @@ HWY_INLINE bool NoTruncation(DF df, const GroupGemmArgs& g, const float* at, int
 // outside FP32's normal range (the exact path handles those).
 template <bool kOutRne, class DD, class DH>
 HWY_INLINE bool WholeStep(DD dd, DH dh, float* at, const float* const* terms, size_t groups) {
-  const hn::RebindToUnsigned<DD> du64;
   auto sum = hn::PromoteTo(dd, hn::LoadU(dh, at));
   for (size_t gi = 0; gi < groups; ++gi) sum = hn::Add(sum, hn::PromoteTo(dd, hn::Load(dh, terms[gi])));
-  const auto a = hn::Abs(sum);
-  const auto zero = hn::Eq(sum, hn::Zero(dd));
-  const auto normal = hn::And(hn::Ge(a, hn::Set(dd, 0x1p-126)), hn::Lt(a, hn::Set(dd, 0x1p127)));
-  if (!hn::AllTrue(dd, hn::Or(zero, normal))) return false;
-  if constexpr (kOutRne) {
-    hn::StoreU(DemoteToF32(dh, hn::IfThenZeroElse(zero, sum)), dh, at);
-  } else {  // toward zero: the bits below FP32's 24 are cleared first, so the conversion is exact
-    const auto cut = hn::BitCast(dd, hn::And(hn::BitCast(du64, sum), hn::Set(du64, ~uint64_t{0x1FFFFFFF})));
-    hn::StoreU(DemoteToF32(dh, hn::IfThenZeroElse(zero, cut)), dh, at);
-  }
+  if (!hn::AllTrue(dd, WholeInRange(dd, sum))) return false;
+  hn::StoreU(WholeToF32<kOutRne>(dd, sum), dh, at);
   return true;
 }
 
@@ -70,29 +61,18 @@ template <bool kOutRne, class DF>
 HWY_INLINE bool WholeStep4(DF df, float* at, const float* terms, size_t stride) {
   const hn::Repartition<double, DF> dd;
   const hn::Rebind<float, decltype(dd)> dh;
-  const hn::RebindToUnsigned<decltype(dd)> du64;
   using VD = hn::Vec<decltype(dd)>;
   const size_t H = hn::Lanes(dd);
   VD sum[2];
-  bool all = true;
   for (size_t half = 0; half < 2; ++half) {
     const size_t o = half * H;
     const auto term = [&](size_t gi) { return hn::PromoteTo(dd, hn::Load(dh, terms + gi * stride + o)); };
     const VD c = hn::PromoteTo(dd, hn::LoadU(dh, at + o));
     sum[half] = hn::Add(hn::Add(c, term(0)), hn::Add(hn::Add(term(1), term(2)), term(3)));
-    const auto a = hn::Abs(sum[half]);
-    const auto ok = hn::Or(hn::Eq(sum[half], hn::Zero(dd)), hn::And(hn::Ge(a, hn::Set(dd, 0x1p-126)), hn::Lt(a, hn::Set(dd, 0x1p127))));
-    all = all && hn::AllTrue(dd, ok);
   }
-  if (!all) return false;
-  hn::Vec<decltype(dh)> out[2];
-  for (size_t half = 0; half < 2; ++half) {
-    const auto zero = hn::Eq(sum[half], hn::Zero(dd));
-    const auto v = kOutRne ? sum[half] : hn::BitCast(dd, hn::And(hn::BitCast(du64, sum[half]), hn::Set(du64, ~uint64_t{0x1FFFFFFF})));
-    out[half] = DemoteToF32(dh, hn::IfThenZeroElse(zero, v));
-  }
+  if (!hn::AllTrue(dd, hn::And(WholeInRange(dd, sum[0]), WholeInRange(dd, sum[1])))) return false;
   // One store of the whole vector: the next step's 16-lane load of it is then forwarded from the store.
-  hn::StoreU(hn::Combine(df, out[1], out[0]), df, at);
+  hn::StoreU(hn::Combine(df, WholeToF32<kOutRne>(dd, sum[1]), WholeToF32<kOutRne>(dd, sum[0])), df, at);
   return true;
 }
 

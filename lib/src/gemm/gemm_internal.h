@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "float_bits.h"
 #include "qmx/gemm.h"
 
 namespace qmx::internal {
@@ -107,9 +108,7 @@ inline int Msb128(u128 v) {  // v != 0
 inline int SignificantBits(double x) { return Msb128(ExactOf(x).mag) + 1; }
 // ilogb of a float, from its exponent field where it is a normal number.
 inline int IlogbF(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof(u));
-  const int field = static_cast<int>((u >> 23) & 0xFF);
+  const int field = static_cast<int>((detail::F32Bits(v) >> 23) & 0xFF);
   return field != 0 && field != 0xFF ? field - 127 : std::ilogb(v);
 }
 

@@ -434,6 +434,26 @@ HWY_INLINE V RoundIntD(V v) {
   else return hn::Trunc(v);
 }
 
+// v with its bits below FP32's 24 cleared: rounded toward zero to 24 bits, so narrowing it is exact.
+template <class DD>
+HWY_INLINE hn::Vec<DD> ClearBelowF32(DD dd, hn::Vec<DD> v) {
+  const hn::RebindToUnsigned<DD> du64;
+  return hn::BitCast(dd, hn::And(hn::BitCast(du64, v), hn::Set(du64, ~uint64_t{0x1FFFFFFF})));
+}
+// A step whose sum is exact in FP64 (no term truncated): the lanes whose result is that sum rounded once
+// to FP32, zero or a normal number (WholeInRange; elsewhere the exact step rounds it), and that result,
+// toward zero or to nearest even, +0 for a zero sum (WholeToF32).
+template <class DD>
+HWY_INLINE hn::Mask<DD> WholeInRange(DD dd, hn::Vec<DD> sum) {
+  const auto a = hn::Abs(sum);
+  return hn::Or(hn::Eq(sum, hn::Zero(dd)), hn::And(hn::Ge(a, hn::Set(dd, 0x1p-126)), hn::Lt(a, hn::Set(dd, 0x1p127))));
+}
+template <bool kRne, class DD>
+HWY_INLINE hn::Vec<hn::Rebind<float, DD>> WholeToF32(DD dd, hn::Vec<DD> sum) {
+  const hn::Rebind<float, DD> dh;
+  return DemoteToF32(dh, hn::IfThenZeroElse(hn::Eq(sum, hn::Zero(dd)), kRne ? sum : ClearBelowF32(dd, sum)));
+}
+
 // S (an integer below 2^53 held in a double) * 2^unit rounded to `bits` (<= 24) significant bits, the
 // exponent floored at -126, as FP32: +0 for S = 0, a signed zero when the kept bits vanish. Results of
 // 2^128 and beyond come back as Inf (the caller marks them for the reference). FusedOut's rule.

@@ -36,7 +36,6 @@ bool GemmScaledImpl(const ScaledFusedArgs& g, float* c) {
   const hn::Rebind<float, decltype(dd)> dh;     // FP32 lanes beside FP64 lanes
   const hn::Rebind<int32_t, decltype(dd)> dih;  // int32 lanes beside FP64 lanes
   const hn::RebindToSigned<decltype(dd)> di64;
-  const hn::RebindToUnsigned<decltype(dd)> du64;
   using VD = hn::Vec<decltype(dd)>;
   constexpr size_t R = kMr;
   constexpr size_t kV = 4;  // FP64 vectors per row of a tile: nr = 2 FP32 vectors of columns
@@ -107,7 +106,6 @@ bool GemmScaledImpl(const ScaledFusedArgs& g, float* c) {
   const auto zero_exp = hn::Set(dih, g.zero_exp);
   const auto exp_mask = hn::Set(dih, 0xFF), bias = hn::Set(dih, 127), emin = hn::Set(dih, -126);
   const auto fbits = hn::Set(di64, g.frac_bits);
-  const auto cut_low = hn::Set(du64, ~uint64_t{0x1FFFFFFF});
   const VD nan = hn::Set(dd, std::numeric_limits<double>::quiet_NaN());
   const bool whole_steps = g.out_bits == 24;
 
@@ -161,17 +159,11 @@ bool GemmScaledImpl(const ScaledFusedArgs& g, float* c) {
           for (size_t r = 0; r < R; ++r)
             for (size_t v = 0; v < kV; ++v) {
               if (!fast[r][v]) continue;
-              const VD sum = acc[r][v];
-              const auto a = hn::Abs(sum);
-              const auto zero = hn::Eq(sum, hn::Zero(dd));
-              const auto normal = hn::And(hn::Ge(a, hn::Set(dd, 0x1p-126)), hn::Lt(a, hn::Set(dd, 0x1p127)));
-              if (!hn::AllTrue(dd, hn::Or(zero, normal))) {
+              if (!hn::AllTrue(dd, WholeInRange(dd, acc[r][v]))) {
                 fast[r][v] = false;  // below or near FP32's range: the exact step rounds it
                 continue;
               }
-              // Toward zero: the bits below FP32's 24 are cleared first, so the conversion is exact.
-              const VD rounded = kOutRne ? sum : hn::BitCast(dd, hn::And(hn::BitCast(du64, sum), cut_low));
-              hn::StoreU(DemoteToF32(dh, hn::IfThenZeroElse(zero, rounded)), dh, ct + r * ldc + v * H);
+              hn::StoreU(WholeToF32<kOutRne>(dd, acc[r][v]), dh, ct + r * ldc + v * H);
             }
         }
         // The exact step for H outputs: the terms aligned at the largest nominal exponent, truncated (or
@@ -243,13 +235,8 @@ HWY_INLINE hn::Vec<DF> I32ToF32(DF df, hn::Vec<hn::RebindToSigned<DF>> v) {
   const hn::Half<hn::RebindToSigned<DF>> dih;
   const hn::Rebind<double, decltype(dih)> dd;
   const hn::Rebind<float, decltype(dd)> dfh;
-  const hn::RebindToUnsigned<decltype(dd)> du64;
   auto lo = hn::PromoteTo(dd, hn::LowerHalf(dih, v)), hi = hn::PromoteTo(dd, hn::UpperHalf(dih, v));
-  if (!kRne) {
-    const auto cut_low = hn::Set(du64, ~uint64_t{0x1FFFFFFF});  // FP64 bits below FP32's 24
-    lo = hn::BitCast(dd, hn::And(hn::BitCast(du64, lo), cut_low));
-    hi = hn::BitCast(dd, hn::And(hn::BitCast(du64, hi), cut_low));
-  }
+  if (!kRne) lo = ClearBelowF32(dd, lo), hi = ClearBelowF32(dd, hi);
   return hn::Combine(df, DemoteToF32(dfh, hi), DemoteToF32(dfh, lo));
 }
 

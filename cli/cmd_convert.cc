@@ -120,7 +120,7 @@ void ConvertValues(const ConvertArgs& a, const Format& dst, const CastOptions& o
 
 void ConvertFile(const ConvertArgs& a, const Format& dst, const CastOptions& opt) {
   if (a.out.empty()) throw Error("--in needs --out (the file to write)");
-  RefuseToOverwriteInput(a.out, {a.in});
+  CheckOutputs({{"--out", a.out}}, {a.in});
   const NpyArray in = ReadNpy(a.in);
   const Format* src = nullptr;
   switch (in.dtype) {
@@ -208,7 +208,7 @@ void ConvertWithCastProfile(const ConvertArgs& a, const CastProfile& p) {
     return;
   }
   if (a.out.empty()) throw Error("--in needs --out (the file to write)");
-  RefuseToOverwriteInput(a.out, {a.in});
+  CheckOutputs({{"--out", a.out}}, {a.in});
   const NpyArray in = ReadNpy(a.in);
   if (in.dtype != DType::kF32 && in.dtype != DType::kF16 && in.dtype != DType::kBF16)
     throw Error(a.in + ": --profile casts f32 (or f16 / bf16, exact in f32) inputs, not " + DTypeName(in.dtype));

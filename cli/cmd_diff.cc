@@ -236,7 +236,7 @@ void AddDiffCommand(CLI::App& app) {
   cmd->callback([a] {
     if (a->to.empty() == a->spec.empty()) throw Error("give --to FORMAT (a cast diff) or --spec NAME (a quantizer diff)");
     if (a->sweep && !a->spec.empty()) throw Error("--sweep is an input set of cast diffs (--to)");
-    RefuseToOverwriteInput(a->json, {a->in}, "--json");
+    CheckOutputs({{"--json", a->json}}, {a->in});
     const Inputs in = LoadInputs(*a);
     if (!a->to.empty()) DiffCasts(*a, in);
     else DiffSpecs(*a, in);

@@ -85,6 +85,11 @@ GemmOperand LoadOperand(const GemmArgs& g, bool is_a) {
   const std::string& path = is_a ? g.a : g.b;
   const char* side = is_a ? "A" : "B";
   NpyArray arr = Load(path, side);
+  // K = 0 makes D equal C (or zeros) under every model: nothing is modelled, and two empty files would
+  // otherwise ask for an M x N output of any size.
+  if (arr.shape[is_a ? 1 : 0] == 0)
+    throw Error(std::string(side) + " (" + path + ") is " + std::to_string(arr.shape[0]) + "x" + std::to_string(arr.shape[1]) +
+                ": K is 0, and a product over an empty K is refused (D would be C or zeros under every model)");
   if (!g.quantize.empty()) {
     if (arr.dtype != DType::kF32) throw Error(std::string(side) + " must be float32 with --quantize, it is " + DTypeName(arr.dtype));
     QuantSpec spec = QuantSpecByName(g.quantize);
@@ -121,8 +126,7 @@ uint32_t Bits(float f) {
 
 void Run(const GemmArgs& g) {
   if (g.threads < 0 || g.threads > 1024) throw Error("--threads must be 1..1024");
-  for (const auto& [out, option] : {std::pair{g.out, "--out"}, std::pair{g.json, "--json"}})
-    RefuseToOverwriteInput(out, {g.a, g.b, g.a_scales, g.b_scales, g.c, g.expect}, option);
+  CheckOutputs({{"--out", g.out}, {"--json", g.json}}, {g.a, g.b, g.a_scales, g.b_scales, g.c, g.expect});
   if (g.block > 0 && g.a_scales.empty() && g.b_scales.empty())
     throw Error("--block sets the block of --a-scales / --b-scales, and neither is given (--quantize takes its recipe's blocks)");
   if (g.threads > 0) omp_set_num_threads(g.threads);
@@ -163,13 +167,15 @@ void Run(const GemmArgs& g) {
     std::printf("D = A (%zux%zu %s) * B (%zux%zu %s)%s under %s\n  %.3f s, %.2f GFLOP/s\n", A.rows, A.cols, A.elem.name,
                 B.rows, B.cols, B.elem.name, cp ? " + C" : "", DescribeModel(model).c_str(), secs,
                 2.0 * A.rows * B.cols * A.cols / secs / 1e9);
+  AtomicFileSet outputs;  // D and the JSON, both or neither
   if (!g.out.empty()) {
     NpyArray o;
     o.dtype = DType::kF32;
     o.shape = {A.rows, B.cols};
     o.data.resize(d.size() * 4);
     std::memcpy(o.data.data(), d.data(), o.data.size());
-    WriteNpy(g.out, o);
+    const std::vector<uint8_t> bytes = SerializeNpy(o);
+    outputs.Add(g.out, bytes.data(), bytes.size());
   }
   int rc = 0;
   if (!g.expect.empty()) {
@@ -215,7 +221,8 @@ void Run(const GemmArgs& g) {
                 sum_ref_sq > 0 ? std::sqrt(sum_sq / sum_ref_sq) : 0.0);
     js["compare"] = {{"model", other.name}, {"differ", differ}, {"max_abs", max_abs}, {"max_rel", max_rel}, {"rmse", rmse}};
   }
-  if (!g.json.empty()) WriteFileAtomic(g.json, js.dump(2) + "\n");
+  if (!g.json.empty()) outputs.Add(g.json, js.dump(2) + "\n");
+  outputs.Commit();
   if (rc) throw Error("model " + model.name + " does not reproduce " + g.expect);
 }
 

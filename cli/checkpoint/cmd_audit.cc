@@ -77,7 +77,7 @@ ordered_json ToJson(const AuditResult& a, size_t scale_bytes) {
 void RunAudit(const AuditArgs& a) {
   if (a.threads > 0) omp_set_num_threads(a.threads);
   if (!EndsWith(a.in, ".safetensors")) throw Error("audit reads a .safetensors checkpoint, not '" + a.in + "'");
-  RefuseToOverwriteInput(a.json, {a.in, a.source}, "--json");
+  CheckOutputs({{"--json", a.json}}, {a.in, a.source});
   const SafetensorsReader r(a.in);
   std::unique_ptr<SafetensorsReader> src;
   if (!a.source.empty()) {

@@ -16,18 +16,6 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-void RefuseToOverwriteInput(const std::string& out, const std::vector<std::string>& inputs, const std::string& option) {
-  std::error_code ec;
-  if (out.empty() || !std::filesystem::exists(out, ec)) return;
-  for (const std::string& in : inputs) {
-    if (in.empty()) continue;
-    const size_t st = in.find(".safetensors:");  // FILE.safetensors:NAME names a tensor of FILE
-    const std::string file = st == std::string::npos ? in : in.substr(0, st + std::string(".safetensors").size());
-    if (std::filesystem::exists(file, ec) && std::filesystem::equivalent(out, file, ec))
-      throw Error(option + " '" + out + "' is the input file '" + file + "': write the result elsewhere");
-  }
-}
-
 std::vector<std::pair<std::string, NpyArray>> ReadSafetensorsInputs(const std::string& path,
                                                                     const std::vector<std::string>& names) {
   SafetensorsReader r(path);

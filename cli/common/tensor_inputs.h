@@ -6,16 +6,12 @@
 #include <utility>
 #include <vector>
 
+#include "common/outputs.h"
 #include "qmx/io.h"
 
 namespace qmx::cli {
 
 bool EndsWith(const std::string& s, const std::string& suffix);
-
-// Throws qmx::Error when the output `out` (named by `option`) is one of the input files: a result written
-// over its own input is never what was meant. Inputs that are empty or do not exist are skipped.
-void RefuseToOverwriteInput(const std::string& out, const std::vector<std::string>& inputs,
-                            const std::string& option = "--out");
 
 // The named tensors of a .safetensors file, or, when names is empty, every quantized tensor in a layout of
 // qmx/checkpoint.h decoded to FP32 and every F32 / BF16 / F16 / code-dtype tensor that is not part of one

@@ -18,6 +18,7 @@
 #include "qmx/quantize.h"
 #include "qmx/safetensors.h"
 #include "qmx/version.h"
+#include "common/outputs.h"
 #include "common/tensor_inputs.h"
 
 namespace qmx::cli {
@@ -134,8 +135,7 @@ void RunQuantize(const QuantizeArgs& a) {
                             : ScaleFormatOf(spec.rule) == ScaleFormat::kUe8m0 ? "F8_E8M0"
                             : ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3  ? "F8_E4M3"
                                                                                : nullptr;
-  RefuseToOverwriteInput(a.out, {a.in});
-  RefuseToOverwriteInput(a.json, {a.in}, "--json");
+  CheckOutputs({{"--out", a.out}, {"--json", a.json}}, {a.in});
   if (!st_out && (a.out.empty() || a.out.back() != '/'))
     throw Error("--out must end in .safetensors, or in / for a directory of .npy files");
   if (!spec.delayed && !a.amax_history.empty()) throw Error("--amax-history needs a delayed-scaling spec (fp8-delayed)");
@@ -211,12 +211,29 @@ void RunQuantize(const QuantizeArgs& a) {
   meta["qmx.generator"] = "qmx-sim " QMX_VERSION;
   if (st_out) {
     WriteSafetensorsTyped(a.out, outputs, meta);
+    if (!a.json.empty()) WriteFileAtomic(a.json, summary.dump(2) + "\n");
   } else {
+    // All or nothing: a failure in a later file leaves none of the set behind. Tensor names are mapped to
+    // file names (TensorFileName: "a/b" -> "a%2Fb"), so no name leaves the directory.
+    std::vector<std::string> paths;
+    for (const auto& o : outputs) {
+      const size_t dot = o.name.rfind('.');  // NAME.codes -> TensorFileName(NAME) + ".codes.npy"
+      paths.push_back(a.out + TensorFileName(o.name.substr(0, dot)) + o.name.substr(dot) + ".npy");
+    }
+    CheckFileNameLengths(paths);
+    std::vector<OutputPath> all{{"--json", a.json}, {"--out", a.out + "spec.json"}};
+    for (const std::string& p : paths) all.push_back({"--out", p});
+    CheckOutputs(all, {a.in});
     CreateOutputDir(a.out);
-    for (const auto& o : outputs) WriteNpy(a.out + o.name + ".npy", o.array);
-    WriteFileAtomic(a.out + "spec.json", summary["spec"].dump(2) + "\n");
+    AtomicFileSet set;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const std::vector<uint8_t> bytes = SerializeNpy(outputs[i].array);
+      set.Add(paths[i], bytes.data(), bytes.size());
+    }
+    set.Add(a.out + "spec.json", summary["spec"].dump(2) + "\n");
+    if (!a.json.empty()) set.Add(a.json, summary.dump(2) + "\n");
+    set.Commit();
   }
-  if (!a.json.empty()) WriteFileAtomic(a.json, summary.dump(2) + "\n");
   if (!a.quiet) std::printf("%s\nwrote %s%s\n", DescribeSpec(spec).c_str(), a.out.c_str(), a.json.empty() ? "" : (" and " + a.json).c_str());
 }
 
@@ -247,22 +264,33 @@ void RunDequantize(const DequantizeArgs& a) {
   const bool dir = !a.out.empty() && a.out.back() == '/', st_out = EndsWith(a.out, ".safetensors");
   if (a.out.empty() || (!dir && !st_out && (picked.size() > 1 || !EndsWith(a.out, ".npy"))))
     throw Error("--out must be a .npy file (one tensor), a .safetensors file or a directory ending in /");
-  RefuseToOverwriteInput(a.out, {a.in});
-  if (dir) CreateOutputDir(a.out);
+  CheckOutputs({{"--out", a.out}}, {a.in});
+  std::vector<std::string> paths;
+  for (const CheckpointTensorInfo& info : picked) paths.push_back(dir ? a.out + TensorFileName(info.name) + ".npy" : a.out);
+  if (dir) {
+    CheckFileNameLengths(paths);
+    CreateOutputDir(a.out);
+  }
+  // A directory's files are written all or nothing (AtomicFileSet), one tensor in memory at a time.
+  AtomicFileSet set;
   std::vector<std::pair<std::string, NpyArray>> outputs;
-  for (const CheckpointTensorInfo& info : picked) {
+  for (size_t i = 0; i < picked.size(); ++i) {
+    const CheckpointTensorInfo& info = picked[i];
     const CheckpointTensor t = LoadCheckpointTensor(r, info);
     const std::vector<float> values = DecodeCheckpointTensor(t);
     NpyArray arr = F32Array(t.q.shape.empty() ? std::vector<size_t>{1} : t.q.shape, values);
     if (st_out) {
       outputs.emplace_back(info.name, std::move(arr));
+    } else if (dir) {
+      const std::vector<uint8_t> bytes = SerializeNpy(arr);
+      set.Add(paths[i], bytes.data(), bytes.size());
     } else {
-      const std::string path = dir ? a.out + info.name + ".npy" : a.out;
-      WriteNpy(path, arr);
+      WriteNpy(a.out, arr);
     }
     std::printf("%s (%s, %s) -> %s\n", info.name.c_str(), CheckpointLayoutName(info.layout), DescribeBlock(t.q.spec).c_str(),
-                st_out ? a.out.c_str() : dir ? (a.out + info.name + ".npy").c_str() : a.out.c_str());
+                paths[i].c_str());
   }
+  if (dir) set.Commit();
   if (st_out) WriteSafetensors(a.out, outputs, {{"qmx.generator", "qmx-sim " QMX_VERSION " dequantize"}});
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "common/outputs.h"
 #include "qmx/error.h"
 #include "qmx/gemm.h"
 #include "qmx/io.h"
@@ -176,8 +177,10 @@ void WriteOutputs(const RecipeArgs& a, const std::vector<TrainingRecipe>& rs, co
   j["accum"] = a.accum;
   if (a.alpha != "decode") j["alpha"] = a.alpha;
   j["recipes"] = PlansJson(rs);
-  if (!a.csv.empty()) WriteFileAtomic(a.csv, ToCsv(records));
-  if (!a.json.empty()) WriteFileAtomic(a.json, j.dump(1) + "\n");
+  AtomicFileSet set;  // both files or neither
+  if (!a.csv.empty()) set.Add(a.csv, ToCsv(records));
+  if (!a.json.empty()) set.Add(a.json, j.dump(1) + "\n");
+  set.Commit();
 }
 
 void RunSingle(const RecipeArgs& a, const std::vector<TrainingRecipe>& rs) {
@@ -352,6 +355,7 @@ void AddRecipeCommand(CLI::App& app) {
       return;
     }
     CheckShape(*a);
+    CheckOutputs({{"--csv", a->csv}, {"--json", a->json}}, {a->x_file, a->w_file, a->dy_file});
     if (a->threads > 0) omp_set_num_threads(a->threads);
     InterruptGuard guard;
     if (a->steps > 0) RunSequence(*a, rs);

@@ -52,6 +52,7 @@ void AddSweepOptions(CLI::App* cmd, SweepArgs& a) {
 
 void RunSweepCommand(const std::string& study, const SweepArgs& a, const std::vector<TableColumn>& cols) {
   InterruptGuard guard;
+  CheckOutputs({{"--csv", a.csv}, {"--json", a.json}}, a.in.files);
   const std::vector<Method> methods = PrepareSweep(a);
   const std::vector<Input> inputs = LoadInputs(a.in);
   const SweepRecords r = RunSweep(a, methods, inputs);

@@ -22,8 +22,17 @@ namespace qmx::cli::study {
 // ---------------------------------------------------------------------------------------------------
 // kurtosis: per-row kurtosis and tau-outliers of the inputs; then seed 001's theorem 1 effect.
 
+// Two tables of different columns: the CSV holds the outlier sweep; the kurtosis table goes to
+// FILE-kurtosis.csv beside it.
+std::string KurtosisTablePath(const std::string& csv) {
+  return (EndsWith(csv, ".csv") ? csv.substr(0, csv.size() - 4) : csv) + "-kurtosis.csv";
+}
+
 void RunKurtosis(const KurtosisArgs& a) {
   InterruptGuard guard;
+  CheckOutputs({{"--csv", a.csv}, {"--csv (its kurtosis table)", a.csv.empty() ? "" : KurtosisTablePath(a.csv)},
+                {"--json", a.json}},
+               a.in.files);
   if (a.threads > 0) omp_set_num_threads(a.threads);
   for (double t : a.taus)
     if (!(t > 0)) throw Error("--tau values must be > 0");
@@ -98,21 +107,20 @@ void RunKurtosis(const KurtosisArgs& a) {
              sweep);
   std::vector<ordered_json> all = recs;
   all.insert(all.end(), sweep.begin(), sweep.end());
+  AtomicFileSet set;
   if (!a.csv.empty()) {
-    // Two tables of different columns: the CSV holds the outlier sweep; the kurtosis table goes to
-    // FILE-kurtosis.csv beside it.
-    std::string kpath = a.csv;
-    if (EndsWith(kpath, ".csv")) kpath = kpath.substr(0, kpath.size() - 4);
-    WriteFileAtomic(kpath + "-kurtosis.csv", ToCsv(recs));
-    WriteFileAtomic(a.csv, ToCsv(sweep));
+    set.Add(KurtosisTablePath(a.csv), ToCsv(recs));
+    set.Add(a.csv, ToCsv(sweep));
   }
-  if (!a.json.empty()) WriteFileAtomic(a.json, StudyJson("kurtosis", a.in.seed, all).dump(1) + "\n");
+  if (!a.json.empty()) set.Add(a.json, StudyJson("kurtosis", a.in.seed, all).dump(1) + "\n");
+  set.Commit();
 }
 
 // ---------------------------------------------------------------------------------------------------
 // ranges: binades and limits of every registry format.
 
 void RunRanges(const std::string& csv, const std::string& json) {
+  CheckOutputs({{"--csv", csv}, {"--json", json}}, {});
   std::vector<ordered_json> recs;
   for (const auto& e : Registry()) {
     const Format& f = e.format;
@@ -142,8 +150,10 @@ void RunRanges(const std::string& csv, const std::string& json) {
               {"decimal_digits", "digits", "%.2f"}, {"finite_codes", "finite codes", "%s"}, {"inf", "inf", "%s"},
               {"nan", "nan", "%s"}},
              recs);
-  if (!csv.empty()) WriteFileAtomic(csv, ToCsv(recs));
-  if (!json.empty()) WriteFileAtomic(json, StudyJson("ranges", 0, recs).dump(1) + "\n");
+  AtomicFileSet set;
+  if (!csv.empty()) set.Add(csv, ToCsv(recs));
+  if (!json.empty()) set.Add(json, StudyJson("ranges", 0, recs).dump(1) + "\n");
+  set.Commit();
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -197,7 +207,7 @@ void RunQuickstart(const QuickstartArgs& q) {
               {"mse", "MSE", "%.3e"}, {"mean_rel_err", "mean rel", "%.3g"}, {"cosine", "cosine", "%.6f"},
               {"saturated", "saturated", "%s"}, {"flushed_to_zero", "flushed", "%s"}},
              records);
-  std::filesystem::create_directories(q.out_dir);
+  CreateOutputDir(q.out_dir);
   const std::string base = q.out_dir + "/quickstart";
   WriteOutputs("quickstart", q.seed, base + ".csv", base + ".json", out);
   std::vector<std::string> cats, series;

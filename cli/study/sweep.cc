@@ -207,12 +207,14 @@ SweepRecords RunSweep(const SweepArgs& a, const std::vector<Method>& methods, co
 
 void WriteOutputs(const std::string& study, uint64_t seed, const std::string& csv, const std::string& json,
                   const SweepRecords& r) {
-  if (!csv.empty()) WriteFileAtomic(csv, ToCsv(r.records));
+  AtomicFileSet set;  // both files or neither
+  if (!csv.empty()) set.Add(csv, ToCsv(r.records));
   if (!json.empty()) {
     std::vector<ordered_json> full = r.records;
     for (size_t i = 0; i < r.histograms.size() && i < full.size(); ++i) full[i]["scale_histogram"] = r.histograms[i];
-    WriteFileAtomic(json, StudyJson(study, seed, full).dump(1) + "\n");
+    set.Add(json, StudyJson(study, seed, full).dump(1) + "\n");
   }
+  set.Commit();
 }
 
 const std::vector<TableColumn>& ErrorColumns() {

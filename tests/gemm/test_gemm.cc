@@ -476,6 +476,85 @@ TEST_CASE("gemm: exact on random small shapes, scale spreads and C: every SIMD t
   CHECK(outputs > 1000);
 }
 
+TEST_CASE("gemm: exact with E4M3, FP32 and second-level scales: the fast path equals the reference", "[gemm]") {
+  // Scales that are not powers of two (full 24-bit FP32 significands, E4M3 codes) and tensor / per-line
+  // scales split each block's contribution into four doubles; spreads near the accumulator's range, zero and
+  // negative scales (which go to the reference) and C check every branch of that path.
+  std::mt19937 rng(41);
+  auto full_significand = [&](int lo, int hi) {
+    const uint32_t bits = static_cast<uint32_t>((static_cast<int>(rng() % (hi - lo + 1)) + lo + 127) << 23) | (rng() & 0x7FFFFF);
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  };
+  const AccumModel exact = AccumModelByName("exact");
+  for (const auto& spread : {std::pair<int, int>{-3, 3}, std::pair<int, int>{-120, -90}, std::pair<int, int>{90, 120},
+                             std::pair<int, int>{-126, 127}}) {
+    for (const Format& f : {fmt::kE4M3, fmt::kE5M2, fmt::kE2M1}) {
+      INFO(f.name << " scale exponents " << spread.first << ".." << spread.second);
+      GemmOperand a = Codes(f, 9, 160, rng), b = Codes(f, 160, 11, rng);
+      AddFp32(a, 1, 32, rng);
+      AddFp32(b, 32, 1, rng);
+      for (float& s : a.scales) s = full_significand(spread.first, spread.second);
+      for (float& s : b.scales) s = full_significand(spread.first, spread.second);
+      CheckEverywhere(a, b, {}, exact, std::string("fp32 blocks ") + f.name);
+      a.tensor_scale = full_significand(-20, 20);
+      b.tensor_scale = full_significand(-20, 20);
+      CheckEverywhere(a, b, {}, exact, std::string("fp32 blocks and tensor scales ") + f.name);
+      a.tensor_scale = b.tensor_scale = 1.0f;
+      std::vector<float> c(9 * 11);
+      for (float& v : c) v = full_significand(spread.first, spread.second) * (rng() & 1 ? -1.0f : 1.0f);
+      CheckEverywhere(a, b, c, exact, std::string("fp32 blocks, C ") + f.name);
+    }
+  }
+  // NVFP4-style E4M3 block scales, none zero, with row and column second-level scales.
+  {
+    GemmOperand a = Codes(fmt::kE2M1, 12, 64, rng), b = Codes(fmt::kE2M1, 64, 7, rng);
+    AddFp32(a, 1, 16, rng, ScaleFormat::kE4m3);
+    AddFp32(b, 16, 1, rng, ScaleFormat::kE4m3);
+    for (float& s : a.scales) s = s == 0 ? 0.5f : s;
+    for (float& s : b.scales) s = s == 0 ? 448.0f : s;
+    CheckEverywhere(a, b, {}, exact, "e4m3 blocks");
+    for (size_t i = 0; i < 12; ++i) a.row_scales.push_back(full_significand(-30, 10));
+    for (size_t j = 0; j < 7; ++j) b.col_scales.push_back(full_significand(-10, 30));
+    CheckEverywhere(a, b, {}, exact, "e4m3 blocks, row and column scales");
+  }
+  // Cancelling blocks: block 2 repeats block 1's products negated under a neighbouring scale, so the result
+  // is the small difference of two large contributions and every low part of their splits decides its bits.
+  for (int trial = 0; trial < 4; ++trial) {
+    const size_t m = 8, n = 8, kb = 32;
+    GemmOperand a = Codes(fmt::kE4M3, m, 2 * kb, rng), b = Codes(fmt::kE4M3, 2 * kb, n, rng);
+    for (size_t i = 0; i < m; ++i)
+      for (size_t k = 0; k < kb; ++k) a.codes[i * 2 * kb + kb + k] = a.codes[i * 2 * kb + k];
+    for (size_t k = 0; k < kb; ++k)
+      for (size_t j = 0; j < n; ++j) b.codes[(kb + k) * n + j] = b.codes[k * n + j] ^ 0x80;
+    AddFp32(a, 1, kb, rng);
+    AddFp32(b, kb, 1, rng);
+    for (size_t i = 0; i < m; ++i) {
+      a.scales[i * 2] = full_significand(-2, 2);
+      a.scales[i * 2 + 1] = std::nextafter(a.scales[i * 2], trial % 2 ? 0.0f : 100.0f);
+    }
+    for (size_t j = 0; j < n; ++j) b.scales[n + j] = b.scales[j] = full_significand(-2, 2);
+    a.tensor_scale = full_significand(-5, 5);
+    b.tensor_scale = full_significand(-5, 5);
+    CheckEverywhere(a, b, {}, exact, "cancelling blocks, trial " + std::to_string(trial));
+  }
+  // Zero, negative and subnormal block scales, and all-negative-zero blocks: the signs of zero results.
+  {
+    GemmOperand a = Codes(fmt::kE4M3, 6, 96, rng), b = Codes(fmt::kE4M3, 96, 5, rng);
+    for (size_t k = 0; k < 32; ++k) a.codes[k] = 0x80;  // -0 in the first block of row 0
+    AddFp32(a, 1, 32, rng);
+    AddFp32(b, 32, 1, rng);
+    a.tensor_scale = 0.375f;
+    CheckEverywhere(a, b, {}, exact, "-0 block");
+    for (float bad : {0.0f, -1.5f, 1e-45f}) {
+      GemmOperand a2 = a;
+      a2.scales[3] = bad;
+      CheckEverywhere(a2, b, {}, exact, "block scale " + std::to_string(bad));
+    }
+  }
+}
+
 TEST_CASE("gemm: exact equals MPFR's exact sum rounded once", "[gemm]") {
   std::mt19937 rng(14);
   mpfr_t acc, term, f;

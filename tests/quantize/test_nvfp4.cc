@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <initializer_list>
 #include <random>
@@ -257,6 +258,17 @@ TEST_CASE("NVFP4 quantization with a given tensor amax equals the reference, sat
       }
     }
   }
+  // A user's amax that is negative, NaN or infinite, or 0 on nonzero data, is refused (it flipped every sign,
+  // gave all NaN, or quantized everything to 0); 0 on all-zero data is the data's own amax, and a calibrated
+  // amax below the data's saturates.
+  const QuantSpec spec = Nvfp4Spec(ScaleRule::kNvfp4, NanPolicy::kIgnore, Rounding::kRne, 1);
+  for (float bad : {-1.0f, -1e-30f, 0.0f, std::nanf(""), std::numeric_limits<float>::infinity()}) {
+    INFO("amax " << bad);
+    CHECK_THROWS_AS(CheckGivenAmax(v, spec, bad), Error);
+  }
+  const std::vector<float> zeros(rows * cols, 0.0f);
+  CHECK_NOTHROW(CheckGivenAmax(TensorView{DType::kF32, zeros.data(), rows, cols}, spec, 0.0f));
+  CHECK_NOTHROW(CheckGivenAmax(v, spec, 1e-37f));
 }
 
 TEST_CASE("NVFP4 quantization equals the reference on every SIMD target and thread count", "[quantize][nvfp4][simd]") {

@@ -2,7 +2,9 @@
 // special and every mode, against hand-derived expectations and the naive table oracle; stochastic
 // rounding's N-bit carry rule on enumerated bit patterns and its expected value.
 #include <catch2/catch.hpp>
+#include <cfenv>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "qmx/error.h"
@@ -194,6 +196,53 @@ TEST_CASE("Flags", "[round]") {
   CHECK(Flags(fmt::kE4M3, HUGE_VALF) == kFlagSaturated);
   CHECK(Flags(fmt::kE2M1, std::nanf("")) == kFlagInvalid);
   CHECK(Flags(fmt::kUE8M0, -2.0f) == kFlagInvalid);
+}
+
+// Whether the CPU raises invalid converting the FP32 bits `u` to double (IEEE 754-2019 7.2(a): a signaling
+// NaN operand): the hardware as an independent classifier of signaling NaNs.
+bool HardwareSignals(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  std::feclearexcept(FE_ALL_EXCEPT);
+  volatile float vf = f;
+  volatile double d = vf;
+  (void)d;
+  return std::fetestexcept(FE_INVALID) != 0;
+}
+
+TEST_CASE("Signaling NaNs signal invalid in every conversion, quiet NaNs do not (IEEE 754-2019 7.2(a))", "[round]") {
+  // TestFloat 3e's f32_to_f16 case: FF8000FD -> FE00 with the invalid flag.
+  const RoundResult t = Convert(fmt::kFP32, 0xFF8000FDu, fmt::kFP16, CastOptions{});
+  CHECK(t.code == 0xFE00);
+  CHECK(t.flags == kFlagInvalid);
+  const Format dsts[] = {fmt::kFP16, fmt::kBF16, fmt::kFP32, fmt::kFP64, fmt::kE4M3, fmt::kE5M2, fmt::kE2M1};
+  auto check = [&](const Format& src, uint64_t bits, bool signaling) {
+    for (const Format& dst : dsts) {
+      const RoundResult r = Convert(src, bits, dst, CastOptions{});
+      INFO(src.name << " " << Hex(bits, src.Bits() / 4) << " -> " << dst.name << " flags " << Hex(r.flags, 2));
+      // A format without NaN gets the fallback and invalid for any NaN.
+      CHECK(((r.flags & kFlagInvalid) != 0) == (signaling || !dst.HasNan()));
+      if (dst.HasNan()) CHECK(ClassifyCode(dst, r.code) == CodeClass::kNan);
+    }
+  };
+  // FP32: every NaN payload of a sampled set of high bits, classified by the CPU.
+  for (uint32_t p = 1; p < (1u << 23); p = p * 3 + 1)
+    for (uint32_t sign : {0u, 0x80000000u}) {
+      const uint32_t u = sign | 0x7F800000u | p;
+      check(fmt::kFP32, u, HardwareSignals(u));
+    }
+  // bf16: every NaN code; its FP32 extension (bits << 16) is the same NaN, classified by the CPU.
+  for (uint32_t c = 0; c < 0x10000; ++c)
+    if (ClassifyCode(fmt::kBF16, c) == CodeClass::kNan) check(fmt::kBF16, c, HardwareSignals(c << 16));
+  // fp16: every NaN code; the quiet bit is the significand's top bit (bit 9).
+  for (uint32_t c = 0; c < 0x10000; ++c)
+    if (ClassifyCode(fmt::kFP16, c) == CodeClass::kNan) check(fmt::kFP16, c, (c & 0x200) == 0);
+  // fp64: quiet and signaling patterns at both ends of the payload.
+  for (uint64_t p : {1ull, 2ull, 0x7FFFFFFFFFFFFull, 0x8000000000000ull, 0x8000000000001ull, 0xFFFFFFFFFFFFFull})
+    check(fmt::kFP64, 0x7FF0000000000000ull | p, (p >> 51) == 0);
+  // OCP's FP8 NaNs have no signaling kind: e5m2 -> fp16 raises nothing.
+  for (uint64_t c : {0x7Dull, 0x7Eull, 0x7Full, 0xFDull})
+    CHECK(Convert(fmt::kE5M2, c, fmt::kFP16, CastOptions{}).flags == 0);
 }
 
 TEST_CASE("Subnormal flushing: inputs read as zero, results become zero", "[round]") {

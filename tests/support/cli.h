@@ -110,4 +110,26 @@ inline std::vector<std::string> Listing(const fs::path& dir) {
   return names;
 }
 
+// Whether a temporary output file ("NAME.tmp.<pid>...") is anywhere under `dir`.
+inline bool HasTemporaries(const fs::path& dir) {
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.path().filename().string().find(".tmp.") != std::string::npos) return true;
+  return false;
+}
+
+// Runs qmx-sim in `dir`: it must fail as documented (exit 1 for qmx-sim's own errors, CLI11's 105-109 for
+// option-parse errors) with a message holding `what`, crash-free, and leave the directory as it was (no
+// output, no temporary).
+inline void ExpectRefused(const TempDir& dir, const std::string& args, const std::string& what, const std::string& env = "") {
+  const std::vector<std::string> before = Listing(dir.path);
+  const RunResult r = Run(args, "cd " + Quote(dir.path.string()) + " && " + env);
+  INFO("qmx-sim " << args << "\nexit " << r.status << "\n" << r.all());
+  CHECK((r.status == 1 || (r.status >= 105 && r.status <= 109)));
+  CHECK_THAT(r.err, Catch::Matchers::Contains(what));
+  for (const char* crash : {"internal error", "terminate", "Sanitizer", "runtime error", "Segmentation"})
+    CHECK_THAT(r.err, !Catch::Matchers::Contains(crash));
+  CHECK(Listing(dir.path) == before);
+  CHECK_FALSE(HasTemporaries(dir.path));
+}
+
 }  // namespace qmx::test

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -51,14 +52,44 @@ NpyArray ParseNpy(const std::vector<uint8_t>& bytes, const std::string& name_for
 // The core of WriteNpy: the complete file image.
 std::vector<uint8_t> SerializeNpy(const NpyArray& array);
 
-// Writes to path + ".tmp.<pid>" in the same directory, fsyncs and closes it,
-// then std::rename()s it onto path, so readers see either the old or the new
-// file, never a partial one. On any failure removes the temp file and throws
-// IoError. Concurrent writers to the same path within one process race on the
-// temp name and are not supported.
+// Writes `contents` to `path` so that readers see either the old or the new file, never a partial one: the
+// bytes go to a temporary "<path>.tmp.<pid>.<12 hex digits>" created exclusively (O_EXCL | O_NOFOLLOW) in the
+// same directory, which is fsynced, closed and std::rename()d onto path. On any failure the temporary is
+// removed and IoError thrown; a signal whose default action ends the process removes it too, and temporaries
+// of processes that no longer run (a SIGKILL) are removed before the first write into their directory. A
+// character device or a FIFO at `path` (/dev/null, /dev/stdout, a shell's <(...)) is written through, without
+// a temporary; a directory, a block device or a socket is refused.
 void WriteFileAtomic(const std::string& path, const std::string& contents);
 // The same for a byte buffer.
 void WriteBytesAtomic(const std::string& path, const uint8_t* data, size_t size);
+
+// A multi-file output written all or nothing: Add writes each file's temporary at once (as WriteFileAtomic
+// does, so memory holds one file at a time), Commit renames them all into place, and a set destroyed without
+// Commit (an error in a later file, an exception) removes every temporary, leaving the old files as they
+// were. A character device or FIFO member is kept in memory and written through after the renames; a path
+// added twice is refused.
+class AtomicFileSet {
+ public:
+  AtomicFileSet();
+  ~AtomicFileSet();
+  AtomicFileSet(const AtomicFileSet&) = delete;
+  AtomicFileSet& operator=(const AtomicFileSet&) = delete;
+  void Add(const std::string& path, const uint8_t* data, size_t size);
+  void Add(const std::string& path, const std::string& contents);
+  void Commit();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A tensor's name as a file name, reversibly: bytes outside [A-Za-z0-9_.-] and a leading '.' become %XX
+// (upper-case hex), so "model.layers.0.w" stays as it is, "../x" becomes "%2E.%2Fx" and "../../x" "%2E.%2F..%2Fx" and "a/b" "a%2Fb"; no
+// name can reach another directory, a hidden file, "." or "..". An empty name throws IoError.
+std::string TensorFileName(const std::string& tensor_name);
+// The inverse (IoError for a string TensorFileName never makes).
+std::string TensorNameOfFile(const std::string& file_name);
+
 // The directory `dir` and its missing parents (an output given as DIR/); IoError when a component is a
 // file or cannot be created.
 void CreateOutputDir(const std::string& dir);
@@ -66,6 +97,8 @@ void CreateOutputDir(const std::string& dir);
 // Opens `path` for reading when it is a regular file: a FIFO is not waited on and a device or a directory
 // is refused (IoError naming the path). The caller fcloses the result.
 std::FILE* OpenRegularFile(const std::string& path);
+// The whole of a regular file (OpenRegularFile), its size checked against the memory ceiling first.
+std::string ReadRegularFile(const std::string& path);
 
 // The memory ceiling: QMX_MAX_MEMORY (bytes, or with a K/M/G/T binary suffix) when set, else 80% of
 // physical memory. CheckMemoryCeiling throws qmx::Error naming `what` when `bytes` exceeds it; readers and

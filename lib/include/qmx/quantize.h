@@ -177,12 +177,17 @@ QuantizedTensor QuantizeDelayed(const TensorView& x, const QuantSpec& spec, Dela
 
 // NVFP4 with the tensor amax given instead of measured on x (Transformer Engine takes it from a separate
 // amax reduction, which may cover more data than x): the spec's rule must be an NVFP4 rule and the spec not
-// row-scaled (else qmx::Error). Blocks whose amax exceeds the given one saturate as the scales dictate.
+// row-scaled (else qmx::Error). Any amax is taken as a hardware unit would take it (0, NaN and Inf included:
+// the golden nvfp4-block suite drives those); user-facing entry points (qmx.quantize's tensor_amax) check it
+// with CheckGivenAmax first. Blocks whose amax exceeds the given one saturate as the scales dictate.
 QuantizedTensor QuantizeNvfp4WithAmax(const TensorView& x, const QuantSpec& spec, float tensor_amax,
                                       Exec exec = Exec::kParallel);
 QuantizedTensor QuantizeNvfp4WithAmaxRef(const TensorView& x, const QuantSpec& spec, float tensor_amax);
 // Throws qmx::Error unless the spec's rule gives E4M3 (NVFP4) block scales.
 void CheckNvfp4Spec(const QuantSpec& spec);
+// CheckNvfp4Spec, and a given tensor amax that is finite, not negative, and not 0 on nonzero x (which would
+// quantize every value to 0): qmx::Error otherwise. The Python package calls it on a given tensor_amax.
+void CheckGivenAmax(const TensorView& x, const QuantSpec& spec, float tensor_amax);
 
 // The tensor amax that Quantize measures for a per-tensor scale (NVFP4's S_enc, FP8 current scaling) under
 // `policy`: the largest |x|, NaN skipped, Inf counted except under block-nan and ignore (0 for an empty or

@@ -15,9 +15,15 @@ struct ExactValue {
   bool negative;
   uint64_t sig;
   int exp;
+  // A signaling NaN of an IEEE 754 interchange format (fp16, bf16, fp32, fp64: a NaN whose trailing
+  // significand's top bit, the quiet bit, is 0). Converting one signals invalid (IEEE 754-2019 7.2(a));
+  // the result is the destination's quiet NaN as for any NaN.
+  bool signaling = false;
 };
 
-// Reads a code of any format (fp32, fp64, bf16, fp16, or any registry format) as an exact value.
+// Reads a code of any format (fp32, fp64, bf16, fp16, or any registry format) as an exact value; a NaN of
+// fp16, bf16, fp32 or fp64 with its quiet bit clear is marked signaling (OCP's FP8/FP6/FP4 and P3109 formats
+// have no signaling NaNs).
 ExactValue ReadExact(const Format& src, uint64_t bits);
 
 struct RoundResult {

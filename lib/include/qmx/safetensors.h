@@ -45,6 +45,10 @@ struct SafetensorsIndex {
   std::vector<SafetensorsTensor> tensors;  // in the order of their data (ascending begin)
   std::map<std::string, std::string> metadata;  // the optional "__metadata__" string map
   uint64_t data_start = 0;                      // 8 + header length
+  // Indices of `tensors` in name order, filled by the parser so that Find is a binary search (a header of
+  // 100 k names looked up once per name must not take n^2 string compares); an index built by hand may
+  // leave it empty, and Find then scans.
+  std::vector<uint32_t> by_name;
   const SafetensorsTensor* Find(const std::string& name) const;  // nullptr when absent
 };
 

@@ -5,6 +5,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,12 @@ namespace qmx::py {
 namespace pyb = pybind11;
 
 // A C-contiguous array read in place: its element type for the library and its shape.
+// Whether the byte ranges [a, a + a_bytes) and [b, b + b_bytes) share a byte.
+inline bool MemoryOverlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto pa = reinterpret_cast<uintptr_t>(a), pb = reinterpret_cast<uintptr_t>(b);
+  return a_bytes != 0 && b_bytes != 0 && pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
 struct InArray {
   DType dtype = DType::kF32;
   const void* data = nullptr;

@@ -95,6 +95,12 @@ pyb::array Convert(const pyb::array& x, const std::string& fmt, const std::strin
     const InArray oi = CodesInput(out, "out");
     if (oi.shape != in.shape) throw pyb::value_error("out must have x's shape");
     if (!out.writeable()) throw pyb::value_error("out is read-only");
+    // The kernels read x (and random_bits) while writing out in chunks on several threads: a shared byte
+    // would be read after it was overwritten, depending on the thread count.
+    if (MemoryOverlaps(out.data(), in.count, in.data, in.count * DTypeSize(in.dtype)))
+      throw pyb::value_error("out shares memory with x: write the codes to a separate array");
+    if (sr.bits != nullptr && MemoryOverlaps(out.data(), in.count, sr.bits, in.count * 4))
+      throw pyb::value_error("out shares memory with random_bits: write the codes to a separate array");
   }
   uint8_t* o = static_cast<uint8_t*>(out.mutable_data());
   {

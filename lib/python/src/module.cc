@@ -7,6 +7,7 @@
 #include "bindings.h"
 #include "qmx/convert.h"
 #include "qmx/error.h"
+#include "qmx/threads.h"
 #include "qmx/version.h"
 
 namespace pyb = pybind11;
@@ -21,10 +22,13 @@ PYBIND11_MODULE(_qmx, m) {
       PyErr_SetString(PyExc_ValueError, e.what());
     }
   });
+  qmx::InstallForkHandler();
   m.def("set_num_threads", [](int n) {
     if (n < 1 || n > 1024) throw pyb::value_error("set_num_threads: n must be 1..1024, not " + std::to_string(n));
-    omp_set_num_threads(n);
-  }, pyb::arg("n"), "Sets the OpenMP threads every parallel call uses (results never depend on the count).");
+    qmx::SetNumThreads(n);
+  }, pyb::arg("n"),
+        "Sets the OpenMP threads every parallel call uses (results never depend on the count). A fork() child of a "
+        "process that ran threads stays on one (ValueError for more).");
   m.def("get_num_threads", [] { return omp_get_max_threads(); }, "The OpenMP threads parallel calls use.");
   m.def("simd_target", &qmx::SimdTargetName, "The SIMD target the kernels run on (AVX3_FP16, AVX3, AVX2, SSE4, ...).");
   m.def("simd_targets", &qmx::SimdTargets, "Every compiled SIMD target this CPU runs, best first.");

@@ -192,6 +192,7 @@ void BindQuantize(pyb::module_& m) {
       if (state != nullptr) {
         *q = QuantizeDelayed(v, s, *state);
       } else if (tensor_amax) {
+        CheckGivenAmax(v, s, *tensor_amax);
         *q = reference ? QuantizeNvfp4WithAmaxRef(v, s, *tensor_amax) : QuantizeNvfp4WithAmax(v, s, *tensor_amax);
       } else {
         *q = reference ? QuantizeRef(v, s) : Quantize(v, s);

@@ -8,9 +8,14 @@
 #include <cctype>
 
 #include "qmx/error.h"
+#include "qmx/threads.h"
 
 namespace qmx {
 namespace {
+
+// Every program that uses the library uses its formats, so the fork handler (qmx/threads.h) is installed
+// from here at start-up, before any parallel call can run.
+const bool kForkHandlerInstalled = (InstallForkHandler(), true);
 
 // True when sig * 2^e equals num * 2^e2 (integers only, so it works in static_assert).
 constexpr bool SameValue(int64_t sig, int e, int64_t num, int e2) {

@@ -34,16 +34,32 @@ class ExactSum {
     Add(negative, static_cast<uint64_t>(mag), exp);
     Add(negative, static_cast<uint64_t>(mag >> 64), exp + 64);
   }
-  // Adds a finite double exactly (any double: 53-bit significand at its exponent).
+  // Adds a double exactly: its significand (with the hidden bit where normal) at its exponent, read from
+  // the bits (no frexp / ldexp: the exact model's scaled path adds four doubles per block).
   void AddDouble(double x) {
-    if (x == 0) return;
-    if (!std::isfinite(x)) {
+    uint64_t b;
+    std::memcpy(&b, &x, 8);
+    const int field = static_cast<int>((b >> 52) & 0x7FF);
+    const uint64_t frac = b & ((uint64_t{1} << 52) - 1);
+    if (field == 0x7FF) {
       AddSpecial(x);
-      return;
+    } else if (field == 0) {
+      Add(b >> 63, frac, -1074);  // zero or subnormal
+    } else {
+      Add(b >> 63, frac | (uint64_t{1} << 52), field - 1075);
     }
-    int e;
-    const double f = std::frexp(std::fabs(x), &e);  // |x| = f * 2^e, f in [0.5, 1)
-    Add(x < 0, static_cast<uint64_t>(std::ldexp(f, 53)), e - 53);
+  }
+  // Adds s * w * u exactly: s * w splits into two doubles by an FMA (TwoProduct), each of them times u into
+  // two more, and the four parts are added. Exact when no part underflows or overflows a double and every
+  // part lies inside the window (the caller bounds the exponents).
+  void AddProduct3(double s, double w, double u) {
+    const double h1 = s * w, l1 = std::fma(s, w, -h1);
+    const double h2 = h1 * u, l2 = std::fma(h1, u, -h2);
+    const double h3 = l1 * u, l3 = std::fma(l1, u, -h3);
+    AddDouble(h2);
+    AddDouble(l2);
+    AddDouble(h3);
+    AddDouble(l3);
   }
   void AddSpecial(double x) {
     if (std::isnan(x)) nan_ = true;

@@ -6,12 +6,14 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "fp_env.h"
 #include "gemm/gemm_internal.h"
 #include "gemm/gemm_simd.h"
 #include "qmx/error.h"
+#include "qmx/io.h"
 
 namespace qmx {
 namespace {
@@ -261,10 +263,20 @@ GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in,
   ValidateAccumModel(model);
   auto shape = [](const GemmOperand& o) { return std::to_string(o.rows) + "x" + std::to_string(o.cols); };
   if (a.cols != b.rows) throw Error("gemm: A is " + shape(a) + " and B is " + shape(b) + ": their K differ");
+  // Sizes are checked as products before anything is allocated: a (2^32 x 0) x (0 x 2^32) product has no
+  // operand bytes but an output of 2^64 elements, which size_t arithmetic would wrap to 0.
+  uint64_t mn = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(a.rows), static_cast<uint64_t>(b.cols), &mn) ||
+      mn > std::numeric_limits<size_t>::max() / sizeof(float))
+    throw Error("gemm: the output of a " + shape(a) + " by " + shape(b) + " product has more elements than memory can address");
+  CheckMemoryCeiling(mn * sizeof(float), "gemm: the " + std::to_string(a.rows) + "x" + std::to_string(b.cols) + " FP32 output");
   for (const GemmOperand* o : {&a, &b}) {
     const char* side = o == &a ? "A" : "B";
     if (o->elem.Bits() > 8) throw Error(std::string("gemm: ") + side + "'s element format " + o->elem.name + " has more than 8 bits");
-    if (o->codes.size() != o->rows * o->cols)
+    uint64_t count = 0;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(o->rows), static_cast<uint64_t>(o->cols), &count))
+      throw Error(std::string("gemm: ") + side + " is " + shape(*o) + ": its element count overflows");
+    if (o->codes.size() != count)
       throw Error(std::string("gemm: ") + side + " holds " + std::to_string(o->codes.size()) + " codes for a " + shape(*o) + " matrix");
     if (o->block_rows != 0) {
       if (o->block_cols == 0 || o->scale_rows != (o->rows + o->block_rows - 1) / o->block_rows ||
@@ -351,7 +363,10 @@ GemmOperand OperandFromCodes(Format elem, size_t rows, size_t cols, const uint8_
   o.elem = elem;
   o.rows = rows;
   o.cols = cols;
-  o.codes.assign(codes, codes + rows * cols);
+  uint64_t count = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), &count))
+    throw Error("gemm: a " + std::to_string(rows) + "x" + std::to_string(cols) + " operand's element count overflows");
+  o.codes.assign(codes, codes + count);
   const uint64_t mask = elem.CodeMask();
   for (size_t i = 0; i < o.codes.size(); ++i)
     if (o.codes[i] & ~mask)

@@ -107,6 +107,110 @@ bool ExactFamilySimd(const GemmOperand& a, const GemmOperand& b, const float* c_
   return true;
 }
 
+// ---- exact with any positive scales: E4M3 and FP32 block scales, tensor and per-line scales -----------
+//
+// The reference sums a*b*sa*sb*ta*tb exactly per product. Within a scale block sa and sb are constant, so
+// the block's contribution is S * (sa*sb) * u with S the block's exact sum of a*b (a double, as above) and u
+// the output's second-level factor (ta*tb, or TE's alpha). sa*sb and ta*tb are products of two floats, exact
+// in double; S * w and each part times u split exactly into two doubles by an FMA (TwoProduct), so four
+// doubles carry each block's exact value into the accumulator. Scales must be finite and positive (a zero or
+// negative scale would make the sign of a zero product depend on the single products, which S has merged),
+// and the parts must stay inside the accumulator's and double's exponent range: otherwise the reference runs.
+
+// Exponent range [lo, hi] (ilogb) of positive finite values; false if one is not positive and finite.
+bool PositiveExpRange(const float* v, size_t n, int& lo, int& hi) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!(v[i] > 0.0f) || !std::isfinite(v[i])) return false;
+    const int e = std::ilogb(v[i]);
+    lo = std::min(lo, e);
+    hi = std::max(hi, e);
+  }
+  return true;
+}
+
+// The second-level factor u of output (i, j), as the reference forms it: TA * TB exactly, or TE's alpha.
+inline double SecondLevel(const GemmOperand& a, const GemmOperand& b, const GemmPlan& plan, size_t i, size_t j) {
+  if (plan.rule != AlphaRule::kDecode) return plan.AlphaAt(i, j);
+  return static_cast<double>(a.row_scales.empty() ? a.tensor_scale : a.row_scales[i]) *
+         static_cast<double>(b.col_scales.empty() ? b.tensor_scale : b.col_scales[j]);
+}
+
+bool ExactScaledFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const GemmPlan& plan, Exec exec,
+                     float* out) {
+  std::vector<float> ta, tb;
+  ScaleTables(a, b, plan, ta, tb);
+  int alo = 1000, ahi = -1000, blo = 1000, bhi = -1000, ulo = 1000, uhi = -1000, u_lsb = 0;
+  if (!PositiveExpRange(ta.data(), ta.size(), alo, ahi) || !PositiveExpRange(tb.data(), tb.size(), blo, bhi)) return false;
+  if (plan.rule != AlphaRule::kDecode) {
+    for (size_t i = 0; i < plan.m; ++i)
+      for (size_t j = 0; j < plan.n; ++j) {
+        const float u = plan.AlphaAt(i, j);
+        if (!PositiveExpRange(&u, 1, ulo, uhi)) return false;
+      }
+    u_lsb = ulo - 23;
+  } else {
+    int rlo = 1000, rhi = -1000, clo = 1000, chi = -1000;
+    const std::vector<float> one_a{a.tensor_scale}, one_b{b.tensor_scale};
+    const std::vector<float>& rows = a.row_scales.empty() ? one_a : a.row_scales;
+    const std::vector<float>& cols = b.col_scales.empty() ? one_b : b.col_scales;
+    if (!PositiveExpRange(rows.data(), rows.size(), rlo, rhi) || !PositiveExpRange(cols.data(), cols.size(), clo, chi))
+      return false;
+    ulo = rlo + clo;
+    u_lsb = ulo - 46;
+    uhi = rhi + chi + 1;
+  }
+  // Every part is a nonzero multiple of lsb(S) * lsb(w) * lsb(u) (an FP32 value's LSB is 2^(ilogb - 23)), and
+  // AddDouble places a part's 53-bit significand 52 bits below its leading bit: that must not pass below the
+  // accumulator. The largest part is below the block sum's top times the scales' tops, with room above it for
+  // the accumulator's carries. Both bounds also keep every part a normal, finite double.
+  const int q = QuantumExp(a.elem) + QuantumExp(b.elem);
+  const int lo = q + (alo - 23) + (blo - 23) + u_lsb - 52;
+  const int hi = q + BlockSumBits(a.elem, b.elem, plan.kb) + (ahi + 1) + (bhi + 1) + (uhi + 1);
+  if (lo < ExactSum::kLowExp || hi > ExactSum::kHighExp - 72) return false;
+  const std::vector<double> da = Values<double>(a, false, exec), db = Values<double>(b, false, exec);
+  const size_t nb = (plan.k + plan.kb - 1) / plan.kb;
+  ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
+    std::vector<double> p(kRows * kCols);
+    std::vector<ExactSum> sums(kRows * kCols);
+    std::vector<char> neg_zero(kRows * kCols);
+    for (size_t j0 = 0; j0 < plan.n; j0 += kCols) {
+      const size_t nc = std::min(kCols, plan.n - j0);
+      for (size_t i = i0; i < i1; ++i)
+        for (size_t j = 0; j < nc; ++j) {
+          const size_t t = (i - i0) * kCols + j;
+          const float c = c_in ? c_in[i * plan.n + j0 + j] : 0.0f;
+          sums[t].Clear();
+          sums[t].AddDouble(c);
+          neg_zero[t] = c_in ? (c == 0 && std::signbit(c)) : 1;
+        }
+      for (size_t blk = 0; blk < nb; ++blk) {
+        const size_t k0 = blk * plan.kb, k1 = std::min(plan.k, k0 + plan.kb);
+        BlockSums(da.data(), db.data(), plan.n, plan.k, i0, i1, j0, nc, k0, k1, p.data());
+        for (size_t i = i0; i < i1; ++i) {
+          const double sa = ta[i * nb + blk];
+          for (size_t j = 0; j < nc; ++j) {
+            const size_t t = (i - i0) * kCols + j;
+            const double s = p[t];
+            if (s == 0) {  // positive factors keep the block sum's sign, which is -0 only if every product was
+              neg_zero[t] = neg_zero[t] && std::signbit(s);
+              continue;
+            }
+            neg_zero[t] = 0;
+            sums[t].AddProduct3(s, sa * static_cast<double>(tb[blk * plan.n + j0 + j]),
+                           SecondLevel(a, b, plan, i, j0 + j));
+          }
+        }
+      }
+      for (size_t i = i0; i < i1; ++i)
+        for (size_t j = 0; j < nc; ++j) {
+          const size_t t = (i - i0) * kCols + j;
+          out[i * plan.n + j0 + j] = sums[t].RoundToFloat(neg_zero[t] && plan.k + (c_in ? 1 : 0) > 0);
+        }
+    }
+  });
+  return true;
+}
+
 }  // namespace
 
 bool ExactFamilyFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
@@ -114,10 +218,12 @@ bool ExactFamilyFast(const GemmOperand& a, const GemmOperand& b, const float* c_
   const bool exact = model.kind == AccumKind::kExact;
   if (a.elem.IsInt() || b.elem.IsInt()) return false;
   if (!OperandsFinite(a, b, c_in, plan, exec)) return false;
-  if ((plan.a_blocks && a.scale_format != ScaleFormat::kUe8m0) || (plan.b_blocks && b.scale_format != ScaleFormat::kUe8m0))
-    return false;
-  if (exact && plan.has_alpha) return false;  // the reference folds the tensor scales into each product
   if (BlockSumBits(a.elem, b.elem, plan.kb) > 53) return false;
+  const bool pow2_blocks = (!plan.a_blocks || a.scale_format == ScaleFormat::kUe8m0) &&
+                           (!plan.b_blocks || b.scale_format == ScaleFormat::kUe8m0);
+  // exact folds the tensor scales into each product, and E4M3 / FP32 block scales are not powers of two.
+  if (exact && (!pow2_blocks || plan.has_alpha)) return ExactScaledFast(a, b, c_in, plan, exec, out);
+  if (!pow2_blocks) return false;
   std::vector<float> ta, tb;
   ScaleTables(a, b, plan, ta, tb);
   if (ExactFamilySimd(a, b, c_in, model, plan, exec, ta, tb, out)) return true;

@@ -147,12 +147,21 @@ std::string FileText(const Header& h, const detail::Op& op, const std::vector<Fi
   return s;
 }
 
-std::string ReadWhole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError("cannot open " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// A file of the golden directory `dir`: `rel` resolved (symlinks followed) must stay inside the resolved
+// directory and be a regular file, so a manifest cannot reach /etc/passwd through a symlinked folder, nor a
+// FIFO or /dev/zero hang the replay.
+std::string ReadWhole(const std::string& dir, const std::string& rel) {
+  namespace fs = std::filesystem;
+  const std::string path = (fs::path(dir) / rel).string();
+  std::error_code ec;
+  const fs::path root = fs::canonical(dir, ec);
+  if (ec) throw IoError("cannot open " + dir + ": " + ec.message());
+  const fs::path real = fs::canonical(path, ec);
+  if (ec) throw IoError("cannot open " + path + ": " + ec.message());
+  const std::string r = real.string(), d = root.string();
+  if (r.size() <= d.size() || r.compare(0, d.size(), d) != 0 || (d != "/" && r[d.size()] != '/'))
+    throw IoError(path + " resolves to " + r + ", outside the golden directory " + d);
+  return ReadRegularFile(r);
 }
 
 std::vector<std::string> SplitWords(const std::string& line) {
@@ -235,7 +244,7 @@ std::vector<ManifestEntry> ReadManifest(const std::string& dir) {
   if (!std::filesystem::exists(path)) throw Error(dir + " has no manifest.json: not a golden directory (make one with qmx-sim golden gen)");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ReadWhole(path));
+    j = nlohmann::json::parse(ReadWhole(dir, "manifest.json"));
     if (j.value("format", "") != "qmx-golden v1") throw Error(path + ": format is not \"qmx-golden v1\"");
     std::vector<ManifestEntry> out;
     for (const auto& f : j.at("files")) {
@@ -253,10 +262,9 @@ std::vector<ManifestEntry> ReadManifest(const std::string& dir) {
 
 // Replays one file; appends to r. `budget` is the directory's remaining mismatch allowance.
 void VerifyFile(const std::string& dir, const ManifestEntry& e, const VerifyOptions& opt, uint64_t& budget, FileResult& r) {
-  const std::string full = (std::filesystem::path(dir) / e.path).string();
   std::string text;
   try {
-    text = ReadWhole(full);
+    text = ReadWhole(dir, e.path);
   } catch (const std::exception& ex) {
     r.errors.push_back(ex.what());
     return;

@@ -124,11 +124,15 @@ void GenHopperObserved(const GenOptions& opt, const std::function<void(PlannedFi
   namespace fs = std::filesystem;
   const fs::path dir = opt.hopper_dir;
   const fs::path cases_path = dir / "cases.json";
-  std::ifstream in(cases_path);
-  if (!in) throw Error("cannot read " + cases_path.string() + " (the --hopper-dir of hardware-observed GEMM outputs)");
+  std::string text;
+  try {
+    text = ReadRegularFile(cases_path.string());
+  } catch (const IoError& e) {
+    throw Error(std::string(e.what()) + " (the --hopper-dir of hardware-observed GEMM outputs)");
+  }
   nlohmann::json j;
   try {
-    in >> j;
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& ex) {
     throw Error(cases_path.string() + " is not valid JSON: " + ex.what());
   }

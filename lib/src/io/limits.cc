@@ -53,6 +53,26 @@ std::FILE* OpenRegularFile(const std::string& path) {
   return f;
 }
 
+std::string ReadRegularFile(const std::string& path) {
+  std::FILE* f = OpenRegularFile(path);
+  struct stat st {};
+  if (::fstat(::fileno(f), &st) != 0) {
+    std::fclose(f);
+    throw IoError("cannot read '" + path + "': fstat failed");
+  }
+  try {
+    CheckMemoryCeiling(static_cast<uint64_t>(st.st_size), "reading '" + path + "'");
+  } catch (...) {
+    std::fclose(f);
+    throw;
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  const size_t got = text.empty() ? 0 : std::fread(text.data(), 1, text.size(), f);
+  std::fclose(f);
+  if (got != text.size()) throw IoError("cannot read '" + path + "': it changed size while being read");
+  return text;
+}
+
 uint64_t ParseByteSize(const std::string& text) {
   const std::string why = "a byte count looks like 4096, 512M, 8G or 1T (binary units), not '" + text + "'";
   size_t i = 0;

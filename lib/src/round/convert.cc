@@ -74,6 +74,7 @@ ConvertParams MakeConvertParams(const Format& dst, const CastOptions& opt, DType
   p.min_normal_mag = 1u << dst.man_bits;
   if (opt.subnormals == Subnormals::kFlush) p.flush_below = src == DType::kF16 ? 0x38800000u : 0x00800000u;
   p.is_unsigned = dst.is_signed ? 0u : ~0u;
+  p.neg_to_zero = !dst.is_signed && (dst.encoding == Encoding::kP3109Extended || dst.encoding == Encoding::kP3109Finite) ? ~0u : 0u;
   // The codes of the special cases come from the reference routine itself.
   for (int negative = 0; negative < 2; ++negative) {
     const bool neg = negative != 0;

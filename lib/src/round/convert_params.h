@@ -29,6 +29,8 @@ struct ConvertParams {
   uint32_t min_normal_mag; // 1 << man_bits
   uint32_t flush_below;    // |x| bits below this read as zero (0: no input flushing)
   uint32_t is_unsigned;    // all-ones for unsigned formats: negative nonzero inputs are invalid
+  uint32_t neg_to_zero;    // all-ones for P3109 unsigned formats: a finite negative that rounds to 0 gives 0,
+                           // -Inf its inf_code
   uint32_t int_mask;       // kInt: code mask for two's complement
   uint32_t nan_code[2];    // NaN input -> code, [positive, negative]
   uint32_t inf_code[2];    // Inf input -> code

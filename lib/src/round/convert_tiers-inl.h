@@ -124,7 +124,8 @@ struct Consts {
         flush_in(p.flush_below != 0),
         flush_out(p.flush_out != 0),
         neg_zero(p.has_neg_zero != 0),
-        is_unsigned(p.is_unsigned != 0) {
+        is_unsigned(p.is_unsigned != 0),
+        neg_to_zero(p.neg_to_zero != 0) {
     InitFused(p);
     InitE2m1Table(p);
   }
@@ -136,7 +137,7 @@ struct Consts {
   uint32_t max_bits;  // FP32 bits of the largest finite value (lite formats)
   int emin127_s, sbase_s, sr_n;
   bool lite;  // the lite path may serve this call (float format with mantissa bits, simple mode)
-  bool is_int, has_adj, flush_in, flush_out, neg_zero, is_unsigned;
+  bool is_int, has_adj, flush_in, flush_out, neg_zero, is_unsigned, neg_to_zero;
   // Fused path (FusedVec): whether this call may take it at all, and its constants.
   bool fused = false;
   FusedK f;
@@ -276,6 +277,7 @@ HWY_INLINE VU ConvertVec(const Consts& k, VU bits, VI eoff, VU rbits) {
   if (k.has_adj) mag = hn::Sub(hn::Max(mag, k.adj), k.adj);
   if (k.is_int) mag = hn::IfThenElse(hn::RebindMask(du, hn::Not(hn::Lt(es, k.big_e))), hn::Add(k.max_code, one), mag);
   const auto ovf = hn::Gt(mag, k.max_code);
+  const auto rounds_to_zero = hn::Eq(mag, zero);  // before flushing: a flushed result was not rounded to 0
   if (k.flush_out) mag = hn::IfThenZeroElse(hn::And(hn::Ne(mag, zero), hn::Lt(mag, k.min_normal)), mag);
 
   VU code;
@@ -288,7 +290,13 @@ HWY_INLINE VU ConvertVec(const Consts& k, VU bits, VI eoff, VU rbits) {
   code = hn::IfThenElse(ovf, hn::IfThenElse(neg, k.ovf_neg, k.ovf_pos), code);
   const VU inf_bits = hn::Set(du, 0x7F800000u);
   code = hn::IfThenElse(hn::Eq(a, inf_bits), hn::IfThenElse(neg, k.inf_neg, k.inf_pos), code);
-  if (k.is_unsigned) code = hn::IfThenElse(hn::And(neg, hn::Ne(a, zero)), k.invalid, code);
+  if (k.is_unsigned) {
+    auto bad = hn::And(neg, hn::Ne(a, zero));
+    // P3109: a finite negative that rounds to 0 is 0 (code 0 already: no -0 code), and -Inf keeps the
+    // reference's code for it (set above).
+    if (k.neg_to_zero) bad = hn::AndNot(hn::Or(rounds_to_zero, hn::Eq(a, inf_bits)), bad);
+    code = hn::IfThenElse(bad, k.invalid, code);
+  }
   code = hn::IfThenElse(hn::Gt(a, inf_bits), hn::IfThenElse(neg, k.nan_neg, k.nan_pos), code);
   return code;
 }

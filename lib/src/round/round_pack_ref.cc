@@ -177,6 +177,11 @@ RoundResult RoundExact(const ExactValue& x, const Format& dst, const CastOptions
   const uint64_t max_code = dst.MaxFiniteCode();
   // An unsigned destination under negative=magnitude converts |x|.
   const bool neg = x.negative && (dst.is_signed || opt.negative_unsigned == NegativeUnsigned::kInvalid);
+  // P3109 formats follow the interim report's Saturate table (v4.0 section 4.7.5; v3.2.1 section 4.9.2 agrees
+  // on SatFinite and SatPropagate) where it differs from OFP8's rules, which keep ruling the OCP formats
+  // (lib/README.md "P3109 saturation" lists the rows and where the report's versions differ).
+  const bool p3109 = dst.encoding == Encoding::kP3109Extended || dst.encoding == Encoding::kP3109Finite;
+  const bool unsigned_clamps = p3109 && !dst.is_signed && opt.saturation != Saturation::kNoSat;
 
   // 1. NaN: the format's NaN, or the named fallback where the format has none. A signaling NaN signals
   //    invalid either way (IEEE 754-2019 7.2(a)).
@@ -185,14 +190,21 @@ RoundResult RoundExact(const ExactValue& x, const Format& dst, const CastOptions
     return {opt.nan_fallback == NanFallback::kMaxPositive ? max_code : 0, kFlagInvalid};
   }
 
-  // 2. Negative values have no place in an unsigned format (-0 reads as +0 below).
+  // 2. Negative values have no place in an unsigned format (-0 reads as +0 below). P3109: SatFinite and
+  //    SatPropagate clamp them to the format's lowest value, 0 (the report's M_lo); under SatNone -Inf is NaN
+  //    (row 2), and a finite negative is decided after rounding (step 8).
   const bool is_zero = x.kind == ExactValue::Kind::kZero || (x.kind == ExactValue::Kind::kFinite && x.sig == 0);
-  if (!dst.is_signed && neg && !is_zero) return {dst.CanonicalNan(), kFlagInvalid};
+  if (!dst.is_signed && neg && !is_zero) {
+    if (unsigned_clamps) return {0, (x.kind == ExactValue::Kind::kInf ? 0u : uint32_t{kFlagInexact}) | kFlagSaturated};
+    if (!p3109 || x.kind == ExactValue::Kind::kInf) return {dst.CanonicalNan(), kFlagInvalid};
+  }
 
-  // 3. Infinity: clamped under satfinite, kept (or NaN where there is no Inf) otherwise.
+  // 3. Infinity: clamped under satfinite, kept (or NaN where there is no Inf) otherwise. P3109 formats
+  //    without Inf take their largest finite value under every mode (the report's Saturate rows 1-2).
   if (x.kind == ExactValue::Kind::kInf) {
     if (opt.saturation == Saturation::kSatFinite) return {ApplySign(dst, max_code, neg), kFlagSaturated};
     if (dst.HasInf()) return {ApplySign(dst, dst.PositiveInfCode(), neg), 0};
+    if (p3109) return {ApplySign(dst, max_code, neg), kFlagSaturated};
     return {SignedNan(dst, neg), kFlagInvalid};
   }
 
@@ -270,7 +282,13 @@ RoundResult RoundExact(const ExactValue& x, const Format& dst, const CastOptions
   const bool tiny = !dst.IsInt() && lead < dst.Emin();
   if (tiny && inexact) flags |= kFlagUnderflow;
 
-  // 8. Rounded to zero: +-0, or the smallest value of a format without zero.
+  // 8. Rounded to zero: +-0, or the smallest value of a format without zero. A P3109 unsigned format's
+  //    negative input that rounds to 0 is 0 (no -0); under SatNone one that does not is 0 for RZ and RU
+  //    (row 5) and NaN otherwise (row 6).
+  if (i != 0 && p3109 && !dst.is_signed && neg) {
+    if (opt.rounding == Rounding::kRz || opt.rounding == Rounding::kRu) return {0, kFlagInexact | kFlagSaturated};
+    return {dst.CanonicalNan(), kFlagInvalid};
+  }
   if (i == 0) {
     flags |= kFlagUnderflow;
     if (!dst.HasZero()) return {dst.MinPositiveCode(), flags};
@@ -291,12 +309,18 @@ RoundResult RoundExact(const ExactValue& x, const Format& dst, const CastOptions
     mag = (field << dst.man_bits) | (i & ((1ull << dst.man_bits) - 1));
   }
 
-  // 10. Overflow: past the largest finite code (codes of one sign are ordered like their values).
+  // 10. Overflow: past the largest finite code (codes of one sign are ordered like their values). P3109
+  //     under SatNone: RZ, RU (negative) and RD (positive) clamp (rows 4-5); round-to-odd clamps only in an
+  //     unsigned extended format, whose Inf code is even (row 3), and gives Inf otherwise (row 7); a format
+  //     without Inf takes its largest value in every mode (rows 6-7).
   if (mag > max_code) {
     flags |= kFlagOverflow | kFlagInexact;
     if (opt.saturation != Saturation::kNoSat) return {ApplySign(dst, max_code, neg), flags | kFlagSaturated};
-    if (OverflowGoesToMax(opt.rounding, neg)) return {ApplySign(dst, max_code, neg), flags};
+    const bool odd_clamps = !p3109 || (!dst.is_signed && dst.HasInf());
+    const bool to_max = opt.rounding == Rounding::kRo ? odd_clamps : OverflowGoesToMax(opt.rounding, neg);
+    if (to_max) return {ApplySign(dst, max_code, neg), flags};
     if (dst.HasInf()) return {ApplySign(dst, dst.PositiveInfCode(), neg), flags};
+    if (p3109) return {ApplySign(dst, max_code, neg), flags | kFlagSaturated};
     return {SignedNan(dst, neg), flags};
   }
 

@@ -37,7 +37,6 @@ void SetNumThreads(int n) {
     throw Error("this process is a fork() child of one that ran OpenMP threads, and libgomp cannot start threads "
                 "again in it: qmx runs on one thread here (start workers with the 'spawn' or 'forkserver' method "
                 "for threads in each)");
-  InstallForkHandler();
   omp_set_num_threads(n);
 }
 

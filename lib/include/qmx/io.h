@@ -97,8 +97,9 @@ void CreateOutputDir(const std::string& dir);
 // Opens `path` for reading when it is a regular file: a FIFO is not waited on and a device or a directory
 // is refused (IoError naming the path). The caller fcloses the result.
 std::FILE* OpenRegularFile(const std::string& path);
-// The whole of a regular file (OpenRegularFile), its size checked against the memory ceiling first.
-std::string ReadRegularFile(const std::string& path);
+// The whole of a regular file (OpenRegularFile), its size times `copies` (what the caller will hold at once)
+// checked against the memory ceiling first. IoError naming the path otherwise.
+std::vector<uint8_t> ReadRegularFile(const std::string& path, uint64_t copies = 1);
 
 // The memory ceiling: QMX_MAX_MEMORY (bytes, or with a K/M/G/T binary suffix) when set, else 80% of
 // physical memory. CheckMemoryCeiling throws qmx::Error naming `what` when `bytes` exceeds it; readers and

@@ -8,7 +8,8 @@ namespace qmx {
 // Registers (once; later calls do nothing) a pthread_atfork child handler that sets a forked child's OpenMP
 // threads to 1: libgomp's thread pool does not survive fork(), and a child that started a parallel region
 // of more threads would wait for them forever (Python's multiprocessing "fork", PyTorch DataLoader workers).
-// Every parallel entry point of the library calls it; results do not depend on the thread count.
+// The library calls it at start-up (a static initializer beside the format registry, which every program
+// that uses the library links); results do not depend on the thread count.
 void InstallForkHandler();
 // True in a process forked after InstallForkHandler.
 bool InForkedChild();

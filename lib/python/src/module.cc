@@ -22,7 +22,6 @@ PYBIND11_MODULE(_qmx, m) {
       PyErr_SetString(PyExc_ValueError, e.what());
     }
   });
-  qmx::InstallForkHandler();
   m.def("set_num_threads", [](int n) {
     if (n < 1 || n > 1024) throw pyb::value_error("set_num_threads: n must be 1..1024, not " + std::to_string(n));
     qmx::SetNumThreads(n);

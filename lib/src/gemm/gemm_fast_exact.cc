@@ -1,6 +1,7 @@
 // gemm_fast_exact.cc: the fast paths of the exact and block-exact models, equal bit for bit to gemm_ref.cc:
-// block sums exact in FP64 (or FP32), scaled by powers of two, then an exact accumulator (exact) or one
-// rounding per block (block-exact); the Highway kernels first, portable tiles otherwise.
+// block sums exact in FP64 (or FP32), scaled by powers of two (or, for exact, by any positive scales as
+// split products), then an exact accumulator (exact) or one rounding per block (block-exact); the Highway
+// kernels first, portable tiles otherwise.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -170,7 +171,7 @@ bool ExactScaledFast(const GemmOperand& a, const GemmOperand& b, const float* c_
   const std::vector<double> da = Values<double>(a, false, exec), db = Values<double>(b, false, exec);
   const size_t nb = (plan.k + plan.kb - 1) / plan.kb;
   ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
-    std::vector<double> p(kRows * kCols);
+    std::vector<double> p(kRows * kCols), u(kRows * kCols);
     std::vector<ExactSum> sums(kRows * kCols);
     std::vector<char> neg_zero(kRows * kCols);
     for (size_t j0 = 0; j0 < plan.n; j0 += kCols) {
@@ -182,6 +183,7 @@ bool ExactScaledFast(const GemmOperand& a, const GemmOperand& b, const float* c_
           sums[t].Clear();
           sums[t].AddDouble(c);
           neg_zero[t] = c_in ? (c == 0 && std::signbit(c)) : 1;
+          u[t] = SecondLevel(a, b, plan, i, j0 + j);  // once per output, not per block
         }
       for (size_t blk = 0; blk < nb; ++blk) {
         const size_t k0 = blk * plan.kb, k1 = std::min(plan.k, k0 + plan.kb);
@@ -196,8 +198,7 @@ bool ExactScaledFast(const GemmOperand& a, const GemmOperand& b, const float* c_
               continue;
             }
             neg_zero[t] = 0;
-            sums[t].AddProduct3(s, sa * static_cast<double>(tb[blk * plan.n + j0 + j]),
-                           SecondLevel(a, b, plan, i, j0 + j));
+            sums[t].AddProduct3(s, sa * static_cast<double>(tb[blk * plan.n + j0 + j]), u[t]);
           }
         }
       }
@@ -227,25 +228,18 @@ bool ExactFamilyFast(const GemmOperand& a, const GemmOperand& b, const float* c_
   std::vector<float> ta, tb;
   ScaleTables(a, b, plan, ta, tb);
   if (ExactFamilySimd(a, b, c_in, model, plan, exec, ta, tb, out)) return true;
+  // Portable tiles. exact: the split-product tiles above serve power-of-two scales too (their parts are then
+  // the products themselves: w exact, u = 1, the low halves zero).
+  if (exact) return ExactScaledFast(a, b, c_in, plan, exec, out);
   const std::vector<double> da = Values<double>(a, false, exec), db = Values<double>(b, false, exec);
   const size_t nb = (plan.k + plan.kb - 1) / plan.kb;
   ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
     std::vector<double> p(kRows * kCols);
-    std::vector<ExactSum> sums(exact ? kRows * kCols : 0);
-    std::vector<char> neg_zero(kRows * kCols);
     for (size_t j0 = 0; j0 < plan.n; j0 += kCols) {
       const size_t nc = std::min(kCols, plan.n - j0);
       float acc[kRows * kCols];
       for (size_t i = i0; i < i1; ++i)
-        for (size_t j = 0; j < nc; ++j) {
-          const size_t t = (i - i0) * kCols + j;
-          acc[t] = c_in ? c_in[i * plan.n + j0 + j] : 0.0f;
-          if (exact) {
-            sums[t].Clear();
-            sums[t].AddDouble(acc[t]);
-            neg_zero[t] = c_in ? (acc[t] == 0 && std::signbit(acc[t])) : 1;
-          }
-        }
+        for (size_t j = 0; j < nc; ++j) acc[(i - i0) * kCols + j] = c_in ? c_in[i * plan.n + j0 + j] : 0.0f;
       for (size_t blk = 0; blk < nb; ++blk) {
         const size_t k0 = blk * plan.kb, k1 = std::min(plan.k, k0 + plan.kb);
         BlockSums(da.data(), db.data(), plan.n, plan.k, i0, i1, j0, nc, k0, k1, p.data());
@@ -253,24 +247,15 @@ bool ExactFamilyFast(const GemmOperand& a, const GemmOperand& b, const float* c_
           const double sa = ta[i * nb + blk];
           for (size_t j = 0; j < nc; ++j) {
             const size_t t = (i - i0) * kCols + j;
-            const double v = p[t] * sa * static_cast<double>(tb[blk * plan.n + j0 + j]);  // powers of two: exact
-            if (exact) {
-              sums[t].AddDouble(v);
-              neg_zero[t] = neg_zero[t] && v == 0 && std::signbit(v);
-            } else {
-              acc[t] = AddRoundOnce(acc[t], v);
-            }
+            acc[t] = AddRoundOnce(acc[t], p[t] * sa * static_cast<double>(tb[blk * plan.n + j0 + j]));  // powers of two: exact
           }
         }
       }
       for (size_t i = i0; i < i1; ++i)
-        for (size_t j = 0; j < nc; ++j) {
-          const size_t t = (i - i0) * kCols + j;
-          out[i * plan.n + j0 + j] = exact ? sums[t].RoundToFloat(neg_zero[t] && plan.k + (c_in ? 1 : 0) > 0) : acc[t];
-        }
+        for (size_t j = 0; j < nc; ++j) out[i * plan.n + j0 + j] = acc[(i - i0) * kCols + j];
     }
   });
-  ApplyAlpha(plan, out);  // block-exact only: exact refuses tensor scales above
+  ApplyAlpha(plan, out);
   return true;
 }
 

@@ -161,7 +161,8 @@ std::string ReadWhole(const std::string& dir, const std::string& rel) {
   const std::string r = real.string(), d = root.string();
   if (r.size() <= d.size() || r.compare(0, d.size(), d) != 0 || (d != "/" && r[d.size()] != '/'))
     throw IoError(path + " resolves to " + r + ", outside the golden directory " + d);
-  return ReadRegularFile(r);
+  const std::vector<uint8_t> bytes = ReadRegularFile(r);
+  return std::string(bytes.begin(), bytes.end());
 }
 
 std::vector<std::string> SplitWords(const std::string& line) {

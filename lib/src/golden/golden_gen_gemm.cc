@@ -126,7 +126,8 @@ void GenHopperObserved(const GenOptions& opt, const std::function<void(PlannedFi
   const fs::path cases_path = dir / "cases.json";
   std::string text;
   try {
-    text = ReadRegularFile(cases_path.string());
+    const std::vector<uint8_t> bytes = ReadRegularFile(cases_path.string());
+    text.assign(bytes.begin(), bytes.end());
   } catch (const IoError& e) {
     throw Error(std::string(e.what()) + " (the --hopper-dir of hardware-observed GEMM outputs)");
   }

@@ -53,24 +53,28 @@ std::FILE* OpenRegularFile(const std::string& path) {
   return f;
 }
 
-std::string ReadRegularFile(const std::string& path) {
+std::vector<uint8_t> ReadRegularFile(const std::string& path, uint64_t copies) {
+  // A regular file of known size, read once: a FIFO or a device (/dev/zero) would never end.
   std::FILE* f = OpenRegularFile(path);
   struct stat st {};
   if (::fstat(::fileno(f), &st) != 0) {
+    const int err = errno;
     std::fclose(f);
-    throw IoError("cannot read '" + path + "': fstat failed");
+    throw IoError("cannot stat '" + path + "': " + std::strerror(err));
   }
   try {
-    CheckMemoryCeiling(static_cast<uint64_t>(st.st_size), "reading '" + path + "'");
+    CheckMemoryCeiling(copies * static_cast<uint64_t>(st.st_size), "reading '" + path + "'");
   } catch (...) {
     std::fclose(f);
     throw;
   }
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  const size_t got = text.empty() ? 0 : std::fread(text.data(), 1, text.size(), f);
+  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
+  const size_t got = bytes.empty() ? 0 : std::fread(bytes.data(), 1, bytes.size(), f);
+  const int err = std::ferror(f) ? errno : 0;
   std::fclose(f);
-  if (got != text.size()) throw IoError("cannot read '" + path + "': it changed size while being read");
-  return text;
+  if (got != bytes.size())
+    throw IoError("cannot read '" + path + "': " + (err ? std::strerror(err) : "it changed size while being read"));
+  return bytes;
 }
 
 uint64_t ParseByteSize(const std::string& text) {

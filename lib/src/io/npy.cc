@@ -1,9 +1,6 @@
 // npy.cc: NumPy .npy reader/writer (format 1.0/2.0/3.0); files are written through the atomic
-// writer of atomic_file.cc. Std only.
-#include <sys/stat.h>
-
+// writer of atomic_file.cc and read through ReadRegularFile (limits.cc). Std only.
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -374,8 +371,6 @@ std::vector<uint8_t> SerializeNamed(const NpyArray& array, const std::string& na
   return out;
 }
 
-std::string ErrnoText(int err) { return std::strerror(err); }
-
 }  // namespace
 
 const char* DTypeName(DType dtype) {
@@ -513,30 +508,8 @@ NpyArray ParseNpy(const std::vector<uint8_t>& bytes, const std::string& name) {
 }
 
 NpyArray ReadNpy(const std::string& path) {
-  // A regular file of known size, read once: a FIFO or a device (/dev/zero) would never end, and the
-  // file is held twice (its bytes, then the array), so both copies must fit under the ceiling.
-  std::FILE* file = OpenRegularFile(path);
-  struct stat st {};
-  if (::fstat(::fileno(file), &st) != 0) {
-    const int err = errno;
-    std::fclose(file);
-    throw IoError("cannot stat '" + path + "': " + ErrnoText(err));
-  }
-  try {
-    CheckMemoryCeiling(2 * static_cast<uint64_t>(st.st_size), "reading '" + path + "'");
-  } catch (...) {
-    std::fclose(file);
-    throw;
-  }
-  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
-  const size_t got = bytes.empty() ? 0 : std::fread(bytes.data(), 1, bytes.size(), file);
-  if (got != bytes.size() || std::ferror(file)) {
-    int err = errno;
-    std::fclose(file);
-    throw IoError("cannot read '" + path + "': " + ErrnoText(err));
-  }
-  std::fclose(file);
-  return ParseNpy(bytes, path);
+  // The file is held twice (its bytes, then the array), so both copies must fit under the ceiling.
+  return ParseNpy(ReadRegularFile(path, 2), path);
 }
 
 std::vector<uint8_t> SerializeNpy(const NpyArray& array) {

@@ -1,12 +1,24 @@
-// sweep_main.cc: FP32 -> format conversion sweeps of the reference routine against independent oracles:
-// NVIDIA's host conversion functions from the CUDA headers (where they define the same operation) and
-// the naive table oracle (tests/support/naive_round.h). Full 2^32 or sampled; OpenMP over inputs.
+// sweep_main.cc: FP32 -> format conversion sweeps over all 2^32 inputs or a sampled set, every mode in one
+// pass over the inputs. For each mode, the scalar reference routine (qmx::Convert) is compared with NVIDIA's
+// host conversion functions from the CUDA headers (where they define the same operation) and/or the naive
+// table oracle (tests/support/naive_round.h); with --simd, every compiled SIMD target's ConvertToCodes is
+// compared with the reference's codes for the same inputs.
+//
+// Speed (tests/CMakeLists.txt): the reference's two sources (lib/src/round/round_pack_ref.cc,
+// lib/src/format/format.cc) are compiled into this program with link-time optimization, and each registry
+// format has its own instance of the per-block loop with the format a compile-time constant, so the
+// compiler inlines the routine and folds the format's limits into it. The source is the library's; only
+// its object code is this program's own. The library's object code of the same routine is compared with
+// the SIMD targets and the golden vectors in the default suite.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
@@ -18,6 +30,12 @@
 #include <cuda_fp8.h>
 #endif
 
+#if defined(__GNUC__)
+#define SWEEP_FLATTEN __attribute__((flatten))
+#else
+#define SWEEP_FLATTEN
+#endif
+
 namespace {
 
 using qmx::CastOptions;
@@ -25,7 +43,9 @@ using qmx::Format;
 using qmx::Rounding;
 using qmx::Saturation;
 
-constexpr uint64_t kSweepSeed = 0x5EED5EEDull;
+constexpr uint64_t kSweepSeed = 0x5EED5EEDull;  // stochastic rounding: bits of element k are Philox(seed, k)
+constexpr size_t kChunk = size_t{1} << 22;       // inputs per pass over the modes and targets
+constexpr size_t kBlock = 4096;                  // inputs per OpenMP work item
 
 float BitsToFloat(uint32_t u) {
   float f;
@@ -34,11 +54,16 @@ float BitsToFloat(uint32_t u) {
 }
 
 // The CUDA host function for (format, options), or nullptr where NVIDIA defines no such operation.
+// CUDA's NaN is positive (nan_sign positive), its FP6/FP4 NaN is the largest finite (nan_fallback max),
+// and it keeps subnormals.
 using OracleFn = uint64_t (*)(float);
 OracleFn CudaOracle(const Format& f, const CastOptions& o) {
 #ifdef QMX_HAVE_CUDA_HEADERS
+  if (o.nan_sign != qmx::NanSign::kPositive || o.nan_fallback != qmx::NanFallback::kMaxPositive ||
+      o.subnormals != qmx::Subnormals::kKeep || o.negative_unsigned != qmx::NegativeUnsigned::kInvalid)
+    return nullptr;
   const std::string n = f.name;
-  const bool rne = o.rounding == Rounding::kRne, rz = o.rounding == Rounding::kRz;
+  const bool rne = o.rounding == Rounding::kRne, rz = o.rounding == Rounding::kRz, ru = o.rounding == Rounding::kRu;
   const bool sat = o.saturation == Saturation::kSatFinite, nosat = o.saturation == Saturation::kNoSat;
   if (n == "e4m3" && rne && sat) return [](float x) -> uint64_t { return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); };
   if (n == "e4m3" && rne && nosat) return [](float x) -> uint64_t { return __nv_cvt_float_to_fp8(x, __NV_NOSAT, __NV_E4M3); };
@@ -53,8 +78,8 @@ OracleFn CudaOracle(const Format& f, const CastOptions& o) {
   // ue8m0: CUDA reads |x| (the sign is ignored); qmx-sim rejects negative inputs, so only x >= 0 is compared.
   if (n == "ue8m0" && rz && sat) return [](float x) -> uint64_t { return __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundZero); };
   if (n == "ue8m0" && rz && nosat) return [](float x) -> uint64_t { return __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundZero); };
-  if (n == "ue8m0" && o.rounding == Rounding::kRu && sat) return [](float x) -> uint64_t { return __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf); };
-  if (n == "ue8m0" && o.rounding == Rounding::kRu && nosat) return [](float x) -> uint64_t { return __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundPosInf); };
+  if (n == "ue8m0" && ru && sat) return [](float x) -> uint64_t { return __nv_cvt_float_to_e8m0(x, __NV_SATFINITE, cudaRoundPosInf); };
+  if (n == "ue8m0" && ru && nosat) return [](float x) -> uint64_t { return __nv_cvt_float_to_e8m0(x, __NV_NOSAT, cudaRoundPosInf); };
 #else
   (void)f;
   (void)o;
@@ -67,16 +92,25 @@ struct Args {
   std::vector<Rounding> roundings;
   std::vector<Saturation> saturations;
   bool sample = false;
-  std::string oracle = "auto";  // auto: cuda where defined, else naive; both; naive; cuda
-  int max_print = 10;
+  bool variants = false;  // each mode also with flushed subnormals, and with kept NaN signs / zero for NaN
+  bool simd = false;      // compare every compiled SIMD target with the reference
+  std::string oracle = "auto";  // auto: cuda where defined, else naive; both; naive; cuda; none (SIMD only)
 };
 
-[[noreturn]] void Usage(const char* why) {
+[[noreturn]] void Usage(const std::string& why) {
   std::fprintf(stderr,
-               "qmx_sweep: %s\nusage: qmx_sweep --format NAME --round MODE|all --sat MODE|all [--sample] "
-               "[--oracle auto|cuda|naive|both]\n",
-               why);
+               "qmx_sweep: %s\nusage: qmx_sweep --format NAME --round MODE[,MODE...]|all --sat MODE[,MODE...]|all "
+               "[--sample] [--variants] [--simd] [--oracle auto|cuda|naive|both|none]\n",
+               why.c_str());
   std::exit(2);
+}
+
+std::vector<std::string> SplitList(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) v.push_back(item);
+  return v;
 }
 
 Args Parse(int argc, char** argv) {
@@ -85,78 +119,168 @@ Args Parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
     auto val = [&]() -> std::string {
-      if (i + 1 >= argc) Usage(("missing value after " + k).c_str());
+      if (i + 1 >= argc) Usage("missing value after " + k);
       return argv[++i];
     };
     if (k == "--format") a.format = val();
     else if (k == "--round") round = val();
     else if (k == "--sat") sat = val();
     else if (k == "--sample") a.sample = true;
+    else if (k == "--variants") a.variants = true;
+    else if (k == "--simd") a.simd = true;
     else if (k == "--oracle") a.oracle = val();
-    else Usage(("unknown argument " + k).c_str());
+    else Usage("unknown argument " + k);
   }
   if (a.format.empty()) Usage("--format is required");
+  if (a.oracle != "auto" && a.oracle != "cuda" && a.oracle != "naive" && a.oracle != "both" && a.oracle != "none")
+    Usage("--oracle must be auto, cuda, naive, both or none, not '" + a.oracle + "'");
   if (round == "all") {
     a.roundings = {Rounding::kRne, Rounding::kRna, Rounding::kRz,  Rounding::kRu, Rounding::kRd,
                    Rounding::kRo,  Rounding::kSrA, Rounding::kSrB, Rounding::kSrC};
   } else {
-    a.roundings = {qmx::ParseRounding(round)};
+    for (const std::string& r : SplitList(round)) a.roundings.push_back(qmx::ParseRounding(r));
   }
   if (sat == "all") {
     a.saturations = {Saturation::kSatFinite, Saturation::kNoSat, Saturation::kSatPropagate};
   } else {
-    a.saturations = {qmx::ParseSaturation(sat)};
+    for (const std::string& s : SplitList(sat)) a.saturations.push_back(qmx::ParseSaturation(s));
   }
+  if (a.roundings.empty() || a.saturations.empty()) Usage("--round and --sat need at least one mode");
   return a;
 }
 
-// Runs one (format, options) sweep; returns the mismatch count.
-uint64_t Sweep(const Format& f, const CastOptions& opt, const Args& args, bool* any_compared) {
-  const OracleFn cuda = CudaOracle(f, opt);
-  const bool use_cuda = (args.oracle == "auto" || args.oracle == "cuda" || args.oracle == "both") && cuda;
-  const bool use_naive = args.oracle == "naive" || args.oracle == "both" || (args.oracle == "auto" && !cuda);
-  if (!use_cuda && !use_naive) return 0;
-  *any_compared = true;
-  const qmx::test::NaiveRounder naive(f);
-
-  // Inputs: all 2^32, or every 1009th plus every input whose low 12 bits are zero (these hold all
-  // codes, midpoints and overflow thresholds of the formats of 8 bits or fewer).
-  const uint64_t n_strided = args.sample ? (1ull << 32) / 1009 + 1 : (1ull << 32);
-  const uint64_t n_total = args.sample ? n_strided + (1ull << 20) : n_strided;
+// One option set of the sweep and what it is compared with.
+struct Mode {
+  CastOptions opt;
+  OracleFn cuda = nullptr;
+  bool naive = false;
   uint64_t mismatches = 0;
   int printed = 0;
-  const bool stochastic = qmx::IsStochastic(opt.rounding);
-  const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel for schedule(static, 65536) reduction(+ : mismatches)
-  for (uint64_t k = 0; k < n_total; ++k) {
-    const uint32_t u = !args.sample ? static_cast<uint32_t>(k)
-                       : k < n_strided ? static_cast<uint32_t>(k * 1009)
-                                       : static_cast<uint32_t>((k - n_strided) << 12);
-    const float x = BitsToFloat(u);
-    const uint32_t r = stochastic ? qmx::RandomBitsForElement(kSweepSeed, u) : 0;  // Philox only where read
-    const uint64_t got = qmx::Convert(qmx::fmt::kFP32, u, f, opt, r).code;
-    uint64_t want_cuda = got, want_naive = got;
-    if (use_cuda && !(f.encoding == qmx::Encoding::kExponentOnly && (u >> 31))) want_cuda = cuda(x);
-    if (use_naive) want_naive = naive.Round(static_cast<double>(x), opt, r);
-    if (got != want_cuda || got != want_naive) {
-      ++mismatches;
-#pragma omp critical
-      if (printed < args.max_print) {
-        ++printed;
-        std::printf("  MISMATCH %s %s %s: input 0x%08x (%.9g) qmx 0x%02llx cuda 0x%02llx naive 0x%02llx\n", f.name,
-                    qmx::RoundingName(opt.rounding), qmx::SaturationName(opt.saturation), u, x,
-                    static_cast<unsigned long long>(got), static_cast<unsigned long long>(want_cuda),
-                    static_cast<unsigned long long>(want_naive));
+
+  std::string Name(const Format& f) const {
+    std::string s = std::string(f.name) + " " + qmx::RoundingName(opt.rounding) + " " + qmx::SaturationName(opt.saturation);
+    if (opt.subnormals == qmx::Subnormals::kFlush) s += " flush";
+    if (opt.nan_sign == qmx::NanSign::kKeep) s += " nan-keep";
+    if (opt.nan_fallback == qmx::NanFallback::kZero) s += " nan-zero";
+    return s;
+  }
+};
+
+// The option sets: every valid (saturation, rounding) pair with CUDA's NaN and subnormal rules, and with
+// `variants` each also with flushed subnormals and with kept NaN signs plus zero for NaN where the format
+// has no NaN. Oracles: CUDA where it defines the set (auto: else naive); the naive oracle does not model a
+// flushed subnormal input, so flushed sets are compared with the SIMD targets only.
+std::vector<Mode> Modes(const Format& f, const Args& args) {
+  std::vector<Mode> modes;
+  for (Saturation s : args.saturations) {
+    for (Rounding r : args.roundings) {
+      CastOptions base;
+      base.rounding = r;
+      base.saturation = s;
+      base.nan_sign = qmx::NanSign::kPositive;
+      try {
+        qmx::ValidateCastOptions(f, base);
+      } catch (const qmx::Error&) {
+        continue;  // not defined for this format (e.g. nosat into e2m1)
+      }
+      std::vector<CastOptions> sets{base};
+      if (args.variants) {
+        CastOptions flush = base;
+        flush.subnormals = qmx::Subnormals::kFlush;
+        CastOptions keep = base;
+        keep.nan_sign = qmx::NanSign::kKeep;
+        keep.nan_fallback = qmx::NanFallback::kZero;
+        sets.push_back(flush);
+        sets.push_back(keep);
+      }
+      for (const CastOptions& o : sets) {
+        Mode m;
+        m.opt = o;
+        const OracleFn cuda = CudaOracle(f, o);
+        const bool can_naive = o.subnormals == qmx::Subnormals::kKeep;
+        const std::string& w = args.oracle;
+        m.cuda = (w == "auto" || w == "cuda" || w == "both") ? cuda : nullptr;
+        m.naive = can_naive && (w == "naive" || w == "both" || (w == "auto" && !cuda));
+        modes.push_back(m);
       }
     }
   }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("%-6s %-5s %-12s %11llu inputs  %llu mismatches  oracle %s%s%s  %.1f s\n", f.name,
-              qmx::RoundingName(opt.rounding), qmx::SaturationName(opt.saturation),
-              static_cast<unsigned long long>(n_total), static_cast<unsigned long long>(mismatches),
-              use_cuda ? "cuda" : "", use_cuda && use_naive ? "+" : "", use_naive ? "naive" : "", secs);
-  std::fflush(stdout);
-  return mismatches;
+  return modes;
+}
+
+uint32_t InputAt(uint64_t k, bool sample, uint64_t n_strided) {
+  // Sampled: every 1009th input, then every input whose low 12 bits are zero (these hold all codes,
+  // midpoints and overflow thresholds of the formats of 8 bits or fewer).
+  if (!sample) return static_cast<uint32_t>(k);
+  return k < n_strided ? static_cast<uint32_t>(k * 1009) : static_cast<uint32_t>((k - n_strided) << 12);
+}
+
+// A mismatch: printed for the first ten of each mode.
+[[gnu::noinline]] void Report(const Format& f, Mode* m, const char* what, uint32_t u, uint64_t got, uint64_t want) {
+#pragma omp critical(sweep_report)
+  if (m->printed < 10) {
+    ++m->printed;
+    std::printf("  MISMATCH %s: input 0x%08x (%.9g) reference 0x%02llx %s 0x%02llx\n", m->Name(f).c_str(), u,
+                BitsToFloat(u), static_cast<unsigned long long>(got), what, static_cast<unsigned long long>(want));
+  }
+}
+
+struct Block {
+  const uint32_t* in;
+  size_t n;
+  uint64_t first_index;  // element index of in[0] (stochastic rounding's Philox counter)
+  uint8_t* codes;        // the reference's codes, for the SIMD comparison
+};
+
+// The reference's codes for one block and their comparison with the oracles; returns the mismatch count.
+inline uint64_t CheckBlock(const Format& dst, const Block& b, Mode* m, const qmx::test::NaiveRounder* naive) {
+  const CastOptions opt = m->opt;
+  const bool stochastic = qmx::IsStochastic(opt.rounding);
+  const bool unsigned_skip = dst.encoding == qmx::Encoding::kExponentOnly;  // CUDA reads |x|: compare x >= 0
+  uint64_t bad = 0;
+  for (size_t j = 0; j < b.n; ++j) {
+    const uint32_t u = b.in[j];
+    const uint32_t r = stochastic ? qmx::RandomBitsForElement(kSweepSeed, b.first_index + j) : 0;
+    const uint64_t got = qmx::Convert(qmx::fmt::kFP32, u, dst, opt, r).code;
+    b.codes[j] = static_cast<uint8_t>(got);
+    if (m->cuda != nullptr && !(unsigned_skip && (u >> 31))) {
+      const uint64_t want = m->cuda(BitsToFloat(u));
+      if (got != want) {
+        ++bad;
+        Report(dst, m, "cuda", u, got, want);
+      }
+    }
+    if (naive != nullptr) {
+      const uint64_t want = naive->Round(static_cast<double>(BitsToFloat(u)), opt, r);
+      if (got != want) {
+        ++bad;
+        Report(dst, m, "naive", u, got, want);
+      }
+    }
+  }
+  return bad;
+}
+
+// Per registry format, the block loop with the format a compile-time constant (flattened: the reference
+// routine is inlined into it); any other format takes the generic instance.
+using BlockFn = uint64_t (*)(const Format&, const Block&, Mode*, const qmx::test::NaiveRounder*);
+template <const Format& kDst>
+SWEEP_FLATTEN uint64_t CheckBlockFixed(const Format&, const Block& b, Mode* m, const qmx::test::NaiveRounder* naive) {
+  return CheckBlock(kDst, b, m, naive);
+}
+SWEEP_FLATTEN uint64_t CheckBlockAny(const Format& dst, const Block& b, Mode* m, const qmx::test::NaiveRounder* naive) {
+  return CheckBlock(dst, b, m, naive);
+}
+BlockFn BlockFnFor(const Format& f) {
+  namespace fmt = qmx::fmt;
+  if (f == fmt::kE4M3) return &CheckBlockFixed<fmt::kE4M3>;
+  if (f == fmt::kE5M2) return &CheckBlockFixed<fmt::kE5M2>;
+  if (f == fmt::kE3M2) return &CheckBlockFixed<fmt::kE3M2>;
+  if (f == fmt::kE2M3) return &CheckBlockFixed<fmt::kE2M3>;
+  if (f == fmt::kE2M1) return &CheckBlockFixed<fmt::kE2M1>;
+  if (f == fmt::kUE8M0) return &CheckBlockFixed<fmt::kUE8M0>;
+  if (f == fmt::kInt8) return &CheckBlockFixed<fmt::kInt8>;
+  return &CheckBlockAny;
 }
 
 }  // namespace
@@ -172,27 +296,79 @@ int main(int argc, char** argv) {
     }
     std::printf("note: CUDA headers not found; comparing with the naive oracle only\n");
 #endif
-    uint64_t total = 0;
-    bool any = false;
-    for (Saturation s : args.saturations) {
-      for (Rounding r : args.roundings) {
-        CastOptions opt;
-        opt.rounding = r;
-        opt.saturation = s;
-        opt.nan_sign = qmx::NanSign::kPositive;  // CUDA returns the positive NaN 0x7F
-        try {
-          qmx::ValidateCastOptions(f, opt);
-        } catch (const qmx::Error&) {
-          continue;  // not defined for this format (e.g. nosat into e2m1)
-        }
-        total += Sweep(f, opt, args, &any);
-      }
-    }
-    if (!any) {
-      std::printf("SKIP: no oracle defines this operation\n");
+    std::vector<Mode> modes = Modes(f, args);
+    const std::vector<std::string> targets = args.simd ? qmx::SimdTargets() : std::vector<std::string>{};
+    if (args.simd && f.Bits() > 8) Usage(std::string("--simd: '") + f.name + "' has more than 8 bits");
+    modes.erase(std::remove_if(modes.begin(), modes.end(),
+                               [&](const Mode& m) { return m.cuda == nullptr && !m.naive && targets.empty(); }),
+                modes.end());
+    if (modes.empty()) {
+      std::printf("SKIP: no oracle defines these operations\n");
       return 77;
     }
-    std::printf("%s: %llu mismatches in total\n", total ? "FAIL" : "PASS", static_cast<unsigned long long>(total));
+    const qmx::test::NaiveRounder naive(f);
+    const BlockFn check = BlockFnFor(f);
+    const uint64_t n_strided = args.sample ? (1ull << 32) / 1009 + 1 : (1ull << 32);
+    const uint64_t n_total = args.sample ? n_strided + (1ull << 20) : n_strided;
+    std::vector<uint32_t> in(kChunk);
+    std::vector<uint8_t> want(kChunk), got(kChunk);
+    std::vector<uint64_t> simd_bad(modes.size(), 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (uint64_t start = 0; start < n_total; start += kChunk) {
+      const size_t len = static_cast<size_t>(std::min<uint64_t>(kChunk, n_total - start));
+      const int64_t blocks = static_cast<int64_t>((len + kBlock - 1) / kBlock);
+#pragma omp parallel for schedule(static)
+      for (int64_t j = 0; j < static_cast<int64_t>(len); ++j) in[j] = InputAt(start + j, args.sample, n_strided);
+      for (size_t mi = 0; mi < modes.size(); ++mi) {
+        Mode* m = &modes[mi];
+        const qmx::test::NaiveRounder* nv = m->naive ? &naive : nullptr;
+        uint64_t bad = 0;
+#pragma omp parallel for schedule(dynamic, 16) reduction(+ : bad)
+        for (int64_t b = 0; b < blocks; ++b) {
+          const size_t s = static_cast<size_t>(b) * kBlock;
+          bad += check(f, Block{in.data() + s, std::min(kBlock, len - s), start + s, want.data() + s}, m, nv);
+        }
+        m->mismatches += bad;
+        for (const std::string& t : targets) {
+          qmx::ForceSimdTarget(t);
+          qmx::ConvertToCodes(qmx::DType::kF32, in.data(), len, f, m->opt, got.data(), {kSweepSeed, start, nullptr},
+                              qmx::Exec::kParallel);
+          uint64_t tbad = 0;
+#pragma omp parallel for schedule(static) reduction(+ : tbad)
+          for (int64_t b = 0; b < blocks; ++b) {
+            const size_t s = static_cast<size_t>(b) * kBlock, e = std::min(s + kBlock, len);
+            if (std::memcmp(got.data() + s, want.data() + s, e - s) == 0) continue;
+            for (size_t j = s; j < e; ++j) {
+              if (got[j] == want[j]) continue;
+              ++tbad;
+              Report(f, m, t.c_str(), in[j], want[j], got[j]);
+            }
+          }
+          simd_bad[mi] += tbad;
+          m->mismatches += tbad;
+        }
+        if (!targets.empty()) qmx::ForceSimdTarget("");
+      }
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    uint64_t total = 0;
+    for (size_t mi = 0; mi < modes.size(); ++mi) {
+      const Mode& m = modes[mi];
+      std::string against = m.cuda ? "cuda" : "";
+      if (m.naive) against += std::string(against.empty() ? "" : "+") + "naive";
+      if (!targets.empty()) against += std::string(against.empty() ? "" : "+") + std::to_string(targets.size()) + " SIMD targets";
+      std::printf("%-34s %11llu inputs  %llu mismatches (%llu SIMD)  vs %s\n", m.Name(f).c_str(),
+                  static_cast<unsigned long long>(n_total), static_cast<unsigned long long>(m.mismatches),
+                  static_cast<unsigned long long>(simd_bad[mi]), against.c_str());
+      total += m.mismatches;
+    }
+    std::printf("%s: %llu mismatches in total, %zu modes", total ? "FAIL" : "PASS", static_cast<unsigned long long>(total),
+                modes.size());
+    if (!targets.empty()) {
+      std::printf(", targets:");
+      for (const std::string& t : targets) std::printf(" %s", t.c_str());
+    }
+    std::printf(", %.1f s\n", secs);
     return total ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qmx_sweep: %s\n", e.what());

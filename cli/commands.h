@@ -9,6 +9,7 @@ void AddConvertCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);
 void AddQuantizeCommand(CLI::App& app);
 void AddGemmCommand(CLI::App& app);
+void AddScaledMmCommand(CLI::App& app);
 void AddStudyCommand(CLI::App& app);
 void AddGoldenCommand(CLI::App& app);
 void AddXvalCommand(CLI::App& app);

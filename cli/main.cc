@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   qmx::cli::AddBenchCommand(app);
   qmx::cli::AddQuantizeCommand(app);
   qmx::cli::AddGemmCommand(app);
+  qmx::cli::AddScaledMmCommand(app);
   qmx::cli::AddStudyCommand(app);
   qmx::cli::AddRecipeCommand(app);
   qmx::cli::AddAuditCommand(app);

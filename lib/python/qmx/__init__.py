@@ -190,23 +190,66 @@ def gemm(a, b, model="exact", c=None, *, a_format=None, b_format=None, reference
     return _qmx.gemm(a, b, model, c, a_format, b_format, reference, alpha)
 
 
-def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, scale_result=None, use_fast_accum=False, *,
-              a_format=None, b_format=None, return_model=False):
-    """torch._scaled_mm as an H100/H200 computes it (cuBLASLt on sm_90), bit for bit: D = (A scale_a) (B scale_b)
-    in float32. a: M x K and b: K x N FP8 codes (uint8 arrays with a_format/b_format, default "e4m3", or
-    torch float8_e4m3fn/float8_e5m2 tensors, whose format is their dtype); b may be given column-major
-    (b_t.T, as torch wants it), which is copied to row-major codes. scale_a, scale_b: one FP32 value each
-    (tensorwise: models hopper-fp8, or hopper-fp8-fast with use_fast_accum), or blockwise FP32 arrays: A's
-    1x128 blocks (M x ceil(K/128)) with B's 128x128 (ceil(K/128) x ceil(N/128); hopper-fp8) or 128x1
-    (ceil(K/128) x N; hopper-fp8-vec) blocks. What the hardware evidence does not cover raises ValueError:
-    row-wise scales, blockwise with use_fast_accum, a bias, scale_result, an out_dtype other than float32.
-    (Where K <= 128 an M x 1 scale_a is one 1x128 block per row and is read as blockwise.)
-    return_model=True returns (D, model name)."""
+def _scaled_mm_out(out_dtype):
+    """torch._scaled_mm's out_dtype as qmx names it: float32 (None), bfloat16 or float16."""
+    if out_dtype is None:
+        return "float32"
+    name = str(out_dtype).replace("torch.", "").replace("<class 'numpy.", "").rstrip("'>")
+    names = {"float32": "float32", "float": "float32", "bfloat16": "bfloat16", "float16": "float16", "half": "float16"}
+    if name not in names:
+        raise ValueError("scaled_mm: out_dtype must be float32, bfloat16 or float16, not %s" % out_dtype)
+    return names[name]
+
+
+def _scaled_mm_bias(bias, out):
+    """The bias as uint16 bits of the output type: a torch tensor of that dtype (torch's rule), NumPy
+    float16 for float16 output, uint16 bits, or float values that the output type holds exactly."""
     import numpy as np
-    if bias is not None or scale_result is not None:
-        raise ValueError("scaled_mm: bias and scale_result are not modelled (cuBLAS's epilogue order is unverified)")
-    if out_dtype is not None and str(out_dtype) not in ("float32", "torch.float32", "<class 'numpy.float32'>"):
-        raise ValueError("scaled_mm: only out_dtype float32 is modelled, not %s" % out_dtype)
+    if type(bias).__module__.startswith("torch"):
+        want = {"bfloat16": "torch.bfloat16", "float16": "torch.float16"}[out]
+        if str(bias.dtype) != want:
+            raise TypeError("scaled_mm: bias must be %s to compute %s output, not %s" % (want, out, bias.dtype))
+        import torch
+        return bias.detach().cpu().view(torch.int16).numpy().view(np.uint16)
+    x = np.asarray(bias)
+    if x.dtype == np.uint16:
+        return x
+    if x.dtype == np.float16 and out == "float16":
+        return x.view(np.uint16)
+    v = x.astype(np.float32)
+    if out == "bfloat16":
+        u = v.view(np.uint32)
+        bits = (u >> 16).astype(np.uint16)
+        exact = (u & 0xFFFF) == 0
+    else:
+        h = v.astype(np.float16)
+        bits = h.view(np.uint16)
+        exact = (h.astype(np.float32) == v) | (np.isnan(v) & np.isnan(h))
+    if not np.all(exact):
+        raise ValueError("scaled_mm: bias values must be %s values (torch takes a %s bias); %d are not" %
+                         (out, out, int((~exact).sum())))
+    return bits
+
+
+def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, scale_result=None, use_fast_accum=False, *,
+              a_format=None, b_format=None, split_k=None, return_model=False, return_info=False):
+    """torch._scaled_mm as an H100/H200 computes it (cuBLASLt on sm_90), bit for bit, in the modes measured on
+    an H200 (gpu/README.md). a: M x K and b: K x N FP8 codes (uint8 arrays with a_format/b_format, default
+    "e4m3", or torch float8_e4m3fn/float8_e5m2 tensors); b may be given column-major (b_t.T, as torch wants it).
+    Scales (FP32): one value each (per tensor), M x 1 and 1 x N (row-wise: per token, per channel), or
+    blockwise (A's 1x128 blocks, M x ceil(K/128), with B's 128x128, ceil(K/128) x ceil(N/128), or 128x1,
+    ceil(K/128) x N). out_dtype: float32 (default), bfloat16 or float16 (torch dtypes or names); bias: N values
+    of the output's type (BF16/FP16 outputs only, as torch). Returns float32 or float16 arrays; bfloat16 as a
+    torch.bfloat16 tensor when a or b is a torch tensor, else as uint16 bit patterns.
+    split_k: cuBLASLt's numSplitsK for per-tensor scales; None takes the choice measured on the H200 for the
+    shape (K <= 4096: unsplit) and raises ValueError where it was not measured. Unmeasured modes raise
+    ValueError: scale_result, blockwise with use_fast_accum, a bias or a 16-bit output. return_model=True
+    returns (D, model name); return_info=True returns (D, dict of model, scaling, split_k)."""
+    import numpy as np
+    if scale_result is not None:
+        raise ValueError("scaled_mm: scale_result (an FP8 output's scale) is not modelled: it was not measured")
+    out = _scaled_mm_out(out_dtype)
+    torch_in = any(type(t).__module__.startswith("torch") for t in (a, b))
 
     def codes(t, fmt, what):
         if type(t).__module__.startswith("torch"):
@@ -216,21 +259,48 @@ def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, scale_result=No
                 if fmt is not None and fmt != f:
                     raise TypeError("%s is %s but %s_format is %s" % (what, name, what, fmt))
                 import torch
-                return t.detach().view(torch.uint8).numpy(), f
+                return t.detach().cpu().view(torch.uint8).numpy(), f
         return as_array(t), fmt or "e4m3"
 
     a, fa = codes(a, a_format, "a")
     b, fb = codes(b, b_format, "b")
     if isinstance(b, np.ndarray) and b.ndim == 2 and not b.flags.c_contiguous and b.flags.f_contiguous:
         b = np.ascontiguousarray(b)  # torch's column-major B: codes are one byte each
-    sa = np.asarray(as_array(scale_a), dtype=np.float32)
-    sb = np.asarray(as_array(scale_b), dtype=np.float32)
+
+    def scale(s):
+        if type(s).__module__.startswith("torch"):
+            s = s.detach().cpu()
+        return np.ascontiguousarray(np.asarray(as_array(s), dtype=np.float32))
+
+    sa, sb = scale(scale_a), scale(scale_b)
     if sa.size == 1:
         sa = sa.reshape(1)
     if sb.size == 1:
         sb = sb.reshape(1)
-    d, model = _qmx.scaled_mm(a, b, np.ascontiguousarray(sa), np.ascontiguousarray(sb), fa, fb, use_fast_accum)
+    bias_bits = None
+    if bias is not None:
+        if out == "float32":
+            raise ValueError("scaled_mm: a bias needs a bfloat16 or float16 out_dtype (torch: bias is not supported "
+                             "when out_dtype is float32)")
+        bias_bits = np.ascontiguousarray(_scaled_mm_bias(bias, out))
+    if split_k is not None and (int(split_k) != split_k or split_k < 1):
+        raise ValueError("scaled_mm: split_k must be a positive integer, not %r" % (split_k,))
+    d, model, scaling, splits = _qmx.scaled_mm(a, b, sa, sb, fa, fb, use_fast_accum, out, bias_bits,
+                                               0 if split_k is None else int(split_k))
+    if out == "float16":
+        d = d.view(np.float16)
+    elif out == "bfloat16" and torch_in:
+        import torch
+        d = torch.from_numpy(d.view(np.int16)).view(torch.bfloat16)
+    if return_info:
+        return d, {"model": model, "scaling": scaling, "split_k": splits}
     return (d, model) if return_model else d
+
+
+def scaled_mm_split_k(m, n, k, out_dtype=None):
+    """The split-K count cuBLASLt chose on the H200 for a per-tensor e4m3 x e4m3 torch._scaled_mm of this shape
+    (1 for K <= 4096), or None where it was not measured (then pass split_k to scaled_mm)."""
+    return _qmx.scaled_mm_split_k(int(m), int(n), int(k), _scaled_mm_out(out_dtype))
 
 
 def hadamard(x, block=32, *, inverse=False):

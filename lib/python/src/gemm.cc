@@ -12,6 +12,7 @@
 #include "bindings.h"
 #include "qmx/error.h"
 #include "qmx/gemm.h"
+#include "qmx/scaled_mm.h"
 
 namespace qmx::py {
 
@@ -30,55 +31,6 @@ GemmOperand OperandOf(const pyb::object& o, const std::optional<std::string>& fm
   if (c.shape.size() != 2) throw Error(std::string(what) + " codes must be 2-D");
   return OperandFromCodes(ParseFormat(fmt ? *fmt : "e4m3"), c.shape[0], c.shape[1],
                           static_cast<const uint8_t*>(c.data));
-}
-
-// An FP32 scale array, C-contiguous, as raw bit patterns for SetBlockScales.
-std::vector<uint32_t> ScaleWords(const InArray& s) {
-  std::vector<uint32_t> w(s.count);
-  if (s.count) std::memcpy(w.data(), s.data, s.count * 4);
-  return w;
-}
-
-// torch._scaled_mm on Hopper (cuBLASLt), as the models reproduce it: A (M x K) and B (K x N) FP8 codes;
-// scales per tensor (one value each), or blockwise FP32 (A 1x128: M x K/128; B 128x128: K/128 x N/128, or
-// 128x1: K/128 x N). gpu/README.md has the evidence for each case; what was not measured is refused.
-std::vector<float> ScaledMm(const InArray& a, const InArray& b, const InArray& sa, const InArray& sb,
-                            const std::string& a_format, const std::string& b_format, bool fast_accum,
-                            std::string& model_used) {
-  const Format fa = ParseFormat(a_format), fb = ParseFormat(b_format);
-  for (const Format* f : {&fa, &fb})
-    if (std::string(f->name) != "e4m3" && std::string(f->name) != "e5m2")
-      throw Error(std::string("scaled_mm takes FP8 operands (e4m3, e5m2), not ") + f->name);
-  if (a.shape.size() != 2 || b.shape.size() != 2) throw Error("scaled_mm: a and b must be 2-D");
-  const size_t m = a.shape[0], k = a.shape[1], n = b.shape[1];
-  if (b.shape[0] != k) throw Error("scaled_mm: a is " + std::to_string(m) + " x " + std::to_string(k) + " but b has " +
-                                   std::to_string(b.shape[0]) + " rows");
-  GemmOperand oa = OperandFromCodes(fa, m, k, static_cast<const uint8_t*>(a.data));
-  GemmOperand ob = OperandFromCodes(fb, k, n, static_cast<const uint8_t*>(b.data));
-  const bool tensorwise = sa.count == 1 && sb.count == 1;
-  if (tensorwise) {
-    oa.tensor_scale = *static_cast<const float*>(sa.data);
-    ob.tensor_scale = *static_cast<const float*>(sb.data);
-    model_used = fast_accum ? "hopper-fp8-fast" : "hopper-fp8";
-    return Gemm(oa, ob, nullptr, AccumModelByName(model_used));
-  }
-  const size_t kb = (k + 127) / 128;
-  if (sa.shape.size() != 2 || sa.shape[0] != m || sa.shape[1] != kb)
-    throw Error("scaled_mm: scale_a must be one value or blockwise " + std::to_string(m) + " x " + std::to_string(kb) +
-                " (1x128 blocks); row-wise (M x 1) scaling is not modelled");
-  const bool b_blk = sb.shape.size() == 2 && sb.shape[0] == kb && sb.shape[1] == (n + 127) / 128;
-  const bool b_vec = sb.shape.size() == 2 && sb.shape[0] == kb && sb.shape[1] == n;
-  if (!b_blk && !b_vec)
-    throw Error("scaled_mm: with a blockwise scale_a, scale_b must be " + std::to_string(kb) + " x " +
-                std::to_string((n + 127) / 128) + " (128x128 blocks) or " + std::to_string(kb) + " x " +
-                std::to_string(n) + " (128x1)");
-  if (fast_accum)
-    throw Error("scaled_mm: blockwise scaling with use_fast_accum was not measured on Hopper; not modelled");
-  const std::vector<uint32_t> wa = ScaleWords(sa), wb = ScaleWords(sb);
-  SetBlockScales(oa, ScaleFormat::kFp32, 1, 128, wa.data());
-  SetBlockScales(ob, ScaleFormat::kFp32, 128, b_blk ? 128 : 1, wb.data());
-  model_used = b_blk ? "hopper-fp8" : "hopper-fp8-vec";
-  return Gemm(oa, ob, nullptr, AccumModelByName(model_used));
 }
 
 }  // namespace
@@ -110,20 +62,68 @@ void BindGemm(pyb::module_& m) {
         pyb::arg("a_format") = std::nullopt, pyb::arg("b_format") = std::nullopt, pyb::arg("reference") = false,
         pyb::arg("alpha") = "decode");
 
+  m.def("scaled_mm_split_k", [](size_t m, size_t n, size_t k, const std::string& out_dtype) -> pyb::object {
+    const int s = CublasLtSplitK(m, n, k, ParseScaledMmOut(out_dtype));
+    return s == 0 ? pyb::none() : pyb::object(pyb::int_(s));
+  }, pyb::arg("m"), pyb::arg("n"), pyb::arg("k"), pyb::arg("out_dtype") = "float32",
+        "cuBLASLt's numSplitsK for per-tensor e4m3 x e4m3 M x K x N on the H200 where measured, else None.");
   m.def("scaled_mm", [](const pyb::array& a, const pyb::array& b, const pyb::array& scale_a, const pyb::array& scale_b,
-                        const std::string& a_format, const std::string& b_format, bool use_fast_accum) {
+                        const std::string& a_format, const std::string& b_format, bool use_fast_accum,
+                        const std::string& out_dtype, const std::optional<pyb::array>& bias, int split_k,
+                        bool reference) {
     const InArray ai = CodesInput(a, "a"), bi = CodesInput(b, "b");
     const InArray sa = F32Input(scale_a, "scale_a"), sb = F32Input(scale_b, "scale_b");
-    std::vector<float> d;
-    std::string model;
+    if (ai.shape.size() != 2 || bi.shape.size() != 2) throw Error("scaled_mm: a and b must be 2-D");
+    ScaledMmArgs x;
+    x.a_format = ParseFormat(a_format);
+    x.b_format = ParseFormat(b_format);
+    x.m = ai.shape[0];
+    x.k = ai.shape[1];
+    x.n = bi.shape[1];
+    if (bi.shape[0] != x.k)
+      throw Error("scaled_mm: a is " + std::to_string(x.m) + " x " + std::to_string(x.k) + " but b has " +
+                  std::to_string(bi.shape[0]) + " rows");
+    x.a = static_cast<const uint8_t*>(ai.data);
+    x.b = static_cast<const uint8_t*>(bi.data);
+    const auto dims = [](const InArray& s, size_t* r, size_t* c) {
+      if (s.shape.size() > 2) throw Error("scaled_mm: a scale has at most 2 dimensions");
+      *r = s.shape.size() == 2 ? s.shape[0] : 1;
+      *c = s.shape.empty() ? 1 : s.shape.back();
+    };
+    dims(sa, &x.scale_a_rows, &x.scale_a_cols);
+    dims(sb, &x.scale_b_rows, &x.scale_b_cols);
+    x.scale_a = static_cast<const float*>(sa.data);
+    x.scale_b = static_cast<const float*>(sb.data);
+    x.out = ParseScaledMmOut(out_dtype);
+    x.fast_accum = use_fast_accum;
+    x.split_k = split_k;
+    x.reference = reference;
+    pyb::array_t<uint16_t, pyb::array::c_style | pyb::array::forcecast> bias_bits;
+    if (bias) {
+      bias_bits = pyb::array_t<uint16_t, pyb::array::c_style | pyb::array::forcecast>::ensure(*bias);
+      if (!bias_bits || bias_bits.ndim() != 1 || static_cast<size_t>(bias_bits.shape(0)) != x.n)
+        throw Error("scaled_mm: bias must hold N = " + std::to_string(x.n) + " values");
+      x.bias = bias_bits.data();
+    }
+    ScaledMmResult r;
     {
       pyb::gil_scoped_release nogil;
-      d = ScaledMm(ai, bi, sa, sb, a_format, b_format, use_fast_accum, model);
+      r = ScaledMm(x);
     }
-    const size_t m = ai.shape[0], n = bi.shape[1];
-    return pyb::make_tuple(ToArray(std::move(d), {m, n}), model);
+    pyb::object d;
+    if (x.out == ScaledMmOut::kF32) {
+      pyb::array_t<float> o({x.m, x.n});
+      std::memcpy(o.mutable_data(), r.bits.data(), r.bits.size() * 4);
+      d = o;
+    } else {
+      pyb::array_t<uint16_t> o({x.m, x.n});
+      for (size_t i = 0; i < r.bits.size(); ++i) o.mutable_data()[i] = static_cast<uint16_t>(r.bits[i]);
+      d = o;
+    }
+    return pyb::make_tuple(d, r.model, r.scaling, r.split_k);
   }, pyb::arg("a"), pyb::arg("b"), pyb::arg("scale_a"), pyb::arg("scale_b"), pyb::arg("a_format"),
-        pyb::arg("b_format"), pyb::arg("use_fast_accum"));
+        pyb::arg("b_format"), pyb::arg("use_fast_accum"), pyb::arg("out_dtype") = "float32",
+        pyb::arg("bias") = std::nullopt, pyb::arg("split_k") = 0, pyb::arg("reference") = false);
 }
 
 }  // namespace qmx::py

@@ -11,7 +11,7 @@ mkdir -p $N/quickstart $N/quartet-table2 $N/mxfp8-scale-rounding $N/e4m3-vs-e5m2
 # The README's main job.
 $Q study quickstart
 
-# Quartet Table 2 analogue (seed 003): MXFP4 on N(0,1), Hadamard 32 before every scheme.
+# Quartet Table 2 analogue (Quartet): MXFP4 on N(0,1), Hadamard 32 before every scheme.
 $Q study misalignment --spec mxfp4 --rule round-up fp32 --round sr rne --transform hadamard:32 --dist normal \
   --rows 1024 --cols 4096 --trials 8 --seed 1 --quiet \
   --csv $N/quartet-table2/absmax.csv --json $N/quartet-table2/absmax.json
@@ -22,7 +22,7 @@ $Q study misalignment --spec mxfp4 --round rne --transform quest --quest-scale f
   --rows 1024 --cols 4096 --trials 8 --seed 1 --quiet \
   --csv $N/quartet-table2/quest.csv --json $N/quartet-table2/quest.json
 
-# MXFP8 scale rounding: OCP round-down against NVIDIA round-up (seed 000).
+# MXFP8 scale rounding: OCP round-down against NVIDIA round-up (MXFP8 recipes).
 $Q study error --spec mxfp8 --rule ocp-floor round-up \
   --dist normal laplace uniform student-t:3 student-t:2 lognormal:1 lognormal:2 normal+tau100:0.001 \
   --rows 1024 --cols 4096 --seed 1 --quiet \
@@ -34,16 +34,16 @@ $Q study error --spec fp8-block1x128 --elem e4m3 e5m2 --block 1x32 1x128 per-ten
   --rows 1024 --cols 4096 --seed 1 --quiet \
   --csv $N/e4m3-vs-e5m2/fp8_formats.csv --json $N/e4m3-vs-e5m2/fp8_formats.json
 
-# Error of the other elements as an injected outlier grows (seed 001, theorem 1).
+# Error of the other elements as an injected outlier grows (FOG, theorem 1).
 $Q study kurtosis --dist normal laplace student-t:3 normal+tau20 \
   --spec fp8-tensor-current fp8-rowwise fp8-block1x128 mxfp8 mxfp6_e2m3 mxfp4 nvfp4 \
   --outlier-sweep 1 2 4 8 16 32 64 128 256 1024 4096 16384 65536 262144 1048576 --period 256 \
   --rows 1024 --cols 4096 --seed 1 --quiet \
   --csv $N/outlier-tau/outlier_sweep.csv --json $N/outlier-tau/outlier_sweep.json
 
-# Training recipes on one linear layer (seeds 000, 002, 003, 004): one step of every recipe on a generated
+# Training recipes on one linear layer (MXFP8 recipes, NVIDIA scaling blog, Quartet, NVIDIA FP8 talk): one step of every recipe on a generated
 # layer, then a sequence of drifting tensors with decaying gradients and outlier spikes (delayed scaling's
-# amax history, seed 001's kurtosis per step).
+# amax history, FOG's kurtosis per step).
 $Q recipe --quiet --csv $N/recipes/recipes.csv --json $N/recipes/recipes.json
 $Q recipe --steps 64 --m 128 --n 128 --k 256 --recipe bf16 fp8-delayed fp8-current mxfp8 nvfp4 quartet \
   --spike-rate 0.08 --grad-decay 0.98 --amax-history 16 --quiet \

@@ -93,7 +93,7 @@ void AddStudyCommand(CLI::App& app) {
   mis.rounds = {"sr", "rne"};
   mis.transforms = {"hadamard:32", "quest"};
   mis.trials = 4;
-  AddSweepSubcommand(study, "misalignment", "Quartet's MSE and projection misalignment 1 - E[1/S] (seed 003)", mis,
+  AddSweepSubcommand(study, "misalignment", "Quartet's MSE and projection misalignment 1 - E[1/S]", mis,
                      {"normal"},
                      {{"spec", "spec", "%s"}, {"rule", "rule", "%s"}, {"round", "round", "%s"},
                       {"sr_bits", "SR bits", "%s"}, {"transform", "transform", "%s"},
@@ -109,7 +109,7 @@ void AddStudyCommand(CLI::App& app) {
 
   // kurtosis
   auto ku = std::make_shared<KurtosisArgs>();
-  auto* k = study->add_subcommand("kurtosis", "Per-row kurtosis and tau-outliers of tensors; the outlier effect (seed 001)");
+  auto* k = study->add_subcommand("kurtosis", "Per-row kurtosis and tau-outliers of tensors; the outlier effect (FOG)");
   AddInputOptions(k, ku->in);
   k->add_option("--tau", ku->taus, "Outlier thresholds in units of the row's RMS")->capture_default_str();
   k->add_option("--outlier-sweep", ku->sweep, "Outlier magnitudes (x RMS) for the theorem-1 sweep")->capture_default_str();

@@ -1,4 +1,4 @@
-// studies.cc: the fixed studies of `qmx-sim study`: kurtosis (per-row kurtosis, tau-outliers and seed 001's
+// studies.cc: the fixed studies of `qmx-sim study`: kurtosis (per-row kurtosis, tau-outliers and FOG's
 // theorem-1 outlier sweep), ranges (the registry's dynamic ranges) and quickstart (the README's main job).
 #include <omp.h>
 
@@ -20,7 +20,7 @@
 
 namespace qmx::cli::study {
 // ---------------------------------------------------------------------------------------------------
-// kurtosis: per-row kurtosis and tau-outliers of the inputs; then seed 001's theorem 1 effect.
+// kurtosis: per-row kurtosis and tau-outliers of the inputs; then FOG's theorem 1 effect.
 
 // Two tables of different columns: the CSV holds the outlier sweep; the kurtosis table goes to
 // FILE-kurtosis.csv beside it.
@@ -67,7 +67,7 @@ void RunKurtosis(const KurtosisArgs& a) {
     std::snprintf(head, sizeof head, ">=%gxRMS", t);
     kc.push_back({key, head, "%s"});
   }
-  std::printf("Per-row kurtosis mean(x^4)/mean(x^2)^2 (FOG, seed 001) and tau-outliers |x| >= tau x RMS(row)\n");
+  std::printf("Per-row kurtosis mean(x^4)/mean(x^2)^2 (FOG) and tau-outliers |x| >= tau x RMS(row)\n");
   PrintTable(kc, recs);
 
   // Theorem 1: a Gaussian tensor with one outlier of tau x RMS every `period` elements; the MSE of the other
@@ -99,7 +99,7 @@ void RunKurtosis(const KurtosisArgs& a) {
       sweep.push_back(r);
     }
   }
-  std::printf("\nOutlier sweep (seed 001 theorem 1): N(0,1) %zux%zu with x[i] = tau every %zu elements; error of the "
+  std::printf("\nOutlier sweep (FOG theorem 1): N(0,1) %zux%zu with x[i] = tau every %zu elements; error of the "
               "other elements\n", rows, cols, a.period);
   PrintTable({{"spec", "spec", "%s"}, {"block", "block", "%s"}, {"tau", "tau", "%g"}, {"mse_others", "MSE others", "%.3e"},
               {"mse_ratio", "x clean", "%.2f"}, {"sqnr_db_others", "SQNR dB", "%.2f"},
@@ -143,7 +143,7 @@ void RunRanges(const std::string& csv, const std::string& json) {
     }
     recs.push_back(r);
   }
-  std::printf("Dynamic range of each format: binades = log2(max / min subnormal) (E4M3: 17.8, seed 000)\n");
+  std::printf("Dynamic range of each format: binades = log2(max / min subnormal) (E4M3: 17.8, MXFP8 recipes)\n");
   PrintTable({{"format", "format", "%s"}, {"bits", "bits", "%s"}, {"max", "max", "%.6g"},
               {"min_normal", "min normal", "%.6g"}, {"min_subnormal", "min subnormal", "%.6g"},
               {"binades", "binades", "%.2f"}, {"normal_binades", "normal binades", "%.2f"},

@@ -54,7 +54,7 @@ void WriteOutputs(const std::string& study, uint64_t seed, const std::string& cs
                   const SweepRecords& r);
 const std::vector<TableColumn>& ErrorColumns();
 
-// kurtosis: per-row kurtosis and tau-outliers of the inputs; then seed 001's theorem 1 effect.
+// kurtosis: per-row kurtosis and tau-outliers of the inputs; then FOG's theorem 1 effect.
 struct KurtosisArgs {
   InputArgs in;
   std::vector<double> taus = {3, 5, 10, 20};

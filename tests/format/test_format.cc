@@ -1,4 +1,4 @@
-// test_format.cc: the registry's derived limits against the OCP tables (REFERENCES.md section 1,
+// test_format.cc: the registry's derived limits against the OCP tables (docs/REFERENCES.md section 1,
 // typed here by hand as the independent expectation), decoding of every code, and user formats.
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -45,7 +45,7 @@ TEST_CASE("Registry limits equal the OCP and IEEE tables", "[format]") {
     CHECK(f.HasInf() == s.inf);
     CHECK(f.HasNan() == s.nan);
   }
-  CHECK(Limits(fmt::kE4M3).binades == Approx(17.81).margin(0.005));  // seed 000: 17.8 binades
+  CHECK(Limits(fmt::kE4M3).binades == Approx(17.81).margin(0.005));  // MXFP8 recipes: 17.8 binades
 }
 
 TEST_CASE("Special codes decode as the spec says", "[format]") {

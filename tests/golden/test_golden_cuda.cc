@@ -1,5 +1,5 @@
 // test_golden_cuda.cc: the checked-in conversion and ue8m0 golden files against NVIDIA's host conversion
-// functions (cuda_fp8.h, cuda_fp6.h, cuda_fp4.h; REFERENCES.md section 5), wherever they define the same
+// functions (cuda_fp8.h, cuda_fp6.h, cuda_fp4.h; docs/REFERENCES.md section 5), wherever they define the same
 // operation. The files are read here with a parser of their own, so the check does not go through the
 // library's golden reader. Built only where the CUDA headers are found (QMX_HAVE_CUDA_HEADERS).
 #ifdef QMX_HAVE_CUDA_HEADERS

@@ -25,7 +25,7 @@ using qmx::test::TargetGuard;
 namespace {
 
 
-// Independent statements of the two rules (REFERENCES.md section 3).
+// Independent statements of the two rules (docs/REFERENCES.md section 3).
 int FloorByte(float amax, const Format& elem) {
   if (amax == 0) return 0;
   const int k = std::ilogb(amax) - Limits(elem).emax;

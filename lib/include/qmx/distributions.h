@@ -1,5 +1,5 @@
 // qmx/distributions.h: seeded synthetic inputs for studies: normal, Laplace, Student-t, lognormal and
-// uniform, each scaled to unit RMS where it is finite, optionally with injected tau-outliers (seed 001).
+// uniform, each scaled to unit RMS where it is finite, optionally with injected tau-outliers (FOG).
 // Element i draws only from Philox4x32-10 counters keyed by (seed, i), so any thread count, split or
 // SIMD target produces the same values (libm's log/exp/cos/pow are the only other ingredient).
 #pragma once

@@ -1,5 +1,5 @@
 // qmx/gemm.h: block-scaled GEMM D = A * B (+ C) with FP32 output under a named accumulation model
-// (REFERENCES.md section 4: exact OCP/P3109 dot products, IEEE FP32, and the fused-sum models of
+// (docs/REFERENCES.md section 4: exact OCP/P3109 dot products, IEEE FP32, and the fused-sum models of
 // Hopper and Blackwell tensor cores after MMA-Sim).
 #pragma once
 

@@ -1,5 +1,5 @@
 // qmx/golden.h: golden vectors for hardware verification (golden/README.md documents the format).
-// Text files, one case per line in the TestFloat manner (REFERENCES.md section 6): a header naming the
+// Text files, one case per line in the TestFloat manner (docs/REFERENCES.md section 6): a header naming the
 // operation and every option that decides the result, then hex inputs, hex expected outputs and a
 // flags field. A JSON manifest lists each file with its operation, header, case count and SHA-256.
 // Generate writes suites of such files; Verify replays a directory against a backend.

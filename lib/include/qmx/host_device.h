@@ -1,6 +1,6 @@
 // qmx/host_device.h: bit-level helpers shared by the CPU library and the CUDA backend (gpu/), compiled by
 // g++ and nvcc alike (STYLE.md rule 6): FP32 bit patterns, the UE8M0 scale rules on amax's bits (OCP MX
-// v1.0 6.3, seed 000 algorithm 1, torchao CEIL/EVEN), Transformer Engine's exp2f_rcp multiplier.
+// v1.0 6.3, MXFP8 recipes algorithm 1, torchao CEIL/EVEN), Transformer Engine's exp2f_rcp multiplier.
 #pragma once
 
 #include <cstdint>

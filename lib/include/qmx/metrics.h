@@ -1,6 +1,6 @@
 // qmx/metrics.h: error statistics between a reference tensor and its quantized image (MSE, SQNR, cosine,
-// bias, max errors), the Quartet projection-magnitude misalignment (seed 003, REFERENCES.md section 7),
-// kurtosis and tau-outliers (seed 001). Every sum runs in double over fixed chunks of the element index,
+// bias, max errors), the Quartet projection-magnitude misalignment (docs/REFERENCES.md section 7),
+// kurtosis and tau-outliers (FOG). Every sum runs in double over fixed chunks of the element index,
 // combined in chunk order, so results are the same bits for any thread count, SIMD target or call split.
 #pragma once
 
@@ -66,7 +66,7 @@ class ErrorAccumulator {
   size_t in_chunk_ = 0;
 };
 
-// Quartet's projection-magnitude misalignment (Castro et al. 2025, section 4.3; seed 003). For a group x
+// Quartet's projection-magnitude misalignment (Castro et al. 2025, section 4.3). For a group x
 // (in the domain the quantizer sees, i.e. after the Hadamard transform, which preserves <x, x>) and its
 // quantized image q, 1/S = <x, q> / <x, x>. The estimator is the mean of 1/S over every group of `group`
 // consecutive elements along each row (and over however many trials are Added), and the misalignment is
@@ -84,7 +84,7 @@ struct MisalignmentStats {
 MisalignmentStats ProjectionMisalignment(const float* x, const float* q, size_t rows, size_t cols, size_t group,
                                          Exec exec = Exec::kParallel);
 
-// FOG's kurtosis (seed 001): kurt(x) = mean(x^4) / mean(x^2)^2 per row, without centering (3 for a
+// FOG's kurtosis: kurt(x) = mean(x^4) / mean(x^2)^2 per row, without centering (3 for a
 // Gaussian, 1.8 for a uniform); rows that are all zero or hold a non-finite value are skipped.
 // tau-outliers: elements with |x_j| >= tau * rms(row).
 struct KurtosisStats {

@@ -1,7 +1,7 @@
 // qmx/quantize.h: quantizing whole tensors under a QuantSpec (element format, block shape, axis, scale
 // rule, cast options, NaN policy, seed) into a QuantizedTensor {codes, scales, shape, spec}, and back.
 // Block layouts follow OCP MX v1.0 (1x32), NVFP4 (1x16, 16x16), DeepSeek-V3 blockwise FP8 (1x128,
-// 128x128) and per-row / per-tensor FP8 scaling (REFERENCES.md section 3).
+// 128x128) and per-row / per-tensor FP8 scaling (docs/REFERENCES.md section 3).
 #pragma once
 
 #include <algorithm>

@@ -2,8 +2,9 @@
 // dW = dY^T X (WGRAD), each GEMM's operands quantized exactly as a recipe does it (which tensor, along
 // which axis, in which format, under which scale rule, with which transform and rounding), multiplied
 // under an accumulation model and measured against FP64 GEMMs of the unquantized tensors
-// (REFERENCES.md section 3; seeds 000, 002, 003, 004). A sequence of steps with drifting tensors and
-// outlier spikes drives the delayed-scaling amax histories (seed 001's kurtosis alongside).
+// (docs/REFERENCES.md section 3: the MXFP8 recipes paper, NVIDIA's scaling blog and FP8 talk, Quartet).
+// A sequence of steps with drifting tensors and
+// outlier spikes drives the delayed-scaling amax histories (FOG's kurtosis alongside).
 #pragma once
 
 #include <array>
@@ -34,7 +35,7 @@ const char* LinearTensorName(LinearTensor t);  // "X", "W", "dY"
 // How one GEMM operand is made. Every operand is quantized along its GEMM's K from a K-contiguous
 // high-precision copy: FPROP takes X (K = k) and W (K = k); DGRAD dY (K = n) and W^T, i.e. W column-wise;
 // WGRAD dY^T (K = m) and X^T, i.e. dY and X column-wise. So a "column-wise copy" is a fresh quantization of
-// the high-precision source along the other axis, never a transposed quantized tensor (seed 000).
+// the high-precision source along the other axis, never a transposed quantized tensor (MXFP8 recipes).
 enum class OperandKind : uint8_t {
   kBf16,       // RNE to BF16, no scales
   kSpec,       // qmx::Quantize under `spec` (its blocks run along K; 2-D blocks are the same either way)

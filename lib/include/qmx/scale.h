@@ -1,5 +1,5 @@
 // qmx/scale.h: how a block's (or a tensor's) scale is chosen from its largest magnitude
-// (REFERENCES.md section 3: OCP MX v1.0 6.3, seed 000 algorithm 1 / appendix A.1, torchao CEIL/EVEN,
+// (docs/REFERENCES.md section 3: OCP MX v1.0 6.3, MXFP8 recipes algorithm 1 / appendix A.1, torchao CEIL/EVEN,
 // P3109 max-finite, NVFP4's E4M3 block scale under an FP32 tensor scale, per-tensor FP8 scaling).
 #pragma once
 
@@ -18,7 +18,7 @@ enum class ScaleRule : uint8_t {
   // UE8M0 power-of-two scales X = 2^k; elements store V_i / X, taken exactly.
   kOcpFloor,   // "round-down": k = floor(log2 amax) - emax_elem (OCP MX v1.0 6.3, microxcaling, torchao FLOOR)
   kRoundUp,    // "rceil": X = amax / destmax (one FP32 division) rounded up to a power of two, k >= -127
-               // (seed 000 algorithm 1; cvt.rp.satfinite.ue8m0x2.f32; torchao RCEIL; Transformer Engine)
+               // (MXFP8 recipes algorithm 1; cvt.rp.satfinite.ue8m0x2.f32; torchao RCEIL; Transformer Engine)
   kCeil,       // torchao CEIL: the floor rule, plus one when amax's FP32 mantissa is nonzero
   kEven,       // torchao EVEN: amax rounded at the element's mantissa width (add half an element ulp
                // in FP32 bit space), then the floor rule
@@ -38,7 +38,7 @@ enum class ScaleRule : uint8_t {
 
 enum class ScaleFormat : uint8_t { kUe8m0, kE4m3, kFp32 };
 
-// What a block holding a NaN or an Inf gets (REFERENCES.md section 3: every library differs).
+// What a block holding a NaN or an Inf gets (docs/REFERENCES.md section 3: every library differs).
 enum class NanPolicy : uint8_t {
   kBlockNan,  // "block-nan": scale NaN (0xFF / E4M3 NaN / FP32 NaN), every element the element NaN code
               // (0 where the element format has none): the whole block decodes to NaN (OCP MX, microxcaling)
@@ -97,7 +97,7 @@ Fp32Scale Fp32ScaleFromAmax(float amax, float destmax, bool pow2, int margin = 0
 void Fp32ScalesFromAmaxes(const float* amax, size_t n, float destmax, bool pow2, int margin, Fp32Scale* out);
 
 // ----------------------------------------------------------------- NVFP4
-// Two named orders of operations (REFERENCES.md section 3; both read from Transformer Engine).
+// Two named orders of operations (docs/REFERENCES.md section 3; both read from Transformer Engine).
 // nvfp4 (TE's CUDA kernels, core_nvfp4.cuh, and its current Python reference):
 //   S_enc = min(fl32(2688 / tensor_amax), FLT_MAX), 1 when tensor_amax is 0 or S_enc is 0 (amax = Inf);
 //   S_dec = fl32(1 / S_enc);

@@ -55,7 +55,7 @@ void MergeStudyOutcome(StudyOutcome& total, const StudyOutcome& o);
 StudyOutcome RunStudyTrials(const float* x, size_t rows, size_t cols, const StudyMethod& m, int trials,
                             const std::function<void()>& after_trial = {});
 
-// Seed 001's theorem 1: a tensor with one outlier of value tau every `period` elements (at index 0, period,
+// FOG's theorem 1: a tensor with one outlier of value tau every `period` elements (at index 0, period,
 // 2 period, ...); the error of the other elements after FakeQuantize under spec, against the same tensor
 // with no outliers. One point per tau, in the order given; taus must be positive.
 struct OutlierSweepPoint {

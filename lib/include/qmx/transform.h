@@ -1,5 +1,5 @@
 // qmx/transform.h: block Hadamard transforms (normalized Walsh-Hadamard, sizes 16..256), the randomized
-// Hadamard transform with seeded sign flips (Quartet, seed 003; TE's NVFP4 wgrad RHT), their inverses, and
+// Hadamard transform with seeded sign flips (Quartet; TE's NVFP4 wgrad RHT), their inverses, and
 // QuEST's forward quantizer: Hadamard, then RMS-based clipping to the element grid, with its trust mask.
 #pragma once
 

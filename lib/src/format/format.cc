@@ -30,7 +30,7 @@ constexpr bool MinSubIs(const Format& f, int64_t num, int e2) {
   return SameValue(CodeSig(f, f.MinPositiveCode()), CodeExp(f, f.MinPositiveCode()), num, e2);
 }
 
-// The OCP tables of ../shared/docs/REFERENCES.md section 1, checked against the derived limits.
+// The OCP tables of docs/REFERENCES.md section 1, checked against the derived limits.
 static_assert(fmt::kE4M3.Bits() == 8 && MaxIs(fmt::kE4M3, 448, 0) && MinSubIs(fmt::kE4M3, 1, -9), "e4m3");
 static_assert(fmt::kE4M3.Emin() == -6 && fmt::kE4M3.MaxFiniteCode() == 0x7E && fmt::kE4M3.CanonicalNan() == 0x7F,
               "e4m3 codes");

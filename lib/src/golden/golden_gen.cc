@@ -1,5 +1,5 @@
 // golden_gen.cc: the suites, GenerateSuite, and the case building their generators (golden_gen_*.cc) share,
-// after TestFloat (REFERENCES.md section 6): boundary exponent tables around the destination's range crossed
+// after TestFloat (docs/REFERENCES.md section 6): boundary exponent tables around the destination's range crossed
 // with significand patterns (zero, one, all ones, walking ones, runs, and the destination's midpoints),
 // specials, and seeded random cases. Level 1 takes a small, seeded selection; level 2 the full cross products.
 #include "golden/golden_gen.h"

@@ -1,4 +1,4 @@
-// mx_ref.cc: the scalar reference of MX block quantization (OCP MX v1.0 section 6.3; seed 000 appendix
+// mx_ref.cc: the scalar reference of MX block quantization (OCP MX v1.0 section 6.3; MXFP8 recipes appendix
 // A.1 for the round-up scale), written independently of the fast path: amax in double, the scale by
 // ilogb or by the reference rounding routine, elements by RoundExact on the exactly scaled value.
 #include <algorithm>

@@ -40,7 +40,7 @@ QuantSpec WithElem(QuantSpec s, const Format& f) {
 
 QuantSpec Stochastic(QuantSpec s) {
   s.cast.rounding = Rounding::kSrA;
-  s.cast.sr_bits = 8;  // cvt.rs: 8 random bits per FP4 element (REFERENCES.md section 2)
+  s.cast.sr_bits = 8;  // cvt.rs: 8 random bits per FP4 element (docs/REFERENCES.md section 2)
   return s;
 }
 
@@ -70,7 +70,7 @@ TrainingRecipe MakeRecipe(const std::string& name) {
     TrainingRecipe r;
     r.name = name;
     r.summary = "BF16 operands (RNE), FP32 accumulation: the baseline";
-    r.source = "seed 004 (figure 6)";
+    r.source = "NVIDIA FP8 talk (figure 6)";
     r.gemms[0] = {LinearGemm::kFprop, Op(LinearTensor::kX, false, OperandKind::kBf16),
                   Op(LinearTensor::kW, false, OperandKind::kBf16), "fp32-seq", false};
     r.gemms[1] = {LinearGemm::kDgrad, Op(LinearTensor::kDy, false, OperandKind::kBf16),
@@ -86,7 +86,8 @@ TrainingRecipe MakeRecipe(const std::string& name) {
     return Uniform(name,
                    delayed ? "hybrid E4M3 forward / E5M2 gradients, per-tensor FP32 scales from an amax history"
                            : "hybrid E4M3 forward / E5M2 gradients, per-tensor FP32 scales from the current amax",
-                   te + (delayed ? " DelayedScaling(HYBRID); seeds 002, 004" : " Float8CurrentScaling(HYBRID); seeds 002, 004"),
+                   te + (delayed ? " DelayedScaling(HYBRID)" : " Float8CurrentScaling(HYBRID)") +
+                       "; NVIDIA scaling blog, NVIDIA FP8 talk",
                    e4, e4, WithElem(e4, fmt::kE5M2), "hopper-fp8-fast", "hopper-fp8", "hopper-fp8", delayed);
   }
   if (name == "fp8-blockwise") {
@@ -94,7 +95,7 @@ TrainingRecipe MakeRecipe(const std::string& name) {
     QuantSpec a = Spec("fp8-block1x128", "transformer-engine"), w = Spec("fp8-block128x128", "transformer-engine");
     a.rule = w.rule = ScaleRule::kFp32Pow2;
     return Uniform(name, "E4M3, 1x128 activations and gradients, 128x128 weights, power-of-two FP32 scales",
-                   te + " Float8BlockScaling (DeepSeek-V3 style); seed 004", a, w, a, "hopper-fp8", "hopper-fp8",
+                   te + " Float8BlockScaling (DeepSeek-V3 style); NVIDIA FP8 talk", a, w, a, "hopper-fp8", "hopper-fp8",
                    "hopper-fp8-vec");
   }
   if (name == "mxfp8" || name == "mxfp8-ocp" || name == "mxfp8-e5m2-grads") {
@@ -104,11 +105,11 @@ TrainingRecipe MakeRecipe(const std::string& name) {
     const std::string m = "blackwell-mxf8f6f4";
     if (ocp)
       return Uniform(name, "E4M3 1x32 along K for every GEMM, OCP round-down (floor) UE8M0 scales",
-                     "OCP MX v1.0 6.3; seed 000 (figure 5)", s, s, g, m, m, m);
+                     "OCP MX v1.0 6.3; MXFP8 recipes (figure 5)", s, s, g, m, m, m);
     if (g.elem.name != s.elem.name)
-      return Uniform(name, "MXFP8 with E5M2 gradients (round-up scales)", "seed 000 (figure 4)", s, s, g, m, m, m);
+      return Uniform(name, "MXFP8 with E5M2 gradients (round-up scales)", "MXFP8 recipes (figure 4)", s, s, g, m, m, m);
     return Uniform(name, "E4M3 1x32 along K for every GEMM, round-up UE8M0 scales, row- and column-wise copies",
-                   te + " MXFP8BlockScaling; seeds 000, 002, 004", s, s, g, m, m, m);
+                   te + " MXFP8BlockScaling; MXFP8 recipes, NVIDIA scaling blog, NVIDIA FP8 talk", s, s, g, m, m, m);
   }
   if (name == "nvfp4") {
     const QuantSpec x = Spec("nvfp4", "transformer-engine"), w = Spec("nvfp4-2d", "transformer-engine");
@@ -129,7 +130,7 @@ TrainingRecipe MakeRecipe(const std::string& name) {
     TrainingRecipe r;
     r.name = name;
     r.summary = "MXFP4: Hadamard-32 + QuEST forward, random Hadamard-32 + SR (3/4 range) backward";
-    r.source = "Quartet (seed 003), algorithm 1; quartet mxfp4_triton.py";
+    r.source = "Quartet, algorithm 1; quartet mxfp4_triton.py";
     const QuantSpec q = Spec("mxfp4-ocp");
     HadamardSpec h;
     h.block = 32;

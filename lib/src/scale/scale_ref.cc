@@ -21,7 +21,7 @@ uint8_t Ue8m0ScaleFromAmaxRef(double amax, const Format& elem, ScaleRule rule) {
   const FormatLimits lim = Limits(elem);
   if (rule == ScaleRule::kRoundUp) {
     // 1. decode_scale = amax / destmax, one FP32 division; 2. below 2^-127 -> 2^-127; 3. else round up to a
-    // power of two (seed 000 algorithm 1): the reference rounding routine into ue8m0 toward +Inf does both.
+    // power of two (MXFP8 recipes algorithm 1): the reference rounding routine into ue8m0 toward +Inf does both.
     const float q = static_cast<float>(amax) / static_cast<float>(lim.max_finite);
     const CastOptions up{Rounding::kRu, Saturation::kSatFinite};
     return static_cast<uint8_t>(ConvertF32(q, fmt::kUE8M0, up));

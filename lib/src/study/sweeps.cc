@@ -1,4 +1,4 @@
-// sweeps.cc: the study loops built on RunStudyMethod: repeated trials merged in order, and seed 001's
+// sweeps.cc: the study loops built on RunStudyMethod: repeated trials merged in order, and FOG's
 // theorem-1 outlier sweep (the error an injected outlier causes in the rest of its block).
 #include <algorithm>
 

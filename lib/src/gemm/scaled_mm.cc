@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <tuple>
 
 #include "qmx/error.h"
 #include "qmx/gemm.h"
 #include "qmx/round.h"
+#include "float_bits.h"
 
 namespace qmx {
 namespace {
@@ -23,16 +26,11 @@ constexpr SplitKEntry kSplitK[] = {
 
 std::string Dims(size_t r, size_t c) { return std::to_string(r) + " x " + std::to_string(c); }
 
-uint32_t FloatToBits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
 const Format& OutFormat(ScaledMmOut o) { return o == ScaledMmOut::kBF16 ? fmt::kBF16 : fmt::kFP16; }
 
 // Columns [k0, k1) of a row-major rows x cols code matrix (A's K range), or rows [k0, k1) (B's).
 GemmOperand SliceA(const ScaledMmArgs& x, size_t k0, size_t k1) {
+  if (k0 == 0 && k1 == x.k) return OperandFromCodes(x.a_format, x.m, x.k, x.a);  // unsplit: no gathered copy
   std::vector<uint8_t> c(x.m * (k1 - k0));
   for (size_t i = 0; i < x.m; ++i) std::memcpy(c.data() + i * (k1 - k0), x.a + i * x.k + k0, k1 - k0);
   return OperandFromCodes(x.a_format, x.m, k1 - k0, c.data());
@@ -98,12 +96,10 @@ ScaledMmOut ParseScaledMmOut(const std::string& s) {
 int CublasLtSplitK(size_t m, size_t n, size_t k, ScaledMmOut out) {
   if (k <= 4096) return 1;
   if (out == ScaledMmOut::kF16) return 0;
-  const auto key = [](const SplitKEntry& e) { return std::make_tuple(e.k, e.n, e.m); };
   const auto want = std::make_tuple(static_cast<uint64_t>(k), static_cast<uint64_t>(n), static_cast<uint64_t>(m));
-  const SplitKEntry* end = kSplitK + sizeof(kSplitK) / sizeof(kSplitK[0]);
-  const SplitKEntry* it = std::lower_bound(kSplitK, end, want, [&](const SplitKEntry& e, const auto& w) {
-    const auto [ek, en, em] = key(e);
-    return std::make_tuple(static_cast<uint64_t>(ek), static_cast<uint64_t>(en), static_cast<uint64_t>(em)) < w;
+  const SplitKEntry* end = std::end(kSplitK);
+  const SplitKEntry* it = std::lower_bound(std::begin(kSplitK), end, want, [](const SplitKEntry& e, const auto& w) {
+    return std::make_tuple(uint64_t{e.k}, uint64_t{e.n}, uint64_t{e.m}) < w;
   });
   if (it == end || it->k != k || it->n != n || it->m != m) return 0;
   return out == ScaledMmOut::kF32 ? it->f32 : it->bf16;
@@ -144,7 +140,7 @@ ScaledMmResult ScaledMm(const ScaledMmArgs& x) {
     r.scaling = b_blk ? "blockwise-128x128" : "blockwise-128x1";
     const std::vector<float> d = Accumulate(a, b, AccumModelByName(r.model), x.reference);
     r.bits.resize(d.size());
-    for (size_t i = 0; i < d.size(); ++i) r.bits[i] = FloatToBits(d[i]);
+    for (size_t i = 0; i < d.size(); ++i) r.bits[i] = detail::F32Bits(d[i]);
     return r;
   }
 
@@ -170,6 +166,9 @@ ScaledMmResult ScaledMm(const ScaledMmArgs& x) {
   CastOptions rne;
   rne.saturation = Saturation::kNoSat;  // overflow to Inf, as the GPU's cvt.rn does
   const float alpha = x.scale_a[0] * x.scale_b[0];  // per tensor: fl32(sa * sb)
+  std::vector<float> bias;  // decoded once per column
+  if (x.bias != nullptr)
+    for (size_t j = 0; j < x.n; ++j) bias.push_back(DecodeToFloat(OutFormat(x.out), x.bias[j]));
   r.bits.resize(x.m * x.n);
   for (size_t i = 0; i < x.m; ++i) {
     for (size_t j = 0; j < x.n; ++j) {
@@ -180,9 +179,9 @@ ScaledMmResult ScaledMm(const ScaledMmArgs& x) {
       } else {
         v = v * alpha;
       }
-      if (x.bias != nullptr) v = v + DecodeToFloat(OutFormat(x.out), x.bias[j]);
+      if (!bias.empty()) v = v + bias[j];
       r.bits[i * x.n + j] = x.out == ScaledMmOut::kF32
-                                ? FloatToBits(v)
+                                ? detail::F32Bits(v)
                                 : static_cast<uint32_t>(ConvertF32(v, OutFormat(x.out), rne));
     }
   }

@@ -22,6 +22,7 @@
 #include "qmx/error.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
+#include "support/hex.h"
 #include "support/naive_round.h"
 
 #ifdef QMX_HAVE_CUDA_HEADERS
@@ -46,12 +47,6 @@ using qmx::Saturation;
 constexpr uint64_t kSweepSeed = 0x5EED5EEDull;  // stochastic rounding: bits of element k are Philox(seed, k)
 constexpr size_t kChunk = size_t{1} << 22;       // inputs per pass over the modes and targets
 constexpr size_t kBlock = 4096;                  // inputs per OpenMP work item
-
-float BitsToFloat(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // The CUDA host function for (format, options), or nullptr where NVIDIA defines no such operation.
 // CUDA's NaN is positive (nan_sign positive), its FP6/FP4 NaN is the largest finite (nan_fallback max),
@@ -221,7 +216,7 @@ uint32_t InputAt(uint64_t k, bool sample, uint64_t n_strided) {
   if (m->printed < 10) {
     ++m->printed;
     std::printf("  MISMATCH %s: input 0x%08x (%.9g) reference 0x%02llx %s 0x%02llx\n", m->Name(f).c_str(), u,
-                BitsToFloat(u), static_cast<unsigned long long>(got), what, static_cast<unsigned long long>(want));
+                qmx::test::BitsFloat(u), static_cast<unsigned long long>(got), what, static_cast<unsigned long long>(want));
   }
 }
 
@@ -244,14 +239,14 @@ inline uint64_t CheckBlock(const Format& dst, const Block& b, Mode* m, const qmx
     const uint64_t got = qmx::Convert(qmx::fmt::kFP32, u, dst, opt, r).code;
     b.codes[j] = static_cast<uint8_t>(got);
     if (m->cuda != nullptr && !(unsigned_skip && (u >> 31))) {
-      const uint64_t want = m->cuda(BitsToFloat(u));
+      const uint64_t want = m->cuda(qmx::test::BitsFloat(u));
       if (got != want) {
         ++bad;
         Report(dst, m, "cuda", u, got, want);
       }
     }
     if (naive != nullptr) {
-      const uint64_t want = naive->Round(static_cast<double>(BitsToFloat(u)), opt, r);
+      const uint64_t want = naive->Round(static_cast<double>(qmx::test::BitsFloat(u)), opt, r);
       if (got != want) {
         ++bad;
         Report(dst, m, "naive", u, got, want);

@@ -35,6 +35,7 @@ void PrintRow(const gpu::XvalRow& r) {
               static_cast<unsigned long long>(r.mismatches), r.seconds);
   if (!r.skipped.empty()) std::printf("       skipped: %s\n", r.skipped.c_str());
   for (const auto& f : r.first) std::printf("       %s\n", f.c_str());
+  for (const auto& n : r.notes) std::printf("       note: %s\n", n.c_str());
   std::fflush(stdout);
 }
 
@@ -72,7 +73,7 @@ void RunXval(const XvalArgs& a) {
     else ++ran;
     if (r.mismatches && !r.informational) ++bad;
     j["rows"].push_back({{"group", r.group}, {"op", r.op}, {"reference", r.reference}, {"cases", r.cases},
-                         {"mismatches", r.mismatches}, {"skipped", r.skipped}, {"informational", r.informational}, {"first", r.first}, {"seconds", r.seconds}});
+                         {"mismatches", r.mismatches}, {"skipped", r.skipped}, {"informational", r.informational}, {"first", r.first}, {"notes", r.notes}, {"seconds", r.seconds}});
   }
   j["summary"] = {{"rows", rows.size()}, {"ran", ran}, {"skipped", skipped}, {"failing", bad}, {"cases", cases}};
   if (!a.json.empty()) WriteFileAtomic(a.json, j.dump(2) + "\n");

@@ -100,6 +100,8 @@ std::vector<uint8_t> KMajor(const GemmOperand& o, bool is_b, size_t& bytes) {
 
 }  // namespace
 
+static_assert(CublasAlgo::kReduceInComputeType == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, "cublasLt.h's value");
+
 const char* CublasModeName(CublasMode m) {
   switch (m) {
     case CublasMode::kTensorwise: return "tensorwise";
@@ -183,8 +185,10 @@ std::string CublasSupport(CublasMode mode, const GemmOperand& a, const GemmOpera
   return what + ": unknown mode";
 }
 
-std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, CublasMode mode) {
+std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, CublasMode mode, CublasAlgo* algo,
+                                int split_k) {
   if (std::string why = CublasSupport(mode, a, b); !why.empty()) throw Error(why);
+  if (split_k < 0) throw Error("cuBLASLt: split_k must be 0 (the heuristic's choice) or a positive count");
   const size_t m = a.rows, k = a.cols, n = b.cols;
   size_t a_bytes = 0, b_bytes = 0;
   const std::vector<uint8_t> ak = KMajor(a, false, a_bytes), bk = KMajor(b, true, b_bytes);
@@ -288,6 +292,32 @@ std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, Cubl
   CheckLt(cublasLtMatmulAlgoGetHeuristic(h.h, desc.d, la.l, lb.l, lc.l, lc.l, pref.p, 1, &heur, &found),
           "cublasLtMatmulAlgoGetHeuristic");
   if (found == 0) throw Error(std::string("cuBLASLt found no algorithm for ") + CublasModeName(mode));
+  if (split_k > 0) {  // the same kernel, another numSplitsK (and, when split, the FP32 reduction)
+    const uint32_t scheme = split_k > 1 ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : CUBLASLT_REDUCTION_SCHEME_NONE;
+    const int32_t splits = split_k;
+    CheckLt(cublasLtMatmulAlgoConfigSetAttribute(&heur.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits)),
+            "setting numSplitsK");
+    CheckLt(cublasLtMatmulAlgoConfigSetAttribute(&heur.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme)),
+            "setting the reduction scheme");
+    cublasLtMatmulHeuristicResult_t checked{};
+    const cublasStatus_t s = cublasLtMatmulAlgoCheck(h.h, desc.d, la.l, lb.l, lc.l, lc.l, &heur.algo, &checked);
+    if (s != CUBLAS_STATUS_SUCCESS || checked.workspaceSize > ws_bytes)
+      throw Error("cuBLASLt: the heuristic's algorithm for " + std::string(CublasModeName(mode)) + " does not run with numSplitsK = " +
+                  std::to_string(split_k) + " on " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k) +
+                  " (cublasLtMatmulAlgoCheck status " + std::to_string(static_cast<int>(s)) + ", " + StatusName(s) + ")");
+  }
+  if (algo != nullptr) {
+    const auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr, auto& v, const char* what) {
+      size_t written = 0;
+      CheckLt(cublasLtMatmulAlgoConfigGetAttribute(&heur.algo, attr, &v, sizeof(v), &written), what);
+    };
+    *algo = CublasAlgo{};
+    get(CUBLASLT_ALGO_CONFIG_ID, algo->id, "reading the algorithm id");
+    get(CUBLASLT_ALGO_CONFIG_TILE_ID, algo->tile, "reading the tile");
+    get(CUBLASLT_ALGO_CONFIG_STAGES_ID, algo->stages, "reading the stages");
+    get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, algo->split_k, "reading numSplitsK");
+    get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, algo->reduction, "reading the reduction scheme");
+  }
   CheckLt(cublasLtMatmul(h.h, desc.d, &alpha, db.get(), la.l, da.get(), lb.l, &beta, dd.get(), lc.l, dd.get(), lc.l,
                          &heur.algo, ws.get(), ws_bytes, 0),
           "cublasLtMatmul");

@@ -19,6 +19,7 @@
 #include "qmx/gpu.h"
 #include "qmx/host_device.h"
 #include "qmx/quantize.h"
+#include "qmx/scaled_mm.h"
 
 namespace qmx::gpu {
 namespace {
@@ -420,6 +421,93 @@ void SetRandomBlockScales(GemmOperand& o, size_t br, size_t bc, std::mt19937_64&
   SetBlockScales(o, ScaleFormat::kFp32, br, bc, raw.data());
 }
 
+// torch._scaled_mm's model (qmx/scaled_mm.h) for per-tensor operands with numSplitsK = splits: FP32 output.
+std::vector<float> ScaledMmModel(const GemmOperand& a, const GemmOperand& b, bool fast, int splits) {
+  ScaledMmArgs x;
+  x.a_format = a.elem;
+  x.b_format = b.elem;
+  x.m = a.rows;
+  x.n = b.cols;
+  x.k = a.cols;
+  x.a = a.codes.data();
+  x.b = b.codes.data();
+  x.scale_a = &a.tensor_scale;
+  x.scale_b = &b.tensor_scale;
+  x.fast_accum = fast;
+  x.split_k = splits;
+  const ScaledMmResult r = ScaledMm(x);
+  std::vector<float> d(r.bits.size());
+  for (size_t i = 0; i < d.size(); ++i) d[i] = hd::F32FromBits(r.bits[i]);
+  return d;
+}
+
+std::string AlgoText(const CublasAlgo& al) {
+  return "algo " + std::to_string(al.id) + " tile " + std::to_string(al.tile) + " stages " + std::to_string(al.stages) +
+         " numSplitsK " + std::to_string(al.split_k) + " reduction " + std::to_string(al.reduction);
+}
+
+// Per-tensor FP8 GEMMs at large K and skinny shapes, where cuBLASLt's heuristic picks split-K kernels: the
+// device against scaled_mm's model with the numSplitsK the device ran (read from the algorithm; only the
+// FP32 reduction, scheme 2, is modelled), then one kernel forced to split counts the heuristic does not
+// choose (the model's partition of K into 128-element tiles at uneven counts, and a K with a part tile).
+void SplitKRows(const XvalOptions& opt, const DeviceInfo& dev, std::mt19937_64& g, const std::function<void(XvalRow&&)>& emit) {
+  struct Shape {
+    size_t m, n, k;
+    const char* fb;
+  };
+  std::vector<Shape> shapes = {{16, 64, 16384, "e4m3"}, {64, 128, 8192, "e4m3"}, {16, 256, 12288, "e5m2"}};
+  if (!opt.quick)
+    shapes.insert(shapes.end(), {{16, 1024, 65536, "e4m3"}, {16, 64, 131072, "e4m3"}, {256, 256, 16384, "e4m3"},
+                                 {48, 2048, 24576, "e4m3"}, {16, 8192, 28672, "e4m3"}, {128, 1024, 28672, "e5m2"},
+                                 {32, 4096, 8192, "e4m3"}, {4096, 16, 4096, "e4m3"}});
+  for (CublasMode mode : {CublasMode::kTensorwise, CublasMode::kTensorwiseFast}) {
+    const bool fast = mode == CublasMode::kTensorwiseFast;
+    for (const bool forced : {false, true}) {
+      XvalRow r;
+      r.group = "gemm";
+      r.op = std::string("cuBLASLt ") + CublasModeName(mode) + (forced ? " FP8, forced numSplitsK" : " FP8, large K / skinny");
+      r.reference = CublasModeModel(mode, dev).empty() ? "(no model for this device)" : "scaled_mm (" + CublasModeModel(mode, dev) + ", split-K)";
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::vector<Shape> todo = forced ? std::vector<Shape>{{64, 256, 8192, "e4m3"}, {32, 128, 8224, "e4m3"}} : shapes;
+      const std::vector<int> counts = forced ? std::vector<int>{2, 3, 5, 7, 16} : std::vector<int>{0};
+      for (size_t si = 0; si < todo.size() && r.skipped.empty(); ++si) {
+        const Shape& sh = todo[si];
+        const Format& fb = GetFormat(sh.fb);
+        const std::vector<uint8_t> ac = Codes(g, sh.m, sh.k, fmt::kE4M3, si % 2 ? "wide" : "normal");
+        const std::vector<uint8_t> bc = Codes(g, sh.k, sh.n, fb, si % 3 == 2 ? "bits" : "normal");
+        GemmOperand a = OperandFromCodes(fmt::kE4M3, sh.m, sh.k, ac.data()), b = OperandFromCodes(fb, sh.k, sh.n, bc.data());
+        if (si == 1) {  // scales other than 1: where the split's partial sums meet the scale
+          a.tensor_scale = 0.37109375f / 3;
+          b.tensor_scale = 5.3f;
+        }
+        r.skipped = CublasSupport(mode, a, b);
+        if (r.skipped.empty() && r.reference.front() == '(') r.skipped = "no accumulation model is known for this mode on " + dev.name;
+        if (!r.skipped.empty()) break;
+        const std::string shape = std::to_string(sh.m) + "x" + std::to_string(sh.n) + "x" + std::to_string(sh.k) + " " + sh.fb;
+        for (const int want : counts) {
+          CublasAlgo al;
+          std::vector<float> d;
+          try {
+            d = GemmCublasLt(a, b, mode, &al, want);
+          } catch (const Error& e) {
+            r.notes.push_back(shape + ": " + e.what());
+            continue;
+          }
+          r.notes.push_back(shape + ": " + AlgoText(al));
+          if (al.split_k > 1 && al.reduction != CublasAlgo::kReduceInComputeType) {
+            Note(r, opt.max_show, shape + ": reduction scheme " + std::to_string(al.reduction) + " is not modelled");
+            continue;
+          }
+          CompareD(r, opt.max_show, d, ScaledMmModel(a, b, fast, al.split_k), sh.n, shape + " split " + std::to_string(al.split_k));
+        }
+      }
+      if (r.skipped.empty() && r.cases == 0) r.skipped = "cuBLASLt ran none of these shapes or split counts (see the notes)";
+      r.seconds = Seconds(t0);
+      emit(std::move(r));
+    }
+  }
+}
+
 void GemmRows(const XvalOptions& opt, const std::function<void(XvalRow&&)>& emit) {
   const DeviceInfo& dev = Device();
   const size_t big = opt.quick ? 128 : 512;
@@ -473,6 +561,7 @@ void GemmRows(const XvalOptions& opt, const std::function<void(XvalRow&&)>& emit
     r.seconds = Seconds(t0);
     emit(std::move(r));
   }
+  SplitKRows(opt, dev, g, emit);
   // Hopper blockwise FP32 scales: A 1x128 with B 128x128 or 1x128 (along K).
   for (CublasMode mode : {CublasMode::kBlockwise, CublasMode::kBlockwiseVec}) {
     XvalRow r;

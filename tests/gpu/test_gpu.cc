@@ -11,6 +11,7 @@
 #include "qmx/convert.h"
 #include "qmx/gpu.h"
 #include "qmx/quantize.h"
+#include "qmx/scaled_mm.h"
 #include "support/hex.h"
 
 namespace {
@@ -135,6 +136,38 @@ TEST_CASE("gpu: cuBLASLt FP8 GEMMs equal the Hopper models", "[gpu]") {
     size_t bad = 0;
     for (size_t i = 0; i < d.size(); ++i) bad += FloatBits(d[i]) != FloatBits(e[i]);
     CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("gpu: cuBLASLt split-K equals scaled_mm's split-K model", "[gpu]") {
+  if (!HaveGpu()) return;
+  const size_t m = 32, n = 128, k = 8224;  // 64 whole 128-element tiles and a part one
+  std::vector<uint8_t> a(m * k), b(k * n);
+  uint32_t s = 777;
+  for (auto& v : a) { s = s * 1664525u + 1013904223u; v = static_cast<uint8_t>((s >> 24) % 0x7E) | ((s >> 8) & 0x80); }
+  for (auto& v : b) { s = s * 1664525u + 1013904223u; v = static_cast<uint8_t>((s >> 24) % 0x7E) | ((s >> 8) & 0x80); }
+  const GemmOperand ga = OperandFromCodes(fmt::kE4M3, m, k, a.data()), gb = OperandFromCodes(fmt::kE4M3, k, n, b.data());
+  for (auto mode : {gpu::CublasMode::kTensorwise, gpu::CublasMode::kTensorwiseFast}) {
+    const std::string why = gpu::CublasSupport(mode, ga, gb);
+    if (!why.empty() || gpu::CublasModeModel(mode, gpu::Device()).empty()) {
+      WARN("skipped " << gpu::CublasModeName(mode) << ": " << (why.empty() ? "no model for this device" : why));
+      continue;
+    }
+    for (const int splits : {1, 3, 7}) {
+      gpu::CublasAlgo algo;
+      const std::vector<float> d = gpu::GemmCublasLt(ga, gb, mode, &algo, splits);
+      REQUIRE(algo.split_k == splits);
+      const float one = 1.0f;
+      ScaledMmArgs x;
+      x.m = m, x.n = n, x.k = k, x.a = a.data(), x.b = b.data(), x.scale_a = &one, x.scale_b = &one;
+      x.fast_accum = mode == gpu::CublasMode::kTensorwiseFast;
+      x.split_k = splits;
+      const ScaledMmResult e = ScaledMm(x);
+      size_t bad = 0;
+      for (size_t i = 0; i < d.size(); ++i) bad += FloatBits(d[i]) != e.bits[i];
+      INFO(gpu::CublasModeName(mode) << " numSplitsK " << splits);
+      CHECK(bad == 0);
+    }
   }
 }
 

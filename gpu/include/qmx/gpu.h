@@ -83,7 +83,20 @@ CublasMode ParseCublasMode(const std::string& s);
 std::string CublasModeModel(CublasMode m, const DeviceInfo& dev);
 // Whether the device can run the mode on these operands: "" or the reason.
 std::string CublasSupport(CublasMode m, const GemmOperand& a, const GemmOperand& b);
-std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, CublasMode mode);
+// The kernel configuration cuBLASLt ran (cublasLtMatmulAlgoConfigGetAttribute on the algorithm used).
+struct CublasAlgo {
+  int32_t id = 0;          // CUBLASLT_ALGO_CONFIG_ID
+  uint32_t tile = 0;       // CUBLASLT_ALGO_CONFIG_TILE_ID
+  uint32_t stages = 0;     // CUBLASLT_ALGO_CONFIG_STAGES_ID
+  int32_t split_k = 1;     // CUBLASLT_ALGO_CONFIG_SPLITK_NUM: numSplitsK
+  uint32_t reduction = 0;  // CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME: 0 none, 1 in place, 2 compute type, 4 output type
+  static constexpr uint32_t kReduceInComputeType = 2;  // CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
+};
+// split_k > 0 runs the heuristic's algorithm with numSplitsK = split_k instead of its own choice (for
+// split_k > 1 with the partial sums reduced in the compute type, FP32); Error where the algorithm cannot.
+// algo, when given, receives the configuration that ran.
+std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, CublasMode mode, CublasAlgo* algo = nullptr,
+                                int split_k = 0);
 
 // A raw tensor-core kernel: mma.sync.aligned.m16n8k32.row.col.f32.{e4m3,e5m2}.{e4m3,e5m2}.f32 (sm_89+), one
 // warp per 16 x 8 tile of D, the accumulator carried in registers from k-step to k-step with no promotion
@@ -122,6 +135,7 @@ struct XvalRow {
   bool informational = false;  // an observation (the raw mma.sync kernel against candidate models): its
                                // mismatches are reported but fail nothing
   std::vector<std::string> first;  // first mismatches, in hex
+  std::vector<std::string> notes;  // what the device chose (e.g. cuBLASLt's kernel and numSplitsK per shape)
   double seconds = 0;
 };
 

@@ -111,7 +111,7 @@ Source MakeSource(DType t, const std::vector<float>& x) {
   return s;
 }
 
-void CheckSame(const QuantizedTensor& a, const QuantizedTensor& b, const std::string& what) {
+void CheckSameNvfp4(const QuantizedTensor& a, const QuantizedTensor& b, const std::string& what) {
   INFO(what);
   REQUIRE(a.codes.size() == b.codes.size());
   REQUIRE(a.scales.size() == b.scales.size());
@@ -183,8 +183,8 @@ void CheckEverySpec(const std::vector<float>& x, size_t rows, size_t cols, float
           const QuantSpec spec = Nvfp4Spec(rule, nan, r, block_rows);
           const QuantizedTensor want = QuantizeRef(v, spec);
           const std::string what = Name(spec, t, scale, rows, cols);
-          CheckSame(Quantize(v, spec, Exec::kSequential), want, what);
-          CheckSame(Quantize(v, spec, Exec::kParallel), want, what + " parallel");
+          CheckSameNvfp4(Quantize(v, spec, Exec::kSequential), want, what);
+          CheckSameNvfp4(Quantize(v, spec, Exec::kParallel), want, what + " parallel");
         }
       }
     }
@@ -229,8 +229,8 @@ TEST_CASE("NVFP4 16x16 blocks on every SIMD target: ragged strips and groups", "
         // A given amax below the real one: the blocks' maxima from the data, and saturated scales.
         const QuantizedTensor want_given = QuantizeNvfp4WithAmaxRef(v, spec, 1000.0f);
         OnEveryTarget({1, 2}, DescribeSpec(spec), [&](const std::string& what) {
-          CheckSame(Quantize(v, spec), want, what);
-          CheckSame(QuantizeNvfp4WithAmax(v, spec, 1000.0f), want_given, what + " amax given");
+          CheckSameNvfp4(Quantize(v, spec), want, what);
+          CheckSameNvfp4(QuantizeNvfp4WithAmax(v, spec, 1000.0f), want_given, what + " amax given");
         });
       }
     }
@@ -252,8 +252,8 @@ TEST_CASE("NVFP4 quantization with a given tensor amax equals the reference, sat
           const QuantSpec spec = Nvfp4Spec(rule, NanPolicy::kIgnore, r, block_rows);
           const QuantizedTensor want = QuantizeNvfp4WithAmaxRef(v, spec, amax);
           const std::string what = DescribeSpec(spec) + " amax " + std::to_string(amax);
-          CheckSame(QuantizeNvfp4WithAmax(v, spec, amax, Exec::kSequential), want, what);
-          CheckSame(QuantizeNvfp4WithAmax(v, spec, amax, Exec::kParallel), want, what + " parallel");
+          CheckSameNvfp4(QuantizeNvfp4WithAmax(v, spec, amax, Exec::kSequential), want, what);
+          CheckSameNvfp4(QuantizeNvfp4WithAmax(v, spec, amax, Exec::kParallel), want, what + " parallel");
         }
       }
     }
@@ -283,7 +283,7 @@ TEST_CASE("NVFP4 quantization equals the reference on every SIMD target and thre
           QuantSpec spec = Nvfp4Spec(rule, NanPolicy::kIgnoreNan, r, block_rows);
           spec.axis = axis;
           const QuantizedTensor want = QuantizeRef(v, spec);
-          OnEveryTarget({1, 2, 3}, DescribeSpec(spec), [&](const std::string& what) { CheckSame(Quantize(v, spec), want, what); });
+          OnEveryTarget({1, 2, 3}, DescribeSpec(spec), [&](const std::string& what) { CheckSameNvfp4(Quantize(v, spec), want, what); });
         }
       }
     }
@@ -312,7 +312,7 @@ TEST_CASE("NVFP4 block maxima from the amax pass: leftover blocks and specials a
           const QuantizedTensor want = QuantizeRef(v, spec);
           for (const std::string& target : SimdTargets()) {
             ForceSimdTarget(target);
-            CheckSame(Quantize(v, spec, Exec::kSequential), want,
+            CheckSameNvfp4(Quantize(v, spec, Exec::kSequential), want,
                       Name(spec, t, 1.0f, rows, cols) + " special " + std::to_string(special) + " " + target);
           }
           ForceSimdTarget("");
@@ -337,7 +337,7 @@ TEST_CASE("NVFP4 quantization past the non-temporal threshold equals the referen
     OnEveryTarget({1, 2}, DescribeSpec(spec), [&](const std::string& what) {
       const QuantizedTensor got = Quantize(v, spec);
       CHECK(reinterpret_cast<uintptr_t>(got.codes.data()) % 64 == 0);
-      CheckSame(got, want, what);
+      CheckSameNvfp4(got, want, what);
     });
   }
   omp_set_num_threads(saved);
@@ -525,7 +525,7 @@ TEST_CASE("NVFP4 quantization of FP32 input at every 4-byte offset from a 64-byt
         std::memcpy(line + off, x.data(), x.size() * 4);
         const TensorView v{DType::kF32, line + off, rows, cols};
         OnEveryTarget({1, 2}, DescribeSpec(spec) + " offset " + std::to_string(off),
-                      [&](const std::string& what) { CheckSame(Quantize(v, spec), want, what); });
+                      [&](const std::string& what) { CheckSameNvfp4(Quantize(v, spec), want, what); });
       }
     }
   }

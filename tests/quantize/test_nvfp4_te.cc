@@ -22,9 +22,9 @@ using namespace qmx;
 
 namespace {
 
-NpyArray Golden(const std::string& name) { return ReadNpy(std::string(QMX_SOURCE_DIR) + "/golden/nvfp4-te/" + name + ".npy"); }
+NpyArray TeGolden(const std::string& name) { return ReadNpy(std::string(QMX_SOURCE_DIR) + "/golden/nvfp4-te/" + name + ".npy"); }
 
-size_t Differ(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, const std::string& what) {
+size_t DifferFromTe(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, const std::string& what) {
   REQUIRE(a.size() == b.size());
   size_t bad = 0;
   for (size_t i = 0; i < a.size(); ++i)
@@ -47,21 +47,21 @@ TEST_CASE("nvfp4 and nvfp4-4over6 reproduce Transformer Engine's reference quant
   // its global amax; rowmag's rows lie 2^-24 .. 2^21 apart, so row and tensor scaling differ there).
   for (const bool row : {false, true})
     for (const char* name : {"normal", "logmag", "heavy", "rowmag", "orders-default", "orders-4over6"}) {
-      const NpyArray x = Golden(std::string(name) + "_x");
+      const NpyArray x = TeGolden(std::string(name) + "_x");
       const TensorView v{DType::kF32, x.data.data(), x.shape[0], x.shape[1]};
       for (const Mode& m : modes) {
         const std::string file = std::string(name) + (row ? "_row-" : "_") + m.name;
         INFO(file);
-        const NpyArray scales = Golden(file + "_scales"), codes = Golden(file + "_codes");
+        const NpyArray scales = TeGolden(file + "_scales"), codes = TeGolden(file + "_codes");
         QuantSpec spec = QuantSpecByName(row ? "nvfp4-row" : "nvfp4");
         spec.rule = m.rule;
         const QuantizedTensor q = Quantize(v, spec), r = QuantizeRef(v, spec);
-        CHECK(Differ(q.scales, scales.data, "scale") == 0);
-        CHECK(Differ(qmx::test::PlainCodes(q.codes), codes.data, "code") == 0);
-        CHECK(Differ(r.scales, scales.data, "reference scale") == 0);
-        CHECK(Differ(qmx::test::PlainCodes(r.codes), codes.data, "reference code") == 0);
+        CHECK(DifferFromTe(q.scales, scales.data, "scale") == 0);
+        CHECK(DifferFromTe(qmx::test::PlainCodes(q.codes), codes.data, "code") == 0);
+        CHECK(DifferFromTe(r.scales, scales.data, "reference scale") == 0);
+        CHECK(DifferFromTe(qmx::test::PlainCodes(r.codes), codes.data, "reference code") == 0);
         if (row) {
-          const NpyArray tensor = Golden(std::string(name) + "_" + m.name + "_codes");
+          const NpyArray tensor = TeGolden(std::string(name) + "_" + m.name + "_codes");
           for (size_t i = 0; i < tensor.data.size(); ++i) row_vs_tensor += tensor.data[i] != codes.data[i];
         } else if (m.rule == ScaleRule::kNvfp4FourOverSix) {
           // Map-to-4 or map-to-6: which candidate's byte each block holds.
@@ -72,7 +72,7 @@ TEST_CASE("nvfp4 and nvfp4-4over6 reproduce Transformer Engine's reference quant
             const uint8_t s6 = static_cast<uint8_t>(ConvertF32((amax / 6.0f) * s_enc, fmt::kE4M3, CastOptions{}));  // map-to-6
             (q.scales[b] == s6 ? map6 : map4) += 1;
           }
-          const NpyArray mse = Golden(std::string(name) + "_4over6-mse_scales");
+          const NpyArray mse = TeGolden(std::string(name) + "_4over6-mse_scales");
           for (size_t b = 0; b < q.scales.size(); ++b) mae_mse_differ += mse.data[b] != scales.data[b];
         }
       }

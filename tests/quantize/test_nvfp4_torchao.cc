@@ -18,7 +18,7 @@ using namespace qmx;
 
 namespace {
 
-NpyArray Golden(const std::string& name) { return ReadNpy(std::string(QMX_SOURCE_DIR) + "/golden/nvfp4-torchao/" + name + ".npy"); }
+NpyArray TorchaoGolden(const std::string& name) { return ReadNpy(std::string(QMX_SOURCE_DIR) + "/golden/nvfp4-torchao/" + name + ".npy"); }
 
 QuantSpec Spec(ScaleRule rule) {
   QuantSpec s = QuantSpecByName("nvfp4");
@@ -26,7 +26,7 @@ QuantSpec Spec(ScaleRule rule) {
   return s;
 }
 
-size_t Differ(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, const std::string& what) {
+size_t DifferFromTorchao(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, const std::string& what) {
   REQUIRE(a.size() == b.size());
   size_t bad = 0;
   for (size_t i = 0; i < a.size(); ++i)
@@ -40,9 +40,9 @@ TEST_CASE("nvfp4-torchao reproduces torchao's NVFP4Tensor.to_nvfp4 and dequantiz
   size_t te_scale_differences = 0;
   for (const char* name : {"normal", "logmag", "heavy", "rows_bf16"}) {
     INFO(name);
-    const NpyArray x = Golden(std::string(name) + "_x"), scales = Golden(std::string(name) + "_scales"),
-                   codes = Golden(std::string(name) + "_codes"), pts = Golden(std::string(name) + "_pts"),
-                   dq = Golden(std::string(name) + "_dq");
+    const NpyArray x = TorchaoGolden(std::string(name) + "_x"), scales = TorchaoGolden(std::string(name) + "_scales"),
+                   codes = TorchaoGolden(std::string(name) + "_codes"), pts = TorchaoGolden(std::string(name) + "_pts"),
+                   dq = TorchaoGolden(std::string(name) + "_dq");
     TensorView v;
     v.dtype = x.dtype == DType::kU16 ? DType::kBF16 : DType::kF32;
     v.data = x.data.data();
@@ -50,18 +50,18 @@ TEST_CASE("nvfp4-torchao reproduces torchao's NVFP4Tensor.to_nvfp4 and dequantiz
     v.cols = x.shape[1];
     for (Exec exec : {Exec::kParallel, Exec::kSequential}) {
       const QuantizedTensor q = Quantize(v, Spec(ScaleRule::kNvfp4Torchao), exec);
-      CHECK(Differ(q.scales, scales.data, "scale") == 0);
-      CHECK(Differ(qmx::test::PlainCodes(q.codes), codes.data, "code") == 0);
+      CHECK(DifferFromTorchao(q.scales, scales.data, "scale") == 0);
+      CHECK(DifferFromTorchao(qmx::test::PlainCodes(q.codes), codes.data, "code") == 0);
       CHECK(std::memcmp(&q.tensor_decode, pts.data.data(), 4) == 0);
       std::vector<float> out(q.codes.size());
       Dequantize(q, out.data());
       std::vector<uint8_t> got(out.size() * 4);
       std::memcpy(got.data(), out.data(), got.size());
-      CHECK(Differ(got, dq.data, "dequantized byte") == 0);
+      CHECK(DifferFromTorchao(got, dq.data, "dequantized byte") == 0);
     }
     const QuantizedTensor r = QuantizeRef(v, Spec(ScaleRule::kNvfp4Torchao));
-    CHECK(Differ(r.scales, scales.data, "reference scale") == 0);
-    CHECK(Differ(qmx::test::PlainCodes(r.codes), codes.data, "reference code") == 0);
+    CHECK(DifferFromTorchao(r.scales, scales.data, "reference scale") == 0);
+    CHECK(DifferFromTorchao(qmx::test::PlainCodes(r.codes), codes.data, "reference code") == 0);
     for (ScaleRule te : {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div}) {
       const QuantizedTensor t = Quantize(v, Spec(te));
       for (size_t i = 0; i < t.scales.size(); ++i) te_scale_differences += t.scales[i] != scales.data[i];

@@ -58,7 +58,7 @@ std::string Where(const QuantSpec& s, const TensorView& x) {
   return DescribeSpec(s) + " on " + std::to_string(x.rows) + "x" + std::to_string(x.cols) + " " + DTypeName(x.dtype);
 }
 
-void CheckSame(const QuantizedTensor& a, const QuantizedTensor& b, const std::string& what) {
+void CheckSameQuantized(const QuantizedTensor& a, const QuantizedTensor& b, const std::string& what) {
   INFO(what);
   REQUIRE(a.codes.size() == b.codes.size());
   REQUIRE(a.scales.size() == b.scales.size());
@@ -96,8 +96,8 @@ TEST_CASE("Quantize equals the reference for every recipe, axis, source type and
             const TensorView x{t, t == DType::kF32 ? static_cast<const void*>(xf.data()) : xb.data(), rows, cols};
             const QuantizedTensor want = QuantizeRef(x, spec);
             const std::string what = Where(spec, x);
-            CheckSame(Quantize(x, spec, Exec::kSequential), want, what);
-            CheckSame(Quantize(x, spec, Exec::kParallel), want, what + " parallel");
+            CheckSameQuantized(Quantize(x, spec, Exec::kSequential), want, what);
+            CheckSameQuantized(Quantize(x, spec, Exec::kParallel), want, what + " parallel");
             std::vector<float> dq(xf.size()), dq_ref(xf.size()), fq(xf.size());
             Dequantize(want, dq.data());
             DequantizeRef(want, dq_ref.data());
@@ -151,7 +151,7 @@ TEST_CASE("Quantize writes every code: none is left over from the heap", "[quant
         const QuantizedTensor want = QuantizeRef(x, spec);
         for (Exec e : {Exec::kSequential, Exec::kParallel}) {
           poison(n);
-          CheckSame(Quantize(x, spec, e), want, Where(spec, x) + (e == Exec::kParallel ? " parallel" : ""));
+          CheckSameQuantized(Quantize(x, spec, e), want, Where(spec, x) + (e == Exec::kParallel ? " parallel" : ""));
         }
       }
     }
@@ -178,7 +178,7 @@ TEST_CASE("Quantize equals the reference on every SIMD target and thread count",
       ForceSimdTarget(t);
       for (int threads : {1, 2, 3}) {
         omp_set_num_threads(threads);
-        CheckSame(Quantize(x, spec), want, std::string(name) + " " + t + " threads " + std::to_string(threads));
+        CheckSameQuantized(Quantize(x, spec), want, std::string(name) + " " + t + " threads " + std::to_string(threads));
       }
     }
   }
@@ -483,9 +483,9 @@ TEST_CASE("FP32-scaled recipes on tensors of several pieces equal the reference"
           const QuantizedTensor want = QuantizeRef(x, spec);
           for (int threads : {1, 2, 3}) {
             omp_set_num_threads(threads);
-            CheckSame(Quantize(x, spec), want, Where(spec, x) + " threads " + std::to_string(threads));
+            CheckSameQuantized(Quantize(x, spec), want, Where(spec, x) + " threads " + std::to_string(threads));
           }
-          CheckSame(Quantize(x, spec, Exec::kSequential), want, Where(spec, x) + " sequential");
+          CheckSameQuantized(Quantize(x, spec, Exec::kSequential), want, Where(spec, x) + " sequential");
         }
       }
     }
@@ -532,9 +532,9 @@ TEST_CASE("Batched FP32 block scales equal the per-block scale: pow2, margins, z
           const TensorView x{DType::kF32, xf.data(), rows, cols};
           const QuantizedTensor want = QuantizeRef(x, spec);
           const std::string what = Where(spec, x) + " margin " + std::to_string(margin);
-          CheckSame(Quantize(x, spec, Exec::kSequential), want, what + " sequential");
+          CheckSameQuantized(Quantize(x, spec, Exec::kSequential), want, what + " sequential");
           omp_set_num_threads(2);
-          CheckSame(Quantize(x, spec), want, what + " threads 2");
+          CheckSameQuantized(Quantize(x, spec), want, what + " threads 2");
         }
       }
     }

@@ -32,6 +32,6 @@ struct Input {
 Input FromArray(const std::string& name, const NpyArray& arr);
 // "file.npy", "file.safetensors" (every float tensor) or "file.safetensors:NAME"; `option` names the
 // command-line option in error messages.
-std::vector<Input> LoadTensorFile(const std::string& spec, const std::string& option = "--input");
+std::vector<Input> LoadTensorFile(const std::string& spec, const std::string& option = "--in");
 
 }  // namespace qmx::cli

@@ -306,7 +306,7 @@ void AddQuantizeCommand(CLI::App& app) {
   cmd->add_option("--spec", a->spec, "Recipe: " + names)->capture_default_str();
   cmd->add_option("--profile", a->profile, "Library behaviour: " + profiles);
   cmd->add_option("--elem", a->elem, "Override the element format (e4m3, e5m2, e3m2, e2m3, e2m1, int8, ...)");
-  cmd->add_option("--scale-rule", a->rule, "Override the scale rule: ocp-floor, round-up, ceil, even, max-finite, fp32, fp32-pow2, nvfp4, nvfp4-div, nvfp4-torchao, nvfp4-4over6, nvfp4-4over6-mse");
+  cmd->add_option("--rule,--scale-rule", a->rule, "Override the scale rule (--scale-rule: the older spelling): ocp-floor, round-up, ceil, even, max-finite, fp32, fp32-pow2, nvfp4, nvfp4-div, nvfp4-torchao, nvfp4-4over6, nvfp4-4over6-mse");
   cmd->add_option("--block", a->block, "Override the block: 1x32, 1x16, 1x128, 16x16, 32x32, 128x128, per-row, per-tensor");
   cmd->add_option("--axis", a->axis, "row (blocks along the last dimension) or col (down the columns)");
   cmd->add_option("--round", a->round, "Element rounding: rne, rna, rz, ru, rd, ro, sr (= sr-a), sr-b, sr-c");

@@ -21,7 +21,7 @@ using namespace study;
 void AddInputOptions(CLI::App* cmd, InputArgs& in) {
   cmd->add_option("--dist", in.dists, "Synthetic inputs: normal, laplace, student-t:NU, lognormal:SIGMA, uniform, "
                                       "each optionally +tauT[:RATE] (outliers of T x RMS)");
-  cmd->add_option("--input", in.files, "Tensors: FILE.npy, FILE.safetensors (every float tensor) or "
+  cmd->add_option("--in,--input", in.files, "(--input: the older spelling) Tensors: FILE.npy, FILE.safetensors (every float tensor) or "
                                        "FILE.safetensors:NAME; rows = all but the last dimension");
   cmd->add_option("--rows", in.rows, "Rows of each synthetic input")->capture_default_str();
   cmd->add_option("--cols", in.cols, "Columns of each synthetic input (the quantized dimension)")->capture_default_str();
@@ -62,7 +62,7 @@ void RunSweepCommand(const std::string& study, const SweepArgs& a, const std::ve
 }
 
 // Registers a sweep subcommand with its defaults and the shared options; default_dists are the inputs
-// when neither --dist nor --input is given.
+// when neither --dist nor --in is given.
 void AddSweepSubcommand(CLI::App* parent, const std::string& name, const std::string& help, const SweepArgs& defaults,
                         const std::vector<std::string>& default_dists, const std::vector<TableColumn>& cols) {
   auto args = std::make_shared<SweepArgs>(defaults);

@@ -43,7 +43,7 @@ std::vector<Input> LoadInputs(const InputArgs& a) {
   }
   for (const auto& f : a.files)
     for (Input& in : LoadTensorFile(f)) out.push_back(std::move(in));
-  if (out.empty()) throw Error("no input: give --dist and/or --input");
+  if (out.empty()) throw Error("no input: give --dist and/or --in");
   return out;
 }
 

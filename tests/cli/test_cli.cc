@@ -27,6 +27,7 @@
 #include "qmx/safetensors.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
+#include "support/arrays.h"
 #include "support/cli.h"
 #include "support/hex.h"
 
@@ -36,16 +37,6 @@ namespace {
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 using namespace qmx::test;
-
-NpyArray F32Array(const std::vector<float>& values, std::vector<size_t> shape) {
-  NpyArray a;
-  a.dtype = DType::kF32;
-  a.shape = std::move(shape);
-  a.data.resize(values.size() * 4);
-  std::memcpy(a.data.data(), values.data(), a.data.size());
-  REQUIRE(a.count() == values.size());
-  return a;
-}
 
 NpyArray U16Array(DType dtype, const std::vector<uint16_t>& bits) {
   NpyArray a;
@@ -116,6 +107,50 @@ TEST_CASE("cli: the binary exists and prints its version", "[cli]") {
   CHECK_THAT(r.out, Contains("qmx-sim"));
   // No subcommand is a usage error, not a silent success.
   CHECK(Run("").status != 0);
+}
+
+TEST_CASE("cli: an unknown option or subcommand names the closest known one", "[cli]") {
+  struct Case {
+    std::string args, suggestion;
+  };
+  const std::vector<Case> cases = {
+      {"convert --tp e4m3 1", "'--tp': did you mean '--to'?"},
+      {"study error --rul ocp-floor --quiet", "'--rul': did you mean '--rule'?"},
+      {"quantize --spec mxfp8 --in x.npy --out y.safetensors --scale-rul ocp-floor", "'--scale-rul': did you mean '--scale-rule'?"},
+      {"golden verfy golden/level1", "'verfy': did you mean 'verify'?"},
+      {"formts", "'formts': did you mean 'formats'?"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.args);
+    const RunResult r = Run(c.args);
+    CHECK(r.status != 0);
+    CHECK_THAT(r.err, Contains(c.suggestion));
+  }
+  // Nothing close: CLI11's message alone.
+  const RunResult r = Run("convert --zzzzzzzz e4m3 1");
+  CHECK(r.status != 0);
+  CHECK_THAT(r.err, !Contains("did you mean"));
+}
+
+TEST_CASE("cli: the older spellings of renamed options still work", "[cli]") {
+  TempDir d;
+  std::vector<float> x(64);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::ldexp(1.0f + static_cast<float>(i % 7) / 8, static_cast<int>(i % 9) - 4);
+  WriteNpy(d / "x.npy", F32Array({2, 32}, x));
+  for (const char* rule : {"--rule", "--scale-rule"}) {
+    INFO(rule);
+    const RunResult r = Run(std::string("quantize --spec mxfp8 ") + rule + " round-up --in " + Quote(d / "x.npy") + " --out " +
+                            Quote(d / (std::string(rule + 2) + ".safetensors")));
+    CHECK(r.status == 0);
+  }
+  CHECK(ReadText(d / "rule.safetensors") == ReadText(d / "scale-rule.safetensors"));
+  for (const char* in : {"--in", "--input"}) {
+    INFO(in);
+    const RunResult r = Run(std::string("study error --spec mxfp8 --quiet ") + in + " " + Quote(d / "x.npy") + " --csv " +
+                            Quote(d / (std::string(in + 2) + ".csv")));
+    CHECK(r.status == 0);
+  }
+  CHECK(ReadText(d / "in.csv") == ReadText(d / "input.csv"));
 }
 
 TEST_CASE("cli: formats lists the registry with derived limits", "[cli]") {
@@ -266,7 +301,7 @@ TEST_CASE("cli: npy round trip matches the library bit for bit", "[cli]") {
   TempDir dir;
   const std::vector<float> x = TestInputs();
   const std::string in = dir / "x.npy";
-  WriteNpy(in, F32Array(x, {8, 8}));
+  WriteNpy(in, F32Array({8, 8}, x));
   const std::vector<Mode> modes = {{"rne", "satfinite", 0, 8}, {"rna", "satfinite", 0, 8}, {"rz", "satfinite", 0, 8},
                                    {"ru", "satfinite", 0, 8},  {"rd", "satfinite", 0, 8},  {"ro", "satfinite", 0, 8},
                                    {"sr", "satfinite", 7, 8},  {"sr-b", "satfinite", 7, 8}, {"sr-c", "satfinite", 7, 8},
@@ -302,7 +337,7 @@ TEST_CASE("cli: --decode writes the FP32 value of each code", "[cli]") {
   TempDir dir;
   const std::vector<float> x = TestInputs();
   const std::string in = dir / "x.npy", out = dir / "d.npy";
-  WriteNpy(in, F32Array(x, {64}));
+  WriteNpy(in, F32Array({64}, x));
   for (const Format& dst : {fmt::kE4M3, fmt::kE5M2, fmt::kE2M1, fmt::kInt8, fmt::kUE8M0, fmt::kBF16}) {
     const std::string args =
         "convert --to " + std::string(dst.name) + " --round sr --seed 7 --decode --in " + Quote(in) + " --out " + Quote(out);
@@ -325,7 +360,7 @@ TEST_CASE("cli: 16-bit destinations keep their .npy dtype", "[cli]") {
   TempDir dir;
   const std::vector<float> x = TestInputs();
   const std::string in = dir / "x.npy", out = dir / "h.npy";
-  WriteNpy(in, F32Array(x, {64}));
+  WriteNpy(in, F32Array({64}, x));
   for (const auto& [dst, dtype] : {std::make_pair(fmt::kFP16, DType::kF16), std::make_pair(fmt::kBF16, DType::kBF16)}) {
     const RunResult r = Run("convert --to " + std::string(dst.name) + " --round rne --in " + Quote(in) + " --out " + Quote(out));
     INFO(r.all());
@@ -395,7 +430,7 @@ TEST_CASE("cli: bad input files fail cleanly", "[cli]") {
   fs::create_directory(out_dir);
   const std::string out = (out_dir / "y.npy").string();
   const std::vector<float> x = TestInputs();
-  const std::vector<uint8_t> good = SerializeNpy(F32Array(x, {64}));
+  const std::vector<uint8_t> good = SerializeNpy(F32Array({64}, x));
   auto write_bytes = [&](const std::string& name, const std::vector<uint8_t>& bytes) {
     const std::string path = dir / name;
     WriteText(path, std::string(bytes.begin(), bytes.end()));
@@ -469,7 +504,7 @@ TEST_CASE("cli: stochastic rounding output does not depend on the thread count",
            (s & 1 ? -1.0f : 1.0f);
   }
   const std::string in = dir / "x.npy", out1 = dir / "t1.npy", out2 = dir / "t2.npy";
-  WriteNpy(in, F32Array(x, {n}));
+  WriteNpy(in, F32Array({n}, x));
   const std::string args = "convert --to e4m3 --round sr --seed 7 --in " + Quote(in) + " --out ";
   const RunResult r1 = Run(args + Quote(out1), "OMP_NUM_THREADS=1");
   INFO(r1.all());
@@ -503,7 +538,7 @@ TEST_CASE("cli: quantize a .safetensors checkpoint, dequantize it back, bit for 
   tok.dtype = DType::kU16;
   tok.shape = {2};
   tok.data = {1, 0, 2, 0};
-  WriteSafetensors(dir / "model.safetensors", {{"layer.w", F32Array(w, {48, 40})}, {"layer.b", F32Array(b, {40})}, {"ids", tok}});
+  WriteSafetensors(dir / "model.safetensors", {{"layer.w", F32Array({48, 40}, w)}, {"layer.b", F32Array({40}, b)}, {"ids", tok}});
   for (const char* spec : {"mxfp8", "nvfp4", "fp8-block1x128", "mxfp4"}) {
     for (const char* axis : {"row", "col"}) {
       const std::string out = dir / (std::string(spec) + axis + ".safetensors");
@@ -539,7 +574,7 @@ TEST_CASE("cli: quantize a .safetensors checkpoint, dequantize it back, bit for 
 
 TEST_CASE("cli: quantize refuses inconsistent specs and bad inputs cleanly", "[cli][quantize]") {
   TempDir dir;
-  WriteNpy(dir / "x.npy", F32Array({1.0f, 2.0f, 3.0f, 4.0f}, {2, 2}));
+  WriteNpy(dir / "x.npy", F32Array({2, 2}, {1.0f, 2.0f, 3.0f, 4.0f}));
   const fs::path out_dir = dir.path;
   ExpectCleanFailure("quantize --spec nvfp4 --elem e4m3 --in " + Quote(dir / "x.npy") + " --out " + Quote(dir / "o.safetensors"), "e2m1", out_dir);
   ExpectCleanFailure("quantize --spec fp8-block1x128 --nan-policy te --in " + Quote(dir / "x.npy") + " --out " + Quote(dir / "o.safetensors"), "UE8M0", out_dir);

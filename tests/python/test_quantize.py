@@ -14,7 +14,7 @@ SPECS = ["mxfp8", "mxfp8-ocp", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4"
 VARIANTS = [
     ("mxfp8", ["--profile", "torchao-rceil"], {"profile": "torchao-rceil"}),
     ("mxfp8", ["--profile", "microxcaling"], {"profile": "microxcaling"}),
-    ("mxfp4", ["--scale-rule", "ocp-floor", "--round", "sr", "--seed", "11"], {"rule": "ocp-floor", "rounding": "sr", "seed": 11}),
+    ("mxfp4", ["--rule", "ocp-floor", "--round", "sr", "--seed", "11"], {"rule": "ocp-floor", "rounding": "sr", "seed": 11}),
     ("nvfp4", ["--round", "sr", "--seed", "3", "--sr-bits", "16"], {"rounding": "sr", "seed": 3, "sr_bits": 16}),
     ("nvfp4", ["--scale-rule", "nvfp4-div", "--axis", "col"], {"rule": "nvfp4-div", "axis": "col"}),
     ("fp8-block1x128", ["--elem", "e5m2", "--margin", "1"], {"elem": "e5m2", "margin": 1}),

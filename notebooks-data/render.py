@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Renders the figures of every notebook in notebooks-data/ without Jupyter: runs each notebook's code
 cells in order, in the notebook's own directory, with matplotlib's Agg backend (Debian's
-python3-matplotlib and python3-numpy are the only requirements).
+python3-matplotlib and python3-numpy are the only requirements: `bash .ci/install-deps --plots`).
 
 Usage: python3 notebooks-data/render.py [NOTEBOOK.ipynb ...]   (default: all of them)
 """
@@ -10,7 +10,11 @@ import json
 import os
 import sys
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError:
+    sys.exit("render.py: matplotlib is not installed (Debian: `bash .ci/install-deps --plots`, or "
+             "apt-get install python3-matplotlib)")
 
 matplotlib.use("Agg")
 

@@ -53,6 +53,25 @@ TEST_CASE("study quickstart prints its table and writes identical CSV/JSON/SVG o
   CHECK(ReadText(d / "a/quickstart.svg").rfind("<svg", 0) == 0);
 }
 
+TEST_CASE("study quickstart: the main job writes exactly the committed notebooks-data/quickstart files", "[cli][study]") {
+  // README's main job writes into notebooks-data/quickstart/; equal bytes keep the checkout clean.
+  TempDir d;
+  const RunResult r = Run("study quickstart --quiet --out-dir " + Quote(d / "q"));
+  REQUIRE(r.status == 0);
+  const std::string committed = std::string(QMX_SOURCE_DIR) + "/notebooks-data/quickstart/";
+  for (const char* f : {"quickstart.csv", "quickstart.svg"}) {
+    INFO(f << " differs from the committed file: regenerate it with `qmx-sim study quickstart` (README's main job)");
+    CHECK(ReadText(d / (std::string("q/") + f)) == ReadText(committed + f));
+  }
+  auto fresh = nlohmann::json::parse(ReadText(d / "q/quickstart.json"));
+  auto kept = nlohmann::json::parse(ReadText(committed + "quickstart.json"));
+  CHECK(kept["command"] == "qmx-sim study quickstart");  // what the main job records
+  fresh.erase("command");
+  kept.erase("command");
+  INFO("quickstart.json differs from the committed file: regenerate it with `qmx-sim study quickstart`");
+  CHECK(fresh == kept);
+}
+
 TEST_CASE("study error: CSV values equal the library's study step on the same input", "[cli][study]") {
   TempDir d;
   const RunResult r = Run("study error --spec mxfp4 nvfp4 --transform none hadamard:32 --dist laplace --rows 16 "

@@ -7,10 +7,20 @@ releases the GIL around every computation, and runs on the library's OpenMP thre
 
     import numpy as np, qmx
     x = np.random.default_rng(0).standard_normal((256, 1024), dtype=np.float32)
-    codes = qmx.convert(x, "e4m3")                       # uint8 codes, x's shape
-    q = qmx.quantize(x, "mxfp8")                          # QuantizedTensor: .codes .scales .spec
-    err = qmx.error_stats(x, q.dequantize())              # mse, sqnr_db, cosine, ...
-    d = qmx.gemm(q, qmx.quantize(w.T, "mxfp8", axis="col"), model="blackwell-mxf8f6f4")
+    >>> import numpy as np, qmx
+    >>> x = qmx.distribution("normal", (256, 1024), seed=0)        # float32, unit RMS
+    >>> qmx.convert(np.array([1.0, 3.3, -500.0], np.float32), "e4m3")  # codes: 1, 3.25, -448 (saturated)
+    array([ 56,  69, 254], dtype=uint8)
+    >>> q = qmx.quantize(x, "mxfp8")                                 # QuantizedTensor: .codes .scales .spec
+    >>> q.codes.shape, q.scales.shape
+    ((256, 1024), (256, 32))
+    >>> err = qmx.error_stats(x, q.dequantize())                     # mse, sqnr_db, cosine, ...
+    >>> 30 < err["sqnr_db"] < 40
+    True
+    >>> w = qmx.distribution("laplace", (512, 1024), seed=1)         # a weight, out_features x in_features
+    >>> d = qmx.gemm(q, qmx.quantize(w.T.copy(), "mxfp8", axis="col"), model="blackwell-mxf8f6f4")
+    >>> d.shape, d.dtype
+    ((256, 512), dtype('float32'))
 """
 from . import _qmx
 from ._qmx import (  # noqa: F401  (re-exported)
@@ -19,7 +29,10 @@ from ._qmx import (  # noqa: F401  (re-exported)
     cast_profile_names,
     decode,
     describe_model,
-    error_stats,
+    describe_recipe,
+    describe_spec,
+    distribution,
+    distribution_names,
     force_simd_target,
     format_info,
     format_values,
@@ -29,6 +42,7 @@ from ._qmx import (  # noqa: F401  (re-exported)
     kurtosis,
     misalignment,
     profile_names,
+    recipe_names,
     set_num_threads,
     simd_target,
     simd_targets,
@@ -58,6 +72,26 @@ def as_array(x):
             return t.view(torch.int16).numpy().view(np.uint16)
         return t.numpy()
     return np.asarray(x)
+
+
+def error_stats(ref, out):
+    """Error of out against ref (same shape, float32; NumPy arrays or CPU torch tensors): count, nonfinite,
+    out_nonfinite, mse, rmse, nmse, sqnr_db, max_abs_err, max_rel_err, mean_rel_err, bias, cosine,
+    sum_sq_err, sum_sq_ref, as `qmx-sim study` reports them."""
+    return _qmx.error_stats(as_array(ref), as_array(out))
+
+
+def quantize_stats(x, q, *, src=""):
+    """What quantizing x into q did, as the CLI's quantize summary counts it: elements, nan_inputs,
+    inf_inputs, saturated, flushed_to_zero, nan_blocks and the 256-bin scale_histogram."""
+    return _qmx.quantize_stats(as_array(x), q, _src_of(x, src))
+
+
+def recipe_step(recipe, x, weight, grad_output, accum="auto", seed=0, step=0, alpha="decode"):
+    """One whole step of `qmx-sim recipe` on given float32 tensors (NumPy or CPU torch): x (m x k), weight
+    (n x k, as nn.Linear holds it), grad_output (m x n). Returns {'fprop'|'dgrad'|'wgrad': {'out', 'accum',
+    'sqnr_db', 'cosine'}} against FP64 GEMMs."""
+    return _qmx.recipe_step(recipe, as_array(x), as_array(weight), as_array(grad_output), accum, seed, step, alpha)
 
 
 def _src_of(x, src):

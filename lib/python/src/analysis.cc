@@ -5,6 +5,7 @@
 
 #include "arrays.h"
 #include "bindings.h"
+#include "qmx/distributions.h"
 #include "qmx/error.h"
 #include "qmx/golden.h"
 #include "qmx/metrics.h"
@@ -110,6 +111,25 @@ void BindAnalysis(pyb::module_& m) {
     return d;
   }, pyb::arg("x"), pyb::arg("q"), pyb::arg("group") = 32,
         "Quartet's projection misalignment 1 - E[<x,q>/<x,x>] over groups of `group` elements along rows.");
+  m.def("distribution", [](const std::string& dist, const std::vector<size_t>& shape, uint64_t seed, uint64_t first) {
+    const DistSpec d = ParseDist(dist);
+    size_t n = 1;
+    for (const size_t e : shape) {
+      if (e != 0 && n > (size_t{1} << 40) / e) throw Error("distribution: the shape holds more than 2^40 elements");
+      n *= e;
+    }
+    std::vector<float> v(n);
+    {
+      pyb::gil_scoped_release nogil;
+      GenerateDist(d, seed, v.data(), n, first);
+    }
+    return ToArray(std::move(v), shape);
+  }, pyb::arg("dist"), pyb::arg("shape"), pyb::arg("seed") = 1, pyb::arg("first") = 0,
+        "float32 samples of a named distribution, the study's --dist (normal, laplace, student-t:NU, lognormal:SIGMA,\n"
+        "uniform, each with an optional +tauT[:RATE] outliers suffix), unit RMS; element i depends only on (seed,\n"
+        "first + i), so the values equal `qmx-sim study --dist` inputs on any thread count.");
+  m.def("distribution_names", &DistSyntax, "The accepted spellings of `distribution`, one line per form.");
+
   m.def("kurtosis", [](const pyb::array& x, const std::vector<double>& taus) {
     const InArray xi = F32Input(x, "x");
     size_t rows = 0, cols = 0;

@@ -179,6 +179,33 @@ void BindQuantize(pyb::module_& m) {
   m.def("describe_spec", [](const pyb::object& spec) { return DescribeSpec(SpecFromObject(spec)); },
         pyb::arg("spec"), "One line describing a spec (a name, a dict or JSON text).");
 
+  m.def("quantize_stats", [](const pyb::array& x, const QuantizedTensor& q, const std::string& src) {
+    const InArray in = FloatInput(x, src, "x");
+    const TensorView v = ViewOf(in);
+    if (v.rows * v.cols != q.codes.size())
+      throw Error("quantize_stats: x has " + std::to_string(v.rows * v.cols) + " elements and the quantized tensor " +
+                  std::to_string(q.codes.size()));
+    QuantStats st;
+    {
+      pyb::gil_scoped_release nogil;
+      st = ComputeStats(v, q);
+    }
+    pyb::dict d;
+    d["elements"] = st.elements;
+    d["nan_inputs"] = st.nan_inputs;
+    d["inf_inputs"] = st.inf_inputs;
+    d["saturated"] = st.saturated;
+    d["flushed_to_zero"] = st.flushed_to_zero;
+    d["nan_blocks"] = st.nan_blocks;
+    std::vector<uint64_t> h = st.scale_histogram;
+    const size_t n = h.size();
+    d["scale_histogram"] = ToArray(std::move(h), {n});
+    return d;
+  }, pyb::arg("x"), pyb::arg("q"), pyb::arg("src") = "",
+        "What quantizing x into q did (the CLI's quantize summary): elements, nan_inputs, inf_inputs, saturated\n"
+        "(finite inputs past the element's max after scaling), flushed_to_zero (nonzero finite inputs that became a\n"
+        "zero code), nan_blocks, and the 256-bin scale_histogram.");
+
   m.def("quantize", [](const pyb::array& x, const pyb::object& spec, DelayedScaling* state,
                        const std::optional<float>& tensor_amax, const std::string& src, bool reference) {
     const InArray in = FloatInput(x, src, "x");

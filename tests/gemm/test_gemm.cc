@@ -730,7 +730,11 @@ TEST_CASE("gemm: operands from quantized tensors", "[gemm]") {
 TEST_CASE("gemm: errors name the problem", "[gemm]") {
   std::mt19937 rng(16);
   const GemmOperand a = Codes(fmt::kE4M3, 2, 64, rng), b = Codes(fmt::kE4M3, 32, 2, rng);
-  CHECK_THROWS_WITH(Gemm(a, b, nullptr, AccumModelByName("exact")), Catch::Contains("their K differ"));
+  CHECK_THROWS_WITH(Gemm(a, b, nullptr, AccumModelByName("exact")), Catch::Contains("(K) differ") && !Catch::Contains("N x K"));
+  // B held as N x K (nn.Linear's weight): the message names the transpose.
+  const GemmOperand w = Codes(fmt::kE4M3, 5, 64, rng);
+  CHECK_THROWS_WITH(Gemm(a, w, nullptr, AccumModelByName("exact")),
+                    Catch::Contains("B looks like N x K") && Catch::Contains("transpose"));
   GemmOperand x = Codes(fmt::kE4M3, 2, 64, rng), y = Codes(fmt::kE4M3, 64, 2, rng);
   AddUe8m0(x, true, 32, rng, 0, 0);
   AddUe8m0(y, false, 16, rng, 0, 0);

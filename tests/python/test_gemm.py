@@ -61,6 +61,8 @@ def test_errors():
     qa = qmx.quantize(a, "mxfp8")
     with pytest.raises(ValueError):
         qmx.gemm(qa, qmx.quantize(b[:128].copy(), "mxfp8", axis="col"), "exact")  # K differs
+    with pytest.raises(ValueError, match="N x K.*transpose"):  # a weight held as nn.Linear holds it
+        qmx.gemm(qa, qmx.quantize(b.T.copy(), "mxfp8"), "exact")
     with pytest.raises(ValueError, match="nope"):
         qmx.gemm(qa, qmx.quantize(b, "mxfp8", axis="col"), "nope")
     with pytest.raises(TypeError):

@@ -262,7 +262,14 @@ void PlanTeAlpha(const GemmOperand& a, const GemmOperand& b, GemmPlan& p) {
 GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model) {
   ValidateAccumModel(model);
   auto shape = [](const GemmOperand& o) { return std::to_string(o.rows) + "x" + std::to_string(o.cols); };
-  if (a.cols != b.rows) throw Error("gemm: A is " + shape(a) + " and B is " + shape(b) + ": their K differ");
+  if (a.cols != b.rows) {
+    // A weight as nn.Linear and torch._scaled_mm's callers hold it is N x K: name the fix for that case.
+    const std::string hint = a.cols == b.cols && b.rows != 0
+                                 ? " (B looks like N x K, a weight as nn.Linear holds it: pass its transpose, K x N, quantized "
+                                   "along K, i.e. with axis col)"
+                                 : "";
+    throw Error("gemm: A is " + shape(a) + " and B is " + shape(b) + ": A's columns and B's rows (K) differ" + hint);
+  }
   // Sizes are checked as products before anything is allocated: a (2^32 x 0) x (0 x 2^32) product has no
   // operand bytes but an output of 2^64 elements, which size_t arithmetic would wrap to 0.
   uint64_t mn = 0;

@@ -24,7 +24,7 @@ struct GenArgs {
   int level = 1;
   uint64_t seed = 1;
   bool exhaustive = false;
-  std::string out, hopper_dir = "golden/gemm-hopper";
+  std::string out, hopper_dir;  // "": golden::ResolveHopperDir's search
   bool quiet = false;
 };
 
@@ -41,14 +41,8 @@ void RunGen(const GenArgs& a) {
   o.level = a.level;
   o.seed = a.seed;
   o.exhaustive = a.exhaustive;
-  const bool wants_gemm = std::find(a.suites.begin(), a.suites.end(), "gemm") != a.suites.end() ||
-                          std::find(a.suites.begin(), a.suites.end(), "all") != a.suites.end();
-  if (!a.hopper_dir.empty() && std::filesystem::exists(std::filesystem::path(a.hopper_dir) / "cases.json")) {
-    o.hopper_dir = a.hopper_dir;
-  } else if (wants_gemm && !a.hopper_dir.empty()) {
-    std::fprintf(stderr, "qmx-sim: note: %s/cases.json not found: the hardware-observed Hopper GEMM files are skipped "
-                 "(run from the repository root or pass --hopper-dir)\n", a.hopper_dir.c_str());
-  }
+  // Before anything is written: a gemm suite without its measured data would be a partial set.
+  o.hopper_dir = golden::ResolveHopperDir(a.suites, a.hopper_dir);
   uint64_t files = 0, cases = 0;
   golden::Generate(o, a.out, [&](const golden::ManifestEntry& e) {
     ++files;
@@ -126,7 +120,7 @@ void AddGoldenCommand(CLI::App& app) {
   g->add_option("--seed", gen.seed, "seed of the random cases");
   g->add_flag("--exhaustive", gen.exhaustive, "every input where the space allows (all FP16/BF16 inputs)");
   g->add_option("--out", gen.out, "output directory")->required();
-  g->add_option("--hopper-dir", gen.hopper_dir, "hardware-observed Hopper GEMM outputs (default golden/gemm-hopper)");
+  g->add_option("--hopper-dir", gen.hopper_dir, "hardware-observed Hopper GEMM outputs (default: golden/gemm-hopper here, in the source tree, or installed)");
   g->add_flag("--quiet", gen.quiet, "print only the summary");
   g->callback([] { RunGen(gen); });
 

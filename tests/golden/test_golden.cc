@@ -384,6 +384,27 @@ TEST_CASE("qmx-sim golden: list, gen, verify, clear errors", "[golden][cli]") {
   CHECK_THAT(r.err, Contains("unknown suite 'nope'"));
   r = Run("golden gen --suite sr --level 3 --out " + Quote(out));
   CHECK(r.status != 0);
+  // The gemm suite needs its measured Hopper data: a folder without cases.json fails before writing.
+  const std::string none = (d.path / "none").string();
+  r = Run("golden gen --suite gemm --hopper-dir " + Quote((d.path / "empty").string()) + " --out " + Quote(none));
+  CHECK(r.status == 1);
+  CHECK_THAT(r.err, Contains("cases.json not found"));
+  CHECK(!std::filesystem::exists(none));
+}
+
+TEST_CASE("golden gen finds the measured Hopper data from any working directory", "[golden][cli]") {
+  TempDir d;
+  // From a directory without golden/: the source tree's copy (an installed qmx-sim: share/qmx-sim/golden).
+  RunResult r = Run("golden gen --suite gemm --quiet --out " + Quote((d.path / "g").string()),
+                    "cd " + Quote(d.path.string()) + " &&");
+  REQUIRE(r.status == 0);
+  CHECK(std::filesystem::exists(d.path / "g" / "gemm"));
+  bool hopper = false;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(d.path / "g"))
+    hopper = hopper || e.path().string().find("hopper") != std::string::npos;
+  CHECK(hopper);
+  CHECK(golden::ResolveHopperDir({"sr"}, "").find("gemm-hopper") != std::string::npos);
+  CHECK_THROWS_WITH(golden::ResolveHopperDir({"all"}, (d.path / "x").string()), Contains("cases.json not found"));
 }
 
 }  // namespace

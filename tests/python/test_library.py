@@ -110,3 +110,12 @@ def test_golden_generate_and_verify(tmp_path):
 def test_checked_in_level1_replays():
     res = qmx.golden.verify(REPO / "golden" / "level1", "cpu-simd", only="mx-block")
     assert res and all(r["ok"] for r in res)
+
+
+def test_golden_generate_checks_the_hopper_data_before_writing(tmp_path):
+    with pytest.raises(ValueError, match="cases.json not found"):
+        qmx.golden.generate(tmp_path / "g", suites=["gemm"], hopper_dir=tmp_path / "nowhere")
+    assert not (tmp_path / "g").exists()
+    # Found without being named (the source tree's golden/gemm-hopper from any working directory).
+    entries = qmx.golden.generate(tmp_path / "h", suites=["gemm"])
+    assert any("hopper" in e["path"] for e in entries)

@@ -58,6 +58,13 @@ struct ManifestEntry {
 std::vector<ManifestEntry> Generate(const GenOptions& opt, const std::string& dir,
                                     const std::function<void(const ManifestEntry&)>& progress = {});
 
+// The hardware-observed Hopper GEMM data (cases.json and its .npy files) for GenOptions::hopper_dir:
+// `given` when not empty (it must hold cases.json); else the first of golden/gemm-hopper under the
+// working directory, under the source tree the library was built from, and under the installed
+// share/qmx-sim/golden that holds cases.json. Throws qmx::Error naming the places looked in when the
+// suites include gemm (or all) and none holds it; otherwise "" when none does.
+std::string ResolveHopperDir(const std::vector<std::string>& suites, const std::string& given = "");
+
 // A file header's key=value pairs, in file order (generator excluded).
 using HeaderKeys = std::vector<std::pair<std::string, std::string>>;
 

@@ -8,9 +8,14 @@ def suites():
     return _qmx.golden_suites()
 
 
-def generate(out_dir, suites=("all",), level=1, seed=1, exhaustive=False, hopper_dir="golden/gemm-hopper"):
+def generate(out_dir, suites=("all",), level=1, seed=1, exhaustive=False, hopper_dir=None):
     """Writes out_dir/SUITE/*.txt and out_dir/manifest.json (the same bytes as `qmx-sim golden gen`);
-    returns the manifest entries. hopper_dir="" leaves out the hardware-observed Hopper GEMM files."""
+    returns the manifest entries. hopper_dir: the GEMM outputs measured on a Hopper GPU (cases.json);
+    None finds golden/gemm-hopper in the working directory, the source tree or the installed data, and
+    raises ValueError before writing anything when the suites include gemm and none holds it; ""
+    leaves those files out."""
+    if hopper_dir != "":  # checked (or found) before anything is written
+        hopper_dir = _qmx.golden_hopper_dir(list(suites), "" if hopper_dir is None else str(hopper_dir))
     return _qmx.golden_generate(str(out_dir), list(suites), level, seed, exhaustive, str(hopper_dir))
 
 

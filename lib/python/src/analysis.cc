@@ -156,6 +156,7 @@ void BindAnalysis(pyb::module_& m) {
     for (const auto& s : golden::Suites()) names.push_back(s.name);
     return names;
   });
+  m.def("golden_hopper_dir", &golden::ResolveHopperDir, pyb::arg("suites"), pyb::arg("given") = "");
   m.def("golden_generate", [](const std::string& out, const std::vector<std::string>& suites, int level,
                               uint64_t seed, bool exhaustive, const std::string& hopper_dir) {
     golden::GenOptions o;

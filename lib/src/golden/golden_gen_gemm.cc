@@ -2,6 +2,7 @@
 // each MMA-Sim accumulation model, adversarial cases first, and the Hopper outputs observed on hardware.
 #include "golden/golden_gen.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -243,3 +244,40 @@ void GenGemm(const GenOptions& opt, const std::function<void(PlannedFile&&)>& em
 }
 
 }  // namespace qmx::golden::detail
+
+// Set by lib/CMakeLists.txt for this file (builds that compile it on their own look in the working directory).
+#ifndef QMX_GOLDEN_SOURCE_DIR
+#define QMX_GOLDEN_SOURCE_DIR "golden"
+#endif
+#ifndef QMX_GOLDEN_INSTALL_DIR
+#define QMX_GOLDEN_INSTALL_DIR "golden"
+#endif
+
+namespace qmx::golden {
+namespace fs = std::filesystem;
+
+std::string ResolveHopperDir(const std::vector<std::string>& suites, const std::string& given) {
+  const bool wants = std::find(suites.begin(), suites.end(), "gemm") != suites.end() ||
+                     std::find(suites.begin(), suites.end(), "all") != suites.end();
+  const auto holds = [](const fs::path& d) {
+    std::error_code ec;
+    return fs::is_regular_file(d / "cases.json", ec);
+  };
+  if (!given.empty()) {
+    if (!holds(given))
+      throw Error("golden gen: " + given + "/cases.json not found (--hopper-dir / hopper_dir names the folder of the "
+                  "GEMM outputs measured on a Hopper GPU, golden/gemm-hopper in the repository)");
+    return given;
+  }
+  const std::vector<std::string> places = {"golden/gemm-hopper", QMX_GOLDEN_SOURCE_DIR "/gemm-hopper",
+                                           QMX_GOLDEN_INSTALL_DIR "/gemm-hopper"};
+  for (const std::string& p : places)
+    if (holds(p)) return p;
+  if (!wants) return "";
+  std::string looked;
+  for (const std::string& p : places) looked += (looked.empty() ? "" : ", ") + p;
+  throw Error("golden gen: the gemm suite includes the GEMM outputs measured on a Hopper GPU (cases.json), found in none "
+              "of " + looked + ": pass --hopper-dir DIR (Python: hopper_dir=), or choose suites without gemm");
+}
+
+}  // namespace qmx::golden

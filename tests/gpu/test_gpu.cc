@@ -117,13 +117,21 @@ TEST_CASE("gpu: MX and NVFP4 quantization on the device equal the library", "[gp
   CHECK(gc == c.codes);
 }
 
+// E4M3 codes from a 32-bit LCG (state s, carried on): finite magnitudes 0..0x7D with a random sign.
+void FillE4m3Codes(std::vector<uint8_t>& codes, uint32_t& s) {
+  for (auto& v : codes) {
+    s = s * 1664525u + 1013904223u;
+    v = static_cast<uint8_t>((s >> 24) % 0x7E) | ((s >> 8) & 0x80);
+  }
+}
+
 TEST_CASE("gpu: cuBLASLt FP8 GEMMs equal the Hopper models", "[gpu]") {
   if (!HaveGpu()) return;
   const size_t m = 128, n = 128, k = 512;
   std::vector<uint8_t> a(m * k), b(k * n);
   uint32_t s = 12345;
-  for (auto& v : a) { s = s * 1664525u + 1013904223u; v = static_cast<uint8_t>((s >> 24) % 0x7E) | ((s >> 8) & 0x80); }
-  for (auto& v : b) { s = s * 1664525u + 1013904223u; v = static_cast<uint8_t>((s >> 24) % 0x7E) | ((s >> 8) & 0x80); }
+  FillE4m3Codes(a, s);
+  FillE4m3Codes(b, s);
   const GemmOperand ga = OperandFromCodes(fmt::kE4M3, m, k, a.data()), gb = OperandFromCodes(fmt::kE4M3, k, n, b.data());
   for (auto mode : {gpu::CublasMode::kTensorwise, gpu::CublasMode::kTensorwiseFast}) {
     const std::string why = gpu::CublasSupport(mode, ga, gb);
@@ -144,8 +152,8 @@ TEST_CASE("gpu: cuBLASLt split-K equals scaled_mm's split-K model", "[gpu]") {
   const size_t m = 32, n = 128, k = 8224;  // 64 whole 128-element tiles and a part one
   std::vector<uint8_t> a(m * k), b(k * n);
   uint32_t s = 777;
-  for (auto& v : a) { s = s * 1664525u + 1013904223u; v = static_cast<uint8_t>((s >> 24) % 0x7E) | ((s >> 8) & 0x80); }
-  for (auto& v : b) { s = s * 1664525u + 1013904223u; v = static_cast<uint8_t>((s >> 24) % 0x7E) | ((s >> 8) & 0x80); }
+  FillE4m3Codes(a, s);
+  FillE4m3Codes(b, s);
   const GemmOperand ga = OperandFromCodes(fmt::kE4M3, m, k, a.data()), gb = OperandFromCodes(fmt::kE4M3, k, n, b.data());
   for (auto mode : {gpu::CublasMode::kTensorwise, gpu::CublasMode::kTensorwiseFast}) {
     const std::string why = gpu::CublasSupport(mode, ga, gb);

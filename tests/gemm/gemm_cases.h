@@ -19,6 +19,18 @@
 
 namespace qmx::test {
 
+// Every named model and four fused: strings that set the parameters the named ones leave alone (RNE terms
+// and output, 11-bit output, a zero exponent, promotion with separate scales, groups of 8 and of 4).
+inline std::vector<AccumModel> ModelsUnderTest() {
+  std::vector<AccumModel> m;
+  for (const std::string& n : AccumModelNames()) m.push_back(AccumModelByName(n));
+  m.push_back(AccumModelByName("fused:step=8,F=6,term=rne,out=rne,bits=11,zero-exp=-20,promote=16"));
+  m.push_back(AccumModelByName("fused:step=16,F=20,bits=24,zero-exp=-133,promote=32,promote-scale=separate"));
+  m.push_back(AccumModelByName("fused:step=32,F=25,group=8,scale=products"));
+  m.push_back(AccumModelByName("fused:step=8,F=4,group=4,zero-exp=-20"));
+  return m;
+}
+
 // Random codes of a format: mostly values of a Gaussian-like spread, some zeros, some extremes.
 inline std::vector<uint8_t> RandomCodes(const Format& f, size_t n, std::mt19937& rng, bool specials) {
   std::uniform_int_distribution<int> any(0, static_cast<int>(f.CodeMask()));

@@ -36,24 +36,15 @@ using qmx::test::AddUe8m0;
 using qmx::test::CheckEverywhere;
 using qmx::test::Codes;
 using qmx::test::FloatsOf;
+using qmx::test::ModelsUnderTest;
 using qmx::test::RandomCodes;
 using qmx::test::RequireSame;
 
 namespace {
 
-std::vector<AccumModel> AllModels() {
-  std::vector<AccumModel> m;
-  for (const std::string& n : AccumModelNames()) m.push_back(AccumModelByName(n));
-  m.push_back(AccumModelByName("fused:step=8,F=6,term=rne,out=rne,bits=11,zero-exp=-20,promote=16"));
-  m.push_back(AccumModelByName("fused:step=16,F=20,bits=24,zero-exp=-133,promote=32,promote-scale=separate"));
-  m.push_back(AccumModelByName("fused:step=32,F=25,group=8,scale=products"));
-  m.push_back(AccumModelByName("fused:step=8,F=4,group=4,zero-exp=-20"));
-  return m;
-}
-
 // Runs every model that accepts the operands, fast (1 and 2 threads) against the reference.
 void CheckAllModels(const GemmOperand& a, const GemmOperand& b, const float* c, const std::string& what) {
-  for (const AccumModel& m : AllModels()) {
+  for (const AccumModel& m : ModelsUnderTest()) {
     std::vector<float> ref;
     try {
       ref = GemmRef(a, b, c, m);
@@ -195,7 +186,7 @@ TEST_CASE("gemm: the Highway kernels equal the reference on every SIMD target, a
   qmx::test::TargetGuard guard;
   for (const Case& k : cases) {
     const float* c = k.c.empty() ? nullptr : k.c.data();
-    for (const AccumModel& m : AllModels()) {
+    for (const AccumModel& m : ModelsUnderTest()) {
       std::vector<float> ref;
       try {
         ref = GemmRef(k.a, k.b, c, m);
@@ -278,7 +269,7 @@ TEST_CASE("gemm: every model gives the reference's bits under a caller's FTZ, DA
     std::vector<float> want;
   };
   std::vector<Case> cases;
-  for (const AccumModel& m : AllModels())
+  for (const AccumModel& m : ModelsUnderTest())
     for (const auto& [a, b] : {std::pair{&a8, &b8}, std::pair{&a4, &b4}}) {
       try {
         cases.push_back({a, b, m, GemmRef(*a, *b, nullptr, m)});

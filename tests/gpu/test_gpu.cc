@@ -12,6 +12,7 @@
 #include "qmx/gpu.h"
 #include "qmx/quantize.h"
 #include "qmx/scaled_mm.h"
+#include "support/gpu.h"
 #include "support/hex.h"
 
 namespace {
@@ -19,12 +20,6 @@ namespace {
 using namespace qmx;
 using qmx::test::FloatBits;
 using qmx::test::Hex;
-
-bool HaveGpu() {
-  const gpu::DeviceInfo& d = gpu::Device();
-  if (!d.available) WARN("GPU test skipped: no CUDA device (" << d.reason << ")");
-  return d.available;
-}
 
 CastOptions DeviceCast() {
   CastOptions c;
@@ -67,7 +62,7 @@ TEST_CASE("gpu: golden files without a device are skipped with the reason", "[gp
 }
 
 TEST_CASE("gpu: FP32 -> FP8/FP6/FP4 on the device equals ConvertToCodes", "[gpu]") {
-  if (!HaveGpu()) return;
+  if (!qmx::test::GpuPresent()) return;
   std::vector<uint32_t> bits;
   for (uint32_t b = 0x3A000000u; b < 0x3A000000u + (1u << 20); ++b) bits.push_back(b);  // e4m3 subnormals..
   for (uint32_t b = 0x43000000u; b < 0x43000000u + (1u << 20); b += 3) bits.push_back(b | 0x80000000u);
@@ -86,7 +81,7 @@ TEST_CASE("gpu: FP32 -> FP8/FP6/FP4 on the device equals ConvertToCodes", "[gpu]
 }
 
 TEST_CASE("gpu: MX and NVFP4 quantization on the device equal the library", "[gpu]") {
-  if (!HaveGpu()) return;
+  if (!qmx::test::GpuPresent()) return;
   std::vector<float> x(1 << 14);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::ldexp(std::sin(0.37 * i) * 3.0, static_cast<int>(i / 32 % 40) - 20);
   x[5] = INFINITY;
@@ -126,7 +121,7 @@ void FillE4m3Codes(std::vector<uint8_t>& codes, uint32_t& s) {
 }
 
 TEST_CASE("gpu: cuBLASLt FP8 GEMMs equal the Hopper models", "[gpu]") {
-  if (!HaveGpu()) return;
+  if (!qmx::test::GpuPresent()) return;
   const size_t m = 128, n = 128, k = 512;
   std::vector<uint8_t> a(m * k), b(k * n);
   uint32_t s = 12345;
@@ -148,7 +143,7 @@ TEST_CASE("gpu: cuBLASLt FP8 GEMMs equal the Hopper models", "[gpu]") {
 }
 
 TEST_CASE("gpu: cuBLASLt split-K equals scaled_mm's split-K model", "[gpu]") {
-  if (!HaveGpu()) return;
+  if (!qmx::test::GpuPresent()) return;
   const size_t m = 32, n = 128, k = 8224;  // 64 whole 128-element tiles and a part one
   std::vector<uint8_t> a(m * k), b(k * n);
   uint32_t s = 777;
@@ -180,7 +175,7 @@ TEST_CASE("gpu: cuBLASLt split-K equals scaled_mm's split-K model", "[gpu]") {
 }
 
 TEST_CASE("gpu: golden/level1 replays on the device with no mismatch", "[gpu]") {
-  if (!HaveGpu()) return;
+  if (!qmx::test::GpuPresent()) return;
   golden::VerifyOptions o;
   o.external = gpu::GoldenRunner();
   o.max_errors = 0;

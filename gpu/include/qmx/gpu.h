@@ -103,6 +103,17 @@ std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, Cubl
 // and no scales: D = A * B (+ C). M a multiple of 16, N of 8, K of 32.
 std::vector<float> GemmMmaSync(const GemmOperand& a, const GemmOperand& b, const float* c_in);
 
+// ------------------------------------------------------------------ the emulation engine
+// The library's own GEMM models as CUDA kernels (gpu/README.md "The emulation engine"): every output
+// equals qmx::Gemm's bit for bit, on any CUDA GPU. It runs the fused models (hopper-fp8*, hopper-mma-sync,
+// ada-fp8, blackwell-*, their -mmasim forms, fused: strings) and fp32-seq, in double arithmetic that the
+// host proves exact per call for the operands' formats and scales and the model's F, step and group.
+// "" when the engine runs this GEMM, else why not (exact and block-exact, and bounds past 53 bits).
+std::string EngineGemmSupport(const GemmOperand& a, const GemmOperand& b, const AccumModel& model);
+// qmx::Gemm on the device: the same checks and errors, then qmx::Error "engine: <reason>" where
+// EngineGemmSupport refuses, or naming the missing device.
+std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model);
+
 }  // namespace qmx::gpu
 
 // ------------------------------------------------------------------ cross-validation (qmx-sim xval)

@@ -148,7 +148,9 @@ void ValidateAccumModel(const AccumModel& m);
 // value (the MMA's C operand), so it cannot be combined with a tensor_scale other than 1 (cuBLAS's
 // epilogue order for that is not modelled: qmx::Error). Throws qmx::Error when K differs, the scale
 // blocks along K of A and B differ (a per-tensor side adopts the other's), or the model does not fit
-// (promotion at a block scale with a promote interval not dividing the K block).
+// (promotion at a block scale with a promote interval not dividing the K block). A NaN output is the
+// model's canonical NaN, on every CPU: 0x7FFFFFFF under the fused models (NVIDIA's), 0x7FC00000 under exact,
+// block-exact and fp32-seq.
 std::vector<float> Gemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
                         Exec exec = Exec::kParallel);
 // The factor Gemm multiplies output (i, j) by after accumulation under `rule` (1 when none applies).

@@ -465,7 +465,10 @@ std::vector<float> Gemm(const GemmOperand& a, const GemmOperand& b, const float*
   const detail::ScopedDefaultFpEnv fp_env;  // the OpenMP loops below take their own
   const internal::GemmPlan plan = internal::PlanGemm(a, b, c_in, model);
   std::vector<float> out(plan.m * plan.n);
-  if (internal::GemmFast(a, b, c_in, model, plan, exec, out.data())) return out;
+  if (internal::GemmFast(a, b, c_in, model, plan, exec, out.data())) {
+    internal::CanonicalizeNans(model, out.data(), out.size());
+    return out;
+  }
   // Generic path: the reference, rows in parallel (each output is computed alone, so the result does
   // not depend on the thread count).
   const size_t rows_per = 4;

@@ -134,6 +134,22 @@ inline float CanonicalNanF() {
   return f;
 }
 
+// A NaN output is one canonical NaN per model, whatever FP32 operation made it and whatever the CPU's own
+// NaN rules (x86 gives 0xFFC00000 for Inf - Inf and keeps an operand's payload; Arm gives 0x7FC00000):
+// 0x7FFFFFFF for the fused tensor-core models, as NVIDIA's tensor cores and FP32 units give it, and
+// 0x7FC00000, IEEE's default quiet NaN, for exact, block-exact and fp32-seq.
+inline float ModelNan(const AccumModel& m) {
+  const uint32_t b = m.kind == AccumKind::kFused ? 0x7FFFFFFFu : 0x7FC00000u;
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+inline void CanonicalizeNans(const AccumModel& m, float* out, size_t n) {
+  const float nan = ModelNan(m);
+  for (size_t i = 0; i < n; ++i)
+    if (std::isnan(out[i])) out[i] = nan;
+}
+
 // +-S * 2^lsb rounded to an FP32 container holding `bits` significant bits, the exponent floored at
 // -126 (so subnormal results are quantized at 2^(-126 - bits + 1)), RZ or RNE; a magnitude of 2^128 or
 // more after rounding gives Inf (the tensor cores overflow to Inf also under RZ).

@@ -287,7 +287,7 @@ void GemmRefRows(const GemmOperand& a, const GemmOperand& b, const float* c_in, 
         case AccumKind::kBlockExact: r = BlockExactDot(d, c); break;
         case AccumKind::kFused: r = FusedDot(d, c); break;
       }
-      out[i * plan.n + j] = r;
+      out[i * plan.n + j] = std::isnan(r) ? internal::ModelNan(model) : r;
     }
   }
 }

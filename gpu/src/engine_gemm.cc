@@ -1,0 +1,189 @@
+// engine_gemm.cc: the emulation engine's GEMM, host side. Plans with the CPU library (the same checks and
+// errors as qmx::Gemm), proves per call that the kernel's double arithmetic is exact for these operands
+// and this model, uploads, runs engine_kernels.cu and downloads.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "engine_internal.h"
+#include "gemm/gemm_internal.h"
+#include "gpu_internal.h"
+#include "qmx/error.h"
+#include "qmx/gpu.h"
+
+namespace qmx::gpu {
+namespace {
+
+using detail::DeviceBuffer;
+
+// What the exactness bounds need of an operand's element values and scales.
+struct ValueBounds {
+  int sig_bits = 1;       // the widest odd significand of a finite nonzero value
+  int min_lsb = 0;        // the lowest bit any finite nonzero value has
+  double max_abs = 0;     // the largest finite magnitude
+};
+
+ValueBounds ElementBounds(const Format& f) {
+  ValueBounds v;
+  bool any = false;
+  const unsigned count = f.Bits() >= 8 ? 256u : 1u << f.Bits();
+  for (unsigned c = 0; c < count; ++c) {
+    const double x = DecodeToDouble(f, c);
+    if (x == 0 || !std::isfinite(x)) continue;
+    const internal::Exact e = internal::ExactOf(x);
+    v.sig_bits = std::max(v.sig_bits, internal::Msb128(e.mag) + 1);
+    v.min_lsb = any ? std::min(v.min_lsb, e.lsb) : e.lsb;
+    v.max_abs = std::max(v.max_abs, std::fabs(x));
+    any = true;
+  }
+  return v;
+}
+
+int ScaleSigBits(const GemmOperand& o) {
+  int bits = 1;
+  for (float s : o.scales)
+    if (s != 0 && std::isfinite(s)) bits = std::max(bits, internal::SignificantBits(s));
+  return bits;
+}
+
+int CeilLog2(double x) { return x <= 1 ? 0 : static_cast<int>(std::ceil(std::log2(x))); }
+
+// The operand's 256 code values and nominal exponents (gemm_ref.cc: DecodeToDouble, NominalExp with the
+// format's emin or the model's operand_emin; zero and non-finite codes: -126, the zero rule's exponent).
+void CodeTables(const Format& f, int emin, std::vector<double>& values, std::vector<int>& nominal) {
+  values.resize(256);
+  nominal.resize(256);
+  for (unsigned c = 0; c < 256; ++c) {
+    values[c] = DecodeToDouble(f, c);
+    const double v = values[c];
+    nominal[c] = v == 0 || !std::isfinite(v) ? -126 : internal::NominalExp(v, emin);
+  }
+}
+
+}  // namespace
+
+std::string EngineGemmSupport(const GemmOperand& a, const GemmOperand& b, const AccumModel& model) {
+  if (model.kind == AccumKind::kFp32Seq) return "";
+  if (model.kind != AccumKind::kFused)
+    return "the engine runs the fused models and fp32-seq; '" + model.name + "' (one exact rounding per " +
+           (model.kind == AccumKind::kExact ? "dot product" : "scale block") + ") runs on the CPU";
+  const FusedParams& p = model.fused;
+  const bool scales_in = (a.block_rows != 0 || b.block_rows != 0) && p.scale_in_products;
+  const ValueBounds ea = ElementBounds(a.elem), eb = ElementBounds(b.elem);
+  const int sa = scales_in && a.block_rows != 0 ? ScaleSigBits(a) : 1;
+  const int sb = scales_in && b.block_rows != 0 ? ScaleSigBits(b) : 1;
+  const std::string what = "'" + model.name + "' on " + a.elem.name + " x " + b.elem.name;
+  int headroom;  // a term's magnitude stays below 2^(nominal + headroom)
+  if (p.group == 1) {
+    if (ea.sig_bits + eb.sig_bits + sa + sb > 53)
+      return what + ": a product of elements and scales needs " + std::to_string(ea.sig_bits + eb.sig_bits + sa + sb) +
+             " significant bits, more than the engine's 53";
+    headroom = 2 + (scales_in ? 2 : 0);
+  } else {
+    const int group_bits = CeilLog2(p.group * ea.max_abs * eb.max_abs);
+    const int span = group_bits - (ea.min_lsb + eb.min_lsb);
+    if (span + sa + sb > 53)
+      return what + ": a group of " + std::to_string(p.group) + " products spans " + std::to_string(span + sa + sb) +
+             " bits with its scales, more than the engine's 53";
+    headroom = group_bits + (scales_in ? 2 : 0);
+  }
+  const int terms = (p.step + p.group - 1) / p.group + 1;
+  const int need = p.frac_bits + std::max(headroom, 1) + CeilLog2(terms);
+  if (need > 53)
+    return what + ": a step's " + std::to_string(terms) + " terms kept to F = " + std::to_string(p.frac_bits) +
+           " bits need " + std::to_string(need) + " bits, more than the engine's 53";
+  return "";
+}
+
+std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model) {
+  {
+    GemmOperand pa, pb;
+    AccumModel pm;
+    if (internal::SplitHmma(a, b, model, pa, pb, pm)) return EngineGemm(pa, pb, c_in, pm);
+  }
+  const internal::GemmPlan plan = internal::PlanGemm(a, b, c_in, model);  // qmx::Gemm's checks and errors
+  const std::string why = EngineGemmSupport(a, b, model);
+  if (!why.empty()) throw Error("engine: " + why);
+  Require("the emulation engine's GEMM");
+  std::vector<float> out(plan.m * plan.n);
+  if (out.empty()) return out;
+
+  detail::EngineGemmArgs g;
+  g.m = plan.m;
+  g.n = plan.n;
+  g.k = plan.k;
+  const FusedParams& f = model.fused;
+  g.model.kind = model.kind == AccumKind::kFp32Seq ? 1 : 0;
+  g.model.step = f.step;
+  g.model.frac_bits = f.frac_bits;
+  g.model.out_bits = f.out_bits;
+  g.model.group = f.group;
+  g.model.zero_exp = f.zero_exp;
+  g.model.promote = f.promote;
+  g.model.term_rne = f.term_round == FusedRound::kRne;
+  g.model.out_rne = f.out_round == FusedRound::kRne;
+  g.model.zero_operands = f.zero_operands;
+  g.model.blocks = plan.a_blocks || plan.b_blocks;
+  g.model.scales_in = g.model.blocks && f.scale_in_products;
+  g.model.promote_separately = f.promote_scale_separately;
+
+  std::vector<double> va, vb;
+  std::vector<int> na, nb;
+  CodeTables(a.elem, f.operand_emin != 0 ? f.operand_emin : internal::FormatEmin(a.elem), va, na);
+  CodeTables(b.elem, f.operand_emin != 0 ? f.operand_emin : internal::FormatEmin(b.elem), vb, nb);
+  DeviceBuffer<uint8_t> da(a.codes.data(), a.codes.size()), db(b.codes.data(), b.codes.size());
+  DeviceBuffer<double> dva(va.data(), 256), dvb(vb.data(), 256);
+  DeviceBuffer<int> dna(na.data(), 256), dnb(nb.data(), 256);
+  DeviceBuffer<float> dsa(a.scales.data(), a.block_rows ? a.scales.size() : 0);
+  DeviceBuffer<float> dsb(b.scales.data(), b.block_rows ? b.scales.size() : 0);
+  auto operand = [](const GemmOperand& o, const DeviceBuffer<uint8_t>& codes, const DeviceBuffer<double>& v,
+                    const DeviceBuffer<int>& nom, const DeviceBuffer<float>& s) {
+    detail::EngineOperand e;
+    e.codes = codes.get();
+    e.rows = o.rows;
+    e.cols = o.cols;
+    e.values = v.get();
+    e.nominal = nom.get();
+    if (o.block_rows != 0) {
+      e.scales = s.get();
+      e.block_rows = o.block_rows;
+      e.block_cols = o.block_cols;
+      e.scale_cols = o.scale_cols;
+    }
+    e.scale_emin = internal::ScaleEmin(o.scale_format);
+    return e;
+  };
+  g.a = operand(a, da, dva, dna, dsa);
+  g.b = operand(b, db, dvb, dnb, dsb);
+
+  const size_t mn = plan.m * plan.n;
+  DeviceBuffer<float> dc(c_in, c_in ? mn : 0), dout(mn);
+  g.c = c_in ? dc.get() : nullptr;
+  g.out = dout.get();
+
+  auto upload = [](const float* p, size_t n) { return DeviceBuffer<float>(p, p ? n : 0); };
+  DeviceBuffer<float> drows = upload(plan.alpha_rows, plan.m), dcols = upload(plan.alpha_cols, plan.n);
+  DeviceBuffer<float> damax_rows = upload(plan.amax_rows, plan.m), damax_cols = upload(plan.amax_cols, plan.n);
+  g.alpha.has = plan.has_alpha;
+  g.alpha.rule = static_cast<int>(plan.rule);
+  g.alpha.ta = plan.ta;
+  g.alpha.tb = plan.tb;
+  g.alpha.rows = plan.alpha_rows ? drows.get() : nullptr;
+  g.alpha.cols = plan.alpha_cols ? dcols.get() : nullptr;
+  g.alpha.amax_a = plan.amax_a;
+  g.alpha.amax_b = plan.amax_b;
+  g.alpha.amax_rows = plan.amax_rows ? damax_rows.get() : nullptr;
+  g.alpha.amax_cols = plan.amax_cols ? damax_cols.get() : nullptr;
+  g.alpha.te_factor = plan.te_factor;
+  g.alpha.te_inv = plan.te_inv;
+
+  detail::LaunchEngineGemm(g, nullptr);
+  detail::CheckLaunch("engine GEMM");
+  dout.Download(out.data(), mn);
+  return out;
+}
+
+}  // namespace qmx::gpu

@@ -1,0 +1,55 @@
+// engine_internal.h: the emulation engine's kernel arguments, plain data shared by the host side
+// (engine_gemm.cc, which plans and checks with the CPU library) and the kernels (engine_kernels.cu).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace qmx::gpu::detail {
+
+// One GEMM operand on the device: codes, the value and nominal exponent of each of the 256 codes, block
+// scales (decoded, with the scale grid's geometry) and the second-level factors.
+struct EngineOperand {
+  const uint8_t* codes = nullptr;  // row-major, rows x cols
+  size_t rows = 0, cols = 0;
+  const double* values = nullptr;  // [256] DecodeToDouble of each code
+  const int* nominal = nullptr;    // [256] the code's nominal exponent (MMA-Sim; zero: -126), operand emin applied
+  const float* scales = nullptr;   // null: no block scales (all 1)
+  size_t block_rows = 0, block_cols = 0, scale_cols = 0;
+  int scale_emin = -126;           // the scale format's emin for nominal exponents (UE8M0 -127, E4M3 -6)
+};
+
+// The model, as FusedParams and AccumKind say it (qmx/gemm.h).
+struct EngineModel {
+  int kind = 0;  // 0 fused, 1 fp32-seq
+  int step = 32, frac_bits = 13, out_bits = 24, group = 1, zero_exp = -1000, promote = 0;
+  bool term_rne = false, out_rne = false, zero_operands = false, scales_in = false, blocks = false,
+       promote_separately = false;
+};
+
+// The epilogue's alpha, as internal::GemmPlan::AlphaAt forms it.
+struct EngineAlpha {
+  bool has = false;
+  int rule = 0;  // AlphaRule
+  float ta = 1.0f, tb = 1.0f;
+  const float* rows = nullptr;  // per row of A (row-scaled NVFP4), else ta
+  const float* cols = nullptr;  // per column of B, else tb
+  float amax_a = 0.0f, amax_b = 0.0f;
+  const float* amax_rows = nullptr;
+  const float* amax_cols = nullptr;
+  float te_factor = 1.0f, te_inv = 1.0f;
+};
+
+struct EngineGemmArgs {
+  EngineOperand a, b;
+  size_t m = 0, n = 0, k = 0;
+  const float* c = nullptr;  // M x N, or null
+  float* out = nullptr;      // M x N
+  EngineModel model;
+  EngineAlpha alpha;
+};
+
+// Runs the GEMM kernel on `stream` (a cudaStream_t; null: the default stream) and returns at once.
+void LaunchEngineGemm(const EngineGemmArgs& args, void* stream);
+
+}  // namespace qmx::gpu::detail

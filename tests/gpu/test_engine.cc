@@ -1,0 +1,191 @@
+// test_engine.cc: the emulation engine (gpu/src/engine_*.cu) against the CPU library, bit for bit: every
+// model the engine runs, on random, structured and adversarial operands (specials, zero groups, exact
+// cancellation, scales at the formats' edges, NaN scales, C, alpha rules, row-scaled NVFP4, odd shapes).
+// Without a GPU only the support messages are checked.
+#if defined(QMX_HAVE_CUDA)
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gemm/gemm_cases.h"
+#include "support/gpu.h"
+#include "qmx/error.h"
+#include "qmx/gemm.h"
+#include "qmx/gpu.h"
+
+namespace engine_test {
+
+using namespace qmx;
+using qmx::test::AddFp32;
+using qmx::test::AddUe8m0;
+using qmx::test::Codes;
+using qmx::test::FloatBits;
+using qmx::test::Hex;
+using qmx::test::ModelsUnderTest;
+using qmx::test::RandomCodes;
+
+struct Tally {
+  size_t compared = 0, outputs = 0;
+  std::map<std::string, size_t> per_model;
+};
+
+// Every model on (a, b, c): where the CPU refuses, the engine refuses with the same message; where the
+// engine runs, its bits equal qmx::Gemm's.
+void CheckModels(const GemmOperand& a, const GemmOperand& b, const float* c, const std::string& what, Tally& t) {
+  for (const AccumModel& m : ModelsUnderTest()) {
+    std::vector<float> want;
+    std::string cpu_error;
+    try {
+      want = Gemm(a, b, c, m);
+    } catch (const Error& e) {
+      cpu_error = e.what();
+    }
+    if (!gpu::EngineGemmSupport(a, b, m).empty()) continue;
+    if (!cpu_error.empty()) {
+      INFO(what << " / " << m.name);
+      CHECK_THROWS_WITH(gpu::EngineGemm(a, b, c, m), cpu_error);
+      continue;
+    }
+    const std::vector<float> got = gpu::EngineGemm(a, b, c, m);
+    REQUIRE(got.size() == want.size());
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (FloatBits(got[i]) != FloatBits(want[i]) && bad++ < 3)
+        UNSCOPED_INFO(what << " / " << m.name << ": output " << i << " engine " << Hex(FloatBits(got[i]), 8) << " cpu "
+                           << Hex(FloatBits(want[i]), 8));
+    CHECK(bad == 0);
+    ++t.compared;
+    t.outputs += got.size();
+    ++t.per_model[m.name];
+  }
+}
+
+TEST_CASE("gpu engine: support names what the engine does not run", "[gpu]") {
+  std::mt19937 rng(1);
+  const GemmOperand a = Codes(fmt::kE4M3, 2, 32, rng), b = Codes(fmt::kE4M3, 32, 2, rng);
+  CHECK(gpu::EngineGemmSupport(a, b, AccumModelByName("blackwell-mxf8f6f4")).empty());
+  CHECK(gpu::EngineGemmSupport(a, b, AccumModelByName("fp32-seq")).empty());
+  CHECK_THAT(gpu::EngineGemmSupport(a, b, AccumModelByName("exact")), Catch::Contains("runs on the CPU"));
+  CHECK_THAT(gpu::EngineGemmSupport(a, b, AccumModelByName("block-exact")), Catch::Contains("scale block"));
+  // F = 50 leaves no room for 33 terms in 53 bits; E5M2 groups of 16 span more than 53 bits.
+  CHECK_THAT(gpu::EngineGemmSupport(a, b, AccumModelByName("fused:step=32,F=50")), Catch::Contains("more than the engine's 53"));
+  const GemmOperand a5 = Codes(fmt::kE5M2, 2, 32, rng), b5 = Codes(fmt::kE5M2, 32, 2, rng);
+  CHECK_THAT(gpu::EngineGemmSupport(a5, b5, AccumModelByName("fused:step=32,F=25,group=16")),
+             Catch::Contains("a group of 16 products spans"));
+  if (!gpu::Device().available) {
+    CHECK_THROWS_WITH(gpu::EngineGemm(a, b, nullptr, AccumModelByName("hopper-fp8")), Catch::Contains("GPU") || Catch::Contains("device"));
+  }
+  CHECK_THROWS_WITH(gpu::EngineGemm(a, b, nullptr, AccumModelByName("exact")), Catch::Contains("engine: "));
+}
+
+TEST_CASE("gpu engine: every fused model and fp32-seq equal qmx::Gemm bit for bit", "[gpu]") {
+  if (!qmx::test::GpuPresent()) return;
+  std::mt19937 rng(44);
+  Tally t;
+  // Plain codes with NaN and Inf, odd shapes (steps, promotion windows and tiles cut short).
+  const Format fmts[] = {fmt::kE4M3, fmt::kE5M2, fmt::kE2M1, fmt::kE3M2, fmt::kE2M3};
+  const size_t shapes[][3] = {{5, 7, 96}, {9, 130, 64}, {3, 3, 300}, {1, 1, 1}, {4, 17, 33}, {37, 45, 257}};
+  for (const Format& fa : fmts)
+    for (const Format& fb : {fmt::kE4M3, fmt::kE5M2, fmt::kE2M1})
+      for (const auto& s : shapes) {
+        const bool specials = (s[0] + s[1]) % 2 == 0;
+        CheckModels(Codes(fa, s[0], s[2], rng, specials), Codes(fb, s[2], s[1], rng, specials), nullptr,
+                    std::string(fa.name) + "x" + fb.name, t);
+      }
+  // C with FP32 subnormals, values the steps truncate, -0, Inf and NaN.
+  {
+    const GemmOperand a = Codes(fmt::kE4M3, 6, 64, rng), b = Codes(fmt::kE4M3, 64, 10, rng);
+    std::vector<float> c(60);
+    std::normal_distribution<float> nd;
+    for (size_t i = 0; i < c.size(); ++i) c[i] = i % 7 == 0 ? std::ldexp(1.0f, -140) : nd(rng) * std::ldexp(1.0f, int(i % 20) - 10);
+    c[3] = -0.0f;
+    c[11] = INFINITY;
+    c[13] = NAN;
+    CheckModels(a, b, c.data(), "e4m3 with C", t);
+  }
+  // Sparse A (zero steps and groups, row 2 all zero) with C below 1: the zero terms' exponent decides where
+  // C is cut; and exact cancellation: B's odd rows are its even rows negated against equal A columns.
+  {
+    std::vector<uint8_t> sparse = RandomCodes(fmt::kE2M1, 6 * 64, rng, false);
+    for (size_t i = 0; i < sparse.size(); ++i)
+      if ((i / 8) % 3 != 0 || i / 64 == 2) sparse[i] = 0;
+    std::vector<float> c(60, 0.3f);
+    CheckModels(OperandFromCodes(fmt::kE2M1, 6, 64, sparse.data()), Codes(fmt::kE2M1, 64, 10, rng), c.data(), "sparse", t);
+    std::vector<uint8_t> ac = RandomCodes(fmt::kE4M3, 8 * 64, rng, false), bc = RandomCodes(fmt::kE4M3, 64 * 8, rng, false);
+    for (size_t r = 0; r < 8; ++r)
+      for (size_t k = 1; k < 64; k += 2) ac[r * 64 + k] = ac[r * 64 + k - 1];
+    for (size_t k = 1; k < 64; k += 2)
+      for (size_t j = 0; j < 8; ++j) bc[k * 8 + j] = bc[(k - 1) * 8 + j] ^ 0x80;
+    CheckModels(OperandFromCodes(fmt::kE4M3, 8, 64, ac.data()), OperandFromCodes(fmt::kE4M3, 64, 8, bc.data()), nullptr,
+                "cancellation", t);
+  }
+  // MX: UE8M0 1x32 along K, ordinary and extreme exponents, and NaN scales (0xFF) in some blocks.
+  for (const Format& f : {fmt::kE4M3, fmt::kE2M1, fmt::kE5M2, fmt::kE3M2})
+    for (const auto& range : {std::pair<int, int>{-8, 8}, std::pair<int, int>{-127, -100}, std::pair<int, int>{100, 127}}) {
+      GemmOperand a = Codes(f, 7, 96, rng), b = Codes(f, 96, 9, rng);
+      AddUe8m0(a, true, 32, rng, range.first, range.second);
+      AddUe8m0(b, false, 32, rng, range.first, range.second);
+      if (range.first == -8) a.scales[4] = NAN;
+      CheckModels(a, b, nullptr, std::string("mx ") + f.name, t);
+    }
+  // NVFP4: 1x16 E4M3 scales (some zero) and tensor scales; TE's alpha rules; row-scaled lines.
+  {
+    GemmOperand a = Codes(fmt::kE2M1, 5, 64, rng), b = Codes(fmt::kE2M1, 64, 6, rng);
+    AddFp32(a, 1, 16, rng, ScaleFormat::kE4m3);
+    AddFp32(b, 16, 1, rng, ScaleFormat::kE4m3);
+    a.tensor_scale = 0.0123f;
+    b.tensor_scale = 3.5f;
+    CheckModels(a, b, nullptr, "nvfp4", t);
+    a.nvfp4_amax = 5.25f;
+    b.nvfp4_amax = 1.0e-3f;
+    for (const char* rule : {"te", "te-ref"}) {
+      AccumModel m = AccumModelByName("blackwell-mxf4nvf4");
+      m.alpha = ParseAlphaRule(rule);
+      const std::vector<float> want = Gemm(a, b, nullptr, m), got = gpu::EngineGemm(a, b, nullptr, m);
+      size_t bad = 0;
+      for (size_t i = 0; i < got.size(); ++i) bad += FloatBits(got[i]) != FloatBits(want[i]);
+      INFO("alpha " << rule);
+      CHECK(bad == 0);
+    }
+    GemmOperand ar = a, br = b;
+    ar.tensor_scale = br.tensor_scale = 1.0f;
+    ar.row_scales = {0.5f, 1.5f, 3.0e-5f, 7.0f, 1.0f};
+    br.col_scales = {2.0f, 0.25f, 1.0f, 9.0f, 1.0e3f, 0.125f};
+    CheckModels(ar, br, nullptr, "nvfp4 row-scaled", t);
+  }
+  // Blockwise FP8: 1x128 x 128x128 and 1x128 x 128x1 FP32 scales; per-tensor FP32 scales.
+  {
+    GemmOperand a = Codes(fmt::kE4M3, 6, 384, rng), b = Codes(fmt::kE4M3, 384, 130, rng);
+    AddFp32(a, 1, 128, rng);
+    AddFp32(b, 128, 128, rng);
+    CheckModels(a, b, nullptr, "block 1x128 x 128x128", t);
+    GemmOperand b2 = Codes(fmt::kE4M3, 384, 5, rng);
+    AddFp32(b2, 128, 1, rng);
+    CheckModels(a, b2, nullptr, "block 1x128 x 128x1", t);
+    GemmOperand p = Codes(fmt::kE4M3, 4, 200, rng), q = Codes(fmt::kE5M2, 200, 4, rng);
+    p.tensor_scale = 1.5f / 448;
+    q.tensor_scale = 7.0f;
+    CheckModels(p, q, nullptr, "per-tensor", t);
+  }
+  // Shapes past one tile in every direction and grid rows, for the models a recipe runs.
+  {
+    GemmOperand a = Codes(fmt::kE2M1, 300, 1024, rng), b = Codes(fmt::kE2M1, 1024, 70, rng);
+    AddFp32(a, 1, 16, rng, ScaleFormat::kE4m3);
+    AddFp32(b, 16, 1, rng, ScaleFormat::kE4m3);
+    CheckModels(a, b, nullptr, "nvfp4 300x70x1024", t);
+  }
+  INFO("compared " << t.compared << " GEMMs, " << t.outputs << " outputs");
+  for (const char* must : {"blackwell-mxf4nvf4", "blackwell-mxf8f6f4", "hopper-fp8", "hopper-fp8-fast", "hopper-fp8-vec",
+                           "hopper-mma-sync", "ada-fp8", "fp32-seq", "blackwell-mxf4nvf4-mmasim"}) {
+    INFO(must);
+    CHECK(t.per_model[must] >= 20);
+  }
+  CHECK(t.outputs > 500000);
+}
+
+}  // namespace engine_test
+#endif

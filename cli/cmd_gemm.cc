@@ -161,13 +161,18 @@ void Run(const GemmArgs& g) {
   }
   const float* cp = c.empty() ? nullptr : c.data();
   std::vector<float> d;
+  std::string engine_kernel;  // --device cuda: which engine kernel ran, and its time without the copies
+  double kernel_secs = 0;
   double secs = 0;  // the fastest of --repeat runs (each from host operands to host output)
   for (int run = 0; run < g.repeat; ++run) {
     const auto t0 = std::chrono::steady_clock::now();
     if (g.device == "cuda") {
 #if defined(QMX_HAVE_CUDA)
       if (g.reference) throw Error("--reference is the CPU's scalar path; it does not go with --device cuda");
-      d = gpu::EngineGemm(A, B, cp, model);
+      gpu::EngineGemmStats stats;
+      d = gpu::EngineGemm(A, B, cp, model, &stats);
+      engine_kernel = stats.kernel;
+      kernel_secs = run == 0 ? stats.kernel_seconds : std::min(kernel_secs, stats.kernel_seconds);
 #else
       throw Error("--device cuda: this qmx-sim was built without the CUDA backend (gpu/README.md)");
 #endif
@@ -183,11 +188,19 @@ void Run(const GemmArgs& g) {
   js["n"] = B.cols;
   js["k"] = A.cols;
   js["device"] = g.device;
+  if (!engine_kernel.empty()) {
+    js["engine_kernel"] = engine_kernel;
+    js["kernel_seconds"] = kernel_secs;
+  }
   js["seconds"] = secs;
   if (!g.quiet)
     std::printf("D = A (%zux%zu %s) * B (%zux%zu %s)%s under %s\n  %.3f s, %.2f GFLOP/s (%s)\n", A.rows, A.cols, A.elem.name,
                 B.rows, B.cols, B.elem.name, cp ? " + C" : "", DescribeModel(model).c_str(), secs,
-                2.0 * A.rows * B.cols * A.cols / secs / 1e9, g.device.c_str());
+                2.0 * A.rows * B.cols * A.cols / secs / 1e9,
+                engine_kernel.empty() ? g.device.c_str()
+                                      : ("cuda, " + engine_kernel + " kernel " + std::to_string(kernel_secs) + " s, " +
+                                         std::to_string(2.0 * A.rows * B.cols * A.cols / kernel_secs / 1e12) + " TFLOP/s")
+                                            .c_str());
   AtomicFileSet outputs;  // D and the JSON, both or neither
   if (!g.out.empty()) {
     NpyArray o;

@@ -19,7 +19,7 @@ namespace {
 struct XvalArgs {
   std::string golden, json, only;
   bool exhaustive = false, quick = false, no_golden = false;
-  bool conversions = false, quantize = false, gemm = false;
+  bool conversions = false, quantize = false, gemm = false, engine = false;
   uint64_t seed = 1;
   size_t max_show = 3;
 };
@@ -48,10 +48,11 @@ void RunXval(const XvalArgs& a) {
   o.quick = a.quick;
   o.seed = a.seed;
   o.max_show = a.max_show;
-  if (a.conversions || a.quantize || a.gemm) {
+  if (a.conversions || a.quantize || a.gemm || a.engine) {
     o.conversions = a.conversions;
     o.quantize = a.quantize;
     o.gemm = a.gemm;
+    o.engine = a.engine;
   }
   if (!dev.available) {
     std::printf("every comparison skipped: %s\n", dev.reason.c_str());
@@ -101,7 +102,8 @@ void AddXvalCommand(CLI::App& app) {
   c->add_flag("--exhaustive", a.exhaustive, "all 2^32 FP32 inputs per conversion (else 2^26 spread over the space)");
   c->add_flag("--conversions", a.conversions, "run only the selected groups: conversions ...");
   c->add_flag("--quantize", a.quantize, "... MX and NVFP4 quantization ...");
-  c->add_flag("--gemm", a.gemm, "... cuBLASLt and mma.sync GEMMs");
+  c->add_flag("--gemm", a.gemm, "... cuBLASLt and mma.sync GEMMs ...");
+  c->add_flag("--engine", a.engine, "... the emulation engine's GEMMs against the CPU library, model by model");
   c->add_flag("--quick", a.quick, "smaller tensors and GEMMs (tests)");
   c->add_option("--seed", a.seed, "seed of the generated inputs");
   c->add_option("--max-show", a.max_show, "first mismatches printed per row (default 3)");

@@ -40,5 +40,6 @@ void ParallelCopy(uint8_t* dst, const uint8_t* src, size_t bytes);
 void RunConvertBench(const BenchArgs& a, nlohmann::json& j);  // conversion, MX, Hadamard, metrics
 void RunGemmBench(const BenchArgs& a, nlohmann::json& j);     // GEMM models beside Eigen SGEMM/DGEMM
 void RunRecipeBench(const BenchArgs& a, nlohmann::json& j);   // one training step per recipe
+void RunEngineBench(const BenchArgs& a, nlohmann::json& j);   // the GPU emulation engine (bench_engine.cc)
 
 }  // namespace qmx::cli::bench

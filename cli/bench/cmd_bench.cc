@@ -18,8 +18,8 @@ namespace {
 using namespace bench;
 
 void RunBench(const BenchArgs& a) {
-  if (a.suite != "all" && a.suite != "convert" && a.suite != "gemm" && a.suite != "recipe")
-    throw Error("--suite is all, convert, gemm or recipe, not '" + a.suite + "'");
+  if (a.suite != "all" && a.suite != "convert" && a.suite != "gemm" && a.suite != "recipe" && a.suite != "engine")
+    throw Error("--suite is all, convert, gemm, recipe or engine, not '" + a.suite + "'");
   for (int t : a.threads)
     if (t < 1 || t > 1024) throw Error("--threads values must be 1..1024, not " + std::to_string(t));
   if (!a.target.empty()) ForceSimdTarget(a.target);
@@ -29,10 +29,11 @@ void RunBench(const BenchArgs& a) {
   j["simd_target"] = SimdTargetName();
   j["simd_targets_available"] = SimdTargets();
   if (a.suite == "all" || a.suite == "convert") RunConvertBench(a, j);
-  if (a.suite == "gemm" || a.suite == "recipe")
+  if (a.suite == "gemm" || a.suite == "recipe" || a.suite == "engine")
     std::printf("qmx-sim bench %s: %s; SIMD target %s\n", QMX_VERSION, CpuModel().c_str(), SimdTargetName().c_str());
   if (a.suite == "all" || a.suite == "gemm") RunGemmBench(a, j);
   if (a.suite == "all" || a.suite == "recipe") RunRecipeBench(a, j);
+  if (a.suite == "engine") RunEngineBench(a, j);  // not in "all": it needs a GPU
   if (!a.json.empty()) WriteFileAtomic(a.json, j.dump(2) + "\n");
 }
 
@@ -49,7 +50,8 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("--json", a.json, "Also write the results as JSON to this file");
   cmd->add_flag("--no-ref", a.no_ref, "Skip the scalar reference timings");
   cmd->add_option("--suite", a.suite,
-                  "What to time: all, convert (conversion and MX quantization), gemm or recipe (one training step)")
+                  "What to time: all, convert (conversion and MX quantization), gemm, recipe (one training step), or engine "
+                  "(the GPU emulation engine's GEMMs beside BF16 cuBLASLt and the CPU; not part of all)")
       ->capture_default_str();
   cmd->add_option("--gemm-sizes", a.gemm_sizes, "GEMM sizes M = N = K to time")->capture_default_str();
   cmd->add_option("--gemm-reps", a.gemm_reps, "Timed runs per GEMM kernel (the median is reported)")->capture_default_str();

@@ -98,11 +98,12 @@ std::string EngineGemmSupport(const GemmOperand& a, const GemmOperand& b, const 
   return "";
 }
 
-std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model) {
+std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+                              EngineGemmStats* stats) {
   {
     GemmOperand pa, pb;
     AccumModel pm;
-    if (internal::SplitHmma(a, b, model, pa, pb, pm)) return EngineGemm(pa, pb, c_in, pm);
+    if (internal::SplitHmma(a, b, model, pa, pb, pm)) return EngineGemm(pa, pb, c_in, pm, stats);
   }
   const internal::GemmPlan plan = internal::PlanGemm(a, b, c_in, model);  // qmx::Gemm's checks and errors
   const std::string why = EngineGemmSupport(a, b, model);
@@ -180,8 +181,50 @@ std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const 
   g.alpha.te_factor = plan.te_factor;
   g.alpha.te_inv = plan.te_inv;
 
-  detail::LaunchEngineGemm(g, nullptr);
-  detail::CheckLaunch("engine GEMM");
+  // The FP4 kernel where it applies: E2M1 on both sides, groups of 16 in steps of 64, no promotion, scale
+  // blocks along K whole groups, and a grid of at most 65,535 row tiles.
+  auto whole_groups = [&](bool blocks, size_t along_k) { return !blocks || along_k % 16 == 0 || along_k >= plan.k; };
+  const bool fp4 = model.kind == AccumKind::kFused && f.group == 16 && f.step == 64 && f.promote == 0 &&
+                   std::string(a.elem.name) == "e2m1" && std::string(b.elem.name) == "e2m1" &&
+                   whole_groups(plan.a_blocks, a.block_cols) && whole_groups(plan.b_blocks, b.block_rows) &&
+                   (plan.m + 31) / 32 <= 65535 && plan.m < (1u << 31) && plan.n < (1u << 31) && plan.k < (1u << 31);
+  EngineGemmStats st;
+  cudaEvent_t t0, t1;  // the kernels' own time, operands already on the device
+  detail::Check(cudaEventCreate(&t0), "cudaEventCreate");
+  detail::Check(cudaEventCreate(&t1), "cudaEventCreate");
+  st.steps = plan.m * plan.n * ((plan.k + static_cast<size_t>(std::max(1, f.step)) - 1) / static_cast<size_t>(std::max(1, f.step)));
+  if (fp4) {
+    detail::EngineFp4Buffers fb;
+    fb.kp = (plan.k + 15) / 16 * 16;
+    DeviceBuffer<int8_t> av(plan.m * fb.kp), aa(plan.m * fb.kp), bv(plan.n * fb.kp), ba(plan.n * fb.kp);
+    DeviceBuffer<unsigned long long> fallbacks(1);
+    detail::Check(cudaMemset(fallbacks.get(), 0, sizeof(unsigned long long)), "cudaMemset");
+    fb.a_val = av.get();
+    fb.a_abs = aa.get();
+    fb.b_val = bv.get();
+    fb.b_abs = ba.get();
+    fb.fallback_steps = fallbacks.get();
+    detail::Check(cudaEventRecord(t0), "cudaEventRecord");
+    detail::LaunchEngineFp4Gemm(g, fb, nullptr);
+    detail::Check(cudaEventRecord(t1), "cudaEventRecord");
+    detail::CheckLaunch("engine FP4 GEMM");
+    unsigned long long n = 0;
+    fallbacks.Download(&n, 1);
+    st.kernel = "fp4";
+    st.fallback_steps = n;
+  } else {
+    detail::Check(cudaEventRecord(t0), "cudaEventRecord");
+    detail::LaunchEngineGemm(g, nullptr);
+    detail::Check(cudaEventRecord(t1), "cudaEventRecord");
+    detail::CheckLaunch("engine GEMM");
+    st.kernel = "generic";
+  }
+  float ms = 0;
+  detail::Check(cudaEventElapsedTime(&ms, t0, t1), "cudaEventElapsedTime");
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  st.kernel_seconds = ms * 1e-3;
+  if (stats) *stats = st;
   dout.Download(out.data(), mn);
   return out;
 }

@@ -52,4 +52,20 @@ struct EngineGemmArgs {
 // Runs the GEMM kernel on `stream` (a cudaStream_t; null: the default stream) and returns at once.
 void LaunchEngineGemm(const EngineGemmArgs& args, void* stream);
 
+// The FP4 kernel (E2M1 x E2M1, groups of 16, steps of 64, no promotion: blackwell-mxf4nvf4 and its -mmasim
+// form): elements as int8 twice their value, A row-major M x kp and B transposed N x kp (kp = K rounded up to
+// 16, zero-padded), each with its magnitudes, so that a group's exact sum and whether every product is zero
+// are four dp4a each. Steps with a non-finite scale or accumulator go through the generic step, counted in
+// *fallback_steps.
+struct EngineFp4Buffers {
+  int8_t* a_val = nullptr;
+  int8_t* a_abs = nullptr;
+  int8_t* b_val = nullptr;  // transposed: N x kp
+  int8_t* b_abs = nullptr;
+  size_t kp = 0;
+  unsigned long long* fallback_steps = nullptr;  // device counter
+};
+// Fills the buffers from args.a / args.b codes (E2M1), then runs the FP4 kernel.
+void LaunchEngineFp4Gemm(const EngineGemmArgs& args, const EngineFp4Buffers& f, void* stream);
+
 }  // namespace qmx::gpu::detail

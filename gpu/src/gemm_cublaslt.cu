@@ -6,6 +6,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -325,6 +326,53 @@ std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, Cubl
   std::vector<float> d(m * n);
   dd.Download(d.data(), m * n);
   return d;
+}
+
+double Bf16GemmSeconds(size_t m, size_t n, size_t k, int reps) {
+  Require("the BF16 cuBLASLt baseline");
+  if (m == 0 || n == 0 || k == 0 || reps < 1) throw Error("the BF16 baseline needs M, N, K and reps of at least 1");
+  // Column-major D (m x n) = A (m x k) * B (k x n), BF16 in and out, FP32 accumulation: torch.matmul's GEMM.
+  // The operands hold 0x3C3C (about 0.0115) everywhere: nonzero data, as all-zero operands run faster.
+  DeviceBuffer<uint16_t> a(m * k), b(k * n), d(m * n);
+  detail::Check(cudaMemset(a.get(), 0x3C, m * k * 2), "cudaMemset");
+  detail::Check(cudaMemset(b.get(), 0x3C, k * n * 2), "cudaMemset");
+  LtHandle h;
+  LtDesc desc;
+  LtLayout la(CUDA_R_16BF, m, k, static_cast<int64_t>(m)), lb(CUDA_R_16BF, k, n, static_cast<int64_t>(k)),
+      ld(CUDA_R_16BF, m, n, static_cast<int64_t>(m));
+  const size_t ws_bytes = size_t{64} << 20;
+  DeviceBuffer<uint8_t> ws(ws_bytes);
+  LtPref pref(ws_bytes);
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  CheckLt(cublasLtMatmulAlgoGetHeuristic(h.h, desc.d, la.l, lb.l, ld.l, ld.l, pref.p, 1, &heur, &found),
+          "cublasLtMatmulAlgoGetHeuristic (BF16)");
+  if (found == 0) throw Error("cuBLASLt: no BF16 GEMM algorithm for this shape");
+  const float alpha = 1.0f, beta = 0.0f;
+  auto run = [&] {
+    CheckLt(cublasLtMatmul(h.h, desc.d, &alpha, a.get(), la.l, b.get(), lb.l, &beta, d.get(), ld.l, d.get(), ld.l,
+                           &heur.algo, ws.get(), ws_bytes, 0),
+            "cublasLtMatmul (BF16)");
+  };
+  run();
+  detail::CheckLaunch("BF16 GEMM");
+  cudaEvent_t t0, t1;
+  detail::Check(cudaEventCreate(&t0), "cudaEventCreate");
+  detail::Check(cudaEventCreate(&t1), "cudaEventCreate");
+  std::vector<double> times;
+  for (int r = 0; r < reps; ++r) {
+    detail::Check(cudaEventRecord(t0), "cudaEventRecord");
+    run();
+    detail::Check(cudaEventRecord(t1), "cudaEventRecord");
+    detail::Check(cudaEventSynchronize(t1), "cudaEventSynchronize");
+    float ms = 0;
+    detail::Check(cudaEventElapsedTime(&ms, t0, t1), "cudaEventElapsedTime");
+    times.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
 }
 
 }  // namespace qmx::gpu

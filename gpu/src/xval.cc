@@ -637,6 +637,95 @@ void GemmRows(const XvalOptions& opt, const std::function<void(XvalRow&&)>& emit
   }
 }
 
+// The emulation engine against the CPU library, model by model, on recipe-shaped operands whose shapes
+// are not multiples of any tile (gpu/README.md "The emulation engine").
+void EngineRows(const XvalOptions& opt, const std::function<void(XvalRow&&)>& emit) {
+  const size_t m = opt.quick ? 67 : 509, n = opt.quick ? 45 : 515, k = opt.quick ? 256 : 1056;
+  std::mt19937_64 g(opt.seed * 0x9E3779B97F4A7C15ull + 11);
+  const auto operand = [&](const char* fmt, bool is_a, const char* kind) {
+    const Format f = GetFormat(fmt);
+    if (is_a) {
+      const std::vector<uint8_t> c = Codes(g, m, k, f, kind);
+      return OperandFromCodes(f, m, k, c.data());
+    }
+    const std::vector<uint8_t> c = Transposed(Codes(g, n, k, f, kind), n, k);
+    return OperandFromCodes(f, k, n, c.data());
+  };
+  // Block scales along K (A 1 x block, B block x 1): UE8M0 bytes over 2^-9..2^8 with one NaN (0xFF), E4M3
+  // codes, or FP32 values in [0.5, 3) x 2^-4..2^4.
+  const auto scales = [&](GemmOperand& o, bool is_a, ScaleFormat sf, size_t block) {
+    const size_t lines = is_a ? o.rows : o.cols, along = is_a ? o.cols : o.rows;
+    std::vector<uint32_t> raw(lines * ((along + block - 1) / block));
+    std::uniform_real_distribution<float> u(0.5f, 3.0f);
+    for (uint32_t& v : raw) {
+      if (sf == ScaleFormat::kUe8m0) v = 118 + static_cast<uint32_t>(g() % 18);
+      else if (sf == ScaleFormat::kE4m3) v = 0x18 + static_cast<uint32_t>(g() % 0x50);
+      else v = hd::F32Bits(u(g) * std::ldexp(1.0f, static_cast<int>(g() % 9) - 4));
+    }
+    if (sf == ScaleFormat::kUe8m0) raw[raw.size() / 3] = 0xFF;
+    SetBlockScales(o, sf, is_a ? 1 : block, is_a ? block : 1, raw.data());
+  };
+  struct EngineCase {
+    const char* model;
+    const char* what;
+    const char* fa;
+    const char* fb;
+    const char* kind;
+    ScaleFormat sf;
+    size_t block;  // 0: per-tensor
+  };
+  const EngineCase cases[] = {
+      {"blackwell-mxf4nvf4", "NVFP4 (E4M3 1x16, tensor scales)", "e2m1", "e2m1", "adv", ScaleFormat::kE4m3, 16},
+      {"blackwell-mxf4nvf4", "MXFP4 (UE8M0 1x32)", "e2m1", "e2m1", "normal", ScaleFormat::kUe8m0, 32},
+      {"blackwell-mxf4nvf4-mmasim", "NVFP4 (E4M3 1x16)", "e2m1", "e2m1", "adv", ScaleFormat::kE4m3, 16},
+      {"blackwell-mxf8f6f4", "MXFP8 e4m3", "e4m3", "e4m3", "adv", ScaleFormat::kUe8m0, 32},
+      {"blackwell-mxf8f6f4", "MXFP8 e5m2 x e4m3", "e5m2", "e4m3", "wide", ScaleFormat::kUe8m0, 32},
+      {"blackwell-mxf8f6f4", "MXFP6 e3m2 x e2m3", "e3m2", "e2m3", "normal", ScaleFormat::kUe8m0, 32},
+      {"blackwell-mxf8f6f4-mmasim", "MXFP8 e4m3", "e4m3", "e4m3", "adv", ScaleFormat::kUe8m0, 32},
+      {"hopper-fp8", "FP8 per-tensor", "e4m3", "e4m3", "adv", ScaleFormat::kFp32, 0},
+      {"hopper-fp8-fast", "FP8 per-tensor", "e4m3", "e5m2", "wide", ScaleFormat::kFp32, 0},
+      {"hopper-fp8", "FP8 1x128 FP32 scales", "e4m3", "e4m3", "normal", ScaleFormat::kFp32, 128},
+      {"hopper-fp8-vec", "FP8 1x128 FP32 scales", "e4m3", "e4m3", "adv", ScaleFormat::kFp32, 128},
+      {"hopper-mma-sync", "FP8 per-tensor", "e4m3", "e4m3", "bits", ScaleFormat::kFp32, 0},
+      {"ada-fp8", "FP8 per-tensor", "e5m2", "e5m2", "wide", ScaleFormat::kFp32, 0},
+      {"fp32-seq", "MXFP8 e4m3", "e4m3", "e4m3", "normal", ScaleFormat::kUe8m0, 32},
+  };
+  for (const EngineCase& c : cases) {
+    XvalRow r;
+    r.group = "engine";
+    r.op = std::string(c.model) + " on " + c.what;
+    r.reference = "qmx::Gemm (CPU)";
+    const auto t0 = std::chrono::steady_clock::now();
+    GemmOperand a = operand(c.fa, true, c.kind), b = operand(c.fb, false, c.kind);
+    if (c.block) {
+      scales(a, true, c.sf, c.block);
+      scales(b, false, c.sf, c.block);
+    }
+    if (c.sf == ScaleFormat::kE4m3 || c.block == 0) {
+      a.tensor_scale = 0.37f;
+      b.tensor_scale = 2.5f;
+    }
+    const AccumModel model = AccumModelByName(c.model);
+    const std::string why = EngineGemmSupport(a, b, model);
+    if (!why.empty()) {
+      r.skipped = why;
+      emit(std::move(r));
+      continue;
+    }
+    EngineGemmStats st;
+    const std::vector<float> got = EngineGemm(a, b, nullptr, model, &st), want = Gemm(a, b, nullptr, model);
+    r.cases = got.size();
+    for (size_t i = 0; i < got.size(); ++i)
+      if (hd::F32Bits(got[i]) != hd::F32Bits(want[i]) && r.mismatches++ < opt.max_show)
+        r.first.push_back("(" + std::to_string(i / n) + ", " + std::to_string(i % n) + "): engine " +
+                          Hex(hd::F32Bits(got[i]), 8) + ", cpu " + Hex(hd::F32Bits(want[i]), 8));
+    r.notes.push_back(std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k) + ", " + st.kernel + " kernel, " +
+                      std::to_string(st.fallback_steps) + " of " + std::to_string(st.steps) + " steps by the generic step");
+    r.seconds = Seconds(t0);
+    emit(std::move(r));
+  }
+}
+
 }  // namespace
 
 golden::ExternalRunner GoldenRunner() {
@@ -682,6 +771,7 @@ std::vector<XvalRow> Xval(const XvalOptions& opt, const std::function<void(const
   if (opt.conversions) ConvertRows(opt, emit);
   if (opt.quantize) QuantRows(opt, emit);
   if (opt.gemm) GemmRows(opt, emit);
+  if (opt.engine) EngineRows(opt, emit);
   return rows;
 }
 

@@ -30,7 +30,8 @@ using qmx::test::RandomCodes;
 
 struct Tally {
   size_t compared = 0, outputs = 0;
-  std::map<std::string, size_t> per_model;
+  std::map<std::string, size_t> per_model, per_kernel;
+  uint64_t fallback_steps = 0;
 };
 
 // Every model on (a, b, c): where the CPU refuses, the engine refuses with the same message; where the
@@ -50,7 +51,10 @@ void CheckModels(const GemmOperand& a, const GemmOperand& b, const float* c, con
       CHECK_THROWS_WITH(gpu::EngineGemm(a, b, c, m), cpu_error);
       continue;
     }
-    const std::vector<float> got = gpu::EngineGemm(a, b, c, m);
+    gpu::EngineGemmStats stats;
+    const std::vector<float> got = gpu::EngineGemm(a, b, c, m, &stats);
+    ++t.per_kernel[stats.kernel];
+    t.fallback_steps += stats.fallback_steps;
     REQUIRE(got.size() == want.size());
     size_t bad = 0;
     for (size_t i = 0; i < got.size(); ++i)
@@ -185,6 +189,11 @@ TEST_CASE("gpu engine: every fused model and fp32-seq equal qmx::Gemm bit for bi
     CHECK(t.per_model[must] >= 20);
   }
   CHECK(t.outputs > 500000);
+  // Both kernels ran, and the FP4 kernel handed steps with NaN scales to the generic step.
+  INFO("fp4 " << t.per_kernel["fp4"] << ", generic " << t.per_kernel["generic"] << ", fallback steps " << t.fallback_steps);
+  CHECK(t.per_kernel["fp4"] >= 20);
+  CHECK(t.per_kernel["generic"] >= 500);
+  CHECK(t.fallback_steps > 0);
 }
 
 }  // namespace engine_test

@@ -103,6 +103,10 @@ std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, Cubl
 // and no scales: D = A * B (+ C). M a multiple of 16, N of 8, K of 32.
 std::vector<float> GemmMmaSync(const GemmOperand& a, const GemmOperand& b, const float* c_in);
 
+// The bench's baseline: the median time of `reps` BF16 GEMMs (m x k by k x n, FP32 accumulation, BF16 out)
+// through cuBLASLt, as torch.matmul runs them, after one warm-up.
+double Bf16GemmSeconds(size_t m, size_t n, size_t k, int reps);
+
 // ------------------------------------------------------------------ the emulation engine
 // The library's own GEMM models as CUDA kernels (gpu/README.md "The emulation engine"): every output
 // equals qmx::Gemm's bit for bit, on any CUDA GPU. It runs the fused models (hopper-fp8*, hopper-mma-sync,
@@ -110,9 +114,18 @@ std::vector<float> GemmMmaSync(const GemmOperand& a, const GemmOperand& b, const
 // host proves exact per call for the operands' formats and scales and the model's F, step and group.
 // "" when the engine runs this GEMM, else why not (exact and block-exact, and bounds past 53 bits).
 std::string EngineGemmSupport(const GemmOperand& a, const GemmOperand& b, const AccumModel& model);
+// Which kernel ran and how its steps went: "fp4" (E2M1 x E2M1 under a model of groups of 16 in steps of 64
+// without promotion, blackwell-mxf4nvf4: each group's exact sum is four dp4a on int8 elements) or "generic";
+// fp4 steps that met a non-finite scale or accumulator and took the generic step instead.
+struct EngineGemmStats {
+  std::string kernel;
+  uint64_t steps = 0, fallback_steps = 0;
+  double kernel_seconds = 0;  // the kernels alone (FP4: with packing the operands), without the copies
+};
 // qmx::Gemm on the device: the same checks and errors, then qmx::Error "engine: <reason>" where
 // EngineGemmSupport refuses, or naming the missing device.
-std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model);
+std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+                              EngineGemmStats* stats = nullptr);
 
 }  // namespace qmx::gpu
 
@@ -132,13 +145,14 @@ struct XvalOptions {
   std::string golden_dir;    // "" = no golden replay
   bool exhaustive = false;   // all 2^32 FP32 inputs per conversion (else 2^26 spread over the space)
   bool conversions = true, quantize = true, gemm = true;
+  bool engine = true;        // the emulation engine's GEMMs against the CPU library, model by model
   bool quick = false;        // fewer and smaller GEMM cases (for tests)
   uint64_t seed = 1;
   size_t max_show = 5;       // first mismatches kept per row
 };
 
 struct XvalRow {
-  std::string group;      // "golden", "convert", "quantize", "gemm"
+  std::string group;      // "golden", "convert", "quantize", "gemm", "engine"
   std::string op;         // e.g. "f32->e4m3 rne satfinite (ptx)", "cuBLASLt tensorwise e4m3 x e4m3"
   std::string reference;  // what the device is compared with: "golden file", "cpu-simd", a GEMM model
   uint64_t cases = 0, mismatches = 0;

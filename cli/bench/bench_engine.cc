@@ -1,0 +1,136 @@
+// bench_engine.cc: `qmx-sim bench --suite engine`: the emulation engine's GEMMs on the GPU (gpu/), each
+// beside BF16 cuBLASLt (torch.matmul's GEMM) of the same size and the same model on this machine's CPU
+// threads, in one run. Every engine output is checked against the CPU's bits before its time counts.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/bench.h"
+#include "qmx/error.h"
+#include "qmx/gemm.h"
+#if defined(QMX_HAVE_CUDA)
+#include "qmx/gpu.h"
+#endif
+
+namespace qmx::cli::bench {
+
+#if defined(QMX_HAVE_CUDA)
+namespace {
+
+// Random element codes (finite, both signs) and block scales of a recipe's operands.
+GemmOperand EngineBenchOperand(const Format& f, size_t rows, size_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> codes(rows * cols);
+  const unsigned mag = std::string(f.name) == "e2m1" ? 8 : 0x7E;  // e4m3: no NaN code
+  for (uint8_t& c : codes) {
+    const uint32_t r = rng();
+    c = static_cast<uint8_t>((r % mag) | (((r >> 16) & 1) << (f.Bits() - 1)));
+  }
+  return OperandFromCodes(f, rows, cols, codes.data());
+}
+
+void AddEngineScales(GemmOperand& o, bool is_a, size_t block, ScaleFormat sf, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const size_t k = is_a ? o.cols : o.rows, lines = is_a ? o.rows : o.cols;
+  std::vector<uint32_t> raw(lines * ((k + block - 1) / block));
+  for (uint32_t& v : raw) v = sf == ScaleFormat::kUe8m0 ? 120 + rng() % 14 : 0x30 + rng() % 0x20;
+  SetBlockScales(o, sf, is_a ? 1 : block, is_a ? block : 1, raw.data());
+}
+
+struct EngineCase {
+  std::string model, operands;
+  double target_bf16;  // the floor against BF16 cuBLAS (0: none)
+};
+
+}  // namespace
+
+void RunEngineBench(const BenchArgs& a, nlohmann::json& j) {
+  const gpu::DeviceInfo& dev = gpu::Device();
+  if (!dev.available) {
+    std::printf("engine: no CUDA device (%s); nothing timed\n", dev.reason.c_str());
+    return;
+  }
+  const int threads = omp_get_max_threads();
+  std::printf("\nEmulation engine on %s: kernel time (operands on the device) against BF16 cuBLASLt of the same size,\n"
+              "and end-to-end time (copies included) against the same model on %d CPU threads; medians of %d\n",
+              dev.Describe().c_str(), threads, a.gemm_reps);
+  std::printf("%-20s %5s %10s %9s %8s %8s %10s %10s %8s %7s\n", "model", "size", "kernel ms", "TFLOP/s", "x bf16",
+              "target", "e2e ms", "cpu ms", "x cpu", "kernel");
+  j["engine"]["device"] = dev.Describe();
+  j["engine"]["cpu_threads"] = threads;
+  j["engine"]["rows"] = nlohmann::json::array();
+  const EngineCase cases[] = {{"blackwell-mxf4nvf4", "nvfp4", 0.1},
+                              {"blackwell-mxf8f6f4", "mxfp8", 0.03},
+                              {"hopper-fp8", "fp8", 0},
+                              {"fp32-seq", "fp8", 0}};
+  for (int size : a.gemm_sizes) {
+    const size_t s = static_cast<size_t>(size);
+    const double bf16 = gpu::Bf16GemmSeconds(s, s, s, std::max(3, a.gemm_reps));
+    const double flop = 2.0 * s * s * s;
+    std::printf("%-20s %5d %10.3f %9.1f\n", "bf16 cuBLASLt", size, bf16 * 1e3, flop / bf16 / 1e12);
+    j["engine"]["rows"].push_back({{"kernel", "bf16 cuBLASLt"}, {"size", size}, {"median_s", bf16}});
+    for (const EngineCase& c : cases) {
+      const bool fp4 = c.operands == "nvfp4";
+      GemmOperand A = EngineBenchOperand(fp4 ? fmt::kE2M1 : fmt::kE4M3, s, s, 1);
+      GemmOperand B = EngineBenchOperand(fp4 ? fmt::kE2M1 : fmt::kE4M3, s, s, 2);
+      if (fp4) {
+        AddEngineScales(A, true, 16, ScaleFormat::kE4m3, 3);
+        AddEngineScales(B, false, 16, ScaleFormat::kE4m3, 4);
+      } else if (c.operands == "mxfp8") {
+        AddEngineScales(A, true, 32, ScaleFormat::kUe8m0, 3);
+        AddEngineScales(B, false, 32, ScaleFormat::kUe8m0, 4);
+      }
+      const AccumModel m = AccumModelByName(c.model);
+      std::vector<double> kernel, e2e;
+      std::vector<float> got;
+      gpu::EngineGemmStats st;
+      for (int r = 0; r < a.gemm_reps + 1; ++r) {  // the first run warms up
+        const auto t0 = std::chrono::steady_clock::now();
+        got = gpu::EngineGemm(A, B, nullptr, m, &st);
+        const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (r == 0) continue;
+        e2e.push_back(t);
+        kernel.push_back(st.kernel_seconds);
+      }
+      std::vector<float> want;
+      const double cpu = MedianSeconds(a.gemm_reps, [&] { want = Gemm(A, B, nullptr, m); });
+      size_t differ = 0;
+      for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &want[i], 4) != 0;
+      if (differ) throw Error("engine bench: " + c.model + " differs from the CPU in " + std::to_string(differ) + " outputs");
+      std::sort(kernel.begin(), kernel.end());
+      std::sort(e2e.begin(), e2e.end());
+      const double ks = kernel[kernel.size() / 2], es = e2e[e2e.size() / 2];
+      const double x_bf16 = bf16 / ks, x_cpu = cpu / es;
+      char target[24] = "-";
+      if (c.target_bf16 > 0) std::snprintf(target, sizeof target, ">=%.2f %s", c.target_bf16, x_bf16 >= c.target_bf16 ? "met" : "SHORT");
+      std::printf("%-20s %5d %10.3f %9.2f %8.4f %8s %10.2f %10.2f %8.1f %7s\n", c.model.c_str(), size, ks * 1e3,
+                  flop / ks / 1e12, x_bf16, target, es * 1e3, cpu * 1e3, x_cpu, st.kernel.c_str());
+      j["engine"]["rows"].push_back({{"kernel", c.model},
+                                     {"operands", c.operands},
+                                     {"size", size},
+                                     {"engine_kernel", st.kernel},
+                                     {"kernel_s", ks},
+                                     {"end_to_end_s", es},
+                                     {"cpu_s", cpu},
+                                     {"ratio_vs_bf16", x_bf16},
+                                     {"ratio_vs_cpu", x_cpu},
+                                     {"target_vs_bf16", c.target_bf16},
+                                     {"outputs_checked", got.size()}});
+    }
+  }
+}
+#else
+void RunEngineBench(const BenchArgs&, nlohmann::json&) {
+  std::printf("engine: this qmx-sim was built without the CUDA backend (gpu/README.md); nothing timed\n");
+}
+#endif
+
+}  // namespace qmx::cli::bench

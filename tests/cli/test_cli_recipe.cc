@@ -161,7 +161,7 @@ TEST_CASE("recipe errors name the problem, exit 1 and write nothing", "[cli][rec
        "--dy is 8 x 5 but must be m x n = 8 x 4"},
       {"recipe --steps 3 --x " + Quote(d / "x.npy") + " --w " + Quote(d / "w.npy") + " --dy " + Quote(d / "x.npy") + o,
        "--steps generates its tensors"},
-      {"recipe --recipe quartet --k 48 --quiet --csv " + Quote(out / "r.csv"), "not a multiple of the Hadamard block 32"},
+      {"recipe --recipe quartet --k 48 --quiet --csv " + Quote(out / "r.csv"), "in_features (k) = 48 is not a multiple of 32 (fprop: the Hadamard block of X"},
       {"recipe --amax-algo newest" + o, "--amax-algo is max or most-recent"},
       {"recipe --m 0 --quiet --csv " + Quote(out / "r.csv"), "--m, --n and --k must lie in 1..65536"},
       {"recipe --recipe bf16 --accum hopper-fp8" + o, "bf16 recipe runs under exact or fp32-seq"},

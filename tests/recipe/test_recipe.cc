@@ -387,9 +387,35 @@ TEST_CASE("a recipe step gives the same bits on 1 and 2 threads", "[recipe]") {
   CHECK(Step("mxfp8", l, "auto", 2).gemms[1].out == Step("mxfp8", l, "auto", 3).gemms[1].out);
 }
 
+TEST_CASE("recipe shape rules: each Hadamard block and Quartet block names its dimension", "[recipe]") {
+  const auto rules = [](const char* name) {
+    std::string s;
+    for (const RecipeShapeRule& r : RecipeShapeRules(TrainingRecipeByName(name)))
+      s += std::string(1, r.dim) + "%" + std::to_string(r.multiple) + " ";
+    return s;
+  };
+  CHECK(rules("mxfp8").empty());
+  CHECK(rules("fp8-blockwise").empty());
+  CHECK(rules("nvfp4") == "m%16 ");     // the random Hadamard of WGRAD's operands, along the tokens
+  CHECK(rules("quartet") == "k%32 n%32 m%32 ");
+  const TrainingRecipe q = TrainingRecipeByName("quartet");
+  CHECK_NOTHROW(CheckRecipeShape(q, 64, 96, 128, "layer"));
+  CHECK_THROWS_WITH(CheckRecipeShape(q, 64, 40, 128, "layer fc2"),
+                    Contains("layer fc2 under recipe quartet: out_features (n) = 40 is not a multiple of 32 (dgrad: "));
+  CHECK_THROWS_WITH(CheckRecipeShape(TrainingRecipeByName("nvfp4"), 3, 24, 40, "layer"),
+                    Contains("the tokens (m, rows of X) = 3 is not a multiple of 16 (wgrad: the Hadamard block of"));
+  // The forward refuses a size the backward could not take, before it runs.
+  RecipeState st;
+  LinearSaved saved;
+  const std::vector<float> x(3 * 32, 0.5f), w(16 * 32, 0.25f);
+  CHECK_THROWS_WITH(LinearForward(TrainingRecipeByName("nvfp4"), x.data(), w.data(), 3, 16, 32, st, RecipeOptions{}, saved),
+                    Contains("linear layer under recipe nvfp4: the tokens (m, rows of X) = 3"));
+}
+
 TEST_CASE("recipes refuse what they cannot model, naming the problem", "[recipe]") {
   Layer l = RandomLayer(32, 32, 48, 1);
-  CHECK_THROWS_WITH(Step("quartet", l), Contains("K = 48") && Contains("Hadamard block 32"));
+  CHECK_THROWS_WITH(Step("quartet", l), Contains("recipe step under recipe quartet: in_features (k) = 48 is not a multiple of 32") &&
+                                          Contains("fprop: the Hadamard block of X"));
   CHECK_THROWS_WITH(Step("bf16", l, "hopper-fp8"), Contains("bf16 recipe runs under exact or fp32-seq"));
   const Layer l2 = RandomLayer(32, 32, 64, 1);
   CHECK_THROWS_WITH(Step("mxfp8", l2, "hopper-fp8"), Contains("does not divide the scale block of 32"));

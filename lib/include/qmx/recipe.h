@@ -85,6 +85,19 @@ TrainingRecipe TrainingRecipeByName(const std::string& name);
 std::vector<std::string> TrainingRecipeNames();
 // The recipes named, in order; "all" stands for every recipe. Throws qmx::Error for an unknown name.
 std::vector<TrainingRecipe> TrainingRecipesByNames(const std::vector<std::string>& names);
+// A size a linear layer must be a multiple of under a recipe: an operand transformed along its GEMM's K (a
+// Hadamard block) or quantized by Quartet's backward quantizer (blocks of 32 along K) needs that K to be a
+// whole number of blocks. FPROP's K is in_features ('k'), DGRAD's out_features ('n'), WGRAD's the tokens
+// ('m', the rows of X and dY). Rules with the same dimension and multiple are merged.
+struct RecipeShapeRule {
+  char dim = 'k';
+  size_t multiple = 1;
+  std::string why;  // "fprop: the Hadamard block of X, fprop: the Hadamard block of W"
+};
+std::vector<RecipeShapeRule> RecipeShapeRules(const TrainingRecipe& r);
+// qmx::Error for the first rule these sizes break, naming `what` (the layer), the dimension, its size, the
+// multiple and why: "layer fc1 under recipe nvfp4: in_features (k) = 40 is not a multiple of 16 (...)".
+void CheckRecipeShape(const TrainingRecipe& r, size_t m, size_t n, size_t k, const std::string& what);
 // One line per operand: "fprop A: X e4m3 1x32 row-wise round-up (transformer-engine) ...".
 std::string DescribeOperand(const OperandPlan& p);
 std::string DescribeTrainingRecipe(const TrainingRecipe& r);

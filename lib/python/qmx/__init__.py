@@ -43,6 +43,7 @@ from ._qmx import (  # noqa: F401  (re-exported)
     misalignment,
     profile_names,
     recipe_names,
+    recipe_shape_rules,
     set_num_threads,
     simd_target,
     simd_targets,

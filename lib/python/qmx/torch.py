@@ -85,14 +85,29 @@ class Linear(_torch.nn.Linear):
     seed: stochastic rounding and random Hadamard signs (mixed with the step); amax_history, margin,
     amax_algo ("max", "most-recent"): delayed scaling, Transformer Engine's defaults; alpha: NVFP4 GEMMs'
     factor after accumulation, "decode" (the decode scales' product), "te" (Transformer Engine's cuBLASLt
-    alpha from the amax) or "te-ref" (TE's reference GEMM)."""
+    alpha from the amax) or "te-ref" (TE's reference GEMM); name: the layer's name in size errors
+    (swap_linear gives its path in the model). Sizes the recipe needs as multiples
+    (qmx.recipe_shape_rules) are checked when the layer is built (in_features, out_features) and at each
+    call (the tokens), and a ValueError names the layer, the size and the multiple."""
 
     def __init__(self, in_features, out_features, bias=True, recipe="mxfp8", accum="auto", seed=0,
-                 amax_history=1024, margin=0, amax_algo="max", device=None, dtype=None, alpha="decode"):
+                 amax_history=1024, margin=0, amax_algo="max", device=None, dtype=None, alpha="decode", name=None):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.recipe = recipe
+        self.name = name or "Linear(%d, %d)" % (in_features, out_features)
         self.steps = _qmx._qmx.LinearSteps(recipe, accum=accum, seed=seed, amax_history=amax_history,
                                             margin=margin, amax_algo=amax_algo, alpha=alpha)
+        # The recipe's size rules: in_features and out_features now, the tokens at each call.
+        self._rules = _qmx._qmx.recipe_shape_rules(recipe)
+        self._check_size("k", in_features)
+        self._check_size("n", out_features)
+
+    def _check_size(self, dim, size):
+        names = {"k": "in_features", "n": "out_features", "m": "the tokens (rows of x, all leading dimensions)"}
+        for d, multiple, why in self._rules:
+            if d == dim and size % multiple != 0:
+                raise ValueError("qmx.torch.Linear %s under recipe %s: %s = %d is not a multiple of %d (%s)"
+                                 % (self.name, self.recipe, names[dim], size, multiple, why))
 
     @property
     def step(self):
@@ -100,6 +115,8 @@ class Linear(_torch.nn.Linear):
         return self.steps.step
 
     def forward(self, x):
+        if x.dim() >= 1 and x.shape[-1] == self.in_features:
+            self._check_size("m", x.numel() // self.in_features)
         return _LinearFunction.apply(x, self.weight, self.bias, self.steps)
 
     def extra_repr(self):
@@ -113,18 +130,20 @@ def swap_linear(model, recipe="mxfp8", **options):
     seed = options.pop("seed", 0)
     count = [0]
 
-    def swap(module):
+    def swap(module, prefix):
         for name, child in module.named_children():
+            path = prefix + name
             if type(child) is _torch.nn.Linear:
+                # The layer's path in the model names it in a size error ("encoder.0.fc1").
                 q = Linear(child.in_features, child.out_features, bias=child.bias is not None, recipe=recipe,
-                           seed=seed + count[0], **options)
+                           seed=seed + count[0], name=path, **options)
                 count[0] += 1
                 q.weight = child.weight
                 if child.bias is not None:
                     q.bias = child.bias
                 setattr(module, name, q)
             else:
-                swap(child)
+                swap(child, path + ".")
 
-    swap(model)
+    swap(model, "")
     return model

@@ -51,6 +51,17 @@ void BindRecipe(pyb::module_& m) {
   m.def("recipe_names", &TrainingRecipeNames, "The training recipes: bf16, fp8-delayed, ..., nvfp4, quartet.");
   m.def("describe_recipe", [](const std::string& name) { return DescribeTrainingRecipe(TrainingRecipeByName(name)); },
         pyb::arg("recipe"));
+  m.def(
+      "recipe_shape_rules",
+      [](const std::string& name) {
+        pyb::list out;
+        for (const RecipeShapeRule& r : RecipeShapeRules(TrainingRecipeByName(name)))
+          out.append(pyb::make_tuple(std::string(1, r.dim), r.multiple, r.why));
+        return out;
+      },
+      pyb::arg("recipe"),
+      "The sizes a linear layer must be multiples of under the recipe: (dim, multiple, why) with dim 'k' "
+      "(in_features), 'n' (out_features) or 'm' (the tokens, rows of X).");
 
   pyb::class_<LinearSaved, std::shared_ptr<LinearSaved>>(m, "LinearSaved",
                                                          "What a step's backward needs from its forward.");

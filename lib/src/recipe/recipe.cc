@@ -226,6 +226,41 @@ std::string DescribeOperand(const OperandPlan& p) {
   return os.str();
 }
 
+std::vector<RecipeShapeRule> RecipeShapeRules(const TrainingRecipe& r) {
+  std::vector<RecipeShapeRule> rules;
+  for (const RecipeGemm& g : r.gemms) {
+    const char dim = g.which == LinearGemm::kFprop ? 'k' : (g.which == LinearGemm::kDgrad ? 'n' : 'm');
+    for (const OperandPlan* p : {&g.a, &g.b}) {
+      size_t multiple = 0;
+      std::string why;
+      if (p->hadamard) {
+        multiple = static_cast<size_t>(p->hadamard->block);
+        why = "the Hadamard block of " + OperandName(*p);
+      } else if (p->kind == OperandKind::kQuartetSr) {
+        multiple = 32;
+        why = "the 32-element blocks of Quartet's backward quantizer on " + OperandName(*p);
+      }
+      if (multiple <= 1) continue;
+      why = std::string(LinearGemmName(g.which)) + ": " + why;
+      bool merged = false;
+      for (RecipeShapeRule& q : rules)
+        if (q.dim == dim && q.multiple == multiple) q.why += ", " + why, merged = true;
+      if (!merged) rules.push_back({dim, multiple, why});
+    }
+  }
+  return rules;
+}
+
+void CheckRecipeShape(const TrainingRecipe& r, size_t m, size_t n, size_t k, const std::string& what) {
+  for (const RecipeShapeRule& q : RecipeShapeRules(r)) {
+    const size_t size = q.dim == 'k' ? k : (q.dim == 'n' ? n : m);
+    if (size % q.multiple == 0) continue;
+    const char* name = q.dim == 'k' ? "in_features (k)" : (q.dim == 'n' ? "out_features (n)" : "the tokens (m, rows of X)");
+    throw Error(what + " under recipe " + r.name + ": " + name + " = " + std::to_string(size) + " is not a multiple of " +
+                std::to_string(q.multiple) + " (" + q.why + ")");
+  }
+}
+
 std::string DescribeTrainingRecipe(const TrainingRecipe& r) {
   std::ostringstream os;
   os << r.name << ": " << r.summary << "\n  source: " << r.source << "\n";

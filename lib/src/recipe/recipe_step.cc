@@ -375,6 +375,7 @@ RecipeGemmResult RunStepGemm(const TrainingRecipe& recipe, size_t gi, const Step
 RecipeStepResult RunRecipeStep(const TrainingRecipe& recipe, const LinearInputs& in, const LinearReference& ref,
                                RecipeState& state, const RecipeOptions& opt) {
   if (in.m == 0 || in.n == 0 || in.k == 0) throw Error("recipe: m, n and k must be positive");
+  CheckRecipeShape(recipe, in.m, in.n, in.k, "recipe step");
   if (ref.y.size() != in.m * in.n || ref.dx.size() != in.m * in.k || ref.dw.size() != in.n * in.k)
     throw Error("recipe: the FP64 reference does not match the tensors' shapes");
   CheckFinite(in.x, in.m * in.k, "X");
@@ -411,6 +412,7 @@ RecipeStepResult RunRecipeStep(const TrainingRecipe& recipe, const LinearInputs&
 std::vector<float> LinearForward(const TrainingRecipe& recipe, const float* x, const float* w, size_t m, size_t n,
                                  size_t k, RecipeState& state, const RecipeOptions& opt, LinearSaved& saved) {
   if (m == 0 || n == 0 || k == 0) throw Error("recipe: m, n and k must be positive");
+  CheckRecipeShape(recipe, m, n, k, "linear layer");  // the backward's sizes too, before the forward runs
   CheckFinite(x, m * k, "X");
   CheckFinite(w, n * k, "W");
   const StepTensors st = MakeStepTensors(x, w, nullptr, m, n, k);

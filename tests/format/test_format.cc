@@ -191,3 +191,19 @@ TEST_CASE("Impossible formats give errors naming the problem", "[format]") {
   CHECK_THAT(msg("float8"), Catch::Contains("unknown format 'float8'"));
   CHECK_THROWS_AS(AllCodes(fmt::kFP16), qmx::Error);
 }
+
+TEST_CASE("format: ml_dtypes and torch names are aliases of the registry's", "[format]") {
+  CHECK(std::string(GetFormat("float8_e4m3fn").name) == "e4m3");
+  CHECK(std::string(GetFormat("torch.float8_e5m2").name) == "e5m2");
+  CHECK(std::string(ParseFormat("float8_e8m0fnu").name) == "ue8m0");
+  CHECK(std::string(ParseFormat("float4_e2m1fn").name) == "e2m1");
+  CHECK(std::string(ParseFormat("float6_e3m2fn").name) == "e3m2");
+  CHECK(std::string(ParseFormat("bfloat16").name) == "bf16");
+  // ml_dtypes' IEEE-like float8_e4m3: bias 7, Inf and NaN, so 240 is its largest finite value.
+  const Format ieee = ParseFormat("float8_e4m3");
+  CHECK(ieee.HasInf());
+  CHECK(DecodeToDouble(ieee, ieee.MaxFiniteCode()) == 240.0);
+  CHECK(CanonicalFormatName("e4m3") == "e4m3");
+  CHECK(CanonicalFormatName("int8") == "int8");  // numpy's int8 is not OCP's scaled INT8: no alias
+  CHECK_THROWS_WITH(ParseFormat("float8_e4m3fnuz"), Catch::Contains("ml_dtypes / torch name"));
+}

@@ -89,3 +89,57 @@ def test_error_stats_and_recipe_step_take_torch_tensors():
     assert a["fprop"]["out"].shape == (32, 16)
     assert "mxfp8" in qmx.recipe_names() and qmx.describe_recipe("mxfp8")
     assert qmx.describe_spec("mxfp8")
+
+
+def test_all_lists_the_public_names_and_nothing_private():
+    assert "convert" in qmx.__all__ and "finfo" in qmx.__all__ and "QuantizedTensor" in qmx.__all__
+    assert not [n for n in qmx.__all__ if n.startswith("_")]
+    assert all(hasattr(qmx, n) for n in qmx.__all__)
+    ns = {}
+    exec("from qmx import *", ns)
+    assert "gemm" in ns and "_qmx" not in ns
+
+
+def test_formats_by_ml_dtypes_and_torch_names_and_objects():
+    x = np.array([1.0, 448.0, 1000.0, -0.0, 0.3], dtype=np.float32)
+    want = qmx.convert(x, "e4m3")
+    for name in ("float8_e4m3fn", "torch.float8_e4m3fn"):
+        assert_bits_equal(qmx.convert(x, name), want)
+    assert qmx.format_info("float8_e8m0fnu")["name"] == "ue8m0"
+    assert qmx.format_info("float4_e2m1fn")["name"] == "e2m1"
+    # ml_dtypes' IEEE-like float8_e4m3: bias 7 with Inf, so its largest finite value is 240.
+    assert qmx.finfo("float8_e4m3").max == 240.0
+    assert qmx.format_name(np.dtype("float16")) == "float16" and qmx.finfo(np.float16).max == 65504.0
+    torch = pytest.importorskip("torch")
+    assert qmx.format_name(torch.bfloat16) == "torch.bfloat16" and qmx.finfo(torch.bfloat16).max == 3.3895313892515355e38
+    if hasattr(torch, "float8_e4m3fn"):  # torch 2.1 and later
+        assert_bits_equal(qmx.convert(x, torch.float8_e4m3fn), want)
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    assert_bits_equal(qmx.convert(x, ml_dtypes.float8_e4m3fn), want)
+    assert_bits_equal(qmx.decode(want, ml_dtypes.float8_e4m3fn), qmx.decode(want, "e4m3"))
+    with pytest.raises(TypeError, match="a format is a name or a dtype"):
+        qmx.convert(x, 3.5)
+
+
+def test_finfo_uses_numpy_names_and_agrees_with_numpy_for_ieee_formats():
+    for name, np_type in (("fp16", np.float16), ("fp32", np.float32)):
+        q, n = qmx.finfo(name), np.finfo(np_type)
+        assert (q.max, q.smallest_normal, q.tiny, q.eps, q.nmant, q.nexp, q.bits) == (
+            float(n.max), float(n.smallest_normal), float(n.tiny), float(n.eps), n.nmant, n.nexp, n.bits)
+        assert (q.maxexp, q.minexp) == (n.maxexp, n.minexp)
+        assert q.smallest_subnormal == float(n.smallest_subnormal)
+    f = qmx.finfo("e2m1")
+    assert (f.max, f.min, f.smallest_normal, f.smallest_subnormal, f.eps, f.nmant, f.nexp, f.bits) == (
+        6.0, -6.0, 1.0, 0.5, 0.5, 1, 2, 4)
+    assert qmx.finfo("ue8m0").min == 0.0
+
+
+def test_missing_files_raise_file_not_found_and_other_file_errors_os_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="No such file"):
+        qmx.io.safetensors_info(str(tmp_path / "missing.safetensors"))
+    with pytest.raises(ValueError):  # what callers caught before: still a ValueError too
+        qmx.io.safetensors_info(str(tmp_path / "missing.safetensors"))
+    (tmp_path / "bad.npy").write_bytes(b"not an npy file")
+    with pytest.raises(OSError) as e:
+        qmx.io.safetensors_info(str(tmp_path / "bad.npy"))
+    assert not isinstance(e.value, FileNotFoundError)

@@ -150,6 +150,10 @@ const std::vector<RegistryEntry>& Registry();
 Format ParseFormat(const std::string& spec);
 // Named registry formats, for code that needs a specific one.
 const Format& GetFormat(const std::string& name);
+// The registry name or spec an ml_dtypes / torch name stands for ("float8_e4m3fn" and "torch.float8_e4m3fn"
+// -> "e4m3", "float8_e8m0fnu" -> "ue8m0", "float4_e2m1fn" -> "e2m1", "float8_e4m3" -> "e4m3:special=ieee",
+// "bfloat16" -> "bf16", ...); any other name unchanged. GetFormat and ParseFormat accept them.
+std::string CanonicalFormatName(const std::string& name);
 // Every code of a format of 8 bits or fewer, in code order.
 std::vector<uint64_t> AllCodes(const Format& f);
 // Decode tables indexed by code (formats of 8 bits or fewer), generated from the descriptor.

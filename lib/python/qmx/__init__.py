@@ -25,17 +25,16 @@ releases the GIL around every computation, and runs on the library's OpenMP thre
 from . import _qmx
 from ._qmx import (  # noqa: F401  (re-exported)
     DelayedScaling,
+    QmxFileNotFoundError,
+    QmxIOError,
     QuantizedTensor,
     cast_profile_names,
-    decode,
     describe_model,
     describe_recipe,
     describe_spec,
     distribution,
     distribution_names,
     force_simd_target,
-    format_info,
-    format_values,
     formats,
     gemm_models,
     get_num_threads,
@@ -107,6 +106,66 @@ def _src_of(x, src):
     return ""
 
 
+def format_name(fmt):
+    """The name qmx reads for a format given as a string or as an ml_dtypes / NumPy / torch dtype
+    (ml_dtypes.float8_e4m3fn, numpy.dtype("float16"), torch.float8_e4m3fn): their names ("float8_e4m3fn",
+    "torch.float8_e4m3fn") are aliases of the registry's ("e4m3"), which every call taking a format accepts."""
+    if isinstance(fmt, str):
+        return fmt
+    if type(fmt).__module__.startswith("torch"):
+        return str(fmt)  # "torch.float8_e4m3fn"
+    import numpy as np
+    try:
+        return np.dtype(fmt).name
+    except TypeError:
+        raise TypeError("a format is a name or a dtype (ml_dtypes, NumPy, torch), not %r" % (fmt,)) from None
+
+
+def decode(codes, fmt):
+    """The float32 values of element codes (uint8) of `fmt` (a name or a dtype)."""
+    return _qmx.decode(codes, format_name(fmt))
+
+
+def format_info(fmt):
+    """A format's parameters: bits, bias, max, min normal and subnormal, specials, binades, ..."""
+    return _qmx.format_info(format_name(fmt))
+
+
+def format_values(fmt):
+    """Every finite value of a format, ascending, as float64."""
+    return _qmx.format_values(format_name(fmt))
+
+
+class finfo:
+    """A format's limits under NumPy's finfo names: bits, max, min (-max for signed formats, 0 else),
+    smallest_normal (= tiny), smallest_subnormal, eps (2^-nmant), nmant (mantissa bits), nexp (exponent
+    bits), maxexp, minexp, dtype (the format's name). format_info(fmt) has the rest.
+
+    >>> import qmx
+    >>> f = qmx.finfo("float8_e4m3fn")
+    >>> f.max, f.smallest_normal, f.smallest_subnormal, f.eps, f.nmant, f.nexp, f.bits
+    (448.0, 0.015625, 0.001953125, 0.125, 3, 4, 8)
+    """
+
+    def __init__(self, fmt):
+        i = _qmx.format_info(format_name(fmt))
+        self.dtype = i["name"]
+        self.bits = i["bits"]
+        self.max = i["max"]
+        self.min = -i["max"] if i["signed"] else 0.0
+        self.smallest_normal = self.tiny = i["min_normal"]
+        self.smallest_subnormal = i["min_subnormal"] if i["has_subnormals"] else i["min_normal"]
+        self.nmant = i["man_bits"]
+        self.nexp = i["exp_bits"]
+        self.eps = 2.0 ** -self.nmant
+        self.maxexp = i["emax"] + 1
+        self.minexp = i["emin"]
+
+    def __repr__(self):
+        return "qmx.finfo(dtype=%s, bits=%d, max=%r, smallest_normal=%r, smallest_subnormal=%r, eps=%r)" % (
+            self.dtype, self.bits, self.max, self.smallest_normal, self.smallest_subnormal, self.eps)
+
+
 def convert(x, fmt, rounding="rne", saturation="satfinite", *, nan_sign="keep", nan_fallback="max",
             subnormals="keep", sr_bits=8, seed=0, first_index=0, random_bits=None, src="", reference=False,
             out=None):
@@ -120,7 +179,7 @@ def convert(x, fmt, rounding="rne", saturation="satfinite", *, nan_sign="keep", 
     Philox(seed, first_index + i), or random_bits[i] (uint32) when given, as `qmx-sim convert` does.
     reference=True uses the scalar reference routine (slow, equal bit for bit). out: a C-contiguous uint8
     array of x's shape to write the codes into (returned), instead of a new array."""
-    return _qmx.convert(as_array(x), fmt, rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits,
+    return _qmx.convert(as_array(x), format_name(fmt), rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits,
                         seed, first_index, random_bits, _src_of(x, src), reference, out)
 
 
@@ -130,7 +189,7 @@ def cast_profile(x, fmt, profile, *, src=""):
     "onnx" (Cast, saturate=1; E8M0 round_mode "up"), "onnx-nosat", "onnx-nearest", "onnx-down" (E8M0 round
     modes), "ocp-sat", "ocp-nosat" (the reference routine). cast_profile_names() lists them; golden/casts
     holds the libraries' own outputs they are tested against."""
-    return _qmx.cast_profile(as_array(x), fmt, profile, _src_of(x, src))
+    return _qmx.cast_profile(as_array(x), format_name(fmt), profile, _src_of(x, src))
 
 
 def fake_cast(x, fmt, rounding="rne", saturation="satfinite", **kw):
@@ -363,3 +422,6 @@ def quest(x, spec="mxfp4", *, clip_ratio=0.0, stat="std", scale_rounding="floor"
 from . import golden, io  # noqa: E402,F401
 
 # qmx.torch imports torch; it is loaded on first use (import qmx.torch), so qmx itself needs only NumPy.
+
+# Every public name of the package (`from qmx import *`); qmx.torch is imported on its own (it needs torch).
+__all__ = sorted(n for n in dir() if not n.startswith("_"))

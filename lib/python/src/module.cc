@@ -1,8 +1,11 @@
 // module.cc: the _qmx extension module behind the Python package qmx (lib/python/qmx): library errors
-// become ValueError with the library's message, OpenMP threads and the SIMD target are exposed, and each
-// layer's bindings are registered.
+// become ValueError with the library's message (file errors OSError / FileNotFoundError as well), OpenMP
+// threads and the SIMD target are exposed, and each layer's bindings are registered.
 #include <omp.h>
 #include <pybind11/stl.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "bindings.h"
 #include "qmx/convert.h"
@@ -15,9 +18,19 @@ namespace pyb = pybind11;
 PYBIND11_MODULE(_qmx, m) {
   m.doc() = "qmx: bit-exact emulation of OCP FP8/FP6/FP4, MX and NVFP4 numerics (the C++ library libqmx)";
   m.attr("__version__") = QMX_VERSION;
+  // File errors are OSError (FileNotFoundError for a missing file) and, as every library error has been,
+  // ValueError too, so that both `except OSError` and older `except ValueError` code catch them.
+  static PyObject* const io_error = PyErr_NewException("qmx.QmxIOError", PyTuple_Pack(2, PyExc_OSError, PyExc_ValueError), nullptr);
+  static PyObject* const not_found =
+      PyErr_NewException("qmx.QmxFileNotFoundError", PyTuple_Pack(2, PyExc_FileNotFoundError, PyExc_ValueError), nullptr);
+  m.attr("QmxIOError") = pyb::handle(io_error);
+  m.attr("QmxFileNotFoundError") = pyb::handle(not_found);
   pyb::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const qmx::IoError& e) {
+      const bool missing = std::strstr(e.what(), std::strerror(ENOENT)) != nullptr;
+      PyErr_SetString(missing ? not_found : io_error, e.what());
     } catch (const qmx::Error& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     }

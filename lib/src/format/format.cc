@@ -110,20 +110,39 @@ void CheckUsable(const Format& f, const std::string& spec) {
 
 const std::vector<RegistryEntry>& Registry() { return kRegistry; }
 
-const Format& GetFormat(const std::string& name) {
+// ml_dtypes' and PyTorch's names (and torch's "torch." spelling) for the formats of the registry and for
+// ml_dtypes' IEEE-like 8-bit types. numpy's "int8" is a plain integer, not OCP's scaled INT8: no alias.
+std::string CanonicalFormatName(const std::string& name) {
+  static const struct { const char* alias; const char* name; } kAliases[] = {
+      {"float8_e4m3fn", "e4m3"},      {"float8_e5m2", "e5m2"},   {"float8_e8m0fnu", "ue8m0"},
+      {"float6_e2m3fn", "e2m3"},      {"float6_e3m2fn", "e3m2"}, {"float4_e2m1fn", "e2m1"},
+      {"float8_e4m3", "e4m3:special=ieee"}, {"float8_e3m4", "e3m4:special=ieee"},
+      {"bfloat16", "bf16"},           {"float16", "fp16"},       {"float32", "fp32"},
+      {"float64", "fp64"},
+  };
+  const std::string bare = name.rfind("torch.", 0) == 0 ? name.substr(6) : name;
+  for (const auto& a : kAliases)
+    if (bare == a.alias) return a.name;
+  return name;
+}
+
+const Format& GetFormat(const std::string& given) {
+  const std::string name = CanonicalFormatName(given);
   for (const auto& e : kRegistry)
     if (name == e.format.name) return e.format;
   if (name == "fp64") return fmt::kFP64;
-  throw Error("unknown format '" + name + "'");
+  throw Error("unknown format '" + given + "'");
 }
 
-Format ParseFormat(const std::string& spec) {
+Format ParseFormat(const std::string& given) {
+  const std::string spec = CanonicalFormatName(given);
   for (const auto& e : kRegistry)
     if (spec == e.format.name) return e.format;
   if (spec == "fp64") return fmt::kFP64;
 
   const std::string kUsage =
-      "' (use a registry name, eXmY[:bias=B][:special=ieee|fn|finite][:unsigned], or binaryKpP{s,u}{e,f})";
+      "' (use a registry name, eXmY[:bias=B][:special=ieee|fn|finite][:unsigned], binaryKpP{s,u}{e,f}, or an "
+      "ml_dtypes / torch name such as float8_e4m3fn)";
   size_t pos = 0;
   // P3109 binaryKpP{s,u}{e,f}: K bits, precision P (P-1 mantissa bits).
   if (spec.rfind("binary", 0) == 0) {

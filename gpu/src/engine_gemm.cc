@@ -189,9 +189,8 @@ std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const 
                    whole_groups(plan.a_blocks, a.block_cols) && whole_groups(plan.b_blocks, b.block_rows) &&
                    (plan.m + 31) / 32 <= 65535 && plan.m < (1u << 31) && plan.n < (1u << 31) && plan.k < (1u << 31);
   EngineGemmStats st;
-  cudaEvent_t t0, t1;  // the kernels' own time, operands already on the device
-  detail::Check(cudaEventCreate(&t0), "cudaEventCreate");
-  detail::Check(cudaEventCreate(&t1), "cudaEventCreate");
+  const detail::EventPair ev;  // the kernels' own time, operands already on the device
+  const cudaEvent_t t0 = ev.start, t1 = ev.stop;
   st.steps = plan.m * plan.n * ((plan.k + static_cast<size_t>(std::max(1, f.step)) - 1) / static_cast<size_t>(std::max(1, f.step)));
   if (fp4) {
     detail::EngineFp4Buffers fb;
@@ -219,11 +218,7 @@ std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const 
     detail::CheckLaunch("engine GEMM");
     st.kernel = "generic";
   }
-  float ms = 0;
-  detail::Check(cudaEventElapsedTime(&ms, t0, t1), "cudaEventElapsedTime");
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
-  st.kernel_seconds = ms * 1e-3;
+  st.kernel_seconds = ev.Seconds();
   if (stats) *stats = st;
   dout.Download(out.data(), mn);
   return out;

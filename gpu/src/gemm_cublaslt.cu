@@ -356,21 +356,15 @@ double Bf16GemmSeconds(size_t m, size_t n, size_t k, int reps) {
   };
   run();
   detail::CheckLaunch("BF16 GEMM");
-  cudaEvent_t t0, t1;
-  detail::Check(cudaEventCreate(&t0), "cudaEventCreate");
-  detail::Check(cudaEventCreate(&t1), "cudaEventCreate");
+  const detail::EventPair ev;
   std::vector<double> times;
   for (int r = 0; r < reps; ++r) {
-    detail::Check(cudaEventRecord(t0), "cudaEventRecord");
+    detail::Check(cudaEventRecord(ev.start), "cudaEventRecord");
     run();
-    detail::Check(cudaEventRecord(t1), "cudaEventRecord");
-    detail::Check(cudaEventSynchronize(t1), "cudaEventSynchronize");
-    float ms = 0;
-    detail::Check(cudaEventElapsedTime(&ms, t0, t1), "cudaEventElapsedTime");
-    times.push_back(ms * 1e-3);
+    detail::Check(cudaEventRecord(ev.stop), "cudaEventRecord");
+    detail::Check(cudaEventSynchronize(ev.stop), "cudaEventSynchronize");
+    times.push_back(ev.Seconds());
   }
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
 }

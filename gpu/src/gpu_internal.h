@@ -45,6 +45,27 @@ class DeviceBuffer {
   size_t n_;
 };
 
+// Two CUDA events destroyed on scope exit (an exception between them leaks neither); Seconds() is the time
+// between the records of start and stop, which must have been recorded and completed.
+struct EventPair {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  EventPair() {
+    Check(cudaEventCreate(&start), "cudaEventCreate");
+    Check(cudaEventCreate(&stop), "cudaEventCreate");
+  }
+  ~EventPair() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+  double Seconds() const {
+    float ms = 0;
+    Check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    return ms * 1e-3;
+  }
+};
+
 inline bool IsFp8(const Format& f) { return std::string(f.name) == "e4m3" || std::string(f.name) == "e5m2"; }
 
 inline unsigned Blocks(size_t n, unsigned threads) { return static_cast<unsigned>((n + threads - 1) / threads); }

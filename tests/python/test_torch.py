@@ -117,15 +117,15 @@ def test_recipe_sizes_are_checked_when_built_and_called_naming_the_layer():
     assert all(m == 32 for _, m, _ in qmx.recipe_shape_rules("quartet"))
     assert [r[:2] for r in qmx.recipe_shape_rules("nvfp4")] == [("m", 16)]
     assert qmx.recipe_shape_rules("mxfp8") == []
-    with pytest.raises(ValueError, match=r"Linear\(40, 64\) under recipe quartet: in_features = 40 is not a multiple of 32 \(fprop"):
+    with pytest.raises(ValueError, match=r"Linear\(40, 64\) under recipe quartet: in_features \(k\) = 40 is not a multiple of 32 \(fprop"):
         qt.Linear(40, 64, recipe="quartet")
-    with pytest.raises(ValueError, match="out_features = 24 is not a multiple of 32"):
+    with pytest.raises(ValueError, match=r"out_features \(n\) = 24 is not a multiple of 32"):
         qt.Linear(64, 24, recipe="quartet")
     layer = qt.Linear(32, 16, recipe="nvfp4")
-    with pytest.raises(ValueError, match=r"the tokens \(rows of x, all leading dimensions\) = 6 is not a multiple of 16"):
+    with pytest.raises(ValueError, match=r"the tokens \(m, rows of X\) = 6 is not a multiple of 16"):
         layer(torch.randn(2, 3, 32))  # refused at the call, before a forward whose backward could not run
     assert layer(torch.randn(4, 4, 32)).shape == (4, 4, 16)
     # swap_linear names each layer by its path in the model.
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Sequential(torch.nn.Linear(64, 48)))
-    with pytest.raises(ValueError, match="qmx.torch.Linear 1.0 under recipe quartet: out_features = 48"):
+    with pytest.raises(ValueError, match=r"qmx.torch.Linear 1.0 under recipe quartet: out_features \(n\) = 48"):
         qt.swap_linear(model, "quartet")

@@ -97,6 +97,7 @@ struct RecipeShapeRule {
 std::vector<RecipeShapeRule> RecipeShapeRules(const TrainingRecipe& r);
 // qmx::Error for the first rule these sizes break, naming `what` (the layer), the dimension, its size, the
 // multiple and why: "layer fc1 under recipe nvfp4: in_features (k) = 40 is not a multiple of 16 (...)".
+// A size of 0 stands for one not known yet (a layer's tokens before its first call) and is not checked.
 void CheckRecipeShape(const TrainingRecipe& r, size_t m, size_t n, size_t k, const std::string& what);
 // One line per operand: "fprop A: X e4m3 1x32 row-wise round-up (transformer-engine) ...".
 std::string DescribeOperand(const OperandPlan& p);

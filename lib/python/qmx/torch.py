@@ -97,17 +97,13 @@ class Linear(_torch.nn.Linear):
         self.name = name or "Linear(%d, %d)" % (in_features, out_features)
         self.steps = _qmx._qmx.LinearSteps(recipe, accum=accum, seed=seed, amax_history=amax_history,
                                             margin=margin, amax_algo=amax_algo, alpha=alpha)
-        # The recipe's size rules: in_features and out_features now, the tokens at each call.
-        self._rules = _qmx._qmx.recipe_shape_rules(recipe)
-        self._check_size("k", in_features)
-        self._check_size("n", out_features)
+        # The recipe's size rules (the library's CheckRecipeShape): in_features and out_features now, the tokens
+        # (0 here: not known yet) at each call.
+        self._check_sizes(0)
 
-    def _check_size(self, dim, size):
-        names = {"k": "in_features", "n": "out_features", "m": "the tokens (rows of x, all leading dimensions)"}
-        for d, multiple, why in self._rules:
-            if d == dim and size % multiple != 0:
-                raise ValueError("qmx.torch.Linear %s under recipe %s: %s = %d is not a multiple of %d (%s)"
-                                 % (self.name, self.recipe, names[dim], size, multiple, why))
+    def _check_sizes(self, tokens):
+        _qmx._qmx.check_recipe_shape(self.recipe, tokens, self.out_features, self.in_features,
+                                     "qmx.torch.Linear " + self.name)
 
     @property
     def step(self):
@@ -116,7 +112,7 @@ class Linear(_torch.nn.Linear):
 
     def forward(self, x):
         if x.dim() >= 1 and x.shape[-1] == self.in_features:
-            self._check_size("m", x.numel() // self.in_features)
+            self._check_sizes(x.numel() // self.in_features)  # the tokens: every leading dimension
         return _LinearFunction.apply(x, self.weight, self.bias, self.steps)
 
     def extra_repr(self):

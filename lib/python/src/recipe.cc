@@ -62,6 +62,13 @@ void BindRecipe(pyb::module_& m) {
       pyb::arg("recipe"),
       "The sizes a linear layer must be multiples of under the recipe: (dim, multiple, why) with dim 'k' "
       "(in_features), 'n' (out_features) or 'm' (the tokens, rows of X).");
+  m.def(
+      "check_recipe_shape",
+      [](const std::string& name, size_t tokens, size_t out_features, size_t in_features, const std::string& what) {
+        CheckRecipeShape(TrainingRecipeByName(name), tokens, out_features, in_features, what);
+      },
+      pyb::arg("recipe"), pyb::arg("tokens"), pyb::arg("out_features"), pyb::arg("in_features"), pyb::arg("what"),
+      "ValueError naming `what`, the size and the multiple for the first size rule broken (0: not known yet).");
 
   pyb::class_<LinearSaved, std::shared_ptr<LinearSaved>>(m, "LinearSaved",
                                                          "What a step's backward needs from its forward.");

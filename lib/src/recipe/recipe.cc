@@ -254,7 +254,7 @@ std::vector<RecipeShapeRule> RecipeShapeRules(const TrainingRecipe& r) {
 void CheckRecipeShape(const TrainingRecipe& r, size_t m, size_t n, size_t k, const std::string& what) {
   for (const RecipeShapeRule& q : RecipeShapeRules(r)) {
     const size_t size = q.dim == 'k' ? k : (q.dim == 'n' ? n : m);
-    if (size % q.multiple == 0) continue;
+    if (size % q.multiple == 0) continue;  // 0, a size not known yet, passes
     const char* name = q.dim == 'k' ? "in_features (k)" : (q.dim == 'n' ? "out_features (n)" : "the tokens (m, rows of X)");
     throw Error(what + " under recipe " + r.name + ": " + name + " = " + std::to_string(size) + " is not a multiple of " +
                 std::to_string(q.multiple) + " (" + q.why + ")");

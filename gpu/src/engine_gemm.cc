@@ -191,7 +191,8 @@ std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const 
   EngineGemmStats st;
   const detail::EventPair ev;  // the kernels' own time, operands already on the device
   const cudaEvent_t t0 = ev.start, t1 = ev.stop;
-  st.steps = plan.m * plan.n * ((plan.k + static_cast<size_t>(std::max(1, f.step)) - 1) / static_cast<size_t>(std::max(1, f.step)));
+  const size_t step = static_cast<size_t>(std::max(1, f.step));
+  st.steps = plan.m * plan.n * ((plan.k + step - 1) / step);
   if (fp4) {
     detail::EngineFp4Buffers fb;
     fb.kp = (plan.k + 15) / 16 * 16;

@@ -85,6 +85,10 @@ __device__ float RoundFused(double s, int unit, int bits, bool rne) {
   return neg ? -f : f;
 }
 
+// A block scale's exponent in a fused step: Nominal(v, emin) when nonzero and finite, -126 (the zero rule's)
+// for zero.
+__device__ inline int ScaleExponent(double v, int emin) { return Finite(v) && v != 0 ? Nominal(v, emin) : -126; }
+
 // The block scale of one line along K, reloaded only where k crosses into the next block (k only grows):
 // its value, and its exponent: Nominal(v, emin) when nonzero and finite, -126 (the zero rule's) for zero.
 // Without block scales it stays 1.0 with exponent 0, as the reference's 1.0 gives.
@@ -100,7 +104,7 @@ struct ScaleCursor {
     const size_t blk = k / block;
     next = (blk + 1) * block;
     v = static_cast<double>(base[blk * stride]);
-    e = Finite(v) && v != 0 ? Nominal(v, emin) : -126;
+    e = ScaleExponent(v, emin);
   }
 };
 
@@ -331,7 +335,7 @@ __device__ GroupScale ScaleOfGroup(const EngineOperand& o, bool is_a, size_t lin
   const float s = is_a ? o.scales[static_cast<size_t>(l / br) * o.scale_cols + kk / bc]
                        : o.scales[static_cast<size_t>(kk / br) * o.scale_cols + l / bc];
   const double v = static_cast<double>(s);
-  return {v, Finite(v) && v != 0 ? Nominal(v, o.scale_emin) : -126};
+  return {v, ScaleExponent(v, o.scale_emin)};
 }
 
 __global__ void __launch_bounds__(kF4Threads* kF4Threads, 2) EngineFp4Kernel(EngineGemmArgs g, EngineFp4Buffers f) {

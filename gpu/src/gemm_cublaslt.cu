@@ -74,6 +74,19 @@ struct LtPref {
   ~LtPref() { cublasLtMatmulPreferenceDestroy(p); }
 };
 
+// The workspace every GEMM here offers cuBLASLt, and the heuristic's first algorithm for D = A * B with it.
+constexpr size_t kWorkspaceBytes = size_t{64} << 20;
+cublasLtMatmulHeuristicResult_t FirstAlgorithm(const LtHandle& h, const LtDesc& desc, const LtLayout& a, const LtLayout& b,
+                                               const LtLayout& d, const std::string& what) {
+  LtPref pref(kWorkspaceBytes);
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  CheckLt(cublasLtMatmulAlgoGetHeuristic(h.h, desc.d, a.l, b.l, d.l, d.l, pref.p, 1, &heur, &found),
+          "cublasLtMatmulAlgoGetHeuristic");
+  if (found == 0) throw Error("cuBLASLt found no algorithm for " + what);
+  return heur;
+}
+
 cudaDataType ElemType(const Format& f) {
   const std::string n = f.name;
   if (n == "e4m3") return CUDA_R_8F_E4M3;
@@ -285,14 +298,8 @@ std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, Cubl
   LtLayout la(ElemType(b.elem), k, n, static_cast<int64_t>(k));
   LtLayout lb(ElemType(a.elem), k, m, static_cast<int64_t>(k));
   LtLayout lc(CUDA_R_32F, n, m, static_cast<int64_t>(n));
-  const size_t ws_bytes = size_t{64} << 20;
-  DeviceBuffer<uint8_t> ws(ws_bytes);
-  LtPref pref(ws_bytes);
-  cublasLtMatmulHeuristicResult_t heur{};
-  int found = 0;
-  CheckLt(cublasLtMatmulAlgoGetHeuristic(h.h, desc.d, la.l, lb.l, lc.l, lc.l, pref.p, 1, &heur, &found),
-          "cublasLtMatmulAlgoGetHeuristic");
-  if (found == 0) throw Error(std::string("cuBLASLt found no algorithm for ") + CublasModeName(mode));
+  DeviceBuffer<uint8_t> ws(kWorkspaceBytes);
+  cublasLtMatmulHeuristicResult_t heur = FirstAlgorithm(h, desc, la, lb, lc, CublasModeName(mode));
   if (split_k > 0) {  // the same kernel, another numSplitsK (and, when split, the FP32 reduction)
     const uint32_t scheme = split_k > 1 ? CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE : CUBLASLT_REDUCTION_SCHEME_NONE;
     const int32_t splits = split_k;
@@ -302,7 +309,7 @@ std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, Cubl
             "setting the reduction scheme");
     cublasLtMatmulHeuristicResult_t checked{};
     const cublasStatus_t s = cublasLtMatmulAlgoCheck(h.h, desc.d, la.l, lb.l, lc.l, lc.l, &heur.algo, &checked);
-    if (s != CUBLAS_STATUS_SUCCESS || checked.workspaceSize > ws_bytes)
+    if (s != CUBLAS_STATUS_SUCCESS || checked.workspaceSize > kWorkspaceBytes)
       throw Error("cuBLASLt: the heuristic's algorithm for " + std::string(CublasModeName(mode)) + " does not run with numSplitsK = " +
                   std::to_string(split_k) + " on " + std::to_string(m) + " x " + std::to_string(n) + " x " + std::to_string(k) +
                   " (cublasLtMatmulAlgoCheck status " + std::to_string(static_cast<int>(s)) + ", " + StatusName(s) + ")");
@@ -320,7 +327,7 @@ std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, Cubl
     get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, algo->reduction, "reading the reduction scheme");
   }
   CheckLt(cublasLtMatmul(h.h, desc.d, &alpha, db.get(), la.l, da.get(), lb.l, &beta, dd.get(), lc.l, dd.get(), lc.l,
-                         &heur.algo, ws.get(), ws_bytes, 0),
+                         &heur.algo, ws.get(), kWorkspaceBytes, 0),
           "cublasLtMatmul");
   detail::Check(cudaDeviceSynchronize(), "cuBLASLt GEMM");
   std::vector<float> d(m * n);
@@ -340,18 +347,12 @@ double Bf16GemmSeconds(size_t m, size_t n, size_t k, int reps) {
   LtDesc desc;
   LtLayout la(CUDA_R_16BF, m, k, static_cast<int64_t>(m)), lb(CUDA_R_16BF, k, n, static_cast<int64_t>(k)),
       ld(CUDA_R_16BF, m, n, static_cast<int64_t>(m));
-  const size_t ws_bytes = size_t{64} << 20;
-  DeviceBuffer<uint8_t> ws(ws_bytes);
-  LtPref pref(ws_bytes);
-  cublasLtMatmulHeuristicResult_t heur{};
-  int found = 0;
-  CheckLt(cublasLtMatmulAlgoGetHeuristic(h.h, desc.d, la.l, lb.l, ld.l, ld.l, pref.p, 1, &heur, &found),
-          "cublasLtMatmulAlgoGetHeuristic (BF16)");
-  if (found == 0) throw Error("cuBLASLt: no BF16 GEMM algorithm for this shape");
+  DeviceBuffer<uint8_t> ws(kWorkspaceBytes);
+  const cublasLtMatmulHeuristicResult_t heur = FirstAlgorithm(h, desc, la, lb, ld, "a BF16 GEMM of this shape");
   const float alpha = 1.0f, beta = 0.0f;
   auto run = [&] {
     CheckLt(cublasLtMatmul(h.h, desc.d, &alpha, a.get(), la.l, b.get(), lb.l, &beta, d.get(), ld.l, d.get(), ld.l,
-                           &heur.algo, ws.get(), ws_bytes, 0),
+                           &heur.algo, ws.get(), kWorkspaceBytes, 0),
             "cublasLtMatmul (BF16)");
   };
   run();

@@ -164,12 +164,18 @@ Term AccTerm(float c, const FusedParams& p) {
 
 // One fused step over products k0..k1 with the accumulator c. Block scales enter the products when
 // the model says so: per product (group == 1: exponents added, significands multiplied) or per exact
-// group sum (group > 1: aligned at the scale exponents only).
-float FusedStep(const Dot& d, size_t k0, size_t k1, float c, bool scales_in) {
+// group sum (group > 1: aligned at the scale exponents only). `terms` and `prods` are the caller's
+// scratch, reused from step to step (an allocation per step was most of the reference's time).
+struct StepScratch {
+  std::vector<Term> terms;
+  std::vector<Exact> prods;
+};
+float FusedStep(const Dot& d, size_t k0, size_t k1, float c, bool scales_in, StepScratch& scratch) {
   const FusedParams& p = d.plan_model->fused;
   Specials sp;
   sp.Add(c);
-  std::vector<Term> terms;
+  std::vector<Term>& terms = scratch.terms;
+  terms.clear();
   terms.push_back(AccTerm(c, p));
   const int ea = p.operand_emin != 0 ? p.operand_emin : internal::FormatEmin(d.a.elem);
   const int eb = p.operand_emin != 0 ? p.operand_emin : internal::FormatEmin(d.b.elem);
@@ -203,7 +209,8 @@ float FusedStep(const Dot& d, size_t k0, size_t k1, float c, bool scales_in) {
     internal::i128 sum = 0;
     int lsb = 0;
     bool all_zero = true, special = false;
-    std::vector<Exact> prods;
+    std::vector<Exact>& prods = scratch.prods;
+    prods.clear();
     for (size_t k = q0; k < q1; ++k) {
       const double x = d.A(k), y = d.B(k);
       if (!std::isfinite(x) || !std::isfinite(y) || !std::isfinite(sa) || !std::isfinite(sb)) {
@@ -250,15 +257,17 @@ float FusedDot(const Dot& d, const float* c) {
   const bool blocks = d.plan.a_blocks || d.plan.b_blocks;
   const bool scales_in = blocks && p.scale_in_products;
   float acc = c ? *c : 0.0f;
+  StepScratch scratch;
   if (p.promote == 0) {
-    for (size_t k0 = 0; k0 < d.plan.k; k0 += step) acc = FusedStep(d, k0, std::min(d.plan.k, k0 + step), acc, scales_in);
+    for (size_t k0 = 0; k0 < d.plan.k; k0 += step)
+      acc = FusedStep(d, k0, std::min(d.plan.k, k0 + step), acc, scales_in, scratch);
     return Alpha(d, acc);
   }
   const size_t window = static_cast<size_t>(p.promote);
   for (size_t w0 = 0; w0 < d.plan.k; w0 += window) {
     const size_t w1 = std::min(d.plan.k, w0 + window);
     float part = 0.0f;
-    for (size_t k0 = w0; k0 < w1; k0 += step) part = FusedStep(d, k0, std::min(w1, k0 + step), part, scales_in);
+    for (size_t k0 = w0; k0 < w1; k0 += step) part = FusedStep(d, k0, std::min(w1, k0 + step), part, scales_in, scratch);
     if (blocks && !scales_in) {
       const float sa = static_cast<float>(d.SA(w0)), sb = static_cast<float>(d.SB(w0));
       acc = p.promote_scale_separately ? std::fma(part * sa, sb, acc) : std::fma(part, sa * sb, acc);

@@ -28,7 +28,7 @@ class CMakeBuild(build_ext):
         build_dir = os.path.abspath(os.environ.get("QMX_BUILD_DIR") or os.path.join(ROOT, "build-pip"))
         if not os.path.exists(os.path.join(build_dir, "CMakeCache.txt")):
             args = ["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release", "-DQMX_PYTHON=ON",
-                    "-DQMX_BUILD_TESTS=OFF", "-DPython3_EXECUTABLE=" + sys.executable]
+                    "-DQMX_BUILD_TESTS=OFF", "-DQMX_BUILD_CLI=OFF", "-DPython3_EXECUTABLE=" + sys.executable]
             if shutil.which("ninja"):
                 args += ["-G", "Ninja"]
             try:  # pybind11 from pip, where Debian's pybind11-dev is not installed

@@ -15,6 +15,7 @@
 #include "qmx/cast_profiles.h"
 #include "qmx/distributions.h"
 #include "qmx/error.h"
+#include "qmx/host_device.h"
 #include "qmx/io.h"
 #include "qmx/quantize.h"
 #include "qmx/version.h"
@@ -36,11 +37,6 @@ struct DiffArgs {
 std::string Hex(uint32_t v, int digits) {
   char b[16];
   std::snprintf(b, sizeof b, "0x%0*X", digits, v);
-  return b;
-}
-uint32_t Bits(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
   return b;
 }
 
@@ -114,9 +110,9 @@ void DiffCasts(const DiffArgs& a, const Inputs& in) {
     const std::string cls = InputClass(in.x[i], maxv);
     ++by_class[cls];
     if (differ++ < static_cast<uint64_t>(a.examples)) {
-      std::printf("  %-10zu %-12s %-16.9g %-14s %-10s %-10s\n", i, Hex(Bits(in.x[i]), 8).c_str(), in.x[i], cls.c_str(), Hex(ca, 2).c_str(),
+      std::printf("  %-10zu %-12s %-16.9g %-14s %-10s %-10s\n", i, Hex(hd::F32Bits(in.x[i]), 8).c_str(), in.x[i], cls.c_str(), Hex(ca, 2).c_str(),
                   Hex(cb, 2).c_str());
-      examples.push_back({{"index", i}, {"input", Hex(Bits(in.x[i]), 8)}, {"class", cls}, {"a", Hex(ca, 2)}, {"b", Hex(cb, 2)},
+      examples.push_back({{"index", i}, {"input", Hex(hd::F32Bits(in.x[i]), 8)}, {"class", cls}, {"a", Hex(ca, 2)}, {"b", Hex(cb, 2)},
                           {"a_value", DecodeToDouble(dst, ca)}, {"b_value", DecodeToDouble(dst, cb)}});
     }
   }
@@ -184,10 +180,10 @@ void DiffSpecs(const DiffArgs& a, const Inputs& in) {
       uint32_t sa_bits = 0, sb_bits = 0;
       std::memcpy(&sa_bits, &qa.scales[blk * sbytes], sbytes);
       std::memcpy(&sb_bits, &qb.scales[blk * sbytes], sbytes);
-      std::printf("  %-10zu %-10zu %-12s %-16.9g %-12s %-12s %-6s %-6s\n", r, c, Hex(Bits(in.x[i]), 8).c_str(), in.x[i],
+      std::printf("  %-10zu %-10zu %-12s %-16.9g %-12s %-12s %-6s %-6s\n", r, c, Hex(hd::F32Bits(in.x[i]), 8).c_str(), in.x[i],
                   Hex(sa_bits, static_cast<int>(2 * sbytes)).c_str(), Hex(sb_bits, static_cast<int>(2 * sbytes)).c_str(),
                   Hex(qa.codes[i], 2).c_str(), Hex(qb.codes[i], 2).c_str());
-      examples.push_back({{"row", r}, {"col", c}, {"input", Hex(Bits(in.x[i]), 8)}, {"scale_a", Hex(sa_bits, static_cast<int>(2 * sbytes))},
+      examples.push_back({{"row", r}, {"col", c}, {"input", Hex(hd::F32Bits(in.x[i]), 8)}, {"scale_a", Hex(sa_bits, static_cast<int>(2 * sbytes))},
                           {"scale_b", Hex(sb_bits, static_cast<int>(2 * sbytes))}, {"a", Hex(qa.codes[i], 2)}, {"b", Hex(qb.codes[i], 2)}});
     }
   std::printf("scales: %llu of %zu blocks differ; codes: %llu of %zu elements differ (%llu of them in blocks whose scales agree)\n",

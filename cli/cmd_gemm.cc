@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "common/tensor_inputs.h"
 #include "qmx/error.h"
+#include "qmx/host_device.h"
 #include "qmx/gemm.h"
 #include "qmx/io.h"
 #include "qmx/quantize.h"
@@ -124,12 +125,6 @@ GemmOperand LoadOperand(const GemmArgs& g, bool is_a) {
   return o;
 }
 
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
 void Run(const GemmArgs& g) {
   if (g.threads < 0 || g.threads > 1024) throw Error("--threads must be 1..1024");
   CheckOutputs({{"--out", g.out}, {"--json", g.json}}, {g.a, g.b, g.a_scales, g.b_scales, g.c, g.expect});
@@ -220,11 +215,11 @@ void Run(const GemmArgs& g) {
     for (size_t i = 0; i < d.size(); ++i) {
       float x;
       std::memcpy(&x, e.data.data() + 4 * i, 4);
-      const bool same = Bits(x) == Bits(d[i]) || (std::isnan(x) && std::isnan(d[i]));
+      const bool same = hd::F32Bits(x) == hd::F32Bits(d[i]) || (std::isnan(x) && std::isnan(d[i]));
       if (!same) {
         if (mismatches < static_cast<size_t>(g.max_errors))
           std::printf("  mismatch at (%zu, %zu): model %08x (%.9g), expected %08x (%.9g)\n", i / B.cols, i % B.cols,
-                      Bits(d[i]), d[i], Bits(x), x);
+                      hd::F32Bits(d[i]), d[i], hd::F32Bits(x), x);
         ++mismatches;
       }
     }
@@ -242,7 +237,7 @@ void Run(const GemmArgs& g) {
     size_t differ = 0;
     for (size_t i = 0; i < d.size(); ++i) {
       const double diff = static_cast<double>(d[i]) - r[i];
-      if (Bits(d[i]) != Bits(r[i])) ++differ;
+      if (hd::F32Bits(d[i]) != hd::F32Bits(r[i])) ++differ;
       if (!std::isfinite(diff)) continue;
       max_abs = std::max(max_abs, std::fabs(diff));
       if (r[i] != 0) max_rel = std::max(max_rel, std::fabs(diff / r[i]));

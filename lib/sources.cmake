@@ -1,0 +1,30 @@
+# libqmx's sources, by layer (lib/README.md "Layers"), relative to lib/. lib/CMakeLists.txt builds them and
+# the fuzz build (tests/fuzz) compiles them once more with coverage instrumentation. A new source is added
+# here: qmx_check_sources (top-level CMakeLists.txt) stops the configure step if one under src/ is missing.
+set(QMX_LIB_SOURCE_LIST
+    src/fork_safety.cc
+    src/format/format.cc
+    src/round/round_pack_ref.cc src/round/convert.cc src/round/convert_simd.cc src/round/cast_profiles.cc
+    src/rng/distributions.cc
+    src/scale/scale.cc src/scale/scale_ref.cc
+    src/quantize/quantize.cc src/quantize/quantize_ref.cc src/quantize/quantize_pack.cc
+    src/quantize/quantize_spec.cc src/quantize/spec_io.cc src/quantize/mx.cc src/quantize/mx_ref.cc
+    src/quantize/mx_simd.cc
+    src/transform/transform.cc src/transform/transform_simd.cc
+    src/gemm/gemm.cc src/gemm/gemm_ref.cc src/gemm/gemm_buffers.cc src/gemm/gemm_fast.cc
+    src/gemm/gemm_fast_exact.cc src/gemm/gemm_fast_fused.cc src/gemm/gemm_simd.cc src/gemm/gemm_fused_simd.cc
+    src/gemm/gemm_group_simd.cc src/gemm/gemm_scaled_simd.cc src/gemm/scaled_mm.cc
+    src/metrics/metrics.cc src/metrics/metrics_simd.cc
+    src/recipe/recipe.cc src/recipe/recipe_step.cc src/recipe/recipe_sequence.cc src/recipe/recipe_reference.cc
+    src/recipe/linear_layer.cc
+    src/study/study.cc src/study/sweeps.cc
+    src/io/atomic_file.cc src/io/limits.cc src/io/npy.cc src/io/packing.cc src/io/safetensors.cc src/io/sha256.cc
+    src/checkpoint/checkpoint.cc src/checkpoint/audit.cc
+    src/golden/golden.cc src/golden/golden_ops.cc src/golden/golden_gen.cc src/golden/golden_gen_conversions.cc
+    src/golden/golden_gen_blocks.cc src/golden/golden_gen_gemm.cc)
+# The training recipes' FP64 reference GEMM, the metrics' lane sums (scalar and Highway twins) and
+# scaled_mm's epilogue (one FP32 rounding per step, as cuBLASLt) keep their order of operations (no FMA
+# contraction) under any -march and SIMD target.
+set(QMX_LIB_NO_CONTRACT_LIST
+    src/recipe/recipe.cc src/recipe/recipe_step.cc src/recipe/recipe_sequence.cc src/recipe/recipe_reference.cc
+    src/recipe/linear_layer.cc src/metrics/metrics.cc src/metrics/metrics_simd.cc src/gemm/scaled_mm.cc)

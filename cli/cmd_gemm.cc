@@ -120,8 +120,8 @@ GemmOperand LoadOperand(const GemmArgs& g, bool is_a) {
     AttachScales(o, scales, g.scale_format, br, bc, side);
   }
   o.tensor_scale = is_a ? g.a_tensor_scale : g.b_tensor_scale;
-  o.nvfp4_amax = is_a ? g.a_amax : g.b_amax;
-  o.nvfp4_bound = g.nvfp4_bound;
+  o.te_alpha.amax = is_a ? g.a_amax : g.b_amax;
+  o.te_alpha.bound = g.nvfp4_bound;
   return o;
 }
 

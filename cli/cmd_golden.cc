@@ -14,6 +14,7 @@
 #include "qmx/golden.h"
 #if defined(QMX_HAVE_CUDA)
 #include "qmx/gpu.h"
+#include "qmx/testing.h"
 #endif
 
 namespace qmx::cli {

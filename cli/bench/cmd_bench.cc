@@ -10,6 +10,7 @@
 #include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/io.h"
+#include "qmx/testing.h"
 #include "qmx/version.h"
 
 namespace qmx::cli {

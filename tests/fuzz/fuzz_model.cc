@@ -87,14 +87,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint8_t extra = in.Next();
     m.alpha = static_cast<qmx::AlphaRule>(extra % 3);
     for (qmx::GemmOperand* o : {&a, &b}) {
-      o->nvfp4_amax = f32();
-      o->nvfp4_bound = (extra & 8) ? 256.0f : 448.0f;
-      o->tensor_scale = 1.0f / qmx::Nvfp4TensorEncodeScale(std::fabs(o->nvfp4_amax));
+      o->te_alpha.amax = f32();
+      o->te_alpha.bound = (extra & 8) ? 256.0f : 448.0f;
+      o->tensor_scale = 1.0f / qmx::Nvfp4TensorEncodeScale(std::fabs(o->te_alpha.amax));
     }
     if (extra & 16) {
       for (size_t r = 0; r < M; ++r) {
-        a.row_amax.push_back(f32());
-        a.row_scales.push_back(1.0f / qmx::Nvfp4TensorEncodeScale(std::fabs(a.row_amax.back())));
+        a.te_alpha.row_amax.push_back(f32());
+        a.row_scales.push_back(1.0f / qmx::Nvfp4TensorEncodeScale(std::fabs(a.te_alpha.row_amax.back())));
       }
       a.tensor_scale = 1.0f;
     }

@@ -14,6 +14,7 @@
 #include "qmx/convert.h"
 #include "qmx/gemm.h"
 #include "qmx/io.h"
+#include "qmx/testing.h"
 #include "support/hex.h"
 #include "support/modes.h"
 

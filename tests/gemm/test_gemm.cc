@@ -24,6 +24,7 @@
 #include "qmx/gemm.h"
 #include "qmx/io.h"
 #include "qmx/quantize.h"
+#include "qmx/testing.h"
 #include "support/hex.h"
 #include "support/modes.h"
 #include "gemm/gemm_cases.h"

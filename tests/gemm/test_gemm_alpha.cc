@@ -41,8 +41,8 @@ GemmOperand Nvfp4Operand(bool is_a, float amax, float bound) {
   const uint32_t scale = 0x38;  // E4M3 1.0
   SetBlockScales(o, ScaleFormat::kE4m3, is_a ? 1 : 16, is_a ? 16 : 1, &scale);
   o.tensor_scale = 1.0f / Nvfp4TensorEncodeScale(amax);
-  o.nvfp4_amax = amax;
-  o.nvfp4_bound = bound;
+  o.te_alpha.amax = amax;
+  o.te_alpha.bound = bound;
   return o;
 }
 
@@ -158,11 +158,11 @@ TEST_CASE("alpha rules in every model: the fast path equals the reference, alpha
     const GemmOperand a = OperandFromQuantized(Quantize(TensorView{DType::kF32, x.data(), m, k}, QuantSpecByName(spec)));
     const GemmOperand b = OperandFromQuantized(Quantize(TensorView{DType::kF32, w.data(), k, n}, ws));
     const bool row = std::string(spec) == "nvfp4-row";
-    CHECK(a.row_amax.size() == (row ? m : 0));
+    CHECK(a.te_alpha.row_amax.size() == (row ? m : 0));
     GemmOperand a1 = a, b1 = b;  // no second-level scales: the accumulated sums alone
     a1.tensor_scale = b1.tensor_scale = 1.0f;
     a1.row_scales.clear();
-    a1.row_amax.clear();
+    a1.te_alpha.row_amax.clear();
     for (const char* model : {"exact", "fp32-seq", "block-exact", "blackwell-mxf4nvf4", "blackwell-mxf4nvf4-mmasim"}) {
       for (AlphaRule rule : {AlphaRule::kDecode, AlphaRule::kTe, AlphaRule::kTeRef}) {
         if (row && rule == AlphaRule::kTe) continue;
@@ -195,20 +195,20 @@ TEST_CASE("alpha rules in every model: the fast path equals the reference, alpha
 TEST_CASE("alpha rules: what they refuse", "[gemm][alpha]") {
   const GemmOperand a = Nvfp4Operand(true, 3.0f, 448.0f), b = Nvfp4Operand(false, 5.0f, 448.0f);
   GemmOperand no_amax = b;
-  no_amax.nvfp4_amax = -1.0f;
+  no_amax.te_alpha.amax = -1.0f;
   CHECK_THROWS_WITH(Gemm(a, no_amax, nullptr, Model("exact", AlphaRule::kTe)),
                     Catch::Contains("B has none"));
   CHECK_NOTHROW(Gemm(a, no_amax, nullptr, Model("exact", AlphaRule::kDecode)));
   GemmOperand bad_bound = b;
-  bad_bound.nvfp4_bound = 300.0f;
+  bad_bound.te_alpha.bound = 300.0f;
   CHECK_THROWS_WITH(Gemm(a, bad_bound, nullptr, Model("exact", AlphaRule::kTeRef)), Catch::Contains("448 (or 256"));
   GemmOperand rows = a;
   rows.row_scales = {rows.tensor_scale};
-  rows.row_amax = {3.0f};
+  rows.te_alpha.row_amax = {3.0f};
   rows.tensor_scale = 1.0f;
   CHECK_THROWS_WITH(Gemm(rows, b, nullptr, Model("exact", AlphaRule::kTe)), Catch::Contains("alpha=te-ref"));
   CHECK_NOTHROW(Gemm(rows, b, nullptr, Model("exact", AlphaRule::kTeRef)));
-  rows.row_amax.clear();
+  rows.te_alpha.row_amax.clear();
   CHECK_THROWS_WITH(Gemm(rows, b, nullptr, Model("exact", AlphaRule::kTeRef)), Catch::Contains("per-line amax"));
   const std::vector<float> c(1, 0.0f);
   CHECK_THROWS_WITH(Gemm(a, b, c.data(), Model("exact", AlphaRule::kTe)), Catch::Contains("alpha=te"));

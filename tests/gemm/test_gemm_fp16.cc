@@ -16,6 +16,7 @@
 #include "qmx/convert.h"
 #include "qmx/gemm.h"
 #include "qmx/round.h"
+#include "qmx/testing.h"
 
 using namespace qmx;
 using qmx::test::CheckEverywhere;

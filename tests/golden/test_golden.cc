@@ -17,6 +17,7 @@
 #include "qmx/sha256.h"
 #if defined(QMX_HAVE_CUDA)
 #include "qmx/gpu.h"
+#include "qmx/testing.h"
 #endif
 #include "support/cli.h"
 

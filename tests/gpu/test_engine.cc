@@ -144,8 +144,8 @@ TEST_CASE("gpu engine: every fused model and fp32-seq equal qmx::Gemm bit for bi
     a.tensor_scale = 0.0123f;
     b.tensor_scale = 3.5f;
     CheckModels(a, b, nullptr, "nvfp4", t);
-    a.nvfp4_amax = 5.25f;
-    b.nvfp4_amax = 1.0e-3f;
+    a.te_alpha.amax = 5.25f;
+    b.te_alpha.amax = 1.0e-3f;
     for (const char* rule : {"te", "te-ref"}) {
       AccumModel m = AccumModelByName("blackwell-mxf4nvf4");
       m.alpha = ParseAlphaRule(rule);

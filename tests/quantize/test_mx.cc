@@ -13,6 +13,7 @@
 #include "qmx/error.h"
 #include "qmx/mx.h"
 #include "qmx/round.h"
+#include "qmx/testing.h"
 #include "support/hex.h"
 #include "support/modes.h"
 

@@ -20,6 +20,7 @@
 #include "qmx/io.h"
 #include "qmx/quantize.h"
 #include "qmx/round.h"
+#include "qmx/testing.h"
 #include "support/hex.h"
 #include "support/modes.h"
 

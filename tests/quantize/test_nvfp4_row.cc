@@ -20,6 +20,7 @@
 #include "qmx/quantize.h"
 #include "qmx/round.h"
 #include "qmx/scale.h"
+#include "qmx/testing.h"
 #include "support/codes.h"
 #include "support/hex.h"
 #include "support/modes.h"

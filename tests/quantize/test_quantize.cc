@@ -16,6 +16,7 @@
 #include "qmx/error.h"
 #include "qmx/quantize.h"
 #include "qmx/round.h"
+#include "qmx/testing.h"
 #include "support/codes.h"
 #include "support/hex.h"
 #include "support/modes.h"

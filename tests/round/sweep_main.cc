@@ -22,6 +22,7 @@
 #include "qmx/error.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
+#include "qmx/testing.h"
 #include "support/hex.h"
 #include "support/naive_round.h"
 

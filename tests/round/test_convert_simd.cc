@@ -18,6 +18,7 @@
 #include "qmx/error.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
+#include "qmx/testing.h"
 #include "support/grid.h"
 #include "support/hex.h"
 #include "support/modes.h"

@@ -12,6 +12,7 @@
 #include "qmx/error.h"
 #include "qmx/round.h"
 #include "qmx/scale.h"
+#include "qmx/testing.h"
 #include "support/fl32.h"
 #include "support/hex.h"
 #include "support/modes.h"

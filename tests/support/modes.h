@@ -8,6 +8,7 @@
 #include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/format.h"
+#include "qmx/testing.h"
 
 namespace qmx::test {
 

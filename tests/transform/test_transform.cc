@@ -13,6 +13,7 @@
 #include "qmx/distributions.h"
 #include "qmx/error.h"
 #include "qmx/round.h"
+#include "qmx/testing.h"
 #include "qmx/transform.h"
 #include "support/hex.h"
 #include "support/modes.h"

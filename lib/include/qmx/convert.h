@@ -48,10 +48,6 @@ void DecodeToF32(const uint8_t* codes, size_t n, const Format& f, float* out, Ex
 
 // Name of the SIMD target the dispatcher runs on this machine ("AVX3", "AVX2", "SSE4", ...).
 std::string SimdTargetName();
-// Every target compiled into this binary that this CPU can run, best first (for tests and bench).
-std::vector<std::string> SimdTargets();
-// Restrict dispatch to one of SimdTargets() (tests and bench compare targets); "" restores the default.
-// Throws qmx::Error for an unknown or unsupported target.
-void ForceSimdTarget(const std::string& name);
+// SimdTargets and ForceSimdTarget, which compare the targets, are test hooks: qmx/testing.h.
 
 }  // namespace qmx

@@ -32,12 +32,14 @@ struct GemmOperand {
   // Row-scaled NVFP4: a second-level scale per row of A (M entries) or per column of B (N entries), each
   // applied after accumulation as tensor_scale is (and in its place: tensor_scale stays 1). Empty: none.
   std::vector<float> row_scales, col_scales;
-  // NVFP4 operands, for Transformer Engine's alpha (AlphaRule::kTe, kTeRef): the second-level amax (the
-  // tensor's; negative = not known) and the E4M3 bound of the rule (448, 256 under 4over6); row-scaled:
-  // each row's (A) or column's (B) amax, parallel to row_scales / col_scales.
-  float nvfp4_amax = -1.0f;
-  float nvfp4_bound = 448.0f;
-  std::vector<float> row_amax, col_amax;
+  // NVFP4 operands: Transformer Engine's alpha inputs (AlphaRule::kTe, kTeRef), unused by other rules.
+  struct TeAlphaInputs {
+    float amax = -1.0f;                   // the tensor's second-level amax; negative = not known
+    float bound = 448.0f;                 // the E4M3 bound of the NVFP4 rule: 448, or 256 under 4over6
+    std::vector<float> row_amax, col_amax;  // row-scaled: each row's (A) or column's (B) amax, parallel
+                                            // to row_scales / col_scales
+  };
+  TeAlphaInputs te_alpha;
   float ScaleOf(size_t r, size_t c) const {
     return block_rows == 0 ? 1.0f : scales[(r / block_rows) * scale_cols + c / block_cols];
   }
@@ -46,7 +48,7 @@ struct GemmOperand {
 // An operand from a quantized tensor: its codes, its block scales wherever they lie (A quantized
 // row-wise has its 1xK blocks along K; B (K x N) column-wise), per-tensor FP32 scales and NVFP4's tensor
 // scale as tensor_scale, row-scaled NVFP4's line decode scales as row_scales (axis row) or col_scales (axis
-// col), and NVFP4's amax (nvfp4_amax, row_amax / col_amax, nvfp4_bound) for TE's alpha. Gemm checks that
+// col), and NVFP4's amax and bound (te_alpha) for TE's alpha. Gemm checks that
 // A's and B's blocks along K agree.
 GemmOperand OperandFromQuantized(const QuantizedTensor& q);
 // Plain codes with no scales (tensor_scale 1), checked against the format (codes beyond its width).
@@ -113,7 +115,7 @@ struct FusedParams {
 enum class AlphaRule : uint8_t {
   kDecode,  // fl32(tensor_scale_a * tensor_scale_b): the decode scales' product (torchao; qmx's default)
   // Transformer Engine's cuBLASLt path (common/recipe/nvfp4.cu, compute_nvfp4_per_tensor_scale_kernel):
-  // fl32(fl32(amax_a * amax_b) * fl32(1 / fl32(36 * bound_a * bound_b))), from the operands' nvfp4_amax
+  // fl32(fl32(amax_a * amax_b) * fl32(1 / fl32(36 * bound_a * bound_b))), from the operands' te_alpha.amax
   kTe,
   // TE's reference GEMM (pytorch/custom_recipes/reference_nvfp4.py, qgemm): fl32(fl32(amax_a * amax_b) /
   // (36 * bound_a * bound_b)), per row of A / column of B when row-scaled
@@ -126,7 +128,7 @@ struct AccumModel {
   std::string name = "exact";
   AccumKind kind = AccumKind::kExact;
   FusedParams fused;  // kFused only
-  AlphaRule alpha = AlphaRule::kDecode;  // the epilogue's alpha (kTe/kTeRef need both operands' nvfp4_amax)
+  AlphaRule alpha = AlphaRule::kDecode;  // the epilogue's alpha (kTe/kTeRef need both operands' te_alpha.amax)
 };
 
 // Named models: exact, fp32-seq, block-exact; hopper-fp8 (fused: 32 products + C, F = 13, terms and
@@ -155,14 +157,7 @@ std::vector<float> Gemm(const GemmOperand& a, const GemmOperand& b, const float*
                         Exec exec = Exec::kParallel);
 // The factor Gemm multiplies output (i, j) by after accumulation under `rule` (1 when none applies).
 float GemmAlphaAt(const GemmOperand& a, const GemmOperand& b, AlphaRule rule, size_t i, size_t j);
-// Steps of the fused kernel (AccumKind::kFused with FP32 terms, on an AVX-512 target) since the program
-// started: those that formed their products in FP16 lanes (CPUs with AVX512-FP16; lib/README.md "GEMM
-// fast paths") and those of such a GEMM that fell back to FP32 lanes (an output's exponent gap past the
-// bound). For tests and the bench.
-struct FusedStepCounts {
-  uint64_t fp16 = 0, fp32_fallback = 0;
-};
-FusedStepCounts GemmFusedStepCounts();
+// GemmFusedStepCounts (which path the fused kernel's steps took) is a test hook: qmx/testing.h.
 
 // The scalar reference: one dot product at a time, written to follow the model's definition.
 std::vector<float> GemmRef(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model);

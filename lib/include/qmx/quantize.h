@@ -15,6 +15,7 @@
 
 #include "qmx/cast_options.h"
 #include "qmx/convert.h"
+#include "qmx/detail/uninit_allocator.h"
 #include "qmx/format.h"
 #include "qmx/io.h"
 #include "qmx/scale.h"
@@ -112,37 +113,11 @@ struct QuantStats {
 
 // The element codes' container: a std::vector<uint8_t> whose resize leaves new bytes unwritten (the
 // allocator's construct default-initializes) and whose storage starts on a 64-byte line. The quantizers
-// write every code, and a zero fill first costs a whole extra write of the output: on 2^24 NVFP4 elements
-// 0.7-1.1 ms of 7.6-8.8 on one thread. Aligned storage lets large outputs take whole-line non-temporal
-// stores. Convert to a plain vector with std::vector<uint8_t>(c.begin(), c.end()); == compares it with one.
-template <class T>
-struct UninitAllocator : std::allocator<T> {
-  template <class U>
-  struct rebind {
-    using other = UninitAllocator<U>;
-  };
-  UninitAllocator() = default;
-  template <class U>
-  UninitAllocator(const UninitAllocator<U>&) noexcept {}
-  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64})); }
-  // The unsized aligned delete: clang 14 declares no sized form unless -fsized-deallocation.
-  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{64}); }
-  template <class U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <class U, class... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
-};
-using CodeVector = std::vector<uint8_t, UninitAllocator<uint8_t>>;
-inline bool operator==(const CodeVector& a, const std::vector<uint8_t>& b) {
-  return std::equal(a.begin(), a.end(), b.begin(), b.end());
-}
-inline bool operator==(const std::vector<uint8_t>& a, const CodeVector& b) { return b == a; }
-inline bool operator!=(const CodeVector& a, const std::vector<uint8_t>& b) { return !(a == b); }
-inline bool operator!=(const std::vector<uint8_t>& a, const CodeVector& b) { return !(b == a); }
+// write every code, and a zero fill first would cost a whole extra write of the output (cli/bench/
+// PERFORMANCE.md "Code vectors without a zero fill"). Aligned storage lets large outputs take whole-line
+// non-temporal stores. Convert to a plain vector with std::vector<uint8_t>(c.begin(), c.end()); == and !=
+// compare it with one.
+using CodeVector = std::vector<uint8_t, detail::UninitAllocator<uint8_t>>;
 
 struct QuantizedTensor {
   QuantSpec spec;

@@ -10,6 +10,7 @@
 #include "bindings.h"
 #include "qmx/convert.h"
 #include "qmx/error.h"
+#include "qmx/testing.h"
 #include "qmx/threads.h"
 #include "qmx/version.h"
 

@@ -14,6 +14,7 @@
 #include "gemm/gemm_simd.h"
 #include "qmx/error.h"
 #include "qmx/io.h"
+#include "qmx/testing.h"
 
 namespace qmx {
 namespace {
@@ -228,32 +229,32 @@ void PlanTeAlpha(const GemmOperand& a, const GemmOperand& b, GemmPlan& p) {
   for (const GemmOperand* o : {&a, &b}) {
     const char* side = o == &a ? "A" : "B";
     const std::vector<float>& scales = o == &a ? o->row_scales : o->col_scales;
-    const std::vector<float>& amax = o == &a ? o->row_amax : o->col_amax;
+    const std::vector<float>& amax = o == &a ? o->te_alpha.row_amax : o->te_alpha.col_amax;
     const char* line = o == &a ? "row of A" : "column of B";
-    if (!(o == &a ? o->col_amax : o->row_amax).empty())
+    if (!(o == &a ? o->te_alpha.col_amax : o->te_alpha.row_amax).empty())
       throw Error(std::string("gemm: ") + side + "'s per-line amax must be one per " + line);
     if (amax.size() != scales.size())
       throw Error(std::string("gemm: ") + side + " has " + std::to_string(scales.size()) +
                   " per-line second-level scales and " + std::to_string(amax.size()) + " per-line amax (one each per " +
                   line + ")");
-    if (scales.empty() && !(o->nvfp4_amax >= 0.0f) && !std::isnan(o->nvfp4_amax))
+    if (scales.empty() && !(o->te_alpha.amax >= 0.0f) && !std::isnan(o->te_alpha.amax))
       throw Error("gemm: " + rule + " forms alpha from both operands' NVFP4 amax, and " + side +
                   " has none: quantized NVFP4 tensors carry theirs, raw codes need one given (qmx-sim gemm --" +
                   (o == &a ? "a" : "b") + "-amax)");
-    if (o->nvfp4_bound != 448.0f && o->nvfp4_bound != 256.0f)
+    if (o->te_alpha.bound != 448.0f && o->te_alpha.bound != 256.0f)
       throw Error(std::string("gemm: ") + side + "'s NVFP4 E4M3 bound is 448 (or 256 under 4over6), not " +
-                  std::to_string(o->nvfp4_bound));
+                  std::to_string(o->te_alpha.bound));
   }
-  if (p.rule == AlphaRule::kTe && (!a.row_amax.empty() || !b.col_amax.empty()))
+  if (p.rule == AlphaRule::kTe && (!a.te_alpha.row_amax.empty() || !b.te_alpha.col_amax.empty()))
     throw Error("gemm: alpha=te is TE's cuBLASLt alpha, one scalar from two tensor amax; row-scaled operands "
                 "have one amax per line (TE's reference GEMM takes them: alpha=te-ref)");
   p.has_alpha = true;
-  p.amax_a = a.nvfp4_amax;
-  p.amax_b = b.nvfp4_amax;
-  p.amax_rows = a.row_amax.empty() ? nullptr : a.row_amax.data();
-  p.amax_cols = b.col_amax.empty() ? nullptr : b.col_amax.data();
+  p.amax_a = a.te_alpha.amax;
+  p.amax_b = b.te_alpha.amax;
+  p.amax_rows = a.te_alpha.row_amax.empty() ? nullptr : a.te_alpha.row_amax.data();
+  p.amax_cols = b.te_alpha.col_amax.empty() ? nullptr : b.te_alpha.col_amax.data();
   // TE: fp4_max * fp4_max * fp8_max_A * fp8_max_B in FP32, left to right (exact for bounds 448 and 256).
-  p.te_factor = 6.0f * 6.0f * a.nvfp4_bound * b.nvfp4_bound;
+  p.te_factor = 6.0f * 6.0f * a.te_alpha.bound * b.te_alpha.bound;
   p.te_inv = 1.0f / p.te_factor;
 }
 
@@ -405,13 +406,13 @@ GemmOperand OperandFromQuantized(const QuantizedTensor& q) {
     for (size_t c = 0; c < q.scale_cols; ++c) o.scales[r * q.scale_cols + c] = q.ScaleAt(r, c);
   if (sf == ScaleFormat::kE4m3) {
     o.tensor_scale = q.tensor_decode;
-    o.nvfp4_amax = q.tensor_amax;
-    o.nvfp4_bound = IsNvfp4FourOverSix(q.spec.rule) ? 256.0f : 448.0f;
+    o.te_alpha.amax = q.tensor_amax;
+    o.te_alpha.bound = IsNvfp4FourOverSix(q.spec.rule) ? 256.0f : 448.0f;
   }
   if (q.spec.row_scaled) {  // each line's decode scale, as the tensor's would be: fl32(1 / S_enc(line amax))
     std::vector<float>& lines = q.spec.axis == Axis::kCol ? o.col_scales : o.row_scales;
     for (float amax : q.line_amax) lines.push_back(Nvfp4TensorDecode(Nvfp4TensorScale(amax, q.spec.rule), q.spec.rule));
-    (q.spec.axis == Axis::kCol ? o.col_amax : o.row_amax) = q.line_amax;
+    (q.spec.axis == Axis::kCol ? o.te_alpha.col_amax : o.te_alpha.row_amax) = q.line_amax;
     o.tensor_scale = 1.0f;
   }
   return o;

@@ -171,10 +171,9 @@ struct CTiles {
 // A panels. Each K chunk of B (all its panels) streams through the cache once per block, so larger
 // blocks read it fewer times (16 panels of A's chunk, at most 16 x 6 rows x 256 K doubles, 196 KB, stay
 // in L2), while at least four blocks per thread keep the dynamic schedule balanced: blocks of 8 to
-// kMcPanels panels, as many as fill whole rounds of the threads. One or two threads take blocks of 16
-// (at 2048^3, 5-10% faster than 8); 16 threads at 1024 and 2048 keep blocks of 8 (16 there cost up to
-// 15% at 2048), and 171 panels on 16 threads go as 29 blocks of 6, not 22 of 8 that leave 10 threads one
-// block short.
+// kMcPanels panels, as many as fill whole rounds of the threads: one or two threads take blocks of 16,
+// more threads smaller ones, so that no thread is left a block short (cli/bench/PERFORMANCE.md "GEMM
+// thread blocks").
 template <class TileFn>
 void Drive(size_t m_panels, size_t n_panels, size_t k, size_t kc, bool parallel, const TileFn& tile) {
   if (m_panels == 0) return;

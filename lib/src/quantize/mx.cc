@@ -7,7 +7,7 @@
 
 #include "qmx/error.h"
 #include "quantize/quantize_internal.h"
-#include "round/convert_params.h"
+#include "quantize/mx_kernels.h"
 
 namespace qmx {
 
@@ -36,12 +36,12 @@ simd::MxKernelArgs MakeArgs(const MxSpec& spec, const simd::ConvertParams& p) {
   simd::MxKernelArgs a{};
   a.p = &p;
   a.block = spec.block;
-  a.rule = static_cast<int>(spec.rule);
+  a.rule = spec.rule;
   a.destmax = static_cast<float>(lim.max_finite);
   a.emax = lim.emax;
   a.elem_man = spec.elem.man_bits;
-  a.policy = static_cast<int>(spec.nan);
-  a.scaling = static_cast<int>(spec.scaling);
+  a.policy = spec.nan;
+  a.scaling = spec.scaling;
   a.elem_nan = spec.elem.HasNan() ? static_cast<uint32_t>(spec.elem.CanonicalNan()) : 0u;
   return a;
 }

@@ -17,15 +17,14 @@
 #include "qmx/scale.h"
 #include "rng/philox_simd-inl.h"
 #include "round/convert_io-inl.h"
+#include "quantize/mx_kernels.h"
 #include "round/convert_params.h"
 #include "round/convert_tiers-inl.h"
 
 namespace qmx::simd {
-// Whether the plain streaming loops (AmaxLoop) prefetch 4 KB ahead: they do except on AMD processors. On one
-// core of the Intel Xeons measured the prefetch took a 64 MB amax pass from 5.3-6.0 ms to 3.0 (the 2-core
-// Xeon VM: the nvfp4 quantizer from 0.38-0.47 to 0.47-0.52 of memcpy); on the AMD EPYC (Zen 4 VM) it took
-// the same pass from 2.5-2.9 ms to 3.2-3.5, and the pass with the block maxima from 2.7 to 4.7 ms. Speed
-// only: no bit depends on it. Defined below, once.
+// Whether the plain streaming loops (AmaxLoop) prefetch 4 KB ahead: they do except on AMD processors, where
+// the hardware prefetcher alone was faster (cli/bench/PERFORMANCE.md "Prefetch in the streaming loops").
+// Speed only: no bit depends on it. Defined below, once.
 bool PrefetchPlainStreams();
 }  // namespace qmx::simd
 
@@ -123,7 +122,7 @@ HWY_INLINE VU ScaleBytesOf(const MxKernelArgs& a, VU amax) {
   const DI di;
   const DF df;
   const VU one = hn::Set(du, 1u), zero = hn::Zero(du);
-  if (a.rule == 1) {  // round-up: X = fl32(amax / destmax) rounded up to a power of two
+  if (a.rule == ScaleRule::kRoundUp) {  // round-up: X = fl32(amax / destmax) rounded up to a power of two
     // Without the division where every lane's quotient is a normal float: amax = (1 + f) 2^(E - 127),
     // destmax = (1 + g) 2^(D - 127). If f >= g the quotient lies in [1, 2) 2^(E - D), and it rounds above
     // 2^(E - D) iff f > g (the tie at 1 + 2^-24 goes to even); if f < g it lies in [1/2, 1) 2^(E - D),
@@ -148,9 +147,9 @@ HWY_INLINE VU ScaleBytesOf(const MxKernelArgs& a, VU amax) {
   const VI e_field = hn::BitCast(di, hn::ShiftRight<23>(amax));
   const VI c127 = hn::Set(di, 127);
   VI lg;
-  if (a.rule == 2) {  // ceil
+  if (a.rule == ScaleRule::kCeil) {
     lg = hn::Add(hn::Sub(e_field, c127), hn::BitCast(di, hn::IfThenElseZero(hn::Ne(hn::And(amax, hn::Set(du, 0x7FFFFFu)), zero), one)));
-  } else if (a.rule == 3) {  // even
+  } else if (a.rule == ScaleRule::kEven) {
     const VU r = hn::And(hn::Add(amax, hn::Set(du, 1u << (22 - a.elem_man))), hn::Set(du, 0xFF800000u));
     lg = hn::Sub(hn::BitCast(di, hn::ShiftRight<23>(r)), c127);
   } else {  // floor; an FP32-subnormal amax's leading bit from float(amax), exact below 2^23
@@ -163,19 +162,21 @@ HWY_INLINE VU ScaleBytesOf(const MxKernelArgs& a, VU amax) {
 
 // hd::ScaleMultiplier of every lane's scale byte (< 255) as FP32 bits: 2^(127 - byte), or Transformer
 // Engine's exp2f_rcp (scaling 2).
-HWY_INLINE VU ScaleMultipliersOf(int scaling, VU byte) {
+HWY_INLINE VU ScaleMultipliersOf(ElementScaling scaling, VU byte) {
   const DU du;
   const VU c254 = hn::Set(du, 254u);
   const VU pow2 = hn::ShiftLeft<23>(hn::Sub(c254, byte));
-  if (scaling == 2) return hn::IfThenElse(hn::Eq(byte, hn::Zero(du)), hn::Set(du, 0x3F800000u), pow2);
+  if (scaling == ElementScaling::kTeRcp) return hn::IfThenElse(hn::Eq(byte, hn::Zero(du)), hn::Set(du, 0x3F800000u), pow2);
   return hn::IfThenElse(hn::Eq(byte, c254), hn::Set(du, 0x00400000u), pow2);
 }
 
 // The element multiplier of the FP32 element-scaling modes for scale byte s (< 255): host_device.h.
-inline float ScaleInverse(int scaling, uint32_t s) { return hd::ScaleMultiplier(static_cast<uint8_t>(s), scaling == 2); }
+inline float ScaleInverse(ElementScaling scaling, uint32_t s) {
+  return hd::ScaleMultiplier(static_cast<uint8_t>(s), scaling == ElementScaling::kTeRcp);
+}
 
 inline ScaleRule Nvfp4Rule(const MxKernelArgs& a) {
-  return a.nvfp4 == 2 ? ScaleRule::kNvfp4Div : a.nvfp4 == 3 ? ScaleRule::kNvfp4Torchao : ScaleRule::kNvfp4;
+  return a.rule;
 }
 
 // table[i] of every lane's index i < 128, as FP32 bits. On AVX-512 four two-table permutes and three
@@ -209,8 +210,8 @@ HWY_INLINE VU Nvfp4BytesOf(const MxKernelArgs& a, const Consts& ke, VU amax, VU*
   // nvfp4-torchao: finite lanes only reach here, so the clamp sees no NaN (std::min/max and hn::Min/Max agree).
   const auto tv = hn::Min(hn::Max(hn::Div(hn::Div(am, hn::Set(df, 6.0f)), hn::Set(df, a.s_enc)), hn::Set(df, 0.015625f)),
                           hn::Set(df, 448.0f));
-  const VU v = hn::BitCast(du, a.nvfp4 == 3   ? tv
-                               : a.nvfp4 == 2 ? hn::Mul(hn::Div(am, hn::Set(df, 6.0f)), hn::Set(df, a.s_enc))
+  const VU v = hn::BitCast(du, a.rule == ScaleRule::kNvfp4Torchao ? tv
+                               : a.rule == ScaleRule::kNvfp4Div     ? hn::Mul(hn::Div(am, hn::Set(df, 6.0f)), hn::Set(df, a.s_enc))
                                               : hn::Mul(am, hn::Set(df, a.s_m)));
   const VU code = ke.fused && ke.f.sat && ke.f.neg_zero ? FusedVec<Rounding::kRne, true>(ke.f, v, hn::Zero(du))
                                                         : ConvertVec<Rounding::kRne>(ke, v, hn::Zero(di), hn::Zero(du));
@@ -289,14 +290,14 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
   const DF df;
   const size_t lanes = hn::Lanes(du);
   const Consts k(*a.p);
-  const Consts ke(a.nvfp4 != 0 ? *a.p_e4m3 : *a.p);  // the NVFP4 scale's conversion
+  const Consts ke(a.nvfp4 ? *a.p_e4m3 : *a.p);  // the NVFP4 scale's conversion
   constexpr bool kSr = R == Rounding::kSrA || R == Rounding::kSrB || R == Rounding::kSrC;
   constexpr bool kFusable = R == Rounding::kRne || R == Rounding::kSrA;
   RandomWords rw(seed, first_index, rbits, kSr);
   const VU none = hn::Zero(du);
   const size_t block = static_cast<size_t>(a.block);
   const size_t nblocks = (n + block - 1) / block;
-  const bool exact = a.scaling == 0;
+  const bool exact = a.scaling == ElementScaling::kExact;
   int lite_scale = -1;
   VI eoff = hn::Zero(di);
   Lite lite = MakeLite(k, 0);
@@ -310,7 +311,7 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
       if (exact) return x;
       const auto y = hn::Mul(hn::BitCast(df, x), vmul);
       // te-rcp: the GPU's FMUL gives the canonical +NaN (mx_ref.cc).
-      if (a.scaling == 2) return hn::BitCast(du, hn::IfThenElse(hn::IsNaN(y), hn::Set(df, gpu_nan), y));
+      if (a.scaling == ElementScaling::kTeRcp) return hn::BitCast(du, hn::IfThenElse(hn::IsNaN(y), hn::Set(df, gpu_nan), y));
       return hn::BitCast(du, y);
     };
     for (size_t j = 0; j < len; j += lanes) {
@@ -332,13 +333,13 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
   // ignore-nan meets an Inf.
   const auto nvfp4_block = [&](size_t b, size_t start, size_t len, uint32_t amax) {
     if (amax >= 0x7F800000u) {
-      if (static_cast<NanPolicy>(a.policy) == NanPolicy::kBlockNan) {
+      if (a.policy == NanPolicy::kBlockNan) {
         scales[b] = 0x7F;
         std::memset(codes + start, static_cast<int>(a.elem_nan), len);
         skip_random_words(start, len);
         return;
       }
-      amax = BlockAmaxBits<S>(k, in, start, len, static_cast<NanPolicy>(a.policy) == NanPolicy::kIgnoreNan ? 0x7F800001u : 0x7F800000u);
+      amax = BlockAmaxBits<S>(k, in, start, len, a.policy == NanPolicy::kIgnoreNan ? 0x7F800001u : 0x7F800000u);
     }
     float amax_f;
     std::memcpy(&amax_f, &amax, 4);
@@ -350,12 +351,12 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
 
   // One block through the general tiers: the NaN policies, and formats or modes the fused path does not take.
   const auto general_block = [&](size_t b, size_t start, size_t len, uint32_t amax) {
-    if (a.nvfp4 != 0) return nvfp4_block(b, start, len, amax);
+    if (a.nvfp4) return nvfp4_block(b, start, len, amax);
     // 2. Scale byte; a block holding NaN or Inf follows the NaN policy.
     int scale = -1;
     uint32_t fill = 0;
     if (amax >= 0x7F800000u) {
-      switch (static_cast<NanPolicy>(a.policy)) {
+      switch (a.policy) {
         case NanPolicy::kBlockNan: scale = 0xFF, fill = a.elem_nan; break;
         case NanPolicy::kScaleNan: scale = 0xFF, fill = a.p->nan_code[0]; break;
         case NanPolicy::kTe:
@@ -364,11 +365,11 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
           break;
         case NanPolicy::kIgnoreNan: {
           const uint32_t m = BlockAmaxBits<S>(k, in, start, len, 0x7F800001u);
-          scale = m == 0x7F800000u ? 0xFE : ScaleByteFromAmaxBits(m, a.rule, a.destmax, a.emax, a.elem_man);
+          scale = m == 0x7F800000u ? 0xFE : ScaleByteFromAmaxBits(m, static_cast<int>(a.rule), a.destmax, a.emax, a.elem_man);
           break;
         }
         case NanPolicy::kIgnore:
-          scale = ScaleByteFromAmaxBits(BlockAmaxBits<S>(k, in, start, len, 0x7F800000u), a.rule, a.destmax, a.emax,
+          scale = ScaleByteFromAmaxBits(BlockAmaxBits<S>(k, in, start, len, 0x7F800000u), static_cast<int>(a.rule), a.destmax, a.emax,
                                         a.elem_man);
           break;
       }
@@ -379,7 +380,7 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
         return;
       }
     } else {
-      scale = ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax, a.elem_man);
+      scale = ScaleByteFromAmaxBits(amax, static_cast<int>(a.rule), a.destmax, a.emax, a.elem_man);
     }
     scales[b] = static_cast<uint8_t>(scale);
     if (scale != lite_scale) {  // neighbouring blocks often share a scale
@@ -419,7 +420,7 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
       for (; done + lanes <= nb && (b0 + done + lanes) * block <= n; done += lanes) {
         const VU amax = given != nullptr ? hn::LoadU(du, given + b0 + done) : AmaxOfBlocks<S>(in, (b0 + done) * block, block);
         VU byte, mult;
-        if (a.nvfp4 != 0) {
+        if (a.nvfp4) {
           byte = Nvfp4BytesOf(a, ke, amax, &mult);
         } else {
           byte = ScaleBytesOf(a, amax);
@@ -448,11 +449,11 @@ void MxLoop(const MxKernelArgs& a, const void* in, size_t n, uint8_t* codes, uin
         std::memcpy(&amax_f, &amax, 4);
         int scale;
         float mult;
-        if (a.nvfp4 != 0) {
+        if (a.nvfp4) {
           scale = Nvfp4BlockScale(amax_f, a.s_enc, Nvfp4Rule(a));
           mult = a.mult[scale & 0x7F];
         } else {
-          scale = ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax, a.elem_man);
+          scale = ScaleByteFromAmaxBits(amax, static_cast<int>(a.rule), a.destmax, a.emax, a.elem_man);
           mult = ScaleInverse(a.scaling, static_cast<uint32_t>(scale));  // exact: 2^(127 - scale)
         }
         scales[b0 + i] = static_cast<uint8_t>(scale);
@@ -542,7 +543,7 @@ void ConvertScaledBlocksT(const ConvertParams& p, DType src, const void* in, siz
 
 // Whether Nvfp4StripLoop takes these arguments: the fused runs' tier, and whole vectors per block row.
 bool Nvfp4StripTakesT(const MxKernelArgs& a) {
-  return a.nvfp4 != 0 && FusedRunsTakeT(*a.p) && a.block > 0 && static_cast<size_t>(a.block) % hn::Lanes(DU()) == 0;
+  return a.nvfp4 && FusedRunsTakeT(*a.p) && a.block > 0 && static_cast<size_t>(a.block) % hn::Lanes(DU()) == 0;
 }
 
 // One strip of NVFP4 blocks of h rows by a.block columns, across `cols` columns (a multiple of a.block),

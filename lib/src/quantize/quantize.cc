@@ -156,10 +156,11 @@ struct Nvfp4Kernel {
         mult(128),
         rule(spec.rule) {
     args.p = &p;
-    args.policy = static_cast<int>(spec.nan);
-    args.scaling = 1;  // fl32(x * multiplier)
+    args.policy = spec.nan;
+    args.scaling = ElementScaling::kFp32;  // fl32(x * multiplier)
     args.elem_nan = detail::BlockNanCode(spec.elem);
-    args.nvfp4 = spec.rule == ScaleRule::kNvfp4Div ? 2 : spec.rule == ScaleRule::kNvfp4Torchao ? 3 : 1;
+    args.nvfp4 = true;  // the kernel's own NVFP4 scale: the plain rule's unless -div or -torchao
+    args.rule = spec.rule == ScaleRule::kNvfp4Div || spec.rule == ScaleRule::kNvfp4Torchao ? spec.rule : ScaleRule::kNvfp4;
     args.p_e4m3 = &p_e4m3;
     args.mult = mult.data();
     SetEncodeScale(s_enc);
@@ -531,9 +532,8 @@ float SetNvfp4TensorScale(const QuantSpec& spec, const float* given_amax, uint32
 // NVFP4 blocks that tile each row: the tensor amax (unless given) with every block's maximum, then the
 // block kernel, both over the same runs of kBlocksPerRun blocks, each thread on its own share; the kernel
 // then only scales and converts. The second pass walks a thread's runs in reverse, so that it starts on the
-// data the first pass read last, still in cache: on the GPU host's Xeon 3-6% faster than forward (5-14% on
-// input 16 bytes off a line; 2^24 elements, one thread, the A/B's order rotated rep by rep), on the AMD
-// EPYC no different. Runs are independent (SR words come from element indices), so neither the order nor
+// data the first pass read last, still in cache (cli/bench/PERFORMANCE.md "NVFP4 rows: the second pass in
+// reverse"). Runs are independent (SR words come from element indices), so neither the order nor
 // the split changes a bit.
 void QuantizeNvfp4Rows(const TensorView& x, const QuantSpec& spec, size_t block, const float* given_amax, Exec exec,
                        QuantizedTensor& q) {

@@ -7,7 +7,7 @@
 
 #include "qmx/mx.h"
 #include "qmx/quantize.h"
-#include "round/convert_params.h"
+#include "quantize/mx_kernels.h"
 
 namespace qmx::detail {
 

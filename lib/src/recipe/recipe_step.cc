@@ -72,7 +72,7 @@ GemmOperand TransposeOperand(const GemmOperand& o) {
       for (size_t c = 0; c < o.scale_cols; ++c) t.scales[c * o.scale_rows + r] = o.scales[r * o.scale_cols + c];
   }
   std::swap(t.row_scales, t.col_scales);  // per-row second-level scales become per-column ones
-  std::swap(t.row_amax, t.col_amax);
+  std::swap(t.te_alpha.row_amax, t.te_alpha.col_amax);
   return t;
 }
 
@@ -347,7 +347,7 @@ RecipeGemmResult RunStepGemm(const TrainingRecipe& recipe, size_t gi, const Step
   } else {
     const GemmOperand bt = TransposeOperand(b.op);
     // TE's alpha where both operands are NVFP4 (they carry their amax); every other GEMM keeps the decode rule.
-    const auto nvfp4 = [](const GemmOperand& o) { return o.scale_format == ScaleFormat::kE4m3 && o.nvfp4_amax >= 0; };
+    const auto nvfp4 = [](const GemmOperand& o) { return o.scale_format == ScaleFormat::kE4m3 && o.te_alpha.amax >= 0; };
     if (nvfp4(a.op) && nvfp4(bt)) model.alpha = opt.alpha;
     out.out = Gemm(a.op, bt, nullptr, model, opt.exec);
     out.alpha = GemmAlphaAt(a.op, bt, model.alpha, 0, 0);

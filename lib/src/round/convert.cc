@@ -5,6 +5,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "qmx/error.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
+#include "qmx/testing.h"
 #include "round/convert_params.h"
 
 namespace qmx {
@@ -42,8 +45,11 @@ void CheckFast(DType src, const Format& dst, const CastOptions& opt) {
   ValidateCastOptions(dst, opt);
 }
 
-std::string forced_target;  // "" = the dispatcher's own choice
-bool fp16_allowed = true;   // false: a target without "_FP16" was forced
+// The test hooks' state (qmx/testing.h): written under target_mutex; fp16_allowed is also read by the
+// kernels, hence atomic.
+std::mutex target_mutex;
+std::string forced_target;             // "" = the dispatcher's own choice
+std::atomic<bool> fp16_allowed{true};  // false: a target without "_FP16" was forced
 
 }  // namespace
 
@@ -215,20 +221,8 @@ bool CpuHasFp16Products() {
 bool Fp16Products() { return fp16_allowed && CpuHasFp16Products(); }
 }  // namespace simd
 
-std::vector<std::string> SimdTargets() {
-  hwy::SetSupportedTargetsForTest(0);
-  const std::vector<std::string> names = TargetNames();
-  if (!forced_target.empty()) ForceSimdTarget(forced_target);
-  return names;
-}
-
-std::string SimdTargetName() {
-  if (!forced_target.empty()) return forced_target;
-  const std::vector<std::string> names = TargetNames();
-  return names.empty() ? "none" : names.front();
-}
-
-void ForceSimdTarget(const std::string& name) {
+namespace {
+void ForceSimdTargetLocked(const std::string& name) {
   hwy::SetSupportedTargetsForTest(0);
   fp16_allowed = true;
   if (name.empty()) {
@@ -249,6 +243,27 @@ void ForceSimdTarget(const std::string& name) {
   std::string known;
   for (const std::string& n : names) known += std::string(known.empty() ? "" : ", ") + n;
   throw Error("SIMD target '" + name + "' is not compiled in or not supported by this CPU (available: " + known + ")");
+}
+}  // namespace
+
+std::vector<std::string> SimdTargets() {
+  std::lock_guard<std::mutex> lock(target_mutex);
+  hwy::SetSupportedTargetsForTest(0);
+  const std::vector<std::string> names = TargetNames();
+  if (!forced_target.empty()) ForceSimdTargetLocked(forced_target);
+  return names;
+}
+
+std::string SimdTargetName() {
+  std::lock_guard<std::mutex> lock(target_mutex);
+  if (!forced_target.empty()) return forced_target;
+  const std::vector<std::string> names = TargetNames();
+  return names.empty() ? "none" : names.front();
+}
+
+void ForceSimdTarget(const std::string& name) {
+  std::lock_guard<std::mutex> lock(target_mutex);
+  ForceSimdTargetLocked(name);
 }
 
 }  // namespace qmx

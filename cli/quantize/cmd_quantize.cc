@@ -334,7 +334,7 @@ void AddQuantizeCommand(CLI::App& app) {
                   "native: a .safetensors output stores codes as F8_E4M3/F8_E5M2/F6_E2M3/F6_E3M2/F4/I8 and scales as "
                   "F8_E8M0/F8_E4M3/F32; u8: codes and scale bytes as U8")
       ->capture_default_str();
-  cmd->add_flag("--pack", a->pack, "U8 codes packed: FP4 two per byte, FP6 four per three bytes (lib/README.md: Packing)");
+  cmd->add_flag("--pack", a->pack, "U8 codes packed: FP4 two per byte, FP6 four per three bytes (docs/numerics.md: Packing)");
   cmd->add_flag("--quiet", a->quiet, "No table on stdout");
   cmd->callback([a] { RunQuantize(*a); });
 

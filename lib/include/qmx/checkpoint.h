@@ -1,5 +1,5 @@
 // qmx/checkpoint.h: the quantized tensors of real checkpoints, found by the layouts their producers
-// publish (lib/README.md "Checkpoints" cites each), decoded by each layout's own formula, and audited:
+// publish (docs/io.md "Checkpoints" cites each), decoded by each layout's own formula, and audited:
 // which scale rule or library profile reproduces the stored codes and scales bit for bit.
 #pragma once
 

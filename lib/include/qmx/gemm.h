@@ -59,7 +59,7 @@ GemmOperand OperandFromCodes(Format elem, size_t rows, size_t cols, const uint8_
 // NVFP4 scales) or FP32 bit patterns. raw holds ceil(rows / br) * ceil(cols / bc) words.
 void SetBlockScales(GemmOperand& o, ScaleFormat f, size_t br, size_t bc, const uint32_t* raw);
 
-// How products are summed (lib/README.md "GEMM accumulation models").
+// How products are summed (docs/gemm.md "GEMM accumulation models").
 enum class AccumKind : uint8_t {
   kExact,       // exact products and sum, one RNE rounding to FP32 (OCP MX 6.4, P3109)
   kFp32Seq,     // IEEE FP32: acc = fmaf(a_k, b_k, acc) in K order, a_k and b_k the scaled values in FP32

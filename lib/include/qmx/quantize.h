@@ -62,7 +62,7 @@ struct QuantSpec {
 QuantSpec QuantSpecByName(const std::string& name);
 std::vector<std::string> QuantSpecNames();
 // Library profiles: the rule, NaN policy, element scaling and rounding that reproduce a library's MX
-// quantizer (lib/README.md "Profiles" cites the source of each): ocp, microxcaling, torchao-floor,
+// quantizer (docs/numerics.md "Profiles" cites the source of each): ocp, microxcaling, torchao-floor,
 // torchao-rceil, transformer-engine, cuda-host. Applies to specs with UE8M0 scales; transformer-engine
 // also accepts NVFP4 and FP32 specs. Throws qmx::Error for an unknown name or a spec it does not fit.
 void ApplyProfile(QuantSpec& spec, const std::string& profile);

@@ -21,7 +21,7 @@ std::vector<std::string> SimdTargets();
 void ForceSimdTarget(const std::string& name);
 
 // Steps of the fused kernel (AccumKind::kFused with FP32 terms, on an AVX-512 target) since the program
-// started: those that formed their products in FP16 lanes (CPUs with AVX512-FP16; lib/README.md "GEMM
+// started: those that formed their products in FP16 lanes (CPUs with AVX512-FP16; docs/gemm.md "GEMM
 // fast paths") and those of such a GEMM that fell back to FP32 lanes (an output's exponent gap past the
 // bound).
 struct FusedStepCounts {

@@ -1,7 +1,7 @@
 """qmx.torch: qmx inside PyTorch (CPU tensors; Debian 12's torch 1.13 and later).
 
 Linear(in_features, out_features, bias=True, recipe="mxfp8") is an nn.Linear whose three GEMMs run as a
-training recipe defines them, bit for bit as qmx-sim's recipe layer (lib/README.md "Training recipes"):
+training recipe defines them, bit for bit as qmx-sim's recipe layer (docs/studies.md "Training recipes"):
 the forward is the recipe's FPROP, the backward its DGRAD and WGRAD, each operand quantized along its
 GEMM's K from the high-precision tensor, under the recipe's accumulation models (accum="auto"), with
 stochastic rounding and random Hadamard signs seeded per step and delayed-scaling histories carried in

@@ -162,7 +162,7 @@ Format ParseFormat(const std::string& given) {
     f.man_bits = p - 1;
     f.exp_bits = k - p + (is_signed ? 0 : 1);
     // Signed: bias 2^(K-P-1) (binary8p4 has bias 8); unsigned: bias 2^(K-P), the same range (as we read the
-    // interim report; see lib/README.md "Formats").
+    // interim report; see docs/numerics.md "Formats").
     f.bias = 1 << (f.exp_bits - 1);
     f.is_signed = is_signed;
     f.encoding = spec[pos + 1] == 'e' ? Encoding::kP3109Extended : Encoding::kP3109Finite;

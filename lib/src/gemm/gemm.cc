@@ -1,5 +1,5 @@
 // gemm.cc: the GEMM layer's models, operands and checks, and the fast paths (gemm_fast.cc holds the
-// kernels). lib/README.md "GEMM accumulation models" documents each model and where its parameters come from.
+// kernels). docs/gemm.md "GEMM accumulation models" documents each model and where its parameters come from.
 #include "qmx/gemm.h"
 
 #include <omp.h>

@@ -1,5 +1,5 @@
 // gemm_ref.cc: the reference GEMM, one dot product at a time, each model written as its definition
-// (lib/README.md "GEMM accumulation models"; docs/REFERENCES.md section 4; MMA-Sim's T-, ST- and GST-FDPA).
+// (docs/gemm.md "GEMM accumulation models"; docs/REFERENCES.md section 4; MMA-Sim's T-, ST- and GST-FDPA).
 #include <cmath>
 #include <initializer_list>
 #include <vector>

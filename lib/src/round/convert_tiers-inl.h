@@ -251,7 +251,7 @@ HWY_INLINE VU ConvertVec(const Consts& k, VU bits, VI eoff, VU rbits) {
     away = hn::AndNot(odd, inexact);
   } else {
     // Stochastic: t = floor(nu * 2^N); away iff R > (2^N - 1 - t), or R equals it and the variant's
-    // extra unit (B: the bit below t; C: RNE's carry) is set. See lib/README.md "Stochastic rounding".
+    // extra unit (B: the bit below t; C: RNE's carry) is set. See docs/numerics.md "Stochastic rounding".
     const VI d = hn::Sub(s, k.sr_bits);
     const VU dpos = hn::BitCast(du, hn::Min(hn::Max(d, zero_i), c31));
     const VU dneg = hn::BitCast(du, hn::Min(hn::Max(hn::Neg(d), zero_i), c31));

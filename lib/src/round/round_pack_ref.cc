@@ -108,7 +108,7 @@ RoundResult RoundExact(const ExactValue& x, const Format& dst, const CastOptions
   const bool neg = x.negative && (dst.is_signed || opt.negative_unsigned == NegativeUnsigned::kInvalid);
   // P3109 formats follow the interim report's Saturate table (v4.0 section 4.7.5; v3.2.1 section 4.9.2 agrees
   // on SatFinite and SatPropagate) where it differs from OFP8's rules, which keep ruling the OCP formats
-  // (lib/README.md "P3109 saturation" lists the rows and where the report's versions differ).
+  // (docs/numerics.md "P3109 saturation" lists the rows and where the report's versions differ).
   const bool p3109 = dst.encoding == Encoding::kP3109Extended || dst.encoding == Encoding::kP3109Finite;
   const bool unsigned_clamps = p3109 && !dst.is_signed && opt.saturation != Saturation::kNoSat;
 

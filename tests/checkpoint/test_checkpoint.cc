@@ -260,7 +260,8 @@ TEST_CASE("checkpoint: DeepSeek-V3 128x128 FP8 with edge blocks, scaled FP8 per 
   }
 }
 
-TEST_CASE("checkpoint audit: the rule that made a gpt-oss tensor reproduces it; a changed scale is found", "[checkpoint][audit]") {
+TEST_CASE("checkpoint audit: the rule that made a gpt-oss tensor reproduces it; a changed scale is found",
+          "[checkpoint][audit]") {
   const size_t R = 8, K = 256;
   std::vector<float> x(R * K);
   std::mt19937 rng(11);

@@ -529,7 +529,8 @@ TEST_CASE("cli: stochastic rounding output does not depend on the thread count",
 }
 
 
-TEST_CASE("cli: quantize a .safetensors checkpoint, dequantize it back, bit for bit with the library", "[cli][quantize]") {
+TEST_CASE("cli: quantize a .safetensors checkpoint, dequantize it back, bit for bit with the library",
+          "[cli][quantize]") {
   TempDir dir;
   std::vector<float> w(48 * 40), b(40);
   for (size_t i = 0; i < w.size(); ++i) w[i] = std::sin(0.37f * static_cast<float>(i)) * (i % 13 == 0 ? 30.0f : 1.0f);

@@ -23,7 +23,7 @@ using namespace qmx::test;
 
 std::string DtypeOf(const std::string& path, const std::string& name) { return SafetensorsReader(path).Get(name).dtype; }
 
-TEST_CASE("quantize writes native safetensors dtypes; --codes-dtype u8 and --pack keep U8", "[cli][checkpoint]") {
+TEST_CASE("cli: quantize writes native safetensors dtypes; --codes-dtype u8 and --pack keep U8", "[cli][checkpoint]") {
   TempDir d;
   WriteNpy(d / "x.npy", RandomF32({8, 64}, 1));
   struct Case {
@@ -59,7 +59,8 @@ TEST_CASE("quantize writes native safetensors dtypes; --codes-dtype u8 and --pac
   CHECK_FALSE(fs::exists(d / "odd.safetensors"));
 }
 
-TEST_CASE("quantize --row-scaled writes each row's amax; dequantize, audit and the .npy directory read it back", "[cli][checkpoint]") {
+TEST_CASE("cli: quantize --row-scaled writes each row's amax; dequantize, audit and the .npy directory read it back",
+          "[cli][checkpoint]") {
   TempDir d;
   // Rows 2^-16 .. 2^12 apart: row scaling keeps the small rows.
   std::vector<float> x(12 * 64);
@@ -96,7 +97,8 @@ TEST_CASE("quantize --row-scaled writes each row's amax; dequantize, audit and t
   CHECK_FALSE(fs::exists(d / "bad.safetensors"));
 }
 
-TEST_CASE("dequantize decodes a gpt-oss MXFP4 checkpoint; audit names the rule that made it", "[cli][checkpoint]") {
+TEST_CASE("cli: dequantize decodes a gpt-oss MXFP4 checkpoint; audit names the rule that made it",
+          "[cli][checkpoint]") {
   TempDir d;
   const NpyArray src = RandomF32({2, 16, 128}, 3);
   TensorView v;
@@ -149,7 +151,8 @@ TEST_CASE("dequantize decodes a gpt-oss MXFP4 checkpoint; audit names the rule t
   CHECK(nlohmann::json::parse(ReadText(d / "e.json"))["records"][0]["rows"] == 32);
 }
 
-TEST_CASE("dequantize and audit refuse files without quantized tensors and names they do not hold", "[cli][checkpoint]") {
+TEST_CASE("cli: dequantize and audit refuse files without quantized tensors and names they do not hold",
+          "[cli][checkpoint]") {
   TempDir d;
   WriteSafetensors(d / "plain.safetensors", {{"w", RandomF32({4, 4}, 4)}});
   RunResult r = Run("dequantize --in " + Quote(d / "plain.safetensors") + " --out " + Quote(d / "o/"));

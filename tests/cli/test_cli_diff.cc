@@ -28,7 +28,8 @@ std::string CodeOf(const std::string& out, const std::string& input) {
   return "";
 }
 
-TEST_CASE("convert --profile gives each library's codes; the cast options are refused beside it", "[cli][profiles]") {
+TEST_CASE("cli: convert --profile gives each library's codes; the cast options are refused beside it",
+          "[cli][profiles]") {
   RunResult r = Run("convert --to ue8m0 --profile pytorch 0 -1 3 0x00400001");
   REQUIRE(r.status == 0);
   CHECK(CodeOf(r.out, "0") == "0x00");
@@ -70,7 +71,7 @@ TEST_CASE("convert --profile gives each library's codes; the cast options are re
   CHECK_THAT(r.err, Contains("casts to e4m3 e5m2 ue8m0, not e2m1"));
 }
 
-TEST_CASE("diff counts where two cast profiles or two quantizers disagree", "[cli][profiles]") {
+TEST_CASE("cli: diff counts where two cast profiles or two quantizers disagree", "[cli][profiles]") {
   TempDir d;
   RunResult r = Run("diff --profile ml-dtypes --profile pytorch --to e5m2 --sweep --json " + Quote(d / "c.json"));
   REQUIRE(r.status == 0);

@@ -42,7 +42,7 @@ void SaveNpy(const std::string& path, const std::vector<float>& v, size_t rows, 
   WriteNpy(path, a);
 }
 
-TEST_CASE("recipe prints its table and writes identical CSV/JSON on any thread count", "[cli][recipe]") {
+TEST_CASE("cli: recipe prints its table and writes identical CSV/JSON on any thread count", "[cli][recipe]") {
   TempDir d;
   const std::string args = "recipe --m 32 --n 32 --k 64 --quiet";
   const RunResult a = Run(args + " --threads 1 --csv " + Quote(d / "a.csv") + " --json " + Quote(d / "a.json"));
@@ -68,7 +68,7 @@ TEST_CASE("recipe prints its table and writes identical CSV/JSON on any thread c
   CHECK(ja == jb);
 }
 
-TEST_CASE("recipe on .npy tensors reports what the library computes", "[cli][recipe]") {
+TEST_CASE("cli: recipe on .npy tensors reports what the library computes", "[cli][recipe]") {
   TempDir d;
   const size_t m = 32, n = 48, k = 64;
   std::vector<float> x(m * k), w(n * k), dy(m * n);
@@ -111,7 +111,7 @@ TEST_CASE("recipe on .npy tensors reports what the library computes", "[cli][rec
   CHECK(nvfp4_nmse[0] != nvfp4_nmse[1]);  // TE's alpha moves nvfp4's FPROP output
 }
 
-TEST_CASE("recipe --steps writes one row per step, recipe and GEMM", "[cli][recipe]") {
+TEST_CASE("cli: recipe --steps writes one row per step, recipe and GEMM", "[cli][recipe]") {
   TempDir d;
   const RunResult r = Run("recipe --steps 4 --m 32 --n 32 --k 64 --recipe fp8-delayed mxfp8 --spike-rate 1 "
                           "--spike-gain 16 --amax-history 2 --quiet --csv " + Quote(d / "s.csv"));
@@ -133,7 +133,7 @@ TEST_CASE("recipe --steps writes one row per step, recipe and GEMM", "[cli][reci
   CHECK(std::stod(rows[6].at("delayed_scale_x")) < 1);
 }
 
-TEST_CASE("recipe --list prints each recipe's plan", "[cli][recipe]") {
+TEST_CASE("cli: recipe --list prints each recipe's plan", "[cli][recipe]") {
   const RunResult r = Run("recipe --list --recipe nvfp4 fp8-blockwise");
   REQUIRE(r.status == 0);
   CHECK_THAT(r.out, Contains("rht:16"));
@@ -142,7 +142,7 @@ TEST_CASE("recipe --list prints each recipe's plan", "[cli][recipe]") {
   CHECK_THAT(r.out, Contains("hopper-fp8-vec"));
 }
 
-TEST_CASE("recipe errors name the problem, exit 1 and write nothing", "[cli][recipe]") {
+TEST_CASE("cli: recipe errors name the problem, exit 1 and write nothing", "[cli][recipe]") {
   TempDir d;
   std::vector<float> x(8 * 16, 1.0f), w(4 * 16, 1.0f), dy(8 * 5, 1.0f);
   SaveNpy(d / "x.npy", x, 8, 16);
@@ -182,7 +182,7 @@ TEST_CASE("recipe errors name the problem, exit 1 and write nothing", "[cli][rec
 namespace qmx {
 namespace {
 
-TEST_CASE("bench --suite recipe times a step of every recipe beside Eigen", "[cli][recipe]") {
+TEST_CASE("cli: bench --suite recipe times a step of every recipe beside Eigen", "[cli][recipe]") {
   using namespace qmx::test;
   const RunResult r = Run("bench --suite recipe --recipe-shape 32 32 64 --gemm-reps 1 --threads 1");
   REQUIRE(r.status == 0);

@@ -19,7 +19,8 @@ namespace {
 using Catch::Matchers::Contains;
 using namespace qmx::test;
 
-TEST_CASE("study quickstart prints its table and writes identical CSV/JSON/SVG on any thread count", "[cli][study]") {
+TEST_CASE("cli: study quickstart prints its table and writes identical CSV/JSON/SVG on any thread count",
+          "[cli][study]") {
   TempDir d;
   const std::string args = "study quickstart --rows 32 --cols 512 --quiet --out-dir ";
   const RunResult a = Run(args + Quote(d / "a") + " --threads 1");
@@ -53,7 +54,8 @@ TEST_CASE("study quickstart prints its table and writes identical CSV/JSON/SVG o
   CHECK(ReadText(d / "a/quickstart.svg").rfind("<svg", 0) == 0);
 }
 
-TEST_CASE("study quickstart: the main job writes exactly the committed notebooks-data/quickstart files", "[cli][study]") {
+TEST_CASE("study quickstart: the main job writes exactly the committed notebooks-data/quickstart files",
+          "[cli][study]") {
   // README's main job writes into notebooks-data/quickstart/; equal bytes keep the checkout clean.
   TempDir d;
   const RunResult r = Run("study quickstart --quiet --out-dir " + Quote(d / "q"));
@@ -100,7 +102,7 @@ TEST_CASE("study error: CSV values equal the library's study step on the same in
     }
 }
 
-TEST_CASE("study error reads .npy tensors; ranges and kurtosis print their tables", "[cli][study]") {
+TEST_CASE("cli: study error reads .npy tensors; ranges and kurtosis print their tables", "[cli][study]") {
   TempDir d;
   NpyArray a;
   a.dtype = DType::kF32;
@@ -133,7 +135,7 @@ TEST_CASE("study error reads .npy tensors; ranges and kurtosis print their table
   CHECK(Lines(ReadText(d / "k-kurtosis.csv")).size() == 3);
 }
 
-TEST_CASE("study errors name the problem, exit 1 and write nothing", "[cli][study]") {
+TEST_CASE("cli: study errors name the problem, exit 1 and write nothing", "[cli][study]") {
   TempDir d;
   const std::string out = " --quiet --rows 4 --cols 64 --csv " + Quote(d / "x.csv");
   struct Case {
@@ -159,7 +161,7 @@ TEST_CASE("study errors name the problem, exit 1 and write nothing", "[cli][stud
   CHECK(Listing(d.path).empty());
 }
 
-TEST_CASE("an interrupted study exits with a message and leaves no file", "[cli][study]") {
+TEST_CASE("cli: an interrupted study exits with a message and leaves no file", "[cli][study]") {
   TempDir d;
   const std::string cmd = Quote(QMX_CLI_PATH) + " study hadamard --rows 4096 --cols 4096 --quiet --csv " +
                           Quote(d / "h.csv") + " --json " + Quote(d / "h.json") + " 2>" + Quote(d.path.string() + ".err") +

@@ -31,7 +31,7 @@ const SpecRow kSpec[] = {
 };
 }  // namespace
 
-TEST_CASE("Registry limits equal the OCP and IEEE tables", "[format]") {
+TEST_CASE("format: registry limits equal the OCP and IEEE tables", "[format]") {
   REQUIRE(Registry().size() == std::size(kSpec));
   for (const SpecRow& s : kSpec) {
     INFO(s.name);
@@ -48,7 +48,7 @@ TEST_CASE("Registry limits equal the OCP and IEEE tables", "[format]") {
   CHECK(Limits(fmt::kE4M3).binades == Approx(17.81).margin(0.005));  // MXFP8 recipes: 17.8 binades
 }
 
-TEST_CASE("Special codes decode as the spec says", "[format]") {
+TEST_CASE("format: special codes decode as the spec says", "[format]") {
   CHECK(std::isnan(DecodeToDouble(fmt::kE4M3, 0x7F)));
   CHECK(std::isnan(DecodeToDouble(fmt::kE4M3, 0xFF)));
   CHECK(DecodeToDouble(fmt::kE4M3, 0x7E) == 448);
@@ -69,7 +69,7 @@ TEST_CASE("Special codes decode as the spec says", "[format]") {
   CHECK(std::isnan(DecodeToDouble(fmt::kUE8M0, 0xFF)));
 }
 
-TEST_CASE("E2M1, E2M3 and E3M2 value tables", "[format]") {
+TEST_CASE("format: E2M1, E2M3 and E3M2 value tables", "[format]") {
   const double e2m1[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
   for (uint64_t c = 0; c < 16; ++c) {
     INFO(Hex(c));
@@ -84,7 +84,7 @@ TEST_CASE("E2M1, E2M3 and E3M2 value tables", "[format]") {
   }
 }
 
-TEST_CASE("Every bf16 and fp16 code decodes as the hardware reads it", "[format]") {
+TEST_CASE("format: every bf16 and fp16 code decodes as the hardware reads it", "[format]") {
   for (uint32_t c = 0; c < 65536; ++c) {
     const float bf = qmx::test::BitsFloat(c << 16);
     const double got = DecodeToDouble(fmt::kBF16, c);
@@ -107,7 +107,7 @@ TEST_CASE("Every bf16 and fp16 code decodes as the hardware reads it", "[format]
   }
 }
 
-TEST_CASE("Every code of every 8-bit-or-narrower registry format: classes and order", "[format]") {
+TEST_CASE("format: Every code of every 8-bit-or-narrower registry format: classes and order", "[format]") {
   for (const auto& e : Registry()) {
     const Format& f = e.format;
     if (f.Bits() > 8) continue;
@@ -139,7 +139,7 @@ TEST_CASE("Every code of every 8-bit-or-narrower registry format: classes and or
   }
 }
 
-TEST_CASE("User-described formats", "[format]") {
+TEST_CASE("format: user-described formats", "[format]") {
   const Format e3m4 = ParseFormat("e3m4");  // IEEE-style like ml_dtypes float8_e3m4: bias 3, max 15.5
   CHECK(e3m4.bias == 3);
   CHECK(Limits(e3m4).max_finite == 15.5);
@@ -169,7 +169,7 @@ TEST_CASE("User-described formats", "[format]") {
   CHECK(ClassifyCode(p4f, 0x80) == CodeClass::kNan);
 }
 
-TEST_CASE("Impossible formats give errors naming the problem", "[format]") {
+TEST_CASE("format: impossible formats give errors naming the problem", "[format]") {
   auto msg = [](const std::string& spec) {
     try {
       ParseFormat(spec);

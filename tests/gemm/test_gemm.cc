@@ -333,7 +333,8 @@ TEST_CASE("gemm: specials follow the models (NaN, Inf, NaN scales, overflow)", "
   }
 }
 
-TEST_CASE("gemm: a lone special code (E5M2 +-Inf, E4M3 NaN) among finite ones sends the product to the reference", "[gemm]") {
+TEST_CASE("gemm: a lone special code (E5M2 +-Inf, E4M3 NaN) among finite ones sends the product to the reference",
+          "[gemm]") {
   // The operands' scan for specials must find the lowest special magnitude itself (E5M2's Inf 0x7C /
   // 0xFC; E4M3's NaN 0x7F / 0xFF, its only special): the fast kernels do not handle them. MX scales, so
   // that the scaled and group kernels run too.
@@ -351,7 +352,8 @@ TEST_CASE("gemm: a lone special code (E5M2 +-Inf, E4M3 NaN) among finite ones se
   }
 }
 
-TEST_CASE("gemm: calls from several threads at once, which share the packing-buffer pool, equal the reference", "[gemm]") {
+TEST_CASE("gemm: calls from several threads at once, which share the packing-buffer pool, equal the reference",
+          "[gemm]") {
   // Four caller threads, each with its own shapes (so the pool hands blocks of many sizes back and forth)
   // and models whose kernels pack differently; each result is checked after all threads are done.
   const char* models[] = {"blackwell-mxf8f6f4", "blackwell-mxf4nvf4", "hopper-fp8", "exact"};

@@ -95,7 +95,7 @@ TEST_CASE("alpha rules: te and te-ref against exact arithmetic; decode, te, te-r
   CHECK(FloatBits(Fl32Recip(7225344.0f)) == FloatBits(1.0f / 7225344.0f));
 }
 
-TEST_CASE("alpha=te-ref reproduces Transformer Engine's reference NVFP4 GEMM bit for bit", "[gemm][alpha][te]") {
+TEST_CASE("gemm: alpha=te-ref reproduces Transformer Engine's reference NVFP4 GEMM bit for bit", "[gemm][alpha][te]") {
   struct Mode {
     const char* name;
     ScaleRule x_rule, w_rule;

@@ -71,7 +71,8 @@ void E4m3Scales(GemmOperand& o, bool is_a, std::mt19937& rng) {
 
 }  // namespace
 
-TEST_CASE("gemm: exact-group models equal the reference where cancelling, zero and large-scale groups decide a step", "[gemm]") {
+TEST_CASE("gemm: exact-group models equal the reference where cancelling, zero and large-scale groups decide a step",
+          "[gemm]") {
   std::mt19937 rng(31);
   const std::vector<AccumModel> models = {
       AccumModelByName("blackwell-mxf4nvf4"),
@@ -110,7 +111,8 @@ TEST_CASE("gemm: exact-group models equal the reference where cancelling, zero a
   }
 }
 
-TEST_CASE("gemm: a group whose products cancel sets the step's exponent; one without a nonzero product does not", "[gemm]") {
+TEST_CASE("gemm: a group whose products cancel sets the step's exponent; one without a nonzero product does not",
+          "[gemm]") {
   // One step of 64: group 0 holds 1 * 1 (P = 1, scales 2^0); group 1 holds 1 * 1 + 1 * -1 (P = 0 but two
   // nonzero products) under scales 2^20 * 2^20. Its exponent 40 is the step's largest, so the F = 35
   // window starts at 2^5 and the 1 of group 0 is truncated away: the result is 0. Without the

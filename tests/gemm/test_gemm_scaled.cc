@@ -57,7 +57,8 @@ void WideScales(GemmOperand& o, bool is_a, std::mt19937& rng) {
 
 }  // namespace
 
-TEST_CASE("gemm: scales-in-products models equal the reference where truncation, zero steps and wide scales decide", "[gemm]") {
+TEST_CASE("gemm: scales-in-products models equal the reference where truncation, zero steps and wide scales decide",
+          "[gemm]") {
   std::mt19937 rng(47);
   const std::vector<AccumModel> scaled = {
       AccumModelByName("blackwell-mxf8f6f4"),
@@ -105,7 +106,8 @@ TEST_CASE("gemm: scales-in-products models equal the reference where truncation,
   }
 }
 
-TEST_CASE("gemm: blackwell-mxf8f6f4 truncates products below 2^(emax - 25) where the exact sum would keep them", "[gemm]") {
+TEST_CASE("gemm: blackwell-mxf8f6f4 truncates products below 2^(emax - 25) where the exact sum would keep them",
+          "[gemm]") {
   // One step of 32: 256 * 256 = 2^16 beside 31 products 2^-5 * 2^-5 = 2^-10. emax = 16 puts the cut at
   // 2^-9, so each 2^-10 is truncated away and the result is 65536; the exact sum 65536 + 31 * 2^-10
   // rounded toward zero to FP32 would be 65536 + 3 * 2^-7.
@@ -127,7 +129,8 @@ TEST_CASE("gemm: blackwell-mxf8f6f4 truncates products below 2^(emax - 25) where
   CHECK(Gemm(a2, b2, nullptr, m)[0] == 32 * 0x1p-10f);
 }
 
-TEST_CASE("gemm: a step result just below 2^-126, which a rounding scale-by-2^unit lifts to 2^-126, is rounded by the model", "[gemm]") {
+TEST_CASE("gemm: a step result just below 2^-126, which a rounding scale-by-2^unit lifts to 2^-126, is rounded by the model",
+          "[gemm]") {
   // E5M2 with block scales 2^-63: 1 * 1 = 2^-126 (emax = -126, units of 2^-151) beside -1.5 2^-9 * 2^-16
   // = -1.5 units, truncated to -1: the total 2^25 - 1 units is cut to 24 bits, (2^24 - 1) 2^-150, just
   // below FP32's normal range. The model keeps its exponent at -126 and truncates there: (2^23 - 1)
@@ -146,7 +149,8 @@ TEST_CASE("gemm: a step result just below 2^-126, which a rounding scale-by-2^un
   CheckEverywhere(a, b, {}, model, "just below 2^-126");
 }
 
-TEST_CASE("gemm: scales-in-products steps whose term sum passes 2^31 units (the FP32 kernel's wrapped int32 total)", "[gemm]") {
+TEST_CASE("gemm: scales-in-products steps whose term sum passes 2^31 units (the FP32 kernel's wrapped int32 total)",
+          "[gemm]") {
   // 32 products of 448 * 448 of one sign: each term is 3.0625 * 2^25 units of 2^(emax - 25), their sum
   // 2^31.6 units, beyond int32. Rows alternate the sign of their first half so both signs wrap, and one
   // row mixes signs (no wrap) beside them.

@@ -67,7 +67,7 @@ uint64_t TotalMismatches(const std::vector<golden::FileResult>& rs, std::string*
   return n;
 }
 
-TEST_CASE("SHA-256 matches the FIPS 180-4 examples", "[golden]") {
+TEST_CASE("golden: SHA-256 matches the FIPS 180-4 examples", "[golden]") {
   CHECK(Sha256Hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   CHECK(Sha256Hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   CHECK(Sha256Hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
@@ -78,7 +78,7 @@ TEST_CASE("SHA-256 matches the FIPS 180-4 examples", "[golden]") {
   CHECK(Sha256Hex(std::string(64, 'a')) == "ffe054fe7ae0cb6dc65c3af9b61d5209f439851db43d0ba5997337df154668eb");
 }
 
-TEST_CASE("golden generation is byte-identical across runs and thread counts", "[golden]") {
+TEST_CASE("golden: golden generation is byte-identical across runs and thread counts", "[golden]") {
   TempDir a, b;
   omp_set_num_threads(1);
   golden::Generate(Level1Options(), a.path.string());
@@ -94,7 +94,7 @@ TEST_CASE("golden generation is byte-identical across runs and thread counts", "
   }
 }
 
-TEST_CASE("the checked-in golden/level1 is what the generator writes now", "[golden]") {
+TEST_CASE("golden: the checked-in golden/level1 is what the generator writes now", "[golden]") {
   TempDir fresh;
   golden::Generate(Level1Options(), fresh.path.string());
   const auto now = Snapshot(fresh.path), in_git = Snapshot(kLevel1);
@@ -107,7 +107,7 @@ TEST_CASE("the checked-in golden/level1 is what the generator writes now", "[gol
   }
 }
 
-TEST_CASE("golden/level1 replays with 0 mismatches on the reference and on every SIMD target", "[golden]") {
+TEST_CASE("golden: golden/level1 replays with 0 mismatches on the reference and on every SIMD target", "[golden]") {
   golden::VerifyOptions o;
   o.max_errors = 5;
   o.backend = golden::Backend::kCpuRef;
@@ -284,7 +284,7 @@ TEST_CASE("mutation: one flipped expected bit fails verify and names the line", 
   CHECK(TotalMismatches(golden::Verify(dir.string(), o)) == 0);
 }
 
-TEST_CASE("verify refuses edited headers, stray files, malformed lines and a missing manifest", "[golden]") {
+TEST_CASE("golden: verify refuses edited headers, stray files, malformed lines and a missing manifest", "[golden]") {
   TempDir d;
   const fs::path dir = d.path / "g";
   const std::string rel = "ue8m0/e4m3_round-up.txt";
@@ -324,7 +324,7 @@ TEST_CASE("verify refuses edited headers, stray files, malformed lines and a mis
   CHECK_THROWS_WITH(golden::ParseBackend("gpu"), Contains("known: cpu-ref, cpu-simd"));
 }
 
-TEST_CASE("level 2 suites generate and replay (sr, nvfp4-block, ue8m0)", "[golden]") {
+TEST_CASE("golden: level 2 suites generate and replay (sr, nvfp4-block, ue8m0)", "[golden]") {
   TempDir d;
   golden::GenOptions g;
   g.level = 2;
@@ -393,7 +393,7 @@ TEST_CASE("qmx-sim golden: list, gen, verify, clear errors", "[golden][cli]") {
   CHECK(!std::filesystem::exists(none));
 }
 
-TEST_CASE("golden gen finds the measured Hopper data from any working directory", "[golden][cli]") {
+TEST_CASE("golden: golden gen finds the measured Hopper data from any working directory", "[golden][cli]") {
   TempDir d;
   // From a directory without golden/: the source tree's copy (an installed qmx-sim: share/qmx-sim/golden).
   RunResult r = Run("golden gen --suite gemm --quiet --out " + Quote((d.path / "g").string()),

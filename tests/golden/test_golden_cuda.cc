@@ -125,7 +125,7 @@ Oracle Ue8m0Oracle(const std::map<std::string, std::string>& h) {
   return {};
 }
 
-TEST_CASE("golden conversion and ue8m0 files agree with NVIDIA's host functions", "[golden][cuda]") {
+TEST_CASE("golden: golden conversion and ue8m0 files agree with NVIDIA's host functions", "[golden][cuda]") {
   uint64_t files = 0, cases = 0, mismatches = 0, skipped_files = 0, nan_sign_only = 0;
   for (const auto& p : fs::recursive_directory_iterator(GoldenDir())) {
     if (!p.is_regular_file() || p.path().extension() != ".txt") continue;

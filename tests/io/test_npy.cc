@@ -88,7 +88,7 @@ std::string ReadText(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-TEST_CASE("DTypeName and DTypeSize", "[io][npy]") {
+TEST_CASE("io: dTypeName and DTypeSize", "[io][npy]") {
   CHECK(std::string(DTypeName(DType::kF32)) == "f32");
   CHECK(std::string(DTypeName(DType::kF64)) == "f64");
   CHECK(std::string(DTypeName(DType::kF16)) == "f16");
@@ -103,7 +103,7 @@ TEST_CASE("DTypeName and DTypeSize", "[io][npy]") {
   CHECK(DTypeSize(DType::kU16) == 2);
 }
 
-TEST_CASE("NpyArray::count", "[io][npy]") {
+TEST_CASE("io: npyArray::count", "[io][npy]") {
   NpyArray array;
   CHECK(array.count() == 1);  // scalar
   array.shape = {0};
@@ -112,7 +112,7 @@ TEST_CASE("NpyArray::count", "[io][npy]") {
   CHECK(array.count() == 24);
 }
 
-TEST_CASE("round trip of every dtype and shape, in memory and on disk", "[io][npy]") {
+TEST_CASE("io: round trip of every dtype and shape, in memory and on disk", "[io][npy]") {
   TempDir dir;
   const std::vector<std::vector<size_t>> shapes = {{}, {0}, {5}, {2, 3, 4}};
   for (DType dtype : kAllDTypes) {
@@ -136,7 +136,7 @@ TEST_CASE("round trip of every dtype and shape, in memory and on disk", "[io][np
   }
 }
 
-TEST_CASE("serialized bytes match numpy.save for known arrays", "[io][npy]") {
+TEST_CASE("io: serialized bytes match numpy.save for known arrays", "[io][npy]") {
   SECTION("<f4 shape (3,)") {
     NpyArray array;
     array.dtype = DType::kF32;
@@ -178,7 +178,7 @@ TEST_CASE("serialized bytes match numpy.save for known arrays", "[io][npy]") {
   }
 }
 
-TEST_CASE("large headers switch to format 2.0", "[io][npy]") {
+TEST_CASE("io: large headers switch to format 2.0", "[io][npy]") {
   // 30000 dimensions of 1 ("1, " each) make a header past the 65535-byte limit of 1.0.
   NpyArray array = MakeArray(DType::kU8, std::vector<size_t>(30000, 1));
   std::vector<uint8_t> bytes = SerializeNpy(array);
@@ -193,7 +193,7 @@ TEST_CASE("large headers switch to format 2.0", "[io][npy]") {
   CHECK(back.data == array.data);
 }
 
-TEST_CASE("header parsing is tolerant of layout", "[io][npy]") {
+TEST_CASE("io: header parsing is tolerant of layout", "[io][npy]") {
   SECTION("versions 1.0, 2.0, 3.0") {
     for (int major = 1; major <= 3; ++major) {
       NpyArray array = ParseNpy(RawNpy(Header("<u2", "(2, 3)"), 12, major), "x.npy");
@@ -237,7 +237,7 @@ TEST_CASE("header parsing is tolerant of layout", "[io][npy]") {
   }
 }
 
-TEST_CASE("malformed input throws IoError naming file and problem", "[io][npy]") {
+TEST_CASE("io: malformed input throws IoError naming file and problem", "[io][npy]") {
   SECTION("bad magic") {
     std::vector<uint8_t> bytes = RawNpy(Header("<f4", "(1,)"), 4);
     bytes[1] = 'X';
@@ -352,7 +352,7 @@ TEST_CASE("malformed input throws IoError naming file and problem", "[io][npy]")
   }
 }
 
-TEST_CASE("every prefix truncation of a valid file throws", "[io][npy]") {
+TEST_CASE("io: every prefix truncation of a valid file throws", "[io][npy]") {
   for (DType dtype : kAllDTypes) {
     std::vector<uint8_t> full = SerializeNpy(MakeArray(dtype, {2, 3}));
     for (size_t len = 0; len < full.size(); ++len) {
@@ -363,7 +363,7 @@ TEST_CASE("every prefix truncation of a valid file throws", "[io][npy]") {
   }
 }
 
-TEST_CASE("random corruption never crashes", "[io][npy]") {
+TEST_CASE("io: random corruption never crashes", "[io][npy]") {
   // Deterministic xorshift so failures reproduce; the point is that ASan/UBSan
   // builds see no out-of-bounds access, and only IoError escapes.
   uint64_t state = 0x9e3779b97f4a7c15ULL;
@@ -397,7 +397,7 @@ TEST_CASE("random corruption never crashes", "[io][npy]") {
   }
 }
 
-TEST_CASE("SerializeNpy rejects inconsistent arrays", "[io][npy]") {
+TEST_CASE("io: serializeNpy rejects inconsistent arrays", "[io][npy]") {
   NpyArray array = MakeArray(DType::kF32, {2, 3});
   array.data.pop_back();
   CHECK_THAT(IoErrorMessage([&] { SerializeNpy(array); }),
@@ -408,7 +408,7 @@ TEST_CASE("SerializeNpy rejects inconsistent arrays", "[io][npy]") {
   CHECK_THAT(IoErrorMessage([&] { SerializeNpy(huge); }), Contains("too large"));
 }
 
-TEST_CASE("ReadNpy and WriteNpy report file problems", "[io][npy]") {
+TEST_CASE("io: readNpy and WriteNpy report file problems", "[io][npy]") {
   TempDir dir;
   const std::string missing = dir.File("missing.npy");
   CHECK_THAT(IoErrorMessage([&] { ReadNpy(missing); }),
@@ -429,7 +429,7 @@ TEST_CASE("ReadNpy and WriteNpy report file problems", "[io][npy]") {
   CHECK_FALSE(fs::exists(target));
 }
 
-TEST_CASE("WriteFileAtomic replaces content and leaves no temp file", "[io][npy]") {
+TEST_CASE("io: writeFileAtomic replaces content and leaves no temp file", "[io][npy]") {
   TempDir dir;
   const std::string path = dir.File("out.csv");
   WriteFileAtomic(path, "first version, longer than the second\n");

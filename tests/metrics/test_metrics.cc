@@ -41,7 +41,7 @@ void RequireSame(const ErrorStats& a, const ErrorStats& b) {
 
 }  // namespace
 
-TEST_CASE("error statistics equal the formulas on integer data, where every sum is exact", "[metrics]") {
+TEST_CASE("metrics: error statistics equal the formulas on integer data, where every sum is exact", "[metrics]") {
   // ref = i % 7 - 3, out = ref + (i % 3 - 1): errors -1, 0, 1.
   const size_t n = 1000;
   std::vector<float> ref(n), out(n);
@@ -70,7 +70,7 @@ TEST_CASE("error statistics equal the formulas on integer data, where every sum 
   CHECK(s.zero_ref_err > 0);    // ref = 0 with error +-1
 }
 
-TEST_CASE("error statistics skip and count non-finite elements", "[metrics]") {
+TEST_CASE("metrics: error statistics skip and count non-finite elements", "[metrics]") {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   const std::vector<float> ref = {1, 2, nan, 4, inf, 6};
   const std::vector<float> out = {1, 2, 3, nan, inf, 7};
@@ -84,7 +84,7 @@ TEST_CASE("error statistics skip and count non-finite elements", "[metrics]") {
   CHECK(z.Cosine() == 1.0);
 }
 
-TEST_CASE("error statistics are the same bits for any thread count, chunking or stream split", "[metrics]") {
+TEST_CASE("metrics: error statistics are the same bits for any thread count, chunking or stream split", "[metrics]") {
   const size_t n = 3 * kMetricsChunk + 12345;
   std::vector<float> ref(n), out(n);
   GenerateDist(ParseDist("student-t:3+tau40"), 11, ref.data(), n);
@@ -193,7 +193,7 @@ void HostileData(size_t n, std::vector<Ref>& ref, std::vector<float>& out, uint3
 
 }  // namespace
 
-TEST_CASE("the error sums follow the documented lane order on every SIMD target, float and double refs",
+TEST_CASE("metrics: the error sums follow the documented lane order on every SIMD target, float and double refs",
           "[metrics]") {
   const size_t n = 2 * kMetricsChunk + 1237;
   std::vector<float> ref32, out32;

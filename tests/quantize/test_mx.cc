@@ -67,7 +67,8 @@ std::vector<float> MakeTensor(size_t n, uint32_t seed) {
 
 }  // namespace
 
-TEST_CASE("UE8M0 scale rules agree with independent computations over all exponents", "[mx][scale]") {
+TEST_CASE("quantize: UE8M0 scale rules agree with independent computations over all exponents",
+          "[quantize][mx][scale]") {
   for (const char* name : qmx::test::kMxElems) {
     const Format& elem = GetFormat(name);
     for (uint32_t e = 0; e < 255; ++e) {
@@ -81,7 +82,7 @@ TEST_CASE("UE8M0 scale rules agree with independent computations over all expone
   }
 }
 
-TEST_CASE("UE8M0 scale rules at the hand-worked edges", "[mx][scale]") {
+TEST_CASE("quantize: UE8M0 scale rules at the hand-worked edges", "[quantize][mx][scale]") {
   const Format& e4m3 = fmt::kE4M3;
   const auto floor_rule = ScaleRule::kOcpFloor;
   const auto up = ScaleRule::kRoundUp;
@@ -111,7 +112,7 @@ TEST_CASE("UE8M0 scale rules at the hand-worked edges", "[mx][scale]") {
   CHECK_THROWS_WITH(Ue8m0ScaleFromAmax(std::nanf(""), e4m3, up), Catch::Contains("finite"));
 }
 
-TEST_CASE("MX block that separates round-down from round-up", "[mx]") {
+TEST_CASE("quantize: MX block that separates round-down from round-up", "[quantize][mx]") {
   // amax 480 in e4m3: floor keeps X = 1 and 480 saturates to 448 (0x7E); round-up takes X = 2, 480/2 = 240.
   std::vector<float> x(32, 1.0f);
   x[0] = 480.0f;
@@ -128,7 +129,8 @@ TEST_CASE("MX block that separates round-down from round-up", "[mx]") {
   CHECK(codes[1] == ConvertF32(0.5f, fmt::kE4M3, CastOptions{}));
 }
 
-TEST_CASE("MX fast path equals the reference on every target, element format, rule and mode", "[mx][simd]") {
+TEST_CASE("quantize: MX fast path equals the reference on every target, element format, rule and mode",
+          "[quantize][mx][simd]") {
   TargetGuard guard;
   const size_t n = 32 * 97 + 19;  // a ragged last block
   const std::vector<float> x = MakeTensor(n, 2024);
@@ -188,7 +190,8 @@ TEST_CASE("MX fast path equals the reference on every target, element format, ru
   }
 }
 
-TEST_CASE("MX fast path scale bytes over every amax exponent and the mantissas around destmax's", "[mx][simd]") {
+TEST_CASE("quantize: MX fast path scale bytes over every amax exponent and the mantissas around destmax's",
+          "[quantize][mx][simd]") {
   // One block per amax: every FP32 exponent field, each with the mantissas just below, at and above
   // destmax's (where the round-up rule's quotient crosses a power of two) and the binade's ends. The
   // block's other elements are fractions of amax, so amax sets the scale.
@@ -230,7 +233,7 @@ TEST_CASE("MX fast path scale bytes over every amax exponent and the mantissas a
   }
 }
 
-TEST_CASE("MX NaN and Inf blocks: scale 0xFF, element NaN codes, dequantized NaN", "[mx]") {
+TEST_CASE("quantize: MX NaN and Inf blocks: scale 0xFF, element NaN codes, dequantized NaN", "[quantize][mx]") {
   std::vector<float> x(64, 1.0f);
   x[3] = std::nanf("");
   x[40] = HUGE_VALF;
@@ -249,7 +252,7 @@ TEST_CASE("MX NaN and Inf blocks: scale 0xFF, element NaN codes, dequantized NaN
   }
 }
 
-TEST_CASE("te-rcp: a NaN product is the GPU's positive NaN (Inf x 0 at scale 254, NaN elements)", "[mx]") {
+TEST_CASE("te-rcp: a NaN product is the GPU's positive NaN (Inf x 0 at scale 254, NaN elements)", "[quantize][mx]") {
   // Block 0: an Inf under the te policy (scale 0xFE, multiplier +0): Inf x 0 is NaN; x86 makes it its
   // negative default NaN, the GPU's FMUL 0x7FFFFFFF. Block 1: a negative NaN under ignore. Under te-rcp
   // both convert to the positive NaN code 0x7F with nan-sign=keep; under fp32 scaling the negative NaN
@@ -283,7 +286,7 @@ TEST_CASE("te-rcp: a NaN product is the GPU's positive NaN (Inf x 0 at scale 254
   }
 }
 
-TEST_CASE("MX parallel quantization is independent of the thread count", "[mx]") {
+TEST_CASE("quantize: MX parallel quantization is independent of the thread count", "[quantize][mx]") {
   const size_t n = 32 * 70001 + 3;
   const std::vector<float> x = MakeTensor(n, 99);
   MxSpec spec;
@@ -306,7 +309,8 @@ TEST_CASE("MX parallel quantization is independent of the thread count", "[mx]")
 // whole 64-byte stores where the codes are 64-byte aligned, four 16-byte ones where they are 16-byte aligned,
 // the cached store otherwise. Quarters of the tensor stay below the threshold: the codes and scales of the
 // whole must equal theirs, at each alignment, on every target and both thread counts.
-TEST_CASE("MX quantization past the non-temporal threshold equals the cached path at every code alignment", "[mx][simd]") {
+TEST_CASE("quantize: MX quantization past the non-temporal threshold equals the cached path at every code alignment",
+          "[quantize][mx][simd]") {
   TargetGuard guard;
   const size_t n = (size_t{1} << 23) + 32 * 3, quarter = n / 4 / 32 * 32;
   const std::vector<float> x = MakeTensor(n, 7);
@@ -343,7 +347,7 @@ TEST_CASE("MX quantization past the non-temporal threshold equals the cached pat
   omp_set_num_threads(saved);
 }
 
-TEST_CASE("MX specs are validated with clear messages", "[mx]") {
+TEST_CASE("quantize: MX specs are validated with clear messages", "[quantize][mx]") {
   MxSpec spec;
   spec.elem = fmt::kUE8M0;
   CHECK_THROWS_WITH(ValidateMxSpec(spec), Catch::Contains("cannot be an MX element format"));

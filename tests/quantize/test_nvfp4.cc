@@ -192,7 +192,7 @@ void CheckEverySpec(const std::vector<float>& x, size_t rows, size_t cols, float
   }
 }
 
-TEST_CASE("NVFP4 quantization equals the reference: both orders, NaN policies, roundings, sources, magnitudes",
+TEST_CASE("quantize: NVFP4 quantization equals the reference: both orders, NaN policies, roundings, sources, magnitudes",
           "[quantize][nvfp4]") {
   // 64 x 1024: 4096 blocks, two of the kernel's runs of 2048 blocks; 40 x 200: ragged rows (strip path).
   const std::pair<size_t, size_t> shapes[] = {{64, 1024}, {40, 200}};
@@ -202,7 +202,7 @@ TEST_CASE("NVFP4 quantization equals the reference: both orders, NaN policies, r
   }
 }
 
-TEST_CASE("NVFP4 16x16 blocks equal the reference: strips in place, ragged strips and groups, fallbacks",
+TEST_CASE("quantize: NVFP4 16x16 blocks equal the reference: strips in place, ragged strips and groups, fallbacks",
           "[quantize][nvfp4]") {
   // The strip kernel (quantize/mx_simd.cc, Nvfp4StripLoop) takes columns that the blocks tile: 64 x 1024 (4
   // strips of 64 blocks), 40 x 208 (a last strip of 8 rows; 13 blocks a strip, fewer than a vector's
@@ -217,7 +217,7 @@ TEST_CASE("NVFP4 16x16 blocks equal the reference: strips in place, ragged strip
   }
 }
 
-TEST_CASE("NVFP4 16x16 blocks on every SIMD target: ragged strips and groups", "[quantize][nvfp4][simd]") {
+TEST_CASE("quantize: NVFP4 16x16 blocks on every SIMD target: ragged strips and groups", "[quantize][nvfp4][simd]") {
   TargetGuard guard;
   const size_t rows = 40, cols = 208;
   const std::vector<float> x = Nvfp4Matrix2D(rows, cols, 9, 0.7123f, true);
@@ -239,7 +239,7 @@ TEST_CASE("NVFP4 16x16 blocks on every SIMD target: ragged strips and groups", "
   omp_set_num_threads(omp_get_num_procs());
 }
 
-TEST_CASE("NVFP4 quantization with a given tensor amax equals the reference, saturated scales included",
+TEST_CASE("quantize: NVFP4 quantization with a given tensor amax equals the reference, saturated scales included",
           "[quantize][nvfp4]") {
   const size_t rows = 32, cols = 512;
   const std::vector<float> x = Nvfp4Matrix(rows, cols, 11, 1.0f, false);
@@ -272,7 +272,8 @@ TEST_CASE("NVFP4 quantization with a given tensor amax equals the reference, sat
   CHECK_NOTHROW(CheckGivenAmax(v, spec, 1e-37f));
 }
 
-TEST_CASE("NVFP4 quantization equals the reference on every SIMD target and thread count", "[quantize][nvfp4][simd]") {
+TEST_CASE("quantize: NVFP4 quantization equals the reference on every SIMD target and thread count",
+          "[quantize][nvfp4][simd]") {
   TargetGuard guard;
   const size_t rows = 64, cols = 1024;
   const std::vector<float> x = Nvfp4Matrix(rows, cols, 5, 0.7123f, true);
@@ -296,7 +297,8 @@ TEST_CASE("NVFP4 quantization equals the reference on every SIMD target and thre
 // chunks of whole vectors of maxima, then the blocks left over one at a time. Tensors of 1 to 2048 + 37
 // blocks put the leftovers at every count, with NaN and Inf in the last blocks (left over, or the last
 // chunk's), under each NaN policy, on every target.
-TEST_CASE("NVFP4 block maxima from the amax pass: leftover blocks and specials at the end", "[quantize][nvfp4][simd]") {
+TEST_CASE("quantize: NVFP4 block maxima from the amax pass: leftover blocks and specials at the end",
+          "[quantize][nvfp4][simd]") {
   TargetGuard guard;
   for (size_t blocks : {size_t{1}, size_t{5}, size_t{21}, size_t{63}, size_t{64}, size_t{65}, size_t{129}, size_t{2048 + 37}}) {
     const size_t rows = blocks % 2 == 0 ? 2 : 1, cols = blocks * 16 / rows;
@@ -325,7 +327,8 @@ TEST_CASE("NVFP4 block maxima from the amax pass: leftover blocks and specials a
 
 // Past 2^23 codes the quantize pass stores its codes non-temporally (kStreamCodes), whole 64-byte lines
 // (CodeVector's storage is line-aligned); the tensor here is 2^23 + 2^12 elements, so the last run is partial.
-TEST_CASE("NVFP4 quantization past the non-temporal threshold equals the reference", "[quantize][nvfp4][simd]") {
+TEST_CASE("quantize: NVFP4 quantization past the non-temporal threshold equals the reference",
+          "[quantize][nvfp4][simd]") {
   TargetGuard guard;
   const size_t rows = 2049, cols = 4096;
   const std::vector<float> x = Nvfp4Matrix(rows, cols, 77, 0.7123f, true);
@@ -344,7 +347,7 @@ TEST_CASE("NVFP4 quantization past the non-temporal threshold equals the referen
   omp_set_num_threads(saved);
 }
 
-TEST_CASE("The NVFP4 test data separate the two scale orders", "[quantize][nvfp4]") {
+TEST_CASE("quantize: the NVFP4 test data separate the two scale orders", "[quantize][nvfp4]") {
   // Were the kernel to swap nvfp4's order for nvfp4-div's (or the reverse), the tests above would see it:
   // on these data the two orders give different scales.
   const size_t rows = 64, cols = 1024;
@@ -384,7 +387,7 @@ std::pair<uint8_t, std::vector<uint8_t>> SecondBlock(float tensor_amax, const st
 
 }  // namespace
 
-TEST_CASE("NVFP4 op orders: known answers on which the kernel order, the divide-first order and their "
+TEST_CASE("quantize: NVFP4 op orders: known answers on which the kernel order, the divide-first order and their "
           "neighbours differ", "[quantize][nvfp4][orders]") {
   // Vectors computed outside qmx (a standalone C++ program with the CUDA 13 host conversion
   // __nv_cvt_float_to_fp8 for E4M3, and again in NumPy float32), each in the op order of Transformer
@@ -425,7 +428,7 @@ TEST_CASE("NVFP4 op orders: known answers on which the kernel order, the divide-
   }
 }
 
-TEST_CASE("NVFP4 dequantization order: TE's fl(code * fl(fl(s8 * amax) * fl(1/2688))), not torchao's "
+TEST_CASE("quantize: NVFP4 dequantization order: TE's fl(code * fl(fl(s8 * amax) * fl(1/2688))), not torchao's "
           "fl(code * fl(fl(amax / 2688) * s8))", "[quantize][nvfp4][orders]") {
   // Tensor amax 0x441A72C5, block scale 0x4C (6), element code 0x4 (2): TE (dequantize_nvfp4.cuh) gives
   // 0x4030832B, torchao's order 0x4030832A (computed outside qmx with CUDA's E4M3 decoding; the orders
@@ -447,7 +450,7 @@ TEST_CASE("NVFP4 dequantization order: TE's fl(code * fl(fl(s8 * amax) * fl(1/26
 // loop here, and against the amax that Quantize records: FP32, BF16 and FP16 sources; sizes below, at and
 // above the fast path's 2^18-element chunks (several chunks on two threads); NaN, +-Inf, -0 and FP32
 // subnormals placed at the start, the end and across a chunk boundary; every NaN policy; every target.
-TEST_CASE("TensorAmax equals its reference and Quantize's tensor amax: sources, policies, specials, targets",
+TEST_CASE("quantize: tensorAmax equals its reference and Quantize's tensor amax: sources, policies, specials, targets",
           "[quantize][nvfp4][simd]") {
   TargetGuard guard;
   std::mt19937 rng(2027);
@@ -505,7 +508,7 @@ TEST_CASE("TensorAmax equals its reference and Quantize's tensor amax: sources, 
 // two runs of blocks (the second partial), Gaussian data with outliers (long fused runs) and a NaN, an Inf
 // and a zero block that cut them, both scale orders, RNE and SR, every target, one and two threads, against
 // the reference on the same values.
-TEST_CASE("NVFP4 quantization of FP32 input at every 4-byte offset from a 64-byte line equals the reference",
+TEST_CASE("quantize: NVFP4 quantization of FP32 input at every 4-byte offset from a 64-byte line equals the reference",
           "[quantize][nvfp4][simd]") {
   TargetGuard guard;
   const size_t rows = 2, cols = 16 * 1066;  // 2048 + 84 blocks of 16, whole blocks per row

@@ -253,7 +253,7 @@ TEST_CASE("row-scaled NVFP4: the spec validates, round-trips through JSON and le
   CHECK(empty.line_amax.size() == 3);
 }
 
-TEST_CASE("qmx.spec JSON takes integer fields in range only (found by fuzz_spec: \"block\": [1E32] was a cast past int)",
+TEST_CASE("quantize: qmx.spec JSON takes integer fields in range only (found by fuzz_spec: \"block\": [1E32] was a cast past int)",
           "[quantize]") {
   std::string json = QuantSpecToJson(QuantSpecByName("mxfp8"));
   const auto with = [&](const std::string& from, const std::string& to) {

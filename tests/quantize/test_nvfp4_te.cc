@@ -34,7 +34,8 @@ size_t DifferFromTe(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b
 
 }  // namespace
 
-TEST_CASE("nvfp4 and nvfp4-4over6 reproduce Transformer Engine's reference quantizer", "[quantize][nvfp4][te]") {
+TEST_CASE("quantize: nvfp4 and nvfp4-4over6 reproduce Transformer Engine's reference quantizer",
+          "[quantize][nvfp4][te]") {
   struct Mode {
     const char* name;
     ScaleRule rule;

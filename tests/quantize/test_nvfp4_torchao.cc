@@ -36,7 +36,8 @@ size_t DifferFromTorchao(const std::vector<uint8_t>& a, const std::vector<uint8_
 
 }  // namespace
 
-TEST_CASE("nvfp4-torchao reproduces torchao's NVFP4Tensor.to_nvfp4 and dequantize bit for bit", "[quantize][nvfp4][torchao]") {
+TEST_CASE("quantize: nvfp4-torchao reproduces torchao's NVFP4Tensor.to_nvfp4 and dequantize bit for bit",
+          "[quantize][nvfp4][torchao]") {
   size_t te_scale_differences = 0;
   for (const char* name : {"normal", "logmag", "heavy", "rows_bf16"}) {
     INFO(name);

@@ -78,7 +78,8 @@ void CheckSameQuantized(const QuantizedTensor& a, const QuantizedTensor& b, cons
 
 }  // namespace
 
-TEST_CASE("Quantize equals the reference for every recipe, axis, source type and ragged shape", "[quantize]") {
+TEST_CASE("quantize: quantize equals the reference for every recipe, axis, source type and ragged shape",
+          "[quantize]") {
   const std::pair<size_t, size_t> shapes[] = {{37, 70}, {130, 45}, {1, 1}, {3, 200}, {16, 32}};
   for (const auto& [rows, cols] : shapes) {
     const std::vector<float> xf = MakeMatrix(rows, cols, static_cast<uint32_t>(rows * 131 + cols));
@@ -120,7 +121,7 @@ TEST_CASE("Quantize equals the reference for every recipe, axis, source type and
 // from the reference's. Whether the allocator hands a poisoned block back depends on its state (glibc; blocks
 // under about 1 KB come back holding its own words, so every shape here has 2,500 codes or more; run after
 // many other tests in one process a size may miss), so the probe must succeed for one shape at least.
-TEST_CASE("Quantize writes every code: none is left over from the heap", "[quantize]") {
+TEST_CASE("quantize: Quantize writes every code: none is left over from the heap", "[quantize]") {
   const std::pair<size_t, size_t> shapes[] = {{37, 70}, {64, 1024}, {48, 64}, {130, 48}};
   const auto poison = [](size_t n) {  // blocks of the codes' kind (64-byte aligned), then freed
     std::vector<CodeVector> junk(4);
@@ -165,7 +166,7 @@ TEST_CASE("Quantize writes every code: none is left over from the heap", "[quant
 #endif
 }
 
-TEST_CASE("Quantize equals the reference on every SIMD target and thread count", "[quantize][simd]") {
+TEST_CASE("quantize: quantize equals the reference on every SIMD target and thread count", "[quantize][simd]") {
   TargetGuard guard;
   const size_t rows = 96, cols = 160;
   const std::vector<float> xf = MakeMatrix(rows, cols, 7);
@@ -186,7 +187,7 @@ TEST_CASE("Quantize equals the reference on every SIMD target and thread count",
   omp_set_num_threads(omp_get_num_procs());
 }
 
-TEST_CASE("Row-wise quantization of X^T equals column-wise quantization of X, transposed", "[quantize]") {
+TEST_CASE("quantize: row-wise quantization of X^T equals column-wise quantization of X, transposed", "[quantize]") {
   const size_t rows = 70, cols = 45;
   const std::vector<float> x = MakeMatrix(rows, cols, 3);
   std::vector<float> xt(x.size());
@@ -210,7 +211,7 @@ TEST_CASE("Row-wise quantization of X^T equals column-wise quantization of X, tr
   }
 }
 
-TEST_CASE("A column-wise MX copy is not the transpose of the row-wise one", "[quantize]") {
+TEST_CASE("quantize: A column-wise MX copy is not the transpose of the row-wise one", "[quantize]") {
   // MXFP8 recipes and NVIDIA FP8 talk (docs/REFERENCES.md section 3): each tensor is quantized twice from the high-precision source.
   const size_t n = 64;
   const std::vector<float> x = MakeMatrix(n, n, 5, false);
@@ -226,7 +227,7 @@ TEST_CASE("A column-wise MX copy is not the transpose of the row-wise one", "[qu
   CHECK(differ > 0);
 }
 
-TEST_CASE("Profiles reproduce the library behaviour they name", "[quantize][profile]") {
+TEST_CASE("quantize: profiles reproduce the library behaviour they name", "[quantize][profile]") {
   const auto run = [](const char* profile, std::vector<float> block, const char* spec_name = "mxfp8") {
     QuantSpec spec = QuantSpecByName(spec_name);
     ApplyProfile(spec, profile);
@@ -289,7 +290,7 @@ TEST_CASE("Profiles reproduce the library behaviour they name", "[quantize][prof
   CHECK_THROWS_WITH(ApplyProfile(s, "pytorch"), Catch::Contains("transformer-engine"));
 }
 
-TEST_CASE("NVFP4 tensors: tensor amax, E4M3 block scales, TE dequantization", "[quantize]") {
+TEST_CASE("quantize: NVFP4 tensors: tensor amax, E4M3 block scales, TE dequantization", "[quantize]") {
   std::vector<float> x(32);
   for (size_t i = 0; i < 32; ++i) x[i] = (i < 16 ? 1.0f : 0.01f) * static_cast<float>(i % 7) - 2.0f;
   const QuantizedTensor q = Quantize({DType::kF32, x.data(), 2, 16}, QuantSpecByName("nvfp4"));
@@ -303,7 +304,7 @@ TEST_CASE("NVFP4 tensors: tensor amax, E4M3 block scales, TE dequantization", "[
   CHECK(dq[0] == static_cast<float>(DecodeToDouble(fmt::kE2M1, q.codes[0]) * Nvfp4DecodeScale(q.scales[0], 4.0f)));
 }
 
-TEST_CASE("Delayed scaling through QuantizeDelayed", "[quantize]") {
+TEST_CASE("quantize: delayed scaling through QuantizeDelayed", "[quantize]") {
   QuantSpec spec = QuantSpecByName("fp8-delayed");
   DelayedScaling state(spec.elem, 4);
   std::vector<float> x(64, 0.5f);
@@ -317,7 +318,7 @@ TEST_CASE("Delayed scaling through QuantizeDelayed", "[quantize]") {
   CHECK_THROWS_WITH(Quantize(v, spec), Catch::Contains("delayed"));
 }
 
-TEST_CASE("Specs: short names, descriptions and clear errors", "[quantize]") {
+TEST_CASE("quantize: Specs: short names, descriptions and clear errors", "[quantize]") {
   CHECK(DescribeBlock(QuantSpecByName("fp8-block128x128")) == "128x128");
   CHECK(DescribeBlock(QuantSpecByName("fp8-tensor-current")) == "per-tensor");
   CHECK(DescribeBlock(QuantSpecByName("fp8-rowwise")) == "per-row");
@@ -342,7 +343,7 @@ TEST_CASE("Specs: short names, descriptions and clear errors", "[quantize]") {
   CHECK(q.scales.empty());
 }
 
-TEST_CASE("FP4 and FP6 packing: documented bit order, round trip", "[quantize]") {
+TEST_CASE("quantize: FP4 and FP6 packing: documented bit order, round trip", "[quantize]") {
   const uint8_t c4[] = {0x1, 0x2, 0xF, 0x7, 0x9};
   const std::vector<uint8_t> p4 = PackCodes(c4, 5, 4);
   CHECK(p4 == std::vector<uint8_t>{0x21, 0x7F, 0x09});  // element 2i low nibble, 2i+1 high nibble
@@ -392,7 +393,7 @@ TEST_CASE("cuBLASLt scale layouts: 128x4 tiles and blockwise FP32", "[quantize]"
   CHECK_THROWS_WITH(ScalesToCublasTiled(b), Catch::Contains("128x4"));
 }
 
-TEST_CASE("spec overrides, the JSON form of a spec and reassembled tensors", "[quantize]") {
+TEST_CASE("quantize: spec overrides, the JSON form of a spec and reassembled tensors", "[quantize]") {
   // Every recipe, plain and under every profile that fits it, survives its JSON form field for field.
   for (const std::string& name : QuantSpecNames()) {
     std::vector<QuantSpec> specs = {QuantSpecByName(name)};
@@ -461,7 +462,7 @@ TEST_CASE("spec overrides, the JSON form of a spec and reassembled tensors", "[q
   CHECK((e.has_sqnr && std::fabs(e.sqnr_db - 10 * std::log10(21.0 / 0.25)) < 1e-12));
 }
 
-TEST_CASE("FP32-scaled recipes on tensors of several pieces equal the reference", "[quantize]") {
+TEST_CASE("quantize: FP32-scaled recipes on tensors of several pieces equal the reference", "[quantize]") {
   // 300 x 512: the contiguous FP32 path works in pieces of 2^16 elements; here a per-tensor block spans
   // three pieces (maxima combined across them), 1x128 and row-wise blocks fill pieces whole, 128 x all
   // blocks straddle pieces. Specials sit in the second and third pieces.
@@ -494,7 +495,8 @@ TEST_CASE("FP32-scaled recipes on tensors of several pieces equal the reference"
   omp_set_num_threads(omp_get_num_procs());
 }
 
-TEST_CASE("Batched FP32 block scales equal the per-block scale: pow2, margins, zero, tiny and huge blocks", "[quantize]") {
+TEST_CASE("quantize: Batched FP32 block scales equal the per-block scale: pow2, margins, zero, tiny and huge blocks",
+          "[quantize]") {
   // Fp32ScalesFromAmaxes against Fp32ScaleFromAmax on maxima that reach each branch: zero (fallback 1),
   // subnormal and tiny (destmax / amax overflows to FLT_MAX), FLT_MAX, Inf and NaN (fallback), ordinary.
   std::vector<float> amax = {0.0f, 1e-45f, 1e-40f, 1e-38f, 3e-36f, 1.0f, 0.75f, 448.0f, 3.0e38f, std::numeric_limits<float>::max(),
@@ -576,7 +578,8 @@ QuantStats NaiveStats(const std::vector<float>& x, const QuantizedTensor& q) {
 
 }  // namespace
 
-TEST_CASE("ComputeStats counts NaN and Inf inputs, flushes, saturations and scale bins as defined", "[quantize]") {
+TEST_CASE("quantize: computeStats counts NaN and Inf inputs, flushes, saturations and scale bins as defined",
+          "[quantize]") {
   const size_t rows = 48, cols = 96;
   std::vector<float> x = MakeMatrix(rows, cols, 17);
   x[100] = 1e30f;  // saturates under a delayed (given) scale
@@ -608,7 +611,7 @@ TEST_CASE("ComputeStats counts NaN and Inf inputs, flushes, saturations and scal
 // elements. The elements path takes the fused tier straight from the source only where every product of a
 // block is finite (quantize.cc, ConvertScaledBlocks); here each piece holds overflowing products, NaN and
 // Inf, and the codes must equal the scalar conversion of fl32(x * encode), on every target.
-TEST_CASE("A given FP32 scale whose products overflow: codes equal the reference conversion of fl32(x * encode)",
+TEST_CASE("quantize: A given FP32 scale whose products overflow: codes equal the reference conversion of fl32(x * encode)",
           "[quantize][simd]") {
   TargetGuard guard;
   const size_t rows = 70, cols = 1024;  // two pieces of 2^16 elements, the second partial

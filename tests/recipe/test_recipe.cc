@@ -51,7 +51,7 @@ const RecipeGemmResult& G(const RecipeStepResult& r, LinearGemm g) { return r.ge
 
 }  // namespace
 
-TEST_CASE("every recipe's table says what its source says", "[recipe]") {
+TEST_CASE("recipe: every recipe's table says what its source says", "[recipe]") {
   for (const std::string& name : TrainingRecipeNames()) {
     const TrainingRecipe r = TrainingRecipeByName(name);
     INFO(name);
@@ -149,7 +149,7 @@ TEST_CASE("mxfp8: FPROP and WGRAD quantize X along different axes from the FP32 
   }
 }
 
-TEST_CASE("mxfp8 rounds the scale up where mxfp8-ocp saturates", "[recipe]") {
+TEST_CASE("recipe: mxfp8 rounds the scale up where mxfp8-ocp saturates", "[recipe]") {
   // amax 480: OCP floor(log2 480) - 8 = 0 -> X = 1, 480 clamps to 448; round-up: 480 / 448 -> 2^1, 240 exact.
   Layer l{{480.0f, 1.0f, 1.0f, 1.0f}, {1, 0, 0, 1}, {1, 0, 0, 1}, 2, 2, 2};
   const RecipeStepResult up = Step("mxfp8", l), ocp = Step("mxfp8-ocp", l);
@@ -311,7 +311,7 @@ TEST_CASE("fp8-delayed: each step uses the amax history of the steps before it",
   for (int g = 0; g < 3; ++g) CHECK(dl.gemms[g].out == cur.gemms[g].out);
 }
 
-TEST_CASE("the exact and BF16 paths agree with Eigen FP64 GEMMs within their rounding bounds", "[recipe]") {
+TEST_CASE("recipe: the exact and BF16 paths agree with Eigen FP64 GEMMs within their rounding bounds", "[recipe]") {
   const Layer l = RandomLayer(64, 64, 128, 21);
   const double u = std::ldexp(1.0, -24);
   for (const std::string& name : TrainingRecipeNames()) {
@@ -346,7 +346,7 @@ TEST_CASE("the exact and BF16 paths agree with Eigen FP64 GEMMs within their rou
   }
 }
 
-TEST_CASE("the FP64 reference agrees with Eigen's double GEMM", "[recipe]") {
+TEST_CASE("recipe: the FP64 reference agrees with Eigen's double GEMM", "[recipe]") {
   const Layer l = RandomLayer(48, 40, 72, 8);
   const LinearReference ref = ComputeLinearReference(l.in());
   const Eigen::Map<const MatF> x(l.x.data(), l.m, l.k), w(l.w.data(), l.n, l.k), dy(l.dy.data(), l.m, l.n);
@@ -368,7 +368,7 @@ TEST_CASE("the FP64 reference agrees with Eigen's double GEMM", "[recipe]") {
   }
 }
 
-TEST_CASE("a recipe step gives the same bits on 1 and 2 threads", "[recipe]") {
+TEST_CASE("recipe: a recipe step gives the same bits on 1 and 2 threads", "[recipe]") {
   const Layer l = RandomLayer(64, 64, 128, 13);
   for (const std::string& name : TrainingRecipeNames()) {
     omp_set_num_threads(1);
@@ -413,7 +413,7 @@ TEST_CASE("recipe shape rules: each Hadamard block and Quartet block names its d
                     Contains("linear layer under recipe nvfp4: the tokens (m, rows of X) = 3"));
 }
 
-TEST_CASE("recipes refuse what they cannot model, naming the problem", "[recipe]") {
+TEST_CASE("recipe: recipes refuse what they cannot model, naming the problem", "[recipe]") {
   Layer l = RandomLayer(32, 32, 48, 1);
   CHECK_THROWS_WITH(Step("quartet", l), Contains("recipe step under recipe quartet: in_features (k) = 48 is not a multiple of 32") &&
                                           Contains("fprop: the Hadamard block of X"));
@@ -426,7 +426,7 @@ TEST_CASE("recipes refuse what they cannot model, naming the problem", "[recipe]
   CHECK_THROWS_WITH(Step("mxfp8", nan), Contains("dY holds NaN at element 5"));
 }
 
-TEST_CASE("layer sequences are seeded, drift, decay and spike as configured", "[recipe]") {
+TEST_CASE("recipe: layer sequences are seeded, drift, decay and spike as configured", "[recipe]") {
   SequenceGen calm;
   calm.spike_rate = 0;
   calm.drift = 0;
@@ -471,7 +471,7 @@ TEST_CASE("layer sequences are seeded, drift, decay and spike as configured", "[
   CHECK_THROWS_WITH(LayerSequence(DefaultLayerGen(), drift, 1, 0, 8, 8), Contains("must be positive"));
 }
 
-TEST_CASE("LinearForward then LinearBackward give RunRecipeStep's outputs, step after step", "[recipe]") {
+TEST_CASE("recipe: linearForward then LinearBackward give RunRecipeStep's outputs, step after step", "[recipe]") {
   // Three steps on drifting tensors with carried state: SR seeds, RHT signs and delayed histories all depend
   // on the step, and Quartet's backward on the forward's QuEST outputs.
   for (const std::string& name : TrainingRecipeNames()) {

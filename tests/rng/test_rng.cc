@@ -6,7 +6,7 @@
 
 using qmx::Philox4x32_10;
 
-TEST_CASE("Philox4x32-10 matches the Random123 known-answer vectors", "[rng]") {
+TEST_CASE("rng: Philox4x32-10 matches the Random123 known-answer vectors", "[rng]") {
   using C = qmx::Philox4x32Counter;
   CHECK(Philox4x32_10({0, 0, 0, 0}, {0, 0}) == C{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u});
   CHECK(Philox4x32_10({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}, {0xffffffffu, 0xffffffffu}) ==
@@ -15,7 +15,7 @@ TEST_CASE("Philox4x32-10 matches the Random123 known-answer vectors", "[rng]") {
         C{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u});
 }
 
-TEST_CASE("Element stream: word i%4 of the block i/4, any order of evaluation", "[rng]") {
+TEST_CASE("rng: Element stream: word i%4 of the block i/4, any order of evaluation", "[rng]") {
   const uint64_t seed = 0x123456789ABCDEFull;
   for (uint64_t i : {0ull, 1ull, 2ull, 3ull, 4ull, 1000001ull, (1ull << 34) + 7}) {
     const uint64_t block = i / 4;
@@ -31,7 +31,7 @@ TEST_CASE("Element stream: word i%4 of the block i/4, any order of evaluation", 
   CHECK(qmx::RandomBitsForElement(9, 5) != qmx::RandomBitsForElement(10, 5));
 }
 
-TEST_CASE("Element stream bits are roughly uniform", "[rng]") {
+TEST_CASE("rng: element stream bits are roughly uniform", "[rng]") {
   // Each of the 32 bit positions is set in about half of 2^16 draws (5 sigma = 640).
   int ones[32] = {};
   const int n = 1 << 16;

@@ -81,7 +81,8 @@ struct Pair {
 
 }  // namespace
 
-TEST_CASE("cast profiles reproduce ml_dtypes, PyTorch (CPU and CUDA) and ONNX on every input", "[round][profiles]") {
+TEST_CASE("round: cast profiles reproduce ml_dtypes, PyTorch (CPU and CUDA) and ONNX on every input",
+          "[round][profiles]") {
   const Pair pairs[] = {
       {"ml-dtypes-e4m3", "ml-dtypes", fmt::kE4M3},      {"ml-dtypes-e5m2", "ml-dtypes", fmt::kE5M2},
       {"ml-dtypes-ue8m0", "ml-dtypes", fmt::kUE8M0},    {"ml-dtypes-e2m1", "ml-dtypes", fmt::kE2M1},

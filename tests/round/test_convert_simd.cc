@@ -77,7 +77,7 @@ std::vector<uint32_t> Fp32Inputs(const Format& f) {
 
 }  // namespace
 
-TEST_CASE("SIMD FP32 conversion equals the reference on every target, every format and mode", "[simd]") {
+TEST_CASE("round: SIMD FP32 conversion equals the reference on every target, every format and mode", "[round][simd]") {
   TargetGuard guard;
   const std::vector<std::string> targets = SimdTargets();
   REQUIRE(!targets.empty());
@@ -98,7 +98,7 @@ TEST_CASE("SIMD FP32 conversion equals the reference on every target, every form
   }
 }
 
-TEST_CASE("SIMD BF16 and FP16 conversion: all 2^16 inputs on every target", "[simd]") {
+TEST_CASE("round: SIMD BF16 and FP16 conversion: all 2^16 inputs on every target", "[round][simd]") {
   TargetGuard guard;
   std::vector<uint16_t> in(65536);
   for (uint32_t i = 0; i < 65536; ++i) in[i] = static_cast<uint16_t>(i);
@@ -123,7 +123,7 @@ TEST_CASE("SIMD BF16 and FP16 conversion: all 2^16 inputs on every target", "[si
   }
 }
 
-TEST_CASE("SIMD decoding of every code equals DecodeToFloat on every target", "[simd]") {
+TEST_CASE("round: SIMD decoding of every code equals DecodeToFloat on every target", "[round][simd]") {
   TargetGuard guard;
   std::vector<uint8_t> codes(256 * 3 + 5);
   for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>(i * 7 + 3);
@@ -147,7 +147,7 @@ TEST_CASE("SIMD decoding of every code equals DecodeToFloat on every target", "[
   }
 }
 
-TEST_CASE("Stochastic rounding: split calls, explicit bits and the Philox stream agree", "[simd]") {
+TEST_CASE("round: Stochastic rounding: split calls, explicit bits and the Philox stream agree", "[round][simd]") {
   const Format& f = fmt::kE2M1;
   CastOptions o;
   o.rounding = Rounding::kSrA;
@@ -177,7 +177,8 @@ TEST_CASE("Stochastic rounding: split calls, explicit bits and the Philox stream
   CHECK(other != whole);
 }
 
-TEST_CASE("SIMD stochastic rounding where the Philox counter's high word changes mid-call, on every target", "[simd]") {
+TEST_CASE("round: SIMD stochastic rounding where the Philox counter's high word changes mid-call, on every target",
+          "[round][simd]") {
   // Element index 2^34 is counter {0, 1, 0, 0}: the vector Philox keeps counter lanes as 64-bit sums, so
   // the carry into the second counter word must reach the lanes past it in the same batch.
   TargetGuard guard;
@@ -204,7 +205,7 @@ TEST_CASE("SIMD stochastic rounding where the Philox counter's high word changes
   }
 }
 
-TEST_CASE("Parallel conversion and decoding are independent of the thread count", "[simd]") {
+TEST_CASE("round: parallel conversion and decoding are independent of the thread count", "[round][simd]") {
   std::mt19937 rng(3);
   std::vector<uint32_t> in(300001);
   for (auto& v : in) v = static_cast<uint32_t>(rng());
@@ -228,8 +229,8 @@ TEST_CASE("Parallel conversion and decoding are independent of the thread count"
 }
 
 #if defined(__x86_64__) || defined(__i386__)
-TEST_CASE("Conversion and MX kernels give the reference's bits under a caller's FTZ, DAZ and directed rounding",
-          "[simd][mx]") {
+TEST_CASE("round: conversion and MX kernels give the reference's bits under a caller's FTZ, DAZ and directed rounding",
+          "[round][simd][mx]") {
   // The fused tier rounds lanes below dst's normal binades in the FPU, and the MX scale rules divide in it:
   // the kernels must run in the default environment whatever the caller set. The data puts many lanes
   // there (|x| around 2^-8 .. 2^-2 for e4m3, below 1 for e2m1), plus FP32 subnormals.
@@ -304,7 +305,7 @@ TEST_CASE("Conversion and MX kernels give the reference's bits under a caller's 
 }
 #endif
 
-TEST_CASE("Fast conversion refuses what it cannot do, with a clear message", "[simd]") {
+TEST_CASE("round: fast conversion refuses what it cannot do, with a clear message", "[round][simd]") {
   std::vector<float> x(4, 1.0f);
   std::vector<uint8_t> out(4);
   CHECK_THROWS_WITH(ConvertToCodes(DType::kF32, x.data(), 4, fmt::kBF16, CastOptions{}, out.data()),
@@ -318,7 +319,8 @@ TEST_CASE("Fast conversion refuses what it cannot do, with a clear message", "[s
   CHECK_THROWS_WITH(ForceSimdTarget("AVX9000"), Catch::Contains("not compiled in"));
 }
 
-TEST_CASE("sr_bits outside 1..32 is ignored by non-stochastic roundings (found by fuzz_spec: a shift past 63)", "[round]") {
+TEST_CASE("round: sr_bits outside 1..32 is ignored by non-stochastic roundings (found by fuzz_spec: a shift past 63)",
+          "[round]") {
   // Stochastic rounding checks its bit count; every other rounding must not read it (the sanitizer build
   // reported 1 << 72 in the reference and the SIMD parameters before the fix).
   std::mt19937 rng(5);

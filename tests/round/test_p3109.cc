@@ -134,7 +134,7 @@ std::vector<double> Inputs(const P3109& f) {
 
 }  // namespace
 
-TEST_CASE("P3109 conversions equal a model of the interim report's Project (every K <= 8 format, mode, saturation)",
+TEST_CASE("round: P3109 conversions equal a model of the interim report's Project (every K <= 8 format, mode, saturation)",
           "[round][p3109]") {
   size_t compared = 0;
   for (int k : {3, 4, 5, 6, 7, 8}) {
@@ -179,7 +179,7 @@ TEST_CASE("P3109 conversions equal a model of the interim report's Project (ever
   CHECK(compared > 100000);
 }
 
-TEST_CASE("P3109: the issue's three cases, and OCP formats keep OFP8's rules", "[round][p3109]") {
+TEST_CASE("round: P3109: the issue's three cases, and OCP formats keep OFP8's rules", "[round][p3109]") {
   auto conv = [](const char* fmt_name, double x, Rounding r, Saturation s) {
     CastOptions o;
     o.rounding = r;

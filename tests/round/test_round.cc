@@ -42,7 +42,7 @@ uint32_t Flags(const Format& f, float x, Rounding r = Rounding::kRne, Saturation
 
 }  // namespace
 
-TEST_CASE("Every midpoint +-1 ulp, every code, every mode: reference equals the naive oracle", "[round]") {
+TEST_CASE("round: every midpoint +-1 ulp, every code, every mode: reference equals the naive oracle", "[round]") {
   for (const char* name : kSmallFormats) {
     const Format f = ParseFormat(name);
     const qmx::test::NaiveRounder naive(f);
@@ -74,7 +74,7 @@ TEST_CASE("Every midpoint +-1 ulp, every code, every mode: reference equals the 
   }
 }
 
-TEST_CASE("Round to nearest: below a midpoint, at it (tie to the even code), above it", "[round]") {
+TEST_CASE("round: Round to nearest: below a midpoint, at it (tie to the even code), above it", "[round]") {
   for (const char* name : {"e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "int8", "ue8m0"}) {
     const Format f = ParseFormat(name);
     for (uint64_t c = f.MinPositiveCode(); c < f.MaxFiniteCode(); ++c) {
@@ -91,7 +91,7 @@ TEST_CASE("Round to nearest: below a midpoint, at it (tie to the even code), abo
   }
 }
 
-TEST_CASE("Boundaries: overflow thresholds, max, min subnormal / 2", "[round]") {
+TEST_CASE("round: Boundaries: overflow thresholds, max, min subnormal / 2", "[round]") {
   const Format& e4 = fmt::kE4M3;
   const Format& e5 = fmt::kE5M2;
   // E4M3: 464 is the tie between 448 (0x7E, even) and the NaN pattern's 480; anything above overflows.
@@ -139,7 +139,7 @@ TEST_CASE("Boundaries: overflow thresholds, max, min subnormal / 2", "[round]") 
   CHECK(Cvt(fmt::kUE8M0, -1.0f) == 0xFF);           // negative into unsigned: NaN
 }
 
-TEST_CASE("Directed and odd rounding on both signs", "[round]") {
+TEST_CASE("round: directed and odd rounding on both signs", "[round]") {
   const Format& e4 = fmt::kE4M3;
   const float tie = 1.0f + 0x1p-4f;  // between 1 (0x38) and 1.125 (0x39)
   CHECK(Cvt(e4, tie, Rounding::kRne) == 0x38);
@@ -155,7 +155,7 @@ TEST_CASE("Directed and odd rounding on both signs", "[round]") {
   CHECK(Cvt(e4, 1.0f, Rounding::kRo) == 0x38);              // exact stays
 }
 
-TEST_CASE("Specials under each saturation mode and NaN policy", "[round]") {
+TEST_CASE("round: specials under each saturation mode and NaN policy", "[round]") {
   const float nan = std::nanf(""), inf = HUGE_VALF;
   CastOptions o;
   CHECK(ConvertF32(-nan, fmt::kE4M3, o) == 0xFF);
@@ -186,7 +186,7 @@ TEST_CASE("Specials under each saturation mode and NaN policy", "[round]") {
   CHECK_THROWS_WITH(Cvt(fmt::kE3M2, 1.0f, Rounding::kRne, Saturation::kSatPropagate), Catch::Contains("satfinite"));
 }
 
-TEST_CASE("Flags", "[round]") {
+TEST_CASE("round: flags", "[round]") {
   CHECK(Flags(fmt::kE4M3, 1.0f) == 0);
   CHECK(Flags(fmt::kE4M3, 464) == kFlagInexact);
   CHECK(Flags(fmt::kE4M3, 1000) == (kFlagInexact | kFlagOverflow | kFlagSaturated));
@@ -210,7 +210,8 @@ bool HardwareSignals(uint32_t u) {
   return std::fetestexcept(FE_INVALID) != 0;
 }
 
-TEST_CASE("Signaling NaNs signal invalid in every conversion, quiet NaNs do not (IEEE 754-2019 7.2(a))", "[round]") {
+TEST_CASE("round: signaling NaNs signal invalid in every conversion, quiet NaNs do not (IEEE 754-2019 7.2(a))",
+          "[round]") {
   // TestFloat 3e's f32_to_f16 case: FF8000FD -> FE00 with the invalid flag.
   const RoundResult t = Convert(fmt::kFP32, 0xFF8000FDu, fmt::kFP16, CastOptions{});
   CHECK(t.code == 0xFE00);
@@ -245,7 +246,7 @@ TEST_CASE("Signaling NaNs signal invalid in every conversion, quiet NaNs do not 
     CHECK(Convert(fmt::kE5M2, c, fmt::kFP16, CastOptions{}).flags == 0);
 }
 
-TEST_CASE("Subnormal flushing: inputs read as zero, results become zero", "[round]") {
+TEST_CASE("round: Subnormal flushing: inputs read as zero, results become zero", "[round]") {
   CastOptions o;
   o.subnormals = Subnormals::kFlush;
   CHECK(ConvertF32(0x1p-8f, fmt::kE4M3, o) == 0x00);   // a subnormal e4m3 result
@@ -256,7 +257,7 @@ TEST_CASE("Subnormal flushing: inputs read as zero, results become zero", "[roun
   CHECK(Convert(fmt::kFP32, qmx::test::FloatBits(0x1p-130f), fmt::kBF16, o).code == 0x0000);
 }
 
-TEST_CASE("FP32 -> bf16 and fp16 agree with independent conversions", "[round]") {
+TEST_CASE("round: FP32 -> bf16 and fp16 agree with independent conversions", "[round]") {
   // bf16: the classic bit trick (RNE by adding 0x7FFF plus the kept LSB); fp16: the compiler's binary16 conversion (qmx::test::Half).
   for (uint64_t k = 0; k < (1ull << 32); k += 65521) {
     const uint32_t u = static_cast<uint32_t>(k);
@@ -281,7 +282,7 @@ TEST_CASE("FP32 -> bf16 and fp16 agree with independent conversions", "[round]")
   }
 }
 
-TEST_CASE("SR: the N-bit carry rule on every discarded pattern and every R", "[round][sr]") {
+TEST_CASE("round: SR: the N-bit carry rule on every discarded pattern and every R", "[round][sr]") {
   // x = 1 + k/256 * 2^-3 lies between 1 (0x38) and 1.125 (0x39) with discarded fraction nu = k/256.
   for (int n_bits : {8, 4, 1}) {
     CastOptions o;
@@ -320,7 +321,7 @@ TEST_CASE("SR: the N-bit carry rule on every discarded pattern and every R", "[r
     }
 }
 
-TEST_CASE("SR: the expected value of the rounded result equals the input", "[round][sr]") {
+TEST_CASE("round: SR: the expected value of the rounded result equals the input", "[round][sr]") {
   // With nu a multiple of 2^-N, SR-A is exactly unbiased: E[result] = x. Tolerance: 5 standard errors
   // of the mean of n Bernoulli draws scaled by the gap between the two candidates.
   struct Case { const char* fmt; double x; };

@@ -46,7 +46,7 @@ std::vector<uint32_t> DecidingMantissas() {
 
 }  // namespace
 
-TEST_CASE("UE8M0 rules: bit-level fast path equals the double reference on every exponent", "[scale]") {
+TEST_CASE("scale: UE8M0 rules: bit-level fast path equals the double reference on every exponent", "[scale]") {
   const std::vector<uint32_t> mants = DecidingMantissas();
   for (const char* name : qmx::test::kMxElems) {
     const Format& elem = GetFormat(name);
@@ -70,7 +70,8 @@ TEST_CASE("UE8M0 rules: bit-level fast path equals the double reference on every
 }
 
 #ifdef QMX_HAVE_CUDA_HEADERS
-TEST_CASE("UE8M0 round-up and floor agree with __nv_cvt_float_to_e8m0 (RP, RZ) on every exponent", "[scale][cuda]") {
+TEST_CASE("scale: UE8M0 round-up and floor agree with __nv_cvt_float_to_e8m0 (RP, RZ) on every exponent",
+          "[scale][cuda]") {
   const std::vector<uint32_t> mants = DecidingMantissas();
   for (const char* name : qmx::test::kMxElems) {
     const Format& elem = GetFormat(name);
@@ -92,7 +93,7 @@ TEST_CASE("UE8M0 round-up and floor agree with __nv_cvt_float_to_e8m0 (RP, RZ) o
   }
 }
 
-TEST_CASE("ue8m0 with negative=magnitude equals __nv_cvt_float_to_e8m0 on negative inputs, every mode and target",
+TEST_CASE("scale: ue8m0 with negative=magnitude equals __nv_cvt_float_to_e8m0 on negative inputs, every mode and target",
           "[scale][cuda][simd]") {
   // The header function converts |x| (bf16 on the way, cuda_fp8.hpp); negative=magnitude models it. Both
   // signs of every exponent with the deciding mantissas, zeros, Inf and NaN, in RZ and RP, with and without
@@ -137,7 +138,7 @@ TEST_CASE("ue8m0 with negative=magnitude equals __nv_cvt_float_to_e8m0 on negati
 }
 #endif
 
-TEST_CASE("UE8M0 rules at the hand-worked edges", "[scale]") {
+TEST_CASE("scale: UE8M0 rules at the hand-worked edges", "[scale]") {
   const Format& e4m3 = fmt::kE4M3;
   // amax 448 = 1.75 * 2^8: floor 2^0; ceil 2^(9-8); even at 3 mantissa bits 1.75 stays -> 2^0;
   // round-up 448/448 = 1 -> 2^0.
@@ -171,7 +172,7 @@ TEST_CASE("UE8M0 rules at the hand-worked edges", "[scale]") {
   CHECK_THROWS_WITH(Ue8m0ScaleFromAmax(1.0f, e4m3, ScaleRule::kFp32), Catch::Contains("not a UE8M0"));
 }
 
-TEST_CASE("Rule, policy and element-scaling names round-trip", "[scale]") {
+TEST_CASE("scale: rule, policy and element-scaling names round-trip", "[scale]") {
   for (ScaleRule r : AllScaleRules()) CHECK(ParseScaleRule(ScaleRuleName(r)) == r);
   CHECK(ParseScaleRule("rceil") == ScaleRule::kRoundUp);
   CHECK(ParseScaleRule("round-down") == ScaleRule::kOcpFloor);
@@ -186,7 +187,7 @@ TEST_CASE("Rule, policy and element-scaling names round-trip", "[scale]") {
   CHECK(ScaleFormatOf(ScaleRule::kEven) == ScaleFormat::kUe8m0);
 }
 
-TEST_CASE("FP32 scales follow Transformer Engine's compute_scale_from_amax", "[scale]") {
+TEST_CASE("scale: FP32 scales follow Transformer Engine's compute_scale_from_amax", "[scale]") {
   // s = 448 / amax by one FP32 division; decode = 1/s.
   Fp32Scale s = Fp32ScaleFromAmax(3.0f, 448.0f, false);
   CHECK(s.encode == 448.0f / 3.0f);
@@ -204,7 +205,7 @@ TEST_CASE("FP32 scales follow Transformer Engine's compute_scale_from_amax", "[s
   CHECK(Fp32ScaleFromAmax(3.0f, 448.0f, false, 1).encode == 224.0f / 3.0f);
 }
 
-TEST_CASE("FP32 scale op orders: scale = fl(fl(max * 2^-margin) / amax), decode = fl(1 / scale), against exact "
+TEST_CASE("scale: FP32 scale op orders: scale = fl(fl(max * 2^-margin) / amax), decode = fl(1 / scale), against exact "
           "arithmetic; the other orders differ on these amax", "[scale][orders]") {
   // TE: recipe_common.cuh compute_scale_from_amax (__fdiv_rn(max_fp8, amax)), delayed_scaling.cu
   // (scaled_max = fp8_max * 2^-margin, then the division), vectorized_pointwise.h (scale_inv = reciprocal(s)).
@@ -239,7 +240,7 @@ TEST_CASE("FP32 scale op orders: scale = fl(fl(max * 2^-margin) / amax), decode 
   CHECK(margin_alt > 0);
 }
 
-TEST_CASE("NVFP4 scales in Transformer Engine's kernel order and the divide-first order", "[scale]") {
+TEST_CASE("scale: NVFP4 scales in Transformer Engine's kernel order and the divide-first order", "[scale]") {
   // Tensor scale: 2688 / amax; 1 for amax 0 and Inf; FLT_MAX when the quotient overflows; NaN -> FLT_MAX (fminf).
   CHECK(Nvfp4TensorEncodeScale(2688.0f) == 1.0f);
   CHECK(Nvfp4TensorEncodeScale(10.0f) == 268.8f);
@@ -266,7 +267,8 @@ TEST_CASE("NVFP4 scales in Transformer Engine's kernel order and the divide-firs
   CHECK(Nvfp4DecodeScale(0x7E, amax) == (448.0f * 10.0f) * (1.0f / 2688.0f));
 }
 
-TEST_CASE("Nvfp4EncodeFactors equals Nvfp4EncodeFactor on every byte, rule and kind of S_enc", "[scale][nvfp4]") {
+TEST_CASE("scale: Nvfp4EncodeFactors equals Nvfp4EncodeFactor on every byte, rule and kind of S_enc",
+          "[scale][nvfp4]") {
   // The table form (row-scaled NVFP4 builds one per row) against the function, bit for bit: S_enc from
   // zero, subnormal, tiny, ordinary, FLT_MAX, Inf and NaN, and random FP32 bits of both signs.
   std::vector<float> s_encs = {0.0f, -0.0f, 1e-45f, 1e-40f, 1e-30f, 0.001f, 1.0f, 268.8f, 2688.0f, 1e30f,
@@ -294,7 +296,7 @@ TEST_CASE("Nvfp4EncodeFactors equals Nvfp4EncodeFactor on every byte, rule and k
   CHECK(mismatches == 0);
 }
 
-TEST_CASE("Delayed scaling: quantize with the current scale, then push the amax", "[scale]") {
+TEST_CASE("scale: Delayed scaling: quantize with the current scale, then push the amax", "[scale]") {
   DelayedScaling ds(fmt::kE4M3, 3, 0, AmaxAlgo::kMax);
   CHECK(ds.scale().encode == 1.0f);  // no history yet
   ds.Push(2.0f);

@@ -25,7 +25,7 @@ StudyMethod Method(const std::string& spec, const std::string& transform, const 
 
 }  // namespace
 
-TEST_CASE("a study step gives the same bits on 1 and 2 threads, for every transform", "[study]") {
+TEST_CASE("study: a study step gives the same bits on 1 and 2 threads, for every transform", "[study]") {
   const size_t rows = 64, cols = 1024;
   std::vector<float> x(rows * cols);
   GenerateDist(ParseDist("student-t:3+tau30"), 4, x.data(), x.size());

@@ -39,7 +39,7 @@ Eigen::MatrixXd Sylvester(int n) {
 
 }  // namespace
 
-TEST_CASE("Hadamard forward equals H D x as an Eigen matrix product, for every size", "[transform]") {
+TEST_CASE("transform: Hadamard forward equals H D x as an Eigen matrix product, for every size", "[transform]") {
   for (int n : {16, 32, 64, 128, 256}) {
     for (bool randomized : {false, true}) {
       HadamardSpec h;
@@ -70,7 +70,8 @@ TEST_CASE("Hadamard forward equals H D x as an Eigen matrix product, for every s
   }
 }
 
-TEST_CASE("Hadamard is orthogonal: unit vectors map to rows of H, and the inverse round-trips", "[transform]") {
+TEST_CASE("transform: Hadamard is orthogonal: unit vectors map to rows of H, and the inverse round-trips",
+          "[transform]") {
   for (int n : {16, 32, 64, 128, 256}) {
     HadamardSpec h;
     h.block = n;
@@ -100,7 +101,8 @@ TEST_CASE("Hadamard is orthogonal: unit vectors map to rows of H, and the invers
   }
 }
 
-TEST_CASE("the Hadamard kernel equals the scalar butterflies bit for bit on every SIMD target", "[transform]") {
+TEST_CASE("transform: the Hadamard kernel equals the scalar butterflies bit for bit on every SIMD target",
+          "[transform]") {
   // +-2^40 (which cancel exactly in the sums) among values near 2^-20 (which vanish beside 2^40 in
   // double): whether a small value survives depends on the order of the butterflies, and shows after
   // rounding to FP32. Plus values spanning 2^-140 .. 2^100, zeros, a subnormal, Inf, NaN and sums that overflow.
@@ -156,7 +158,7 @@ TEST_CASE("the Hadamard kernel equals the scalar butterflies bit for bit on ever
   }
 }
 
-TEST_CASE("randomized Hadamard signs come from the seed; parsing names its problems", "[transform]") {
+TEST_CASE("transform: randomized Hadamard signs come from the seed; parsing names its problems", "[transform]") {
   const HadamardSpec a = ParseHadamard("rht:32:7"), b = ParseHadamard("rht:32:8");
   CHECK(a.randomized);
   CHECK(a.seed == 7);
@@ -176,7 +178,7 @@ TEST_CASE("randomized Hadamard signs come from the seed; parsing names its probl
                     Catch::Contains("does not divide the row length 48"));
 }
 
-TEST_CASE("QuEST clip ratio: the Gaussian MSE minimum reproduces QuEST's E2M1 constant", "[transform]") {
+TEST_CASE("transform: QuEST clip ratio: the Gaussian MSE minimum reproduces QuEST's E2M1 constant", "[transform]") {
   // IST-DASLab/Quartet notebooks/mse_fitting.ipynb: optimal scale a = 0.487079483934662 for the E2M1 grid
   // (alpha = 6a = 2.92247690), minimum MSE 0.012684904; the code's constant is 2.92247856.
   const double alpha = QuestOptimalClip(fmt::kE2M1);
@@ -199,7 +201,7 @@ TEST_CASE("QuEST clip ratio: the Gaussian MSE minimum reproduces QuEST's E2M1 co
   CHECK(QuestOptimalClip(fmt::kE2M3) > alpha);
 }
 
-TEST_CASE("QuEST quantizer equals a one-group-at-a-time reimplementation", "[transform]") {
+TEST_CASE("transform: QuEST quantizer equals a one-group-at-a-time reimplementation", "[transform]") {
   const size_t rows = 5, cols = 128;
   std::vector<float> x(rows * cols);
   GenerateDist(ParseDist("student-t:4"), 9, x.data(), x.size());

@@ -3,11 +3,14 @@
 // random stream under splits and explicit bits; thread-count independence.
 #include <omp.h>
 
+#include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
@@ -343,4 +346,34 @@ TEST_CASE("round: sr_bits outside 1..32 is ignored by non-stochastic roundings (
     odd.rounding = Rounding::kSrA;
     CHECK_THROWS_AS(ConvertF32(1.0f, fmt::kE4M3, odd, 0), Error);
   }
+}
+
+TEST_CASE("round: the SIMD target hooks may be called from several threads at once", "[round][simd]") {
+  // qmx/testing.h: SimdTargets, ForceSimdTarget and SimdTargetName are serialised with each other (no
+  // computation runs meanwhile here). Every thread's calls succeed, and the state afterwards is whole.
+  qmx::test::TargetGuard guard;
+  const std::vector<std::string> targets = qmx::SimdTargets();
+  REQUIRE(!targets.empty());
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        try {
+          qmx::ForceSimdTarget(targets[static_cast<size_t>(t + i) % targets.size()]);
+          const std::string now = qmx::SimdTargetName();
+          if (std::find(targets.begin(), targets.end(), now) == targets.end()) ++failures;
+          if (qmx::SimdTargets() != targets) ++failures;
+        } catch (...) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  CHECK(failures == 0);
+  qmx::ForceSimdTarget("");
+  CHECK(qmx::SimdTargetName() == targets.front());
+  qmx::ForceSimdTarget(targets.back());
+  CHECK(qmx::SimdTargetName() == targets.back());
 }

@@ -6,9 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)

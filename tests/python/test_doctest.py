@@ -6,9 +6,10 @@ import pytest
 import qmx
 import qmx.golden
 import qmx.io
+import qmx.testing
 
 
-@pytest.mark.parametrize("module", [qmx, qmx.golden, qmx.io], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [qmx, qmx.golden, qmx.io, qmx.testing], ids=lambda m: m.__name__)
 def test_docstring_examples_run(module):
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE, verbose=False)
     assert result.failed == 0

@@ -1,0 +1,178 @@
+"""qmx.testing: bitwise tests of your own quantization kernels and GEMMs, and which documented variant a
+kernel actually implements.
+
+    >>> import numpy as np, qmx, qmx.testing as qt
+    >>> x = qmx.distribution("normal", (8, 64), seed=3)
+    >>> q = qmx.quantize(x, "mxfp8", rule="ocp-floor")            # stands in for your kernel's outputs
+    >>> qt.assert_bitwise(q.codes, qmx.quantize(x, "mxfp8", rule="ocp-floor").codes, fmt="e4m3")
+    >>> found = qt.identify("quantizer", x, (q.codes, q.scales), elem="e4m3", block=32)
+    >>> "mx:rule=ocp-floor,nan=block-nan,scaling=exact" in found.matches
+    True
+
+Variants have stable names ("mx:rule=round-up,nan=block-nan,scaling=exact", "gemm:hopper-fp8,alpha=decode");
+variants(kind) lists them. Every variant is the library's own computation, tested bit for bit elsewhere
+against the hardware and the peers' references (docs/numerics.md, docs/gemm.md)."""
+import numpy as np
+
+from . import _qmx, as_array, decode, gemm, gemm_models, quantize
+
+__all__ = ["assert_bitwise", "identify", "variants", "Identification"]
+
+# The documented choices of a block quantizer, by family: UE8M0 power-of-two scales (MX) and E4M3 block
+# scales with an FP32 tensor scale (NVFP4).
+_MX_RULES = ("ocp-floor", "round-up", "ceil", "even", "max-finite")
+_NVFP4_RULES = ("nvfp4", "nvfp4-div", "nvfp4-torchao", "nvfp4-4over6", "nvfp4-4over6-mse")
+_NAN_POLICIES = ("block-nan", "scale-nan", "te", "ignore-nan", "ignore")
+_NVFP4_NAN_POLICIES = ("block-nan", "ignore-nan", "ignore")
+_SCALINGS = ("exact", "fp32", "te-rcp")
+_ALPHAS = ("decode", "te", "te-ref")
+
+
+def _bits(a):
+    """An array's elements as unsigned integers of the same width (floats by their bit patterns)."""
+    a = np.ascontiguousarray(as_array(a))
+    if a.dtype.kind in "ui":
+        return a.view(np.dtype("u%d" % a.dtype.itemsize))
+    if a.dtype.kind == "f" or a.dtype.kind == "V":
+        return a.view(np.dtype("u%d" % a.dtype.itemsize))
+    raise TypeError("assert_bitwise compares integer codes or floating-point values, not %s" % a.dtype)
+
+
+def _show(v, bits, fmt):
+    width = bits.dtype.itemsize * 2
+    text = "0x%0*X" % (width, int(bits))
+    if fmt is not None:
+        text += " (%r)" % float(decode(np.array([int(bits)], np.uint8), fmt)[0])
+    elif v.dtype.kind == "f":
+        text += " (%r)" % float(v)
+    return text
+
+
+def assert_bitwise(actual, expected, *, what="codes", fmt=None, inputs=None, max_report=8):
+    """Raises AssertionError unless `actual` and `expected` (NumPy arrays or CPU torch tensors of one shape
+    and element width: uint8 codes, or float values compared by their bit patterns, so -0 differs from +0
+    and NaN payloads count) are identical. The message gives the count of differing elements, the first
+    max_report of them by index, both values in hex (decoded under `fmt` for codes) and, when `inputs` (of
+    the same shape) is given, the input at each index."""
+    a, e = as_array(actual), as_array(expected)
+    if a.shape != e.shape:
+        raise AssertionError("%s: shapes differ: actual %s, expected %s" % (what, a.shape, e.shape))
+    ab, eb = _bits(a), _bits(e)
+    if ab.dtype.itemsize != eb.dtype.itemsize:
+        raise AssertionError("%s: element widths differ: actual %s, expected %s" % (what, a.dtype, e.dtype))
+    diff = np.flatnonzero(ab.reshape(-1) != eb.reshape(-1))
+    if diff.size == 0:
+        return
+    x = None if inputs is None else as_array(inputs).reshape(-1)
+    lines = ["%s: %d of %d elements differ" % (what, diff.size, ab.size)]
+    for flat in diff[:max_report]:
+        index = np.unravel_index(flat, a.shape)
+        line = "  at %s: actual %s, expected %s" % (tuple(int(i) for i in index),
+                                                    _show(a.reshape(-1)[flat], ab.reshape(-1)[flat], fmt),
+                                                    _show(e.reshape(-1)[flat], eb.reshape(-1)[flat], fmt))
+        if x is not None and x.size == ab.size:
+            line += ", input %r" % (x[flat].item(),)
+        lines.append(line)
+    if diff.size > max_report:
+        lines.append("  ... and %d more" % (diff.size - max_report))
+    raise AssertionError("\n".join(lines))
+
+
+def variants(kind):
+    """The stable names of every documented variant of `kind`: "quantizer" (MX and NVFP4 block quantizers:
+    scale rule x NaN policy x element scaling) or "gemm" (accumulation model x alpha rule)."""
+    if kind == "quantizer":
+        mx = ["mx:rule=%s,nan=%s,scaling=%s" % (r, n, s) for r in _MX_RULES for n in _NAN_POLICIES for s in _SCALINGS]
+        nv = ["nvfp4:rule=%s,nan=%s" % (r, n) for r in _NVFP4_RULES for n in _NVFP4_NAN_POLICIES]
+        return mx + nv
+    if kind == "gemm":
+        return ["gemm:%s,alpha=%s" % (m, a) for m in gemm_models() for a in _ALPHAS]
+    raise ValueError("identify/variants: kind must be 'quantizer' or 'gemm', not %r" % (kind,))
+
+
+def _parse(name):
+    family, _, rest = name.partition(":")
+    fields = dict(kv.split("=", 1) for kv in rest.split(",") if "=" in kv)
+    return family, rest.split(",")[0], fields
+
+
+class Identification:
+    """What identify found: `matches`, the variants that reproduce every output bit for bit, and, when none
+    does, `closest`: (name, differing elements, first differing flat index) of the nearest, fewest first.
+    `tried` counts the variants run; `refused` maps the variants the library refused for these inputs to
+    its message."""
+
+    def __init__(self, matches, closest, tried, refused):
+        self.matches, self.closest, self.tried, self.refused = matches, closest, tried, refused
+
+    def __bool__(self):
+        return bool(self.matches)
+
+    def __repr__(self):
+        if self.matches:
+            return "Identification(matches=%r)" % (self.matches,)
+        return "Identification(matches=[], closest=%r)" % (self.closest[:3],)
+
+
+def _mismatch(got, want):
+    count, first = 0, None
+    for g, w in zip(got, want):
+        gb, wb = _bits(g).reshape(-1), _bits(w).reshape(-1)
+        if gb.shape != wb.shape or gb.dtype.itemsize != wb.dtype.itemsize:
+            return max(gb.size, wb.size), 0
+        d = np.flatnonzero(gb != wb)
+        if d.size and first is None:
+            first = int(d[0])
+        count += int(d.size)
+    return count, first
+
+
+def identify(kind, x, outputs, *, elem=None, block=None, axis="row", rounding="rne", tensor_amax=None,
+             a_format=None, b_format=None, c=None, closest=5):
+    """Which documented variants of `kind` reproduce a kernel's outputs bit for bit.
+
+    kind "quantizer": x the input (float32, float16 or bfloat16, its last dimension the row) and outputs
+    (codes, scales) as your kernel wrote them (uint8 element codes, one per byte, and uint8 scale bytes:
+    UE8M0 for MX, E4M3 codes for NVFP4, in the library's row-major scale layout). elem (default: e4m3 for MX,
+    e2m1 for NVFP4), block (1-D length along the row; default 32 for MX, 16 for NVFP4), axis, rounding and
+    tensor_amax (NVFP4's, when your kernel takes it from elsewhere) fix what you know.
+
+    kind "gemm": x = (a, b) as QuantizedTensors or uint8 codes with a_format / b_format (and c, the
+    accumulator's start), outputs the float32 D; every accumulation model under every alpha rule is tried.
+
+    Returns an Identification: .matches (names as variants(kind) lists them) or, when empty, .closest."""
+    names = variants(kind)
+    if kind == "quantizer":
+        if isinstance(outputs, tuple) or isinstance(outputs, list):
+            want = (as_array(outputs[0]), as_array(outputs[1]))
+        else:
+            want = (as_array(outputs.codes), as_array(outputs.scales))
+        xs = as_array(x)
+    else:
+        want = (as_array(outputs),)
+        a, b = x
+    matches, scored, refused = [], [], {}
+    for name in names:
+        family, head, f = _parse(name)
+        try:
+            if kind == "quantizer":
+                spec = "mxfp8" if family == "mx" else "nvfp4"
+                e = elem or ("e4m3" if family == "mx" else "e2m1")
+                n = block or (32 if family == "mx" else 16)
+                kw = dict(elem=e, block="1x%d" % n, axis=axis, rounding=rounding, rule=f["rule"], nan_policy=f["nan"])
+                if family == "mx":
+                    kw["element_scaling"] = f["scaling"]
+                q = quantize(xs, spec, tensor_amax=tensor_amax, **kw)
+                got = (q.codes, q.scales)
+            else:
+                got = (gemm(a, b, head, c, a_format=a_format, b_format=b_format, alpha=f["alpha"]),)
+        except (ValueError, TypeError) as err:
+            refused[name] = str(err)
+            continue
+        count, first = _mismatch(got, want)
+        if count == 0:
+            matches.append(name)
+        else:
+            scored.append((name, count, first))
+    scored.sort(key=lambda t: t[1])
+    return Identification(matches, [] if matches else scored[:closest], len(names) - len(refused), refused)

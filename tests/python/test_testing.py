@@ -1,0 +1,123 @@
+# qmx.testing: assert_bitwise's report, and identify against small independent NumPy quantizers whose
+# scale rule is known (OCP MX's floor rule and the round-up rule of the MXFP8 recipes), written here from
+# the definitions (docs/numerics.md "UE8M0 scale rules"), not from the library.
+import numpy as np
+import pytest
+
+import qmx
+import qmx.testing as qt
+
+E4M3_MAX, E4M3_EMAX = 448.0, 8
+
+
+def _e4m3_rne(v):
+    """Codes of the float64 values v in E4M3 under RNE with saturation to 448, from the grid of positive
+    values (code i is the i-th nonnegative value; a tie goes to the even code)."""
+    grid = np.array([x for x in qmx.format_values("e4m3") if not np.signbit(x)])  # +0 up to 448
+    a = np.minimum(np.abs(v), E4M3_MAX)
+    hi = np.clip(np.searchsorted(grid, a), 1, len(grid) - 1)
+    lo = hi - 1
+    dlo, dhi = a - grid[lo], grid[hi] - a
+    code = np.where(dlo < dhi, lo, np.where(dhi < dlo, hi, np.where(lo % 2 == 0, lo, hi)))
+    code = np.where(a == grid[hi], hi, code)
+    return (code | np.where(np.signbit(v), 0x80, 0)).astype(np.uint8)
+
+
+def _mx_by_hand(x, rule):
+    """MXFP8 (E4M3, 1x32 UE8M0 blocks along rows) of finite x with a nonzero amax in every block."""
+    blocks = x.reshape(x.shape[0], -1, 32).astype(np.float64)
+    amax = np.abs(blocks).max(axis=2)
+    if rule == "ocp-floor":  # OCP MX v1.0 6.3: X = 2^(floor(log2 amax) - emax_elem)
+        k = np.floor(np.log2(amax)).astype(int) - E4M3_EMAX
+    else:  # round-up: X = fl32(amax / 448) rounded up to a power of two
+        ratio = (amax.astype(np.float32) / np.float32(E4M3_MAX)).astype(np.float64)
+        k = np.ceil(np.log2(ratio)).astype(int)
+    codes = _e4m3_rne(blocks / np.exp2(k)[:, :, None]).reshape(x.shape)
+    return codes, (k + 127).astype(np.uint8)
+
+
+def _adversarial(seed):
+    """Blocks whose amax lies in (448, 512) times a power of two: there the two rules pick different
+    scales (floor keeps the binade and saturates, round-up moves up one)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((6, 128)).astype(np.float32)
+    for r in range(6):
+        for b in range(4):
+            s = slice(32 * b, 32 * b + 32)
+            x[r, s] *= np.float32(rng.uniform(460, 511) / np.abs(x[r, s]).max() * 2.0 ** rng.integers(-6, 6))
+    return x
+
+
+@pytest.mark.parametrize("rule", ["ocp-floor", "round-up"])
+def test_identify_names_the_rule_of_an_independent_quantizer(rule):
+    x = _adversarial(1)
+    codes, scales = _mx_by_hand(x, rule)
+    found = qt.identify("quantizer", x, (codes, scales), elem="e4m3", block=32)
+    assert "mx:rule=%s,nan=block-nan,scaling=exact" % rule in found.matches
+    other = "round-up" if rule == "ocp-floor" else "ocp-floor"
+    assert not any(m.startswith("mx:rule=" + other + ",") for m in found.matches)
+    assert all(m.startswith("mx:") for m in found.matches)  # no NVFP4 variant writes these bytes
+
+
+def test_identify_finds_nothing_for_one_flipped_bit_and_reports_the_closest():
+    x = _adversarial(2)
+    codes, scales = _mx_by_hand(x, "round-up")
+    codes[3, 17] ^= 0x01
+    found = qt.identify("quantizer", x, (codes, scales), elem="e4m3", block=32)
+    assert not found and found.matches == []
+    name, count, first = found.closest[0]
+    assert name.startswith("mx:rule=round-up,") and count == 1 and first == 3 * 128 + 17
+
+
+def test_identify_quantizer_nvfp4_and_scales_flipped():
+    x = qmx.distribution("laplace", (4, 64), seed=5)
+    q = qmx.quantize(x, "nvfp4", rule="nvfp4-torchao")
+    found = qt.identify("quantizer", x, q, elem="e2m1", block=16)
+    assert "nvfp4:rule=nvfp4-torchao,nan=block-nan" in found.matches
+    scales = q.scales.copy()
+    scales[0, 0] ^= 0x01
+    assert not qt.identify("quantizer", x, (q.codes, scales), elem="e2m1", block=16)
+
+
+def test_identify_gemm_model():
+    rng = np.random.default_rng(7)
+    a = qmx.quantize(rng.standard_normal((8, 256)).astype(np.float32) * 30, "fp8-tensor-current")
+    b = qmx.quantize(rng.standard_normal((256, 8)).astype(np.float32) / 30, "fp8-tensor-current", axis="col")
+    d = qmx.gemm(a, b, "hopper-fp8")
+    found = qt.identify("gemm", (a, b), d)
+    assert "gemm:hopper-fp8,alpha=decode" in found.matches
+    exact = qmx.gemm(a, b, "exact")
+    if not np.array_equal(exact.view(np.uint32), d.view(np.uint32)):
+        assert "gemm:exact,alpha=decode" not in found.matches
+    d2 = d.copy()
+    d2.view(np.uint32)[0, 0] ^= 1
+    assert not qt.identify("gemm", (a, b), d2)
+
+
+def test_variants_are_stable_names():
+    q = qt.variants("quantizer")
+    assert len(q) == len(set(q)) == 5 * 5 * 3 + 5 * 3
+    assert "mx:rule=round-up,nan=te,scaling=te-rcp" in q and "nvfp4:rule=nvfp4-4over6,nan=ignore" in q
+    g = qt.variants("gemm")
+    assert "gemm:blackwell-mxf4nvf4,alpha=te" in g and len(g) == 3 * len(qmx.gemm_models())
+    with pytest.raises(ValueError, match="kind must be"):
+        qt.variants("dequantizer")
+
+
+def test_assert_bitwise_reports_bits_values_and_inputs():
+    x = np.array([[1.0, -2.5], [0.0, 3.0]], np.float32)
+    qt.assert_bitwise(x, x.copy(), what="values")
+    y = x.copy()
+    y[1, 0] = -0.0  # equal as floats, not as bits
+    with pytest.raises(AssertionError) as e:
+        qt.assert_bitwise(y, x, what="values", inputs=np.arange(4, dtype=np.float32).reshape(2, 2))
+    msg = str(e.value)
+    assert "values: 1 of 4 elements differ" in msg and "at (1, 0)" in msg
+    assert "0x80000000 (-0.0)" in msg and "0x00000000 (0.0)" in msg and "input 2.0" in msg
+    codes = np.array([0x38, 0x7E], np.uint8)
+    with pytest.raises(AssertionError, match=r"actual 0x7F \(nan\), expected 0x7E \(448.0\)"):
+        qt.assert_bitwise(np.array([0x38, 0x7F], np.uint8), codes, fmt="e4m3")
+    with pytest.raises(AssertionError, match="shapes differ"):
+        qt.assert_bitwise(codes, codes[:1])
+    with pytest.raises(AssertionError, match="element widths differ"):
+        qt.assert_bitwise(x, x.astype(np.float64))

@@ -12,9 +12,9 @@
 #include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/golden.h"
+#include "qmx/testing.h"
 #if defined(QMX_HAVE_CUDA)
 #include "qmx/gpu.h"
-#include "qmx/testing.h"
 #endif
 
 namespace qmx::cli {

@@ -15,9 +15,9 @@
 #include "qmx/error.h"
 #include "qmx/golden.h"
 #include "qmx/sha256.h"
+#include "qmx/testing.h"
 #if defined(QMX_HAVE_CUDA)
 #include "qmx/gpu.h"
-#include "qmx/testing.h"
 #endif
 #include "support/cli.h"
 

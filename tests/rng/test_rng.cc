@@ -22,6 +22,7 @@ TEST_CASE("rng: Element stream: word i%4 of the block i/4, any order of evaluati
     const auto words = Philox4x32_10({static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0, 0},
                                      {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
     CHECK(qmx::RandomBitsForElement(seed, i) == words[i % 4]);
+    CHECK(qmx::RandomWordsForBlock(seed, block) == words);
   }
   // Reverse order gives the same values as forward order (no hidden state).
   std::vector<uint32_t> fwd(64), rev(64);

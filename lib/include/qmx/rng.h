@@ -34,12 +34,13 @@ QMX_HOST_DEVICE inline Philox4x32Counter Philox4x32_10(Philox4x32Counter ctr, Ph
 // The stream qmx-sim uses for stochastic rounding: element i takes 32-bit word (i % 4) of
 // Philox4x32_10(counter = {i / 4 (low, high 32 bits), 0, 0}, key = {seed low, seed high}); an element
 // that needs N < 32 random bits uses the low N bits of its word. Any thread can compute any element.
+// RandomWordsForBlock(seed, b) gives the words of elements 4b .. 4b + 3 at once.
+QMX_HOST_DEVICE inline Philox4x32Counter RandomWordsForBlock(uint64_t seed, uint64_t block) {
+  return Philox4x32_10({static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0u, 0u},
+                       {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
+}
 QMX_HOST_DEVICE inline uint32_t RandomBitsForElement(uint64_t seed, uint64_t index) {
-  const uint64_t block = index >> 2;
-  const Philox4x32Counter out =
-      Philox4x32_10({static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0u, 0u},
-                    {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)});
-  return out[index & 3];
+  return RandomWordsForBlock(seed, index >> 2)[index & 3];
 }
 
 }  // namespace qmx

@@ -16,6 +16,9 @@
 #include "qmx/io.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
+#if defined(QMX_HAVE_CUDA)
+#include "qmx/gpu.h"
+#endif
 
 namespace qmx::cli {
 namespace {
@@ -32,6 +35,7 @@ struct ConvertArgs {
   int sr_bits = 8;
   uint64_t seed = 0;
   std::string in, out, profile;
+  std::string device = "cpu";
   bool decode = false;
   std::vector<std::string> values;
 };
@@ -153,18 +157,41 @@ void ConvertFile(const ConvertArgs& a, const Format& dst, const CastOptions& opt
   const size_t out_size = DTypeSize(out.dtype);
   out.data.resize(n * out_size);
   std::vector<uint32_t> flags(n);
-  // Element-wise and independent: any thread count gives the same bytes.
+  if (a.device == "cuda") {
+    // The engine runs the same routine per element on the GPU (gpu/README.md "The emulation engine").
+#if defined(QMX_HAVE_CUDA)
+    const DType src_type = src == &fmt::kFP32   ? DType::kF32
+                           : src == &fmt::kFP64 ? DType::kF64
+                           : src == &fmt::kFP16 ? DType::kF16
+                                                : DType::kBF16;
+    std::vector<uint8_t> codes(n), code_flags(n);
+    gpu::EngineConvert(src_type, in.data.data(), n, dst, opt, codes.data(), code_flags.data(), SrSource{a.seed, 0, nullptr});
+    for (size_t k = 0; k < n; ++k) {
+      flags[k] = code_flags[k];
+      if (a.decode) {
+        const float v = DecodeToFloat(dst, codes[k]);
+        std::memcpy(out.data.data() + k * 4, &v, 4);
+      } else {
+        out.data[k] = codes[k];
+      }
+    }
+#else
+    throw Error("--device cuda: this qmx-sim was built without the CUDA backend (gpu/README.md)");
+#endif
+  } else {
+    // Element-wise and independent: any thread count gives the same bytes.
 #pragma omp parallel for schedule(static)
-  for (size_t k = 0; k < n; ++k) {
-    uint64_t bits = 0;
-    std::memcpy(&bits, in.data.data() + k * in_size, in_size);
-    const RoundResult res = Convert(*src, bits, dst, opt, RandomBitsForElement(a.seed, k));
-    flags[k] = res.flags;
-    if (a.decode) {
-      const float v = DecodeToFloat(dst, res.code);
-      std::memcpy(out.data.data() + k * 4, &v, 4);
-    } else {
-      std::memcpy(out.data.data() + k * out_size, &res.code, out_size);
+    for (size_t k = 0; k < n; ++k) {
+      uint64_t bits = 0;
+      std::memcpy(&bits, in.data.data() + k * in_size, in_size);
+      const RoundResult res = Convert(*src, bits, dst, opt, RandomBitsForElement(a.seed, k));
+      flags[k] = res.flags;
+      if (a.decode) {
+        const float v = DecodeToFloat(dst, res.code);
+        std::memcpy(out.data.data() + k * 4, &v, 4);
+      } else {
+        std::memcpy(out.data.data() + k * out_size, &res.code, out_size);
+      }
     }
   }
   Counts c;
@@ -256,6 +283,9 @@ void AddConvertCommand(CLI::App& app) {
   cmd->add_option("--in", a.in, "Input .npy (<f4, <f8, <f2, bf16 as |V2, or <u2 with --from)");
   cmd->add_option("--out", a.out, "Output .npy: codes (|u1 for 8 bits or fewer), or f32 with --decode");
   cmd->add_flag("--decode", a.decode, "Write the decoded FP32 value of each result instead of its code");
+  cmd->add_option("--device", a.device,
+                  "cpu (default) or cuda: the same routine on the GPU, the same bits (files of 8-bit-or-narrower formats)")
+      ->capture_default_str();
   std::string profiles;
   for (const auto& n : CastProfileNames()) profiles += (profiles.empty() ? "" : ", ") + n;
   cmd->add_option("--profile", a.profile,
@@ -263,6 +293,8 @@ void AddConvertCommand(CLI::App& app) {
   cmd->add_option("values", a.values, "Values to convert: decimal numbers, nan, inf, or 0x bit patterns of --from");
   cmd->callback([cmd] {
     const Format dst = ParseFormat(a.to);
+    if (a.device != "cpu" && a.device != "cuda") throw Error("--device must be cpu or cuda, not '" + a.device + "'");
+    if (a.device == "cuda" && !a.profile.empty()) throw Error("--profile casts on the CPU; drop --device cuda");
     if (!a.profile.empty()) {
       for (const char* o : {"--round", "--sat", "--nan-sign", "--nan-fallback", "--subnormals", "--negative", "--sr-bits", "--seed"})
         if (cmd->count(o) > 0) throw Error(std::string("--profile sets the whole cast; drop ") + o);
@@ -273,6 +305,9 @@ void AddConvertCommand(CLI::App& app) {
       return;
     }
     const CastOptions opt = BuildOptions(a, dst);
+    if (a.device == "cuda" && a.in.empty()) throw Error("--device cuda converts files (--in FILE --out FILE); values are converted on the CPU");
+    if (a.device == "cuda" && dst.Bits() > 8)
+      throw Error(std::string("--device cuda writes codes of 8 bits or fewer; '") + dst.name + "' has " + std::to_string(dst.Bits()));
     if (!a.in.empty() && !a.values.empty()) throw Error("give either --in FILE or values, not both");
     if (a.in.empty() && a.values.empty()) throw Error("nothing to convert: give --in FILE --out FILE, or values");
     // --out and --decode only apply to files; ignoring them would exit 0 without writing what was asked for.

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "bench/bench.h"
+#include "qmx/convert.h"
+#include "qmx/distributions.h"
 #include "qmx/error.h"
 #include "qmx/gemm.h"
 #if defined(QMX_HAVE_CUDA)
@@ -50,6 +52,47 @@ struct EngineCase {
   double target_bf16;  // the floor against BF16 cuBLAS (0: none)
 };
 
+// The engine's conversions on 2^28 FP32 values (normal, with outliers) already on the device, beside a
+// device-to-device copy of the input (the memory-bound floor; the target is 0.5x its speed) and the
+// CPU's fast path on this machine's threads. The codes are checked against the CPU's before a time counts.
+void EngineConvertBench(const BenchArgs& a, nlohmann::json& j) {
+  const size_t n = size_t{1} << 28;
+  std::vector<float> x(n);
+  GenerateDist(ParseDist("normal+tau20:0.01"), 7, x.data(), n);
+  std::vector<uint8_t> got(n), want(n);
+  std::printf("%-34s %10s %10s %9s %8s %10s %8s\n", "conversion, 2^28 FP32", "kernel ms", "copy ms", "x copy", "target",
+              "cpu ms", "x cpu");
+  struct Conv {
+    const char* name;
+    const Format* dst;
+    Rounding round;
+  };
+  const Conv convs[] = {{"f32->e4m3 rne satfinite", &fmt::kE4M3, Rounding::kRne},
+                        {"f32->e2m1 rne satfinite", &fmt::kE2M1, Rounding::kRne},
+                        {"f32->e2m1 sr satfinite", &fmt::kE2M1, Rounding::kSrA},
+                        {"f32->e5m2 rz satfinite", &fmt::kE5M2, Rounding::kRz}};
+  for (const Conv& c : convs) {
+    CastOptions opt;
+    opt.rounding = c.round;
+    const gpu::EngineConvertTiming t = gpu::TimeEngineConvert(x.data(), n, *c.dst, opt, 5, std::max(3, a.gemm_reps), got.data());
+    const double cpu = MedianSeconds(std::max(3, a.gemm_reps), [&] {
+      ConvertToCodes(DType::kF32, x.data(), n, *c.dst, opt, want.data(), {5, 0, nullptr}, Exec::kParallel);
+    });
+    if (got != want) throw Error(std::string("engine bench: ") + c.name + " differs from the CPU's codes");
+    const double x_copy = t.copy_s / t.kernel_s;
+    std::printf("%-34s %10.3f %10.3f %9.2f %8s %10.2f %8.1f\n", c.name, t.kernel_s * 1e3, t.copy_s * 1e3, x_copy,
+                x_copy >= 0.5 ? ">=0.5 met" : ">=0.5 SHORT", cpu * 1e3, cpu / t.kernel_s);
+    j["engine"]["rows"].push_back({{"kernel", std::string("convert ") + c.name},
+                                   {"elements", n},
+                                   {"kernel_s", t.kernel_s},
+                                   {"copy_s", t.copy_s},
+                                   {"ratio_vs_copy", x_copy},
+                                   {"cpu_s", cpu},
+                                   {"ratio_vs_cpu", cpu / t.kernel_s},
+                                   {"outputs_checked", n}});
+  }
+}
+
 }  // namespace
 
 void RunEngineBench(const BenchArgs& a, nlohmann::json& j) {
@@ -62,11 +105,12 @@ void RunEngineBench(const BenchArgs& a, nlohmann::json& j) {
   std::printf("\nEmulation engine on %s: kernel time (operands on the device) against BF16 cuBLASLt of the same size,\n"
               "and end-to-end time (copies included) against the same model on %d CPU threads; medians of %d\n",
               dev.Describe().c_str(), threads, a.gemm_reps);
-  std::printf("%-20s %5s %10s %9s %8s %8s %10s %10s %8s %7s\n", "model", "size", "kernel ms", "TFLOP/s", "x bf16",
-              "target", "e2e ms", "cpu ms", "x cpu", "kernel");
   j["engine"]["device"] = dev.Describe();
   j["engine"]["cpu_threads"] = threads;
   j["engine"]["rows"] = nlohmann::json::array();
+  EngineConvertBench(a, j);
+  std::printf("%-20s %5s %10s %9s %8s %8s %10s %10s %8s %7s\n", "model", "size", "kernel ms", "TFLOP/s", "x bf16",
+              "target", "e2e ms", "cpu ms", "x cpu", "kernel");
   const EngineCase cases[] = {{"blackwell-mxf4nvf4", "nvfp4", 0.1},
                               {"blackwell-mxf8f6f4", "mxfp8", 0.03},
                               {"hopper-fp8", "fp8", 0},

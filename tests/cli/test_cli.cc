@@ -281,6 +281,24 @@ TEST_CASE("cli: convert values", "[cli]") {
     CHECK(r.status == 1);
     CHECK_THAT(r.err, Contains("nothing to convert"));
   }
+  SECTION("--device: cpu or cuda; cuda converts files of 8-bit-or-narrower formats, without --profile") {
+    RunResult r = Run("convert --to e4m3 --device tpu 1");
+    INFO(r.all());
+    CHECK(r.status == 1);
+    CHECK_THAT(r.err, Contains("--device must be cpu or cuda, not 'tpu'"));
+    r = Run("convert --to e4m3 --device cuda 1");
+    CHECK(r.status == 1);
+    CHECK_THAT(r.err, Contains("--device cuda converts files"));
+    r = Run("convert --to e4m3 --device cuda --profile torch 1");
+    CHECK(r.status == 1);
+    CHECK_THAT(r.err, Contains("--profile casts on the CPU"));
+    TempDir dir;
+    WriteNpy(dir / "x.npy", NpyArray{DType::kF32, {2}, std::vector<uint8_t>(8, 0)});
+    r = Run("convert --to fp16 --device cuda --in " + Quote(dir / "x.npy") + " --out " + Quote(dir / "y.npy"));
+    CHECK(r.status == 1);
+    CHECK_THAT(r.err, Contains("--device cuda writes codes of 8 bits or fewer; 'fp16' has 16"));
+    CHECK(!std::filesystem::exists(dir / "y.npy"));
+  }
   SECTION("--out without --in is an error, not silently ignored") {
     TempDir dir;
     const RunResult r = Run("convert --to e4m3 --out " + Quote(dir / "y.npy") + " 1 2");

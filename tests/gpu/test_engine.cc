@@ -13,9 +13,13 @@
 
 #include "gemm/gemm_cases.h"
 #include "support/gpu.h"
+#include "support/modes.h"
+#include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/gemm.h"
 #include "qmx/gpu.h"
+#include "qmx/rng.h"
+#include "qmx/round.h"
 
 namespace engine_test {
 
@@ -194,6 +198,126 @@ TEST_CASE("gpu engine: every fused model and fp32-seq equal qmx::Gemm bit for bi
   CHECK(t.per_kernel["fp4"] >= 20);
   CHECK(t.per_kernel["generic"] >= 500);
   CHECK(t.fallback_steps > 0);
+}
+
+// The option sets a conversion test runs per format and rounding: each valid saturation with the library's
+// defaults, subnormals flushed, positive NaN with zero for NaN, stochastic rounding with 1 .. 32 random bits,
+// and negative inputs by magnitude into an unsigned format.
+std::vector<CastOptions> ConvertSets(const Format& dst, Rounding rd) {
+  std::vector<CastOptions> sets = qmx::test::OptionSets(dst, {rd}, {std::begin(qmx::test::kAllSat), std::end(qmx::test::kAllSat)},
+                                                        true, true);
+  if (!dst.is_signed)
+    for (size_t i = 0, n = sets.size(); i < n; ++i) {
+      CastOptions v = sets[i];
+      v.negative_unsigned = NegativeUnsigned::kMagnitude;
+      sets.push_back(v);
+    }
+  return sets;
+}
+
+TEST_CASE("gpu engine: conversions refuse what ConvertToCodes refuses, and more than 8 bits", "[gpu]") {
+  CastOptions o;
+  CHECK_THROWS_WITH(gpu::EngineConvertCheck(DType::kU8, fmt::kE4M3, o), "engine: conversions read fp32, fp64, fp16 or bf16, not u8");
+  CHECK_THROWS_WITH(gpu::EngineConvertCheck(DType::kF32, fmt::kFP16, o),
+                    "engine: format 'fp16' has 16 bits; the engine writes codes of 8 bits or fewer, one byte each");
+  o.saturation = Saturation::kNoSat;
+  std::string cpu;
+  try {
+    ValidateCastOptions(fmt::kE2M1, o);
+  } catch (const Error& e) {
+    cpu = e.what();
+  }
+  REQUIRE(!cpu.empty());
+  CHECK_THROWS_WITH(gpu::EngineConvertCheck(DType::kF32, fmt::kE2M1, o), cpu);
+  o = CastOptions{};
+  o.rounding = Rounding::kSrA;
+  o.sr_bits = 33;
+  CHECK_THROWS_WITH(gpu::EngineConvertCheck(DType::kF32, fmt::kE4M3, o), Catch::Contains("1..32 random bits"));
+}
+
+TEST_CASE("gpu engine: conversions equal the reference for every format, rounding, option and source", "[gpu]") {
+  if (!qmx::test::GpuPresent()) return;
+  std::mt19937_64 g(45);
+  // FP32: every pattern with its low 12 bits zero (each format's codes, midpoints and thresholds), random
+  // patterns, and one odd-sized tail; the stream starts at index 3, off a Philox block.
+  std::vector<uint32_t> x32;
+  for (uint32_t hi = 0; hi < (1u << 20); ++hi) x32.push_back(hi << 12);
+  for (int i = 0; i < 65537; ++i) x32.push_back(static_cast<uint32_t>(g()));
+  const size_t n = x32.size();
+  const SrSource sr{0xC0FFEEull, 3, nullptr};
+  std::vector<uint8_t> got(n), want(n), got_flags(n);
+  size_t sets = 0, compared = 0, flag_checks = 0;
+  for (const RegistryEntry& e : Registry()) {
+    const Format& dst = e.format;
+    if (!IsFastFormat(dst)) continue;
+    for (Rounding rd : {Rounding::kRne, Rounding::kRna, Rounding::kRz, Rounding::kRu, Rounding::kRd, Rounding::kRo,
+                        Rounding::kSrA, Rounding::kSrB, Rounding::kSrC}) {
+      for (const CastOptions& c : ConvertSets(dst, rd)) {
+        gpu::EngineConvert(DType::kF32, x32.data(), n, dst, c, got.data(), got_flags.data(), sr);
+        ConvertToCodes(DType::kF32, x32.data(), n, dst, c, want.data(), sr, Exec::kParallel);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; ++i) {
+          if (got[i] != want[i] && bad++ < 3)
+            UNSCOPED_INFO(dst.name << " " << RoundingName(rd) << " " << SaturationName(c.saturation) << " sr_bits "
+                                   << c.sr_bits << ": input " << Hex(x32[i], 8) << " engine " << Hex(got[i]) << " cpu "
+                                   << Hex(want[i]));
+          // Flags against the reference routine on every 61st input.
+          if (i % 61 == 0) {
+            const RoundResult ref = Convert(fmt::kFP32, x32[i], dst, c, RandomBitsForElement(sr.seed, sr.first_index + i));
+            ++flag_checks;
+            if (got_flags[i] != ref.flags && bad++ < 3)
+              UNSCOPED_INFO(dst.name << " flags of " << Hex(x32[i], 8) << ": engine " << int{got_flags[i]} << " cpu " << ref.flags);
+          }
+        }
+        CHECK(bad == 0);
+        ++sets;
+        compared += n;
+      }
+    }
+  }
+  INFO(sets << " option sets, " << compared << " conversions, " << flag_checks << " flag checks");
+  CHECK(sets >= 400);
+  // FP16 and BF16: every pattern, the default options of each rounding and saturation.
+  std::vector<uint16_t> x16(1u << 16);
+  for (uint32_t i = 0; i < (1u << 16); ++i) x16[i] = static_cast<uint16_t>(i);
+  std::vector<uint8_t> g16(x16.size()), w16(x16.size());
+  for (DType t : {DType::kF16, DType::kBF16})
+    for (const RegistryEntry& e : Registry()) {
+      if (!IsFastFormat(e.format)) continue;
+      for (Rounding rd : {Rounding::kRne, Rounding::kRz, Rounding::kRo, Rounding::kSrA})
+        for (const CastOptions& c : ConvertSets(e.format, rd)) {
+          gpu::EngineConvert(t, x16.data(), x16.size(), e.format, c, g16.data(), nullptr, sr);
+          ConvertToCodes(t, x16.data(), x16.size(), e.format, c, w16.data(), sr);
+          INFO(DTypeName(t) << " -> " << e.format.name << " " << RoundingName(rd) << " " << SaturationName(c.saturation));
+          CHECK(g16 == w16);
+        }
+    }
+  // FP64 (which the CPU's fast paths do not read): random patterns and values near FP32's range, against
+  // the reference routine; and stochastic rounding from explicit random bits.
+  std::vector<uint64_t> x64(40000);
+  for (size_t i = 0; i < x64.size(); ++i) {
+    const uint64_t r = g();
+    x64[i] = i % 2 ? r : (r & 0x800FFFFFFFFFFFFFull) | (static_cast<uint64_t>(1023 - 150 + g() % 300) << 52);
+  }
+  std::vector<uint32_t> bits(x64.size());
+  for (uint32_t& b : bits) b = static_cast<uint32_t>(g());
+  std::vector<uint8_t> g64(x64.size()), f64(x64.size());
+  for (const RegistryEntry& e : Registry()) {
+    if (!IsFastFormat(e.format)) continue;
+    for (Rounding rd : {Rounding::kRne, Rounding::kRd, Rounding::kSrC})
+      for (const CastOptions& c : ConvertSets(e.format, rd)) {
+        const SrSource given{0, 0, bits.data()};
+        gpu::EngineConvert(DType::kF64, x64.data(), x64.size(), e.format, c, g64.data(), f64.data(), given);
+        size_t bad = 0;
+        for (size_t i = 0; i < x64.size(); ++i) {
+          const RoundResult ref = Convert(fmt::kFP64, x64[i], e.format, c, bits[i]);
+          if ((g64[i] != ref.code || f64[i] != ref.flags) && bad++ < 3)
+            UNSCOPED_INFO("fp64 " << Hex(x64[i], 16) << " -> " << e.format.name << " " << RoundingName(rd) << ": engine "
+                                  << Hex(g64[i]) << "/" << int{f64[i]} << " cpu " << Hex(ref.code) << "/" << ref.flags);
+        }
+        CHECK(bad == 0);
+      }
+  }
 }
 
 }  // namespace engine_test

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "qmx/cast_options.h"
+#include "qmx/convert.h"
 #include "qmx/format.h"
 #include "qmx/gemm.h"
 #include "qmx/mx.h"
@@ -126,6 +127,33 @@ struct EngineGemmStats {
 // EngineGemmSupport refuses, or naming the missing device.
 std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
                               EngineGemmStats* stats = nullptr);
+
+// The library's conversion on the device (qmx::Convert element by element, which ConvertToCodes equals):
+// the reference routine's own source (lib/src/round/round_core.h) runs per element, so every format of 8
+// bits or fewer and every CastOptions (each rounding, stochastic rounding from sr's bits or the library's
+// Philox stream, saturation, NaN, subnormal and negative-value rules) gives the CPU's codes and flags.
+// src holds n values of src_type (fp32, fp16, bf16 or fp64); out receives n codes, one byte each, and flags
+// (optional) each element's RoundResult flags. Throws qmx::Error "engine: ..." for other sources or wider
+// formats, and ValidateCastOptions' errors. kernel_seconds (optional): the kernel alone, without the copies.
+void EngineConvertCheck(DType src_type, const Format& dst, const CastOptions& opt);
+void EngineConvert(DType src_type, const void* src, size_t n, const Format& dst, const CastOptions& opt, uint8_t* out,
+                   uint8_t* flags = nullptr, const SrSource& sr = {}, double* kernel_seconds = nullptr);
+// The same on device memory (src, out, flags and sr.bits are device pointers), queued on `stream` (a
+// cudaStream_t; null: the default stream) without waiting: for callers whose tensors live on the GPU.
+void EngineConvertOnDevice(DType src_type, const void* src, size_t n, const Format& dst, const CastOptions& opt,
+                           uint8_t* out, uint8_t* flags, const SrSource& sr, void* stream);
+// Every FP32 bit pattern first .. first + count - 1, generated on the device, as EngineConvert of that array
+// with sr = {seed, first}: the exhaustive checks of xval --engine.
+void EngineConvertF32Range(uint32_t first, uint64_t count, const Format& dst, const CastOptions& opt, uint64_t seed,
+                           uint8_t* out);
+// The bench's measurement: x uploaded once, then `reps` conversions of it on the device (sr = {seed, 0}) and
+// as many device-to-device copies of its n * 4 bytes, each timed by CUDA events after one warm-up: the
+// medians. codes receives the conversion.
+struct EngineConvertTiming {
+  double kernel_s = 0, copy_s = 0;
+};
+EngineConvertTiming TimeEngineConvert(const float* x, size_t n, const Format& dst, const CastOptions& opt, uint64_t seed,
+                                      int reps, uint8_t* codes);
 
 }  // namespace qmx::gpu
 

@@ -178,9 +178,64 @@ def convert(x, fmt, rounding="rne", saturation="satfinite", *, nan_sign="keep", 
     subnormals: keep flush. Stochastic rounding uses sr_bits random bits per element: element i takes
     Philox(seed, first_index + i), or random_bits[i] (uint32) when given, as `qmx-sim convert` does.
     reference=True uses the scalar reference routine (slow, equal bit for bit). out: a C-contiguous uint8
-    array of x's shape to write the codes into (returned), instead of a new array."""
+    array of x's shape to write the codes into (returned), instead of a new array.
+
+    A CUDA tensor (float32, float64, float16 or bfloat16, contiguous) is converted on its GPU by the
+    emulation engine, which runs the same reference routine, on torch's current stream: the codes are a
+    uint8 tensor on the same device (random_bits and out then CUDA tensors too), never copied to the host."""
+    if _is_cuda_tensor(x):
+        return _convert_cuda(x, fmt, rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits, seed,
+                             first_index, random_bits, src, reference, out)
     return _qmx.convert(as_array(x), format_name(fmt), rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits,
                         seed, first_index, random_bits, _src_of(x, src), reference, out)
+
+
+def _is_cuda_tensor(x):
+    return type(x).__module__.startswith("torch") and getattr(x, "device", None) is not None and x.device.type == "cuda"
+
+
+def _convert_cuda(x, fmt, rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits, seed, first_index,
+                  random_bits, src, reference, out):
+    import torch
+    why = _qmx.cuda_engine()
+    if why:
+        raise RuntimeError("qmx.convert of a CUDA tensor needs the emulation engine: " + why)
+    if reference:
+        raise ValueError("reference=True is the CPU's scalar routine; on a CUDA tensor the engine runs that same "
+                         "routine (drop reference, or pass x.cpu())")
+    if src:
+        raise ValueError("src names the format of NumPy bit arrays; a CUDA tensor's dtype gives its format")
+    t = x.detach()
+    names = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+    if t.dtype not in names:
+        raise TypeError("the engine converts float32, float64, float16 or bfloat16 tensors, not " + str(t.dtype))
+    if not t.is_contiguous():
+        raise ValueError("x must be contiguous: x.contiguous() makes a contiguous copy on the device")
+    bits = 0
+    if random_bits is not None:
+        word_types = (torch.int32,) + ((torch.uint32,) if hasattr(torch, "uint32") else ())
+        if (not isinstance(random_bits, torch.Tensor) or random_bits.device != t.device
+                or random_bits.dtype not in word_types or not random_bits.is_contiguous()):
+            raise TypeError("random_bits of a CUDA tensor: a contiguous int32 (or uint32) tensor on " + str(t.device))
+        if random_bits.numel() != t.numel():
+            raise ValueError("random_bits holds %d values for %d elements" % (random_bits.numel(), t.numel()))
+        bits = random_bits.data_ptr()
+    if out is None:
+        out = torch.empty(t.shape, dtype=torch.uint8, device=t.device)
+    else:
+        if (not isinstance(out, torch.Tensor) or out.device != t.device or out.dtype != torch.uint8
+                or not out.is_contiguous()):
+            raise TypeError("out of a CUDA tensor: a contiguous uint8 tensor on " + str(t.device))
+        if tuple(out.shape) != tuple(t.shape):
+            raise ValueError("out must have x's shape")
+        lo, hi = t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+        if out.numel() and out.data_ptr() < hi and lo < out.data_ptr() + out.numel():
+            raise ValueError("out shares memory with x: write the codes to a separate tensor")
+    with torch.cuda.device(t.device):
+        stream = torch.cuda.current_stream(t.device).cuda_stream
+        _qmx.convert_cuda(t.data_ptr(), t.numel(), names[t.dtype], format_name(fmt), rounding, saturation, nan_sign,
+                          nan_fallback, subnormals, sr_bits, seed, first_index, bits, out.data_ptr(), stream)
+    return out
 
 
 def cast_profile(x, fmt, profile, *, src=""):

@@ -12,10 +12,16 @@
 #include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/format.h"
+#if defined(QMX_HAVE_CUDA)
+#include "qmx/gpu.h"
+#endif
 
 namespace qmx::py {
 
 namespace {
+
+[[maybe_unused]] constexpr const char* kNoCuda =
+    "this qmx was built without the CUDA backend (gpu/README.md: build it with the CUDA Toolkit)";
 
 const char* EncodingText(Encoding e) {
   switch (e) {
@@ -114,6 +120,31 @@ pyb::array Convert(const pyb::array& x, const std::string& fmt, const std::strin
   return out;
 }
 
+// The emulation engine's conversion of a CUDA tensor (qmx/__init__.py passes its device address and torch's
+// current stream): the kernel is queued on that stream and nothing reaches the host.
+void ConvertCuda(uintptr_t x, size_t n, const std::string& dtype, const std::string& fmt, const std::string& rounding,
+                 const std::string& saturation, const std::string& nan_sign, const std::string& nan_fallback,
+                 const std::string& subnormals, int sr_bits, uint64_t seed, uint64_t first_index, uintptr_t random_bits,
+                 uintptr_t out, uintptr_t stream) {
+  DType t;
+  if (dtype == "float32") t = DType::kF32;
+  else if (dtype == "float64") t = DType::kF64;
+  else if (dtype == "float16") t = DType::kF16;
+  else if (dtype == "bfloat16") t = DType::kBF16;
+  else throw pyb::type_error("the engine converts float32, float64, float16 or bfloat16 tensors, not " + dtype);
+  const Format f = ParseFormat(fmt);
+  const CastOptions opt = MakeCast(rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits);
+#if defined(QMX_HAVE_CUDA)
+  const SrSource sr{seed, first_index, reinterpret_cast<const uint32_t*>(random_bits)};
+  pyb::gil_scoped_release nogil;
+  gpu::EngineConvertOnDevice(t, reinterpret_cast<const void*>(x), n, f, opt, reinterpret_cast<uint8_t*>(out), nullptr,
+                             sr, reinterpret_cast<void*>(stream));
+#else
+  (void)x, (void)n, (void)t, (void)f, (void)opt, (void)seed, (void)first_index, (void)random_bits, (void)out, (void)stream;
+  throw Error(kNoCuda);
+#endif
+}
+
 pyb::array_t<float> Decode(const pyb::array& codes, const std::string& fmt) {
   const InArray in = CodesInput(codes, "codes");
   const Format f = ParseFormat(fmt);
@@ -176,6 +207,19 @@ void BindFormats(pyb::module_& m) {
         "first_index + i), or from random_bits (uint32, one per element) when given.\n"
         "reference=True runs the scalar reference routine (slow; equal bit for bit). out: a uint8 array of x's\n"
         "shape to write into instead of a new one.");
+  m.def("cuda_engine", []() -> std::string {
+#if defined(QMX_HAVE_CUDA)
+    const gpu::DeviceInfo& d = gpu::Device();
+    return d.available ? "" : d.reason;
+#else
+    return kNoCuda;
+#endif
+  }, "'' when this build has the emulation engine and a CUDA device, else why not.");
+  m.def("convert_cuda", &ConvertCuda, pyb::arg("x"), pyb::arg("n"), pyb::arg("dtype"), pyb::arg("fmt"), pyb::arg("rounding"),
+        pyb::arg("saturation"), pyb::arg("nan_sign"), pyb::arg("nan_fallback"), pyb::arg("subnormals"), pyb::arg("sr_bits"),
+        pyb::arg("seed"), pyb::arg("first_index"), pyb::arg("random_bits"), pyb::arg("out"), pyb::arg("stream"),
+        "Queues the engine's conversion of n values at device address x into n codes at out on CUDA stream\n"
+        "`stream` (qmx.convert's path for CUDA tensors).");
   m.def("decode", &Decode, pyb::arg("codes"), pyb::arg("fmt"),
         "The exact values (float32, the codes' shape) of uint8 codes of format fmt.");
 }

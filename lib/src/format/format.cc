@@ -9,6 +9,7 @@
 
 #include "qmx/error.h"
 #include "qmx/threads.h"
+#include "round/round_core.h"  // ClassifyCode and DecodeCode: host-device bodies shared with the GPU engine
 
 namespace qmx {
 namespace {
@@ -222,51 +223,9 @@ Format ParseFormat(const std::string& given) {
   return f;
 }
 
-CodeClass ClassifyCode(const Format& f, uint64_t code) {
-  code &= f.CodeMask();
-  const uint64_t mag = code & f.MagMask();
-  switch (f.encoding) {
-    case Encoding::kInt:
-      return code == 0 ? CodeClass::kZero : CodeClass::kNormal;
-    case Encoding::kExponentOnly:
-      return code == f.CanonicalNan() ? CodeClass::kNan : CodeClass::kNormal;
-    case Encoding::kIeee: {
-      const uint64_t field = mag >> f.man_bits;
-      if (field == (1ull << f.exp_bits) - 1) return (mag & ((1ull << f.man_bits) - 1)) ? CodeClass::kNan : CodeClass::kInf;
-      break;
-    }
-    case Encoding::kFnNan:
-      if (mag == f.MagMask()) return CodeClass::kNan;
-      break;
-    case Encoding::kFinite:
-      break;
-    case Encoding::kP3109Extended:
-    case Encoding::kP3109Finite:
-      if (code == f.CanonicalNan()) return CodeClass::kNan;
-      if (f.encoding == Encoding::kP3109Extended && mag == f.PositiveInfCode()) return CodeClass::kInf;
-      if (!f.is_signed && mag > f.MaxFiniteCode()) return CodeClass::kNan;  // unreachable: NaN is the top code
-      break;
-  }
-  if (mag == 0) return CodeClass::kZero;
-  return (mag >> f.man_bits) == 0 ? CodeClass::kSubnormal : CodeClass::kNormal;
-}
+CodeClass ClassifyCode(const Format& f, uint64_t code) { return internal::ClassifyCodeCore(f, code); }
 
-DecodedCode DecodeCode(const Format& f, uint64_t code) {
-  code &= f.CodeMask();
-  DecodedCode d{ClassifyCode(f, code), false, 0, 0};
-  if (f.IsInt()) {
-    const uint64_t half = 1ull << (f.Bits() - 1);
-    d.negative = (code & half) != 0;
-    d.sig = d.negative ? ((1ull << f.Bits()) - code) : code;
-    d.exp = -f.man_bits;
-    return d;
-  }
-  d.negative = (code & f.SignBit()) != 0;
-  if (d.cls == CodeClass::kNan || d.cls == CodeClass::kInf || d.cls == CodeClass::kZero) return d;
-  d.sig = static_cast<uint64_t>(CodeSig(f, code));
-  d.exp = CodeExp(f, code);
-  return d;
-}
+DecodedCode DecodeCode(const Format& f, uint64_t code) { return internal::DecodeCodeCore(f, code); }
 
 double DecodeToDouble(const Format& f, uint64_t code) {
   const DecodedCode d = DecodeCode(f, code);

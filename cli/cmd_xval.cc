@@ -48,6 +48,7 @@ void RunXval(const XvalArgs& a) {
   o.quick = a.quick;
   o.seed = a.seed;
   o.max_show = a.max_show;
+  o.only = a.only;
   if (a.conversions || a.quantize || a.gemm || a.engine) {
     o.conversions = a.conversions;
     o.quantize = a.quantize;
@@ -107,7 +108,7 @@ void AddXvalCommand(CLI::App& app) {
   c->add_flag("--quick", a.quick, "smaller tensors and GEMMs (tests)");
   c->add_option("--seed", a.seed, "seed of the generated inputs");
   c->add_option("--max-show", a.max_show, "first mismatches printed per row (default 3)");
-  c->add_option("--only", a.only, "print only rows whose operation contains this text");
+  c->add_option("--only", a.only, "print only rows whose operation contains this text (the engine's conversion rows not selected are not run)");
   c->add_option("--json", a.json, "write every row (with all kept mismatches) as JSON");
   a.golden = "golden/level1";
   c->callback([] { RunXval(a); });

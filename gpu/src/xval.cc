@@ -754,7 +754,9 @@ void EngineConvertRows(const XvalOptions& opt, const std::function<void(XvalRow&
     for (Rounding rd : roundings) {
       XvalRow r;
       r.group = "engine";
-      r.op = std::string("convert f32->") + dst.name + " " + RoundingName(rd) + " (every saturation and variant)";
+      r.op = std::string("convert f32->") + dst.name + " " + RoundingName(rd) +
+             (opt.exhaustive ? " (every saturation)" : " (every saturation and variant)");
+      if (!opt.only.empty() && r.op.find(opt.only) == std::string::npos) continue;
       r.reference = "ConvertToCodes (CPU)";
       const auto t0 = std::chrono::steady_clock::now();
       std::vector<CastOptions> sets;
@@ -796,9 +798,9 @@ void EngineConvertRows(const XvalOptions& opt, const std::function<void(XvalRow&
           gpu.resize(count);
           cpu.resize(count);
           x.resize(count);
-          EngineConvertF32Range(first, count, dst, c, seed, gpu.data());
 #pragma omp parallel for schedule(static)
           for (int64_t i = 0; i < static_cast<int64_t>(count); ++i) x[static_cast<size_t>(i)] = first + static_cast<uint32_t>(i);
+          EngineConvert(DType::kF32, x.data(), count, dst, c, gpu.data(), nullptr, {seed, first, nullptr});
           ConvertToCodes(DType::kF32, x.data(), count, dst, c, cpu.data(), {seed, first, nullptr}, Exec::kParallel);
           r.cases += count;
           if (std::memcmp(gpu.data(), cpu.data(), count) == 0) continue;

@@ -245,22 +245,28 @@ TEST_CASE("gpu engine: conversions equal the reference for every format, roundin
   for (int i = 0; i < 65537; ++i) x32.push_back(static_cast<uint32_t>(g()));
   const size_t n = x32.size();
   const SrSource sr{0xC0FFEEull, 3, nullptr};
-  std::vector<uint8_t> got(n), want(n), got_flags(n);
+  std::vector<uint8_t> got(n), want(n), got_flags(n), got_steps(n);
   size_t sets = 0, compared = 0, flag_checks = 0;
-  for (const RegistryEntry& e : Registry()) {
-    const Format& dst = e.format;
-    if (!IsFastFormat(dst)) continue;
+  // The registry's formats (each with its own kernel instance) and user formats (the generic kernel).
+  std::vector<Format> dsts;
+  for (const RegistryEntry& e : Registry())
+    if (IsFastFormat(e.format)) dsts.push_back(e.format);
+  for (const char* user : {"binary8p3se", "binary8p4uf", "e3m4", "e4m3:unsigned", "e5m2:special=fn"})
+    dsts.push_back(ParseFormat(user));
+  for (const Format& dst : dsts) {
     for (Rounding rd : {Rounding::kRne, Rounding::kRna, Rounding::kRz, Rounding::kRu, Rounding::kRd, Rounding::kRo,
                         Rounding::kSrA, Rounding::kSrB, Rounding::kSrC}) {
       for (const CastOptions& c : ConvertSets(dst, rd)) {
+        // With flags: the routine per element; without: the step table (deterministic roundings).
         gpu::EngineConvert(DType::kF32, x32.data(), n, dst, c, got.data(), got_flags.data(), sr);
+        gpu::EngineConvert(DType::kF32, x32.data(), n, dst, c, got_steps.data(), nullptr, sr);
         ConvertToCodes(DType::kF32, x32.data(), n, dst, c, want.data(), sr, Exec::kParallel);
         size_t bad = 0;
         for (size_t i = 0; i < n; ++i) {
-          if (got[i] != want[i] && bad++ < 3)
+          if ((got[i] != want[i] || got_steps[i] != want[i]) && bad++ < 3)
             UNSCOPED_INFO(dst.name << " " << RoundingName(rd) << " " << SaturationName(c.saturation) << " sr_bits "
-                                   << c.sr_bits << ": input " << Hex(x32[i], 8) << " engine " << Hex(got[i]) << " cpu "
-                                   << Hex(want[i]));
+                                   << c.sr_bits << ": input " << Hex(x32[i], 8) << " engine " << Hex(got[i]) << " / "
+                                   << Hex(got_steps[i]) << " cpu " << Hex(want[i]));
           // Flags against the reference routine on every 61st input.
           if (i % 61 == 0) {
             const RoundResult ref = Convert(fmt::kFP32, x32[i], dst, c, RandomBitsForElement(sr.seed, sr.first_index + i));

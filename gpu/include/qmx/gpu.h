@@ -142,10 +142,6 @@ void EngineConvert(DType src_type, const void* src, size_t n, const Format& dst,
 // cudaStream_t; null: the default stream) without waiting: for callers whose tensors live on the GPU.
 void EngineConvertOnDevice(DType src_type, const void* src, size_t n, const Format& dst, const CastOptions& opt,
                            uint8_t* out, uint8_t* flags, const SrSource& sr, void* stream);
-// Every FP32 bit pattern first .. first + count - 1, generated on the device, as EngineConvert of that array
-// with sr = {seed, first}: the exhaustive checks of xval --engine.
-void EngineConvertF32Range(uint32_t first, uint64_t count, const Format& dst, const CastOptions& opt, uint64_t seed,
-                           uint8_t* out);
 // The bench's measurement: x uploaded once, then `reps` conversions of it on the device (sr = {seed, 0}) and
 // as many device-to-device copies of its n * 4 bytes, each timed by CUDA events after one warm-up: the
 // medians. codes receives the conversion.
@@ -177,6 +173,7 @@ struct XvalOptions {
   bool quick = false;        // fewer and smaller GEMM cases (for tests)
   uint64_t seed = 1;
   size_t max_show = 5;       // first mismatches kept per row
+  std::string only;          // the engine's conversion rows whose operation lacks this text are not run
 };
 
 struct XvalRow {

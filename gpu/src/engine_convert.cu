@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -15,7 +16,10 @@
 #include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/gpu.h"
+#include "qmx/host_device.h"
+#include "qmx/mx.h"
 #include "qmx/rng.h"
+#include "quantize/mx_core.h"
 #include "round/round_core.h"
 
 namespace qmx::gpu {
@@ -276,6 +280,123 @@ void EngineConvert(DType src_type, const void* src, size_t n, const Format& dst,
   if (kernel_seconds != nullptr) *kernel_seconds = ev.Seconds();
   d_out.Download(out, n);
   if (flags != nullptr) d_flags.Download(flags, n);
+}
+
+// ------------------------------------------------------------------ MX block quantization
+namespace {
+
+struct MxArgs {
+  Format src_fmt, elem;
+  CastOptions cast;
+  int block, rule, policy, scaling;  // ScaleRule, NanPolicy, ElementScaling
+  float destmax;
+  int emax;
+  uint64_t seed, first;
+  const uint32_t* bits;
+};
+
+// One thread per block, the steps of QuantizeMxRef (lib/src/quantize/mx_ref.cc) in its order: the exact
+// amax over the finite elements (an FP32 value, since every input is), the scale byte by the rule on its
+// bits (qmx/host_device.h, which the CPU's fast path uses too) or the NaN policy's fill, then each element
+// by the reference routine: V_i / X exactly, or fl32(x * 2^-k) (te-rcp: Transformer Engine's multiplier).
+template <typename Word>
+__global__ void MxKernel(const void* src, uint64_t n, MxArgs a, uint8_t* codes, uint8_t* scales) {
+  const uint64_t b = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
+  const uint64_t start = b * static_cast<uint64_t>(a.block);
+  if (start >= n) return;
+  constexpr Format kF32{"fp32", 8, 23, 127, true, Encoding::kIeee};  // device code cannot read the host's
+  const uint64_t end = start + a.block < n ? start + a.block : n;
+  const auto read = [&](uint64_t i) {
+    const uint64_t bits = LoadBits<Word>(src, i);
+    ExactValue x = internal::ReadExactCore(a.src_fmt, bits);
+    if (a.cast.subnormals == Subnormals::kFlush && internal::ClassifyCodeCore(a.src_fmt, bits) == CodeClass::kSubnormal)
+      x.kind = ExactValue::Kind::kZero;
+    return x;
+  };
+  uint32_t amax = 0;  // FP32 bits of the largest finite magnitude
+  bool has_nan = false, has_inf = false;
+  for (uint64_t i = start; i < end; ++i) {
+    const ExactValue x = read(i);
+    has_nan |= x.kind == ExactValue::Kind::kNan;
+    has_inf |= x.kind == ExactValue::Kind::kInf;
+    if (x.kind == ExactValue::Kind::kFinite) {
+      const uint32_t m = hd::F32Bits(static_cast<float>(ldexp(static_cast<double>(x.sig), x.exp)));
+      amax = m > amax ? m : amax;
+    }
+  }
+  const uint8_t nan_code = static_cast<uint8_t>(internal::ConvertCore(kF32, 0x7FC00000u, a.elem, a.cast, 0).code);
+  const uint8_t block_nan_code = a.elem.HasNan() ? static_cast<uint8_t>(a.elem.CanonicalNan()) : 0;
+  int scale, fill;
+  internal::MxPolicyScale(static_cast<NanPolicy>(a.policy), has_nan, has_inf,
+                          hd::ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax, a.elem.man_bits), nan_code,
+                          block_nan_code, &scale, &fill);
+  scales[b] = static_cast<uint8_t>(scale);
+  const int k = scale - 127;
+  const bool stochastic = internal::IsStochasticCore(a.cast.rounding);
+  for (uint64_t i = start; i < end; ++i) {
+    if (fill >= 0) {
+      codes[i] = static_cast<uint8_t>(fill);
+      continue;
+    }
+    const uint32_t r = !stochastic ? 0u : a.bits != nullptr ? a.bits[i] : RandomBitsForElement(a.seed, a.first + i);
+    ExactValue x = read(i);
+    if (static_cast<ElementScaling>(a.scaling) == ElementScaling::kExact) {
+      x.exp -= k;  // V_i / X, exactly
+      codes[i] = static_cast<uint8_t>(internal::RoundExactCore(x, a.elem, a.cast, r).code);
+      continue;
+    }
+    // FP32 element scaling: fl32(x * mult), the product in double as the CPU forms it. A NaN keeps its sign
+    // (x86 propagates the operand; the GPU's multiply would give its canonical NaN); te-rcp's NaN products
+    // are the GPU kernel's canonical +NaN, as the CPU models them.
+    const bool te = static_cast<ElementScaling>(a.scaling) == ElementScaling::kTeRcp;
+    const double mult = te && scale == 0 ? 1.0 : te && scale == 254 ? 0.0 : ldexp(1.0, -k);
+    uint32_t y;
+    if (x.kind == ExactValue::Kind::kNan) {
+      y = te ? 0x7FFFFFFFu : (x.negative ? 0xFFC00000u : 0x7FC00000u);
+    } else {
+      const double v = x.kind == ExactValue::Kind::kInf ? (x.negative ? -HUGE_VAL : HUGE_VAL)
+                       : x.kind == ExactValue::Kind::kZero ? (x.negative ? -0.0 : 0.0)
+                                                           : (x.negative ? -1.0 : 1.0) * ldexp(static_cast<double>(x.sig), x.exp);
+      const float f = static_cast<float>(v * mult);
+      y = f != f ? 0x7FFFFFFFu : hd::F32Bits(f);  // only te-rcp's Inf x 0 makes a NaN here
+    }
+    codes[i] = static_cast<uint8_t>(internal::ConvertCore(kF32, y, a.elem, a.cast, r).code);
+  }
+}
+
+}  // namespace
+
+void EngineQuantizeMx(DType src_type, const void* src, size_t n, const MxSpec& spec, uint8_t* codes, uint8_t* scales,
+                      const SrSource& sr, double* kernel_seconds) {
+  ValidateMxSpec(spec);
+  (void)FormatOfSource(src_type);  // QuantizeMx's refusal of other sources
+  const Format& sf = SourceFields(src_type);
+  Require("the engine's MX quantization");
+  if (n == 0) return;
+  MxArgs a{sf, spec.elem, spec.cast, spec.block, static_cast<int>(spec.rule), static_cast<int>(spec.nan),
+           static_cast<int>(spec.scaling), 0.0f, 0, sr.seed, sr.first_index, nullptr};
+  const FormatLimits lim = Limits(spec.elem);
+  a.destmax = static_cast<float>(lim.max_finite);
+  a.emax = lim.emax;
+  const size_t esize = DTypeSize(src_type), nb = MxScaleCount(n, spec);
+  detail::DeviceBuffer<uint8_t> d_src(static_cast<const uint8_t*>(src), n * esize), d_codes(n), d_scales(nb);
+  detail::DeviceBuffer<uint32_t> d_bits(sr.bits != nullptr && IsStochastic(spec.cast.rounding) ? n : 0);
+  if (d_bits.get() != nullptr) {
+    d_bits.Upload(sr.bits, n);
+    a.bits = d_bits.get();
+  }
+  constexpr int kThreads = 128;
+  const unsigned grid = static_cast<unsigned>((nb + kThreads - 1) / kThreads);
+  detail::EventPair ev;
+  detail::Check(cudaEventRecord(ev.start), "cudaEventRecord");
+  if (src_type == DType::kF32) MxKernel<uint32_t><<<grid, kThreads>>>(d_src.get(), n, a, d_codes.get(), d_scales.get());
+  else MxKernel<uint16_t><<<grid, kThreads>>>(d_src.get(), n, a, d_codes.get(), d_scales.get());
+  detail::Check(cudaGetLastError(), "engine MX kernel launch");
+  detail::Check(cudaEventRecord(ev.stop), "cudaEventRecord");
+  detail::Check(cudaEventSynchronize(ev.stop), "engine MX kernel");
+  if (kernel_seconds != nullptr) *kernel_seconds = ev.Seconds();
+  d_codes.Download(codes, n);
+  d_scales.Download(scales, nb);
 }
 
 EngineConvertTiming TimeEngineConvert(const float* x, size_t n, const Format& dst, const CastOptions& opt, uint64_t seed,

@@ -18,6 +18,7 @@
 #include "qmx/error.h"
 #include "qmx/gemm.h"
 #include "qmx/gpu.h"
+#include "qmx/mx.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
 
@@ -324,6 +325,67 @@ TEST_CASE("gpu engine: conversions equal the reference for every format, roundin
         CHECK(bad == 0);
       }
   }
+}
+
+TEST_CASE("gpu engine: MX quantization equals QuantizeMx for every rule, policy, scaling and option", "[gpu]") {
+  // Blocks of 32 (and a ragged tail) of normal values, each block at its own power of two across FP32's
+  // range, with zero, subnormal, Inf and NaN blocks and ties of every element format.
+  std::mt19937_64 g(46);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const size_t n = 32 * 301 + 7;
+  std::vector<float> x(n);
+  for (size_t b = 0; b * 32 < n; ++b) {
+    const int e = static_cast<int>(g() % 270) - 145;
+    for (size_t i = b * 32; i < std::min(n, b * 32 + 32); ++i) x[i] = std::ldexp(nd(g), e);
+    if (b % 17 == 3) x[b * 32 + 5] = std::nanf("");
+    if (b % 19 == 4) x[b * 32 + 9] = -INFINITY;
+    if (b % 23 == 5)
+      for (size_t i = b * 32; i < b * 32 + 32; ++i) x[i] = 0.0f;
+    if (b % 13 == 6) x[b * 32 + 1] = std::ldexp(1.5f, e);  // a tie at the element grid
+  }
+  if (!qmx::test::GpuPresent()) return;
+  std::vector<uint16_t> xb(n);
+  for (size_t i = 0; i < n; ++i) xb[i] = static_cast<uint16_t>(FloatBits(x[i]) >> 16);
+  size_t specs = 0;
+  for (const char* elem : qmx::test::kMxElems)
+    for (ScaleRule rule : {ScaleRule::kOcpFloor, ScaleRule::kRoundUp, ScaleRule::kCeil, ScaleRule::kEven, ScaleRule::kMaxFinite})
+      for (NanPolicy pol : {NanPolicy::kBlockNan, NanPolicy::kScaleNan, NanPolicy::kTe, NanPolicy::kIgnoreNan, NanPolicy::kIgnore})
+        for (ElementScaling sc : {ElementScaling::kExact, ElementScaling::kFp32, ElementScaling::kTeRcp})
+          for (Rounding rd : {Rounding::kRne, Rounding::kRz, Rounding::kSrA})
+            for (bool flush : {false, true}) {
+              MxSpec spec;
+              spec.elem = GetFormat(elem);
+              spec.rule = rule;
+              spec.nan = pol;
+              spec.scaling = sc;
+              spec.cast.rounding = rd;
+              if (flush) spec.cast.subnormals = Subnormals::kFlush;
+              std::string cpu_error;
+              try {
+                ValidateMxSpec(spec);
+              } catch (const Error& e) {
+                cpu_error = e.what();
+              }
+              std::vector<uint8_t> gc(n), gs(MxScaleCount(n, spec)), wc(n), ws(gs.size());
+              if (!cpu_error.empty()) {
+                CHECK_THROWS_WITH(gpu::EngineQuantizeMx(DType::kF32, x.data(), n, spec, gc.data(), gs.data()), cpu_error);
+                continue;
+              }
+              const SrSource sr{91, 5, nullptr};
+              for (DType t : {DType::kF32, DType::kBF16}) {
+                const void* src = t == DType::kF32 ? static_cast<const void*>(x.data()) : xb.data();
+                gpu::EngineQuantizeMx(t, src, n, spec, gc.data(), gs.data(), sr);
+                QuantizeMx(t, src, n, spec, wc.data(), ws.data(), sr);
+                INFO(elem << " rule " << ScaleRuleName(rule) << " policy " << NanPolicyName(pol) << " scaling "
+                          << ElementScalingName(sc) << " " << RoundingName(rd) << (flush ? " flush" : "") << " from "
+                          << DTypeName(t));
+                CHECK(gs == ws);
+                CHECK(gc == wc);
+                ++specs;
+              }
+            }
+  INFO(specs << " specs");
+  CHECK(specs >= 500);
 }
 
 }  // namespace engine_test

@@ -142,6 +142,12 @@ void EngineConvert(DType src_type, const void* src, size_t n, const Format& dst,
 // cudaStream_t; null: the default stream) without waiting: for callers whose tensors live on the GPU.
 void EngineConvertOnDevice(DType src_type, const void* src, size_t n, const Format& dst, const CastOptions& opt,
                            uint8_t* out, uint8_t* flags, const SrSource& sr, void* stream);
+// qmx::QuantizeMx on the device, the steps of QuantizeMxRef per block (one thread each): every UE8M0 rule,
+// NaN policy and element scaling and every CastOptions of the element format (the elements by the reference
+// routine's own source), from fp32, fp16 or bf16; codes one byte per element, MxScaleCount scales. The same
+// checks and errors as QuantizeMx (ValidateMxSpec). kernel_seconds (optional): the kernel alone.
+void EngineQuantizeMx(DType src_type, const void* src, size_t n, const MxSpec& spec, uint8_t* codes, uint8_t* scales,
+                      const SrSource& sr = {}, double* kernel_seconds = nullptr);
 // The bench's measurement: x uploaded once, then `reps` conversions of it on the device (sr = {seed, 0}) and
 // as many device-to-device copies of its n * 4 bytes, each timed by CUDA events after one warm-up: the
 // medians. codes receives the conversion.

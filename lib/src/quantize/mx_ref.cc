@@ -11,6 +11,7 @@
 #include "qmx/mx.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
+#include "quantize/mx_core.h"
 
 namespace qmx {
 
@@ -42,21 +43,9 @@ void QuantizeMxRef(DType src_type, const void* src, size_t n, const MxSpec& spec
       if (x.kind == ExactValue::Kind::kFinite) amax = std::max(amax, std::ldexp(static_cast<double>(x.sig), x.exp));
     }
     // The scale byte, or a fill code for the whole block (NanPolicy).
-    int scale = -1, fill = -1;
-    if (has_nan || has_inf) {
-      switch (spec.nan) {
-        case NanPolicy::kBlockNan: scale = 0xFF, fill = block_nan_code; break;
-        case NanPolicy::kScaleNan: scale = 0xFF, fill = nan_code; break;
-        case NanPolicy::kTe:
-          if (has_nan) scale = 0xFF, fill = nan_code;
-          else scale = 0xFE;
-          break;
-        case NanPolicy::kIgnoreNan: scale = has_inf ? 0xFE : Ue8m0ScaleFromAmaxRef(amax, spec.elem, spec.rule); break;
-        case NanPolicy::kIgnore: scale = Ue8m0ScaleFromAmaxRef(amax, spec.elem, spec.rule); break;
-      }
-    } else {
-      scale = Ue8m0ScaleFromAmaxRef(amax, spec.elem, spec.rule);
-    }
+    int scale, fill;
+    internal::MxPolicyScale(spec.nan, has_nan, has_inf, Ue8m0ScaleFromAmaxRef(amax, spec.elem, spec.rule), nan_code,
+                            block_nan_code, &scale, &fill);
     scales[b] = static_cast<uint8_t>(scale);
     const int k = scale - 127;
     for (size_t i = start; i < end; ++i) {

@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import qmx  # noqa: E402
 
-WHY = qmx._qmx.cuda_engine()
+WHY = qmx.cuda_engine()
 needs_gpu = pytest.mark.skipif(bool(WHY) or not torch.cuda.is_available(),
                                reason="GPU test skipped: " + (WHY or "torch sees no CUDA device"))
 

@@ -190,6 +190,12 @@ def convert(x, fmt, rounding="rne", saturation="satfinite", *, nan_sign="keep", 
                         seed, first_index, random_bits, _src_of(x, src), reference, out)
 
 
+def cuda_engine():
+    """'' when this build has the emulation engine (gpu/) and a CUDA device, so that qmx.convert runs CUDA
+    tensors on their GPU; otherwise the reason there is none."""
+    return _qmx.cuda_engine()
+
+
 def _is_cuda_tensor(x):
     return type(x).__module__.startswith("torch") and getattr(x, "device", None) is not None and x.device.type == "cuda"
 
@@ -197,7 +203,7 @@ def _is_cuda_tensor(x):
 def _convert_cuda(x, fmt, rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits, seed, first_index,
                   random_bits, src, reference, out):
     import torch
-    why = _qmx.cuda_engine()
+    why = cuda_engine()
     if why:
         raise RuntimeError("qmx.convert of a CUDA tensor needs the emulation engine: " + why)
     if reference:

@@ -18,6 +18,7 @@
 #include "qmx/distributions.h"
 #include "qmx/error.h"
 #include "qmx/gemm.h"
+#include "qmx/mx.h"
 #if defined(QMX_HAVE_CUDA)
 #include "qmx/gpu.h"
 #endif
@@ -89,6 +90,42 @@ void EngineConvertBench(const BenchArgs& a, nlohmann::json& j) {
                                    {"ratio_vs_copy", x_copy},
                                    {"cpu_s", cpu},
                                    {"ratio_vs_cpu", cpu / t.kernel_s},
+                                   {"outputs_checked", n}});
+  }
+  // MX quantization (the engine's kernel time; the copy as above), checked against QuantizeMx.
+  double copy_s = 0;
+  for (const auto& row : j["engine"]["rows"])
+    if (row.contains("copy_s")) copy_s = row["copy_s"].get<double>();
+  struct Mx {
+    const char* name;
+    const Format* elem;
+  };
+  for (const Mx& m : {Mx{"mxfp8 e4m3 round-up exact", &fmt::kE4M3}, Mx{"mxfp4 e2m1 round-up exact", &fmt::kE2M1}}) {
+    MxSpec spec;
+    spec.elem = *m.elem;
+    std::vector<uint8_t> gs(MxScaleCount(n, spec)), ws(gs.size());
+    std::vector<double> ks;
+    for (int r = 0; r <= std::max(3, a.gemm_reps); ++r) {
+      double k = 0;
+      gpu::EngineQuantizeMx(DType::kF32, x.data(), n, spec, got.data(), gs.data(), {}, &k);
+      if (r > 0) ks.push_back(k);  // run 0 warms up
+    }
+    std::sort(ks.begin(), ks.end());
+    const double ksec = ks[ks.size() / 2];
+    const double cpu = MedianSeconds(std::max(3, a.gemm_reps), [&] {
+      QuantizeMx(DType::kF32, x.data(), n, spec, want.data(), ws.data(), {}, Exec::kParallel);
+    });
+    if (got != want || gs != ws) throw Error(std::string("engine bench: ") + m.name + " differs from the CPU's");
+    const double x_copy = copy_s / ksec;
+    std::printf("%-34s %10.3f %10.3f %9.2f %8s %10.2f %8.1f\n", m.name, ksec * 1e3, copy_s * 1e3, x_copy,
+                x_copy >= 0.5 ? ">=0.5 met" : ">=0.5 SHORT", cpu * 1e3, cpu / ksec);
+    j["engine"]["rows"].push_back({{"kernel", std::string("quantize ") + m.name},
+                                   {"elements", n},
+                                   {"kernel_s", ksec},
+                                   {"copy_s", copy_s},
+                                   {"ratio_vs_copy", x_copy},
+                                   {"cpu_s", cpu},
+                                   {"ratio_vs_cpu", cpu / ksec},
                                    {"outputs_checked", n}});
   }
 }

@@ -295,16 +295,20 @@ struct MxArgs {
   const uint32_t* bits;
 };
 
-// One thread per block, the steps of QuantizeMxRef (lib/src/quantize/mx_ref.cc) in its order: the exact
-// amax over the finite elements (an FP32 value, since every input is), the scale byte by the rule on its
-// bits (qmx/host_device.h, which the CPU's fast path uses too) or the NaN policy's fill, then each element
-// by the reference routine: V_i / X exactly, or fl32(x * 2^-k) (te-rcp: Transformer Engine's multiplier).
+// One warp per block, the steps of QuantizeMxRef (lib/src/quantize/mx_ref.cc) in its order: the exact amax
+// over the finite elements (an FP32 value, since every input is; a maximum, so the lanes' order does not
+// matter), the scale byte by the rule on its bits (qmx/host_device.h, which the CPU's fast path uses too) or
+// the NaN policy's fill, then each element by the reference routine: V_i / X exactly, or fl32(x * 2^-k)
+// (te-rcp: Transformer Engine's multiplier). Lane j takes elements j, j + 32, ... of the block, so a warp
+// reads its block's contiguous bytes at once.
 template <typename Word>
-__global__ void MxKernel(const void* src, uint64_t n, MxArgs a, uint8_t* codes, uint8_t* scales) {
-  const uint64_t b = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
-  const uint64_t start = b * static_cast<uint64_t>(a.block);
-  if (start >= n) return;
+__device__ __forceinline__ void MxBlock(const void* src, uint64_t n, uint64_t blocks, const MxArgs& a, const Format& elem,
+                                       uint8_t* codes, uint8_t* scales) {
+  const uint64_t b = (blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (b >= blocks) return;  // whole warps leave together: blockDim.x is a multiple of 32
   constexpr Format kF32{"fp32", 8, 23, 127, true, Encoding::kIeee};  // device code cannot read the host's
+  const uint64_t start = b * static_cast<uint64_t>(a.block);
   const uint64_t end = start + a.block < n ? start + a.block : n;
   const auto read = [&](uint64_t i) {
     const uint64_t bits = LoadBits<Word>(src, i);
@@ -315,25 +319,38 @@ __global__ void MxKernel(const void* src, uint64_t n, MxArgs a, uint8_t* codes, 
   };
   uint32_t amax = 0;  // FP32 bits of the largest finite magnitude
   bool has_nan = false, has_inf = false;
-  for (uint64_t i = start; i < end; ++i) {
-    const ExactValue x = read(i);
-    has_nan |= x.kind == ExactValue::Kind::kNan;
-    has_inf |= x.kind == ExactValue::Kind::kInf;
-    if (x.kind == ExactValue::Kind::kFinite) {
-      const uint32_t m = hd::F32Bits(static_cast<float>(ldexp(static_cast<double>(x.sig), x.exp)));
-      amax = m > amax ? m : amax;
+  const bool flush = a.cast.subnormals == Subnormals::kFlush;
+  for (uint64_t i = start + lane; i < end; i += 32) {
+    if (sizeof(Word) == 2 && a.src_fmt.man_bits == 10) {  // fp16: through the exact value
+      const ExactValue x = read(i);
+      has_nan |= x.kind == ExactValue::Kind::kNan;
+      has_inf |= x.kind == ExactValue::Kind::kInf;
+      if (x.kind == ExactValue::Kind::kFinite) {
+        const uint32_t m = hd::F32Bits(static_cast<float>(ldexp(static_cast<double>(x.sig), x.exp)));
+        amax = m > amax ? m : amax;
+      }
+      continue;
     }
+    // fp32 and bf16: the magnitude's FP32 bits are the exact value's (a flushed subnormal counts as 0).
+    const uint64_t bits = LoadBits<Word>(src, i);
+    const uint32_t m = (sizeof(Word) == 2 ? static_cast<uint32_t>(bits) << 16 : static_cast<uint32_t>(bits)) & 0x7FFFFFFFu;
+    has_nan |= m > 0x7F800000u;
+    has_inf |= m == 0x7F800000u;
+    if (m < 0x7F800000u && !(flush && m < 0x00800000u)) amax = m > amax ? m : amax;
   }
-  const uint8_t nan_code = static_cast<uint8_t>(internal::ConvertCore(kF32, 0x7FC00000u, a.elem, a.cast, 0).code);
-  const uint8_t block_nan_code = a.elem.HasNan() ? static_cast<uint8_t>(a.elem.CanonicalNan()) : 0;
+  amax = __reduce_max_sync(0xFFFFFFFFu, amax);
+  has_nan = __any_sync(0xFFFFFFFFu, has_nan);
+  has_inf = __any_sync(0xFFFFFFFFu, has_inf);
+  const uint8_t nan_code = static_cast<uint8_t>(internal::ConvertCore(kF32, 0x7FC00000u, elem, a.cast, 0).code);
+  const uint8_t block_nan_code = elem.HasNan() ? static_cast<uint8_t>(elem.CanonicalNan()) : 0;
   int scale, fill;
   internal::MxPolicyScale(static_cast<NanPolicy>(a.policy), has_nan, has_inf,
-                          hd::ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax, a.elem.man_bits), nan_code,
+                          hd::ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax, elem.man_bits), nan_code,
                           block_nan_code, &scale, &fill);
-  scales[b] = static_cast<uint8_t>(scale);
+  if (lane == 0) scales[b] = static_cast<uint8_t>(scale);
   const int k = scale - 127;
   const bool stochastic = internal::IsStochasticCore(a.cast.rounding);
-  for (uint64_t i = start; i < end; ++i) {
+  for (uint64_t i = start + lane; i < end; i += 32) {
     if (fill >= 0) {
       codes[i] = static_cast<uint8_t>(fill);
       continue;
@@ -342,7 +359,7 @@ __global__ void MxKernel(const void* src, uint64_t n, MxArgs a, uint8_t* codes, 
     ExactValue x = read(i);
     if (static_cast<ElementScaling>(a.scaling) == ElementScaling::kExact) {
       x.exp -= k;  // V_i / X, exactly
-      codes[i] = static_cast<uint8_t>(internal::RoundExactCore(x, a.elem, a.cast, r).code);
+      codes[i] = static_cast<uint8_t>(internal::RoundExactCore(x, elem, a.cast, r).code);
       continue;
     }
     // FP32 element scaling: fl32(x * mult), the product in double as the CPU forms it. A NaN keeps its sign
@@ -360,8 +377,20 @@ __global__ void MxKernel(const void* src, uint64_t n, MxArgs a, uint8_t* codes, 
       const float f = static_cast<float>(v * mult);
       y = f != f ? 0x7FFFFFFFu : hd::F32Bits(f);  // only te-rcp's Inf x 0 makes a NaN here
     }
-    codes[i] = static_cast<uint8_t>(internal::ConvertCore(kF32, y, a.elem, a.cast, r).code);
+    codes[i] = static_cast<uint8_t>(internal::ConvertCore(kF32, y, elem, a.cast, r).code);
   }
+}
+
+template <typename Word>
+__global__ void MxKernel(const void* src, uint64_t n, uint64_t blocks, MxArgs a, uint8_t* codes, uint8_t* scales) {
+  MxBlock<Word>(src, n, blocks, a, a.elem, codes, scales);
+}
+
+// The element format a compile-time constant (the registry's element formats), as for the conversions.
+template <typename Word, int kExp, int kMan, int kBias, bool kSigned, Encoding kEnc>
+__global__ void MxKernelFixed(const void* src, uint64_t n, uint64_t blocks, MxArgs a, uint8_t* codes, uint8_t* scales) {
+  constexpr Format kElem{"", kExp, kMan, kBias, kSigned, kEnc};
+  MxBlock<Word>(src, n, blocks, a, kElem, codes, scales);
 }
 
 }  // namespace
@@ -385,12 +414,21 @@ void EngineQuantizeMx(DType src_type, const void* src, size_t n, const MxSpec& s
     d_bits.Upload(sr.bits, n);
     a.bits = d_bits.get();
   }
-  constexpr int kThreads = 128;
-  const unsigned grid = static_cast<unsigned>((nb + kThreads - 1) / kThreads);
+  constexpr int kThreads = 256;  // 8 warps, one MX block each
+  const unsigned grid = static_cast<unsigned>((nb * 32 + kThreads - 1) / kThreads);
   detail::EventPair ev;
   detail::Check(cudaEventRecord(ev.start), "cudaEventRecord");
-  if (src_type == DType::kF32) MxKernel<uint32_t><<<grid, kThreads>>>(d_src.get(), n, a, d_codes.get(), d_scales.get());
-  else MxKernel<uint16_t><<<grid, kThreads>>>(d_src.get(), n, a, d_codes.get(), d_scales.get());
+  const void* x = d_src.get();
+  uint8_t *c = d_codes.get(), *sc = d_scales.get();
+#define QMX_ENGINE_MX(W, f) MxKernelFixed<W, f.exp_bits, f.man_bits, f.bias, f.is_signed, f.encoding><<<grid, kThreads>>>(x, n, nb, a, c, sc)
+  if (src_type == DType::kF32 && spec.elem == fmt::kE4M3) QMX_ENGINE_MX(uint32_t, fmt::kE4M3);
+  else if (src_type == DType::kF32 && spec.elem == fmt::kE5M2) QMX_ENGINE_MX(uint32_t, fmt::kE5M2);
+  else if (src_type == DType::kF32 && spec.elem == fmt::kE2M1) QMX_ENGINE_MX(uint32_t, fmt::kE2M1);
+  else if (src_type == DType::kBF16 && spec.elem == fmt::kE4M3) QMX_ENGINE_MX(uint16_t, fmt::kE4M3);
+  else if (src_type == DType::kBF16 && spec.elem == fmt::kE2M1) QMX_ENGINE_MX(uint16_t, fmt::kE2M1);
+  else if (src_type == DType::kF32) MxKernel<uint32_t><<<grid, kThreads>>>(x, n, nb, a, c, sc);
+  else MxKernel<uint16_t><<<grid, kThreads>>>(x, n, nb, a, c, sc);
+#undef QMX_ENGINE_MX
   detail::Check(cudaGetLastError(), "engine MX kernel launch");
   detail::Check(cudaEventRecord(ev.stop), "cudaEventRecord");
   detail::Check(cudaEventSynchronize(ev.stop), "engine MX kernel");

@@ -142,7 +142,7 @@ void EngineConvert(DType src_type, const void* src, size_t n, const Format& dst,
 // cudaStream_t; null: the default stream) without waiting: for callers whose tensors live on the GPU.
 void EngineConvertOnDevice(DType src_type, const void* src, size_t n, const Format& dst, const CastOptions& opt,
                            uint8_t* out, uint8_t* flags, const SrSource& sr, void* stream);
-// qmx::QuantizeMx on the device, the steps of QuantizeMxRef per block (one thread each): every UE8M0 rule,
+// qmx::QuantizeMx on the device, the steps of QuantizeMxRef per block (one warp each): every UE8M0 rule,
 // NaN policy and element scaling and every CastOptions of the element format (the elements by the reference
 // routine's own source), from fp32, fp16 or bf16; codes one byte per element, MxScaleCount scales. The same
 // checks and errors as QuantizeMx (ValidateMxSpec). kernel_seconds (optional): the kernel alone.

@@ -6,9 +6,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -25,11 +29,9 @@
 namespace qmx::gpu {
 namespace {
 
-// The source formats by their fields (the host's fmt:: constants are not visible to device code).
-constexpr Format kSrcF32{"fp32", 8, 23, 127, true, Encoding::kIeee};
-constexpr Format kSrcF64{"fp64", 11, 52, 1023, true, Encoding::kIeee};
-constexpr Format kSrcF16{"fp16", 5, 10, 15, true, Encoding::kIeee};
-constexpr Format kSrcBF16{"bf16", 8, 7, 127, true, Encoding::kIeee};
+// FP32's fields, for device code (which cannot read the host's fmt::kFP32; kernels receive the host's
+// formats by value instead).
+__device__ constexpr Format Fp32Fields() { return {"fp32", 8, 23, 127, true, Encoding::kIeee}; }
 
 template <typename Word>
 __device__ __forceinline__ uint64_t LoadBits(const void* src, uint64_t k) {
@@ -75,9 +77,8 @@ __global__ void ConvertKernel(Format src_fmt, const void* src, uint64_t n, Forma
 template <int kExp, int kMan, int kBias, bool kSigned, Encoding kEnc>
 __global__ void ConvertKernelF32Fixed(const void* src, uint64_t n, CastOptions opt, uint64_t seed, uint64_t first,
                                       const uint32_t* bits, uint8_t* out, uint8_t* flags, uint64_t groups) {
-  constexpr Format kSrc{"fp32", 8, 23, 127, true, Encoding::kIeee};
   constexpr Format kDst{"", kExp, kMan, kBias, kSigned, kEnc};
-  ConvertGroups<uint32_t>(kSrc, src, n, kDst, opt, seed, first, bits, out, flags, groups);
+  ConvertGroups<uint32_t>(Fp32Fields(), src, n, kDst, opt, seed, first, bits, out, flags, groups);
 }
 
 // Deterministic roundings (every mode but stochastic rounding) map an FP32 input to a code that depends only
@@ -100,7 +101,7 @@ struct StepTable {
 // false when a sign needs more than kMaxSteps steps.
 bool BuildSteps(const Format& dst, const CastOptions& opt, StepTable* t) {
   const auto code = [&](uint32_t sign, uint32_t mag) {
-    return static_cast<uint8_t>(internal::ConvertCore(kSrcF32, (sign << 31) | mag, dst, opt, 0).code);
+    return static_cast<uint8_t>(internal::ConvertCore(fmt::kFP32, (sign << 31) | mag, dst, opt, 0).code);
   };
   for (uint32_t sign = 0; sign < 2; ++sign) {
     t->nan_code[sign] = code(sign, 0x7FC00000u);
@@ -128,6 +129,27 @@ bool BuildSteps(const Format& dst, const CastOptions& opt, StepTable* t) {
     t->count[sign] = n;
   }
   return true;
+}
+
+// The tables built so far, by destination fields and options: a call on the same conversion reuses its
+// table instead of walking the steps again (about 30,000 runs of the routine for an FP8 format). nullptr:
+// the conversion has too many steps for a table.
+std::shared_ptr<const StepTable> StepsFor(const Format& dst, const CastOptions& opt) {
+  using Key = std::array<int, 11>;
+  const Key key{dst.exp_bits, dst.man_bits,   dst.bias, dst.is_signed, static_cast<int>(dst.encoding),
+                static_cast<int>(opt.rounding), static_cast<int>(opt.saturation), static_cast<int>(opt.nan_sign),
+                static_cast<int>(opt.nan_fallback), static_cast<int>(opt.subnormals), static_cast<int>(opt.negative_unsigned)};
+  static std::mutex mutex;
+  static std::map<Key, std::shared_ptr<const StepTable>> cache;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  auto t = std::make_shared<StepTable>();
+  std::shared_ptr<const StepTable> built = BuildSteps(dst, opt, t.get()) ? std::move(t) : nullptr;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (cache.size() >= 256) cache.clear();  // a bound on memory for callers that sweep options
+  return cache.emplace(key, std::move(built)).first->second;
 }
 
 __global__ void ConvertKernelSteps(const uint32_t* src, uint64_t n, const StepTable* table, uint8_t* out) {
@@ -170,14 +192,11 @@ __global__ void ConvertKernelSteps(const uint32_t* src, uint64_t n, const StepTa
   }
 }
 
+// The source's format: FormatOfSource's, and fp64 too.
 const Format& SourceFields(DType t) {
-  switch (t) {
-    case DType::kF32: return kSrcF32;
-    case DType::kF64: return kSrcF64;
-    case DType::kF16: return kSrcF16;
-    case DType::kBF16: return kSrcBF16;
-    default: throw Error(std::string("engine: conversions read fp32, fp64, fp16 or bf16, not ") + DTypeName(t));
-  }
+  if (t == DType::kF64) return fmt::kFP64;
+  if (!IsFastSource(t)) throw Error(std::string("engine: conversions read fp32, fp64, fp16 or bf16, not ") + DTypeName(t));
+  return FormatOfSource(t);
 }
 
 // The step-table path where it applies (FP32 in memory, a deterministic rounding, no flags asked for): true
@@ -185,19 +204,22 @@ const Format& SourceFields(DType t) {
 bool LaunchSteps(DType t, const void* src, uint64_t n, const Format& dst, const CastOptions& opt, uint8_t* out,
                  uint8_t* flags, cudaStream_t stream) {
   if (t != DType::kF32 || flags != nullptr || internal::IsStochasticCore(opt.rounding)) return false;
-  StepTable host{};
-  if (!BuildSteps(dst, opt, &host)) return false;
+  const std::shared_ptr<const StepTable> host = StepsFor(dst, opt);
+  if (host == nullptr) return false;
   // The table travels with the stream's work: a device copy freed after the kernel (stream-ordered).
   StepTable* dev = nullptr;
   detail::Check(cudaMallocAsync(reinterpret_cast<void**>(&dev), sizeof(StepTable), stream), "cudaMallocAsync");
-  detail::Check(cudaMemcpyAsync(dev, &host, sizeof(StepTable), cudaMemcpyHostToDevice, stream), "copy to device");
+  detail::Check(cudaMemcpyAsync(dev, host.get(), sizeof(StepTable), cudaMemcpyHostToDevice, stream), "copy to device");
+  // Grid-stride blocks, each loading the table into shared memory once: enough to fill today's largest GPUs
+  // (132 SMs x 16 blocks), few enough that the loads stay small beside the data.
   constexpr int kThreads = 512;
+  constexpr uint64_t kMaxBlocks = 2112;
   const uint64_t want = (n + kThreads - 1) / kThreads;
-  const unsigned grid = static_cast<unsigned>(want < 132ull * 16 ? want : 132ull * 16);
+  const unsigned grid = static_cast<unsigned>(want < kMaxBlocks ? want : kMaxBlocks);
   ConvertKernelSteps<<<grid, kThreads, 0, stream>>>(static_cast<const uint32_t*>(src), n, dev, out);
   detail::Check(cudaGetLastError(), "engine convert kernel launch");
   detail::Check(cudaFreeAsync(dev, stream), "cudaFreeAsync");
-  // The pageable source of cudaMemcpyAsync is read before it returns, so `host` may go out of scope.
+  // The pageable source of cudaMemcpyAsync is staged before it returns; the cache keeps it alive anyway.
   return true;
 }
 
@@ -307,7 +329,7 @@ __device__ __forceinline__ void MxBlock(const void* src, uint64_t n, uint64_t bl
   const uint64_t b = (blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (b >= blocks) return;  // whole warps leave together: blockDim.x is a multiple of 32
-  constexpr Format kF32{"fp32", 8, 23, 127, true, Encoding::kIeee};  // device code cannot read the host's
+  constexpr Format kF32 = Fp32Fields();
   const uint64_t start = b * static_cast<uint64_t>(a.block);
   const uint64_t end = start + a.block < n ? start + a.block : n;
   const auto read = [&](uint64_t i) {
@@ -398,8 +420,7 @@ __global__ void MxKernelFixed(const void* src, uint64_t n, uint64_t blocks, MxAr
 void EngineQuantizeMx(DType src_type, const void* src, size_t n, const MxSpec& spec, uint8_t* codes, uint8_t* scales,
                       const SrSource& sr, double* kernel_seconds) {
   ValidateMxSpec(spec);
-  (void)FormatOfSource(src_type);  // QuantizeMx's refusal of other sources
-  const Format& sf = SourceFields(src_type);
+  const Format& sf = FormatOfSource(src_type);  // and QuantizeMx's refusal of other sources
   Require("the engine's MX quantization");
   if (n == 0) return;
   MxArgs a{sf, spec.elem, spec.cast, spec.block, static_cast<int>(spec.rule), static_cast<int>(spec.nan),

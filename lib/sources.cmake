@@ -10,7 +10,9 @@ set(QMX_LIB_SOURCE_LIST
     src/scale/scale.cc src/scale/scale_ref.cc
     src/quantize/quantize.cc src/quantize/quantize_ref.cc src/quantize/quantize_pack.cc
     src/quantize/quantize_spec.cc src/quantize/spec_io.cc src/quantize/mx.cc src/quantize/mx_ref.cc
+    src/quantize/amax_simd.cc
     src/quantize/mx_simd.cc
+    src/quantize/nvfp4_strip_simd.cc
     src/transform/transform.cc src/transform/transform_simd.cc
     src/gemm/gemm.cc src/gemm/gemm_ref.cc src/gemm/gemm_buffers.cc src/gemm/gemm_fast.cc
     src/gemm/gemm_fast_exact.cc src/gemm/gemm_fast_fused.cc src/gemm/gemm_simd.cc src/gemm/gemm_fused_simd.cc

@@ -204,7 +204,7 @@ TEST_CASE("quantize: NVFP4 quantization equals the reference: both orders, NaN p
 
 TEST_CASE("quantize: NVFP4 16x16 blocks equal the reference: strips in place, ragged strips and groups, fallbacks",
           "[quantize][nvfp4]") {
-  // The strip kernel (quantize/mx_simd.cc, Nvfp4StripLoop) takes columns that the blocks tile: 64 x 1024 (4
+  // The strip kernel (quantize/nvfp4_strip_simd.cc, Nvfp4StripLoop) takes columns that the blocks tile: 64 x 1024 (4
   // strips of 64 blocks), 40 x 208 (a last strip of 8 rows; 13 blocks a strip, fewer than a vector's
   // lanes), 17 x 48 (a last strip of one row). 40 x 200 does not tile and takes the gathered strips, as
   // RZ (not a fused rounding) does everywhere.
@@ -293,7 +293,7 @@ TEST_CASE("quantize: NVFP4 quantization equals the reference on every SIMD targe
   omp_set_num_threads(omp_get_num_procs());
 }
 
-// The amax pass keeps every block's maximum for the quantize pass (quantize/mx_simd.cc, AmaxBitsOfBlocks):
+// The amax pass keeps every block's maximum for the quantize pass (quantize/amax_simd.cc, AmaxBitsOfBlocks):
 // chunks of whole vectors of maxima, then the blocks left over one at a time. Tensors of 1 to 2048 + 37
 // blocks put the leftovers at every count, with NaN and Inf in the last blocks (left over, or the last
 // chunk's), under each NaN policy, on every target.
@@ -395,37 +395,37 @@ TEST_CASE("quantize: NVFP4 op orders: known answers on which the kernel order, t
   // fl(1 / fl(s8 * fl(1 / S)))) and of the divide-first order (s8 = e4m3(fl(fl(b / 6) * S)), encode
   // fl(S / s8)). Each case names the alternative order it rules out.
   TargetGuard guard;
-  for (const std::string& target : SimdTargets()) {
-    ForceSimdTarget(target);
-    INFO("target " << target);
-    // fl(S * fl(1/6)) = 0x3F0F700A but fl(S / 6) = 0x3F0F7009: b * that lands on 168 exactly, a tie that
-    // rounds down to 160 (0x72); the kernel order gives 0x43280001 -> 176 (0x73). Rules out S / 6.
-    CHECK(SecondBlock(F(0x4447E449), {F(0x4395EB37)}, ScaleRule::kNvfp4).first == 0x73);
-    // S = 1: the kernel order's fl(b * fl(1/6)) = 0.296875 exactly (a tie -> 0x2A), fl(b / 6) is one ulp
-    // below (-> 0x29). Rules out the other order for each rule.
-    CHECK(SecondBlock(F(0x45280000), {F(0x3FE3FFFF)}, ScaleRule::kNvfp4).first == 0x2A);
-    CHECK(SecondBlock(F(0x45280000), {F(0x3FE3FFFF)}, ScaleRule::kNvfp4Div).first == 0x29);
-    CHECK(SecondBlock(F(0x422C92ED), {F(0x3D3F1061)}, ScaleRule::kNvfp4).first == 0x30);
-    CHECK(SecondBlock(F(0x422C92ED), {F(0x3D3F1061)}, ScaleRule::kNvfp4Div).first == 0x2F);
-    // torchao's fl(fl(b / 6) / fl(amax / 2688)) gives 0x3C here; the kernel order 0x3D.
-    CHECK(SecondBlock(F(0x410A9325), {F(0x3CF77479)}, ScaleRule::kNvfp4).first == 0x3D);
-    // The encode factor: with s8 = 0x69 (72) under S = fl(2688 / 0x419AE321), the kernel's
-    // fl(1 / fl(72 * fl(1 / S))) = 0x3FF6D20A puts x = 0x3EC72405 at 0.75 exactly (a tie -> 1.0, code 2);
-    // fl(S / 72) = 0x3FF6D209 puts it one ulp below (-> 0.5, code 1). Rules out S / s8 for nvfp4 and
-    // 1 / (s8 / S) for nvfp4-div.
-    const float t = F(0x419AE321), block_amax = 3.111f;
-    for (ScaleRule r : {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div}) {
-      const auto [s8, codes] = SecondBlock(t, {block_amax, F(0x3EC72405)}, r);
-      REQUIRE(s8 == 0x69);
-      CHECK(codes[1] == (r == ScaleRule::kNvfp4 ? 0x2 : 0x1));
-    }
-    CHECK(Nvfp4EncodeFactor(0x69, Nvfp4TensorEncodeScale(t), ScaleRule::kNvfp4) == F(0x3FF6D20A));
-    CHECK(Nvfp4EncodeFactor(0x69, Nvfp4TensorEncodeScale(t), ScaleRule::kNvfp4Div) == F(0x3FF6D209));
-    // A block far below the tensor amax: s8 = 0; the kernel's encode factor is FLT_MAX, so 1e-6 saturates
-    // to 6 (code 7); the divide-first order's is 0 (code 0).
-    CHECK(SecondBlock(1.0f, {F(0x358637BD)}, ScaleRule::kNvfp4) == std::make_pair(uint8_t{0}, std::vector<uint8_t>{0x7}));
-    CHECK(SecondBlock(1.0f, {F(0x358637BD)}, ScaleRule::kNvfp4Div) == std::make_pair(uint8_t{0}, std::vector<uint8_t>{0x0}));
+  const std::string target = GENERATE(from_range(SimdTargets()));
+  CAPTURE(target);
+  ForceSimdTarget(target);
+  INFO("target " << target);
+  // fl(S * fl(1/6)) = 0x3F0F700A but fl(S / 6) = 0x3F0F7009: b * that lands on 168 exactly, a tie that
+  // rounds down to 160 (0x72); the kernel order gives 0x43280001 -> 176 (0x73). Rules out S / 6.
+  CHECK(SecondBlock(F(0x4447E449), {F(0x4395EB37)}, ScaleRule::kNvfp4).first == 0x73);
+  // S = 1: the kernel order's fl(b * fl(1/6)) = 0.296875 exactly (a tie -> 0x2A), fl(b / 6) is one ulp
+  // below (-> 0x29). Rules out the other order for each rule.
+  CHECK(SecondBlock(F(0x45280000), {F(0x3FE3FFFF)}, ScaleRule::kNvfp4).first == 0x2A);
+  CHECK(SecondBlock(F(0x45280000), {F(0x3FE3FFFF)}, ScaleRule::kNvfp4Div).first == 0x29);
+  CHECK(SecondBlock(F(0x422C92ED), {F(0x3D3F1061)}, ScaleRule::kNvfp4).first == 0x30);
+  CHECK(SecondBlock(F(0x422C92ED), {F(0x3D3F1061)}, ScaleRule::kNvfp4Div).first == 0x2F);
+  // torchao's fl(fl(b / 6) / fl(amax / 2688)) gives 0x3C here; the kernel order 0x3D.
+  CHECK(SecondBlock(F(0x410A9325), {F(0x3CF77479)}, ScaleRule::kNvfp4).first == 0x3D);
+  // The encode factor: with s8 = 0x69 (72) under S = fl(2688 / 0x419AE321), the kernel's
+  // fl(1 / fl(72 * fl(1 / S))) = 0x3FF6D20A puts x = 0x3EC72405 at 0.75 exactly (a tie -> 1.0, code 2);
+  // fl(S / 72) = 0x3FF6D209 puts it one ulp below (-> 0.5, code 1). Rules out S / s8 for nvfp4 and
+  // 1 / (s8 / S) for nvfp4-div.
+  const float t = F(0x419AE321), block_amax = 3.111f;
+  for (ScaleRule r : {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div}) {
+    const auto [s8, codes] = SecondBlock(t, {block_amax, F(0x3EC72405)}, r);
+    REQUIRE(s8 == 0x69);
+    CHECK(codes[1] == (r == ScaleRule::kNvfp4 ? 0x2 : 0x1));
   }
+  CHECK(Nvfp4EncodeFactor(0x69, Nvfp4TensorEncodeScale(t), ScaleRule::kNvfp4) == F(0x3FF6D20A));
+  CHECK(Nvfp4EncodeFactor(0x69, Nvfp4TensorEncodeScale(t), ScaleRule::kNvfp4Div) == F(0x3FF6D209));
+  // A block far below the tensor amax: s8 = 0; the kernel's encode factor is FLT_MAX, so 1e-6 saturates
+  // to 6 (code 7); the divide-first order's is 0 (code 0).
+  CHECK(SecondBlock(1.0f, {F(0x358637BD)}, ScaleRule::kNvfp4) == std::make_pair(uint8_t{0}, std::vector<uint8_t>{0x7}));
+  CHECK(SecondBlock(1.0f, {F(0x358637BD)}, ScaleRule::kNvfp4Div) == std::make_pair(uint8_t{0}, std::vector<uint8_t>{0x0}));
 }
 
 TEST_CASE("quantize: NVFP4 dequantization order: TE's fl(code * fl(fl(s8 * amax) * fl(1/2688))), not torchao's "

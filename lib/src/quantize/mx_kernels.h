@@ -1,6 +1,7 @@
-// mx_kernels.h (internal): the block quantizers' kernels (dynamic dispatch; quantize/mx_simd.cc): MX and
-// NVFP4 blocks, NVFP4 strips of several rows, FP32-scaled blocks, amax passes and MX dequantization. Their
-// elements convert through round/convert_params.h's parameters, as ConvertCodes does.
+// mx_kernels.h (internal): the block quantizers' kernels (dynamic dispatch; quantize/mx_simd.cc,
+// nvfp4_strip_simd.cc, amax_simd.cc, their shared steps in mx_blocks-inl.h): MX and NVFP4 blocks, NVFP4
+// strips of several rows, FP32-scaled blocks, amax passes and MX dequantization. Their elements convert
+// through round/convert_params.h's parameters, as ConvertCodes does.
 #pragma once
 
 #include <cstddef>

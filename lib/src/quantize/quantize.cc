@@ -310,166 +310,207 @@ void QuantizeStrip(const Ctx& c, size_t strip, uint8_t* codes, uint8_t* scales) 
 // pieces of at most kPiece elements that never straddle a block: the maxima per piece (any order gives
 // the same maximum), the scales per block, then fl32(x * multiplier) and the conversion per piece, with SR
 // words from the element indices.
-void QuantizeFp32Contiguous(const Ctx& c, size_t block_len, QuantizedTensor& q, Exec exec) {
-  constexpr size_t kPiece = size_t{1} << 16;
-  const TensorView& x = *c.x;
-  const QuantSpec& spec = *c.spec;
-  const size_t n = x.rows * x.cols, esize = ElemSize(x.dtype), blocks = (n + block_len - 1) / block_len;
-  const uint8_t* src = static_cast<const uint8_t*>(x.data);
+class Fp32Contiguous {
+ public:
+  Fp32Contiguous(const Ctx& c, size_t block_len, QuantizedTensor& q)
+      : c_(c), x_(*c.x), spec_(*c.spec), q_(q), block_len_(block_len), n_(x_.rows * x_.cols),
+        esize_(ElemSize(x_.dtype)), blocks_((n_ + block_len - 1) / block_len),
+        src_(static_cast<const uint8_t*>(x_.data)), maxima_of_(blocks_), mult_(blocks_), nan_block_(blocks_),
+        fill_(detail::BlockNanCode(spec_.elem)),
+        batch_scales_(blocks_ > 1 && !c.have_fixed && ScaleFormatOf(spec_.rule) == ScaleFormat::kFp32),
+        params_(simd::MakeConvertParams(spec_.elem, spec_.cast, DType::kF32)),
+        fused_(simd::ScaledBlocksTake(params_)) {
+    CutPieces();
+  }
+
+  // 1. Maxima per block; 2. scales; 3. elements. Small blocks: each piece on its own, read once while it is
+  // in cache. Blocks of a piece or more: each step over every piece before the next step.
+  void Run(Exec exec) {
+    const int64_t np = static_cast<int64_t>(pieces_.size());
+    const bool parallel = exec == Exec::kParallel && np > 1;
+    if (whole_blocks_) {
+      if (parallel) {
+#pragma omp parallel
+        {
+          std::vector<float> y;  // sized on first use: most pieces never need it
+#pragma omp for schedule(static)
+          for (int64_t p = 0; p < np; ++p) WholePiece(p, y);
+        }
+      } else {
+        std::vector<float> y;
+        for (int64_t p = 0; p < np; ++p) WholePiece(p, y);
+      }
+      return;
+    }
+    if (parallel) {
+#pragma omp parallel
+      {
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < np; ++p) MaximaStep(p);
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < static_cast<int64_t>(blocks_); ++b) Scale(static_cast<size_t>(b));
+        std::vector<float> y;
+#pragma omp for schedule(static)
+        for (int64_t p = 0; p < np; ++p) Elements(p, y);
+      }
+    } else {
+      for (int64_t p = 0; p < np; ++p) MaximaStep(p);
+      for (size_t b = 0; b < blocks_; ++b) Scale(b);
+      std::vector<float> y;
+      for (int64_t p = 0; p < np; ++p) Elements(p, y);
+    }
+  }
+
+ private:
+  static constexpr size_t kPiece = size_t{1} << 16;
   struct Piece {
     size_t block, start, len;
   };
-  std::vector<Piece> pieces;
-  if (block_len >= kPiece) {
-    for (size_t b = 0; b < blocks; ++b)
-      for (size_t s = b * block_len; s < std::min(n, (b + 1) * block_len); s += kPiece)
-        pieces.push_back({b, s, std::min({kPiece, n - s, (b + 1) * block_len - s})});
+
+  // Blocks of kPiece or more: each block in pieces of kPiece; smaller blocks: runs of whole blocks.
+  void CutPieces() {
+    if (block_len_ >= kPiece) {
+      for (size_t b = 0; b < blocks_; ++b)
+        for (size_t s = b * block_len_; s < std::min(n_, (b + 1) * block_len_); s += kPiece)
+          pieces_.push_back({b, s, std::min({kPiece, n_ - s, (b + 1) * block_len_ - s})});
+    }
+    whole_blocks_ = pieces_.empty();
+    per_piece_ = whole_blocks_ ? std::max<size_t>(1, kPiece / block_len_) : 1;
+    if (whole_blocks_)
+      for (size_t b = 0; b < blocks_; b += per_piece_)
+        pieces_.push_back({b, b * block_len_, std::min(n_, (b + per_piece_) * block_len_) - b * block_len_});
   }
-  const bool whole_blocks = pieces.empty();  // small blocks: each piece a run of whole blocks
-  const size_t per_piece = whole_blocks ? std::max<size_t>(1, kPiece / block_len) : 1;
-  if (whole_blocks)
-    for (size_t b = 0; b < blocks; b += per_piece) pieces.push_back({b, b * block_len, std::min(n, (b + per_piece) * block_len) - b * block_len});
-  const int64_t np = static_cast<int64_t>(pieces.size());
-  // 1. Maxima per block; 2. scales; 3. elements.
-  std::vector<Maxima> maxima_of(blocks);
-  const auto maxima = [&](int64_t p) {
-    const Piece& pc = pieces[static_cast<size_t>(p)];
-    if (whole_blocks) {
+
+  // A piece of whole blocks, all three steps.
+  void WholePiece(int64_t p, std::vector<float>& y) {
+    MaximaStep(p);
+    const Piece& pc = pieces_[static_cast<size_t>(p)];
+    ScaleRange(pc.block, std::min(blocks_, pc.block + per_piece_));
+    Elements(p, y);
+  }
+
+  // Step 1 for piece p.
+  void MaximaStep(int64_t p) {
+    const Piece& pc = pieces_[static_cast<size_t>(p)];
+    if (whole_blocks_) {
       // The piece's whole blocks in one call, every lane counted; a block holding NaN or Inf, and a
       // partial last block, then take MaximaOf's three maxima.
-      const size_t full = pc.len / block_len;
+      const size_t full = pc.len / block_len_;
       std::vector<uint32_t> all(full);
-      if (full > 0) simd::AmaxBitsOfBlocks(x.dtype, src + pc.start * esize, full * block_len, block_len, all.data(), 0x7F800000u);
+      if (full > 0)
+        simd::AmaxBitsOfBlocks(x_.dtype, src_ + pc.start * esize_, full * block_len_, block_len_, all.data(), 0x7F800000u);
       for (size_t i = 0; i < full; ++i) {
         const size_t b = pc.block + i;
-        maxima_of[b] = all[i] < 0x7F800000u ? Maxima{all[i], all[i], all[i]} : MaximaOf(x.dtype, src + b * block_len * esize, block_len);
+        maxima_of_[b] = all[i] < 0x7F800000u ? Maxima{all[i], all[i], all[i]}
+                                             : MaximaOf(x_.dtype, src_ + b * block_len_ * esize_, block_len_);
       }
-      if (full * block_len < pc.len) {
+      if (full * block_len_ < pc.len) {
         const size_t b = pc.block + full;
-        maxima_of[b] = MaximaOf(x.dtype, src + b * block_len * esize, pc.len - full * block_len);
+        maxima_of_[b] = MaximaOf(x_.dtype, src_ + b * block_len_ * esize_, pc.len - full * block_len_);
       }
       return;
     }
-    for (size_t b = pc.block; b * block_len < pc.start + pc.len; ++b) {
-      const size_t s = std::max(pc.start, b * block_len), e = std::min(pc.start + pc.len, (b + 1) * block_len);
-      const Maxima m = MaximaOf(x.dtype, src + s * esize, e - s);
+    for (size_t b = pc.block; b * block_len_ < pc.start + pc.len; ++b) {
+      const size_t s = std::max(pc.start, b * block_len_), e = std::min(pc.start + pc.len, (b + 1) * block_len_);
+      const Maxima m = MaximaOf(x_.dtype, src_ + s * esize_, e - s);
 #pragma omp critical(qmx_fp32_maxima)
-      maxima_of[b].Add(m);
+      maxima_of_[b].Add(m);
     }
-  };
-  std::vector<float> mult(blocks);
-  std::vector<uint8_t> nan_block(blocks);
-  const auto scale = [&](size_t b) {
-    if (blocks == 1) {  // per tensor: the tensor amax is the block's maximum under TensorAmax's policy
-      const uint32_t m = detail::TensorAmaxKeepsInf(spec.nan) ? maxima_of[0].with_inf : maxima_of[0].finite;
-      std::memcpy(&q.tensor_amax, &m, 4);
+  }
+
+  // Step 2 for block b alone.
+  void Scale(size_t b) {
+    if (blocks_ == 1) {  // per tensor: the tensor amax is the block's maximum under TensorAmax's policy
+      const uint32_t m = detail::TensorAmaxKeepsInf(spec_.nan) ? maxima_of_[0].with_inf : maxima_of_[0].finite;
+      std::memcpy(&q_.tensor_amax, &m, 4);
     }
-    const MultiplyScale ms = Fp32BlockScale(c, maxima_of[b]);
-    detail::StoreScale(spec, q.scales.data(), b, ms.stored, ms.nan_block);
-    mult[b] = ms.multiplier;
-    nan_block[b] = ms.nan_block;
-  };
-  // Scales of blocks [b0, b1) of a piece. Under an FP32 rule from the maxima (not per tensor, not a fixed
+    const MultiplyScale ms = Fp32BlockScale(c_, maxima_of_[b]);
+    detail::StoreScale(spec_, q_.scales.data(), b, ms.stored, ms.nan_block);
+    mult_[b] = ms.multiplier;
+    nan_block_[b] = ms.nan_block;
+  }
+
+  // Step 2 for blocks [b0, b1) of a piece. Under an FP32 rule from the maxima (not per tensor, not a fixed
   // scale), a block without NaN or Inf takes its scale from one Fp32ScalesFromAmaxes call over the range
   // (Fp32ScaleFromAmax in a loop, so BlockMultiplyScale's bits); the others go one at a time.
-  const bool batch_scales = blocks > 1 && !c.have_fixed && ScaleFormatOf(spec.rule) == ScaleFormat::kFp32;
-  const auto scale_range = [&](size_t b0, size_t b1) {
-    if (!batch_scales) {
-      for (size_t b = b0; b < b1; ++b) scale(b);
+  void ScaleRange(size_t b0, size_t b1) {
+    if (!batch_scales_) {
+      for (size_t b = b0; b < b1; ++b) Scale(b);
       return;
     }
     std::vector<float> amax(b1 - b0);
-    for (size_t b = b0; b < b1; ++b) std::memcpy(&amax[b - b0], &maxima_of[b].finite, 4);
+    for (size_t b = b0; b < b1; ++b) std::memcpy(&amax[b - b0], &maxima_of_[b].finite, 4);
     std::vector<Fp32Scale> fs(b1 - b0);
-    Fp32ScalesFromAmaxes(amax.data(), amax.size(), c.destmax, spec.rule == ScaleRule::kFp32Pow2, spec.margin, fs.data());
+    Fp32ScalesFromAmaxes(amax.data(), amax.size(), c_.destmax, spec_.rule == ScaleRule::kFp32Pow2, spec_.margin,
+                         fs.data());
     for (size_t b = b0; b < b1; ++b) {
-      if (maxima_of[b].all >= 0x7F800000u) {
-        scale(b);
+      if (maxima_of_[b].all >= 0x7F800000u) {
+        Scale(b);
         continue;
       }
       uint32_t stored;
       std::memcpy(&stored, &fs[b - b0].decode, 4);
-      detail::StoreScale(spec, q.scales.data(), b, stored, false);
-      mult[b] = fs[b - b0].encode;
+      detail::StoreScale(spec_, q_.scales.data(), b, stored, false);
+      mult_[b] = fs[b - b0].encode;
     }
-  };
-  const uint8_t fill = detail::BlockNanCode(spec.elem);
-  // Elements of a piece. Where the fused tier takes the conversion, a block whose products are all finite
+  }
+
+  // Step 3 for piece p. Where the fused tier takes the conversion, a block whose products are all finite
   // (no NaN or Inf, amax x multiplier finite) goes straight from the source in registers; each run of the
   // other blocks is multiplied into y and converted in one call, and NaN blocks are filled after.
-  const simd::ConvertParams params = simd::MakeConvertParams(spec.elem, spec.cast, DType::kF32);
-  const bool fused = simd::ScaledBlocksTake(params);
-  const auto elements = [&](int64_t p, std::vector<float>& y) {
-    const Piece& pc = pieces[static_cast<size_t>(p)];
-    const size_t b0 = pc.block, len = whole_blocks ? block_len : pc.len, nb = (pc.len + len - 1) / len;
+  void Elements(int64_t p, std::vector<float>& y) {
+    const Piece& pc = pieces_[static_cast<size_t>(p)];
+    const size_t b0 = pc.block, len = whole_blocks_ ? block_len_ : pc.len, nb = (pc.len + len - 1) / len;
     const auto start_of = [&](size_t i) { return pc.start + std::min(pc.len, i * len); };  // block b0 + i's
     std::vector<uint8_t> take(nb, 0);
-    if (fused) {
+    if (fused_) {
       for (size_t i = 0; i < nb; ++i) {
-        const Maxima& m = maxima_of[b0 + i];
+        const Maxima& m = maxima_of_[b0 + i];
         float amax;
         std::memcpy(&amax, &m.all, 4);
-        take[i] = !nan_block[b0 + i] && m.all < 0x7F800000u && std::isfinite(mult[b0 + i]) && std::isfinite(amax * mult[b0 + i]);
+        take[i] = !nan_block_[b0 + i] && m.all < 0x7F800000u && std::isfinite(mult_[b0 + i]) &&
+                  std::isfinite(amax * mult_[b0 + i]);
       }
-      simd::ConvertScaledBlocks(params, x.dtype, src + pc.start * esize, pc.len, len, mult.data() + b0, take.data(),
-                                q.codes.data() + pc.start, spec.seed, pc.start);
+      simd::ConvertScaledBlocks(params_, x_.dtype, src_ + pc.start * esize_, pc.len, len, mult_.data() + b0,
+                                take.data(), q_.codes.data() + pc.start, spec_.seed, pc.start);
     }
     for (size_t i = 0; i < nb;) {
       if (take[i]) {
         ++i;
         continue;
       }
-      if (y.empty()) y.resize(std::min(n, kPiece));
+      if (y.empty()) y.resize(std::min(n_, kPiece));
       size_t e = i;
       for (; e < nb && !take[e]; ++e)
-        ScaleElements(x.dtype, src + start_of(e) * esize, start_of(e + 1) - start_of(e), mult[b0 + e], y.data() + (start_of(e) - start_of(i)));
-      ConvertToCodes(DType::kF32, y.data(), start_of(e) - start_of(i), spec.elem, spec.cast, q.codes.data() + start_of(i),
-                     {spec.seed, start_of(i), nullptr}, Exec::kSequential);
+        ScaleElements(x_.dtype, src_ + start_of(e) * esize_, start_of(e + 1) - start_of(e), mult_[b0 + e],
+                      y.data() + (start_of(e) - start_of(i)));
+      ConvertToCodes(DType::kF32, y.data(), start_of(e) - start_of(i), spec_.elem, spec_.cast,
+                     q_.codes.data() + start_of(i), {spec_.seed, start_of(i), nullptr}, Exec::kSequential);
       for (; i < e; ++i)
-        if (nan_block[b0 + i]) std::memset(q.codes.data() + start_of(i), fill, start_of(i + 1) - start_of(i));
+        if (nan_block_[b0 + i]) std::memset(q_.codes.data() + start_of(i), fill_, start_of(i + 1) - start_of(i));
     }
-  };
-  const auto piece_blocks = [&](int64_t p) {  // the blocks a piece of whole blocks holds
-    const Piece& pc = pieces[static_cast<size_t>(p)];
-    return std::make_pair(pc.block, std::min(blocks, pc.block + per_piece));
-  };
-  if (whole_blocks) {  // each piece on its own, read once while it is in cache
-    const auto piece = [&](int64_t p, std::vector<float>& y) {
-      maxima(p);
-      const auto [b0, b1] = piece_blocks(p);
-      scale_range(b0, b1);
-      elements(p, y);
-    };
-    if (exec == Exec::kParallel && np > 1) {
-#pragma omp parallel
-      {
-        std::vector<float> y;  // sized on first use: most pieces never need it
-#pragma omp for schedule(static)
-        for (int64_t p = 0; p < np; ++p) piece(p, y);
-      }
-    } else {
-      std::vector<float> y;  // sized on first use: most pieces never need it
-      for (int64_t p = 0; p < np; ++p) piece(p, y);
-    }
-    return;
   }
-  if (exec == Exec::kParallel && np > 1) {
-#pragma omp parallel
-    {
-#pragma omp for schedule(static)
-      for (int64_t p = 0; p < np; ++p) maxima(p);
-#pragma omp for schedule(static)
-      for (int64_t b = 0; b < static_cast<int64_t>(blocks); ++b) scale(static_cast<size_t>(b));
-      std::vector<float> y;  // sized on first use: most pieces never need it
-#pragma omp for schedule(static)
-      for (int64_t p = 0; p < np; ++p) elements(p, y);
-    }
-  } else {
-    for (int64_t p = 0; p < np; ++p) maxima(p);
-    for (size_t b = 0; b < blocks; ++b) scale(b);
-    std::vector<float> y;  // sized on first use: most pieces never need it
-    for (int64_t p = 0; p < np; ++p) elements(p, y);
-  }
+
+  const Ctx& c_;
+  const TensorView& x_;
+  const QuantSpec& spec_;
+  QuantizedTensor& q_;
+  const size_t block_len_, n_, esize_, blocks_;
+  const uint8_t* src_;
+  std::vector<Piece> pieces_;
+  bool whole_blocks_ = false;  // small blocks: each piece a run of whole blocks
+  size_t per_piece_ = 1;
+  std::vector<Maxima> maxima_of_;
+  std::vector<float> mult_;
+  std::vector<uint8_t> nan_block_;
+  const uint8_t fill_;
+  const bool batch_scales_;
+  const simd::ConvertParams params_;
+  const bool fused_;
+};
+
+void QuantizeFp32Contiguous(const Ctx& c, size_t block_len, QuantizedTensor& q, Exec exec) {
+  Fp32Contiguous(c, block_len, q).Run(exec);
 }
 
 // f(s) for every strip s of block rows, over OpenMP threads a strip at a time (a strip whose blocks go
@@ -762,6 +803,11 @@ void FakeQuantize(const TensorView& x, const QuantSpec& spec, float* out, Exec e
 }
 
 // ------------------------------------------------------------------ statistics
+
+std::vector<std::pair<std::string, uint64_t>> QuantStatsCounts(const QuantStats& s) {
+  return {{"elements", s.elements},   {"nan_inputs", s.nan_inputs},           {"inf_inputs", s.inf_inputs},
+          {"saturated", s.saturated}, {"flushed_to_zero", s.flushed_to_zero}, {"nan_blocks", s.nan_blocks}};
+}
 
 QuantStats ComputeStats(const TensorView& x, const QuantizedTensor& q) {
   detail::CheckLineAmax(q);

@@ -28,10 +28,7 @@ using nlohmann::ordered_json;
 
 struct QuantizeArgs {
   std::string spec = "mxfp8";
-  std::string elem, rule, block, axis, round, sat, nan_policy, scaling, profile, subnormals, nan_fallback;
-  int sr_bits = 8;
-  uint64_t seed = 0;
-  int margin = 0;
+  SpecOverrides o;  // the text overrides (SpecOverrideFields), --sr-bits, --seed, --margin, --row-scaled
   std::string in, out, json, codes_dtype = "native";
   std::vector<std::string> tensors;
   std::vector<float> amax_history;
@@ -41,31 +38,15 @@ struct QuantizeArgs {
 };
 
 QuantSpec BuildSpec(const QuantizeArgs& a) {
-  if (!a.block.empty()) {
+  if (!a.o.block.empty()) {
     try {
       QuantSpec probe;
-      SetBlockShape(probe, a.block);
+      SetBlockShape(probe, a.o.block);
     } catch (const Error& e) {
       throw Error(std::string("--block: ") + e.what());
     }
   }
-  SpecOverrides o;
-  o.profile = a.profile;
-  o.elem = a.elem;
-  o.rule = a.rule;
-  o.block = a.block;
-  o.axis = a.axis;
-  o.round = a.round;
-  o.sat = a.sat;
-  o.nan_policy = a.nan_policy;
-  o.scaling = a.scaling;
-  o.subnormals = a.subnormals;
-  o.nan_fallback = a.nan_fallback;
-  o.sr_bits = a.sr_bits;
-  o.seed = a.seed;
-  o.margin = a.margin;
-  o.row_scaled = a.row_scaled;
-  return BuildQuantSpec(a.spec, o);
+  return BuildQuantSpec(a.spec, a.o);
 }
 
 ordered_json SpecJson(const QuantSpec& s) { return ordered_json::parse(QuantSpecToJson(s)); }
@@ -168,8 +149,9 @@ void RunQuantize(const QuantizeArgs& a) {
     if (spec.row_scaled && !q.line_amax.empty())
       t["line_amax_range"] = {*std::min_element(q.line_amax.begin(), q.line_amax.end()),
                               *std::max_element(q.line_amax.begin(), q.line_amax.end())};
-    t["counts"] = {{"elements", st.elements}, {"nan_inputs", st.nan_inputs}, {"inf_inputs", st.inf_inputs},
-                   {"saturated", st.saturated}, {"flushed_to_zero", st.flushed_to_zero}, {"nan_blocks", st.nan_blocks}};
+    ordered_json counts;
+    for (const auto& [name, count] : QuantStatsCounts(st)) counts[name] = count;
+    t["counts"] = counts;
     ordered_json hist = ordered_json::object();
     for (size_t b = 0; b < st.scale_histogram.size(); ++b)
       if (st.scale_histogram[b] != 0) hist[std::to_string(b)] = st.scale_histogram[b];
@@ -301,23 +283,11 @@ void AddQuantizeCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("quantize", "Quantize tensors (.npy / .safetensors) under an MX, NVFP4 or FP8 recipe");
   std::string names;
   for (const auto& n : QuantSpecNames()) names += (names.empty() ? "" : ", ") + n;
-  std::string profiles;
-  for (const auto& n : ProfileNames()) profiles += (profiles.empty() ? "" : ", ") + n;
   cmd->add_option("--spec", a->spec, "Recipe: " + names)->capture_default_str();
-  cmd->add_option("--profile", a->profile, "Library behaviour: " + profiles);
-  cmd->add_option("--elem", a->elem, "Override the element format (e4m3, e5m2, e3m2, e2m3, e2m1, int8, ...)");
-  cmd->add_option("--rule,--scale-rule", a->rule, "Override the scale rule (--scale-rule: the older spelling): ocp-floor, round-up, ceil, even, max-finite, fp32, fp32-pow2, nvfp4, nvfp4-div, nvfp4-torchao, nvfp4-4over6, nvfp4-4over6-mse");
-  cmd->add_option("--block", a->block, "Override the block: 1x32, 1x16, 1x128, 16x16, 32x32, 128x128, per-row, per-tensor");
-  cmd->add_option("--axis", a->axis, "row (blocks along the last dimension) or col (down the columns)");
-  cmd->add_option("--round", a->round, "Element rounding: rne, rna, rz, ru, rd, ro, sr (= sr-a), sr-b, sr-c");
-  cmd->add_option("--sat", a->sat, "satfinite, nosat, satpropagate");
-  cmd->add_option("--nan-policy", a->nan_policy, "block-nan, scale-nan, te, ignore-nan, ignore");
-  cmd->add_option("--element-scaling", a->scaling, "UE8M0 scales: exact, fp32, te-rcp");
-  cmd->add_option("--subnormals", a->subnormals, "keep or flush");
-  cmd->add_option("--nan-fallback", a->nan_fallback, "NaN into FP6/FP4/INT8: max or zero");
-  cmd->add_option("--sr-bits", a->sr_bits, "Random bits per element for stochastic rounding (1..32)")->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Philox seed (element (r, c) uses stream index r * cols + c)")->capture_default_str();
-  cmd->add_option("--margin", a->margin, "FP32 scales: s = destmax / amax / 2^margin")->capture_default_str();
+  for (const auto& f : SpecOverrideFields()) cmd->add_option(f.option, a->o.*f.field, f.help);
+  cmd->add_option("--sr-bits", a->o.sr_bits, "Random bits per element for stochastic rounding (1..32)")->capture_default_str();
+  cmd->add_option("--seed", a->o.seed, "Philox seed (element (r, c) uses stream index r * cols + c)")->capture_default_str();
+  cmd->add_option("--margin", a->o.margin, "FP32 scales: s = destmax / amax / 2^margin")->capture_default_str();
   cmd->add_option("--amax-history", a->amax_history, "fp8-delayed: earlier amaxes, oldest first, pushed before this tensor");
   cmd->add_option("--history-len", a->history_len, "fp8-delayed: amax history length")->capture_default_str();
   cmd->add_option("--in", a->in, "Input .npy or .safetensors")->required();
@@ -325,7 +295,7 @@ void AddQuantizeCommand(CLI::App& app) {
   cmd->add_option("--out", a->out, "Output .safetensors (NAME.codes, NAME.scales, NAME.dequant) or a directory/ of .npy files")->required();
   cmd->add_option("--json", a->json, "Write a JSON summary (counts, scale histogram, error) here");
   cmd->add_option("--threads", a->threads, "OpenMP threads (default: all)")->check(CLI::Range(1, 1024));
-  cmd->add_flag("--row-scaled", a->row_scaled,
+  cmd->add_flag("--row-scaled", a->o.row_scaled,
                 "NVFP4: a second-level scale per row (per column with --axis col) from that line's amax, as Transformer "
                 "Engine's row-scaled NVFP4; writes NAME.line_amax (the nvfp4-row spec sets it)");
   cmd->add_flag("--reference", a->reference, "Use the scalar reference quantizer (slow; equal bit for bit)");

@@ -138,15 +138,7 @@ ordered_json Record(const Method& me, const Input& in, const StudyOutcome& o, in
   r["rows"] = in.rows;
   r["cols"] = in.cols;
   r["trials"] = trials;
-  r["mse"] = e.Mse();
-  r["rmse"] = e.Rmse();
-  r["nmse"] = e.Nmse();
-  r["sqnr_db"] = e.SqnrDb();
-  r["max_abs_err"] = e.max_abs_err;
-  r["max_rel_err"] = e.max_rel_err;
-  r["mean_rel_err"] = e.MeanRelErr();
-  r["bias"] = e.Bias();
-  r["cosine"] = e.Cosine();
+  for (const auto& [name, value] : ErrorMetrics(e)) r[name] = value;
   r["misalignment"] = o.misalignment.Misalignment();
   r["misalignment_stderr"] = o.misalignment.StdErr();
   r["misalignment_group"] = o.misalignment_group;

@@ -68,6 +68,15 @@ TEST_CASE("metrics: error statistics equal the formulas on integer data, where e
   CHECK(s.rel_count == nz);
   CHECK(s.MeanRelErr() == Approx(rel / nz).epsilon(1e-14));
   CHECK(s.zero_ref_err > 0);    // ref = 0 with error +-1
+  // The named metrics the CLI and Python report: the methods' values, in the documented order.
+  const auto named = ErrorMetrics(s);
+  const std::vector<std::pair<std::string, double>> want = {
+      {"mse", s.Mse()},          {"rmse", s.Rmse()},
+      {"nmse", s.Nmse()},        {"sqnr_db", s.SqnrDb()},
+      {"max_abs_err", 1.0},      {"max_rel_err", 1.0},
+      {"mean_rel_err", s.MeanRelErr()}, {"bias", s.Bias()},
+      {"cosine", s.Cosine()}};
+  CHECK(named == want);
 }
 
 TEST_CASE("metrics: error statistics skip and count non-finite elements", "[metrics]") {

@@ -166,3 +166,21 @@ def test_tensor_amax_policies_and_quantize():
     assert qmx.tensor_amax(np.zeros(0, np.float32)) == 0.0
     with pytest.raises(ValueError, match="NaN policy"):
         qmx.tensor_amax(x, "nope")
+
+
+def test_spec_overrides_come_from_the_library_table(cli):
+    # One table (SpecOverrideFields) names the text overrides: the keywords make_spec takes, the options
+    # `qmx-sim quantize` lists, and the names make_spec's docstring documents.
+    names = qmx._qmx.spec_override_names()
+    assert len(names) == 11 and {"rule", "rounding", "nan_policy", "element_scaling"} <= set(names)
+    help_text = cli("quantize", "--help")
+    for flag in ("--profile", "--elem", "--rule", "--block", "--axis", "--round", "--sat", "--nan-policy",
+                 "--element-scaling", "--subnormals", "--nan-fallback"):
+        assert flag in help_text
+    for name in names:
+        assert name in qmx.make_spec.__doc__
+    s = qmx.make_spec("mxfp8", rounding="rz", element_scaling="fp32", rule="ceil", axis=None)
+    t = qmx.make_spec("mxfp8", rounding="rz", element_scaling="fp32", rule="ceil")
+    assert s == t and s != qmx.make_spec("mxfp8")
+    with pytest.raises(TypeError, match="unknown spec option"):
+        qmx.make_spec("mxfp8", scale_rule="ceil")

@@ -193,22 +193,22 @@ TEST_CASE("quantize: row-wise quantization of X^T equals column-wise quantizatio
   std::vector<float> xt(x.size());
   for (size_t r = 0; r < rows; ++r)
     for (size_t c = 0; c < cols; ++c) xt[c * rows + r] = x[r * cols + c];
-  for (const char* name : {"mxfp8", "mxfp6_e3m2", "nvfp4", "fp8-block1x128", "fp8-block128x128", "fp8-rowwise"}) {
-    QuantSpec col = QuantSpecByName(name);
-    col.axis = Axis::kCol;
-    const QuantSpec row = QuantSpecByName(name);
-    const QuantizedTensor qc = Quantize({DType::kF32, x.data(), rows, cols}, col);
-    const QuantizedTensor qr = Quantize({DType::kF32, xt.data(), cols, rows}, row);
-    INFO(name);
-    REQUIRE(qc.scale_rows == qr.scale_cols);
-    REQUIRE(qc.scale_cols == qr.scale_rows);
-    size_t bad = 0;
-    for (size_t r = 0; r < rows; ++r)
-      for (size_t c = 0; c < cols; ++c) bad += qc.codes[r * cols + c] != qr.codes[c * rows + r];
-    for (size_t i = 0; i < qc.scale_rows; ++i)
-      for (size_t j = 0; j < qc.scale_cols; ++j) bad += !SameFloat(qc.ScaleAt(i, j), qr.ScaleAt(j, i));
-    CHECK(bad == 0);
-  }
+  const char* const name = GENERATE(values<const char*>({"mxfp8", "mxfp6_e3m2", "nvfp4", "fp8-block1x128", "fp8-block128x128", "fp8-rowwise"}));
+  CAPTURE(name);
+  QuantSpec col = QuantSpecByName(name);
+  col.axis = Axis::kCol;
+  const QuantSpec row = QuantSpecByName(name);
+  const QuantizedTensor qc = Quantize({DType::kF32, x.data(), rows, cols}, col);
+  const QuantizedTensor qr = Quantize({DType::kF32, xt.data(), cols, rows}, row);
+  INFO(name);
+  REQUIRE(qc.scale_rows == qr.scale_cols);
+  REQUIRE(qc.scale_cols == qr.scale_rows);
+  size_t bad = 0;
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) bad += qc.codes[r * cols + c] != qr.codes[c * rows + r];
+  for (size_t i = 0; i < qc.scale_rows; ++i)
+    for (size_t j = 0; j < qc.scale_cols; ++j) bad += !SameFloat(qc.ScaleAt(i, j), qr.ScaleAt(j, i));
+  CHECK(bad == 0);
 }
 
 TEST_CASE("quantize: A column-wise MX copy is not the transpose of the row-wise one", "[quantize]") {
@@ -434,6 +434,27 @@ TEST_CASE("quantize: spec overrides, the JSON form of a spec and reassembled ten
   o.sat = "nosat";
   CHECK_THROWS_AS(BuildQuantSpec("mxfp4", o), Error);  // e2m1 has no Inf or NaN
 
+  // The table of text overrides: each keyword sets its own field and no other, each CLI option starts
+  // with "--", and an unknown keyword is refused with the known ones named.
+  const auto& fields = SpecOverrideFields();
+  REQUIRE(fields.size() == 11);
+  for (const SpecOverrideField& f : fields) {
+    INFO(f.name);
+    CHECK(f.option.rfind("--", 0) == 0);
+    CHECK(!f.help.empty());
+    SpecOverrides one;
+    SetSpecOverride(one, f.name, "x");
+    for (const SpecOverrideField& g : fields) CHECK((one.*g.field == "x") == (g.name == f.name));
+  }
+  SpecOverrides by_name;
+  SetSpecOverride(by_name, "rounding", "rz");
+  SetSpecOverride(by_name, "element_scaling", "fp32");
+  CHECK(by_name.round == "rz");
+  CHECK(by_name.scaling == "fp32");
+  CHECK_THROWS_WITH(SetSpecOverride(by_name, "scale_rule", "ceil"),
+                    Catch::Matchers::Contains("unknown spec option 'scale_rule'") &&
+                        Catch::Matchers::Contains("nan_policy"));
+
   // Stored codes and scales give back the tensor they came from.
   std::vector<float> x(48 * 80);
   std::mt19937 rng(4);
@@ -583,26 +604,31 @@ TEST_CASE("quantize: computeStats counts NaN and Inf inputs, flushes, saturation
   const size_t rows = 48, cols = 96;
   std::vector<float> x = MakeMatrix(rows, cols, 17);
   x[100] = 1e30f;  // saturates under a delayed (given) scale
-  for (const char* name : {"mxfp8", "mxfp4", "nvfp4", "nvfp4-2d", "fp8-block1x128", "fp8-tensor-current", "fp8-rowwise"}) {
-    for (NanPolicy nan : {NanPolicy::kBlockNan, NanPolicy::kIgnore}) {
-      QuantSpec spec = QuantSpecByName(name);
-      spec.nan = nan;
-      const TensorView v{DType::kF32, x.data(), rows, cols};
-      std::vector<QuantizedTensor> qs = {Quantize(v, spec)};
-      if (ScaleFormatOf(spec.rule) == ScaleFormat::kFp32 && spec.block_rows == 0 && spec.block_cols == 0)
-        qs.push_back(QuantizeWithScale(v, spec, Fp32ScaleFromAmax(1.0f, 448.0f, false, 0)));
-      for (const QuantizedTensor& q : qs) {
-        const QuantStats got = ComputeStats(v, q), want = NaiveStats(x, q);
-        INFO(DescribeSpec(spec));
-        CHECK(got.elements == want.elements);
-        CHECK(got.nan_inputs == want.nan_inputs);
-        CHECK(got.inf_inputs == want.inf_inputs);
-        CHECK(got.flushed_to_zero == want.flushed_to_zero);
-        CHECK(got.saturated == want.saturated);
-        CHECK(got.nan_blocks == want.nan_blocks);
-        CHECK(got.scale_histogram == want.scale_histogram);
-        CHECK(got.nan_inputs + got.inf_inputs > 0);
-      }
+  const char* const name = GENERATE(values<const char*>({"mxfp8", "mxfp4", "nvfp4", "nvfp4-2d", "fp8-block1x128", "fp8-tensor-current", "fp8-rowwise"}));
+  CAPTURE(name);
+  for (NanPolicy nan : {NanPolicy::kBlockNan, NanPolicy::kIgnore}) {
+    QuantSpec spec = QuantSpecByName(name);
+    spec.nan = nan;
+    const TensorView v{DType::kF32, x.data(), rows, cols};
+    std::vector<QuantizedTensor> qs = {Quantize(v, spec)};
+    if (ScaleFormatOf(spec.rule) == ScaleFormat::kFp32 && spec.block_rows == 0 && spec.block_cols == 0)
+      qs.push_back(QuantizeWithScale(v, spec, Fp32ScaleFromAmax(1.0f, 448.0f, false, 0)));
+    for (const QuantizedTensor& q : qs) {
+      const QuantStats got = ComputeStats(v, q), want = NaiveStats(x, q);
+      INFO(DescribeSpec(spec));
+      CHECK(got.elements == want.elements);
+      CHECK(got.nan_inputs == want.nan_inputs);
+      CHECK(got.inf_inputs == want.inf_inputs);
+      CHECK(got.flushed_to_zero == want.flushed_to_zero);
+      CHECK(got.saturated == want.saturated);
+      CHECK(got.nan_blocks == want.nan_blocks);
+      CHECK(got.scale_histogram == want.scale_histogram);
+      CHECK(got.nan_inputs + got.inf_inputs > 0);
+      const std::vector<std::pair<std::string, uint64_t>> counts = {
+          {"elements", want.elements},   {"nan_inputs", want.nan_inputs},
+          {"inf_inputs", want.inf_inputs}, {"saturated", want.saturated},
+          {"flushed_to_zero", want.flushed_to_zero}, {"nan_blocks", want.nan_blocks}};
+      CHECK(QuantStatsCounts(got) == counts);
     }
   }
 }
@@ -621,29 +647,29 @@ TEST_CASE("quantize: A given FP32 scale whose products overflow: codes equal the
   std::vector<float> y(x.size());
   for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * scale.encode;
   const TensorView v{DType::kF32, x.data(), rows, cols};
-  for (const char* elem : {"e4m3", "e5m2"}) {
-    for (Saturation sat : {Saturation::kSatFinite, Saturation::kNoSat}) {
-      for (Rounding r : {Rounding::kRne, Rounding::kSrA}) {
-        QuantSpec spec = QuantSpecByName("fp8-tensor-current");
-        spec.elem = ParseFormat(elem);
-        spec.nan = NanPolicy::kIgnore;
-        spec.cast.saturation = sat;
-        spec.cast.rounding = r;
-        spec.seed = 99;
-        std::vector<uint8_t> want(x.size());
-        ConvertToCodesRef(DType::kF32, y.data(), y.size(), spec.elem, spec.cast, want.data(), {spec.seed, 0, nullptr});
-        for (const std::string& target : SimdTargets()) {
-          ForceSimdTarget(target);
-          for (Exec e : {Exec::kSequential, Exec::kParallel}) {
-            const QuantizedTensor q = QuantizeWithScale(v, spec, scale, e);
-            INFO(DescribeSpec(spec) << " " << target);
-            size_t bad = 0;
-            for (size_t i = 0; i < want.size(); ++i) bad += q.codes[i] != want[i];
-            CHECK(bad == 0);
-          }
+  const char* const elem = GENERATE(values<const char*>({"e4m3", "e5m2"}));
+  CAPTURE(elem);
+  for (Saturation sat : {Saturation::kSatFinite, Saturation::kNoSat}) {
+    for (Rounding r : {Rounding::kRne, Rounding::kSrA}) {
+      QuantSpec spec = QuantSpecByName("fp8-tensor-current");
+      spec.elem = ParseFormat(elem);
+      spec.nan = NanPolicy::kIgnore;
+      spec.cast.saturation = sat;
+      spec.cast.rounding = r;
+      spec.seed = 99;
+      std::vector<uint8_t> want(x.size());
+      ConvertToCodesRef(DType::kF32, y.data(), y.size(), spec.elem, spec.cast, want.data(), {spec.seed, 0, nullptr});
+      for (const std::string& target : SimdTargets()) {
+        ForceSimdTarget(target);
+        for (Exec e : {Exec::kSequential, Exec::kParallel}) {
+          const QuantizedTensor q = QuantizeWithScale(v, spec, scale, e);
+          INFO(DescribeSpec(spec) << " " << target);
+          size_t bad = 0;
+          for (size_t i = 0; i < want.size(); ++i) bad += q.codes[i] != want[i];
+          CHECK(bad == 0);
         }
-        ForceSimdTarget("");
       }
+      ForceSimdTarget("");
     }
   }
 }

@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "qmx/convert.h"
@@ -44,6 +46,9 @@ struct ErrorStats {
   double Cosine() const;      // sum_dot / sqrt(sum_sq_ref * sum_sq_out); 1 when both are all zero
   void Merge(const ErrorStats& later);  // appends `later`'s elements after this one's
 };
+// The derived metrics by name, in the one order the CLI's study rows and JSON and Python's error_stats give
+// them: mse, rmse, nmse, sqnr_db, max_abs_err, max_rel_err, mean_rel_err, bias, cosine.
+std::vector<std::pair<std::string, double>> ErrorMetrics(const ErrorStats& e);
 
 // The statistics of out against ref, n elements. kParallel computes chunks on OpenMP threads; the result
 // equals the sequential one bit for bit.

@@ -76,8 +76,8 @@ std::string DescribeSpec(const QuantSpec& spec);   // one line: name, element, b
 // the ignore policy, block extents out of 0..65536, cast options the element cannot honour.
 void ValidateQuantSpec(const QuantSpec& spec);
 
-// A named spec's overrides, by the option names the CLI and the Python package share (`--elem`,
-// `--scale-rule`, ...); an empty string keeps the spec's own setting.
+// A named spec's overrides; an empty string keeps the spec's own setting. SpecOverrideFields() names the
+// text ones as the CLI and the Python package spell them.
 struct SpecOverrides {
   std::string profile, elem, rule, block, axis, round, sat, nan_policy, scaling, subnormals, nan_fallback;
   int sr_bits = 8;
@@ -85,6 +85,16 @@ struct SpecOverrides {
   int margin = 0;
   bool row_scaled = false;  // `--row-scaled`: one second-level scale per line (NVFP4 rules)
 };
+// One text override: its Python keyword ("rounding"), its CLI option with the older spellings CLI11 also
+// accepts ("--rule,--scale-rule"), one line of help naming the accepted values, and the field it sets. The
+// CLI's `quantize` options, the binding and `qmx.make_spec` all take their list from this one table.
+struct SpecOverrideField {
+  std::string name, option, help;
+  std::string SpecOverrides::*field;
+};
+const std::vector<SpecOverrideField>& SpecOverrideFields();
+// Sets the text override with Python keyword `name`; throws qmx::Error naming the known keywords.
+void SetSpecOverride(SpecOverrides& o, const std::string& name, const std::string& value);
 // QuantSpecByName(name), then the profile, then each override. A max-finite rule brings the ignore NaN
 // policy with it unless nan_policy is given. The name gains a "+" when elem, rule or block changed a named
 // recipe. Validated (ValidateQuantSpec); throws qmx::Error.
@@ -110,6 +120,9 @@ struct QuantStats {
   std::vector<uint64_t> scale_histogram;  // 256 bins: UE8M0 by byte, E4M3 by code, FP32 by the biased
                                           // exponent of the decode scale (255 = Inf/NaN)
 };
+// The counts by name, in the one order the CLI's quantize summary and qmx.quantize_stats give them: elements,
+// nan_inputs, inf_inputs, saturated, flushed_to_zero, nan_blocks.
+std::vector<std::pair<std::string, uint64_t>> QuantStatsCounts(const QuantStats& s);
 
 // The element codes' container: a std::vector<uint8_t> whose resize leaves new bytes unwritten (the
 // allocator's construct default-initializes) and whose storage starts on a 64-byte line. The quantizers

@@ -51,8 +51,7 @@ from ._qmx import (  # noqa: F401  (re-exported)
 
 __version__ = _qmx.__version__
 
-_OVERRIDES = ("profile", "elem", "rule", "block", "axis", "rounding", "saturation", "nan_policy",
-              "element_scaling", "subnormals", "nan_fallback")
+_OVERRIDES = tuple(_qmx.spec_override_names())  # the library's one table (SpecOverrideFields)
 
 
 def as_array(x):
@@ -280,9 +279,9 @@ def _spec_json(spec, overrides):
     unknown = set(overrides) - set(_OVERRIDES) - {"sr_bits", "seed", "margin", "row_scaled"}
     if unknown:
         raise TypeError("unknown spec option(s): " + ", ".join(sorted(unknown)))
-    kw = {k: overrides.get(k) for k in _OVERRIDES}
-    return _qmx.make_spec(spec, sr_bits=overrides.get("sr_bits", 8), seed=overrides.get("seed", 0),
-                          margin=overrides.get("margin", 0), row_scaled=bool(overrides.get("row_scaled", False)), **kw)
+    text = {k: overrides[k] for k in _OVERRIDES if overrides.get(k) is not None}
+    return _qmx.make_spec(spec, text, sr_bits=overrides.get("sr_bits", 8), seed=overrides.get("seed", 0),
+                          margin=overrides.get("margin", 0), row_scaled=bool(overrides.get("row_scaled", False)))
 
 
 def quantize(x, spec="mxfp8", *, state=None, tensor_amax=None, src="", reference=False, **overrides):

@@ -20,15 +20,7 @@ pyb::dict ErrorDict(const ErrorStats& e) {
   d["count"] = e.count;
   d["nonfinite"] = e.nonfinite;
   d["out_nonfinite"] = e.out_nonfinite;
-  d["mse"] = e.Mse();
-  d["rmse"] = e.Rmse();
-  d["nmse"] = e.Nmse();
-  d["sqnr_db"] = e.SqnrDb();
-  d["max_abs_err"] = e.max_abs_err;
-  d["max_rel_err"] = e.max_rel_err;
-  d["mean_rel_err"] = e.MeanRelErr();
-  d["bias"] = e.Bias();
-  d["cosine"] = e.Cosine();
+  for (const auto& [name, value] : ErrorMetrics(e)) d[name.c_str()] = value;
   d["sum_sq_err"] = e.sum_sq_err;
   d["sum_sq_ref"] = e.sum_sq_ref;
   return d;

@@ -24,28 +24,15 @@ std::vector<size_t> ShapeOf(const QuantizedTensor& q) {
   return q.shape.empty() ? std::vector<size_t>{q.rows, q.cols} : q.shape;
 }
 
-std::string Opt(const std::optional<std::string>& s) { return s ? *s : std::string(); }
-
-// A spec from a name plus overrides, each None keeping the recipe's own setting.
-QuantSpec SpecOf(const std::string& spec, const std::optional<std::string>& profile,
-                 const std::optional<std::string>& elem, const std::optional<std::string>& rule,
-                 const std::optional<std::string>& block, const std::optional<std::string>& axis,
-                 const std::optional<std::string>& rounding, const std::optional<std::string>& saturation,
-                 const std::optional<std::string>& nan_policy, const std::optional<std::string>& element_scaling,
-                 const std::optional<std::string>& subnormals, const std::optional<std::string>& nan_fallback,
-                 int sr_bits, uint64_t seed, int margin, bool row_scaled) {
+// A spec from a name plus text overrides by their Python keywords (SpecOverrideFields), None keeping the
+// recipe's own setting.
+QuantSpec SpecOf(const std::string& spec, const pyb::dict& overrides, int sr_bits, uint64_t seed, int margin,
+                 bool row_scaled) {
   SpecOverrides o;
-  o.profile = Opt(profile);
-  o.elem = Opt(elem);
-  o.rule = Opt(rule);
-  o.block = Opt(block);
-  o.axis = Opt(axis);
-  o.round = Opt(rounding);
-  o.sat = Opt(saturation);
-  o.nan_policy = Opt(nan_policy);
-  o.scaling = Opt(element_scaling);
-  o.subnormals = Opt(subnormals);
-  o.nan_fallback = Opt(nan_fallback);
+  for (const auto& [key, value] : overrides) {
+    if (value.is_none()) continue;
+    SetSpecOverride(o, pyb::str(key).cast<std::string>(), pyb::str(value).cast<std::string>());
+  }
   o.sr_bits = sr_bits;
   o.seed = seed;
   o.margin = margin;
@@ -159,23 +146,17 @@ void BindQuantize(pyb::module_& m) {
 
   m.def("spec_names", &QuantSpecNames, "The recipes' spec names (mxfp8, nvfp4, fp8-block1x128, ...).");
   m.def("profile_names", &ProfileNames, "Library profiles (microxcaling, torchao-rceil, transformer-engine, ...).");
-  m.def("make_spec", [](const std::string& spec, const std::optional<std::string>& profile,
-                        const std::optional<std::string>& elem, const std::optional<std::string>& rule,
-                        const std::optional<std::string>& block, const std::optional<std::string>& axis,
-                        const std::optional<std::string>& rounding, const std::optional<std::string>& saturation,
-                        const std::optional<std::string>& nan_policy, const std::optional<std::string>& element_scaling,
-                        const std::optional<std::string>& subnormals, const std::optional<std::string>& nan_fallback,
-                        int sr_bits, uint64_t seed, int margin, bool row_scaled) {
-    const QuantSpec s = SpecOf(spec, profile, elem, rule, block, axis, rounding, saturation, nan_policy,
-                               element_scaling, subnormals, nan_fallback, sr_bits, seed, margin, row_scaled);
-    return QuantSpecToJson(s);
-  }, pyb::arg("spec"), pyb::arg("profile") = std::nullopt, pyb::arg("elem") = std::nullopt,
-        pyb::arg("rule") = std::nullopt, pyb::arg("block") = std::nullopt, pyb::arg("axis") = std::nullopt,
-        pyb::arg("rounding") = std::nullopt, pyb::arg("saturation") = std::nullopt,
-        pyb::arg("nan_policy") = std::nullopt, pyb::arg("element_scaling") = std::nullopt,
-        pyb::arg("subnormals") = std::nullopt, pyb::arg("nan_fallback") = std::nullopt, pyb::arg("sr_bits") = 8,
-        pyb::arg("seed") = 0, pyb::arg("margin") = 0, pyb::arg("row_scaled") = false,
-        "The JSON text of a spec built as quantize builds it.");
+  m.def("make_spec", [](const std::string& spec, const pyb::dict& overrides, int sr_bits, uint64_t seed, int margin,
+                        bool row_scaled) {
+    return QuantSpecToJson(SpecOf(spec, overrides, sr_bits, seed, margin, row_scaled));
+  }, pyb::arg("spec"), pyb::arg("overrides") = pyb::dict(), pyb::arg("sr_bits") = 8, pyb::arg("seed") = 0,
+        pyb::arg("margin") = 0, pyb::arg("row_scaled") = false,
+        "The JSON text of a spec built as quantize builds it; overrides: {keyword: text} (spec_override_names()).");
+  m.def("spec_override_names", [] {
+    std::vector<std::string> names;
+    for (const auto& f : SpecOverrideFields()) names.push_back(f.name);
+    return names;
+  }, "The text overrides of a spec by their keywords (rule, rounding, ...), in the CLI's order.");
   m.def("describe_spec", [](const pyb::object& spec) { return DescribeSpec(SpecFromObject(spec)); },
         pyb::arg("spec"), "One line describing a spec (a name, a dict or JSON text).");
 
@@ -191,12 +172,7 @@ void BindQuantize(pyb::module_& m) {
       st = ComputeStats(v, q);
     }
     pyb::dict d;
-    d["elements"] = st.elements;
-    d["nan_inputs"] = st.nan_inputs;
-    d["inf_inputs"] = st.inf_inputs;
-    d["saturated"] = st.saturated;
-    d["flushed_to_zero"] = st.flushed_to_zero;
-    d["nan_blocks"] = st.nan_blocks;
+    for (const auto& [name, count] : QuantStatsCounts(st)) d[name.c_str()] = count;
     std::vector<uint64_t> h = st.scale_histogram;
     const size_t n = h.size();
     d["scale_histogram"] = ToArray(std::move(h), {n});

@@ -62,6 +62,17 @@ double ErrorStats::Cosine() const {
   if (sum_sq_ref == 0 || sum_sq_out == 0) return 0.0;
   return sum_dot / std::sqrt(sum_sq_ref * sum_sq_out);
 }
+std::vector<std::pair<std::string, double>> ErrorMetrics(const ErrorStats& e) {
+  return {{"mse", e.Mse()},
+          {"rmse", e.Rmse()},
+          {"nmse", e.Nmse()},
+          {"sqnr_db", e.SqnrDb()},
+          {"max_abs_err", e.max_abs_err},
+          {"max_rel_err", e.max_rel_err},
+          {"mean_rel_err", e.MeanRelErr()},
+          {"bias", e.Bias()},
+          {"cosine", e.Cosine()}};
+}
 void ErrorStats::Merge(const ErrorStats& b) {
   count += b.count;
   nonfinite += b.nonfinite;

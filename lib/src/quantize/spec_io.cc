@@ -12,6 +12,48 @@
 
 namespace qmx {
 
+namespace {
+std::string JoinNames(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+}  // namespace
+
+const std::vector<SpecOverrideField>& SpecOverrideFields() {
+  static const std::vector<SpecOverrideField> fields = {
+      {"profile", "--profile", "Library behaviour: " + JoinNames(ProfileNames()), &SpecOverrides::profile},
+      {"elem", "--elem", "Override the element format (e4m3, e5m2, e3m2, e2m3, e2m1, int8, ...)", &SpecOverrides::elem},
+      {"rule", "--rule,--scale-rule",
+       "Override the scale rule (--scale-rule: the older spelling): ocp-floor, round-up, ceil, even, max-finite, "
+       "fp32, fp32-pow2, nvfp4, nvfp4-div, nvfp4-torchao, nvfp4-4over6, nvfp4-4over6-mse",
+       &SpecOverrides::rule},
+      {"block", "--block", "Override the block: 1x32, 1x16, 1x128, 16x16, 32x32, 128x128, per-row, per-tensor",
+       &SpecOverrides::block},
+      {"axis", "--axis", "row (blocks along the last dimension) or col (down the columns)", &SpecOverrides::axis},
+      {"rounding", "--round", "Element rounding: rne, rna, rz, ru, rd, ro, sr (= sr-a), sr-b, sr-c",
+       &SpecOverrides::round},
+      {"saturation", "--sat", "satfinite, nosat, satpropagate", &SpecOverrides::sat},
+      {"nan_policy", "--nan-policy", "block-nan, scale-nan, te, ignore-nan, ignore", &SpecOverrides::nan_policy},
+      {"element_scaling", "--element-scaling", "UE8M0 scales: exact, fp32, te-rcp", &SpecOverrides::scaling},
+      {"subnormals", "--subnormals", "keep or flush", &SpecOverrides::subnormals},
+      {"nan_fallback", "--nan-fallback", "NaN into FP6/FP4/INT8: max or zero", &SpecOverrides::nan_fallback},
+  };
+  return fields;
+}
+
+void SetSpecOverride(SpecOverrides& o, const std::string& name, const std::string& value) {
+  std::vector<std::string> known;
+  for (const auto& f : SpecOverrideFields()) {
+    if (f.name == name) {
+      o.*f.field = value;
+      return;
+    }
+    known.push_back(f.name);
+  }
+  throw Error("unknown spec option '" + name + "' (known: " + JoinNames(known) + ")");
+}
+
 QuantSpec BuildQuantSpec(const std::string& name, const SpecOverrides& o) {
   QuantSpec spec = QuantSpecByName(name);
   if (!o.profile.empty()) ApplyProfile(spec, o.profile);

@@ -39,6 +39,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../src/mma_tile.cuh"
+
 #define CK(x)                                                                                    \
   do {                                                                                           \
     cudaError_t e_ = (x);                                                                        \
@@ -51,45 +53,16 @@
 // ============================================================================ device kernels
 namespace {
 
-__device__ inline uint32_t Load4(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 __device__ inline uint32_t Load2h(const uint16_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // Tiles: tile w has A (16 x k, row-major), Bt (8 x k: column j of B, K contiguous), C and D (16 x 8,
-// row-major). The body is device.cu's MmaKernel (PTX ISA 9.7.14.5, m16n8k32 with 8-bit operands):
-// g = lane / 4, t = lane % 4; A regs: (g, 4t..4t+3), (g+8, ..), (g, 16+4t..), (g+8, 16+4t..);
-// B regs: k = 4t..4t+3 and 16+4t.. of column g; C/D: (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
+// row-major), through the backend's own tile (gpu/src/mma_tile.cuh, as device.cu's MmaKernel).
 template <int FA, int FB>
 __global__ void MmaFp8Tiles(const uint8_t* a, const uint8_t* bt, const float* c, int k, int tiles, float* d) {
-  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
   if (warp >= tiles) return;
-  a += static_cast<size_t>(warp) * 16 * k;
-  bt += static_cast<size_t>(warp) * 8 * k;
-  c += static_cast<size_t>(warp) * 128;
-  d += static_cast<size_t>(warp) * 128;
-  const int n = 8, g = lane / 4, t = lane % 4;
-  float acc[4];
-  const int rows[4] = {g, g, g + 8, g + 8};
-  const int cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
-  for (int i = 0; i < 4; ++i) acc[i] = c[rows[i] * n + cols[i]];
-  const uint8_t* ar0 = a + static_cast<size_t>(g) * k;
-  const uint8_t* ar1 = a + static_cast<size_t>(g + 8) * k;
-  const uint8_t* bc = bt + static_cast<size_t>(g) * k;
-  for (int k0 = 0; k0 < k; k0 += 32) {
-    const uint32_t a0 = Load4(ar0 + k0 + 4 * t), a1 = Load4(ar1 + k0 + 4 * t);
-    const uint32_t a2 = Load4(ar0 + k0 + 16 + 4 * t), a3 = Load4(ar1 + k0 + 16 + 4 * t);
-    const uint32_t b0 = Load4(bc + k0 + 4 * t), b1 = Load4(bc + k0 + 16 + 4 * t);
-#define PROBE_MMA(TA, TB)                                                                                 \
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." TA "." TB ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, " \
-               "{%8, %9}, {%0, %1, %2, %3};"                                                             \
-               : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])                                  \
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
-    if (FA == 0 && FB == 0) PROBE_MMA("e4m3", "e4m3");
-    if (FA == 0 && FB == 1) PROBE_MMA("e4m3", "e5m2");
-    if (FA == 1 && FB == 0) PROBE_MMA("e5m2", "e4m3");
-    if (FA == 1 && FB == 1) PROBE_MMA("e5m2", "e5m2");
-#undef PROBE_MMA
-  }
-  for (int i = 0; i < 4; ++i) d[rows[i] * n + cols[i]] = acc[i];
+  const size_t w = warp;
+  qmx_mma::Fp8Tile<FA, FB>(a + w * 16 * k, k, bt + w * 8 * k, k, c + w * 128, 8, k, d + w * 128, 8);
 }
 
 // m16n8k16 with .f16 operands (PTX ISA 9.7.14.5.8): A regs: (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..),

@@ -17,38 +17,18 @@
 #include <cstring>
 #include <vector>
 
-__device__ inline uint32_t Load4(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+#include "../src/mma_tile.cuh"
 
 // a: m x k row-major codes; bt: n x k (column j's K values); c, d: m x n row-major; FA, FB: 0 e4m3, 1 e5m2.
 // One warp per 16 x 8 tile, the accumulator in registers over K (fragment layout of PTX ISA 9.7.14.5, as
 // gpu/src/device.cu).
 template <int FA, int FB>
 __global__ void Chain(const uint8_t* a, const uint8_t* bt, const float* c, int m, int n, int k, float* d) {
-  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int tiles_n = n / 8;
   if (warp >= (m / 16) * tiles_n) return;
-  const int r0 = (warp / tiles_n) * 16, c0 = (warp % tiles_n) * 8, g = lane / 4, t = lane % 4;
-  const int rows[4] = {r0 + g, r0 + g, r0 + g + 8, r0 + g + 8};
-  const int cols[4] = {c0 + 2 * t, c0 + 2 * t + 1, c0 + 2 * t, c0 + 2 * t + 1};
-  float acc[4];
-  for (int i = 0; i < 4; ++i) acc[i] = c[rows[i] * n + cols[i]];
-  const uint8_t *ar0 = a + (r0 + g) * k, *ar1 = a + (r0 + g + 8) * k, *bc = bt + (c0 + g) * k;
-  for (int k0 = 0; k0 < k; k0 += 32) {
-    const uint32_t a0 = Load4(ar0 + k0 + 4 * t), a1 = Load4(ar1 + k0 + 4 * t);
-    const uint32_t a2 = Load4(ar0 + k0 + 16 + 4 * t), a3 = Load4(ar1 + k0 + 16 + 4 * t);
-    const uint32_t b0 = Load4(bc + k0 + 4 * t), b1 = Load4(bc + k0 + 16 + 4 * t);
-#define QMX_MMA(TA, TB)                                                                                        \
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." TA "." TB ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, " \
-               "{%0, %1, %2, %3};"                                                                               \
-               : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])                                         \
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
-    if (FA == 0 && FB == 0) QMX_MMA("e4m3", "e4m3");
-    if (FA == 0 && FB == 1) QMX_MMA("e4m3", "e5m2");
-    if (FA == 1 && FB == 0) QMX_MMA("e5m2", "e4m3");
-    if (FA == 1 && FB == 1) QMX_MMA("e5m2", "e5m2");
-#undef QMX_MMA
-  }
-  for (int i = 0; i < 4; ++i) d[rows[i] * n + cols[i]] = acc[i];
+  const size_t r0 = (warp / tiles_n) * 16, c0 = (warp % tiles_n) * 8, at = r0 * n + c0;
+  qmx_mma::Fp8Tile<FA, FB>(a + r0 * k, k, bt + c0 * k, k, c + at, n, k, d + at, n);
 }
 
 // Chain on host arrays; returns D.

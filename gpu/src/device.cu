@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gpu_internal.h"
+#include "mma_tile.cuh"
 #include "qmx/gpu.h"
 
 namespace qmx::gpu {
@@ -62,41 +63,15 @@ void Require(const char* what, bool need_sm100a) {
 
 namespace {
 
-__device__ inline uint32_t Load4(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
-
-// One warp per 16 x 8 tile of D. Fragment layouts of PTX ISA 9.7.14.5 (m16n8k32, 8-bit operands):
-// group g = lane / 4, t = lane % 4; A regs: (g, 4t..4t+3), (g+8, ..), (g, 16+4t..), (g+8, 16+4t..);
-// B regs: k = 4t..4t+3 and 16+4t.. of column g; C/D: (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
+// One warp per 16 x 8 tile of D (mma_tile.cuh holds the fragment layouts).
 template <int FA, int FB>
 __global__ void MmaKernel(const uint8_t* a, const uint8_t* bt, const float* c, int m, int n, int k, float* d) {
-  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int tiles_n = n / 8;
   if (warp >= (m / 16) * tiles_n) return;
-  const int r0 = (warp / tiles_n) * 16, c0 = (warp % tiles_n) * 8;
-  const int g = lane / 4, t = lane % 4;
-  float acc[4];
-  const int rows[4] = {r0 + g, r0 + g, r0 + g + 8, r0 + g + 8};
-  const int cols[4] = {c0 + 2 * t, c0 + 2 * t + 1, c0 + 2 * t, c0 + 2 * t + 1};
-  for (int i = 0; i < 4; ++i) acc[i] = c ? c[static_cast<size_t>(rows[i]) * n + cols[i]] : 0.0f;
-  const uint8_t* ar0 = a + static_cast<size_t>(r0 + g) * k;
-  const uint8_t* ar1 = a + static_cast<size_t>(r0 + g + 8) * k;
-  const uint8_t* bc = bt + static_cast<size_t>(c0 + g) * k;
-  for (int k0 = 0; k0 < k; k0 += 32) {
-    const uint32_t a0 = Load4(ar0 + k0 + 4 * t), a1 = Load4(ar1 + k0 + 4 * t);
-    const uint32_t a2 = Load4(ar0 + k0 + 16 + 4 * t), a3 = Load4(ar1 + k0 + 16 + 4 * t);
-    const uint32_t b0 = Load4(bc + k0 + 4 * t), b1 = Load4(bc + k0 + 16 + 4 * t);
-#define QMX_MMA(TA, TB)                                                                                   \
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." TA "." TB ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, " \
-               "{%8, %9}, {%0, %1, %2, %3};"                                                             \
-               : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])                                  \
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
-    if (FA == 0 && FB == 0) QMX_MMA("e4m3", "e4m3");
-    if (FA == 0 && FB == 1) QMX_MMA("e4m3", "e5m2");
-    if (FA == 1 && FB == 0) QMX_MMA("e5m2", "e4m3");
-    if (FA == 1 && FB == 1) QMX_MMA("e5m2", "e5m2");
-#undef QMX_MMA
-  }
-  for (int i = 0; i < 4; ++i) d[static_cast<size_t>(rows[i]) * n + cols[i]] = acc[i];
+  const size_t r0 = (warp / tiles_n) * 16, c0 = (warp % tiles_n) * 8;
+  const size_t at = r0 * n + c0;
+  qmx_mma::Fp8Tile<FA, FB>(a + r0 * k, k, bt + c0 * k, k, c ? c + at : nullptr, n, k, d + at, n);
 }
 
 int Fp8Index(const Format& f) {

@@ -1,0 +1,47 @@
+// mma_tile.cuh: one warp's 16 x 8 FP32 tile D = A B + C through a chain of FP8 mma.sync.m16n8k32 instructions
+// (PTX ISA 9.7.14.5), the accumulator in registers between them. The backend's MmaKernel (device.cu) and the
+// standalone probes (gpu/probes) share it, so that what the probes measure is the kernel the backend runs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace qmx_mma {
+
+__device__ inline uint32_t Load4(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// The tile whose A rows start at a (16 rows, k codes each, row stride lda), B columns at bt (8 columns, K
+// contiguous, stride ldb); C (may be null: zeros) and D are 16 x 8 at c and d with row strides ldc, ldd.
+// FA, FB: 0 for e4m3, 1 for e5m2. k is a multiple of 32. Lane l holds g = l / 4, t = l % 4; A registers:
+// (g, 4t..4t+3), (g+8, ..), (g, 16+4t..), (g+8, 16+4t..); B registers: k = 4t..4t+3 and 16+4t.. of column
+// g; C/D: (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
+template <int FA, int FB>
+__device__ inline void Fp8Tile(const uint8_t* a, size_t lda, const uint8_t* bt, size_t ldb, const float* c,
+                               size_t ldc, int k, float* d, size_t ldd) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int rows[4] = {g, g, g + 8, g + 8};
+  const int cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+  float acc[4];
+  for (int i = 0; i < 4; ++i) acc[i] = c ? c[rows[i] * ldc + cols[i]] : 0.0f;
+  const uint8_t* ar0 = a + g * lda;
+  const uint8_t* ar1 = a + (g + 8) * lda;
+  const uint8_t* bc = bt + g * ldb;
+  for (int k0 = 0; k0 < k; k0 += 32) {
+    const uint32_t a0 = Load4(ar0 + k0 + 4 * t), a1 = Load4(ar1 + k0 + 4 * t);
+    const uint32_t a2 = Load4(ar0 + k0 + 16 + 4 * t), a3 = Load4(ar1 + k0 + 16 + 4 * t);
+    const uint32_t b0 = Load4(bc + k0 + 4 * t), b1 = Load4(bc + k0 + 16 + 4 * t);
+#define QMX_MMA(TA, TB)                                                                                      \
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." TA "." TB ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, " \
+               "{%8, %9}, {%0, %1, %2, %3};"                                                                \
+               : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])                                     \
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+    if (FA == 0 && FB == 0) QMX_MMA("e4m3", "e4m3");
+    if (FA == 0 && FB == 1) QMX_MMA("e4m3", "e5m2");
+    if (FA == 1 && FB == 0) QMX_MMA("e5m2", "e4m3");
+    if (FA == 1 && FB == 1) QMX_MMA("e5m2", "e5m2");
+#undef QMX_MMA
+  }
+  for (int i = 0; i < 4; ++i) d[rows[i] * ldd + cols[i]] = acc[i];
+}
+
+}  // namespace qmx_mma

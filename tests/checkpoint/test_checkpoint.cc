@@ -272,44 +272,44 @@ TEST_CASE("checkpoint audit: the rule that made a gpt-oss tensor reproduces it; 
   view.rows = R;
   view.cols = K;
   const NpyArray source = F32Array({R, K}, x);
-  for (const char* rule : {"ocp-floor", "round-up"}) {
-    INFO(rule);
-    QuantSpec spec = QuantSpecByName("mxfp4");
-    spec.rule = ParseScaleRule(rule);
-    const QuantizedTensor q = Quantize(view, spec);
-    std::vector<uint8_t> scales = q.scales;
-    const std::string path = Write({{"w.blocks", U8Array({R, K / 32, 16}, Nibbles(q.codes)), ""}, {"w.scales", U8Array({R, K / 32}, scales), ""}});
-    const SafetensorsReader r(path);
-    const CheckpointTensor t = LoadCheckpointTensor(r, ScanCheckpoint(r).at(0));
-    const AuditResult a = AuditCheckpointTensor(t, &source, "src");
-    bool found = false;
-    for (const AuditCandidate& c : a.candidates) {
-      if (c.name == std::string("rule=") + rule) {
-        found = true;
-        CHECK(c.reproduces);
-      }
+  const char* const rule = GENERATE(values<const char*>({"ocp-floor", "round-up"}));
+  CAPTURE(rule);
+  INFO(rule);
+  QuantSpec spec = QuantSpecByName("mxfp4");
+  spec.rule = ParseScaleRule(rule);
+  const QuantizedTensor q = Quantize(view, spec);
+  std::vector<uint8_t> scales = q.scales;
+  const std::string path = Write({{"w.blocks", U8Array({R, K / 32, 16}, Nibbles(q.codes)), ""}, {"w.scales", U8Array({R, K / 32}, scales), ""}});
+  const SafetensorsReader r(path);
+  const CheckpointTensor t = LoadCheckpointTensor(r, ScanCheckpoint(r).at(0));
+  const AuditResult a = AuditCheckpointTensor(t, &source, "src");
+  bool found = false;
+  for (const AuditCandidate& c : a.candidates) {
+    if (c.name == std::string("rule=") + rule) {
+      found = true;
+      CHECK(c.reproduces);
     }
-    CHECK(found);
-    CHECK(a.stats.has_source);
-    CHECK(a.stats.elements == R * K);
-    std::remove(path.c_str());
-    // One stored scale one step larger: no candidate reproduces, and each names scale 13 first.
-    scales[13] += 1;
-    const std::string bad = Write({{"w.blocks", U8Array({R, K / 32, 16}, Nibbles(q.codes)), ""}, {"w.scales", U8Array({R, K / 32}, scales), ""}});
-    const SafetensorsReader rb(bad);
-    const AuditResult ab = AuditCheckpointTensor(LoadCheckpointTensor(rb, ScanCheckpoint(rb).at(0)), &source, "src");
-    for (const AuditCandidate& c : ab.candidates) {
-      INFO(c.name);
-      CHECK_FALSE(c.reproduces);
-      if (c.name == std::string("rule=") + rule) {
-        CHECK(c.scale_mismatches == 1);
-        CHECK(c.first_what == "scale");
-        CHECK(c.first_index == 13);
-        CHECK(c.first_stored == uint32_t{scales[13]});
-      }
-    }
-    std::remove(bad.c_str());
   }
+  CHECK(found);
+  CHECK(a.stats.has_source);
+  CHECK(a.stats.elements == R * K);
+  std::remove(path.c_str());
+  // One stored scale one step larger: no candidate reproduces, and each names scale 13 first.
+  scales[13] += 1;
+  const std::string bad = Write({{"w.blocks", U8Array({R, K / 32, 16}, Nibbles(q.codes)), ""}, {"w.scales", U8Array({R, K / 32}, scales), ""}});
+  const SafetensorsReader rb(bad);
+  const AuditResult ab = AuditCheckpointTensor(LoadCheckpointTensor(rb, ScanCheckpoint(rb).at(0)), &source, "src");
+  for (const AuditCandidate& c : ab.candidates) {
+    INFO(c.name);
+    CHECK_FALSE(c.reproduces);
+    if (c.name == std::string("rule=") + rule) {
+      CHECK(c.scale_mismatches == 1);
+      CHECK(c.first_what == "scale");
+      CHECK(c.first_index == 13);
+      CHECK(c.first_stored == uint32_t{scales[13]});
+    }
+  }
+  std::remove(bad.c_str());
 }
 
 TEST_CASE("checkpoint audit: NVFP4 from the source under TE's order, in ModelOpt's layout", "[checkpoint][audit]") {

@@ -356,21 +356,21 @@ TEST_CASE("cli: --decode writes the FP32 value of each code", "[cli]") {
   const std::vector<float> x = TestInputs();
   const std::string in = dir / "x.npy", out = dir / "d.npy";
   WriteNpy(in, F32Array({64}, x));
-  for (const Format& dst : {fmt::kE4M3, fmt::kE5M2, fmt::kE2M1, fmt::kInt8, fmt::kUE8M0, fmt::kBF16}) {
-    const std::string args =
-        "convert --to " + std::string(dst.name) + " --round sr --seed 7 --decode --in " + Quote(in) + " --out " + Quote(out);
-    const RunResult r = Run(args);
-    INFO("qmx-sim " << args << "\n" << r.all());
-    REQUIRE(r.status == 0);
-    const NpyArray y = ReadNpy(out);
-    REQUIRE(y.dtype == DType::kF32);
-    REQUIRE(y.shape == std::vector<size_t>{64});
-    const CastOptions opt = Options("sr");
-    for (size_t i = 0; i < x.size(); ++i) {
-      const uint64_t code = ConvertF32(x[i], dst, opt, RandomBitsForElement(7, i));
-      INFO("element " << i << " = " << x[i] << ", code " << code);
-      CHECK(FloatBits(F32At(y, i)) == FloatBits(DecodeToFloat(dst, code)));
-    }
+  const Format dst = GENERATE(values<Format>({fmt::kE4M3, fmt::kE5M2, fmt::kE2M1, fmt::kInt8, fmt::kUE8M0, fmt::kBF16}));
+  CAPTURE(dst.name);
+  const std::string args =
+      "convert --to " + std::string(dst.name) + " --round sr --seed 7 --decode --in " + Quote(in) + " --out " + Quote(out);
+  const RunResult r = Run(args);
+  INFO("qmx-sim " << args << "\n" << r.all());
+  REQUIRE(r.status == 0);
+  const NpyArray y = ReadNpy(out);
+  REQUIRE(y.dtype == DType::kF32);
+  REQUIRE(y.shape == std::vector<size_t>{64});
+  const CastOptions opt = Options("sr");
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint64_t code = ConvertF32(x[i], dst, opt, RandomBitsForElement(7, i));
+    INFO("element " << i << " = " << x[i] << ", code " << code);
+    CHECK(FloatBits(F32At(y, i)) == FloatBits(DecodeToFloat(dst, code)));
   }
 }
 

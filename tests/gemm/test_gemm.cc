@@ -390,13 +390,13 @@ TEST_CASE("gemm: signs of zero results follow IEEE sums", "[gemm]") {
   std::memset(neg, 0x80, sizeof neg);  // e4m3 -0
   std::memset(pos, 0x00, sizeof pos);
   const GemmOperand a = OperandFromCodes(fmt::kE4M3, 1, 64, neg), b = OperandFromCodes(fmt::kE4M3, 64, 1, pos);
-  for (const char* m : {"exact", "block-exact", "fp32-seq"}) {
-    for (float c : {-0.0f, 0.0f}) {
-      INFO(m << " with C = " << c);
-      const AccumModel model = AccumModelByName(m);
-      CHECK(std::signbit(Gemm(a, b, &c, model)[0]) == std::signbit(c));
-      CHECK(std::signbit(GemmRef(a, b, &c, model)[0]) == std::signbit(c));
-    }
+  const char* const m = GENERATE(values<const char*>({"exact", "block-exact", "fp32-seq"}));
+  CAPTURE(m);
+  for (float c : {-0.0f, 0.0f}) {
+    INFO(m << " with C = " << c);
+    const AccumModel model = AccumModelByName(m);
+    CHECK(std::signbit(Gemm(a, b, &c, model)[0]) == std::signbit(c));
+    CHECK(std::signbit(GemmRef(a, b, &c, model)[0]) == std::signbit(c));
   }
 }
 
@@ -695,29 +695,29 @@ TEST_CASE("gemm: operands from quantized tensors", "[gemm]") {
   std::vector<float> x(8 * 96), w(96 * 5);
   for (float& v : x) v = nd(rng);
   for (float& v : w) v = nd(rng) * 0.01f;
-  for (const char* recipe : {"mxfp8", "mxfp4", "nvfp4", "fp8-block1x128", "fp8-tensor-current"}) {
-    INFO(recipe);
-    QuantSpec sa = QuantSpecByName(recipe), sb = QuantSpecByName(recipe);
-    sb.axis = sb.axis == Axis::kRow ? Axis::kCol : Axis::kRow;
-    if (std::string(recipe) == "fp8-block1x128") sb = QuantSpecByName("fp8-block128x128");
-    const QuantizedTensor qa = Quantize(TensorView{DType::kF32, x.data(), 8, 96}, sa);
-    const QuantizedTensor qb = Quantize(TensorView{DType::kF32, w.data(), 96, 5}, sb);
-    const GemmOperand A = OperandFromQuantized(qa), B = OperandFromQuantized(qb);
-    // exact = RNE of the exact sum of the dequantized products when the dequantized values are exact
-    // (UE8M0); for the other recipes, the fast path against the reference.
-    CheckAllModels(A, B, nullptr, recipe);
-    if (std::string(recipe).rfind("mx", 0) == 0) {
-      std::vector<float> da(8 * 96), db(96 * 5);
-      Dequantize(qa, da.data());
-      Dequantize(qb, db.data());
-      const std::vector<float> e = Gemm(A, B, nullptr, AccumModelByName("exact"));
-      for (size_t i = 0; i < 8; ++i)
-        for (size_t j = 0; j < 5; ++j) {
-          long double s = 0;  // 64-bit significand: exact for these sums of MX products
-          for (size_t k = 0; k < 96; ++k) s += static_cast<long double>(da[i * 96 + k]) * db[k * 5 + j];
-          CHECK(e[i * 5 + j] == static_cast<float>(static_cast<double>(s)));
-        }
-    }
+  const char* const recipe = GENERATE(values<const char*>({"mxfp8", "mxfp4", "nvfp4", "fp8-block1x128", "fp8-tensor-current"}));
+  CAPTURE(recipe);
+  INFO(recipe);
+  QuantSpec sa = QuantSpecByName(recipe), sb = QuantSpecByName(recipe);
+  sb.axis = sb.axis == Axis::kRow ? Axis::kCol : Axis::kRow;
+  if (std::string(recipe) == "fp8-block1x128") sb = QuantSpecByName("fp8-block128x128");
+  const QuantizedTensor qa = Quantize(TensorView{DType::kF32, x.data(), 8, 96}, sa);
+  const QuantizedTensor qb = Quantize(TensorView{DType::kF32, w.data(), 96, 5}, sb);
+  const GemmOperand A = OperandFromQuantized(qa), B = OperandFromQuantized(qb);
+  // exact = RNE of the exact sum of the dequantized products when the dequantized values are exact
+  // (UE8M0); for the other recipes, the fast path against the reference.
+  CheckAllModels(A, B, nullptr, recipe);
+  if (std::string(recipe).rfind("mx", 0) == 0) {
+    std::vector<float> da(8 * 96), db(96 * 5);
+    Dequantize(qa, da.data());
+    Dequantize(qb, db.data());
+    const std::vector<float> e = Gemm(A, B, nullptr, AccumModelByName("exact"));
+    for (size_t i = 0; i < 8; ++i)
+      for (size_t j = 0; j < 5; ++j) {
+        long double s = 0;  // 64-bit significand: exact for these sums of MX products
+        for (size_t k = 0; k < 96; ++k) s += static_cast<long double>(da[i * 96 + k]) * db[k * 5 + j];
+        CHECK(e[i * 5 + j] == static_cast<float>(static_cast<double>(s)));
+      }
   }
 }
 

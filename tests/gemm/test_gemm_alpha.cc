@@ -152,43 +152,43 @@ TEST_CASE("alpha rules in every model: the fast path equals the reference, alpha
   std::vector<float> x(m * k), w(k * n);
   for (size_t i = 0; i < x.size(); ++i) x[i] = nd(rng) * std::ldexp(1.0f, static_cast<int>(i / k) % 9 - 4);
   for (float& v : w) v = nd(rng) * 3.0f;
-  for (const char* spec : {"nvfp4", "nvfp4-row"}) {
-    QuantSpec ws = QuantSpecByName("nvfp4");
-    ws.axis = Axis::kCol;
-    const GemmOperand a = OperandFromQuantized(Quantize(TensorView{DType::kF32, x.data(), m, k}, QuantSpecByName(spec)));
-    const GemmOperand b = OperandFromQuantized(Quantize(TensorView{DType::kF32, w.data(), k, n}, ws));
-    const bool row = std::string(spec) == "nvfp4-row";
-    CHECK(a.te_alpha.row_amax.size() == (row ? m : 0));
-    GemmOperand a1 = a, b1 = b;  // no second-level scales: the accumulated sums alone
-    a1.tensor_scale = b1.tensor_scale = 1.0f;
-    a1.row_scales.clear();
-    a1.te_alpha.row_amax.clear();
-    for (const char* model : {"exact", "fp32-seq", "block-exact", "blackwell-mxf4nvf4", "blackwell-mxf4nvf4-mmasim"}) {
-      for (AlphaRule rule : {AlphaRule::kDecode, AlphaRule::kTe, AlphaRule::kTeRef}) {
-        if (row && rule == AlphaRule::kTe) continue;
-        INFO(spec << " " << model << " alpha=" << AlphaRuleName(rule));
-        const AccumModel am = Model(model, rule);
-        CheckEverywhere(a, b, {}, am, std::string(spec) + " alpha=" + AlphaRuleName(rule));
-        if (std::string(model) == "exact") continue;  // the exact model folds alpha into each product instead
-        std::vector<float> want = GemmRef(a1, b1, nullptr, Model(model, AlphaRule::kDecode));
-        for (size_t i = 0; i < m; ++i)
-          for (size_t j = 0; j < n; ++j) want[i * n + j] = GemmAlphaAt(a, b, rule, i, j) * want[i * n + j];
-        RequireSame(GemmRef(a, b, nullptr, am), want, "alpha times the accumulated sum");
-      }
+  const char* const spec = GENERATE(values<const char*>({"nvfp4", "nvfp4-row"}));
+  CAPTURE(spec);
+  QuantSpec ws = QuantSpecByName("nvfp4");
+  ws.axis = Axis::kCol;
+  const GemmOperand a = OperandFromQuantized(Quantize(TensorView{DType::kF32, x.data(), m, k}, QuantSpecByName(spec)));
+  const GemmOperand b = OperandFromQuantized(Quantize(TensorView{DType::kF32, w.data(), k, n}, ws));
+  const bool row = std::string(spec) == "nvfp4-row";
+  CHECK(a.te_alpha.row_amax.size() == (row ? m : 0));
+  GemmOperand a1 = a, b1 = b;  // no second-level scales: the accumulated sums alone
+  a1.tensor_scale = b1.tensor_scale = 1.0f;
+  a1.row_scales.clear();
+  a1.te_alpha.row_amax.clear();
+  for (const char* model : {"exact", "fp32-seq", "block-exact", "blackwell-mxf4nvf4", "blackwell-mxf4nvf4-mmasim"}) {
+    for (AlphaRule rule : {AlphaRule::kDecode, AlphaRule::kTe, AlphaRule::kTeRef}) {
+      if (row && rule == AlphaRule::kTe) continue;
+      INFO(spec << " " << model << " alpha=" << AlphaRuleName(rule));
+      const AccumModel am = Model(model, rule);
+      CheckEverywhere(a, b, {}, am, std::string(spec) + " alpha=" + AlphaRuleName(rule));
+      if (std::string(model) == "exact") continue;  // the exact model folds alpha into each product instead
+      std::vector<float> want = GemmRef(a1, b1, nullptr, Model(model, AlphaRule::kDecode));
+      for (size_t i = 0; i < m; ++i)
+        for (size_t j = 0; j < n; ++j) want[i * n + j] = GemmAlphaAt(a, b, rule, i, j) * want[i * n + j];
+      RequireSame(GemmRef(a, b, nullptr, am), want, "alpha times the accumulated sum");
     }
-    // The exact model under a TE rule: one rounding of the exact sum times TE's FP32 alpha.
-    const std::vector<float> ex = GemmRef(a, b, nullptr, Model("exact", AlphaRule::kTeRef));
-    for (size_t i = 0; i < m; ++i) {
-      GemmOperand ai = a1, ones = b1;
-      ai.rows = 1;
-      ai.codes.assign(a1.codes.begin() + i * k, a1.codes.begin() + (i + 1) * k);
-      ai.scale_rows = 1;
-      ai.scales.assign(a1.scales.begin() + i * a1.scale_cols, a1.scales.begin() + (i + 1) * a1.scale_cols);
-      ai.tensor_scale = GemmAlphaAt(a, b, AlphaRule::kTeRef, i, 0);  // one FP32 factor folded exactly
-      RequireSame(std::vector<float>(ex.begin() + i * n, ex.begin() + (i + 1) * n),
-                  GemmRef(ai, ones, nullptr, Model("exact", AlphaRule::kDecode)),
-                  std::string(spec) + " exact row " + std::to_string(i));
-    }
+  }
+  // The exact model under a TE rule: one rounding of the exact sum times TE's FP32 alpha.
+  const std::vector<float> ex = GemmRef(a, b, nullptr, Model("exact", AlphaRule::kTeRef));
+  for (size_t i = 0; i < m; ++i) {
+    GemmOperand ai = a1, ones = b1;
+    ai.rows = 1;
+    ai.codes.assign(a1.codes.begin() + i * k, a1.codes.begin() + (i + 1) * k);
+    ai.scale_rows = 1;
+    ai.scales.assign(a1.scales.begin() + i * a1.scale_cols, a1.scales.begin() + (i + 1) * a1.scale_cols);
+    ai.tensor_scale = GemmAlphaAt(a, b, AlphaRule::kTeRef, i, 0);  // one FP32 factor folded exactly
+    RequireSame(std::vector<float>(ex.begin() + i * n, ex.begin() + (i + 1) * n),
+                GemmRef(ai, ones, nullptr, Model("exact", AlphaRule::kDecode)),
+                std::string(spec) + " exact row " + std::to_string(i));
   }
 }
 

@@ -169,11 +169,11 @@ TEST_CASE("gemm: scales-in-products steps whose term sum passes 2^31 units (the 
   qmx::test::AddUe8m0(b, false, 32, rng, -2, 2);
   std::vector<float> c(m * n);
   for (size_t i = 0; i < c.size(); ++i) c[i] = (i % 3 == 0 ? -1.0f : 1.0f) * std::ldexp(1.0f, static_cast<int>(i % 40));
-  for (const char* name : {"blackwell-mxf8f6f4", "fused:step=32,F=25,term=rne,out=rne,zero-exp=-133,scale=products"}) {
-    const AccumModel model = AccumModelByName(name);
-    CheckEverywhere(a, b, {}, model, std::string("same-sign maxima ") + name);
-    CheckEverywhere(a, b, c, model, std::string("same-sign maxima with C ") + name);
-  }
+  const char* const name = GENERATE(values<const char*>({"blackwell-mxf8f6f4", "fused:step=32,F=25,term=rne,out=rne,zero-exp=-133,scale=products"}));
+  CAPTURE(name);
+  const AccumModel model = AccumModelByName(name);
+  CheckEverywhere(a, b, {}, model, std::string("same-sign maxima ") + name);
+  CheckEverywhere(a, b, c, model, std::string("same-sign maxima with C ") + name);
 }
 
 TEST_CASE("gemm: FP32-lane fused kernels on the bench's data, where many steps cut small products", "[gemm]") {
@@ -184,32 +184,32 @@ TEST_CASE("gemm: FP32-lane fused kernels on the bench's data, where many steps c
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 64.0f);
   const size_t m = 29, n = 75, k = 337;
-  for (const Format* f : {&fmt::kE4M3, &fmt::kE5M2}) {
-    std::vector<float> xa(m * k), xb(k * n);
-    for (float& v : xa) v = nd(rng);
-    for (float& v : xb) v = nd(rng);
-    std::vector<uint8_t> ca(xa.size()), cb(xb.size());
-    ConvertToCodes(DType::kF32, xa.data(), xa.size(), *f, CastOptions{}, ca.data());
-    ConvertToCodes(DType::kF32, xb.data(), xb.size(), *f, CastOptions{}, cb.data());
-    GemmOperand a = OperandFromCodes(*f, m, k, ca.data()), b = OperandFromCodes(*f, k, n, cb.data());
-    GemmOperand sa = a, sb = b;
-    qmx::test::AddUe8m0(sa, true, 32, rng, -4, 4);
-    qmx::test::AddUe8m0(sb, false, 32, rng, -4, 4);
-    std::vector<float> c(m * n);
-    for (float& v : c) v = nd(rng) * 1000.0f;
-    const std::string what = std::string("bench-like ") + f->name;
-    for (const char* name : {"blackwell-mxf8f6f4", "fused:step=32,F=25,term=rne,out=rz,zero-exp=-133,scale=products"}) {
-      CheckEverywhere(sa, sb, {}, AccumModelByName(name), what);
-      CheckEverywhere(sa, sb, c, AccumModelByName(name), what + " with C");
-    }
-    // The same codes under the Hopper models (FP32 terms, F = 13, promotion every 128): with C, and with
-    // per-tensor scales (which take no C).
-    GemmOperand ta = a, tb = b;
-    ta.tensor_scale = 0.5f;
-    tb.tensor_scale = 3.0f;
-    for (const char* name : {"hopper-fp8", "hopper-fp8-fast", "ada-fp8"}) {
-      CheckEverywhere(a, b, c, AccumModelByName(name), what + " with C");
-      CheckEverywhere(ta, tb, {}, AccumModelByName(name), what + " per-tensor scales");
-    }
+  const Format* const f = GENERATE(values<const Format*>({&fmt::kE4M3, &fmt::kE5M2}));
+  CAPTURE(f->name);
+  std::vector<float> xa(m * k), xb(k * n);
+  for (float& v : xa) v = nd(rng);
+  for (float& v : xb) v = nd(rng);
+  std::vector<uint8_t> ca(xa.size()), cb(xb.size());
+  ConvertToCodes(DType::kF32, xa.data(), xa.size(), *f, CastOptions{}, ca.data());
+  ConvertToCodes(DType::kF32, xb.data(), xb.size(), *f, CastOptions{}, cb.data());
+  GemmOperand a = OperandFromCodes(*f, m, k, ca.data()), b = OperandFromCodes(*f, k, n, cb.data());
+  GemmOperand sa = a, sb = b;
+  qmx::test::AddUe8m0(sa, true, 32, rng, -4, 4);
+  qmx::test::AddUe8m0(sb, false, 32, rng, -4, 4);
+  std::vector<float> c(m * n);
+  for (float& v : c) v = nd(rng) * 1000.0f;
+  const std::string what = std::string("bench-like ") + f->name;
+  for (const char* name : {"blackwell-mxf8f6f4", "fused:step=32,F=25,term=rne,out=rz,zero-exp=-133,scale=products"}) {
+    CheckEverywhere(sa, sb, {}, AccumModelByName(name), what);
+    CheckEverywhere(sa, sb, c, AccumModelByName(name), what + " with C");
+  }
+  // The same codes under the Hopper models (FP32 terms, F = 13, promotion every 128): with C, and with
+  // per-tensor scales (which take no C).
+  GemmOperand ta = a, tb = b;
+  ta.tensor_scale = 0.5f;
+  tb.tensor_scale = 3.0f;
+  for (const char* name : {"hopper-fp8", "hopper-fp8-fast", "ada-fp8"}) {
+    CheckEverywhere(a, b, c, AccumModelByName(name), what + " with C");
+    CheckEverywhere(ta, tb, {}, AccumModelByName(name), what + " per-tensor scales");
   }
 }

@@ -67,16 +67,16 @@ TEST_CASE("gpu: FP32 -> FP8/FP6/FP4 on the device equals ConvertToCodes", "[gpu]
   for (uint32_t b = 0x3A000000u; b < 0x3A000000u + (1u << 20); ++b) bits.push_back(b);  // e4m3 subnormals..
   for (uint32_t b = 0x43000000u; b < 0x43000000u + (1u << 20); b += 3) bits.push_back(b | 0x80000000u);
   for (uint32_t b : {0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00001u, 0u, 0x80000000u, 0x7F7FFFFFu}) bits.push_back(b);
-  for (const char* f : {"e4m3", "e5m2", "e2m1", "e2m3", "e3m2"}) {
-    const Format& dst = GetFormat(f);
-    for (auto path : {gpu::ConvertPath::kPtx, gpu::ConvertPath::kHeader}) {
-      if (!gpu::ConvertSupport(dst, DeviceCast(), path).empty()) continue;
-      std::vector<uint8_t> g(bits.size()), c(bits.size());
-      gpu::ConvertF32(reinterpret_cast<const float*>(bits.data()), bits.size(), dst, DeviceCast(), path, g.data());
-      ConvertToCodes(DType::kF32, bits.data(), bits.size(), dst, DeviceCast(), c.data());
-      for (size_t i = 0; i < bits.size(); ++i)
-        if (g[i] != c[i]) FAIL(f << " " << gpu::ConvertPathName(path) << ": " << Hex(bits[i], 8) << " gpu " << int(g[i]) << " cpu " << int(c[i]));
-    }
+  const char* const f = GENERATE(values<const char*>({"e4m3", "e5m2", "e2m1", "e2m3", "e3m2"}));
+  CAPTURE(f);
+  const Format& dst = GetFormat(f);
+  for (auto path : {gpu::ConvertPath::kPtx, gpu::ConvertPath::kHeader}) {
+    if (!gpu::ConvertSupport(dst, DeviceCast(), path).empty()) continue;
+    std::vector<uint8_t> g(bits.size()), c(bits.size());
+    gpu::ConvertF32(reinterpret_cast<const float*>(bits.data()), bits.size(), dst, DeviceCast(), path, g.data());
+    ConvertToCodes(DType::kF32, bits.data(), bits.size(), dst, DeviceCast(), c.data());
+    for (size_t i = 0; i < bits.size(); ++i)
+      if (g[i] != c[i]) FAIL(f << " " << gpu::ConvertPathName(path) << ": " << Hex(bits[i], 8) << " gpu " << int(g[i]) << " cpu " << int(c[i]));
   }
 }
 

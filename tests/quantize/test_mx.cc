@@ -69,15 +69,15 @@ std::vector<float> MakeTensor(size_t n, uint32_t seed) {
 
 TEST_CASE("quantize: UE8M0 scale rules agree with independent computations over all exponents",
           "[quantize][mx][scale]") {
-  for (const char* name : qmx::test::kMxElems) {
-    const Format& elem = GetFormat(name);
-    for (uint32_t e = 0; e < 255; ++e) {
-      for (uint32_t m : {0u, 1u, 0x400000u, 0x400001u, 0x7FFFFFu, 0x3FFFFFu, 0x600000u, 0x12345u}) {
-        const float amax = BitsFloat(e << 23 | m);
-        INFO(name << " amax " << Hex(FloatBits(amax), 8));
-        CHECK(Ue8m0ScaleFromAmax(amax, elem, ScaleRule::kOcpFloor) == FloorByte(amax, elem));
-        CHECK(Ue8m0ScaleFromAmax(amax, elem, ScaleRule::kRoundUp) == RoundUpByte(amax, elem));
-      }
+  const char* const name = GENERATE(from_range(std::begin(qmx::test::kMxElems), std::end(qmx::test::kMxElems)));
+  CAPTURE(name);
+  const Format& elem = GetFormat(name);
+  for (uint32_t e = 0; e < 255; ++e) {
+    for (uint32_t m : {0u, 1u, 0x400000u, 0x400001u, 0x7FFFFFu, 0x3FFFFFu, 0x600000u, 0x12345u}) {
+      const float amax = BitsFloat(e << 23 | m);
+      INFO(name << " amax " << Hex(FloatBits(amax), 8));
+      CHECK(Ue8m0ScaleFromAmax(amax, elem, ScaleRule::kOcpFloor) == FloorByte(amax, elem));
+      CHECK(Ue8m0ScaleFromAmax(amax, elem, ScaleRule::kRoundUp) == RoundUpByte(amax, elem));
     }
   }
 }
@@ -136,53 +136,53 @@ TEST_CASE("quantize: MX fast path equals the reference on every target, element 
   const std::vector<float> x = MakeTensor(n, 2024);
   std::vector<uint16_t> xb(n);
   for (size_t i = 0; i < n; ++i) xb[i] = static_cast<uint16_t>(FloatBits(x[i]) >> 16);
-  for (const char* name : qmx::test::kMxElems) {
-    for (ScaleRule rule : {ScaleRule::kOcpFloor, ScaleRule::kRoundUp, ScaleRule::kCeil, ScaleRule::kEven,
-                           ScaleRule::kMaxFinite}) {
-      for (Rounding r : qmx::test::kAllModes) {
-        for (int variant = 0; variant < 5; ++variant) {
-          MxSpec spec;
-          spec.elem = GetFormat(name);
-          spec.rule = rule;
-          spec.cast.rounding = r;
-          if (rule == ScaleRule::kMaxFinite) spec.nan = NanPolicy::kIgnore;
-          if (variant == 1) spec.cast.subnormals = Subnormals::kFlush;
-          if (variant == 2) spec.block = (r == Rounding::kRne) ? 16 : 20;
-          // The other NaN policies and the FP32 element-scaling modes (torchao, microxcaling, TE).
-          const NanPolicy policies[] = {NanPolicy::kScaleNan, NanPolicy::kTe, NanPolicy::kIgnoreNan, NanPolicy::kIgnore};
-          if (variant >= 3 && rule != ScaleRule::kMaxFinite) spec.nan = policies[static_cast<int>(r) % 4];
-          if (variant == 3) spec.scaling = ElementScaling::kFp32;
-          if (variant == 4) spec.scaling = ElementScaling::kTeRcp;
-          for (DType src : {DType::kF32, DType::kBF16}) {
-            const void* in = src == DType::kF32 ? static_cast<const void*>(x.data()) : xb.data();
-            const SrSource sr{77, 5, nullptr};
-            std::vector<uint8_t> want_c(n), want_s(MxScaleCount(n, spec));
-            QuantizeMxRef(src, in, n, spec, want_c.data(), want_s.data(), sr);
-            std::vector<float> want_dq(n);
-            DequantizeMxRef(want_c.data(), want_s.data(), n, spec, want_dq.data());
-            for (const std::string& t : SimdTargets()) {
-              ForceSimdTarget(t);
-              std::vector<uint8_t> c(n, 0xAA), s(want_s.size(), 0xAA);
-              QuantizeMx(src, in, n, spec, c.data(), s.data(), sr);
-              const std::string what = t + " " + name + " " + ScaleRuleName(rule) + " " + RoundingName(r) +
-                                       " variant " + std::to_string(variant) + " " + DTypeName(src) + " " +
-                                       NanPolicyName(spec.nan) + " " + ElementScalingName(spec.scaling);
-              size_t bad = 0;
-              for (size_t i = 0; i < n; ++i) {
-                const bool ok = c[i] == want_c[i] && s[i / spec.block] == want_s[i / spec.block];
-                if (!ok && ++bad <= 3) {
-                  INFO(what << ": element " << i << " x " << Hex(FloatBits(x[i]), 8) << " code " << Hex(c[i]) << " want "
-                            << Hex(want_c[i]) << " scale " << Hex(s[i / spec.block]) << " want "
-                            << Hex(want_s[i / spec.block]));
-                  CHECK(ok);
-                }
+  const char* const name = GENERATE(from_range(std::begin(qmx::test::kMxElems), std::end(qmx::test::kMxElems)));
+  CAPTURE(name);
+  for (ScaleRule rule : {ScaleRule::kOcpFloor, ScaleRule::kRoundUp, ScaleRule::kCeil, ScaleRule::kEven,
+                         ScaleRule::kMaxFinite}) {
+    for (Rounding r : qmx::test::kAllModes) {
+      for (int variant = 0; variant < 5; ++variant) {
+        MxSpec spec;
+        spec.elem = GetFormat(name);
+        spec.rule = rule;
+        spec.cast.rounding = r;
+        if (rule == ScaleRule::kMaxFinite) spec.nan = NanPolicy::kIgnore;
+        if (variant == 1) spec.cast.subnormals = Subnormals::kFlush;
+        if (variant == 2) spec.block = (r == Rounding::kRne) ? 16 : 20;
+        // The other NaN policies and the FP32 element-scaling modes (torchao, microxcaling, TE).
+        const NanPolicy policies[] = {NanPolicy::kScaleNan, NanPolicy::kTe, NanPolicy::kIgnoreNan, NanPolicy::kIgnore};
+        if (variant >= 3 && rule != ScaleRule::kMaxFinite) spec.nan = policies[static_cast<int>(r) % 4];
+        if (variant == 3) spec.scaling = ElementScaling::kFp32;
+        if (variant == 4) spec.scaling = ElementScaling::kTeRcp;
+        for (DType src : {DType::kF32, DType::kBF16}) {
+          const void* in = src == DType::kF32 ? static_cast<const void*>(x.data()) : xb.data();
+          const SrSource sr{77, 5, nullptr};
+          std::vector<uint8_t> want_c(n), want_s(MxScaleCount(n, spec));
+          QuantizeMxRef(src, in, n, spec, want_c.data(), want_s.data(), sr);
+          std::vector<float> want_dq(n);
+          DequantizeMxRef(want_c.data(), want_s.data(), n, spec, want_dq.data());
+          for (const std::string& t : SimdTargets()) {
+            ForceSimdTarget(t);
+            std::vector<uint8_t> c(n, 0xAA), s(want_s.size(), 0xAA);
+            QuantizeMx(src, in, n, spec, c.data(), s.data(), sr);
+            const std::string what = t + " " + name + " " + ScaleRuleName(rule) + " " + RoundingName(r) +
+                                     " variant " + std::to_string(variant) + " " + DTypeName(src) + " " +
+                                     NanPolicyName(spec.nan) + " " + ElementScalingName(spec.scaling);
+            size_t bad = 0;
+            for (size_t i = 0; i < n; ++i) {
+              const bool ok = c[i] == want_c[i] && s[i / spec.block] == want_s[i / spec.block];
+              if (!ok && ++bad <= 3) {
+                INFO(what << ": element " << i << " x " << Hex(FloatBits(x[i]), 8) << " code " << Hex(c[i]) << " want "
+                          << Hex(want_c[i]) << " scale " << Hex(s[i / spec.block]) << " want "
+                          << Hex(want_s[i / spec.block]));
+                CHECK(ok);
               }
-              INFO(what << ": " << bad << " mismatches");
-              CHECK(bad == 0);
-              std::vector<float> dq(n);
-              DequantizeMx(c.data(), s.data(), n, spec, dq.data());
-              CHECK(std::memcmp(dq.data(), want_dq.data(), n * 4) == 0);
             }
+            INFO(what << ": " << bad << " mismatches");
+            CHECK(bad == 0);
+            std::vector<float> dq(n);
+            DequantizeMx(c.data(), s.data(), n, spec, dq.data());
+            CHECK(std::memcmp(dq.data(), want_dq.data(), n * 4) == 0);
           }
         }
       }
@@ -196,39 +196,39 @@ TEST_CASE("quantize: MX fast path scale bytes over every amax exponent and the m
   // destmax's (where the round-up rule's quotient crosses a power of two) and the binade's ends. The
   // block's other elements are fractions of amax, so amax sets the scale.
   TargetGuard guard;
-  for (const char* name : qmx::test::kMxElems) {
-    const Format& elem = GetFormat(name);
-    const uint32_t g = FloatBits(static_cast<float>(Limits(elem).max_finite)) & 0x7FFFFFu;
-    std::vector<float> x;
-    for (uint32_t e = 0; e < 255; ++e) {
-      for (uint32_t m : {0u, 1u, g - 1, g, g + 1, g + 2, 0x400000u, 0x7FFFFFu}) {
-        const float amax = BitsFloat(e << 23 | (m & 0x7FFFFFu));
-        for (int i = 0; i < 32; ++i) x.push_back(i == 0 ? ((e & 1) ? -amax : amax) : amax * (0.5f / static_cast<float>(i + 1)));
-      }
+  const char* const name = GENERATE(from_range(std::begin(qmx::test::kMxElems), std::end(qmx::test::kMxElems)));
+  CAPTURE(name);
+  const Format& elem = GetFormat(name);
+  const uint32_t g = FloatBits(static_cast<float>(Limits(elem).max_finite)) & 0x7FFFFFu;
+  std::vector<float> x;
+  for (uint32_t e = 0; e < 255; ++e) {
+    for (uint32_t m : {0u, 1u, g - 1, g, g + 1, g + 2, 0x400000u, 0x7FFFFFu}) {
+      const float amax = BitsFloat(e << 23 | (m & 0x7FFFFFu));
+      for (int i = 0; i < 32; ++i) x.push_back(i == 0 ? ((e & 1) ? -amax : amax) : amax * (0.5f / static_cast<float>(i + 1)));
     }
-    const size_t n = x.size();
-    for (ScaleRule rule : {ScaleRule::kOcpFloor, ScaleRule::kRoundUp, ScaleRule::kCeil, ScaleRule::kEven}) {
-      MxSpec spec;
-      spec.elem = elem;
-      spec.rule = rule;
-      std::vector<uint8_t> want_c(n), want_s(MxScaleCount(n, spec));
-      QuantizeMxRef(DType::kF32, x.data(), n, spec, want_c.data(), want_s.data());
-      for (const std::string& t : SimdTargets()) {
-        ForceSimdTarget(t);
-        std::vector<uint8_t> c(n, 0xAA), s(want_s.size(), 0xAA);
-        QuantizeMx(DType::kF32, x.data(), n, spec, c.data(), s.data());
-        size_t bad = 0;
-        for (size_t b = 0; b < want_s.size(); ++b) {
-          if (s[b] != want_s[b] && ++bad <= 3) {
-            INFO(t << " " << name << " " << ScaleRuleName(rule) << " amax " << Hex(FloatBits(x[b * 32]), 8) << " scale "
-                   << Hex(s[b]) << " want " << Hex(want_s[b]));
-            CHECK(s[b] == want_s[b]);
-          }
+  }
+  const size_t n = x.size();
+  for (ScaleRule rule : {ScaleRule::kOcpFloor, ScaleRule::kRoundUp, ScaleRule::kCeil, ScaleRule::kEven}) {
+    MxSpec spec;
+    spec.elem = elem;
+    spec.rule = rule;
+    std::vector<uint8_t> want_c(n), want_s(MxScaleCount(n, spec));
+    QuantizeMxRef(DType::kF32, x.data(), n, spec, want_c.data(), want_s.data());
+    for (const std::string& t : SimdTargets()) {
+      ForceSimdTarget(t);
+      std::vector<uint8_t> c(n, 0xAA), s(want_s.size(), 0xAA);
+      QuantizeMx(DType::kF32, x.data(), n, spec, c.data(), s.data());
+      size_t bad = 0;
+      for (size_t b = 0; b < want_s.size(); ++b) {
+        if (s[b] != want_s[b] && ++bad <= 3) {
+          INFO(t << " " << name << " " << ScaleRuleName(rule) << " amax " << Hex(FloatBits(x[b * 32]), 8) << " scale "
+                 << Hex(s[b]) << " want " << Hex(want_s[b]));
+          CHECK(s[b] == want_s[b]);
         }
-        INFO(t << " " << name << " " << ScaleRuleName(rule) << ": " << bad << " scale mismatches");
-        CHECK(bad == 0);
-        CHECK(c == want_c);
       }
+      INFO(t << " " << name << " " << ScaleRuleName(rule) << ": " << bad << " scale mismatches");
+      CHECK(bad == 0);
+      CHECK(c == want_c);
     }
   }
 }
@@ -237,19 +237,19 @@ TEST_CASE("quantize: MX NaN and Inf blocks: scale 0xFF, element NaN codes, dequa
   std::vector<float> x(64, 1.0f);
   x[3] = std::nanf("");
   x[40] = HUGE_VALF;
-  for (const char* name : qmx::test::kMxElems) {
-    MxSpec spec;
-    spec.elem = GetFormat(name);
-    std::vector<uint8_t> c(64), s(2);
-    QuantizeMx(DType::kF32, x.data(), 64, spec, c.data(), s.data());
-    CHECK(s[0] == 0xFF);
-    CHECK(s[1] == 0xFF);
-    const uint8_t nan_code = spec.elem.HasNan() ? static_cast<uint8_t>(spec.elem.CanonicalNan()) : 0;
-    for (uint8_t v : c) CHECK(v == nan_code);
-    std::vector<float> dq(64);
-    DequantizeMx(c.data(), s.data(), 64, spec, dq.data());
-    for (float v : dq) CHECK(std::isnan(v));
-  }
+  const char* const name = GENERATE(from_range(std::begin(qmx::test::kMxElems), std::end(qmx::test::kMxElems)));
+  CAPTURE(name);
+  MxSpec spec;
+  spec.elem = GetFormat(name);
+  std::vector<uint8_t> c(64), s(2);
+  QuantizeMx(DType::kF32, x.data(), 64, spec, c.data(), s.data());
+  CHECK(s[0] == 0xFF);
+  CHECK(s[1] == 0xFF);
+  const uint8_t nan_code = spec.elem.HasNan() ? static_cast<uint8_t>(spec.elem.CanonicalNan()) : 0;
+  for (uint8_t v : c) CHECK(v == nan_code);
+  std::vector<float> dq(64);
+  DequantizeMx(c.data(), s.data(), 64, spec, dq.data());
+  for (float v : dq) CHECK(std::isnan(v));
 }
 
 TEST_CASE("te-rcp: a NaN product is the GPU's positive NaN (Inf x 0 at scale 254, NaN elements)", "[quantize][mx]") {

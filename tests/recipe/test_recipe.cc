@@ -314,34 +314,34 @@ TEST_CASE("fp8-delayed: each step uses the amax history of the steps before it",
 TEST_CASE("recipe: the exact and BF16 paths agree with Eigen FP64 GEMMs within their rounding bounds", "[recipe]") {
   const Layer l = RandomLayer(64, 64, 128, 21);
   const double u = std::ldexp(1.0, -24);
-  for (const std::string& name : TrainingRecipeNames()) {
-    for (const char* accum : {"exact", "fp32-seq"}) {
-      if (std::string(accum) == "fp32-seq" && name != "bf16") continue;
-      const RecipeStepResult r = Step(name, l, accum, 5);
-      for (const RecipeGemmResult& g : r.gemms) {
-        if (name == "quartet" && g.which != LinearGemm::kFprop) continue;  // masked and rotated after the GEMM
-        INFO(name << " " << accum << " " << LinearGemmName(g.which));
-        const size_t k = g.which == LinearGemm::kFprop ? l.k : g.which == LinearGemm::kDgrad ? l.n : l.m;
-        const size_t rows = g.a_values.size() / k, cols = g.bt_values.size() / k;
-        REQUIRE(g.out.size() == rows * cols);
-        const Eigen::Map<const MatD> a(g.a_values.data(), rows, k), bt(g.bt_values.data(), cols, k);
-        const MatD ref = a * bt.transpose();
-        const MatD mag = a.cwiseAbs() * bt.cwiseAbs().transpose();
-        const double alpha = g.alpha;
-        size_t bad = 0;
-        for (size_t i = 0; i < rows; ++i)
-          for (size_t j = 0; j < cols; ++j) {
-            const double want = ref(i, j) * alpha, got = g.out[i * cols + j];
-            // exact: one rounding of the exact sum, one of alpha (a product of two FP32 scales) and one of the
-            // product by alpha; fp32-seq: gamma_K of the magnitudes. Eigen's own error: K * 2^-52 of them.
-            const double fp64 = static_cast<double>(k) * std::ldexp(1.0, -52) * mag(i, j) * std::fabs(alpha);
-            const double bound = std::string(accum) == "exact"
-                                     ? 3.01 * u * std::fabs(want) + fp64 + std::ldexp(1.0, -148)
-                                     : (k * u / (1 - k * u)) * mag(i, j) * std::fabs(alpha) + fp64 + std::ldexp(1.0, -148);
-            bad += !(std::fabs(got - want) <= bound);
-          }
-        CHECK(bad == 0);
-      }
+  const std::string name = GENERATE(from_range(TrainingRecipeNames()));
+  CAPTURE(name);
+  for (const char* accum : {"exact", "fp32-seq"}) {
+    if (std::string(accum) == "fp32-seq" && name != "bf16") continue;
+    const RecipeStepResult r = Step(name, l, accum, 5);
+    for (const RecipeGemmResult& g : r.gemms) {
+      if (name == "quartet" && g.which != LinearGemm::kFprop) continue;  // masked and rotated after the GEMM
+      INFO(name << " " << accum << " " << LinearGemmName(g.which));
+      const size_t k = g.which == LinearGemm::kFprop ? l.k : g.which == LinearGemm::kDgrad ? l.n : l.m;
+      const size_t rows = g.a_values.size() / k, cols = g.bt_values.size() / k;
+      REQUIRE(g.out.size() == rows * cols);
+      const Eigen::Map<const MatD> a(g.a_values.data(), rows, k), bt(g.bt_values.data(), cols, k);
+      const MatD ref = a * bt.transpose();
+      const MatD mag = a.cwiseAbs() * bt.cwiseAbs().transpose();
+      const double alpha = g.alpha;
+      size_t bad = 0;
+      for (size_t i = 0; i < rows; ++i)
+        for (size_t j = 0; j < cols; ++j) {
+          const double want = ref(i, j) * alpha, got = g.out[i * cols + j];
+          // exact: one rounding of the exact sum, one of alpha (a product of two FP32 scales) and one of the
+          // product by alpha; fp32-seq: gamma_K of the magnitudes. Eigen's own error: K * 2^-52 of them.
+          const double fp64 = static_cast<double>(k) * std::ldexp(1.0, -52) * mag(i, j) * std::fabs(alpha);
+          const double bound = std::string(accum) == "exact"
+                                   ? 3.01 * u * std::fabs(want) + fp64 + std::ldexp(1.0, -148)
+                                   : (k * u / (1 - k * u)) * mag(i, j) * std::fabs(alpha) + fp64 + std::ldexp(1.0, -148);
+          bad += !(std::fabs(got - want) <= bound);
+        }
+      CHECK(bad == 0);
     }
   }
 }

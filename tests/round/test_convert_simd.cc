@@ -105,21 +105,21 @@ TEST_CASE("round: SIMD BF16 and FP16 conversion: all 2^16 inputs on every target
   TargetGuard guard;
   std::vector<uint16_t> in(65536);
   for (uint32_t i = 0; i < 65536; ++i) in[i] = static_cast<uint16_t>(i);
-  for (const char* name : {"e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "int8", "ue8m0", "binary8p3se"}) {
-    const Format f = ParseFormat(name);
-    for (DType src : {DType::kBF16, DType::kF16}) {
-      for (const CastOptions& o : OptionSets(f, false, false)) {
-        for (bool flush : {false, true}) {
-          CastOptions oo = o;
-          if (flush) oo.subnormals = Subnormals::kFlush;
-          std::vector<uint8_t> want(in.size());
-          ConvertToCodesRef(src, in.data(), in.size(), f, oo, want.data(), SrSource{99, 0, nullptr});
-          for (const std::string& t : SimdTargets()) {
-            ForceSimdTarget(t);
-            std::vector<uint8_t> got(in.size(), 0xAA);
-            ConvertToCodes(src, in.data(), in.size(), f, oo, got.data(), SrSource{99, 0, nullptr});
-            ExpectSame(in, got, want, t + " " + DTypeName(src) + " " + Describe(f, oo));
-          }
+  const char* const name = GENERATE(values<const char*>({"e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "int8", "ue8m0", "binary8p3se"}));
+  CAPTURE(name);
+  const Format f = ParseFormat(name);
+  for (DType src : {DType::kBF16, DType::kF16}) {
+    for (const CastOptions& o : OptionSets(f, false, false)) {
+      for (bool flush : {false, true}) {
+        CastOptions oo = o;
+        if (flush) oo.subnormals = Subnormals::kFlush;
+        std::vector<uint8_t> want(in.size());
+        ConvertToCodesRef(src, in.data(), in.size(), f, oo, want.data(), SrSource{99, 0, nullptr});
+        for (const std::string& t : SimdTargets()) {
+          ForceSimdTarget(t);
+          std::vector<uint8_t> got(in.size(), 0xAA);
+          ConvertToCodes(src, in.data(), in.size(), f, oo, got.data(), SrSource{99, 0, nullptr});
+          ExpectSame(in, got, want, t + " " + DTypeName(src) + " " + Describe(f, oo));
         }
       }
     }
@@ -130,21 +130,21 @@ TEST_CASE("round: SIMD decoding of every code equals DecodeToFloat on every targ
   TargetGuard guard;
   std::vector<uint8_t> codes(256 * 3 + 5);
   for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>(i * 7 + 3);
-  for (const char* name : kFormats) {
-    const Format f = ParseFormat(name);
-    for (const std::string& t : SimdTargets()) {
-      ForceSimdTarget(t);
-      std::vector<float> out(codes.size());
-      DecodeToF32(codes.data(), codes.size(), f, out.data());
-      for (size_t i = 0; i < codes.size(); ++i) {
-        const float want = DecodeToFloat(f, codes[i]);
-        INFO(t << " " << name << " code " << Hex(codes[i]) << " got " << out[i] << " want " << want);
-        if (std::isnan(want)) {
-          CHECK(std::isnan(out[i]));
-          CHECK(std::signbit(out[i]) == std::signbit(want));
-        } else {
-          CHECK(qmx::test::FloatBits(out[i]) == qmx::test::FloatBits(want));
-        }
+  const char* const name = GENERATE(from_range(std::begin(kFormats), std::end(kFormats)));
+  CAPTURE(name);
+  const Format f = ParseFormat(name);
+  for (const std::string& t : SimdTargets()) {
+    ForceSimdTarget(t);
+    std::vector<float> out(codes.size());
+    DecodeToF32(codes.data(), codes.size(), f, out.data());
+    for (size_t i = 0; i < codes.size(); ++i) {
+      const float want = DecodeToFloat(f, codes[i]);
+      INFO(t << " " << name << " code " << Hex(codes[i]) << " got " << out[i] << " want " << want);
+      if (std::isnan(want)) {
+        CHECK(std::isnan(out[i]));
+        CHECK(std::signbit(out[i]) == std::signbit(want));
+      } else {
+        CHECK(qmx::test::FloatBits(out[i]) == qmx::test::FloatBits(want));
       }
     }
   }

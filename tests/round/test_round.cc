@@ -43,30 +43,30 @@ uint32_t Flags(const Format& f, float x, Rounding r = Rounding::kRne, Saturation
 }  // namespace
 
 TEST_CASE("round: every midpoint +-1 ulp, every code, every mode: reference equals the naive oracle", "[round]") {
-  for (const char* name : kSmallFormats) {
-    const Format f = ParseFormat(name);
-    const qmx::test::NaiveRounder naive(f);
-    const std::vector<float> inputs = GridInputs(f);
-    for (Saturation s : kAllSat) {
-      for (Rounding r : kAllModes) {
-        CastOptions o = Opt(r, s);
-        try {
-          ValidateCastOptions(f, o);
-        } catch (const qmx::Error&) {
-          continue;
-        }
-        for (int variant = 0; variant < 2; ++variant) {
-          o.nan_sign = variant ? NanSign::kPositive : NanSign::kKeep;
-          o.nan_fallback = variant ? NanFallback::kZero : NanFallback::kMaxPositive;
-          uint64_t idx = 0;
-          for (float x : inputs) {
-            const uint32_t rb = RandomBitsForElement(77, idx++);
-            const uint64_t got = Convert(fmt::kFP32, qmx::test::FloatBits(x), f, o, rb).code;
-            const uint64_t want = naive.Round(static_cast<double>(x), o, rb);
-            if (got != want) {
-              INFO(name << " " << RoundingName(r) << " " << SaturationName(s) << " " << Case(x, got, want));
-              CHECK(got == want);
-            }
+  const char* const name = GENERATE(from_range(std::begin(kSmallFormats), std::end(kSmallFormats)));
+  CAPTURE(name);
+  const Format f = ParseFormat(name);
+  const qmx::test::NaiveRounder naive(f);
+  const std::vector<float> inputs = GridInputs(f);
+  for (Saturation s : kAllSat) {
+    for (Rounding r : kAllModes) {
+      CastOptions o = Opt(r, s);
+      try {
+        ValidateCastOptions(f, o);
+      } catch (const qmx::Error&) {
+        continue;
+      }
+      for (int variant = 0; variant < 2; ++variant) {
+        o.nan_sign = variant ? NanSign::kPositive : NanSign::kKeep;
+        o.nan_fallback = variant ? NanFallback::kZero : NanFallback::kMaxPositive;
+        uint64_t idx = 0;
+        for (float x : inputs) {
+          const uint32_t rb = RandomBitsForElement(77, idx++);
+          const uint64_t got = Convert(fmt::kFP32, qmx::test::FloatBits(x), f, o, rb).code;
+          const uint64_t want = naive.Round(static_cast<double>(x), o, rb);
+          if (got != want) {
+            INFO(name << " " << RoundingName(r) << " " << SaturationName(s) << " " << Case(x, got, want));
+            CHECK(got == want);
           }
         }
       }
@@ -75,19 +75,19 @@ TEST_CASE("round: every midpoint +-1 ulp, every code, every mode: reference equa
 }
 
 TEST_CASE("round: Round to nearest: below a midpoint, at it (tie to the even code), above it", "[round]") {
-  for (const char* name : {"e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "int8", "ue8m0"}) {
-    const Format f = ParseFormat(name);
-    for (uint64_t c = f.MinPositiveCode(); c < f.MaxFiniteCode(); ++c) {
-      const float a = DecodeToFloat(f, c), b = DecodeToFloat(f, c + 1);
-      const float m = (a + b) / 2;
-      INFO(name << " between " << Hex(c) << " and " << Hex(c + 1));
-      CHECK(Cvt(f, std::nextafter(m, 0.0f)) == c);
-      CHECK(Cvt(f, std::nextafter(m, HUGE_VALF)) == c + 1);
-      CHECK(Cvt(f, m) == ((c & 1) ? c + 1 : c));
-      CHECK(Cvt(f, m, Rounding::kRna) == c + 1);
-      CHECK(Cvt(f, std::nextafter(b, 0.0f), Rounding::kRz) == c);
-      CHECK(Cvt(f, std::nextafter(a, HUGE_VALF), Rounding::kRu) == c + 1);
-    }
+  const char* const name = GENERATE(values<const char*>({"e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "int8", "ue8m0"}));
+  CAPTURE(name);
+  const Format f = ParseFormat(name);
+  for (uint64_t c = f.MinPositiveCode(); c < f.MaxFiniteCode(); ++c) {
+    const float a = DecodeToFloat(f, c), b = DecodeToFloat(f, c + 1);
+    const float m = (a + b) / 2;
+    INFO(name << " between " << Hex(c) << " and " << Hex(c + 1));
+    CHECK(Cvt(f, std::nextafter(m, 0.0f)) == c);
+    CHECK(Cvt(f, std::nextafter(m, HUGE_VALF)) == c + 1);
+    CHECK(Cvt(f, m) == ((c & 1) ? c + 1 : c));
+    CHECK(Cvt(f, m, Rounding::kRna) == c + 1);
+    CHECK(Cvt(f, std::nextafter(b, 0.0f), Rounding::kRz) == c);
+    CHECK(Cvt(f, std::nextafter(a, HUGE_VALF), Rounding::kRu) == c + 1);
   }
 }
 

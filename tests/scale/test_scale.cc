@@ -48,24 +48,24 @@ std::vector<uint32_t> DecidingMantissas() {
 
 TEST_CASE("scale: UE8M0 rules: bit-level fast path equals the double reference on every exponent", "[scale]") {
   const std::vector<uint32_t> mants = DecidingMantissas();
-  for (const char* name : qmx::test::kMxElems) {
-    const Format& elem = GetFormat(name);
-    for (ScaleRule rule : kPow2Rules) {
-      size_t bad = 0;
-      for (uint32_t e = 0; e < 255; ++e) {
-        for (uint32_t m : mants) {
-          const float amax = BitsFloat(e << 23 | m);
-          const int fast = Ue8m0ScaleFromAmax(amax, elem, rule), ref = Ue8m0ScaleFromAmaxRef(amax, elem, rule);
-          if (fast != ref && ++bad <= 3) {
-            INFO(name << " " << ScaleRuleName(rule) << " amax " << Hex(FloatBits(amax), 8) << " fast " << Hex(fast)
-                      << " ref " << Hex(ref));
-            CHECK(fast == ref);
-          }
+  const char* const name = GENERATE(from_range(std::begin(qmx::test::kMxElems), std::end(qmx::test::kMxElems)));
+  CAPTURE(name);
+  const Format& elem = GetFormat(name);
+  for (ScaleRule rule : kPow2Rules) {
+    size_t bad = 0;
+    for (uint32_t e = 0; e < 255; ++e) {
+      for (uint32_t m : mants) {
+        const float amax = BitsFloat(e << 23 | m);
+        const int fast = Ue8m0ScaleFromAmax(amax, elem, rule), ref = Ue8m0ScaleFromAmaxRef(amax, elem, rule);
+        if (fast != ref && ++bad <= 3) {
+          INFO(name << " " << ScaleRuleName(rule) << " amax " << Hex(FloatBits(amax), 8) << " fast " << Hex(fast)
+                    << " ref " << Hex(ref));
+          CHECK(fast == ref);
         }
       }
-      INFO(name << " " << ScaleRuleName(rule));
-      CHECK(bad == 0);
     }
+    INFO(name << " " << ScaleRuleName(rule));
+    CHECK(bad == 0);
   }
 }
 
@@ -73,22 +73,22 @@ TEST_CASE("scale: UE8M0 rules: bit-level fast path equals the double reference o
 TEST_CASE("scale: UE8M0 round-up and floor agree with __nv_cvt_float_to_e8m0 (RP, RZ) on every exponent",
           "[scale][cuda]") {
   const std::vector<uint32_t> mants = DecidingMantissas();
-  for (const char* name : qmx::test::kMxElems) {
-    const Format& elem = GetFormat(name);
-    const FormatLimits lim = Limits(elem);
-    for (uint32_t e = 0; e < 255; ++e) {
-      for (uint32_t m : mants) {
-        const float amax = BitsFloat(e << 23 | m);
-        INFO(name << " amax " << Hex(FloatBits(amax), 8));
-        // round-up: cvt.rp.satfinite of amax / destmax.
-        const float q = amax / static_cast<float>(lim.max_finite);
-        CHECK(Ue8m0ScaleFromAmax(amax, elem, ScaleRule::kRoundUp) ==
-              __nv_cvt_float_to_e8m0(q, __NV_SATFINITE, cudaRoundPosInf));
-        // floor: RZ of amax is 2^floor(log2 amax) (2^-127 below), less emax, clamped at 2^-127.
-        const int rz = __nv_cvt_float_to_e8m0(amax, __NV_SATFINITE, cudaRoundZero);
-        const int want = amax == 0 ? 0 : std::max(0, rz - lim.emax);
-        CHECK(Ue8m0ScaleFromAmax(amax, elem, ScaleRule::kOcpFloor) == want);
-      }
+  const char* const name = GENERATE(from_range(std::begin(qmx::test::kMxElems), std::end(qmx::test::kMxElems)));
+  CAPTURE(name);
+  const Format& elem = GetFormat(name);
+  const FormatLimits lim = Limits(elem);
+  for (uint32_t e = 0; e < 255; ++e) {
+    for (uint32_t m : mants) {
+      const float amax = BitsFloat(e << 23 | m);
+      INFO(name << " amax " << Hex(FloatBits(amax), 8));
+      // round-up: cvt.rp.satfinite of amax / destmax.
+      const float q = amax / static_cast<float>(lim.max_finite);
+      CHECK(Ue8m0ScaleFromAmax(amax, elem, ScaleRule::kRoundUp) ==
+            __nv_cvt_float_to_e8m0(q, __NV_SATFINITE, cudaRoundPosInf));
+      // floor: RZ of amax is 2^floor(log2 amax) (2^-127 below), less emax, clamped at 2^-127.
+      const int rz = __nv_cvt_float_to_e8m0(amax, __NV_SATFINITE, cudaRoundZero);
+      const int want = amax == 0 ? 0 : std::max(0, rz - lim.emax);
+      CHECK(Ue8m0ScaleFromAmax(amax, elem, ScaleRule::kOcpFloor) == want);
     }
   }
 }

@@ -29,17 +29,17 @@ TEST_CASE("study: a study step gives the same bits on 1 and 2 threads, for every
   const size_t rows = 64, cols = 1024;
   std::vector<float> x(rows * cols);
   GenerateDist(ParseDist("student-t:3+tau30"), 4, x.data(), x.size());
-  for (const char* t : {"none", "hadamard:32", "rht:128:3", "quest", "quest-rht:32:1"}) {
-    const StudyMethod m = Method("mxfp4", t, "sr");
-    omp_set_num_threads(1);
-    const StudyOutcome a = RunStudyMethod(x.data(), rows, cols, m);
-    omp_set_num_threads(2);
-    const StudyOutcome b = RunStudyMethod(x.data(), rows, cols, m);
-    INFO(t);
-    CHECK(std::memcmp(&a.error.sum_sq_err, &b.error.sum_sq_err, 8) == 0);
-    CHECK(std::memcmp(&a.misalignment.sum_inv_s, &b.misalignment.sum_inv_s, 8) == 0);
-    CHECK(a.stats.saturated == b.stats.saturated);
-  }
+  const char* const t = GENERATE(values<const char*>({"none", "hadamard:32", "rht:128:3", "quest", "quest-rht:32:1"}));
+  CAPTURE(t);
+  const StudyMethod m = Method("mxfp4", t, "sr");
+  omp_set_num_threads(1);
+  const StudyOutcome a = RunStudyMethod(x.data(), rows, cols, m);
+  omp_set_num_threads(2);
+  const StudyOutcome b = RunStudyMethod(x.data(), rows, cols, m);
+  INFO(t);
+  CHECK(std::memcmp(&a.error.sum_sq_err, &b.error.sum_sq_err, 8) == 0);
+  CHECK(std::memcmp(&a.misalignment.sum_inv_s, &b.misalignment.sum_inv_s, 8) == 0);
+  CHECK(a.stats.saturated == b.stats.saturated);
 }
 
 TEST_CASE("study orderings: Hadamard helps MXFP4 on outliers, more bits help, SR is unbiased", "[study]") {

@@ -19,6 +19,7 @@
 #include "qmx/error.h"
 #include "qmx/gemm.h"
 #include "qmx/mx.h"
+#include "qmx/quantize.h"
 #if defined(QMX_HAVE_CUDA)
 #include "qmx/gpu.h"
 #endif
@@ -94,6 +95,29 @@ void EngineConvertBench(const BenchArgs& a, nlohmann::json& j) {
                                    {"ratio_vs_cpu", cpu / t.kernel_s},
                                    {"outputs_checked", n}});
   }
+  // One quantizer row: the engine's median kernel time against the copy, and the CPU's.
+  const auto row = [&](const std::string& name, double ksec, double cpu) {
+    const double x_copy = copy_s / ksec;
+    std::printf("%-34s %10.3f %10.3f %9.2f %8s %10.2f %8.1f\n", name.c_str(), ksec * 1e3, copy_s * 1e3, x_copy,
+                x_copy >= 0.5 ? ">=0.5 met" : ">=0.5 SHORT", cpu * 1e3, cpu / ksec);
+    j["engine"]["rows"].push_back({{"kernel", "quantize " + name},
+                                   {"elements", n},
+                                   {"kernel_s", ksec},
+                                   {"copy_s", copy_s},
+                                   {"ratio_vs_copy", x_copy},
+                                   {"cpu_s", cpu},
+                                   {"ratio_vs_cpu", cpu / ksec},
+                                   {"outputs_checked", n}});
+  };
+  const auto median_of = [&](const auto& run) {
+    std::vector<double> ks;
+    for (int r = 0; r <= std::max(3, a.gemm_reps); ++r) {
+      const double k = run();
+      if (r > 0) ks.push_back(k);  // run 0 warms up
+    }
+    std::sort(ks.begin(), ks.end());
+    return ks[ks.size() / 2];
+  };
   // MX quantization (the engine's kernel time; the copy as above), checked against QuantizeMx.
   struct Mx {
     const char* name;
@@ -103,29 +127,31 @@ void EngineConvertBench(const BenchArgs& a, nlohmann::json& j) {
     MxSpec spec;
     spec.elem = *m.elem;
     std::vector<uint8_t> gs(MxScaleCount(n, spec)), ws(gs.size());
-    std::vector<double> ks;
-    for (int r = 0; r <= std::max(3, a.gemm_reps); ++r) {
+    const double ksec = median_of([&] {
       double k = 0;
       gpu::EngineQuantizeMx(DType::kF32, x.data(), n, spec, got.data(), gs.data(), {}, &k);
-      if (r > 0) ks.push_back(k);  // run 0 warms up
-    }
-    std::sort(ks.begin(), ks.end());
-    const double ksec = ks[ks.size() / 2];
+      return k;
+    });
     const double cpu = MedianSeconds(std::max(3, a.gemm_reps), [&] {
       QuantizeMx(DType::kF32, x.data(), n, spec, want.data(), ws.data(), {}, Exec::kParallel);
     });
     if (got != want || gs != ws) throw Error(std::string("engine bench: ") + m.name + " differs from the CPU's");
-    const double x_copy = copy_s / ksec;
-    std::printf("%-34s %10.3f %10.3f %9.2f %8s %10.2f %8.1f\n", m.name, ksec * 1e3, copy_s * 1e3, x_copy,
-                x_copy >= 0.5 ? ">=0.5 met" : ">=0.5 SHORT", cpu * 1e3, cpu / ksec);
-    j["engine"]["rows"].push_back({{"kernel", std::string("quantize ") + m.name},
-                                   {"elements", n},
-                                   {"kernel_s", ksec},
-                                   {"copy_s", copy_s},
-                                   {"ratio_vs_copy", x_copy},
-                                   {"cpu_s", cpu},
-                                   {"ratio_vs_cpu", cpu / ksec},
-                                   {"outputs_checked", n}});
+    row(m.name, ksec, cpu);
+  }
+  // Tensor quantizers (EngineQuantize: the amax pass, the host's S_enc, the blocks), 2^14 x 2^14.
+  for (const char* name : {"nvfp4", "fp8-block128x128", "mxfp8"}) {
+    const QuantSpec spec = QuantSpecByName(name);
+    const TensorView v{DType::kF32, x.data(), size_t{1} << 14, n >> 14};
+    QuantizedTensor gq;
+    const double ksec = median_of([&] {
+      double k = 0;
+      gq = gpu::EngineQuantize(v, spec, &k);
+      return k;
+    });
+    QuantizedTensor cq;
+    const double cpu = MedianSeconds(std::max(3, a.gemm_reps), [&] { cq = Quantize(v, spec); });
+    if (gq.codes != cq.codes || gq.scales != cq.scales) throw Error(std::string("engine bench: ") + name + " differs from the CPU's");
+    row(std::string("tensor ") + name, ksec, cpu);
   }
 }
 

@@ -14,6 +14,9 @@
 #include "commands.h"
 #include "qmx/checkpoint.h"
 #include "qmx/error.h"
+#if defined(QMX_HAVE_CUDA)
+#include "qmx/gpu.h"
+#endif
 #include "qmx/io.h"
 #include "qmx/quantize.h"
 #include "qmx/safetensors.h"
@@ -29,7 +32,7 @@ using nlohmann::ordered_json;
 struct QuantizeArgs {
   std::string spec = "mxfp8";
   SpecOverrides o;  // the text overrides (SpecOverrideFields), --sr-bits, --seed, --margin, --row-scaled
-  std::string in, out, json, codes_dtype = "native";
+  std::string in, out, json, codes_dtype = "native", device = "cpu";
   std::vector<std::string> tensors;
   std::vector<float> amax_history;
   int history_len = 1024;
@@ -89,8 +92,21 @@ ordered_json ErrorJson(const TensorView& x, const std::vector<float>& dq) {
   return j;
 }
 
+// The emulation engine's quantizer (gpu/README.md "The emulation engine"): the same bits as Quantize.
+QuantizedTensor QuantizeOnDevice(const TensorView& x, const QuantSpec& spec) {
+#if defined(QMX_HAVE_CUDA)
+  return gpu::EngineQuantize(x, spec);
+#else
+  (void)x;
+  (void)spec;
+  throw Error("--device cuda: this qmx-sim was built without the CUDA backend (gpu/README.md)");
+#endif
+}
+
 void RunQuantize(const QuantizeArgs& a) {
   if (a.threads < 0 || a.threads > 1024) throw Error("--threads must be 1..1024");
+  if (a.device != "cpu" && a.device != "cuda") throw Error("--device must be cpu or cuda, not '" + a.device + "'");
+  if (a.device == "cuda" && a.reference) throw Error("--reference runs on the CPU; drop --device cuda");
   if (a.threads > 0) omp_set_num_threads(a.threads);
   const QuantSpec spec = BuildSpec(a);
   if (a.in.empty()) throw Error("--in is required (.npy or .safetensors)");
@@ -133,8 +149,10 @@ void RunQuantize(const QuantizeArgs& a) {
     if (arr.dtype != DType::kF32 && arr.dtype != DType::kBF16 && arr.dtype != DType::kF16)
       throw Error("tensor '" + name + "' is " + DTypeName(arr.dtype) + "; quantize reads f32, bf16 or f16");
     const TensorView x = ViewOf(arr);
-    QuantizedTensor q = spec.delayed ? QuantizeDelayed(x, spec, state)
-                        : a.reference ? QuantizeRef(x, spec) : Quantize(x, spec);
+    QuantizedTensor q = a.device == "cuda" ? QuantizeOnDevice(x, spec)
+                        : spec.delayed       ? QuantizeDelayed(x, spec, state)
+                        : a.reference        ? QuantizeRef(x, spec)
+                                             : Quantize(x, spec);
     q.shape = arr.shape;
     std::vector<float> dq(q.rows * q.cols);
     Dequantize(q, dq.data());
@@ -298,6 +316,9 @@ void AddQuantizeCommand(CLI::App& app) {
   cmd->add_flag("--row-scaled", a->o.row_scaled,
                 "NVFP4: a second-level scale per row (per column with --axis col) from that line's amax, as Transformer "
                 "Engine's row-scaled NVFP4; writes NAME.line_amax (the nvfp4-row spec sets it)");
+  cmd->add_option("--device", a->device,
+                  "cpu, or cuda: the GPU emulation engine, the same bits (not fp8-delayed or the 4over6 rules)")
+      ->capture_default_str();
   cmd->add_flag("--reference", a->reference, "Use the scalar reference quantizer (slow; equal bit for bit)");
   cmd->add_flag("--no-dequant", a->no_dequant, "Do not write the dequantized values");
   cmd->add_option("--codes-dtype", a->codes_dtype,

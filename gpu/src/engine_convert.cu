@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "engine_blocks.cuh"
 #include "gpu_internal.h"
 #include "qmx/convert.h"
 #include "qmx/error.h"
@@ -29,14 +30,10 @@
 namespace qmx::gpu {
 namespace {
 
-// FP32's fields, for device code (which cannot read the host's fmt::kFP32; kernels receive the host's
-// formats by value instead).
-__device__ constexpr Format Fp32Fields() { return {"fp32", 8, 23, 127, true, Encoding::kIeee}; }
-
-template <typename Word>
-__device__ __forceinline__ uint64_t LoadBits(const void* src, uint64_t k) {
-  return static_cast<const Word*>(src)[k];
-}
+using detail::Fp32Fields;
+using detail::LoadBits;
+using detail::MxArgs;
+using detail::MxBlockAt;
 
 // Thread t handles the four elements of Philox block (first >> 2) + t that fall inside [first, first + n):
 // element k (0-based in the call) has stream index first + k. bits, when given, replaces the stream.
@@ -307,100 +304,15 @@ void EngineConvert(DType src_type, const void* src, size_t n, const Format& dst,
 // ------------------------------------------------------------------ MX block quantization
 namespace {
 
-struct MxArgs {
-  Format src_fmt, elem;
-  CastOptions cast;
-  int block, rule, policy, scaling;  // ScaleRule, NanPolicy, ElementScaling
-  float destmax;
-  int emax;
-  uint64_t seed, first;
-  const uint32_t* bits;
-};
-
-// One warp per block, the steps of QuantizeMxRef (lib/src/quantize/mx_ref.cc) in its order: the exact amax
-// over the finite elements (an FP32 value, since every input is; a maximum, so the lanes' order does not
-// matter), the scale byte by the rule on its bits (qmx/host_device.h, which the CPU's fast path uses too) or
-// the NaN policy's fill, then each element by the reference routine: V_i / X exactly, or fl32(x * 2^-k)
-// (te-rcp: Transformer Engine's multiplier). Lane j takes elements j, j + 32, ... of the block, so a warp
-// reads its block's contiguous bytes at once.
+// One warp per block of `a.block` consecutive elements (MxBlockAt, engine_blocks.cuh).
 template <typename Word>
 __device__ __forceinline__ void MxBlock(const void* src, uint64_t n, uint64_t blocks, const MxArgs& a, const Format& elem,
                                        uint8_t* codes, uint8_t* scales) {
   const uint64_t b = (blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
   if (b >= blocks) return;  // whole warps leave together: blockDim.x is a multiple of 32
-  constexpr Format kF32 = Fp32Fields();
   const uint64_t start = b * static_cast<uint64_t>(a.block);
-  const uint64_t end = start + a.block < n ? start + a.block : n;
-  const auto read = [&](uint64_t i) {
-    const uint64_t bits = LoadBits<Word>(src, i);
-    ExactValue x = internal::ReadExactCore(a.src_fmt, bits);
-    if (a.cast.subnormals == Subnormals::kFlush && internal::ClassifyCodeCore(a.src_fmt, bits) == CodeClass::kSubnormal)
-      x.kind = ExactValue::Kind::kZero;
-    return x;
-  };
-  uint32_t amax = 0;  // FP32 bits of the largest finite magnitude
-  bool has_nan = false, has_inf = false;
-  const bool flush = a.cast.subnormals == Subnormals::kFlush;
-  for (uint64_t i = start + lane; i < end; i += 32) {
-    if (sizeof(Word) == 2 && a.src_fmt.man_bits == 10) {  // fp16: through the exact value
-      const ExactValue x = read(i);
-      has_nan |= x.kind == ExactValue::Kind::kNan;
-      has_inf |= x.kind == ExactValue::Kind::kInf;
-      if (x.kind == ExactValue::Kind::kFinite) {
-        const uint32_t m = hd::F32Bits(static_cast<float>(ldexp(static_cast<double>(x.sig), x.exp)));
-        amax = m > amax ? m : amax;
-      }
-      continue;
-    }
-    // fp32 and bf16: the magnitude's FP32 bits are the exact value's (a flushed subnormal counts as 0).
-    const uint64_t bits = LoadBits<Word>(src, i);
-    const uint32_t m = (sizeof(Word) == 2 ? static_cast<uint32_t>(bits) << 16 : static_cast<uint32_t>(bits)) & 0x7FFFFFFFu;
-    has_nan |= m > 0x7F800000u;
-    has_inf |= m == 0x7F800000u;
-    if (m < 0x7F800000u && !(flush && m < 0x00800000u)) amax = m > amax ? m : amax;
-  }
-  amax = __reduce_max_sync(0xFFFFFFFFu, amax);
-  has_nan = __any_sync(0xFFFFFFFFu, has_nan);
-  has_inf = __any_sync(0xFFFFFFFFu, has_inf);
-  const uint8_t nan_code = static_cast<uint8_t>(internal::ConvertCore(kF32, 0x7FC00000u, elem, a.cast, 0).code);
-  const uint8_t block_nan_code = elem.HasNan() ? static_cast<uint8_t>(elem.CanonicalNan()) : 0;
-  int scale, fill;
-  internal::MxPolicyScale(static_cast<NanPolicy>(a.policy), has_nan, has_inf,
-                          hd::ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax, elem.man_bits), nan_code,
-                          block_nan_code, &scale, &fill);
-  if (lane == 0) scales[b] = static_cast<uint8_t>(scale);
-  const int k = scale - 127;
-  const bool stochastic = internal::IsStochasticCore(a.cast.rounding);
-  for (uint64_t i = start + lane; i < end; i += 32) {
-    if (fill >= 0) {
-      codes[i] = static_cast<uint8_t>(fill);
-      continue;
-    }
-    const uint32_t r = !stochastic ? 0u : a.bits != nullptr ? a.bits[i] : RandomBitsForElement(a.seed, a.first + i);
-    ExactValue x = read(i);
-    if (static_cast<ElementScaling>(a.scaling) == ElementScaling::kExact) {
-      x.exp -= k;  // V_i / X, exactly
-      codes[i] = static_cast<uint8_t>(internal::RoundExactCore(x, elem, a.cast, r).code);
-      continue;
-    }
-    // FP32 element scaling: fl32(x * mult), the product in double as the CPU forms it. A NaN keeps its sign
-    // (x86 propagates the operand; the GPU's multiply would give its canonical NaN); te-rcp's NaN products
-    // are the GPU kernel's canonical +NaN, as the CPU models them.
-    const bool te = static_cast<ElementScaling>(a.scaling) == ElementScaling::kTeRcp;
-    const double mult = te && scale == 0 ? 1.0 : te && scale == 254 ? 0.0 : ldexp(1.0, -k);
-    uint32_t y;
-    if (x.kind == ExactValue::Kind::kNan) {
-      y = te ? 0x7FFFFFFFu : (x.negative ? 0xFFC00000u : 0x7FC00000u);
-    } else {
-      const double v = x.kind == ExactValue::Kind::kInf ? (x.negative ? -HUGE_VAL : HUGE_VAL)
-                       : x.kind == ExactValue::Kind::kZero ? (x.negative ? -0.0 : 0.0)
-                                                           : (x.negative ? -1.0 : 1.0) * ldexp(static_cast<double>(x.sig), x.exp);
-      const float f = static_cast<float>(v * mult);
-      y = f != f ? 0x7FFFFFFFu : hd::F32Bits(f);  // only te-rcp's Inf x 0 makes a NaN here
-    }
-    codes[i] = static_cast<uint8_t>(internal::ConvertCore(kF32, y, elem, a.cast, r).code);
-  }
+  const uint64_t count = start + a.block < n ? a.block : n - start;
+  MxBlockAt<Word>(src, count, [start](uint64_t t) { return start + t; }, a, elem, codes, scales + b);
 }
 
 template <typename Word>

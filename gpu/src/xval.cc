@@ -817,6 +817,62 @@ void EngineConvertRows(const XvalOptions& opt, const std::function<void(XvalRow&
   }
 }
 
+// The engine's tensor quantizer against the CPU's Quantize: every recipe the engine runs, along rows and
+// columns, under RNE and SR, from FP32 and BF16, on a 257 x 600 tensor (--quick: 67 x 200) of rows at
+// powers of two across FP32's range with zero rows, NaN, Inf and a value near FP32's max: one row per recipe.
+void EngineQuantizeRows(const XvalOptions& opt, const std::function<void(XvalRow&&)>& emit) {
+  const size_t rows = opt.quick ? 67 : 257, cols = opt.quick ? 200 : 600;
+  std::mt19937_64 g(opt.seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(rows * cols);
+  for (size_t r = 0; r < rows; ++r) {
+    const int e = static_cast<int>(g() % 200) - 110;
+    for (size_t c = 0; c < cols; ++c) x[r * cols + c] = r % 31 == 5 ? 0.0f : std::ldexp(nd(g), e);
+  }
+  x[2 * cols + 7] = std::nanf("");
+  x[9 * cols + 100] = -INFINITY;
+  x[15 * cols + 3] = 3e38f;
+  std::vector<uint16_t> xb(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xb[i] = static_cast<uint16_t>(hd::F32Bits(x[i]) >> 16);
+  for (const std::string& name : QuantSpecNames()) {
+    XvalRow r;
+    r.group = "engine";
+    r.op = "quantize " + name + " (rows and columns, rne and sr, f32 and bf16)";
+    if (!opt.only.empty() && r.op.find(opt.only) == std::string::npos) continue;
+    r.reference = "Quantize (CPU)";
+    const QuantSpec base = QuantSpecByName(name);
+    if (const std::string why = EngineQuantizeSupport(base); !why.empty()) r.skipped = why;
+    else if (!Device().available) r.skipped = Device().reason;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (Axis axis : {Axis::kRow, Axis::kCol})
+      for (Rounding rd : {Rounding::kRne, Rounding::kSrA})
+        for (DType t : {DType::kF32, DType::kBF16}) {
+          if (!r.skipped.empty()) break;
+          QuantSpec s = base;
+          s.axis = axis;
+          s.cast.rounding = rd;
+          s.seed = opt.seed;
+          const TensorView v{t, t == DType::kF32 ? static_cast<const void*>(x.data()) : xb.data(), rows, cols};
+          const QuantizedTensor want = Quantize(v, s);
+          const QuantizedTensor got = EngineQuantize(v, s);
+          r.cases += want.codes.size() + want.scale_rows * want.scale_cols;
+          const std::string what = std::string(axis == Axis::kCol ? "col " : "row ") + RoundingName(rd) + " " + DTypeName(t);
+          for (size_t i = 0; i < want.codes.size(); ++i)
+            if (got.codes[i] != want.codes[i])
+              Note(r, opt.max_show, what + " code " + std::to_string(i) + ": engine " + Hex(got.codes[i], 2) + " cpu " +
+                                        Hex(want.codes[i], 2));
+          for (size_t i = 0; i < want.scales.size(); ++i)
+            if (got.scales[i] != want.scales[i])
+              Note(r, opt.max_show, what + " scale byte " + std::to_string(i) + ": engine " + Hex(got.scales[i], 2) +
+                                        " cpu " + Hex(want.scales[i], 2));
+          if (hd::F32Bits(got.tensor_amax) != hd::F32Bits(want.tensor_amax) || got.line_amax != want.line_amax)
+            Note(r, opt.max_show, what + ": the tensor or line amax differs");
+        }
+    r.seconds = Seconds(t0);
+    emit(std::move(r));
+  }
+}
+
 }  // namespace
 
 golden::ExternalRunner GoldenRunner() {
@@ -864,6 +920,7 @@ std::vector<XvalRow> Xval(const XvalOptions& opt, const std::function<void(const
   if (opt.gemm) GemmRows(opt, emit);
   if (opt.engine) {
     EngineConvertRows(opt, emit);
+    EngineQuantizeRows(opt, emit);
     EngineRows(opt, emit);
   }
   return rows;

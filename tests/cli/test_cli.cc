@@ -30,6 +30,9 @@
 #include "support/arrays.h"
 #include "support/cli.h"
 #include "support/hex.h"
+#if defined(QMX_HAVE_CUDA)
+#include "support/gpu.h"
+#endif
 
 namespace qmx {
 namespace {
@@ -306,6 +309,39 @@ TEST_CASE("cli: convert values", "[cli]") {
     CHECK(r.status == 1);
     CHECK_THAT(r.err, Contains("--out"));
     CHECK(Listing(dir.path).empty());
+  }
+}
+
+TEST_CASE("cli: quantize --device cuda writes the CPU's bytes, or says why it cannot", "[cli]") {
+  TempDir dir;
+  const std::vector<float> x = TestInputs();
+  const std::string in = Quote(dir / "x.npy");
+  WriteNpy(dir / "x.npy", F32Array({2, x.size() / 2}, x));
+  RunResult r = Run("quantize --spec mxfp8 --device tpu --in " + in + " --out " + Quote(dir / "t.safetensors"));
+  INFO(r.all());
+  CHECK(r.status == 1);
+  CHECK_THAT(r.err, Contains("--device must be cpu or cuda, not 'tpu'"));
+  r = Run("quantize --spec mxfp8 --device cuda --reference --in " + in + " --out " + Quote(dir / "r.safetensors"));
+  CHECK(r.status == 1);
+  CHECK_THAT(r.err, Contains("--reference runs on the CPU"));
+  bool device = false;
+#if defined(QMX_HAVE_CUDA)
+  device = qmx::test::GpuPresent();
+#endif
+  for (const char* spec : {"mxfp8", "nvfp4", "fp8-block128x128"}) {
+    const std::string cpu = dir / (std::string(spec) + "-cpu.safetensors");
+    const std::string gpu = dir / (std::string(spec) + "-gpu.safetensors");
+    REQUIRE(Run(std::string("quantize --quiet --spec ") + spec + " --in " + in + " --out " + Quote(cpu)).status == 0);
+    r = Run(std::string("quantize --quiet --device cuda --spec ") + spec + " --in " + in + " --out " + Quote(gpu));
+    INFO(spec << ": " << r.all());
+    if (device) {
+      REQUIRE(r.status == 0);
+      CHECK(ReadText(gpu) == ReadText(cpu));
+    } else {
+      CHECK(r.status == 1);
+      CHECK_THAT(r.err, Contains("CUDA") || Contains("device"));
+      CHECK(!std::filesystem::exists(gpu));
+    }
   }
 }
 

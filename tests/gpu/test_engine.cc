@@ -19,6 +19,7 @@
 #include "qmx/gemm.h"
 #include "qmx/gpu.h"
 #include "qmx/mx.h"
+#include "qmx/quantize.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
 
@@ -386,6 +387,85 @@ TEST_CASE("gpu engine: MX quantization equals QuantizeMx for every rule, policy,
             }
   INFO(specs << " specs");
   CHECK(specs >= 500);
+}
+
+TEST_CASE("gpu engine: tensor quantization equals Quantize for every recipe, rule, axis and source", "[gpu]") {
+  // Odd shapes (ragged blocks in both directions), rows at powers of two across FP32's range, zero rows,
+  // subnormals, ties, NaN and Inf, and values past the elements' range: every path of QuantizeRef.
+  const size_t rows = 70, cols = 200;
+  std::mt19937_64 g(61);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(rows * cols);
+  for (size_t r = 0; r < rows; ++r) {
+    const int e = static_cast<int>(g() % 200) - 110;
+    for (size_t c = 0; c < cols; ++c) x[r * cols + c] = r % 29 == 7 ? 0.0f : std::ldexp(nd(g), e);
+  }
+  x[3 * cols + 17] = std::nanf("");
+  x[5 * cols + 40] = -std::nanf("");
+  x[11 * cols + 3] = INFINITY;
+  x[12 * cols + 150] = -INFINITY;
+  x[20 * cols + 60] = 3e38f;
+  x[21 * cols + 61] = 0x1p-149f;
+  x[22 * cols + 62] = std::ldexp(1.5f, -100);
+  std::vector<uint16_t> xb(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xb[i] = static_cast<uint16_t>(FloatBits(x[i]) >> 16);
+  const QuantSpec fourover6 = QuantSpecByName("nvfp4");
+  QuantSpec f46 = fourover6;
+  f46.rule = ScaleRule::kNvfp4FourOverSix;
+  CHECK(!gpu::EngineQuantizeSupport(f46).empty());
+  CHECK(!gpu::EngineQuantizeSupport(QuantSpecByName("fp8-delayed")).empty());
+  if (!qmx::test::GpuPresent()) return;
+  CHECK_THROWS_WITH(gpu::EngineQuantize({DType::kF32, x.data(), rows, cols}, f46), Catch::Contains("engine: "));
+  size_t specs = 0, outputs = 0;
+  for (const std::string& name : QuantSpecNames()) {
+    const QuantSpec base = QuantSpecByName(name);
+    if (!gpu::EngineQuantizeSupport(base).empty()) continue;
+    std::vector<QuantSpec> variants;
+    for (Axis axis : {Axis::kRow, Axis::kCol})
+      for (NanPolicy nan : {NanPolicy::kBlockNan, NanPolicy::kIgnore, NanPolicy::kIgnoreNan, NanPolicy::kTe})
+        for (Rounding rd : {Rounding::kRne, Rounding::kSrA}) {
+          QuantSpec s = base;
+          s.axis = axis;
+          s.nan = nan;
+          s.cast.rounding = rd;
+          s.seed = 77;
+          variants.push_back(s);
+        }
+    if (ScaleFormatOf(base.rule) == ScaleFormat::kE4m3)
+      for (ScaleRule rule : {ScaleRule::kNvfp4Div, ScaleRule::kNvfp4Torchao}) {
+        QuantSpec s = base;
+        s.rule = rule;
+        variants.push_back(s);
+      }
+    if (ScaleFormatOf(base.rule) == ScaleFormat::kFp32) {
+      QuantSpec s = base;
+      s.rule = ScaleRule::kFp32Pow2;
+      s.margin = 2;
+      variants.push_back(s);
+    }
+    for (const QuantSpec& s : variants) {
+      try {
+        ValidateQuantSpec(s);
+      } catch (const Error&) {
+        continue;  // a NaN policy this scale format cannot carry
+      }
+      for (DType t : {DType::kF32, DType::kBF16}) {
+        const TensorView v{t, t == DType::kF32 ? static_cast<const void*>(x.data()) : xb.data(), rows, cols};
+        const QuantizedTensor want = Quantize(v, s);
+        const QuantizedTensor got = gpu::EngineQuantize(v, s);
+        INFO(DescribeSpec(s) << " from " << DTypeName(t));
+        CHECK(got.scales == want.scales);
+        CHECK(std::vector<uint8_t>(got.codes.begin(), got.codes.end()) == std::vector<uint8_t>(want.codes.begin(), want.codes.end()));
+        CHECK(FloatBits(got.tensor_amax) == FloatBits(want.tensor_amax));
+        CHECK(FloatBits(got.tensor_decode) == FloatBits(want.tensor_decode));
+        CHECK(got.line_amax == want.line_amax);
+        ++specs;
+        outputs += want.codes.size();
+      }
+    }
+  }
+  INFO(specs << " specs, " << outputs << " codes");
+  CHECK(specs >= 150);
 }
 
 }  // namespace engine_test

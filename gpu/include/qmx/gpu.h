@@ -15,6 +15,7 @@
 #include "qmx/format.h"
 #include "qmx/gemm.h"
 #include "qmx/mx.h"
+#include "qmx/quantize.h"
 #include "qmx/scale.h"
 
 namespace qmx::gpu {
@@ -148,6 +149,13 @@ void EngineConvertOnDevice(DType src_type, const void* src, size_t n, const Form
 // checks and errors as QuantizeMx (ValidateMxSpec). kernel_seconds (optional): the kernel alone.
 void EngineQuantizeMx(DType src_type, const void* src, size_t n, const MxSpec& spec, uint8_t* codes, uint8_t* scales,
                       const SrSource& sr = {}, double* kernel_seconds = nullptr);
+// qmx::Quantize on the device, block by block as QuantizeRef defines it (one warp per block of the scale
+// grid; gpu/README.md "The emulation engine"): every recipe and rule, UE8M0, FP32 and NVFP4 scales, 1-D and
+// 2-D blocks along either axis, row-scaled NVFP4, every NaN policy, element scaling and CastOptions, from
+// fp32, fp16 or bf16. The same checks and errors as Quantize; "engine: ..." where EngineQuantizeSupport
+// refuses (delayed scaling, the 4over6 rules). kernel_seconds (optional): amax passes and kernel, no copies.
+std::string EngineQuantizeSupport(const QuantSpec& spec);
+QuantizedTensor EngineQuantize(const TensorView& x, const QuantSpec& spec, double* kernel_seconds = nullptr);
 // The bench's measurement: x uploaded once, then `reps` conversions of it on the device (sr = {seed, 0}) and
 // as many device-to-device copies of its n * 4 bytes, each timed by CUDA events after one warm-up: the
 // medians. codes receives the conversion.

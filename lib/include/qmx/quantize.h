@@ -89,8 +89,9 @@ struct SpecOverrides {
 // accepts ("--rule,--scale-rule"), one line of help naming the accepted values, and the field it sets. The
 // CLI's `quantize` options, the binding and `qmx.make_spec` all take their list from this one table.
 struct SpecOverrideField {
+  using Member = std::string SpecOverrides::*;
   std::string name, option, help;
-  std::string SpecOverrides::*field;
+  Member field;
 };
 const std::vector<SpecOverrideField>& SpecOverrideFields();
 // Sets the text override with Python keyword `name`; throws qmx::Error naming the known keywords.

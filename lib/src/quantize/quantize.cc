@@ -17,6 +17,7 @@
 #include "qmx/rng.h"
 #include "qmx/round.h"
 #include "quantize/quantize_internal.h"
+#include "scale/scale_core.h"
 
 namespace qmx {
 
@@ -93,25 +94,10 @@ float TensorAmaxFast(const TensorView& x, NanPolicy policy, Exec exec) {
 }
 
 MultiplyScale BlockMultiplyScale(const QuantSpec& spec, float destmax, float block_amax, bool has_nan, bool has_inf, float s_enc) {
-  MultiplyScale r{};
-  const bool special = has_nan || has_inf;
-  if (special && spec.nan == NanPolicy::kBlockNan) {
-    r.nan_block = true;
-    return r;
-  }
   // block_amax: ignore -> finite only; ignore-nan -> Inf included (passed in by the caller).
-  if (ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3) {
-    const uint8_t s8 = Nvfp4BlockScale(block_amax, s_enc, spec.rule);
-    r.stored = s8;
-    r.multiplier = Nvfp4EncodeFactor(s8, s_enc, spec.rule);
-    return r;
-  }
-  const Fp32Scale s = Fp32ScaleFromAmax(block_amax, destmax, spec.rule == ScaleRule::kFp32Pow2, spec.margin);
-  uint32_t bits;
-  std::memcpy(&bits, &s.decode, 4);
-  r.stored = bits;
-  r.multiplier = s.encode;
-  return r;
+  const MultiplyScaleCore c = BlockMultiplyScaleCore(spec.rule, spec.nan, spec.margin, destmax, block_amax, has_nan,
+                                                     has_inf, s_enc, fmt::kFP32, fmt::kE4M3);
+  return {c.stored, c.multiplier, c.nan_block};
 }
 
 void StoreScale(const QuantSpec& spec, uint8_t* scales, size_t index, uint32_t stored, bool nan_block) {

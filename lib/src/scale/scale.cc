@@ -13,15 +13,12 @@
 #include "qmx/error.h"
 #include "qmx/round.h"
 #include "round/convert_params.h"
+#include "scale/scale_core.h"
 
 namespace qmx {
 namespace {
 
-constexpr float kFltMax = std::numeric_limits<float>::max();
-
-// fminf(v, FLT_MAX) for every v (a NaN gives FLT_MAX: fminf returns the other operand), written as a compare
-// so that loops over it vectorize.
-float CapFltMax(float v) { return v < kFltMax ? v : kFltMax; }
+using detail::CapFltMaxCore;
 
 // The value of every E4M3 byte, decoded once: the NVFP4 scale functions run per block (and per row of a
 // row-scaled tensor, 128 times), where DecodeToDouble's general decoding would dominate.
@@ -135,16 +132,9 @@ uint8_t Ue8m0ScaleFromAmax(float amax, const Format& elem, ScaleRule rule) {
 }
 
 namespace {
-// Fp32ScaleFromAmax's operations, inlined into its batch form.
+// Fp32ScaleFromAmax's operations (scale_core.h, which the GPU engine runs too), inlined into its batch form.
 inline Fp32Scale Fp32ScaleOf(float amax, float destmax, bool pow2, int margin, float fallback) {
-  float s = fallback;
-  if (std::isfinite(amax) && amax > 0.0f) {
-    const float scaled_max = margin == 0 ? destmax : std::ldexp(destmax, -margin);  // ldexp(x, 0) = x
-    s = scaled_max / amax;
-    if (std::isinf(s)) s = kFltMax;
-  }
-  if (pow2) s = detail::F32FromBits(detail::F32Bits(s) & 0xFF800000u);
-  return {s, 1.0f / s};
+  return detail::Fp32ScaleCore(amax, destmax, pow2, margin, fallback);
 }
 }  // namespace
 
@@ -160,7 +150,7 @@ namespace {
 // TE's S_enc = min(fl32(6 * e4m3_bound / tensor_amax), FLT_MAX), 1 for amax 0 or an S_enc of 0: the bound
 // is 448 (2688 = 6 * 448), or 256 under 4over6 (1536).
 float TeEncodeScale(float tensor_amax, float six_times_bound) {
-  float s = CapFltMax(six_times_bound / tensor_amax);
+  float s = CapFltMaxCore(six_times_bound / tensor_amax);
   if (tensor_amax == 0.0f || s == 0.0f) s = 1.0f;
   return s;
 }
@@ -208,30 +198,13 @@ float Nvfp4TensorDecode(float tensor_scale, ScaleRule rule) {
 }
 
 uint8_t Nvfp4BlockScale(float block_amax, float s_enc, ScaleRule rule) {
-  const CastOptions rne{};
-  float v;
-  if (rule == ScaleRule::kNvfp4Torchao) {
-    v = (block_amax / 6.0f) / s_enc;
-    v = std::min(std::max(v, 0.015625f), 448.0f);  // torch.clamp(min=finfo(e4m3).tiny, max=448)
-  } else if (rule == ScaleRule::kNvfp4Div) {
-    v = (block_amax / 6.0f) * s_enc;
-  } else {
-    const float m = s_enc * (1.0f / 6.0f);
-    v = block_amax * m;
-  }
-  return static_cast<uint8_t>(ConvertF32(v, fmt::kE4M3, rne));
+  return detail::Nvfp4BlockScaleCore(block_amax, s_enc, rule, fmt::kFP32, fmt::kE4M3);
 }
 
 namespace {
-// Nvfp4EncodeFactor of the block scale's value sd.
+// Nvfp4EncodeFactor of the block scale's value sd (scale_core.h).
 inline float Nvfp4EncodeFactorOf(float sd, float s_enc, ScaleRule rule) {
-  if (rule == ScaleRule::kNvfp4Torchao) return (1.0f / s_enc) / sd;
-  if (rule == ScaleRule::kNvfp4Div) {
-    if (sd == 0.0f) return 0.0f;
-    return CapFltMax(s_enc / sd);
-  }
-  const float s_dec = 1.0f / s_enc;
-  return CapFltMax(1.0f / (sd * s_dec));
+  return detail::Nvfp4EncodeFactorCore(sd, s_enc, rule);
 }
 }  // namespace
 

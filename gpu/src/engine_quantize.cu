@@ -1,0 +1,262 @@
+// engine_quantize.cu: qmx::Quantize on the device, block by block as the reference quantizer
+// (lib/src/quantize/quantize_ref.cc) defines it: the tensor amax (and each line's, row-scaled), then one warp
+// per block of the scale grid. UE8M0 blocks run QuantizeMxRef's steps (engine_blocks.cuh); FP32 and NVFP4
+// (E4M3) blocks take their scale from the library's own scale functions (lib/src/scale/scale_core.h) and
+// round fl32(x * multiplier) by the reference routine (lib/src/round/round_core.h).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine_blocks.cuh"
+#include "gpu_internal.h"
+#include "qmx/error.h"
+#include "qmx/gpu.h"
+#include "qmx/quantize.h"
+#include "quantize/quantize_internal.h"
+#include "scale/scale_core.h"
+
+namespace qmx::gpu {
+namespace {
+
+using detail::Fp32Fields;
+using detail::LoadBits;
+using detail::MxArgs;
+using detail::MxBlockAt;
+
+// |x| as FP32 bits of source element i (fp32, bf16 or fp16: every value exact in FP32).
+template <typename Word>
+__device__ __forceinline__ uint32_t MagnitudeBits(const Format& src_fmt, const void* src, uint64_t i) {
+  const uint64_t bits = LoadBits<Word>(src, i);
+  if (sizeof(Word) == 4) return static_cast<uint32_t>(bits) & 0x7FFFFFFFu;
+  if (src_fmt.man_bits == 7) return (static_cast<uint32_t>(bits) << 16) & 0x7FFFFFFFu;  // bf16
+  const ExactValue x = internal::ReadExactCore(src_fmt, bits);                        // fp16
+  if (x.kind == ExactValue::Kind::kNan) return 0x7FC00000u;
+  if (x.kind == ExactValue::Kind::kInf) return 0x7F800000u;
+  if (x.kind == ExactValue::Kind::kZero) return 0;
+  return hd::F32Bits(ldexpf(static_cast<float>(x.sig), x.exp));
+}
+
+// The signed FP32 value of source element i.
+template <typename Word>
+__device__ __forceinline__ float SourceValue(const Format& src_fmt, const void* src, uint64_t i) {
+  const uint64_t bits = LoadBits<Word>(src, i);
+  if (sizeof(Word) == 4) return hd::F32FromBits(static_cast<uint32_t>(bits));
+  if (src_fmt.man_bits == 7) return hd::F32FromBits(static_cast<uint32_t>(bits) << 16);
+  const uint32_t mag = MagnitudeBits<Word>(src_fmt, src, i);
+  return hd::F32FromBits(mag | ((static_cast<uint32_t>(bits) & 0x8000u) << 16));
+}
+
+// Line l of `lines` (rows, or columns with by_col) of a rows x cols tensor: out[l] = the maximum of its |x|
+// bits below `limit` (TensorAmax: NaN skipped, Inf kept where limit is above Inf's bits). lines = 1 with
+// len = rows * cols gives the tensor's. One thread block per line.
+template <typename Word>
+__global__ void LineAmaxKernel(Format src_fmt, const void* src, uint64_t cols, uint64_t len, bool by_col, uint32_t limit,
+                               unsigned int* out) {
+  const uint64_t l = blockIdx.y;
+  uint32_t m = 0;
+  for (uint64_t t = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; t < len;
+       t += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const uint64_t i = by_col ? t * cols + l : l * len + t;
+    const uint32_t a = MagnitudeBits<Word>(src_fmt, src, i);
+    if (a < limit && a > m) m = a;
+  }
+  m = __reduce_max_sync(0xFFFFFFFFu, m);
+  if (threadIdx.x % 32 == 0 && m > 0) atomicMax(out + l, m);
+}
+
+struct BlockArgs {
+  Format src_fmt, elem, e4m3;
+  CastOptions cast;
+  uint64_t rows, cols, block_rows, block_cols, scale_cols, blocks;
+  int rule, nan, margin;
+  float destmax;
+  bool ue8m0, fp32_scales, row_scaled, by_col;
+  float s_enc;               // the tensor's NVFP4 S_enc (not row-scaled)
+  const float* line_enc;     // row-scaled: each line's S_enc
+  uint8_t block_nan_code;    // BlockNanCode(elem)
+  uint64_t seed;
+  MxArgs mx;                 // UE8M0 blocks
+};
+
+// Block (br, bc) of the scale grid, one warp: its elements row-major, t-th at (r0 + t / w, c0 + t % w).
+template <typename Word>
+__global__ void QuantizeBlocksKernel(const void* src, BlockArgs a, uint8_t* codes, uint8_t* scales) {
+  const uint64_t b = (blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x) / 32;
+  if (b >= a.blocks) return;  // whole warps leave together
+  const int lane = threadIdx.x % 32;
+  const uint64_t br = b / a.scale_cols, bc = b % a.scale_cols;
+  const uint64_t r0 = br * a.block_rows, c0 = bc * a.block_cols;
+  const uint64_t h = r0 + a.block_rows < a.rows ? a.block_rows : a.rows - r0;
+  const uint64_t w = c0 + a.block_cols < a.cols ? a.block_cols : a.cols - c0;
+  const uint64_t count = h * w, cols = a.cols;
+  const auto at = [=](uint64_t t) { return (r0 + t / w) * cols + c0 + t % w; };
+  if (a.ue8m0) {
+    MxBlockAt<Word>(src, count, at, a.mx, a.elem, codes, scales + b);
+    return;
+  }
+  // FP32 / NVFP4: the finite elements' amax (a maximum of FP32 values: exact, in any order), NaN and Inf seen.
+  uint32_t amax = 0;
+  bool has_nan = false, has_inf = false;
+  for (uint64_t t = lane; t < count; t += 32) {
+    const uint32_t m = MagnitudeBits<Word>(a.src_fmt, src, at(t));
+    has_nan |= m > 0x7F800000u;
+    has_inf |= m == 0x7F800000u;
+    if (m < 0x7F800000u && m > amax) amax = m;
+  }
+  amax = __reduce_max_sync(0xFFFFFFFFu, amax);
+  has_nan = __any_sync(0xFFFFFFFFu, has_nan);
+  has_inf = __any_sync(0xFFFFFFFFu, has_inf);
+  float block_amax = hd::F32FromBits(amax);
+  if (has_inf && static_cast<NanPolicy>(a.nan) == NanPolicy::kIgnoreNan) block_amax = HUGE_VALF;
+  const float s_enc = a.row_scaled ? a.line_enc[a.by_col ? bc : br] : a.s_enc;
+  const qmx::detail::MultiplyScaleCore ms =
+      qmx::detail::BlockMultiplyScaleCore(static_cast<ScaleRule>(a.rule), static_cast<NanPolicy>(a.nan), a.margin,
+                                          a.destmax, block_amax, has_nan, has_inf, s_enc, Fp32Fields(), a.e4m3);
+  if (lane == 0) {  // StoreScale
+    if (a.fp32_scales) {
+      const uint32_t s = ms.nan_block ? 0x7FC00000u : ms.stored;
+      for (int k = 0; k < 4; ++k) scales[4 * b + k] = static_cast<uint8_t>(s >> (8 * k));  // little-endian
+    } else {
+      scales[b] = ms.nan_block ? 0x7F : static_cast<uint8_t>(ms.stored);
+    }
+  }
+  const bool stochastic = internal::IsStochasticCore(a.cast.rounding);
+  constexpr Format kF32 = Fp32Fields();
+  for (uint64_t t = lane; t < count; t += 32) {
+    const uint64_t i = at(t);
+    if (ms.nan_block) {
+      codes[i] = a.block_nan_code;
+      continue;
+    }
+    // fl32(x * multiplier): the double product of two FP32 values is exact, one rounding to FP32. NaNs as the
+    // CPU's multiply makes them (the GPU's would be its canonical +NaN): a NaN operand propagates, quieted;
+    // Inf x 0 gives x86's default NaN, negative.
+    const float xv = SourceValue<Word>(a.src_fmt, src, i);
+    uint32_t y;
+    if (xv != xv) {
+      y = hd::F32Bits(xv) | 0x00400000u;
+    } else {
+      const double p = static_cast<double>(xv) * static_cast<double>(ms.multiplier);
+      y = p != p ? 0xFFC00000u : hd::F32Bits(static_cast<float>(p));
+    }
+    const uint32_t r = stochastic ? RandomBitsForElement(a.seed, i) : 0u;
+    codes[i] = static_cast<uint8_t>(internal::ConvertCore(kF32, y, a.elem, a.cast, r).code);
+  }
+}
+
+template <typename Word>
+void LaunchLineAmax(const Format& sf, const void* src, uint64_t lines, uint64_t cols, uint64_t len, bool by_col,
+                    uint32_t limit, unsigned int* out, cudaStream_t stream) {
+  detail::Check(cudaMemsetAsync(out, 0, lines * sizeof(unsigned int), stream), "cudaMemsetAsync");
+  if (len == 0 || lines == 0) return;
+  constexpr int kThreads = 256;
+  const uint64_t want = (len + kThreads - 1) / kThreads;
+  const unsigned gx = static_cast<unsigned>(want < 4096 ? want : 4096);
+  LineAmaxKernel<Word><<<dim3(gx, static_cast<unsigned>(lines)), kThreads, 0, stream>>>(sf, src, cols, len, by_col,
+                                                                                         limit, out);
+  detail::Check(cudaGetLastError(), "engine amax kernel launch");
+}
+
+void LineAmax(DType t, const Format& sf, const void* src, uint64_t lines, uint64_t cols, uint64_t len, bool by_col,
+              uint32_t limit, unsigned int* out, cudaStream_t stream) {
+  if (t == DType::kF32) LaunchLineAmax<uint32_t>(sf, src, lines, cols, len, by_col, limit, out, stream);
+  else LaunchLineAmax<uint16_t>(sf, src, lines, cols, len, by_col, limit, out, stream);
+}
+
+}  // namespace
+
+std::string EngineQuantizeSupport(const QuantSpec& spec) {
+  if (spec.delayed) return "delayed scaling (fp8-delayed) keeps its state on the host";
+  if (IsNvfp4FourOverSix(spec.rule)) return std::string("the rule '") + ScaleRuleName(spec.rule) + "' is not on the engine yet";
+  return "";
+}
+
+QuantizedTensor EngineQuantize(const TensorView& x, const QuantSpec& spec, double* kernel_seconds) {
+  const std::string why = EngineQuantizeSupport(spec);
+  if (!why.empty()) throw Error("engine: " + why);
+  QuantizedTensor q = qmx::detail::MakeShell(x, spec);  // validates the spec and the source type
+  if (kernel_seconds != nullptr) *kernel_seconds = 0;
+  if (x.rows == 0 || x.cols == 0) return q;
+  const Format& sf = FormatOfSource(x.dtype);
+  Require("the engine's quantization");
+  const BlockExtent be = ResolveBlock(spec, x.rows, x.cols);
+  const ScaleFormat scale_format = ScaleFormatOf(spec.rule);
+  const size_t n = x.rows * x.cols, esize = DTypeSize(x.dtype), nb = q.scale_rows * q.scale_cols;
+  detail::DeviceBuffer<uint8_t> d_src(static_cast<const uint8_t*>(x.data), n * esize), d_codes(n),
+      d_scales(q.scales.size());
+  detail::EventPair ev;
+  detail::Check(cudaEventRecord(ev.start), "cudaEventRecord");
+  // The tensor amax (NVFP4, per-tensor FP32), and each line's (row-scaled), as TensorAmax takes them.
+  const uint32_t limit = qmx::detail::TensorAmaxKeepsInf(spec.nan) ? 0x7F800001u : 0x7F800000u;
+  float s_enc = 1.0f;
+  std::vector<float> line_enc;
+  detail::DeviceBuffer<float> d_line_enc(spec.row_scaled ? q.line_amax.size() : 0);
+  const bool need_amax = scale_format == ScaleFormat::kE4m3 || (scale_format == ScaleFormat::kFp32 && nb == 1);
+  if (need_amax) {
+    detail::DeviceBuffer<unsigned int> d_amax(1);
+    LineAmax(x.dtype, sf, d_src.get(), 1, x.cols, n, false, limit, d_amax.get(), nullptr);
+    unsigned int bits = 0;
+    d_amax.Download(&bits, 1);
+    q.tensor_amax = hd::F32FromBits(bits);
+  }
+  if (scale_format == ScaleFormat::kE4m3 && !spec.row_scaled) {
+    s_enc = Nvfp4TensorScale(q.tensor_amax, spec.rule);
+    q.tensor_decode = Nvfp4TensorDecode(s_enc, spec.rule);
+  }
+  if (spec.row_scaled) {
+    const bool by_col = spec.axis == Axis::kCol;
+    const size_t lines = q.line_amax.size(), len = by_col ? x.rows : x.cols;
+    detail::DeviceBuffer<unsigned int> d_lines(lines);
+    LineAmax(x.dtype, sf, d_src.get(), lines, x.cols, len, by_col, limit, d_lines.get(), nullptr);
+    std::vector<unsigned int> bits(lines);
+    d_lines.Download(bits.data(), lines);
+    for (size_t l = 0; l < lines; ++l) {
+      q.line_amax[l] = hd::F32FromBits(bits[l]);
+      line_enc.push_back(Nvfp4TensorScale(q.line_amax[l], spec.rule));
+    }
+    d_line_enc.Upload(line_enc.data(), lines);
+  }
+  BlockArgs a{};
+  a.src_fmt = sf;
+  a.elem = spec.elem;
+  a.e4m3 = fmt::kE4M3;
+  a.cast = spec.cast;
+  a.rows = x.rows;
+  a.cols = x.cols;
+  a.block_rows = be.rows;
+  a.block_cols = be.cols;
+  a.scale_cols = q.scale_cols;
+  a.blocks = nb;
+  a.rule = static_cast<int>(spec.rule);
+  a.nan = static_cast<int>(spec.nan);
+  a.margin = spec.margin;
+  const FormatLimits lim = Limits(spec.elem);
+  a.destmax = static_cast<float>(lim.max_finite);
+  a.ue8m0 = scale_format == ScaleFormat::kUe8m0;
+  a.fp32_scales = scale_format == ScaleFormat::kFp32;
+  a.row_scaled = spec.row_scaled;
+  a.by_col = spec.axis == Axis::kCol;
+  a.s_enc = s_enc;
+  a.line_enc = d_line_enc.get();
+  a.block_nan_code = qmx::detail::BlockNanCode(spec.elem);
+  a.seed = spec.seed;
+  a.mx = MxArgs{sf, spec.elem, spec.cast, 0, static_cast<int>(spec.rule), static_cast<int>(spec.nan),
+                static_cast<int>(spec.scaling), a.destmax, lim.emax, spec.seed, 0, nullptr};
+  constexpr int kThreads = 256;  // 8 warps, one block each
+  const unsigned grid = static_cast<unsigned>((nb * 32 + kThreads - 1) / kThreads);
+  if (x.dtype == DType::kF32) QuantizeBlocksKernel<uint32_t><<<grid, kThreads>>>(d_src.get(), a, d_codes.get(), d_scales.get());
+  else QuantizeBlocksKernel<uint16_t><<<grid, kThreads>>>(d_src.get(), a, d_codes.get(), d_scales.get());
+  detail::Check(cudaGetLastError(), "engine quantize kernel launch");
+  detail::Check(cudaEventRecord(ev.stop), "cudaEventRecord");
+  detail::Check(cudaEventSynchronize(ev.stop), "engine quantize kernel");
+  if (kernel_seconds != nullptr) *kernel_seconds = ev.Seconds();
+  d_codes.Download(q.codes.data(), n);
+  d_scales.Download(q.scales.data(), q.scales.size());
+  return q;
+}
+
+}  // namespace qmx::gpu

@@ -144,250 +144,383 @@ HWY_NOINLINE QMX_FP16_TARGET void AddTermsF16(const uint32_t* ap, const uint32_t
   for (size_t r = 0; r < R; ++r)
     for (size_t h = 0; h < 2; ++h) _mm512_storeu_si512(sums + (2 * r + h) * 16, s[r][h]);
 }
+
+// The FP16 products' packs (PackFp16): per (row, step) and (step, column) the top nominal exponent of a
+// nonzero element (kNoExp: none), and both operands scaled by it and packed as FP16 pairs of K.
+constexpr int32_t kNoExp = -1000;
+struct Fp16Packs {
+  Fp16Plan plan;
+  size_t kpairs = 0;  // pairs of K
+  Buf<int32_t> ptop_a, ptop_b;
+  Buf<uint32_t> pa16, pb16;
+  // FP16 bits of 2^G, twice per int32 lane, for G = -16 + i (i < 32): 2^-15 is FP16's subnormal 0x0200;
+  // below -15 every term is under 1/2 (a' b' < 2^15) and truncates and rounds to 0: the power is 0.
+  alignas(64) uint32_t pow2[32];
+};
+
+// The top nominal exponent of a nonzero element per (row, step) of A (m x nsteps) and (step, column) of B
+// (nsteps x n), kNoExp where the step has none.
+void StepTops(const FusedGemmArgs& g, size_t nsteps, std::vector<int32_t>& top_a, std::vector<int32_t>& top_b) {
+  const size_t step = static_cast<size_t>(g.step);
+  top_a.assign(g.m * nsteps, kNoExp);
+  top_b.assign(nsteps * g.n, kNoExp);
+#pragma omp parallel for schedule(static) if (g.parallel)
+  for (long i = 0; i < static_cast<long>(g.m); ++i)
+    for (size_t si = 0; si < nsteps; ++si) {
+      int32_t t = kNoExp;
+      for (size_t kk = si * step; kk < std::min(g.k, (si + 1) * step); ++kk) {
+        const int32_t e = g.ea.table[g.ea.codes[i * g.k + kk]];
+        if (e != g.zero_code) t = std::max(t, e);
+      }
+      top_a[i * nsteps + si] = t;
+    }
+#pragma omp parallel for schedule(static) if (g.parallel)
+  for (long si = 0; si < static_cast<long>(nsteps); ++si)
+    for (size_t kk = si * step; kk < std::min(g.k, (si + 1) * step); ++kk)
+      for (size_t j = 0; j < g.n; ++j) {
+        const int32_t e = g.eb.table[g.eb.codes[kk * g.n + j]];
+        int32_t& t = top_b[si * g.n + j];
+        if (e != g.zero_code) t = std::max(t, e);
+      }
+}
+
+// Each code's FP16 bits scaled by 2^(shift - top), per top exponent of the format from top0 up: a table
+// lookup per element.
+std::vector<uint16_t> HalfTable(const FusedGemmArgs& g, const CodeMatrix<float>& v, const CodeMatrix<int32_t>& e,
+                                int shift, int32_t& top0) {
+  int32_t lo = 1000, hi = -1000;
+  for (int code = 0; code < 256; ++code)
+    if (e.table[code] != g.zero_code) lo = std::min(lo, e.table[code]), hi = std::max(hi, e.table[code]);
+  top0 = std::min(lo, hi);
+  std::vector<uint16_t> t(static_cast<size_t>(std::max(0, hi - top0 + 1)) * 256, 0);
+  for (int32_t top = top0; top <= hi; ++top)
+    for (int code = 0; code < 256; ++code) {
+      const float x = v.table[code];
+      if (e.table[code] != g.zero_code && e.table[code] <= top)
+        t[static_cast<size_t>(top - top0) * 256 + code] = static_cast<uint16_t>(HalfBits(std::ldexp(x, shift - top)));
+    }
+  return t;
+}
+// A code's FP16 bits in a step with top exponent `top` (a step whose elements are all zero has top kNoExp:
+// its codes give 0).
+inline uint32_t HalfOf(const std::vector<uint16_t>& t, int32_t top0, int32_t top, uint8_t code) {
+  return top == kNoExp ? 0u : t[static_cast<size_t>(top - top0) * 256 + code];
+}
+
+// The FP16 products' packs where Fp16PlanFor allows them (16 FP32 lanes), else only the plan (not ok).
+Fp16Packs PackFp16(const FusedGemmArgs& g, size_t lanes, size_t nsteps, size_t nr) {
+  constexpr size_t R = kFusedMr;
+  const size_t step = static_cast<size_t>(g.step);
+  Fp16Packs f;
+  f.plan = lanes == 16 ? Fp16PlanFor(g) : Fp16Plan{};
+  f.kpairs = (g.k + 1) / 2;
+  for (int i = 0; i < 32; ++i) {
+    const int gexp = i - 16;
+    const uint32_t half_bits = gexp >= -14 ? static_cast<uint32_t>(gexp + 15) << 10 : gexp == -15 ? 0x0200u : 0u;
+    f.pow2[i] = half_bits | half_bits << 16;
+  }
+  if (!f.plan.ok) return f;
+  std::vector<int32_t> top_a, top_b;
+  StepTops(g, nsteps, top_a, top_b);
+  int32_t top0_a = 0, top0_b = 0;
+  const std::vector<uint16_t> ha = HalfTable(g, g.a, g.ea, f.plan.ca, top0_a);
+  const std::vector<uint16_t> hb = HalfTable(g, g.b, g.eb, 13 - f.plan.ca, top0_b);
+  f.pa16 = PanelRows<uint32_t>(g.m, f.kpairs, R, g.parallel, [&](size_t row, uint32_t* d) {
+    const uint8_t* codes = g.a.codes + row * g.k;
+    for (size_t si = 0; si < nsteps; ++si) {  // steps are even: no pair straddles two
+      const int32_t top = top_a[row * nsteps + si];
+      for (size_t kk = si * step; kk < std::min(g.k, (si + 1) * step); kk += 2) {
+        const uint32_t lo = HalfOf(ha, top0_a, top, codes[kk]);
+        d[kk / 2 * R] = kk + 1 < g.k ? lo | HalfOf(ha, top0_a, top, codes[kk + 1]) << 16 : lo;
+      }
+    }
+  });
+  f.pb16 = PanelCols<uint32_t>(f.kpairs, g.n, nr, g.parallel, [&](size_t kp, size_t c0, size_t valid, uint32_t* d) {
+    std::fill(d, d + valid, 0u);
+    for (size_t kk = 2 * kp, t = 0; t < 2 && kk < g.k; ++kk, ++t) {
+      const uint8_t* codes = g.b.codes + kk * g.n + c0;
+      const int32_t* top = top_b.data() + (kk / step) * g.n + c0;
+      for (size_t j = 0; j < valid; ++j) d[j] |= HalfOf(hb, top0_b, top[j], codes[j]) << (16 * t);
+    }
+  });
+  f.ptop_a = PackRows(top_a.data(), g.m, nsteps, R);
+  f.ptop_b = PackCols(top_b.data(), nsteps, g.n, nr);
+  return f;
+}
+
+// The steps that took the FP16 products and the steps that declined them, summed over the threads' counters
+// (a line apart), for Fp16StepCounts.
+inline void ReportFp16Steps(const std::vector<uint64_t>& counts) {
+  uint64_t taken = 0, declined = 0;
+  for (size_t t = 0; t < counts.size(); t += 16) taken += counts[t], declined += counts[t + 1];
+  if (taken + declined > 0) CountFp16Steps(taken, declined);
+}
 #endif
 
+// What the fused kernel's tiles read (PackFused): the operands' values, their int8 exponents, the zero flags
+// and the promotion's block scales in panels, and the call's K sizes.
+struct FusedPacks {
+  size_t step = 0, window = 0, nsteps = 0, nb = 0;  // window: K per promotion (the step without one)
+  // With zero_exp at or below -126 the zero-term rule is emax = max(emax, zero_exp) in every lane: a zero
+  // accumulator applies it anyway, and a nonzero one has put emax at -126 or above already. No flags.
+  bool zero_floor = false;
+  Buf<float> pa, pb;
+  Buf<int8_t> pea, peb;   // PackRowsExp8Pairs, PackColsExp8Twice
+  Buf<int32_t> pza, pzb;  // some product of the step is zero (StepZeroFlags), where the rule needs flags
+  Buf<float> psa, psb;    // the promotion's block scales, where g.sa is given
+#if QMX_AVX512
+  Fp16Packs f16;
+#endif
+};
+
+// The fused kernel's packs, for B panels of nr columns and `lanes` FP32 lanes.
+FusedPacks PackFused(const FusedGemmArgs& g, size_t lanes, size_t nr) {
+  constexpr size_t R = kFusedMr;
+  const bool par = g.parallel;
+  FusedPacks pk;
+  pk.step = static_cast<size_t>(g.step);
+  pk.window = g.promote ? static_cast<size_t>(g.promote) : pk.step;
+  pk.nsteps = (g.k + pk.step - 1) / pk.step;
+  std::vector<int32_t> za, zb;
+  pk.zero_floor = g.track_zero && g.zero_exp <= -126;
+  if (g.track_zero && !pk.zero_floor) StepZeroFlags(g.ea, g.eb, g.zero_code, pk.step, par, za, zb);
+  pk.pa = PackRows(g.a, R, par);
+  pk.pb = PackCols(g.b, nr, par);
+#if QMX_AVX512
+  pk.f16 = PackFp16(g, lanes, pk.nsteps, nr);
+#else
+  (void)lanes;
+#endif
+  pk.pea = PackRowsExp8Pairs(g.ea, R, g.zero_code, par);
+  pk.peb = PackColsExp8Twice(g.eb, nr, g.zero_code, par);
+  if (!za.empty()) pk.pza = PackRows(za.data(), g.m, pk.nsteps, R), pk.pzb = PackCols(zb.data(), pk.nsteps, g.n, nr);
+  pk.nb = g.sa ? (g.k + g.kb - 1) / g.kb : 0;
+  if (g.sa) {
+    pk.psa = PackRows(g.sa, g.m, pk.nb, R);
+    pk.psb = PackCols(g.sb, pk.nb, g.n, nr);
+  }
+  return pk;
+}
+
+// One tile of a fused call (DF its FP32 lanes): zero_exp and F in int32 lanes, and beside them the rounding's
+// mask and the FP16 step counters.
+template <class DF>
+struct FusedTile : KernelTile<FusedGemmArgs, FusedPacks, DF> {
+  hn::Vec<hn::RebindToSigned<DF>> keep;  // FP32's sign, exponent and top out_bits - 1 significand bits
+  uint64_t* counts;  // FP16 steps taken and declined, a line of 16 per thread (FP16 products), else null
+};
+
+// A step's emax per output, the largest of the accumulator's exponent, the products' (emax_p, from
+// MaxProductExps) and by the zero-term rule zero_exp, and the step's sum started with the accumulator's
+// term in units of 2^(emax - F).
+template <bool kTermRne, class DF, class VI>
+HWY_INLINE void FusedStepExps(DF df, const FusedTile<DF>& t, size_t s0, size_t s1,
+                              const hn::Vec<DF> (&part)[kFusedMr][2], VI (&emax_p)[kFusedMr][2],
+                              VI (&emax)[kFusedMr][2], VI (&sum)[kFusedMr][2]) {
+  constexpr size_t R = kFusedMr;
+  const hn::RebindToSigned<DF> di;
+  const FusedGemmArgs& g = t.g;
+  const FusedPacks& pk = t.pk;
+  const size_t N = hn::Lanes(df), nr = 2 * N, si = s0 / pk.step;
+  VI ec[R][2];
+  hn::Mask<decltype(di)> pzero[R][2];
+  for (size_t r = 0; r < R; ++r)
+    for (size_t h = 0; h < 2; ++h) emax[r][h] = ec[r][h] = AccExp(df, part[r][h], g.zero_code, pzero[r][h]);
+  MaxProductExps<R>(di, pk.pea.get() + (t.p * g.k + s0) * 2 * R, pk.peb.get() + (t.q * g.k + s0) * 2 * nr, s1 - s0,
+                    emax_p);
+  for (size_t r = 0; r < R; ++r)
+    for (size_t h = 0; h < 2; ++h) emax[r][h] = hn::Max(emax[r][h], emax_p[r][h]);
+  const int32_t* zbp = pk.pzb ? pk.pzb.get() + (t.q * pk.nsteps + si) * nr : nullptr;
+  for (size_t r = 0; r < R; ++r)
+    for (size_t h = 0; h < 2; ++h) {
+      if (pk.zero_floor) {
+        emax[r][h] = hn::Max(emax[r][h], t.zero_exp);
+      } else if (g.track_zero) {
+        emax[r][h] =
+            LiftZeroTerms(di, emax[r][h], pk.pza[(t.p * pk.nsteps + si) * R + r], zbp + h * N, pzero[r][h], t.zero_exp);
+      }
+      // The accumulator's significand scales by 2^(ec - emax + F).
+      sum[r][h] = AccTermI32<kTermRne>(df, part[r][h], ec[r][h], emax[r][h], t.fbits);
+    }
+}
+
+#if QMX_AVX512
+// The step's product terms by FP16 products (AddTermsF16) added to sum, where every output's G = F - 13 +
+// EA + EB - emax (none where the step has no nonzero product) is at most gmax, the int32 sums through
+// memory; false, leaving sum, where some G is larger (or the plan is off). Counts the steps of either kind.
+template <bool kTermRne, class DF, class VI>
+HWY_INLINE bool Fp16Terms(DF df, const FusedTile<DF>& t, size_t s0, size_t s1, uint64_t* counts,
+                          const VI (&emax_p)[kFusedMr][2], const VI (&emax)[kFusedMr][2], VI (&sum)[kFusedMr][2]) {
+  constexpr size_t R = kFusedMr;
+  const hn::RebindToSigned<DF> di;
+  const FusedPacks& pk = t.pk;
+  const Fp16Packs& f16 = pk.f16;
+  if (!f16.plan.ok) return false;
+  const size_t N = hn::Lanes(df), nr = 2 * N, si = s0 / pk.step;
+  const __m512i pow2_lo = _mm512_load_si512(f16.pow2), pow2_hi = _mm512_load_si512(f16.pow2 + 16);
+  alignas(64) uint32_t gbits[R * 2 * 16];
+  alignas(64) int32_t sums[R * 2 * 16];
+  const int32_t* tb = f16.ptop_b.get() + (t.q * pk.nsteps + si) * nr;
+  bool fits = true;
+  for (size_t r = 0; r < R; ++r)
+    for (size_t h = 0; h < 2; ++h) {
+      const VI gexp =
+          hn::IfThenElse(hn::Eq(emax_p[r][h], hn::Set(di, kNoProduct)), hn::Set(di, 2 * kNoExp),
+                         hn::Sub(hn::Add(hn::Set(di, f16.ptop_a[(t.p * pk.nsteps + si) * R + r] + t.g.frac_bits - 13),
+                                         hn::LoadU(di, tb + h * N)),
+                                 emax[r][h]));
+      fits = fits && hn::AllFalse(di, hn::Gt(gexp, hn::Set(di, f16.plan.gmax)));
+      const VI idx = hn::Min(hn::Max(hn::Add(gexp, hn::Set(di, 16)), hn::Zero(di)), hn::Set(di, 31));
+      hn::Store(VI{_mm512_permutex2var_epi32(pow2_lo, idx.raw, pow2_hi)}, di,
+                reinterpret_cast<int32_t*>(gbits) + (2 * r + h) * N);
+      hn::Store(sum[r][h], di, sums + (2 * r + h) * N);
+    }
+  ++counts[fits ? 0 : 1];
+  if (!fits) return false;
+  AddTermsF16<kTermRne>(f16.pa16.get() + (t.p * f16.kpairs + s0 / 2) * R,
+                        f16.pb16.get() + (t.q * f16.kpairs + s0 / 2) * nr, (s1 - s0 + 1) / 2, gbits, sums);
+  for (size_t r = 0; r < R; ++r)
+    for (size_t h = 0; h < 2; ++h) sum[r][h] = hn::Load(di, sums + (2 * r + h) * N);
+  return true;
+}
+#endif
+
+// The step's product terms by FP32 products (AddTermsI32) added to sum.
+template <bool kTermRne, class DF, class VI>
+HWY_INLINE void F32Terms(DF df, const FusedTile<DF>& t, size_t s0, size_t s1, const VI (&emax)[kFusedMr][2],
+                         VI (&sum)[kFusedMr][2]) {
+  constexpr size_t R = kFusedMr;
+  const size_t nr = 2 * hn::Lanes(df);
+  // Products scale by 2^(F - emax) (clamped: out of range only when every product is zero or too small to
+  // leave a bit).
+  hn::Vec<DF> g2[R][2];
+  for (size_t r = 0; r < R; ++r)
+    for (size_t h = 0; h < 2; ++h) g2[r][h] = Pow2OrZero(df, hn::Sub(t.fbits, emax[r][h]));
+  AddTermsI32<kTermRne, R>(df, t.pk.pa.get() + (t.p * t.g.k + s0) * R, t.pk.pb.get() + (t.q * t.g.k + s0) * nr, 0,
+                           s1 - s0, g2, sum);
+}
+
+// The step's sum (units of 2^(emax - F), below 2^24: exact in FP32) rounded to out_bits into part; `bad` gains
+// the lanes whose result left the finite range.
+template <bool kOutRne, class DF, class VI>
+HWY_INLINE void RoundFusedStep(DF df, const FusedTile<DF>& t, const VI (&emax)[kFusedMr][2],
+                               const VI (&sum)[kFusedMr][2], hn::Vec<DF> (&part)[kFusedMr][2],
+                               hn::Mask<DF> (&bad)[kFusedMr][2]) {
+  const hn::RebindToSigned<DF> di;
+  for (size_t r = 0; r < kFusedMr; ++r)
+    for (size_t h = 0; h < 2; ++h) {
+      const hn::Vec<DF> s = hn::ConvertTo(df, sum[r][h]);  // exact: below 2^24
+      const VI unit = hn::Sub(emax[r][h], t.fbits);
+      hn::Mask<DF> ok = hn::FirstN(df, 0);
+      // Toward zero, a normal result: clear the bits below out_bits, then scale.
+      if (!kOutRne) part[r][h] = ScaleStepSum(df, hn::BitCast(df, hn::And(hn::BitCast(di, s), t.keep)), unit, ok);
+      if (!hn::AllTrue(df, ok)) {  // (ok lanes are normal numbers: only the general rounding can overflow)
+        part[r][h] = FusedOutV<kOutRne>(df, s, unit, t.g.out_bits);
+        bad[r][h] = hn::Or(bad[r][h], hn::Not(hn::IsFinite(part[r][h])));
+      }
+    }
+}
+
+// One step [s0, s1) of a tile: part, the accumulator's value, becomes the step's result, the accumulator's
+// term plus the products' terms rounded once (counts: this thread's FP16 step counters, or null).
+template <bool kTermRne, bool kOutRne, class DF>
+HWY_INLINE void FusedStep(DF df, const FusedTile<DF>& t, size_t s0, size_t s1, [[maybe_unused]] uint64_t* counts,
+                          hn::Vec<DF> (&part)[kFusedMr][2], hn::Mask<DF> (&bad)[kFusedMr][2]) {
+  using VI = hn::Vec<hn::RebindToSigned<DF>>;
+  VI emax_p[kFusedMr][2], emax[kFusedMr][2];
+  VI sum[kFusedMr][2];  // in units of 2^(emax - F), below 2^24 (the caller's bound)
+  FusedStepExps<kTermRne>(df, t, s0, s1, part, emax_p, emax, sum);
+  bool fp16_done = false;
+#if QMX_AVX512
+  fp16_done = Fp16Terms<kTermRne>(df, t, s0, s1, counts, emax_p, emax, sum);
+#endif
+  if (!fp16_done) F32Terms<kTermRne>(df, t, s0, s1, emax, sum);
+  RoundFusedStep<kOutRne>(df, t, emax, sum, part, bad);
+}
+
+// The end of a promotion window [w0, ...): its result part added to the FP32 accumulator, times the K block's
+// scales sa * sb where they are given ((part * sa) * sb where they apply separately); without promotion the
+// part is the accumulator. `bad` gains the lanes that left the finite range.
+template <class DF>
+HWY_INLINE void PromoteWindow(DF df, const FusedTile<DF>& t, size_t w0, const hn::Vec<DF> (&part)[kFusedMr][2],
+                              hn::Vec<DF> (&acc)[kFusedMr][2], hn::Mask<DF> (&bad)[kFusedMr][2]) {
+  using VF = hn::Vec<DF>;
+  constexpr size_t R = kFusedMr;
+  const FusedGemmArgs& g = t.g;
+  const FusedPacks& pk = t.pk;
+  const size_t N = hn::Lanes(df), nr = 2 * N;
+  for (size_t r = 0; r < R; ++r)
+    for (size_t h = 0; h < 2; ++h) {
+      if (!g.promote) {
+        acc[r][h] = part[r][h];
+      } else if (g.sa) {
+        const size_t blk = w0 / g.kb;
+        const VF sa = hn::Set(df, pk.psa[(t.p * pk.nb + blk) * R + r]);
+        const VF sb = hn::LoadU(df, pk.psb.get() + (t.q * pk.nb + blk) * nr + h * N);
+        acc[r][h] = g.separate ? hn::MulAdd(hn::Mul(part[r][h], sa), sb, acc[r][h])
+                               : hn::MulAdd(part[r][h], hn::Mul(sa, sb), acc[r][h]);
+      } else {
+        acc[r][h] = hn::Add(acc[r][h], part[r][h]);
+      }
+      bad[r][h] = hn::Or(bad[r][h], hn::Not(hn::IsFinite(acc[r][h])));
+    }
+}
+
+// A tile's K chunk [k0c, k0c + len): C's outputs loaded into registers with their non-finite lanes (bad),
+// each promotion window's steps (FusedStep) and its promotion, and C stored back with the bad lanes as NaN,
+// which sends those outputs to the reference.
+template <bool kTermRne, bool kOutRne, class DF>
+HWY_INLINE void FusedChunk(DF df, const FusedTile<DF>& t, size_t k0c, size_t len, float* ct, size_t ldc) {
+  constexpr size_t R = kFusedMr;
+  const size_t step = t.pk.step, window = t.pk.window;
+  hn::Vec<DF> acc[R][2];
+  hn::Mask<DF> bad[R][2];  // lanes whose accumulation left the finite range
+  LoadTile<R>(df, ct, ldc, acc, bad);
+  uint64_t* counts = t.counts ? t.counts + static_cast<size_t>(omp_get_thread_num()) * 16 : nullptr;
+  for (size_t w0 = k0c; w0 < k0c + len; w0 += window) {
+    const size_t w1 = std::min(k0c + len, w0 + window);
+    hn::Vec<DF> part[R][2];
+    for (size_t r = 0; r < R; ++r)
+      for (size_t h = 0; h < 2; ++h) part[r][h] = t.g.promote ? hn::Zero(df) : acc[r][h];
+    for (size_t s0 = w0; s0 < w1; s0 += step)
+      FusedStep<kTermRne, kOutRne>(df, t, s0, std::min(w1, s0 + step), counts, part, bad);
+    PromoteWindow(df, t, w0, part, acc, bad);
+  }
+  StoreTile<R>(df, acc, bad, ct, ldc);
+}
+
+// The fused kernel: the packs, then each tile's K chunks (FusedChunk) on Drive's threads (ForEachTile); false
+// where the exponents or out_bits do not fit it.
 template <bool kTermRne, bool kOutRne>
 bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
   if (!FitsExp8(g.ea.table, g.zero_code) || !FitsExp8(g.eb.table, g.zero_code) || g.out_bits < 1 || g.out_bits > 24)
     return false;
-  const bool par = g.parallel;
-  const hn::ScalableTag<float> df;
-  const hn::RebindToSigned<decltype(df)> di;
-  using VF = hn::Vec<decltype(df)>;
-  using VI = hn::Vec<decltype(di)>;
-  constexpr size_t R = kFusedMr;
-  const size_t N = hn::Lanes(df), nr = 2 * N;
-  const size_t step = static_cast<size_t>(g.step);
-  const size_t window = g.promote ? static_cast<size_t>(g.promote) : step;
-  const size_t kc = ChunkFor(window);
-  const size_t mp = (g.m + R - 1) / R, np = (g.n + nr - 1) / nr;
-  const size_t nsteps = (g.k + step - 1) / step;
-  std::vector<int32_t> za, zb;  // some product of the step is zero
-  // With zero_exp at or below -126 the zero-term rule is emax = max(emax, zero_exp) in every lane: a zero
-  // accumulator applies it anyway, and a nonzero one has put emax at -126 or above already. No flags.
-  const bool zero_floor = g.track_zero && g.zero_exp <= -126;
-  if (g.track_zero && !zero_floor) StepZeroFlags(g.ea, g.eb, g.zero_code, step, par, za, zb);
-  const Buf<float> pa = PackRows(g.a, R, par), pb = PackCols(g.b, nr, par);
+  using DF = hn::ScalableTag<float>;
+  const DF df;
+  const hn::RebindToSigned<DF> di;
+  const size_t nr = 2 * hn::Lanes(df);
+  const FusedPacks pk = PackFused(g, hn::Lanes(df), nr);
+  uint64_t* counts = nullptr;
 #if QMX_AVX512
-  // FP16 products: per (row, step) and (step, column) the top nominal exponent of a nonzero element
-  // (kNoExp: none), and both operands scaled by it and packed as FP16 pairs of K.
-  const Fp16Plan f16 = N == 16 ? Fp16PlanFor(g) : Fp16Plan{};
-  constexpr int32_t kNoExp = -1000;
-  const size_t kpairs = (g.k + 1) / 2;
-  Buf<int32_t> ptop_a, ptop_b;
-  Buf<uint32_t> pa16, pb16;
-  if (f16.ok) {
-    std::vector<int32_t> top_a(g.m * nsteps, kNoExp), top_b(nsteps * g.n, kNoExp);
-#pragma omp parallel for schedule(static) if (par)
-    for (long i = 0; i < static_cast<long>(g.m); ++i)
-      for (size_t si = 0; si < nsteps; ++si) {
-        int32_t t = kNoExp;
-        for (size_t kk = si * step; kk < std::min(g.k, (si + 1) * step); ++kk) {
-          const int32_t e = g.ea.table[g.ea.codes[i * g.k + kk]];
-          if (e != g.zero_code) t = std::max(t, e);
-        }
-        top_a[i * nsteps + si] = t;
-      }
-#pragma omp parallel for schedule(static) if (par)
-    for (long si = 0; si < static_cast<long>(nsteps); ++si)
-      for (size_t kk = si * step; kk < std::min(g.k, (si + 1) * step); ++kk)
-        for (size_t j = 0; j < g.n; ++j) {
-          const int32_t e = g.eb.table[g.eb.codes[kk * g.n + j]];
-          int32_t& t = top_b[si * g.n + j];
-          if (e != g.zero_code) t = std::max(t, e);
-        }
-    // Each code's FP16 bits scaled by 2^(shift - top), per top exponent of the format: a table lookup per element.
-    const auto half_table = [&](const CodeMatrix<float>& v, const CodeMatrix<int32_t>& e, int shift, int32_t& top0) {
-      int32_t lo = 1000, hi = -1000;
-      for (int code = 0; code < 256; ++code)
-        if (e.table[code] != g.zero_code) lo = std::min(lo, e.table[code]), hi = std::max(hi, e.table[code]);
-      top0 = std::min(lo, hi);
-      std::vector<uint16_t> t(static_cast<size_t>(std::max(0, hi - top0 + 1)) * 256, 0);
-      for (int32_t top = top0; top <= hi; ++top)
-        for (int code = 0; code < 256; ++code) {
-          const float x = v.table[code];
-          if (e.table[code] != g.zero_code && e.table[code] <= top)
-            t[static_cast<size_t>(top - top0) * 256 + code] = static_cast<uint16_t>(HalfBits(std::ldexp(x, shift - top)));
-        }
-      return t;
-    };
-    int32_t top0_a = 0, top0_b = 0;
-    const std::vector<uint16_t> ha = half_table(g.a, g.ea, f16.ca, top0_a), hb = half_table(g.b, g.eb, 13 - f16.ca, top0_b);
-    // (a step whose elements are all zero has top kNoExp: its codes give 0)
-    const auto half = [](const std::vector<uint16_t>& t, int32_t top0, int32_t top, uint8_t code) -> uint32_t {
-      return top == kNoExp ? 0u : t[static_cast<size_t>(top - top0) * 256 + code];
-    };
-    pa16 = PanelRows<uint32_t>(g.m, kpairs, R, par, [&](size_t row, uint32_t* d) {
-      const uint8_t* codes = g.a.codes + row * g.k;
-      for (size_t si = 0; si < nsteps; ++si) {  // steps are even: no pair straddles two
-        const int32_t top = top_a[row * nsteps + si];
-        for (size_t kk = si * step; kk < std::min(g.k, (si + 1) * step); kk += 2) {
-          const uint32_t lo = half(ha, top0_a, top, codes[kk]);
-          d[kk / 2 * R] = kk + 1 < g.k ? lo | half(ha, top0_a, top, codes[kk + 1]) << 16 : lo;
-        }
-      }
-    });
-    pb16 = PanelCols<uint32_t>(kpairs, g.n, nr, par, [&](size_t kp, size_t c0, size_t valid, uint32_t* d) {
-      std::fill(d, d + valid, 0u);
-      for (size_t kk = 2 * kp, t = 0; t < 2 && kk < g.k; ++kk, ++t) {
-        const uint8_t* codes = g.b.codes + kk * g.n + c0;
-        const int32_t* top = top_b.data() + (kk / step) * g.n + c0;
-        for (size_t j = 0; j < valid; ++j) d[j] |= half(hb, top0_b, top[j], codes[j]) << (16 * t);
-      }
-    });
-    ptop_a = PackRows(top_a.data(), g.m, nsteps, R);
-    ptop_b = PackCols(top_b.data(), nsteps, g.n, nr);
-  }
-  // FP16 bits of 2^G, twice per int32 lane, for G = -16 + i (i < 32): 2^-15 is FP16's subnormal 0x0200;
-  // below -15 every term is under 1/2 (a' b' < 2^15) and truncates and rounds to 0: the power is 0.
-  alignas(64) uint32_t pow2[32];
-  for (int i = 0; i < 32; ++i) {
-    const int gexp = i - 16;
-    const uint32_t half_bits = gexp >= -14 ? static_cast<uint32_t>(gexp + 15) << 10 : gexp == -15 ? 0x0200u : 0u;
-    pow2[i] = half_bits | half_bits << 16;
-  }
-  const __m512i pow2_lo = _mm512_load_si512(pow2), pow2_hi = _mm512_load_si512(pow2 + 16);
+  // Steps that took the FP16 products and steps that declined them, per thread (a line apart).
+  std::vector<uint64_t> f16_count(pk.f16.plan.ok ? static_cast<size_t>(omp_get_max_threads()) * 16 : 0, 0);
+  if (pk.f16.plan.ok) counts = f16_count.data();
 #endif
-  const Buf<int8_t> pea = PackRowsExp8Pairs(g.ea, R, g.zero_code, par), peb = PackColsExp8Twice(g.eb, nr, g.zero_code, par);
-  Buf<int32_t> pza, pzb;
-  if (!za.empty()) pza = PackRows(za.data(), g.m, nsteps, R), pzb = PackCols(zb.data(), nsteps, g.n, nr);
-  const size_t nb = g.sa ? (g.k + g.kb - 1) / g.kb : 0;
-  Buf<float> psa, psb;
-  if (g.sa) {
-    psa = PackRows(g.sa, g.m, nb, R);
-    psb = PackCols(g.sb, nb, g.n, nr);
-  }
-  const CTiles tiles{c, g.m, g.n, R, nr};
-  const VI zero_exp = hn::Set(di, g.zero_exp), fbits = hn::Set(di, g.frac_bits);
-  const VI keep = hn::Set(di, static_cast<int32_t>(~((1u << (24 - g.out_bits)) - 1)));  // sign, exponent, out_bits - 1
-
+  const auto keep = hn::Set(di, static_cast<int32_t>(~((1u << (24 - g.out_bits)) - 1)));
+  const auto run_chunk = [&](const FusedTile<DF>& t, size_t k0c, size_t len, float* ct, size_t ldc) {
+    FusedChunk<kTermRne, kOutRne>(df, t, k0c, len, ct, ldc);
+  };
+  ForEachTile<kFusedMr>(FusedTile<DF>{CallTile(df, g, pk), keep, counts}, c, nr, ChunkFor(pk.window), run_chunk);
 #if QMX_AVX512
-  // Steps that took the FP16 products and steps that declined them, per thread (a line apart), for
-  // Fp16StepCounts.
-  std::vector<uint64_t> f16_count(f16.ok ? static_cast<size_t>(omp_get_max_threads()) * 16 : 0, 0);
-#endif
-  Drive(mp, np, g.k, kc, g.parallel, [&](size_t p, size_t q, size_t k0c, size_t len) {
-    tiles.With(p, q, [&](float* ct, size_t ldc) {
-#if QMX_AVX512
-    uint64_t* counts = f16.ok ? f16_count.data() + static_cast<size_t>(omp_get_thread_num()) * 16 : nullptr;
-#endif
-    VF acc[R][2];
-    hn::Mask<decltype(df)> badm[R][2];  // lanes whose accumulation left the finite range
-    LoadTile<R>(df, ct, ldc, acc, badm);
-    for (size_t w0 = k0c; w0 < k0c + len; w0 += window) {
-      const size_t w1 = std::min(k0c + len, w0 + window);
-      VF part[R][2];
-      for (size_t r = 0; r < R; ++r)
-        for (size_t h = 0; h < 2; ++h) part[r][h] = g.promote ? hn::Zero(df) : acc[r][h];
-      for (size_t s0 = w0; s0 < w1; s0 += step) {
-        const size_t s1 = std::min(w1, s0 + step), si = s0 / step;
-        VI emax[R][2], ec[R][2];
-        hn::Mask<decltype(di)> pzero[R][2];
-        for (size_t r = 0; r < R; ++r)
-          for (size_t h = 0; h < 2; ++h) {
-            ec[r][h] = AccExp(df, part[r][h], g.zero_code, pzero[r][h]);
-            emax[r][h] = ec[r][h];
-          }
-        VI emax_p[R][2];
-        MaxProductExps<R>(di, pea.get() + (p * g.k + s0) * 2 * R, peb.get() + (q * g.k + s0) * 2 * nr, s1 - s0, emax_p);
-        for (size_t r = 0; r < R; ++r)
-          for (size_t h = 0; h < 2; ++h) emax[r][h] = hn::Max(emax[r][h], emax_p[r][h]);
-        VI sum[R][2];  // in units of 2^(emax - F), below 2^24 (the caller's bound)
-        const int32_t* zbp = pzb ? pzb.get() + (q * nsteps + si) * nr : nullptr;
-        for (size_t r = 0; r < R; ++r)
-          for (size_t h = 0; h < 2; ++h) {
-            if (zero_floor) {
-              emax[r][h] = hn::Max(emax[r][h], zero_exp);
-            } else if (g.track_zero) {
-              const VI z = hn::Or(hn::Set(di, pza[(p * nsteps + si) * R + r]), hn::LoadU(di, zbp + h * N));
-              const auto m = hn::Or(hn::MaskFromVec(z), pzero[r][h]);
-              emax[r][h] = hn::IfThenElse(m, hn::Max(emax[r][h], zero_exp), emax[r][h]);
-            }
-            // The accumulator's significand scales by 2^(ec - emax + F).
-            sum[r][h] = AccTermI32<kTermRne>(df, part[r][h], ec[r][h], emax[r][h], fbits);
-          }
-        bool fp16_done = false;
-#if QMX_AVX512
-        if (f16.ok) {
-          // G = F - 13 + EA + EB - emax per output (none where the step has no nonzero product): FP16
-          // products where every G <= gmax, the int32 sums through memory.
-          alignas(64) uint32_t gbits[R * 2 * 16];
-          alignas(64) int32_t sums[R * 2 * 16];
-          const int32_t* tb = ptop_b.get() + (q * nsteps + si) * nr;
-          bool fits = true;
-          for (size_t r = 0; r < R; ++r)
-            for (size_t h = 0; h < 2; ++h) {
-              const VI gexp = hn::IfThenElse(hn::Eq(emax_p[r][h], hn::Set(di, kNoProduct)), hn::Set(di, 2 * kNoExp),
-                                             hn::Sub(hn::Add(hn::Set(di, ptop_a[(p * nsteps + si) * R + r] + g.frac_bits - 13),
-                                                             hn::LoadU(di, tb + h * N)),
-                                                     emax[r][h]));
-              fits = fits && hn::AllFalse(di, hn::Gt(gexp, hn::Set(di, f16.gmax)));
-              const VI idx = hn::Min(hn::Max(hn::Add(gexp, hn::Set(di, 16)), hn::Zero(di)), hn::Set(di, 31));
-              hn::Store(VI{_mm512_permutex2var_epi32(pow2_lo, idx.raw, pow2_hi)}, di,
-                        reinterpret_cast<int32_t*>(gbits) + (2 * r + h) * N);
-              hn::Store(sum[r][h], di, sums + (2 * r + h) * N);
-            }
-          if (fits) {
-            AddTermsF16<kTermRne>(pa16.get() + (p * kpairs + s0 / 2) * R, pb16.get() + (q * kpairs + s0 / 2) * nr,
-                                  (s1 - s0 + 1) / 2, gbits, sums);
-            for (size_t r = 0; r < R; ++r)
-              for (size_t h = 0; h < 2; ++h) sum[r][h] = hn::Load(di, sums + (2 * r + h) * N);
-            fp16_done = true;
-          }
-          ++counts[fits ? 0 : 1];
-        }
-#endif
-        if (!fp16_done) {
-          // Products scale by 2^(F - emax) (clamped: out of range only when every product is zero or too
-          // small to leave a bit).
-          VF g2[R][2];
-          for (size_t r = 0; r < R; ++r)
-            for (size_t h = 0; h < 2; ++h) g2[r][h] = Pow2OrZero(df, hn::Sub(fbits, emax[r][h]));
-          AddTermsI32<kTermRne, R>(df, pa.get() + (p * g.k + s0) * R, pb.get() + (q * g.k + s0) * nr, 0, s1 - s0, g2, sum);
-        }
-        for (size_t r = 0; r < R; ++r)
-          for (size_t h = 0; h < 2; ++h) {
-            const VF s = hn::ConvertTo(df, sum[r][h]);  // exact: below 2^24
-            const VI unit = hn::Sub(emax[r][h], fbits);
-            hn::Mask<decltype(df)> ok = hn::FirstN(df, 0);
-            // Toward zero, a normal result: clear the bits below out_bits, then scale.
-            if (!kOutRne) part[r][h] = ScaleStepSum(df, hn::BitCast(df, hn::And(hn::BitCast(di, s), keep)), unit, ok);
-            if (!hn::AllTrue(df, ok)) {  // (ok lanes are normal numbers: only the general rounding can overflow)
-              part[r][h] = FusedOutV<kOutRne>(df, s, unit, g.out_bits);
-              badm[r][h] = hn::Or(badm[r][h], hn::Not(hn::IsFinite(part[r][h])));
-            }
-          }
-      }
-      for (size_t r = 0; r < R; ++r)
-        for (size_t h = 0; h < 2; ++h) {
-          if (!g.promote) {
-            acc[r][h] = part[r][h];
-          } else if (g.sa) {
-            const size_t blk = w0 / g.kb;
-            const VF sa = hn::Set(df, psa[(p * nb + blk) * R + r]);
-            const VF sb = hn::LoadU(df, psb.get() + (q * nb + blk) * nr + h * N);
-            acc[r][h] = g.separate ? hn::MulAdd(hn::Mul(part[r][h], sa), sb, acc[r][h])
-                                   : hn::MulAdd(part[r][h], hn::Mul(sa, sb), acc[r][h]);
-          } else {
-            acc[r][h] = hn::Add(acc[r][h], part[r][h]);
-          }
-          badm[r][h] = hn::Or(badm[r][h], hn::Not(hn::IsFinite(acc[r][h])));
-        }
-    }
-    StoreTile<R>(df, acc, badm, ct, ldc);
-    });
-  });
-#if QMX_AVX512
-  uint64_t taken = 0, declined = 0;
-  for (size_t t = 0; t < f16_count.size(); t += 16) taken += f16_count[t], declined += f16_count[t + 1];
-  if (taken + declined > 0) CountFp16Steps(taken, declined);
+  ReportFp16Steps(f16_count);
 #endif
   return true;
 }
 
 bool GemmFusedF32T(const FusedGemmArgs& g, float* c) {
-  if (g.rne_terms) return g.rne_out ? GemmFusedF32Impl<true, true>(g, c) : GemmFusedF32Impl<true, false>(g, c);
-  return g.rne_out ? GemmFusedF32Impl<false, true>(g, c) : GemmFusedF32Impl<false, false>(g, c);
+  return DispatchRounding(g.rne_terms, g.rne_out, [&](auto term_rne, auto out_rne) {
+    return GemmFusedF32Impl<decltype(term_rne)::value, decltype(out_rne)::value>(g, c);
+  });
 }
 
 #else  // no FMA or a scalable target: the caller's portable path

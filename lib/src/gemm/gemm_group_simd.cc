@@ -9,7 +9,6 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <algorithm>
-#include <limits>
 #include <vector>
 
 #include "gemm/gemm_pack-inl.h"
@@ -27,18 +26,14 @@ namespace hn = hwy::HWY_NAMESPACE;
 // 2^(emax - F), the step's sum is exact in FP64 and its result is that sum rounded once): emax is at most
 // E = max(the accumulator's exponent, the step's largest scale exponents hi_a + hi_b, zero_exp); a group
 // term's LSB is at least 2^(lo_a + lo_b - lsb_drop), a nonzero accumulator's at least 2^(exponent - 23).
+// hi and lo come from StepBoundPanels at A's index row and B's index col (BoundStepExps).
 template <class DF>
-HWY_INLINE bool NoTruncation(DF df, const GroupGemmArgs& g, const float* at, int32_t hi_a, const int32_t* hi_b,
-                             int32_t lo_a, const int32_t* lo_b) {
+HWY_INLINE bool NoTruncation(DF df, const GroupGemmArgs& g, const float* at, const StepBoundPanels& bounds, size_t row,
+                             size_t col) {
   const hn::RebindToSigned<DF> di;
-  const auto part = hn::LoadU(df, at);
-  const auto field = hn::And(hn::ShiftRight<23>(hn::BitCast(di, part)), hn::Set(di, 0xFF));
-  const auto pzero = hn::RebindMask(di, hn::Eq(part, hn::Zero(df)));
-  const auto ec = hn::IfThenElse(pzero, hn::Set(di, g.zero_exp), hn::Max(hn::Sub(field, hn::Set(di, 127)), hn::Set(di, -126)));
-  const auto top = hn::Max(hn::Add(hn::Set(di, hi_a), hn::LoadU(di, hi_b)), hn::Set(di, g.zero_exp));
-  const auto lo = hn::Add(hn::Set(di, lo_a), hn::LoadU(di, lo_b));
-  const auto slack_terms = hn::Sub(hn::Set(di, g.frac_bits - g.lsb_drop), hn::Sub(hn::Max(ec, top), lo));
-  const auto slack_acc = hn::IfThenZeroElse(pzero, hn::Sub(hn::Set(di, g.frac_bits - 23), hn::Sub(top, ec)));
+  const StepExpBounds<DF> x = BoundStepExps(df, at, g.zero_exp, bounds, row, col);
+  const auto slack_terms = hn::Sub(hn::Set(di, g.frac_bits - g.lsb_drop), hn::Sub(hn::Max(x.ec, x.top), x.lo));
+  const auto slack_acc = hn::IfThenZeroElse(x.pzero, hn::Sub(hn::Set(di, g.frac_bits - 23), hn::Sub(x.top, x.ec)));
   return hn::AllTrue(di, hn::Gt(hn::Min(slack_terms, slack_acc), hn::Set(di, -1)));
 }
 
@@ -49,9 +44,7 @@ template <bool kOutRne, class DD, class DH>
 HWY_INLINE bool WholeStep(DD dd, DH dh, float* at, const float* const* terms, size_t groups) {
   auto sum = hn::PromoteTo(dd, hn::LoadU(dh, at));
   for (size_t gi = 0; gi < groups; ++gi) sum = hn::Add(sum, hn::PromoteTo(dd, hn::Load(dh, terms[gi])));
-  if (!hn::AllTrue(dd, WholeInRange(dd, sum))) return false;
-  hn::StoreU(WholeToF32<kOutRne>(dd, sum), dh, at);
-  return true;
+  return StoreWholeStep<kOutRne>(dd, sum, at);
 }
 
 // WholeStep for one FP32 vector of outputs (two FP64 halves) of a four-group step (blackwell-mxf4nvf4's
@@ -76,28 +69,16 @@ HWY_INLINE bool WholeStep4(DF df, float* at, const float* terms, size_t stride) 
   return true;
 }
 
-template <bool kTermRne, bool kOutRne>
-bool GemmGroupImpl(const GroupGemmArgs& g, float* c) {
-  const bool par = g.parallel;
-  const hn::ScalableTag<float> df;
-  const hn::ScalableTag<double> dd;
-  const hn::Rebind<float, decltype(dd)> dh;     // FP32 lanes beside FP64 lanes
-  const hn::Rebind<int32_t, decltype(dd)> dih;  // int32 lanes beside FP64 lanes
-  const hn::RebindToSigned<decltype(dd)> di64;
-  using VF = hn::Vec<decltype(df)>;
-  using VD = hn::Vec<decltype(dd)>;
-  constexpr size_t R = kMr;
-  const size_t N = hn::Lanes(df), H = hn::Lanes(dd), nr = 2 * N;
-  const size_t G = static_cast<size_t>(g.group), step = static_cast<size_t>(g.step);
-  const size_t kc = ChunkFor(step);
-  const size_t mp = (g.m + R - 1) / R, np = (g.n + nr - 1) / nr;
-  const size_t ng = (g.k + G - 1) / G, nb = (g.k + g.kb - 1) / g.kb, ns = (g.k + step - 1) / step;
-  // Bit t of za[i][q] is set when a[i][q*G + t] is nonzero and its block scale too; zb likewise for B.
-  // A group has a nonzero product exactly when the two masks meet.
-  std::vector<int32_t> za(g.m * ng, 0), zb(ng * g.n, 0);
+// Bit t of za[i][q] is set when a[i][q*G + t] is nonzero and its block scale too; zb likewise for B. A group
+// has a nonzero product exactly when the two masks meet.
+void GroupNonzeroMasks(const GroupGemmArgs& g, size_t ng, size_t nb, std::vector<int32_t>& za,
+                       std::vector<int32_t>& zb) {
+  const size_t G = static_cast<size_t>(g.group);
+  za.assign(g.m * ng, 0);
+  zb.assign(ng * g.n, 0);
   bool nonzero[256];
   for (int v = 0; v < 256; ++v) nonzero[v] = g.a.table[v] != 0;
-#pragma omp parallel for schedule(static) if (par)
+#pragma omp parallel for schedule(static) if (g.parallel)
   for (long i = 0; i < static_cast<long>(g.m); ++i) {
     const uint8_t* row = g.a.codes + i * g.k;
     for (size_t q0 = 0, gi = 0; q0 < g.k; q0 += G, ++gi) {
@@ -109,7 +90,7 @@ bool GemmGroupImpl(const GroupGemmArgs& g, float* c) {
   }
   bool nonzero_b[256];
   for (int v = 0; v < 256; ++v) nonzero_b[v] = g.b.table[v] != 0;
-#pragma omp parallel for schedule(static) if (par)
+#pragma omp parallel for schedule(static) if (g.parallel)
   for (long gi = 0; gi < static_cast<long>(ng); ++gi) {
     int32_t* z = zb.data() + gi * g.n;
     const size_t q0 = static_cast<size_t>(gi) * G;
@@ -121,6 +102,27 @@ bool GemmGroupImpl(const GroupGemmArgs& g, float* c) {
     for (size_t j = 0; j < g.n; ++j)
       if (sbrow[j] == 0) z[j] = 0;
   }
+}
+
+// What the group kernel's tiles read (PackGroup): the operands times their block scales, the nonzero masks,
+// the scale exponents and each step's largest and smallest scale exponents, in panels.
+struct GroupPacks {
+  size_t group = 0, step = 0, ng = 0, nb = 0, ns = 0;
+  Buf<float> pa, pb;
+  Buf<int32_t> pza, pzb, pxa, pxb;
+  StepBoundPanels bounds;  // the largest and smallest scale exponent of each row (column) over each step
+};
+
+// The group kernel's packs, for B panels of nr columns.
+GroupPacks PackGroup(const GroupGemmArgs& g, size_t nr) {
+  constexpr size_t R = kMr;
+  const bool par = g.parallel;
+  GroupPacks pk;
+  pk.group = static_cast<size_t>(g.group), pk.step = static_cast<size_t>(g.step);
+  const size_t ng = pk.ng = (g.k + pk.group - 1) / pk.group, nb = pk.nb = (g.k + g.kb - 1) / g.kb;
+  const size_t step = pk.step, ns = pk.ns = (g.k + step - 1) / step;
+  std::vector<int32_t> za, zb;
+  GroupNonzeroMasks(g, ng, nb, za, zb);
   // The largest and smallest scale exponent of each row (column) over each step's blocks.
   std::vector<int32_t> hia(g.m * ns), loa(g.m * ns), hib(ns * g.n), lob(ns * g.n);
   for (size_t si = 0; si < ns; ++si) {
@@ -149,95 +151,123 @@ bool GemmGroupImpl(const GroupGemmArgs& g, float* c) {
   sb.block_rows = g.kb;
   sb.block_cols = 1;
   sb.scale_cols = g.n;
-  const Buf<float> pa = PackRows(sa, R, par), pb = PackCols(sb, nr, par);
-  const Buf<int32_t> pza = PackRows(za.data(), g.m, ng, R), pzb = PackCols(zb.data(), ng, g.n, nr);
-  const Buf<int32_t> pxa = PackRows(g.xa, g.m, nb, R), pxb = PackCols(g.xb, nb, g.n, nr);
-  const Buf<int32_t> phia = PackRows(hia.data(), g.m, ns, R), ploa = PackRows(loa.data(), g.m, ns, R);
-  const Buf<int32_t> phib = PackCols(hib.data(), ns, g.n, nr), plob = PackCols(lob.data(), ns, g.n, nr);
-  const CTiles tiles{c, g.m, g.n, R, nr};
-  const auto zero_exp = hn::Set(dih, g.zero_exp);
-  const auto exp_mask = hn::Set(dih, 0xFF), bias = hn::Set(dih, 127), emin = hn::Set(dih, -126);
-  const auto fbits = hn::Set(di64, g.frac_bits);
-  const VD nan = hn::Set(dd, std::numeric_limits<double>::quiet_NaN());
-  const bool whole_steps = g.out_bits == 24;
+  pk.pa = PackRows(sa, R, par), pk.pb = PackCols(sb, nr, par);
+  pk.pza = PackRows(za.data(), g.m, ng, R), pk.pzb = PackCols(zb.data(), ng, g.n, nr);
+  pk.pxa = PackRows(g.xa, g.m, nb, R), pk.pxb = PackCols(g.xb, nb, g.n, nr);
+  pk.bounds = PackStepBounds(hia, loa, g.m, hib, lob, g.n, ns, R, nr);
+  return pk;
+}
 
-  Drive(mp, np, g.k, kc, g.parallel, [&](size_t p, size_t q, size_t k0c, size_t len) {
-    tiles.With(p, q, [&](float* ct, size_t ldc) {
-      for (size_t s0 = k0c; s0 < k0c + len; s0 += step) {
-        const size_t s1 = std::min(k0c + len, s0 + step), si = s0 / step;
-        const size_t groups = (s1 - s0 + G - 1) / G;
-        // The step's group terms, exact in FP32, for the tile's R x nr outputs.
-        HWY_ALIGN float sums[kMaxGroupsPerStep][R][2 * HWY_MAX_BYTES / sizeof(float)];
-        for (size_t gi = 0; gi < groups; ++gi) {
-          const size_t q0 = s0 + gi * G;
-          VF s[R][2];
-          const float* ap = pa.get() + (p * g.k + q0) * R;
-          const float* bp = pb.get() + (q * g.k + q0) * nr;
-          for (size_t r = 0; r < R; ++r) s[r][0] = s[r][1] = hn::Zero(df);
-          for (size_t kk = 0; kk < std::min(G, s1 - q0); ++kk) {
-            const VF b0 = hn::LoadU(df, bp + kk * nr), b1 = hn::LoadU(df, bp + kk * nr + N);
-            HWY_UNROLL(6)
-            for (size_t r = 0; r < R; ++r) {
-              const VF x = hn::Set(df, ap[kk * R + r]);
-              s[r][0] = hn::MulAdd(x, b0, s[r][0]);
-              s[r][1] = hn::MulAdd(x, b1, s[r][1]);
-            }
-          }
-          for (size_t r = 0; r < R; ++r) {
-            hn::Store(s[r][0], df, sums[gi][r]);
-            hn::Store(s[r][1], df, sums[gi][r] + N);
-          }
-        }
-        const size_t g0 = s0 / G;
-        // The exact step for H outputs: the terms aligned at the largest nominal exponent, truncated (or
-        // rounded) at 2^(emax - F) and summed in FP64; the sum rounded to out_bits.
-        const auto exact = [&](size_t r, size_t o) HWY_ATTR {
-          float* at = ct + r * ldc + o;
-          const auto part = hn::LoadU(dh, at);
-          const auto field = hn::And(hn::ShiftRight<23>(hn::BitCast(dih, part)), exp_mask);
-          const auto pzero = hn::RebindMask(dih, hn::Eq(part, hn::Zero(dh)));
-          auto emax = hn::IfThenElse(pzero, zero_exp, hn::Max(hn::Sub(field, bias), emin));
-          for (size_t gi = 0; gi < groups; ++gi) {
-            const size_t blk = (s0 + gi * G) / g.kb;
-            const auto mask_a = hn::Set(dih, pza[(p * ng + g0 + gi) * R + r]);
-            const auto mask_b = hn::LoadU(dih, pzb.get() + (q * ng + g0 + gi) * nr + o);
-            const auto nz = hn::Ne(hn::And(mask_a, mask_b), hn::Zero(dih));
-            const auto nom = hn::Add(hn::Set(dih, pxa[(p * nb + blk) * R + r]), hn::LoadU(dih, pxb.get() + (q * nb + blk) * nr + o));
-            emax = hn::Max(emax, hn::IfThenElse(nz, nom, zero_exp));
-          }
-          const auto emax64 = hn::PromoteTo(di64, emax);
-          const VD f = Pow2D(dd, hn::Sub(fbits, emax64));
-          VD sum = RoundIntD<kTermRne>(hn::Mul(hn::PromoteTo(dd, part), f));
-          for (size_t gi = 0; gi < groups; ++gi) {
-            const VD t = hn::PromoteTo(dd, hn::Load(dh, sums[gi][r] + o));
-            sum = hn::Add(sum, RoundIntD<kTermRne>(hn::Mul(t, f)));
-          }
-          const auto out = GroupOut<kOutRne>(dd, sum, hn::Sub(emax64, fbits), g.out_bits);
-          // A part that left the finite range marks the output (NaN) for the reference; NaN stays NaN.
-          const auto bad = hn::Or(hn::Not(hn::IsFinite(out)), hn::Not(hn::IsFinite(part)));
-          hn::StoreU(hn::IfThenElse(bad, DemoteToF32(dh, nan), out), dh, at);
-        };
-        for (size_t r = 0; r < R; ++r) {
-          for (size_t v = 0; v < nr; v += N) {
-            if (whole_steps && NoTruncation(df, g, ct + r * ldc + v, phia[(p * ns + si) * R + r],
-                                            phib.get() + (q * ns + si) * nr + v, ploa[(p * ns + si) * R + r],
-                                            plob.get() + (q * ns + si) * nr + v)) {
-              // blackwell-mxf4nvf4's steps: 4 groups
-              if (groups == 4 && WholeStep4<kOutRne>(df, ct + r * ldc + v, sums[0][r] + v, sizeof(sums[0]) / sizeof(float)))
-                continue;
-              for (size_t o = v; o < v + N; o += H) {
-                const float* terms[kMaxGroupsPerStep];
-                for (size_t gi = 0; gi < groups; ++gi) terms[gi] = sums[gi][r] + o;
-                if (!WholeStep<kOutRne>(dd, dh, ct + r * ldc + o, terms, groups)) exact(r, o);
-              }
-            } else {
-              for (size_t o = v; o < v + N; o += H) exact(r, o);
-            }
-          }
-        }
-      }
-    });
-  });
+// One tile of a group kernel call (DF its FP32 lanes): zero_exp in int32 lanes beside FP64 lanes, F in int64.
+template <class DF>
+using GroupTile = KernelTile<GroupGemmArgs, GroupPacks, hn::Repartition<double, DF>>;
+// A step's group terms for a tile's R x nr outputs: [group][row][column].
+using GroupSums = float[kMaxGroupsPerStep][kMr][2 * HWY_MAX_BYTES / sizeof(float)];
+
+// The step's group terms [s0, s1), each group's sum exact in FP32 (MulAddRows from zero).
+template <class DF>
+HWY_INLINE void GroupTerms(DF df, const GroupTile<DF>& t, size_t s0, size_t s1, GroupSums& sums) {
+  const size_t N = hn::Lanes(df), nr = 2 * N, G = t.pk.group;
+  for (size_t gi = 0; gi < (s1 - s0 + G - 1) / G; ++gi) {
+    const size_t q0 = s0 + gi * G;
+    hn::Vec<DF> s[kMr][2];
+    for (size_t r = 0; r < kMr; ++r) s[r][0] = s[r][1] = hn::Zero(df);
+    MulAddRows<kMr, 2>(df, t.pk.pa.get() + (t.p * t.g.k + q0) * kMr, t.pk.pb.get() + (t.q * t.g.k + q0) * nr,
+                       std::min(G, s1 - q0), s);
+    for (size_t r = 0; r < kMr; ++r) {
+      hn::Store(s[r][0], df, sums[gi][r]);
+      hn::Store(s[r][1], df, sums[gi][r] + N);
+    }
+  }
+}
+
+// The exact step for H outputs of row r at column o (at): the terms aligned at the largest nominal
+// exponent, truncated (or rounded) at 2^(emax - F) and summed in FP64; the sum rounded to out_bits.
+template <bool kTermRne, bool kOutRne, class DF>
+HWY_INLINE void GroupExactStep(DF df, const GroupTile<DF>& t, size_t s0, size_t groups, const GroupSums& sums, size_t r,
+                               size_t o, float* at) {
+  using DD = hn::Repartition<double, DF>;
+  const DD dd;
+  const hn::Rebind<float, DD> dh;
+  const hn::Rebind<int32_t, DD> dih;
+  const hn::RebindToSigned<DD> di64;
+  const GroupGemmArgs& g = t.g;
+  const GroupPacks& pk = t.pk;
+  const size_t nr = 2 * hn::Lanes(df), G = pk.group, g0 = s0 / G;
+  const auto part = hn::LoadU(dh, at);
+  hn::Mask<decltype(dih)> pzero;
+  auto emax = AccExp(dh, part, g.zero_exp, pzero);
+  for (size_t gi = 0; gi < groups; ++gi) {
+    const size_t blk = (s0 + gi * G) / g.kb;
+    const auto mask_a = hn::Set(dih, pk.pza[(t.p * pk.ng + g0 + gi) * kMr + r]);
+    const auto mask_b = hn::LoadU(dih, pk.pzb.get() + (t.q * pk.ng + g0 + gi) * nr + o);
+    const auto nz = hn::Ne(hn::And(mask_a, mask_b), hn::Zero(dih));
+    const auto nom = hn::Add(hn::Set(dih, pk.pxa[(t.p * pk.nb + blk) * kMr + r]),
+                             hn::LoadU(dih, pk.pxb.get() + (t.q * pk.nb + blk) * nr + o));
+    emax = hn::Max(emax, hn::IfThenElse(nz, nom, t.zero_exp));
+  }
+  const auto emax64 = hn::PromoteTo(di64, emax);
+  const hn::Vec<DD> f = Pow2D(dd, hn::Sub(t.fbits, emax64));
+  hn::Vec<DD> sum = RoundIntD<kTermRne>(hn::Mul(hn::PromoteTo(dd, part), f));
+  for (size_t gi = 0; gi < groups; ++gi) {
+    const hn::Vec<DD> term = hn::PromoteTo(dd, hn::Load(dh, sums[gi][r] + o));
+    sum = hn::Add(sum, RoundIntD<kTermRne>(hn::Mul(term, f)));
+  }
+  StoreExactStep<kOutRne>(dd, sum, hn::Sub(emax64, t.fbits), g.out_bits, part, at);
+}
+
+// One step's result for the FP32 vector of row r at column v: whole where no term is truncated
+// (NoTruncation, then WholeStep4 or WholeStep per H outputs), else, or where a whole result leaves FP32's
+// normal range, exact (GroupExactStep).
+template <bool kTermRne, bool kOutRne, class DF>
+HWY_INLINE void GroupStepVector(DF df, const GroupTile<DF>& t, size_t s0, size_t groups, const GroupSums& sums,
+                                size_t r, size_t v, float* ct, size_t ldc) {
+  using DD = hn::Repartition<double, DF>;
+  const GroupPacks& pk = t.pk;
+  const size_t N = hn::Lanes(df), H = hn::Lanes(DD()), nr = 2 * N, si = s0 / pk.step;
+  float* at = ct + r * ldc + v;
+  if (t.g.out_bits == 24 &&
+      NoTruncation(df, t.g, at, pk.bounds, (t.p * pk.ns + si) * kMr + r, (t.q * pk.ns + si) * nr + v)) {
+    // blackwell-mxf4nvf4's steps: 4 groups
+    if (groups == 4 && WholeStep4<kOutRne>(df, at, sums[0][r] + v, sizeof(sums[0]) / sizeof(float))) return;
+    for (size_t o = v; o < v + N; o += H) {
+      const float* terms[kMaxGroupsPerStep];
+      for (size_t gi = 0; gi < groups; ++gi) terms[gi] = sums[gi][r] + o;
+      if (!WholeStep<kOutRne>(DD(), hn::Rebind<float, DD>(), ct + r * ldc + o, terms, groups))
+        GroupExactStep<kTermRne, kOutRne>(df, t, s0, groups, sums, r, o, ct + r * ldc + o);
+    }
+  } else {
+    for (size_t o = v; o < v + N; o += H)
+      GroupExactStep<kTermRne, kOutRne>(df, t, s0, groups, sums, r, o, ct + r * ldc + o);
+  }
+}
+
+// A tile's K chunk [k0c, k0c + len), step by step: the step's group terms (GroupTerms), then each output
+// vector's result (GroupStepVector).
+template <bool kTermRne, bool kOutRne, class DF>
+HWY_INLINE void GroupChunk(DF df, const GroupTile<DF>& t, size_t k0c, size_t len, float* ct, size_t ldc) {
+  const size_t N = hn::Lanes(df), nr = 2 * N, step = t.pk.step, G = t.pk.group;
+  for (size_t s0 = k0c; s0 < k0c + len; s0 += step) {
+    const size_t s1 = std::min(k0c + len, s0 + step), groups = (s1 - s0 + G - 1) / G;
+    HWY_ALIGN GroupSums sums;
+    GroupTerms(df, t, s0, s1, sums);
+    for (size_t r = 0; r < kMr; ++r)
+      for (size_t v = 0; v < nr; v += N) GroupStepVector<kTermRne, kOutRne>(df, t, s0, groups, sums, r, v, ct, ldc);
+  }
+}
+
+// The group kernel: the packs, then each tile's K chunks (GroupChunk) on Drive's threads (ForEachTile).
+template <bool kTermRne, bool kOutRne>
+bool GemmGroupImpl(const GroupGemmArgs& g, float* c) {
+  using DF = hn::ScalableTag<float>;
+  using DD = hn::Repartition<double, DF>;
+  const DF df;
+  const size_t nr = 2 * hn::Lanes(df);
+  const GroupPacks pk = PackGroup(g, nr);
+  const auto run_chunk = [&](const GroupTile<DF>& t, size_t k0c, size_t len, float* ct, size_t ldc) {
+    GroupChunk<kTermRne, kOutRne>(df, t, k0c, len, ct, ldc);
+  };
+  ForEachTile<kMr>(CallTile(DD(), g, pk), c, nr, ChunkFor(pk.step), run_chunk);
   return true;
 }
 
@@ -245,8 +275,9 @@ bool GemmGroupT(const GroupGemmArgs& g, float* c) {
   if (g.step % g.group != 0 || g.kb % g.group != 0 || g.group > 32 ||
       static_cast<size_t>(g.step / g.group) > kMaxGroupsPerStep)
     return false;
-  if (g.rne_terms) return g.rne_out ? GemmGroupImpl<true, true>(g, c) : GemmGroupImpl<true, false>(g, c);
-  return g.rne_out ? GemmGroupImpl<false, true>(g, c) : GemmGroupImpl<false, false>(g, c);
+  return DispatchRounding(g.rne_terms, g.rne_out, [&](auto term_rne, auto out_rne) {
+    return GemmGroupImpl<decltype(term_rne)::value, decltype(out_rne)::value>(g, c);
+  });
 }
 
 #else  // no FMA or a scalable target: the caller's portable path

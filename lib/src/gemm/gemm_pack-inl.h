@@ -1,6 +1,12 @@
 // gemm_pack-inl.h: the packed operands, C tiles and thread loop nest that the Highway GEMM kernels share
 // (gemm_simd.cc, gemm_fused_simd.cc, gemm_group_simd.cc, gemm_scaled_simd.cc), compiled once per target,
-// and the FP64 step helpers of the fused kernels.
+// and the steps they share: the six-row multiply-add (MulAddRows), the choice of rounding modes
+// (DispatchRounding), and the fused kernels' exponent, term and rounding steps in FP32 and FP64 lanes.
+//
+// Each kernel is a short driver over the same skeleton of named steps: pack the operands (Pack*), then per
+// tile and K chunk (Drive, CTiles) each step's exponents, its terms, and the step's rounding, then the
+// epilogue (a promotion, the tile stored back); an output whose value leaves the finite range is stored as
+// NaN, which escapes it to the scalar reference.
 //
 // Layout (GotoBLAS): A is packed into panels of kMr rows (for each k, the kMr values side by side), B
 // into panels of NR = 2 vectors of columns (for each k, NR values), C into a padded buffer. Threads take
@@ -146,6 +152,17 @@ Buf<T> PackCols(const T* src, size_t rows, size_t cols, size_t w) {
     std::copy(src + r * cols + c0, src + r * cols + c0 + valid, d);
   });
 }
+// The largest and smallest exponent (hi, lo) that bounds each step's terms, per (row, step) of A (rows x ns:
+// hia, loa) and (step, column) of B (ns x cols: hib, lob), in panels of w rows and nr columns.
+struct StepBoundPanels {
+  Buf<int32_t> hia, loa, hib, lob;
+};
+inline StepBoundPanels PackStepBounds(const std::vector<int32_t>& hia, const std::vector<int32_t>& loa, size_t rows,
+                                      const std::vector<int32_t>& hib, const std::vector<int32_t>& lob, size_t cols,
+                                      size_t ns, size_t w, size_t nr) {
+  return {PackRows(hia.data(), rows, ns, w), PackRows(loa.data(), rows, ns, w), PackCols(hib.data(), ns, cols, nr),
+          PackCols(lob.data(), ns, cols, nr)};
+}
 // C (m x n) in tiles of rows x cols: a whole tile is updated in place, an edge tile through a local
 // zero-padded copy (the packed operands are zero beyond the edges too).
 struct CTiles {
@@ -196,6 +213,63 @@ void Drive(size_t m_panels, size_t n_panels, size_t k, size_t kc, bool parallel,
 
 inline size_t ChunkFor(size_t unit) { return unit >= kKc ? unit : unit * (kKc / unit); }
 
+// One tile of a fused kernel's call whose steps work in lanes D, what its steps read: the call's arguments g
+// and packs pk, the tile's A and B panels (p, q), zero_exp in int32 lanes beside D's, F in D's integer lanes.
+template <class Args, class Packs, class D>
+struct KernelTile {
+  const Args& g;
+  const Packs& pk;
+  size_t p, q;
+  hn::Vec<hn::Rebind<int32_t, D>> zero_exp;
+  hn::Vec<hn::RebindToSigned<D>> fbits;
+};
+// A call's KernelTile, before ForEachTile gives it each tile's panels.
+template <class D, class Args, class Packs>
+HWY_INLINE KernelTile<Args, Packs, D> CallTile(D, const Args& g, const Packs& pk) {
+  return {g, pk, 0, 0, hn::Set(hn::Rebind<int32_t, D>(), g.zero_exp), hn::Set(hn::RebindToSigned<D>(), g.frac_bits)};
+}
+
+// The fused kernels' loop nest: chunk(t, k0c, len, ct, ldc) for every R x nr tile of C (g.m x g.n, CTiles)
+// and K chunk [k0c, k0c + len) of kc (Drive), t a copy of `tile` (a KernelTile) with the tile's panels.
+template <size_t R, class Tile, class Chunk>
+HWY_INLINE void ForEachTile(const Tile& tile, float* c, size_t nr, size_t kc, const Chunk& chunk) {
+  const auto& g = tile.g;
+  const CTiles tiles{c, g.m, g.n, R, nr};
+  Drive((g.m + R - 1) / R, (g.n + nr - 1) / nr, g.k, kc, g.parallel, [&](size_t p, size_t q, size_t k0c, size_t len) {
+    Tile t = tile;
+    t.p = p, t.q = q;
+    tiles.With(p, q, [&](float* ct, size_t ldc) { chunk(t, k0c, len, ct, ldc); });
+  });
+}
+
+// fn(term_rne, out_rne) with a call's two rounding modes (terms, output) as std::bool_constant arguments:
+// the four instantiations <kTermRne, kOutRne> of a fused kernel behind one run-time choice.
+template <class Fn>
+HWY_INLINE bool DispatchRounding(bool rne_terms, bool rne_out, const Fn& fn) {
+  using Rne = std::true_type;
+  using Rz = std::false_type;
+  if (rne_terms) return rne_out ? fn(Rne(), Rne()) : fn(Rne(), Rz());
+  return rne_out ? fn(Rz(), Rne()) : fn(Rz(), Rz());
+}
+
+// The six-row multiply-add of the micro-kernels: acc[r][v] += a(r, k) * b(k, v) for len k in K order (one
+// FMA each), ap an A panel (R values per k), bp a B panel (V vectors per k). The B vectors of a k are
+// loaded once and each A value broadcast once, for R x V independent FMA chains.
+template <size_t R, size_t V, class D, typename T>
+HWY_INLINE void MulAddRows(D d, const T* HWY_RESTRICT ap, const T* HWY_RESTRICT bp, size_t len,
+                           hn::Vec<D> (&acc)[R][V]) {
+  const size_t N = hn::Lanes(d);
+  for (size_t kk = 0; kk < len; ++kk) {
+    hn::Vec<D> b[V];
+    for (size_t v = 0; v < V; ++v) b[v] = hn::LoadU(d, bp + (kk * V + v) * N);
+    HWY_UNROLL(6)
+    for (size_t r = 0; r < R; ++r) {
+      const hn::Vec<D> x = hn::Set(d, ap[kk * R + r]);
+      for (size_t v = 0; v < V; ++v) acc[r][v] = hn::MulAdd(x, b[v], acc[r][v]);
+    }
+  }
+}
+
 // 2^e for -126 <= e <= 127, 0 where e < -126, and 2^127 where e > 127.
 template <class DF, class VI>
 HWY_INLINE hn::Vec<DF> Pow2OrZero(DF df, VI e) {
@@ -231,6 +305,32 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> AccExp(DF df, hn::Vec<DF> part, int32
   zero = hn::RebindMask(di, hn::Eq(part, hn::Zero(df)));
   const auto field = hn::And(hn::ShiftRight<23>(hn::BitCast(di, part)), hn::Set(di, 0xFF));
   return hn::IfThenElse(zero, hn::Set(di, zero_code), hn::Max(hn::Sub(field, hn::Set(di, 127)), hn::Set(di, -126)));
+}
+// The exponents that bound a step's terms in H outputs at `at` (the fused kernels' tests for a step that cuts
+// no term): the accumulator's exponent ec (zero_exp for 0; pzero its zero lanes), top = max(hi_a + hi_b,
+// zero_exp) and lo = lo_a + lo_b, hi and lo from StepBoundPanels at A's index row and B's index col.
+template <class DF>
+struct StepExpBounds {
+  hn::Vec<hn::RebindToSigned<DF>> ec, top, lo;
+  hn::Mask<hn::RebindToSigned<DF>> pzero;
+};
+template <class DF>
+HWY_INLINE StepExpBounds<DF> BoundStepExps(DF df, const float* at, int32_t zero_exp, const StepBoundPanels& b,
+                                           size_t row, size_t col) {
+  const hn::RebindToSigned<DF> di;
+  StepExpBounds<DF> x;
+  x.ec = AccExp(df, hn::LoadU(df, at), zero_exp, x.pzero);
+  x.top = hn::Max(hn::Add(hn::Set(di, b.hia[row]), hn::LoadU(di, b.hib.get() + col)), hn::Set(di, zero_exp));
+  x.lo = hn::Add(hn::Set(di, b.loa[row]), hn::LoadU(di, b.lob.get() + col));
+  return x;
+}
+// The zero-term rule: emax raised to zero_exp in the lanes where the step has a zero product (the row's flag
+// za, the columns' flags at zb: -1 where some element of the step is zero) or the accumulator is zero.
+template <class DI>
+HWY_INLINE hn::Vec<DI> LiftZeroTerms(DI di, hn::Vec<DI> emax, int32_t za, const int32_t* zb, hn::Mask<DI> pzero,
+                                     hn::Vec<DI> zero_exp) {
+  const hn::Vec<DI> z = hn::Or(hn::Set(di, za), hn::LoadU(di, zb));
+  return hn::IfThenElse(hn::Or(hn::MaskFromVec(z), pzero), hn::Max(emax, zero_exp), emax);
 }
 // The accumulator truncated (or rounded) at 2^(emax - F), as an int32 count of that unit (below
 // 2^(F + 1)): its significand scaled by 2^(ec - emax + F), so no power of two leaves FP32's range.
@@ -453,6 +553,15 @@ HWY_INLINE hn::Vec<hn::Rebind<float, DD>> WholeToF32(DD dd, hn::Vec<DD> sum) {
   return DemoteToF32(dh, hn::IfThenZeroElse(hn::Eq(sum, hn::Zero(dd)), kRne ? sum : ClearBelowF32(dd, sum)));
 }
 
+// H outputs of a step whose exact FP64 sum `sum` is rounded once (WholeInRange, WholeToF32) into at; false,
+// writing nothing, where some result falls outside FP32's normal range (the exact step rounds those).
+template <bool kOutRne, class DD>
+HWY_INLINE bool StoreWholeStep(DD dd, hn::Vec<DD> sum, float* at) {
+  if (!hn::AllTrue(dd, WholeInRange(dd, sum))) return false;
+  hn::StoreU(WholeToF32<kOutRne>(dd, sum), hn::Rebind<float, DD>(), at);
+  return true;
+}
+
 // S (an integer below 2^53 held in a double) * 2^unit rounded to `bits` (<= 24) significant bits, the
 // exponent floored at -126, as FP32: +0 for S = 0, a signed zero when the kept bits vanish. Results of
 // 2^128 and beyond come back as Inf (the caller marks them for the reference). FusedOut's rule.
@@ -470,6 +579,18 @@ HWY_INLINE hn::Vec<hn::Rebind<float, DD>> GroupOut(DD dd, hn::Vec<DD> s, VI64 un
   const auto big = hn::Ge(v, hn::Set(dd, 0x1p128));
   const auto mag = hn::IfThenElse(big, hn::Set(dd, std::numeric_limits<double>::infinity()), v);
   return DemoteToF32(df, hn::IfThenZeroElse(hn::Eq(s, hn::Zero(dd)), hn::CopySign(mag, s)));
+}
+
+// H outputs of an exact step: the term sum (units of 2^unit) rounded to out_bits by GroupOut into at. A
+// part (the outputs' value before the step) or a result that left the finite range marks the output NaN,
+// which sends it to the reference; NaN stays NaN.
+template <bool kOutRne, class DD, class VI64>
+HWY_INLINE void StoreExactStep(DD dd, hn::Vec<DD> sum, VI64 unit, int out_bits, hn::Vec<hn::Rebind<float, DD>> part,
+                               float* at) {
+  const hn::Rebind<float, DD> dh;
+  const auto out = GroupOut<kOutRne>(dd, sum, unit, out_bits);
+  const auto bad = hn::Or(hn::Not(hn::IsFinite(out)), hn::Not(hn::IsFinite(part)));
+  hn::StoreU(hn::IfThenElse(bad, DemoteToF32(dh, hn::Set(dd, std::numeric_limits<double>::quiet_NaN())), out), dh, at);
 }
 
 #endif  // HWY_NATIVE_FMA && !HWY_HAVE_SCALABLE

@@ -26,6 +26,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // ---- FMA in K order -----------------------------------------------------------------------------
 
+// A kMr x NR tile of C plus len K of products, FMA in K order.
 template <class D>
 HWY_INLINE void SeqTile(D d, const float* HWY_RESTRICT ap, const float* HWY_RESTRICT bp, size_t len, float* c, size_t ldc) {
   using V = hn::Vec<D>;
@@ -35,15 +36,7 @@ HWY_INLINE void SeqTile(D d, const float* HWY_RESTRICT ap, const float* HWY_REST
     acc[r][0] = hn::LoadU(d, c + r * ldc);
     acc[r][1] = hn::LoadU(d, c + r * ldc + N);
   }
-  for (size_t kk = 0; kk < len; ++kk) {
-    const V b0 = hn::LoadU(d, bp + kk * 2 * N), b1 = hn::LoadU(d, bp + kk * 2 * N + N);
-    HWY_UNROLL(6)
-    for (size_t r = 0; r < kMr; ++r) {
-      const V x = hn::Set(d, ap[kk * kMr + r]);
-      acc[r][0] = hn::MulAdd(x, b0, acc[r][0]);
-      acc[r][1] = hn::MulAdd(x, b1, acc[r][1]);
-    }
-  }
+  MulAddRows<kMr, 2>(d, ap, bp, len, acc);
   for (size_t r = 0; r < kMr; ++r) {
     hn::StoreU(acc[r][0], d, c + r * ldc);
     hn::StoreU(acc[r][1], d, c + r * ldc + N);
@@ -71,18 +64,8 @@ bool GemmF32SeqT(const CodeMatrix<float>& a, const CodeMatrix<float>& b, float* 
 // Sums of one K block for a kMr x NR tile, exact by the caller's bound, each starting from -0.
 template <size_t MR = kMr, class D, typename T>
 HWY_INLINE void BlockSums(D d, const T* HWY_RESTRICT ap, const T* HWY_RESTRICT bp, size_t len, hn::Vec<D> (&s)[MR][2]) {
-  using V = hn::Vec<D>;
-  const size_t N = hn::Lanes(d);
   for (size_t r = 0; r < MR; ++r) s[r][0] = s[r][1] = hn::Set(d, T(-0.0));
-  for (size_t kk = 0; kk < len; ++kk) {
-    const V b0 = hn::LoadU(d, bp + kk * 2 * N), b1 = hn::LoadU(d, bp + kk * 2 * N + N);
-    HWY_UNROLL(6)
-    for (size_t r = 0; r < MR; ++r) {
-      const V x = hn::Set(d, ap[kk * MR + r]);
-      s[r][0] = hn::MulAdd(x, b0, s[r][0]);
-      s[r][1] = hn::MulAdd(x, b1, s[r][1]);
-    }
-  }
+  MulAddRows<MR, 2>(d, ap, bp, len, s);
 }
 
 struct BlockPacks {
@@ -244,13 +227,24 @@ inline float LazyRound(const int64_t* limbs, int n, int lo, bool negative_zero) 
   return negative ? -f : f;
 }
 
-bool GemmExactF64T(const BlockGemmArgs& g, const CodeMatrix<double>& a, const CodeMatrix<double>& b, int lsb, bool has_c,
-                   float* c) {
+// What the exact kernel's tiles read (PackExact): the operands and the block scales (as doubles, and their
+// exponents) in panels, and the window [lo, ...) of every term's bits in `limbs` limbs.
+struct ExactPacks {
+  BlockPacks bp;
+  int lsb = 0, lo = 0, limbs = 0;
+  bool has_c = false;
+  Buf<int> pxa, pxb;
+  Buf<double> pa, pb, psa, psb;
+};
+
+// The packs, or limbs = 0 where the window needs more than kMaxLimbs limbs.
+ExactPacks PackExact(const BlockGemmArgs& g, const CodeMatrix<double>& a, const CodeMatrix<double>& b, int lsb,
+                     bool has_c, size_t nr) {
   const bool par = g.parallel;
-  const hn::ScalableTag<double> d;
-  using V = hn::Vec<decltype(d)>;
-  const size_t N = hn::Lanes(d), nr = 2 * N;
-  BlockPacks bp = PlanBlocks(g, nr);
+  ExactPacks pk;
+  BlockPacks& bp = pk.bp = PlanBlocks(g, nr);
+  pk.lsb = lsb;
+  pk.has_c = has_c;
   // Scale exponents, and the window of every term's bits.
   std::vector<int> xa(g.m * bp.nb), xb(bp.nb * g.n);
   for (size_t i = 0; i < xa.size(); ++i) xa[i] = std::ilogb(g.sa[i]);
@@ -265,115 +259,158 @@ bool GemmExactF64T(const BlockGemmArgs& g, const CodeMatrix<double>& a, const Co
   }
   hi += 2 + static_cast<int>(std::ceil(std::log2(static_cast<double>(bp.nb) + 2)));
   const int limbs = (hi - lo + 31) / 32 + 3;
-  if (limbs > kMaxLimbs) return false;
-  const Buf<int> pxa = PackRows(xa.data(), g.m, bp.nb, kMr), pxb = PackCols(xb.data(), bp.nb, g.n, nr);
-  const Buf<double> pa = PackRows(a, kMr, par), pb = PackCols(b, nr, par);
+  if (limbs > kMaxLimbs) return pk;
+  pk.lo = lo;
+  pk.limbs = limbs;
+  pk.pxa = PackRows(xa.data(), g.m, bp.nb, kMr), pk.pxb = PackCols(xb.data(), bp.nb, g.n, nr);
+  pk.pa = PackRows(a, kMr, par), pk.pb = PackCols(b, nr, par);
   // The block scales as doubles (powers of two, exact), for the one-double path below.
   std::vector<double> dsa(g.sa, g.sa + g.m * bp.nb), dsb(g.sb, g.sb + bp.nb * g.n);
-  const Buf<double> psa = PackRows(dsa.data(), g.m, bp.nb, kMr), psb = PackCols(dsb.data(), bp.nb, g.n, nr);
+  pk.psa = PackRows(dsa.data(), g.m, bp.nb, kMr), pk.psb = PackCols(dsb.data(), bp.nb, g.n, nr);
   // The panels' padding rows and columns get scale 1 (packing pads with 0, which would make their quantum 0
   // and fail the bound of every edge tile; their outputs are discarded).
-  for (size_t i = 0; i < bp.mp * bp.nb * kMr; ++i) psa[i] = psa[i] == 0 ? 1.0 : psa[i];
-  for (size_t i = 0; i < bp.np * bp.nb * nr; ++i) psb[i] = psb[i] == 0 ? 1.0 : psb[i];
-  const V quantum = hn::Set(d, std::ldexp(1.0, lsb)), room = hn::Set(d, std::ldexp(1.0 - 0x1p-30, 52));
-  const CTiles tiles{c, g.m, g.n, kMr, nr};
-  const double unit = std::ldexp(1.0, -lsb);
-  const int threads = omp_get_max_threads();
-  std::vector<std::vector<int64_t>> acc(threads, std::vector<int64_t>(kMr * nr * limbs));
-  std::vector<std::vector<char>> negz(threads, std::vector<char>(kMr * nr));
+  for (size_t i = 0; i < bp.mp * bp.nb * kMr; ++i) pk.psa[i] = pk.psa[i] == 0 ? 1.0 : pk.psa[i];
+  for (size_t i = 0; i < bp.np * bp.nb * nr; ++i) pk.psb[i] = pk.psb[i] == 0 ? 1.0 : pk.psb[i];
   bp.kc = g.k;  // one chunk: the accumulators live for the whole tile
-  Drive(bp.mp, bp.np, g.k, bp.kc, g.parallel, [&](size_t p, size_t q, size_t, size_t) {
-    const int t = omp_get_thread_num();
-    int64_t* L = acc[t].data();
-    char* nz = negz[t].data();
-    tiles.With(p, q, [&](float* ct, size_t ldc) {
-    // First the whole tile in one double per output: every term (a block sum times its two scales, and C) is
-    // a multiple of the output's smallest term quantum u, so while the sum of |terms| stays below 2^52 u every
-    // partial sum is a multiple of u below 2^53 u: representable, so each double addition is exact, and one
-    // conversion rounds the exact sum to FP32. The sum of |terms| is itself rounded; the margin of 2^-30
-    // covers that for up to 2^20 blocks. Starting from -0 (or C) keeps the reference's signed zeros: -0 only
-    // when every product is -0 (and C is -0 or absent). Outputs outside the bound take the limb path.
-    {
-      V sum[kMr][2], bound[kMr][2], quant[kMr][2];
-      alignas(64) double cinit[kMr * 2 * (HWY_MAX_BYTES / sizeof(double))];
-      alignas(64) double cunit[kMr * 2 * (HWY_MAX_BYTES / sizeof(double))];
-      for (size_t r = 0; r < kMr; ++r)
-        for (size_t j = 0; j < nr; ++j) {
-          const float cv = has_c ? ct[r * ldc + j] : -0.0f;
-          cinit[r * nr + j] = cv;
-          int e = 0;
-          if (cv != 0) std::frexp(cv, &e);
-          cunit[r * nr + j] = cv != 0 ? std::ldexp(1.0, std::max(e - 24, -149)) : HUGE_VAL;
-        }
-      for (size_t r = 0; r < kMr; ++r)
-        for (size_t h = 0; h < 2; ++h) {
-          sum[r][h] = hn::Load(d, cinit + r * nr + h * N);
-          bound[r][h] = hn::Abs(sum[r][h]);
-          quant[r][h] = hn::Load(d, cunit + r * nr + h * N);
-        }
-      for (size_t blk = 0; blk < bp.nb; ++blk) {
-        const size_t k0 = blk * g.kb, blen = std::min(g.kb, g.k - k0);
-        V s[kMr][2];
-        BlockSums(d, pa.get() + (p * g.k + k0) * kMr, pb.get() + (q * g.k + k0) * nr, blen, s);
-        const double* sbv = psb.get() + (q * bp.nb + blk) * nr;
-        const V sb[2] = {hn::LoadU(d, sbv), hn::LoadU(d, sbv + N)};
-        for (size_t r = 0; r < kMr; ++r) {
-          const V sa = hn::Set(d, psa[(p * bp.nb + blk) * kMr + r]);
-          for (size_t h = 0; h < 2; ++h) {
-            const V sc = hn::Mul(sa, sb[h]);
-            const V term = hn::Mul(s[r][h], sc);
-            sum[r][h] = hn::Add(sum[r][h], term);
-            bound[r][h] = hn::Add(bound[r][h], hn::Abs(term));
-            quant[r][h] = hn::Min(quant[r][h], hn::Mul(sc, quantum));
-          }
-        }
-      }
-      bool fits = true;
-      for (size_t r = 0; r < kMr; ++r)
-        for (size_t h = 0; h < 2; ++h) fits = fits && hn::AllTrue(d, hn::Lt(bound[r][h], hn::Mul(quant[r][h], room)));
-      if (fits) {
-        alignas(64) double out[kMr * 2 * (HWY_MAX_BYTES / sizeof(double))];
-        for (size_t r = 0; r < kMr; ++r)
-          for (size_t h = 0; h < 2; ++h) hn::Store(sum[r][h], d, out + r * nr + h * N);
-        for (size_t r = 0; r < kMr; ++r)
-          for (size_t j = 0; j < nr; ++j) ct[r * ldc + j] = static_cast<float>(out[r * nr + j]);
-        return;
+  return pk;
+}
+
+// The one-double sums' start from C (or -0): sum, bound (the sum of |terms|) and quant (the smallest term
+// quantum: C's own LSB, HUGE_VAL for a zero C).
+template <class D>
+HWY_INLINE void StartDoubleSums(D d, const ExactPacks& pk, const float* ct, size_t ldc, hn::Vec<D> (&sum)[kMr][2],
+                                hn::Vec<D> (&bound)[kMr][2], hn::Vec<D> (&quant)[kMr][2]) {
+  const size_t N = hn::Lanes(d), nr = 2 * N;
+  alignas(64) double cinit[kMr * 2 * (HWY_MAX_BYTES / sizeof(double))];
+  alignas(64) double cunit[kMr * 2 * (HWY_MAX_BYTES / sizeof(double))];
+  for (size_t r = 0; r < kMr; ++r)
+    for (size_t j = 0; j < nr; ++j) {
+      const float cv = pk.has_c ? ct[r * ldc + j] : -0.0f;
+      cinit[r * nr + j] = cv;
+      int e = 0;
+      if (cv != 0) std::frexp(cv, &e);
+      cunit[r * nr + j] = cv != 0 ? std::ldexp(1.0, std::max(e - 24, -149)) : HUGE_VAL;
+    }
+  for (size_t r = 0; r < kMr; ++r)
+    for (size_t h = 0; h < 2; ++h) {
+      sum[r][h] = hn::Load(d, cinit + r * nr + h * N);
+      bound[r][h] = hn::Abs(sum[r][h]);
+      quant[r][h] = hn::Load(d, cunit + r * nr + h * N);
+    }
+}
+
+// First the whole tile in one double per output: every term (a block sum times its two scales, and C) is
+// a multiple of the output's smallest term quantum u, so while the sum of |terms| stays below 2^52 u every
+// partial sum is a multiple of u below 2^53 u: representable, so each double addition is exact, and one
+// conversion rounds the exact sum to FP32. The sum of |terms| is itself rounded; the margin of 2^-30
+// covers that for up to 2^20 blocks. Starting from -0 (or C) keeps the reference's signed zeros: -0 only
+// when every product is -0 (and C is -0 or absent). False, storing nothing, where some output of the tile
+// is outside the bound (the limb path, ExactTileInLimbs, takes the tile).
+template <class D>
+HWY_INLINE bool ExactTileInDoubles(D d, const BlockGemmArgs& g, const ExactPacks& pk, size_t p, size_t q, float* ct,
+                                   size_t ldc) {
+  using V = hn::Vec<D>;
+  const size_t N = hn::Lanes(d), nr = 2 * N, nb = pk.bp.nb;
+  const V quantum = hn::Set(d, std::ldexp(1.0, pk.lsb)), room = hn::Set(d, std::ldexp(1.0 - 0x1p-30, 52));
+  V sum[kMr][2], bound[kMr][2], quant[kMr][2];
+  StartDoubleSums(d, pk, ct, ldc, sum, bound, quant);
+  for (size_t blk = 0; blk < nb; ++blk) {
+    const size_t k0 = blk * g.kb, blen = std::min(g.kb, g.k - k0);
+    V s[kMr][2];
+    BlockSums(d, pk.pa.get() + (p * g.k + k0) * kMr, pk.pb.get() + (q * g.k + k0) * nr, blen, s);
+    const double* sbv = pk.psb.get() + (q * nb + blk) * nr;
+    const V sb[2] = {hn::LoadU(d, sbv), hn::LoadU(d, sbv + N)};
+    for (size_t r = 0; r < kMr; ++r) {
+      const V sa = hn::Set(d, pk.psa[(p * nb + blk) * kMr + r]);
+      for (size_t h = 0; h < 2; ++h) {
+        const V sc = hn::Mul(sa, sb[h]);
+        const V term = hn::Mul(s[r][h], sc);
+        sum[r][h] = hn::Add(sum[r][h], term);
+        bound[r][h] = hn::Add(bound[r][h], hn::Abs(term));
+        quant[r][h] = hn::Min(quant[r][h], hn::Mul(sc, quantum));
       }
     }
-    std::fill(acc[t].begin(), acc[t].end(), 0);
+  }
+  bool fits = true;
+  for (size_t r = 0; r < kMr; ++r)
+    for (size_t h = 0; h < 2; ++h) fits = fits && hn::AllTrue(d, hn::Lt(bound[r][h], hn::Mul(quant[r][h], room)));
+  if (!fits) return false;
+  alignas(64) double out[kMr * 2 * (HWY_MAX_BYTES / sizeof(double))];
+  for (size_t r = 0; r < kMr; ++r)
+    for (size_t h = 0; h < 2; ++h) hn::Store(sum[r][h], d, out + r * nr + h * N);
+  for (size_t r = 0; r < kMr; ++r)
+    for (size_t j = 0; j < nr; ++j) ct[r * ldc + j] = static_cast<float>(out[r * nr + j]);
+  return true;
+}
+
+// The limb path's start: each output's limbs (L, zeroed) hold C, and nz whether the result may be -0 (C is -0
+// or absent).
+inline void StartLimbs(const ExactPacks& pk, size_t nr, const float* ct, size_t ldc, int64_t* L, char* nz) {
+  std::fill(L, L + kMr * nr * pk.limbs, 0);
+  for (size_t r = 0; r < kMr; ++r)
+    for (size_t j = 0; j < nr; ++j) {
+      const float cv = ct[r * ldc + j];
+      nz[r * nr + j] = pk.has_c ? (cv == 0 && std::signbit(cv)) : 1;
+      if (pk.has_c && cv != 0) {
+        uint32_t bits;
+        std::memcpy(&bits, &cv, 4);
+        const int field = (bits >> 23) & 0xFF;
+        const int64_t mag = field ? ((bits & 0x7FFFFF) | 0x800000) : (bits & 0x7FFFFF);
+        LazyAdd(L + (r * nr + j) * pk.limbs, (bits >> 31) ? -mag : mag, (field ? field - 150 : -149) - pk.lo);
+      }
+    }
+}
+
+// The tile in exact fixed-point accumulators (LazyAdd, L and nz this thread's): C, then each block sum (an
+// integer count of quanta 2^lsb) at its scales' exponents, each output rounded once at the end (LazyRound).
+template <class D>
+HWY_INLINE void ExactTileInLimbs(D d, const BlockGemmArgs& g, const ExactPacks& pk, size_t p, size_t q, int64_t* L,
+                                 char* nz, float* ct, size_t ldc) {
+  using V = hn::Vec<D>;
+  const size_t N = hn::Lanes(d), nr = 2 * N, nb = pk.bp.nb;
+  const int limbs = pk.limbs;
+  const double unit = std::ldexp(1.0, -pk.lsb);
+  StartLimbs(pk, nr, ct, ldc, L, nz);
+  alignas(64) double sums[kMr * 2 * (HWY_MAX_BYTES / sizeof(double))];
+  for (size_t blk = 0; blk < nb; ++blk) {
+    const size_t k0 = blk * g.kb, blen = std::min(g.kb, g.k - k0);
+    V s[kMr][2];
+    BlockSums(d, pk.pa.get() + (p * g.k + k0) * kMr, pk.pb.get() + (q * g.k + k0) * nr, blen, s);
+    for (size_t r = 0; r < kMr; ++r) {
+      hn::Store(s[r][0], d, sums + r * nr);
+      hn::Store(s[r][1], d, sums + r * nr + N);
+    }
+    const int* xav = pk.pxa.get() + (p * nb + blk) * kMr;
+    const int* xbv = pk.pxb.get() + (q * nb + blk) * nr;
     for (size_t r = 0; r < kMr; ++r)
       for (size_t j = 0; j < nr; ++j) {
-        const float cv = ct[r * ldc + j];
-        nz[r * nr + j] = has_c ? (cv == 0 && std::signbit(cv)) : 1;
-        if (has_c && cv != 0) {
-          uint32_t bits;
-          std::memcpy(&bits, &cv, 4);
-          const int field = (bits >> 23) & 0xFF;
-          const int64_t mag = field ? ((bits & 0x7FFFFF) | 0x800000) : (bits & 0x7FFFFF);
-          LazyAdd(L + (r * nr + j) * limbs, (bits >> 31) ? -mag : mag, (field ? field - 150 : -149) - lo);
-        }
+        const double sv = sums[r * nr + j];
+        const size_t o = r * nr + j;
+        nz[o] = nz[o] && sv == 0 && std::signbit(sv);
+        if (sv != 0) LazyAdd(L + o * limbs, static_cast<int64_t>(sv * unit), pk.lsb + xav[r] + xbv[j] - pk.lo);
       }
-    alignas(64) double sums[kMr * 2 * (HWY_MAX_BYTES / sizeof(double))];
-    for (size_t blk = 0; blk < bp.nb; ++blk) {
-      const size_t k0 = blk * g.kb, blen = std::min(g.kb, g.k - k0);
-      V s[kMr][2];
-      BlockSums(d, pa.get() + (p * g.k + k0) * kMr, pb.get() + (q * g.k + k0) * nr, blen, s);
-      for (size_t r = 0; r < kMr; ++r) {
-        hn::Store(s[r][0], d, sums + r * nr);
-        hn::Store(s[r][1], d, sums + r * nr + N);
-      }
-      const int* xav = pxa.get() + (p * bp.nb + blk) * kMr;
-      const int* xbv = pxb.get() + (q * bp.nb + blk) * nr;
-      for (size_t r = 0; r < kMr; ++r)
-        for (size_t j = 0; j < nr; ++j) {
-          const double sv = sums[r * nr + j];
-          const size_t o = r * nr + j;
-          nz[o] = nz[o] && sv == 0 && std::signbit(sv);
-          if (sv != 0) LazyAdd(L + o * limbs, static_cast<int64_t>(sv * unit), lsb + xav[r] + xbv[j] - lo);
-        }
-    }
-    for (size_t r = 0; r < kMr; ++r)
-      for (size_t j = 0; j < nr; ++j) ct[r * ldc + j] = LazyRound(L + (r * nr + j) * limbs, limbs, lo, nz[r * nr + j]);
+  }
+  for (size_t r = 0; r < kMr; ++r)
+    for (size_t j = 0; j < nr; ++j) ct[r * ldc + j] = LazyRound(L + (r * nr + j) * limbs, limbs, pk.lo, nz[r * nr + j]);
+}
+
+// The exact kernel: the packs, then each tile whole (one K chunk) in doubles or, where that bound fails, in
+// limbs (this thread's accumulators); false where the window needs more than kMaxLimbs limbs.
+bool GemmExactF64T(const BlockGemmArgs& g, const CodeMatrix<double>& a, const CodeMatrix<double>& b, int lsb,
+                   bool has_c, float* c) {
+  const hn::ScalableTag<double> d;
+  const size_t nr = 2 * hn::Lanes(d);
+  const ExactPacks pk = PackExact(g, a, b, lsb, has_c, nr);
+  if (pk.limbs == 0) return false;
+  const CTiles tiles{c, g.m, g.n, kMr, nr};
+  const int threads = omp_get_max_threads();
+  std::vector<std::vector<int64_t>> acc(threads, std::vector<int64_t>(kMr * nr * pk.limbs));
+  std::vector<std::vector<char>> negz(threads, std::vector<char>(kMr * nr));
+  Drive(pk.bp.mp, pk.bp.np, g.k, pk.bp.kc, g.parallel, [&](size_t p, size_t q, size_t, size_t) {
+    const int t = omp_get_thread_num();
+    tiles.With(p, q, [&](float* ct, size_t ldc) {
+      if (!ExactTileInDoubles(d, g, pk, p, q, ct, ldc))
+        ExactTileInLimbs(d, g, pk, p, q, acc[t].data(), negz[t].data(), ct, ldc);
     });
   });
   return true;

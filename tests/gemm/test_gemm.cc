@@ -628,6 +628,24 @@ TEST_CASE("gemm: hand-worked fused steps", "[gemm]") {
   CHECK(Gemm(o, ob, nullptr, hopper)[0] == 16.125f);
 }
 
+TEST_CASE("gemm: a group step whose accumulator outweighs its terms truncates the accumulator (F < 23)", "[gemm]") {
+  // F = 13 keeps 13 bits below the larger of the accumulator's and the terms' exponents: with C in [2^10,
+  // 2^12) and E2M1 products below 2^6, the step cuts C's low bits. The group kernel's whole-step check
+  // once bounded the cut by the terms' exponent alone and kept those bits.
+  std::mt19937 rng(83);
+  GemmOperand a = Codes(fmt::kE2M1, 64, 128, rng), b = Codes(fmt::kE2M1, 128, 64, rng);
+  AddUe8m0(a, true, 16, rng, 0, 0);
+  AddUe8m0(b, false, 16, rng, 0, 0);
+  std::uniform_real_distribution<float> u(1024.0f, 4096.0f);
+  std::vector<float> c(64 * 64);
+  for (float& v : c) v = u(rng);
+  const AccumModel m = AccumModelByName("fused:step=64,F=13,group=16,bits=24,zero-exp=-139,scale=products");
+  qmx::test::CheckEverywhere(a, b, c, m, "C above the terms");
+  // And the reference truncates C itself: some outputs differ from C plus the exact products.
+  const std::vector<float> ref = GemmRef(a, b, c.data(), m), exact = GemmRef(a, b, c.data(), AccumModelByName("exact"));
+  CHECK(qmx::test::BitsDiffer(ref, exact) > 0);
+}
+
 TEST_CASE("gemm: a fused step that rounds up to Inf hands its output to the reference", "[gemm]") {
   // No promotion, output rounded to nearest at 11 bits: C = FLT_MAX is cut at 13 fractional bits to
   // (2 - 2^-13) 2^127, which rounds up to 2^128: Inf after the first step of 8, then a step of negative

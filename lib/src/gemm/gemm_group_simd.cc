@@ -33,7 +33,10 @@ HWY_INLINE bool NoTruncation(DF df, const GroupGemmArgs& g, const float* at, con
   const hn::RebindToSigned<DF> di;
   const StepExpBounds<DF> x = BoundStepExps(df, at, g.zero_exp, bounds, row, col);
   const auto slack_terms = hn::Sub(hn::Set(di, g.frac_bits - g.lsb_drop), hn::Sub(hn::Max(x.ec, x.top), x.lo));
-  const auto slack_acc = hn::IfThenZeroElse(x.pzero, hn::Sub(hn::Set(di, g.frac_bits - 23), hn::Sub(x.top, x.ec)));
+  // The step keeps frac_bits below the larger of the accumulator's and the terms' exponents; the
+  // accumulator's 24 bits must all lie above that cut.
+  const auto slack_acc =
+      hn::IfThenZeroElse(x.pzero, hn::Sub(hn::Set(di, g.frac_bits - 23), hn::Sub(hn::Max(x.ec, x.top), x.ec)));
   return hn::AllTrue(di, hn::Gt(hn::Min(slack_terms, slack_acc), hn::Set(di, -1)));
 }
 

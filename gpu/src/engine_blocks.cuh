@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 
+#include "qmx/cast_options.h"
 #include "qmx/format.h"
 #include "qmx/host_device.h"
 #include "qmx/rng.h"
@@ -50,8 +52,8 @@ __device__ __forceinline__ void MxBlockAt(const void* src, uint64_t count, At at
   constexpr Format kF32 = Fp32Fields();
   const auto read = [&](uint64_t i) {
     const uint64_t bits = LoadBits<Word>(src, i);
-    ExactValue x = internal::ReadExactCore(a.src_fmt, bits);
-    if (a.cast.subnormals == Subnormals::kFlush && internal::ClassifyCodeCore(a.src_fmt, bits) == CodeClass::kSubnormal)
+    ExactValue x = qmx::detail::ReadExactCore(a.src_fmt, bits);
+    if (a.cast.subnormals == Subnormals::kFlush && qmx::detail::ClassifyCodeCore(a.src_fmt, bits) == CodeClass::kSubnormal)
       x.kind = ExactValue::Kind::kZero;
     return x;
   };
@@ -80,15 +82,15 @@ __device__ __forceinline__ void MxBlockAt(const void* src, uint64_t count, At at
   amax = __reduce_max_sync(0xFFFFFFFFu, amax);
   has_nan = __any_sync(0xFFFFFFFFu, has_nan);
   has_inf = __any_sync(0xFFFFFFFFu, has_inf);
-  const uint8_t nan_code = static_cast<uint8_t>(internal::ConvertCore(kF32, 0x7FC00000u, elem, a.cast, 0).code);
+  const uint8_t nan_code = static_cast<uint8_t>(qmx::detail::ConvertCore(kF32, 0x7FC00000u, elem, a.cast, 0).code);
   const uint8_t block_nan_code = elem.HasNan() ? static_cast<uint8_t>(elem.CanonicalNan()) : 0;
   int scale, fill;
-  internal::MxPolicyScale(static_cast<NanPolicy>(a.policy), has_nan, has_inf,
+  qmx::detail::MxPolicyScale(static_cast<NanPolicy>(a.policy), has_nan, has_inf,
                           hd::ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax, elem.man_bits), nan_code,
                           block_nan_code, &scale, &fill);
   if (lane == 0) *scale_out = static_cast<uint8_t>(scale);
   const int k = scale - 127;
-  const bool stochastic = internal::IsStochasticCore(a.cast.rounding);
+  const bool stochastic = qmx::detail::IsStochasticCore(a.cast.rounding);
   for (uint64_t t = lane; t < count; t += 32) {
     const uint64_t i = at(t);
     if (fill >= 0) {
@@ -99,7 +101,7 @@ __device__ __forceinline__ void MxBlockAt(const void* src, uint64_t count, At at
     ExactValue x = read(i);
     if (static_cast<ElementScaling>(a.scaling) == ElementScaling::kExact) {
       x.exp -= k;  // V_i / X, exactly
-      codes[i] = static_cast<uint8_t>(internal::RoundExactCore(x, elem, a.cast, r).code);
+      codes[i] = static_cast<uint8_t>(qmx::detail::RoundExactCore(x, elem, a.cast, r).code);
       continue;
     }
     // FP32 element scaling: fl32(x * mult), the product in double as the CPU forms it. A NaN keeps its sign
@@ -117,8 +119,42 @@ __device__ __forceinline__ void MxBlockAt(const void* src, uint64_t count, At at
       const float f = static_cast<float>(v * mult);
       y = f != f ? 0x7FFFFFFFu : hd::F32Bits(f);  // only te-rcp's Inf x 0 makes a NaN here
     }
-    codes[i] = static_cast<uint8_t>(internal::ConvertCore(kF32, y, elem, a.cast, r).code);
+    codes[i] = static_cast<uint8_t>(qmx::detail::ConvertCore(kF32, y, elem, a.cast, r).code);
   }
+}
+
+// ------------------------------------------------------------------ step tables
+// Deterministic roundings map an FP32 input to a code that depends only on its sign and magnitude bits, a
+// step function of the magnitude for each sign (engine_convert.cu says why and how it is built).
+constexpr int kMaxSteps = 1024;  // per sign; more steps than this would break the assumption: refuse the path
+constexpr uint32_t kInfMag = 0x7F800000u;
+
+struct StepTable {
+  uint32_t end[2][kMaxSteps];  // the last magnitude of each step, ascending, the last one kInfMag
+  uint8_t code[2][kMaxSteps];
+  int count[2];
+  uint8_t nan_code[2];
+};
+
+// The table of the conversion FP32 -> dst under opt, built on the host by the reference routine and kept;
+// nullptr where it would need more than kMaxSteps steps per sign (engine_convert.cu).
+std::shared_ptr<const StepTable> StepsFor(const Format& dst, const CastOptions& opt);
+
+// The code of FP32 bits x: the first step whose end is >= |x| (NaN: the sign's NaN code).
+__device__ __forceinline__ uint8_t StepCode(const StepTable* t, uint32_t x) {
+  const uint32_t sign = x >> 31, mag = x & 0x7FFFFFFFu;
+  if (mag > kInfMag) return t->nan_code[sign];
+  int lo = 0, len = t->count[sign];
+  while (len > 0) {
+    const int half = len >> 1;
+    if (t->end[sign][lo + half] < mag) {
+      lo += half + 1;
+      len -= half + 1;
+    } else {
+      len = half;
+    }
+  }
+  return t->code[sign][lo];
 }
 
 }  // namespace qmx::gpu::detail

@@ -34,6 +34,9 @@ using detail::Fp32Fields;
 using detail::LoadBits;
 using detail::MxArgs;
 using detail::MxBlockAt;
+using detail::StepTable;
+using detail::kInfMag;
+using detail::kMaxSteps;
 
 // Thread t handles the four elements of Philox block (first >> 2) + t that fall inside [first, first + n):
 // element k (0-based in the call) has stream index first + k. bits, when given, replaces the stream.
@@ -41,7 +44,7 @@ template <typename Word>
 __device__ __forceinline__ void ConvertGroups(const Format& src_fmt, const void* src, uint64_t n, const Format& dst,
                                               const CastOptions& opt, uint64_t seed, uint64_t first,
                                               const uint32_t* bits, uint8_t* out, uint8_t* flags, uint64_t groups) {
-  const bool stochastic = internal::IsStochasticCore(opt.rounding);
+  const bool stochastic = qmx::detail::IsStochasticCore(opt.rounding);
   for (uint64_t g = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; g < groups;
        g += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
     const uint64_t block = (first >> 2) + g;
@@ -54,7 +57,7 @@ __device__ __forceinline__ void ConvertGroups(const Format& src_fmt, const void*
       const uint64_t k = index - first;
       const uint64_t x = LoadBits<Word>(src, k);
       const uint32_t r = !stochastic ? 0u : bits != nullptr ? bits[k] : words[j];
-      const RoundResult res = internal::ConvertCore(src_fmt, x, dst, opt, r);
+      const RoundResult res = qmx::detail::ConvertCore(src_fmt, x, dst, opt, r);
       out[k] = static_cast<uint8_t>(res.code);
       if (flags != nullptr) flags[k] = static_cast<uint8_t>(res.flags);
     }
@@ -85,20 +88,10 @@ __global__ void ConvertKernelF32Fixed(const void* src, uint64_t n, CastOptions o
 // per sign, and the kernel finds an input's step by binary search in shared memory: the same function as
 // the routine, at memory speed. xval --engine and the [gpu] tests compare it with the CPU on every format
 // and option set (all 2^32 inputs with --exhaustive).
-constexpr int kMaxSteps = 1024;  // per sign; more steps than this would break the assumption: refuse the path
-constexpr uint32_t kInfMag = 0x7F800000u;
-
-struct StepTable {
-  uint32_t end[2][kMaxSteps];  // the last magnitude of each step, ascending, the last one kInfMag
-  uint8_t code[2][kMaxSteps];
-  int count[2];
-  uint8_t nan_code[2];
-};
-
 // false when a sign needs more than kMaxSteps steps.
 bool BuildSteps(const Format& dst, const CastOptions& opt, StepTable* t) {
   const auto code = [&](uint32_t sign, uint32_t mag) {
-    return static_cast<uint8_t>(internal::ConvertCore(fmt::kFP32, (sign << 31) | mag, dst, opt, 0).code);
+    return static_cast<uint8_t>(qmx::detail::ConvertCore(fmt::kFP32, (sign << 31) | mag, dst, opt, 0).code);
   };
   for (uint32_t sign = 0; sign < 2; ++sign) {
     t->nan_code[sign] = code(sign, 0x7FC00000u);
@@ -128,6 +121,9 @@ bool BuildSteps(const Format& dst, const CastOptions& opt, StepTable* t) {
   return true;
 }
 
+}  // namespace
+
+namespace detail {
 // The tables built so far, by destination fields and options: a call on the same conversion reuses its
 // table instead of walking the steps again (about 30,000 runs of the routine for an FP8 format). nullptr:
 // the conversion has too many steps for a table.
@@ -148,6 +144,12 @@ std::shared_ptr<const StepTable> StepsFor(const Format& dst, const CastOptions& 
   if (cache.size() >= 256) cache.clear();  // a bound on memory for callers that sweep options
   return cache.emplace(key, std::move(built)).first->second;
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::StepsFor;
 
 __global__ void ConvertKernelSteps(const uint32_t* src, uint64_t n, const StepTable* table, uint8_t* out) {
   __shared__ uint32_t end[2][kMaxSteps];
@@ -200,7 +202,7 @@ const Format& SourceFields(DType t) {
 // when it ran.
 bool LaunchSteps(DType t, const void* src, uint64_t n, const Format& dst, const CastOptions& opt, uint8_t* out,
                  uint8_t* flags, cudaStream_t stream) {
-  if (t != DType::kF32 || flags != nullptr || internal::IsStochasticCore(opt.rounding)) return false;
+  if (t != DType::kF32 || flags != nullptr || qmx::detail::IsStochasticCore(opt.rounding)) return false;
   const std::shared_ptr<const StepTable> host = StepsFor(dst, opt);
   if (host == nullptr) return false;
   // The table travels with the stream's work: a device copy freed after the kernel (stream-ordered).

@@ -33,8 +33,8 @@ ValueBounds ElementBounds(const Format& f) {
   for (unsigned c = 0; c < count; ++c) {
     const double x = DecodeToDouble(f, c);
     if (x == 0 || !std::isfinite(x)) continue;
-    const internal::Exact e = internal::ExactOf(x);
-    v.sig_bits = std::max(v.sig_bits, internal::Msb128(e.mag) + 1);
+    const qmx::detail::Exact e = qmx::detail::ExactOf(x);
+    v.sig_bits = std::max(v.sig_bits, qmx::detail::Msb128(e.mag) + 1);
     v.min_lsb = any ? std::min(v.min_lsb, e.lsb) : e.lsb;
     v.max_abs = std::max(v.max_abs, std::fabs(x));
     any = true;
@@ -45,7 +45,7 @@ ValueBounds ElementBounds(const Format& f) {
 int ScaleSigBits(const GemmOperand& o) {
   int bits = 1;
   for (float s : o.scales)
-    if (s != 0 && std::isfinite(s)) bits = std::max(bits, internal::SignificantBits(s));
+    if (s != 0 && std::isfinite(s)) bits = std::max(bits, qmx::detail::SignificantBits(s));
   return bits;
 }
 
@@ -59,7 +59,7 @@ void CodeTables(const Format& f, int emin, std::vector<double>& values, std::vec
   for (unsigned c = 0; c < 256; ++c) {
     values[c] = DecodeToDouble(f, c);
     const double v = values[c];
-    nominal[c] = v == 0 || !std::isfinite(v) ? -126 : internal::NominalExp(v, emin);
+    nominal[c] = v == 0 || !std::isfinite(v) ? -126 : qmx::detail::NominalExp(v, emin);
   }
 }
 
@@ -103,9 +103,9 @@ std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const 
   {
     GemmOperand pa, pb;
     AccumModel pm;
-    if (internal::SplitHmma(a, b, model, pa, pb, pm)) return EngineGemm(pa, pb, c_in, pm, stats);
+    if (qmx::detail::SplitHmma(a, b, model, pa, pb, pm)) return EngineGemm(pa, pb, c_in, pm, stats);
   }
-  const internal::GemmPlan plan = internal::PlanGemm(a, b, c_in, model);  // qmx::Gemm's checks and errors
+  const qmx::detail::GemmPlan plan = qmx::detail::PlanGemm(a, b, c_in, model);  // qmx::Gemm's checks and errors
   const std::string why = EngineGemmSupport(a, b, model);
   if (!why.empty()) throw Error("engine: " + why);
   Require("the emulation engine's GEMM");
@@ -133,8 +133,8 @@ std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const 
 
   std::vector<double> va, vb;
   std::vector<int> na, nb;
-  CodeTables(a.elem, f.operand_emin != 0 ? f.operand_emin : internal::FormatEmin(a.elem), va, na);
-  CodeTables(b.elem, f.operand_emin != 0 ? f.operand_emin : internal::FormatEmin(b.elem), vb, nb);
+  CodeTables(a.elem, f.operand_emin != 0 ? f.operand_emin : qmx::detail::FormatEmin(a.elem), va, na);
+  CodeTables(b.elem, f.operand_emin != 0 ? f.operand_emin : qmx::detail::FormatEmin(b.elem), vb, nb);
   DeviceBuffer<uint8_t> da(a.codes.data(), a.codes.size()), db(b.codes.data(), b.codes.size());
   DeviceBuffer<double> dva(va.data(), 256), dvb(vb.data(), 256);
   DeviceBuffer<int> dna(na.data(), 256), dnb(nb.data(), 256);
@@ -154,7 +154,7 @@ std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const 
       e.block_cols = o.block_cols;
       e.scale_cols = o.scale_cols;
     }
-    e.scale_emin = internal::ScaleEmin(o.scale_format);
+    e.scale_emin = qmx::detail::ScaleEmin(o.scale_format);
     return e;
   };
   g.a = operand(a, da, dva, dna, dsa);

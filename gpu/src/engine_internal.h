@@ -27,7 +27,7 @@ struct EngineModel {
        promote_separately = false;
 };
 
-// The epilogue's alpha, as internal::GemmPlan::AlphaAt forms it.
+// The epilogue's alpha, as qmx::detail::GemmPlan::AlphaAt forms it.
 struct EngineAlpha {
   bool has = false;
   int rule = 0;  // AlphaRule

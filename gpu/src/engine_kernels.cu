@@ -36,7 +36,7 @@ struct Specials {
 
 __device__ inline bool Finite(double v) { return isfinite(v); }
 
-// MMA-Sim's exponent of a nonzero finite value, never below emin (internal::NominalExp).
+// MMA-Sim's exponent of a nonzero finite value, never below emin (qmx::detail::NominalExp).
 __device__ inline int Nominal(double v, int emin) {
   const int e = ilogb(v);
   return e < emin ? emin : e;
@@ -51,13 +51,13 @@ __device__ inline int NominalF32(float c) {
 // 2^e as a double for -1022 <= e <= 1023 (exact; no libm call).
 __device__ inline double Pow2(int e) { return __hiloint2double((e + 1023) << 20, 0); }
 // A term's magnitude in units of 2^unit, p2 = 2^-unit, truncated toward zero or rounded to nearest even
-// (internal::ShiftRound on the exact value): the product is exact, or below 1 where it underflows.
+// (qmx::detail::ShiftRound on the exact value): the product is exact, or below 1 where it underflows.
 __device__ inline double CutP(double v, double p2, bool rne) {
   const double t = v * p2;
   return rne ? rint(t) : trunc(t);
 }
 
-// internal::RoundFused on the exact integer sum s (|s| < 2^53) in units of 2^unit.
+// qmx::detail::RoundFused on the exact integer sum s (|s| < 2^53) in units of 2^unit.
 __device__ float RoundFused(double s, int unit, int bits, bool rne) {
   if (s == 0) return 0.0f;
   const bool neg = s < 0;
@@ -260,7 +260,7 @@ __device__ float Dot(const EngineGemmArgs& g, const Line& L, size_t i, size_t j)
     }
   }
   const float r = g.alpha.has ? __fmul_rn(AlphaAt(g.alpha, i, j), acc) : acc;
-  // The model's canonical NaN (internal::ModelNan): 0x7FFFFFFF fused, 0x7FC00000 fp32-seq.
+  // The model's canonical NaN (qmx::detail::ModelNan): 0x7FFFFFFF fused, 0x7FC00000 fp32-seq.
   return isnan(r) ? __int_as_float(p.kind == 1 ? 0x7FC00000 : 0x7FFFFFFF) : r;
 }
 

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,12 @@ using detail::Fp32Fields;
 using detail::LoadBits;
 using detail::MxArgs;
 using detail::MxBlockAt;
+using detail::StepCode;
+using detail::StepTable;
+
+// E4M3's fields, a compile-time constant in device code (NVFP4's block scales).
+__host__ __device__ constexpr Format E4m3Fields() { return {"e4m3", 4, 3, 7, true, Encoding::kFnNan}; }
+static_assert(E4m3Fields() == fmt::kE4M3, "E4M3's fields");
 
 // |x| as FP32 bits of source element i (fp32, bf16 or fp16: every value exact in FP32).
 template <typename Word>
@@ -33,7 +40,7 @@ __device__ __forceinline__ uint32_t MagnitudeBits(const Format& src_fmt, const v
   const uint64_t bits = LoadBits<Word>(src, i);
   if (sizeof(Word) == 4) return static_cast<uint32_t>(bits) & 0x7FFFFFFFu;
   if (src_fmt.man_bits == 7) return (static_cast<uint32_t>(bits) << 16) & 0x7FFFFFFFu;  // bf16
-  const ExactValue x = internal::ReadExactCore(src_fmt, bits);                        // fp16
+  const ExactValue x = qmx::detail::ReadExactCore(src_fmt, bits);                        // fp16
   if (x.kind == ExactValue::Kind::kNan) return 0x7FC00000u;
   if (x.kind == ExactValue::Kind::kInf) return 0x7F800000u;
   if (x.kind == ExactValue::Kind::kZero) return 0;
@@ -69,7 +76,7 @@ __global__ void LineAmaxKernel(Format src_fmt, const void* src, uint64_t cols, u
 }
 
 struct BlockArgs {
-  Format src_fmt, elem, e4m3;
+  Format src_fmt, elem;
   CastOptions cast;
   uint64_t rows, cols, block_rows, block_cols, scale_cols, blocks;
   int rule, nan, margin;
@@ -78,44 +85,63 @@ struct BlockArgs {
   float s_enc;               // the tensor's NVFP4 S_enc (not row-scaled)
   const float* line_enc;     // row-scaled: each line's S_enc
   uint8_t block_nan_code;    // BlockNanCode(elem)
+  const StepTable* steps;    // deterministic roundings: the FP32 -> elem table (engine_blocks.cuh), else null
+  const StepTable* scale_steps;  // NVFP4: the FP32 -> E4M3 RNE table of the block scales
   uint64_t seed;
   MxArgs mx;                 // UE8M0 blocks
 };
 
-// Block (br, bc) of the scale grid, one warp: its elements row-major, t-th at (r0 + t / w, c0 + t % w).
-template <typename Word>
-__global__ void QuantizeBlocksKernel(const void* src, BlockArgs a, uint8_t* codes, uint8_t* scales) {
-  const uint64_t b = (blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x) / 32;
-  if (b >= a.blocks) return;  // whole warps leave together
-  const int lane = threadIdx.x % 32;
-  const uint64_t br = b / a.scale_cols, bc = b % a.scale_cols;
-  const uint64_t r0 = br * a.block_rows, c0 = bc * a.block_cols;
-  const uint64_t h = r0 + a.block_rows < a.rows ? a.block_rows : a.rows - r0;
-  const uint64_t w = c0 + a.block_cols < a.cols ? a.block_cols : a.cols - c0;
-  const uint64_t count = h * w, cols = a.cols;
-  const auto at = [=](uint64_t t) { return (r0 + t / w) * cols + c0 + t % w; };
-  if (a.ue8m0) {
-    MxBlockAt<Word>(src, count, at, a.mx, a.elem, codes, scales + b);
+// The maximum (any) over the kGroup lanes of the calling lane's group (aligned groups of 16 or 32 lanes); every
+// lane of the warp calls it.
+template <int kGroup>
+__device__ __forceinline__ uint32_t GroupMax(uint32_t v) {
+  if (kGroup == 32) return __reduce_max_sync(0xFFFFFFFFu, v);
+  for (int o = kGroup / 2; o > 0; o >>= 1) {
+    const uint32_t u = __shfl_xor_sync(0xFFFFFFFFu, v, o);
+    v = u > v ? u : v;
+  }
+  return v;
+}
+template <int kGroup>
+__device__ __forceinline__ bool GroupAny(bool v) {
+  return GroupMax<kGroup>(v ? 1u : 0u) != 0;
+}
+
+// Block b of `count` elements, the t-th at flat index at(t), on kGroup lanes (every lane of the warp calls it;
+// a lane group past the last block comes with count 0).
+template <int kGroup, typename Word, typename At>
+__device__ __forceinline__ void QuantizeBlockAt(const void* src, const BlockArgs& a, const Format& elem, uint64_t b,
+                                                uint64_t count, At at, uint8_t* codes, uint8_t* scales) {
+  if (kGroup == 32 && a.ue8m0) {
+    MxBlockAt<Word>(src, count, at, a.mx, elem, codes, scales + b);
     return;
   }
+  const int lane = threadIdx.x % kGroup;
   // FP32 / NVFP4: the finite elements' amax (a maximum of FP32 values: exact, in any order), NaN and Inf seen.
   uint32_t amax = 0;
   bool has_nan = false, has_inf = false;
-  for (uint64_t t = lane; t < count; t += 32) {
+  for (uint64_t t = lane; t < count; t += kGroup) {
     const uint32_t m = MagnitudeBits<Word>(a.src_fmt, src, at(t));
     has_nan |= m > 0x7F800000u;
     has_inf |= m == 0x7F800000u;
     if (m < 0x7F800000u && m > amax) amax = m;
   }
-  amax = __reduce_max_sync(0xFFFFFFFFu, amax);
-  has_nan = __any_sync(0xFFFFFFFFu, has_nan);
-  has_inf = __any_sync(0xFFFFFFFFu, has_inf);
+  amax = GroupMax<kGroup>(amax);
+  has_nan = GroupAny<kGroup>(has_nan);
+  has_inf = GroupAny<kGroup>(has_inf);
+  if (count == 0) return;
   float block_amax = hd::F32FromBits(amax);
   if (has_inf && static_cast<NanPolicy>(a.nan) == NanPolicy::kIgnoreNan) block_amax = HUGE_VALF;
-  const float s_enc = a.row_scaled ? a.line_enc[a.by_col ? bc : br] : a.s_enc;
+  const float s_enc = a.row_scaled ? a.line_enc[a.by_col ? b % a.scale_cols : b / a.scale_cols] : a.s_enc;
+  // NVFP4's E4M3 scale byte from the RNE step table where there is one (the same function as the routine).
+  const StepTable* scale_steps = a.scale_steps;
+  const auto to_e4m3 = [scale_steps](float v) {
+    return scale_steps != nullptr ? StepCode(scale_steps, hd::F32Bits(v))
+                                  : qmx::detail::ToE4m3ByRoutine{Fp32Fields(), E4m3Fields()}(v);
+  };
   const qmx::detail::MultiplyScaleCore ms =
-      qmx::detail::BlockMultiplyScaleCore(static_cast<ScaleRule>(a.rule), static_cast<NanPolicy>(a.nan), a.margin,
-                                          a.destmax, block_amax, has_nan, has_inf, s_enc, Fp32Fields(), a.e4m3);
+      qmx::detail::BlockMultiplyScaleWith(static_cast<ScaleRule>(a.rule), static_cast<NanPolicy>(a.nan), a.margin,
+                                          a.destmax, block_amax, has_nan, has_inf, s_enc, E4m3Fields(), to_e4m3);
   if (lane == 0) {  // StoreScale
     if (a.fp32_scales) {
       const uint32_t s = ms.nan_block ? 0x7FC00000u : ms.stored;
@@ -124,9 +150,9 @@ __global__ void QuantizeBlocksKernel(const void* src, BlockArgs a, uint8_t* code
       scales[b] = ms.nan_block ? 0x7F : static_cast<uint8_t>(ms.stored);
     }
   }
-  const bool stochastic = internal::IsStochasticCore(a.cast.rounding);
+  const bool stochastic = qmx::detail::IsStochasticCore(a.cast.rounding);
   constexpr Format kF32 = Fp32Fields();
-  for (uint64_t t = lane; t < count; t += 32) {
+  for (uint64_t t = lane; t < count; t += kGroup) {
     const uint64_t i = at(t);
     if (ms.nan_block) {
       codes[i] = a.block_nan_code;
@@ -143,11 +169,67 @@ __global__ void QuantizeBlocksKernel(const void* src, BlockArgs a, uint8_t* code
       const double p = static_cast<double>(xv) * static_cast<double>(ms.multiplier);
       y = p != p ? 0xFFC00000u : hd::F32Bits(static_cast<float>(p));
     }
+    if (a.steps != nullptr) {
+      codes[i] = StepCode(a.steps, y);
+      continue;
+    }
     const uint32_t r = stochastic ? RandomBitsForElement(a.seed, i) : 0u;
-    codes[i] = static_cast<uint8_t>(internal::ConvertCore(kF32, y, a.elem, a.cast, r).code);
+    codes[i] = static_cast<uint8_t>(qmx::detail::ConvertCore(kF32, y, elem, a.cast, r).code);
   }
 }
 
+// Block (br, bc) of the scale grid on kGroup lanes: its elements row-major, t-th at (r0 + t / w, c0 + t % w)
+// (a block's extents are at most 65536, so t fits 32 bits); a block of one row reads consecutive elements.
+// Grid-stride over the blocks, a warp taking 32 / kGroup consecutive blocks at a time; its lanes stay
+// together (blockDim.x is a multiple of 32), those past the last block with an empty block.
+template <int kGroup, typename Word>
+__device__ __forceinline__ void QuantizeBlocksOf(const void* src, const BlockArgs& a, const Format& elem,
+                                                 uint8_t* codes, uint8_t* scales) {
+  constexpr uint64_t kPerWarp = 32 / kGroup;
+  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * blockDim.x / 32;
+  const uint64_t sub = (threadIdx.x % 32) / kGroup;
+  for (uint64_t w0 = (blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x) / 32 * kPerWarp; w0 < a.blocks;
+       w0 += warps * kPerWarp) {
+    const uint64_t b = w0 + sub;
+    if (b >= a.blocks) {
+      QuantizeBlockAt<kGroup, Word>(src, a, elem, a.blocks, 0, [](uint64_t t) { return t; }, codes, scales);
+      continue;
+    }
+    const uint64_t br = b / a.scale_cols, bc = b - br * a.scale_cols;
+    const uint64_t r0 = br * a.block_rows, c0 = bc * a.block_cols;
+    const uint64_t h = r0 + a.block_rows < a.rows ? a.block_rows : a.rows - r0;
+    const uint32_t w = static_cast<uint32_t>(c0 + a.block_cols < a.cols ? a.block_cols : a.cols - c0);
+    const uint64_t first = r0 * a.cols + c0, cols = a.cols;
+    if (h == 1) {
+      QuantizeBlockAt<kGroup, Word>(src, a, elem, b, w, [=](uint64_t t) { return first + t; }, codes, scales);
+      continue;
+    }
+    QuantizeBlockAt<kGroup, Word>(src, a, elem, b, h * w, [=](uint64_t t) {
+      const uint32_t q = static_cast<uint32_t>(t) / w;
+      return first + q * cols + (static_cast<uint32_t>(t) - q * w);
+    }, codes, scales);
+  }
+}
+
+// Blocks of 16 elements or fewer under FP32 or E4M3 scales (NVFP4's 1x16) take half a warp each.
+template <typename Word>
+__device__ __forceinline__ void QuantizeBlock(const void* src, const BlockArgs& a, const Format& elem, uint8_t* codes,
+                                              uint8_t* scales) {
+  if (!a.ue8m0 && a.block_rows * a.block_cols <= 16) QuantizeBlocksOf<16, Word>(src, a, elem, codes, scales);
+  else QuantizeBlocksOf<32, Word>(src, a, elem, codes, scales);
+}
+
+template <typename Word>
+__global__ void QuantizeBlocksKernel(const void* src, BlockArgs a, uint8_t* codes, uint8_t* scales) {
+  QuantizeBlock<Word>(src, a, a.elem, codes, scales);
+}
+
+// The element format a compile-time constant (E4M3, E2M1 from FP32: the usual recipes), as for MX.
+template <int kExp, int kMan, int kBias, bool kSigned, Encoding kEnc>
+__global__ void QuantizeBlocksKernelFixed(const void* src, BlockArgs a, uint8_t* codes, uint8_t* scales) {
+  constexpr Format kElem{"", kExp, kMan, kBias, kSigned, kEnc};
+  QuantizeBlock<uint32_t>(src, a, kElem, codes, scales);
+}
 template <typename Word>
 void LaunchLineAmax(const Format& sf, const void* src, uint64_t lines, uint64_t cols, uint64_t len, bool by_col,
                     uint32_t limit, unsigned int* out, cudaStream_t stream) {
@@ -223,7 +305,6 @@ QuantizedTensor EngineQuantize(const TensorView& x, const QuantSpec& spec, doubl
   BlockArgs a{};
   a.src_fmt = sf;
   a.elem = spec.elem;
-  a.e4m3 = fmt::kE4M3;
   a.cast = spec.cast;
   a.rows = x.rows;
   a.cols = x.cols;
@@ -246,10 +327,32 @@ QuantizedTensor EngineQuantize(const TensorView& x, const QuantSpec& spec, doubl
   a.seed = spec.seed;
   a.mx = MxArgs{sf, spec.elem, spec.cast, 0, static_cast<int>(spec.rule), static_cast<int>(spec.nan),
                 static_cast<int>(spec.scaling), a.destmax, lim.emax, spec.seed, 0, nullptr};
-  constexpr int kThreads = 256;  // 8 warps, one block each
-  const unsigned grid = static_cast<unsigned>((nb * 32 + kThreads - 1) / kThreads);
-  if (x.dtype == DType::kF32) QuantizeBlocksKernel<uint32_t><<<grid, kThreads>>>(d_src.get(), a, d_codes.get(), d_scales.get());
+  // Deterministic roundings take the conversion's step table (built once per format and options, kept).
+  const std::shared_ptr<const detail::StepTable> table =
+      IsStochastic(spec.cast.rounding) ? nullptr : detail::StepsFor(spec.elem, spec.cast);
+  detail::DeviceBuffer<uint8_t> d_steps(table ? sizeof(detail::StepTable) : 0);
+  if (table) {
+    d_steps.Upload(reinterpret_cast<const uint8_t*>(table.get()), sizeof(detail::StepTable));
+    a.steps = reinterpret_cast<const detail::StepTable*>(d_steps.get());
+  }
+  const std::shared_ptr<const detail::StepTable> scale_table =
+      scale_format == ScaleFormat::kE4m3 ? detail::StepsFor(fmt::kE4M3, CastOptions{}) : nullptr;
+  detail::DeviceBuffer<uint8_t> d_scale_steps(scale_table ? sizeof(detail::StepTable) : 0);
+  if (scale_table) {
+    d_scale_steps.Upload(reinterpret_cast<const uint8_t*>(scale_table.get()), sizeof(detail::StepTable));
+    a.scale_steps = reinterpret_cast<const detail::StepTable*>(d_scale_steps.get());
+  }
+  constexpr int kThreads = 256;  // 8 warps
+  constexpr uint64_t kMaxGrid = 132 * 64;  // enough warps to fill the largest GPUs; each loops over blocks
+  const uint64_t want = (nb * 32 + kThreads - 1) / kThreads;
+  const unsigned grid = static_cast<unsigned>(want < kMaxGrid ? want : kMaxGrid);
+#define QMX_ENGINE_Q(f) \
+  QuantizeBlocksKernelFixed<f.exp_bits, f.man_bits, f.bias, f.is_signed, f.encoding><<<grid, kThreads>>>(d_src.get(), a, d_codes.get(), d_scales.get())
+  if (x.dtype == DType::kF32 && spec.elem == fmt::kE4M3) QMX_ENGINE_Q(fmt::kE4M3);
+  else if (x.dtype == DType::kF32 && spec.elem == fmt::kE2M1) QMX_ENGINE_Q(fmt::kE2M1);
+  else if (x.dtype == DType::kF32) QuantizeBlocksKernel<uint32_t><<<grid, kThreads>>>(d_src.get(), a, d_codes.get(), d_scales.get());
   else QuantizeBlocksKernel<uint16_t><<<grid, kThreads>>>(d_src.get(), a, d_codes.get(), d_scales.get());
+#undef QMX_ENGINE_Q
   detail::Check(cudaGetLastError(), "engine quantize kernel launch");
   detail::Check(cudaEventRecord(ev.stop), "cudaEventRecord");
   detail::Check(cudaEventSynchronize(ev.stop), "engine quantize kernel");

@@ -223,9 +223,9 @@ Format ParseFormat(const std::string& given) {
   return f;
 }
 
-CodeClass ClassifyCode(const Format& f, uint64_t code) { return internal::ClassifyCodeCore(f, code); }
+CodeClass ClassifyCode(const Format& f, uint64_t code) { return detail::ClassifyCodeCore(f, code); }
 
-DecodedCode DecodeCode(const Format& f, uint64_t code) { return internal::DecodeCodeCore(f, code); }
+DecodedCode DecodeCode(const Format& f, uint64_t code) { return detail::DecodeCodeCore(f, code); }
 
 double DecodeToDouble(const Format& f, uint64_t code) {
   const DecodedCode d = DecodeCode(f, code);

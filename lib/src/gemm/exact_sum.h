@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace qmx::internal {
+namespace qmx::detail {
 
 // Holds sum m_i * 2^e_i exactly for |m_i| < 2^64 and kLowExp <= e_i, e_i + 64 <= kHighExp, as two
 // unsigned fixed-point magnitudes (positive and negative parts) so adding never propagates a borrow.
@@ -153,4 +153,4 @@ class ExactSum {
   bool nan_ = false, pos_inf_ = false, neg_inf_ = false;
 };
 
-}  // namespace qmx::internal
+}  // namespace qmx::detail

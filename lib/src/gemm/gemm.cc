@@ -220,7 +220,7 @@ void ValidateAccumModel(const AccumModel& m) {
                 std::to_string(f.step) + ")");
 }
 
-namespace internal {
+namespace detail {
 namespace {
 
 // Transformer Engine's alpha from the two operands' amax (AlphaRule::kTe, kTeRef).
@@ -345,7 +345,7 @@ GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in,
   return p;
 }
 
-}  // namespace internal
+}  // namespace detail
 
 void SetBlockScales(GemmOperand& o, ScaleFormat f, size_t br, size_t bc, const uint32_t* raw) {
   if (br == 0 || bc == 0) throw Error("block scales need blocks of at least 1x1");
@@ -418,7 +418,7 @@ GemmOperand OperandFromQuantized(const QuantizedTensor& q) {
   return o;
 }
 
-namespace internal {
+namespace detail {
 bool SplitHmma(const GemmOperand& a, const GemmOperand& b, const AccumModel& model, GemmOperand& pa, GemmOperand& pb,
                AccumModel& pm) {
   if (model.kind != AccumKind::kFused || !model.fused.hmma_split) return false;
@@ -440,7 +440,7 @@ bool SplitHmma(const GemmOperand& a, const GemmOperand& b, const AccumModel& mod
   pm.fused.operand_emin = -14;  // the HMMA steps see FP16 values
   return true;
 }
-}  // namespace internal
+}  // namespace detail
 
 FusedStepCounts GemmFusedStepCounts() {
   FusedStepCounts c;
@@ -451,7 +451,7 @@ FusedStepCounts GemmFusedStepCounts() {
 float GemmAlphaAt(const GemmOperand& a, const GemmOperand& b, AlphaRule rule, size_t i, size_t j) {
   AccumModel m;
   m.alpha = rule;
-  const internal::GemmPlan plan = internal::PlanGemm(a, b, nullptr, m);
+  const detail::GemmPlan plan = detail::PlanGemm(a, b, nullptr, m);
   if (i >= plan.m || j >= plan.n) throw Error("gemm: alpha of output (" + std::to_string(i) + ", " + std::to_string(j) + ") outside the result");
   return plan.has_alpha ? plan.AlphaAt(i, j) : 1.0f;
 }
@@ -461,13 +461,13 @@ std::vector<float> Gemm(const GemmOperand& a, const GemmOperand& b, const float*
   {
     GemmOperand pa, pb;
     AccumModel pm;
-    if (internal::SplitHmma(a, b, model, pa, pb, pm)) return Gemm(pa, pb, c_in, pm, exec);
+    if (detail::SplitHmma(a, b, model, pa, pb, pm)) return Gemm(pa, pb, c_in, pm, exec);
   }
   const detail::ScopedDefaultFpEnv fp_env;  // the OpenMP loops below take their own
-  const internal::GemmPlan plan = internal::PlanGemm(a, b, c_in, model);
+  const detail::GemmPlan plan = detail::PlanGemm(a, b, c_in, model);
   std::vector<float> out(plan.m * plan.n);
-  if (internal::GemmFast(a, b, c_in, model, plan, exec, out.data())) {
-    internal::CanonicalizeNans(model, out.data(), out.size());
+  if (detail::GemmFast(a, b, c_in, model, plan, exec, out.data())) {
+    detail::CanonicalizeNans(model, out.data(), out.size());
     return out;
   }
   // Generic path: the reference, rows in parallel (each output is computed alone, so the result does
@@ -477,7 +477,7 @@ std::vector<float> Gemm(const GemmOperand& a, const GemmOperand& b, const float*
 #pragma omp parallel for schedule(dynamic) if (exec == Exec::kParallel)
   for (long c = 0; c < chunks; ++c) {
     const size_t i0 = static_cast<size_t>(c) * rows_per;
-    internal::GemmRefRows(a, b, c_in, model, plan, i0, std::min(plan.m, i0 + rows_per), out.data());
+    detail::GemmRefRows(a, b, c_in, model, plan, i0, std::min(plan.m, i0 + rows_per), out.data());
   }
   return out;
 }

@@ -16,7 +16,7 @@
 #include <cstring>
 #include <vector>
 
-namespace qmx::internal {
+namespace qmx::detail {
 namespace {
 
 bool FormatFinite(const GemmOperand& o, Exec exec) {
@@ -199,4 +199,4 @@ bool GemmFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, con
   }
 }
 
-}  // namespace qmx::internal
+}  // namespace qmx::detail

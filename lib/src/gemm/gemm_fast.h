@@ -19,7 +19,7 @@
 #define QMX_GEMM_CLONES
 #endif
 
-namespace qmx::internal {
+namespace qmx::detail {
 
 constexpr int kZeroE = -30000;  // nominal exponent of a zero element: far below every real one
 constexpr size_t kCols = 128;   // output columns per tile
@@ -134,4 +134,4 @@ bool TryFused(const GemmOperand& a, const GemmOperand& b, const float* c_in, con
 bool ExactFamilyFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
                      const GemmPlan& plan, Exec exec, float* out);
 
-}  // namespace qmx::internal
+}  // namespace qmx::detail

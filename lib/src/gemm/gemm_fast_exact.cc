@@ -11,7 +11,7 @@
 #include "gemm/exact_sum.h"
 #include "gemm/gemm_fast.h"
 
-namespace qmx::internal {
+namespace qmx::detail {
 
 // ---- exact and block-exact with exact double block sums --------------------------------------------
 
@@ -259,4 +259,4 @@ bool ExactFamilyFast(const GemmOperand& a, const GemmOperand& b, const float* c_
   return true;
 }
 
-}  // namespace qmx::internal
+}  // namespace qmx::detail

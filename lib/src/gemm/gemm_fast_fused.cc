@@ -10,7 +10,7 @@
 
 #include "gemm/gemm_fast.h"
 
-namespace qmx::internal {
+namespace qmx::detail {
 namespace {
 
 // ---- fused (MMA-Sim T-FDPA / ST-FDPA with UE8M0 scales) -------------------------------------------
@@ -544,4 +544,4 @@ bool TryFused(const GemmOperand& a, const GemmOperand& b, const float* c_in, con
   return false;
 }
 
-}  // namespace qmx::internal
+}  // namespace qmx::detail

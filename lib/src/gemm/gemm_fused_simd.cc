@@ -94,8 +94,8 @@ Fp16Plan Fp16PlanFor(const FusedGemmArgs& g) {
       const double sig = std::ldexp(x, -e.table[code]);
       if (sig >= 2) return false;
       s.sig = std::max(s.sig, sig);
-      s.bits = std::max(s.bits, internal::SignificantBits(x));
-      s.lsb = std::min(s.lsb, internal::ExactOf(x).lsb);
+      s.bits = std::max(s.bits, detail::SignificantBits(x));
+      s.lsb = std::min(s.lsb, detail::ExactOf(x).lsb);
       s.top = std::max(s.top, e.table[code]);
     }
     return true;

@@ -10,7 +10,7 @@
 #include "float_bits.h"
 #include "qmx/gemm.h"
 
-namespace qmx::internal {
+namespace qmx::detail {
 
 using u128 = unsigned __int128;
 using i128 = __int128;
@@ -188,4 +188,4 @@ inline float RoundFused(bool neg, u128 s, int lsb, int bits, bool rne) {
 bool SplitHmma(const GemmOperand& a, const GemmOperand& b, const AccumModel& model, GemmOperand& pa, GemmOperand& pb,
                AccumModel& pm);
 
-}  // namespace qmx::internal
+}  // namespace qmx::detail

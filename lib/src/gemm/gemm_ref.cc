@@ -12,11 +12,11 @@
 namespace qmx {
 namespace {
 
-using internal::Exact;
-using internal::ExactOf;
-using internal::i128;
-using internal::Mul;
-using internal::u128;
+using detail::Exact;
+using detail::ExactOf;
+using detail::i128;
+using detail::Mul;
+using detail::u128;
 
 // DecodeToDouble of every code of a format, computed once per call instead of once per product (the
 // reference spent half its time decoding the same 256 codes); codes past the format's width, if any,
@@ -34,7 +34,7 @@ struct CodeValues {
 struct Dot {
   const GemmOperand& a;
   const GemmOperand& b;
-  const internal::GemmPlan& plan;
+  const detail::GemmPlan& plan;
   const AccumModel* plan_model;
   size_t i, j;
   const CodeValues& va;
@@ -51,7 +51,7 @@ float Alpha(const Dot& d, float acc) { return d.plan.has_alpha ? d.plan.AlphaAt(
 
 // Adds the product of `factors` (element values and scales) to `sum` exactly. Non-finite factors give
 // the double product's NaN or signed Inf; a zero product keeps `all_neg_zero` only when it is -0.
-void AddExactProduct(internal::ExactSum& sum, bool& all_neg_zero, std::initializer_list<double> factors) {
+void AddExactProduct(detail::ExactSum& sum, bool& all_neg_zero, std::initializer_list<double> factors) {
   double dp = 1.0;  // the double product: exact enough for its class and sign
   bool finite = true;
   Exact p;
@@ -75,7 +75,7 @@ void AddExactProduct(internal::ExactSum& sum, bool& all_neg_zero, std::initializ
 // exact: RNE(sum a*b*sa*sb*ta*tb + c), every product exact, one rounding (ta, tb: each side's tensor scale,
 // or its line's for row-scaled NVFP4; under TE's alpha rules, the FP32 alpha TE forms in their place).
 float ExactDot(const Dot& d, const float* c) {
-  internal::ExactSum sum;
+  detail::ExactSum sum;
   bool all_neg_zero = true;
   if (c) {
     sum.AddDouble(*c);
@@ -103,7 +103,7 @@ float BlockExactDot(const Dot& d, const float* c) {
   float acc = c ? *c : 0.0f;
   for (size_t k0 = 0; k0 < d.plan.k; k0 += d.plan.kb) {
     const size_t k1 = std::min(d.plan.k, k0 + d.plan.kb);
-    internal::ExactSum sum;
+    detail::ExactSum sum;
     sum.AddDouble(acc);
     bool all_neg_zero = acc == 0 && std::signbit(acc);
     for (size_t k = k0; k < k1; ++k) AddExactProduct(sum, all_neg_zero, {d.A(k), d.B(k), d.SA(k), d.SB(k)});
@@ -127,7 +127,7 @@ struct Specials {
   }
   bool Any() const { return nan || pos_inf || neg_inf; }
   float Result() const {
-    if (nan || (pos_inf && neg_inf)) return internal::CanonicalNanF();
+    if (nan || (pos_inf && neg_inf)) return detail::CanonicalNanF();
     return pos_inf ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
   }
 };
@@ -141,15 +141,15 @@ float FusedSum(const std::vector<Term>& terms, const FusedParams& p) {
   const int unit = emax - p.frac_bits;  // exponent of the LSB kept
   i128 s = 0;
   for (const Term& t : terms) {
-    const u128 q = internal::ShiftRound(t.v.mag, t.v.lsb - unit, p.term_round == FusedRound::kRne);
+    const u128 q = detail::ShiftRound(t.v.mag, t.v.lsb - unit, p.term_round == FusedRound::kRne);
     s += t.v.neg ? -static_cast<i128>(q) : static_cast<i128>(q);
   }
   const bool neg = s < 0;
-  return internal::RoundFused(neg, static_cast<u128>(neg ? -s : s), unit, p.out_bits, p.out_round == FusedRound::kRne);
+  return detail::RoundFused(neg, static_cast<u128>(neg ? -s : s), unit, p.out_bits, p.out_round == FusedRound::kRne);
 }
 
 // MMA-Sim's exponent of an operand: -126 for zero (whatever its format), else the nominal exponent.
-int ZeroRuleExp(double v, int emin) { return v == 0 ? -126 : internal::NominalExp(v, emin); }
+int ZeroRuleExp(double v, int emin) { return v == 0 ? -126 : detail::NominalExp(v, emin); }
 
 Term AccTerm(float c, const FusedParams& p) {
   Term t;
@@ -158,7 +158,7 @@ Term AccTerm(float c, const FusedParams& p) {
     return t;
   }
   t.v = ExactOf(c);
-  t.nominal = internal::NominalExp(c, -126);
+  t.nominal = detail::NominalExp(c, -126);
   return t;
 }
 
@@ -177,9 +177,9 @@ float FusedStep(const Dot& d, size_t k0, size_t k1, float c, bool scales_in, Ste
   std::vector<Term>& terms = scratch.terms;
   terms.clear();
   terms.push_back(AccTerm(c, p));
-  const int ea = p.operand_emin != 0 ? p.operand_emin : internal::FormatEmin(d.a.elem);
-  const int eb = p.operand_emin != 0 ? p.operand_emin : internal::FormatEmin(d.b.elem);
-  const int esa = internal::ScaleEmin(d.a.scale_format), esb = internal::ScaleEmin(d.b.scale_format);
+  const int ea = p.operand_emin != 0 ? p.operand_emin : detail::FormatEmin(d.a.elem);
+  const int eb = p.operand_emin != 0 ? p.operand_emin : detail::FormatEmin(d.b.elem);
+  const int esa = detail::ScaleEmin(d.a.scale_format), esb = detail::ScaleEmin(d.b.scale_format);
   const size_t g = static_cast<size_t>(p.group);
   for (size_t q0 = k0; q0 < k1; q0 += g) {
     const size_t q1 = std::min(k1, q0 + g);
@@ -198,15 +198,15 @@ float FusedStep(const Dot& d, size_t k0, size_t k1, float c, bool scales_in, Ste
                                     : p.zero_exp;
       } else {
         t.v = Mul(Mul(ExactOf(x), ExactOf(y)), Mul(ExactOf(sa), ExactOf(sb)));
-        t.nominal = internal::NominalExp(x, ea) + internal::NominalExp(y, eb) +
-                    (scales_in ? internal::NominalExp(sa, esa) + internal::NominalExp(sb, esb) : 0);
+        t.nominal = detail::NominalExp(x, ea) + detail::NominalExp(y, eb) +
+                    (scales_in ? detail::NominalExp(sa, esa) + detail::NominalExp(sb, esb) : 0);
       }
       terms.push_back(t);
       continue;
     }
     // GST: exact group sum P times the scales, aligned at the scale exponents.
     const double sa = scales_in ? d.SA(q0) : 1.0, sb = scales_in ? d.SB(q0) : 1.0;
-    internal::i128 sum = 0;
+    detail::i128 sum = 0;
     int lsb = 0;
     bool all_zero = true, special = false;
     std::vector<Exact>& prods = scratch.prods;
@@ -242,7 +242,7 @@ float FusedStep(const Dot& d, size_t k0, size_t k1, float c, bool scales_in, Ste
       ps.mag = static_cast<u128>(sum < 0 ? -sum : sum);
       ps.lsb = lsb;
       t.v = Mul(ps, Mul(ExactOf(sa), ExactOf(sb)));
-      t.nominal = (scales_in ? internal::NominalExp(sa, esa) + internal::NominalExp(sb, esb) : 0);
+      t.nominal = (scales_in ? detail::NominalExp(sa, esa) + detail::NominalExp(sb, esb) : 0);
     }
     terms.push_back(t);
   }
@@ -280,7 +280,7 @@ float FusedDot(const Dot& d, const float* c) {
 
 }  // namespace
 
-namespace internal {
+namespace detail {
 void GemmRefRows(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
                  const GemmPlan& plan, size_t i0, size_t i1, float* out) {
   const detail::ScopedDefaultFpEnv fp_env;
@@ -296,19 +296,19 @@ void GemmRefRows(const GemmOperand& a, const GemmOperand& b, const float* c_in, 
         case AccumKind::kBlockExact: r = BlockExactDot(d, c); break;
         case AccumKind::kFused: r = FusedDot(d, c); break;
       }
-      out[i * plan.n + j] = std::isnan(r) ? internal::ModelNan(model) : r;
+      out[i * plan.n + j] = std::isnan(r) ? detail::ModelNan(model) : r;
     }
   }
 }
-}  // namespace internal
+}  // namespace detail
 
 std::vector<float> GemmRef(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model) {
   GemmOperand pa, pb;
   AccumModel pm;
-  if (internal::SplitHmma(a, b, model, pa, pb, pm)) return GemmRef(pa, pb, c_in, pm);
-  const internal::GemmPlan plan = internal::PlanGemm(a, b, c_in, model);
+  if (detail::SplitHmma(a, b, model, pa, pb, pm)) return GemmRef(pa, pb, c_in, pm);
+  const detail::GemmPlan plan = detail::PlanGemm(a, b, c_in, model);
   std::vector<float> out(plan.m * plan.n);
-  internal::GemmRefRows(a, b, c_in, model, plan, 0, plan.m, out.data());
+  detail::GemmRefRows(a, b, c_in, model, plan, 0, plan.m, out.data());
   return out;
 }
 

@@ -462,7 +462,7 @@ size_t I32Chunk(const ScaledFusedArgs& g) {
       const double x = std::fabs(v[s]->table[code]);
       if (e[s]->table[code] == g.zero_code || x == 0 || !std::isfinite(x)) continue;
       if (static_cast<double>(static_cast<float>(x)) != x) return 0;
-      bits[s] = std::max(bits[s], internal::SignificantBits(x));
+      bits[s] = std::max(bits[s], detail::SignificantBits(x));
       sig[s] = std::max(sig[s], std::ldexp(x, -e[s]->table[code]));  // significand at the nominal exponent
       lo[s] = std::min(lo[s], x), hi[s] = std::max(hi[s], x);
     }

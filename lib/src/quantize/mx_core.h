@@ -5,7 +5,7 @@
 #include "qmx/host_device.h"
 #include "qmx/scale.h"
 
-namespace qmx::internal {
+namespace qmx::detail {
 
 // The block's scale byte, and the code every element takes (fill >= 0) or -1 where the elements are
 // converted against the scale. rule_scale: the rule's byte from the finite elements' amax.
@@ -26,4 +26,4 @@ QMX_HOST_DEVICE inline void MxPolicyScale(NanPolicy policy, bool has_nan, bool h
   }
 }
 
-}  // namespace qmx::internal
+}  // namespace qmx::detail

@@ -44,7 +44,7 @@ void QuantizeMxRef(DType src_type, const void* src, size_t n, const MxSpec& spec
     }
     // The scale byte, or a fill code for the whole block (NanPolicy).
     int scale, fill;
-    internal::MxPolicyScale(spec.nan, has_nan, has_inf, Ue8m0ScaleFromAmaxRef(amax, spec.elem, spec.rule), nan_code,
+    detail::MxPolicyScale(spec.nan, has_nan, has_inf, Ue8m0ScaleFromAmaxRef(amax, spec.elem, spec.rule), nan_code,
                             block_nan_code, &scale, &fill);
     scales[b] = static_cast<uint8_t>(scale);
     const int k = scale - 127;

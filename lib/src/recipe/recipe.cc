@@ -10,7 +10,7 @@
 
 namespace qmx {
 
-using internal::OperandName;
+using detail::OperandName;
 
 namespace {
 
@@ -164,7 +164,7 @@ TrainingRecipe MakeRecipe(const std::string& name) {
 
 // ------------------------------------------------------------------ names
 
-namespace internal {
+namespace detail {
 
 std::string OperandName(const OperandPlan& p) {
   std::string s = LinearTensorName(p.tensor);
@@ -173,7 +173,7 @@ std::string OperandName(const OperandPlan& p) {
   return s;
 }
 
-}  // namespace internal
+}  // namespace detail
 
 const char* LinearGemmName(LinearGemm g) {
   switch (g) {

@@ -9,7 +9,7 @@
 
 #include "qmx/recipe.h"
 
-namespace qmx::internal {
+namespace qmx::detail {
 
 inline uint64_t Mix(uint64_t a, uint64_t b) {  // splitmix64 of a combination: independent streams per (seed, step, use)
   uint64_t z = a * 0x9E3779B97F4A7C15ull + b + 0x632BE59BD9B4E019ull;
@@ -24,4 +24,4 @@ std::vector<float> Transpose(const float* src, size_t rows, size_t cols);
 // "X", "W^T", "X_q": the tensor, whether it is the forward's QuEST output, whether it is transposed.
 std::string OperandName(const OperandPlan& p);
 
-}  // namespace qmx::internal
+}  // namespace qmx::detail

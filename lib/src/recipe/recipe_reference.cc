@@ -11,7 +11,7 @@
 
 namespace qmx {
 
-using internal::Transpose;
+using detail::Transpose;
 
 // ------------------------------------------------------------------ FP64 references
 

@@ -13,7 +13,7 @@
 
 namespace qmx {
 
-using internal::Mix;
+using detail::Mix;
 
 // ------------------------------------------------------------------ synthetic layers
 

@@ -20,11 +20,11 @@
 
 namespace qmx {
 
-using internal::Mix;
-using internal::OperandName;
-using internal::Transpose;
+using detail::Mix;
+using detail::OperandName;
+using detail::Transpose;
 
-namespace internal {
+namespace detail {
 
 std::vector<float> Transpose(const float* src, size_t rows, size_t cols) {
   std::vector<float> t(rows * cols);
@@ -36,7 +36,7 @@ std::vector<float> Transpose(const float* src, size_t rows, size_t cols) {
   return t;
 }
 
-}  // namespace internal
+}  // namespace detail
 
 namespace {
 
@@ -215,7 +215,7 @@ std::vector<float> GemmBf16(const Built& a, const Built& bt, size_t m, size_t n,
   std::vector<float> out(m * n);
   if (model.kind == AccumKind::kFp32Seq) {
     const std::vector<float> b = Transpose(bt.vals.data(), n, k);
-    internal::GemmF32SeqValues(a.vals.data(), b.data(), m, n, k, exec, out.data());
+    detail::GemmF32SeqValues(a.vals.data(), b.data(), m, n, k, exec, out.data());
     return out;
   }
   if (model.kind != AccumKind::kExact)
@@ -223,7 +223,7 @@ std::vector<float> GemmBf16(const Built& a, const Built& bt, size_t m, size_t n,
                 "' models a tensor core's 8-bit (or narrower) element path");
 #pragma omp parallel for schedule(dynamic) if (exec == Exec::kParallel)
   for (size_t i = 0; i < m; ++i) {
-    internal::ExactSum sum;
+    detail::ExactSum sum;
     for (size_t j = 0; j < n; ++j) {
       sum.Clear();
       bool all_neg_zero = true;

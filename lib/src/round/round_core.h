@@ -11,7 +11,7 @@
 #include "qmx/host_device.h"
 #include "qmx/round.h"
 
-namespace qmx::internal {
+namespace qmx::detail {
 
 QMX_HOST_DEVICE inline bool IsStochasticCore(Rounding r) {
   return r == Rounding::kSrA || r == Rounding::kSrB || r == Rounding::kSrC;
@@ -329,4 +329,4 @@ QMX_HOST_DEVICE inline RoundResult ConvertCore(const Format& src, uint64_t bits,
   return RoundExactCore(x, dst, opt, random_bits);
 }
 
-}  // namespace qmx::internal
+}  // namespace qmx::detail

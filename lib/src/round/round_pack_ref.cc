@@ -7,7 +7,7 @@
 
 namespace qmx {
 
-bool IsStochastic(Rounding r) { return internal::IsStochasticCore(r); }
+bool IsStochastic(Rounding r) { return detail::IsStochasticCore(r); }
 
 void ValidateCastOptions(const Format& dst, const CastOptions& opt) {
   if (IsStochastic(opt.rounding) && (opt.sr_bits < 1 || opt.sr_bits > 32))
@@ -17,17 +17,17 @@ void ValidateCastOptions(const Format& dst, const CastOptions& opt) {
                 SaturationName(opt.saturation) + " is undefined; use satfinite (OCP MX requires clamping)");
 }
 
-ExactValue ReadExact(const Format& src, uint64_t bits) { return internal::ReadExactCore(src, bits); }
+ExactValue ReadExact(const Format& src, uint64_t bits) { return detail::ReadExactCore(src, bits); }
 
 RoundResult RoundExact(const ExactValue& x, const Format& dst, const CastOptions& opt, uint32_t random_bits) {
   ValidateCastOptions(dst, opt);
-  return internal::RoundExactCore(x, dst, opt, random_bits);
+  return detail::RoundExactCore(x, dst, opt, random_bits);
 }
 
 RoundResult Convert(const Format& src, uint64_t bits, const Format& dst, const CastOptions& opt,
                     uint32_t random_bits) {
   ValidateCastOptions(dst, opt);
-  return internal::ConvertCore(src, bits, dst, opt, random_bits);
+  return detail::ConvertCore(src, bits, dst, opt, random_bits);
 }
 
 uint64_t ConvertF32(float x, const Format& dst, const CastOptions& opt, uint32_t random_bits) {

@@ -51,11 +51,18 @@ QMX_HOST_DEVICE inline float Nvfp4BlockScaleValueCore(float block_amax, float s_
   return block_amax * m;
 }
 
-// The E4M3 byte of that value; e4m3: fmt::kE4M3 (the device receives it by value).
+// The E4M3 byte of that value (RNE, the default CastOptions) by the reference routine; f32, e4m3: the formats'
+// fields (the device receives them by value). The GPU engine reads the same conversion from a step table.
+struct ToE4m3ByRoutine {
+  const Format& f32;
+  const Format& e4m3;
+  QMX_HOST_DEVICE uint8_t operator()(float v) const {
+    return static_cast<uint8_t>(ConvertCore(f32, hd::F32Bits(v), e4m3, CastOptions{}, 0).code);
+  }
+};
 QMX_HOST_DEVICE inline uint8_t Nvfp4BlockScaleCore(float block_amax, float s_enc, ScaleRule rule, const Format& f32,
                                                    const Format& e4m3) {
-  const float v = Nvfp4BlockScaleValueCore(block_amax, s_enc, rule);
-  return static_cast<uint8_t>(internal::ConvertCore(f32, hd::F32Bits(v), e4m3, CastOptions{}, 0).code);
+  return ToE4m3ByRoutine{f32, e4m3}(Nvfp4BlockScaleValueCore(block_amax, s_enc, rule));
 }
 
 // Nvfp4EncodeFactor of the block scale's value sd.
@@ -71,7 +78,7 @@ QMX_HOST_DEVICE inline float Nvfp4EncodeFactorCore(float sd, float s_enc, ScaleR
 
 // The value of an E4M3 scale byte as a float (exact), NaN for 0x7F/0xFF.
 QMX_HOST_DEVICE inline float E4m3ValueCore(const Format& e4m3, uint8_t byte) {
-  const ExactValue x = internal::ReadExactCore(e4m3, byte);
+  const ExactValue x = detail::ReadExactCore(e4m3, byte);
   if (x.kind == ExactValue::Kind::kNan) return hd::F32FromBits(0x7FC00000u);
   const float m = x.kind == ExactValue::Kind::kZero ? 0.0f : ldexpf(static_cast<float>(x.sig), x.exp);
   return x.negative ? -m : m;
@@ -83,11 +90,12 @@ struct MultiplyScaleCore {
   float multiplier;  // elements are fl32(x * multiplier)
   bool nan_block;    // block-nan: scale NaN, every element the element NaN code
 };
-// block_amax: of the finite elements (ignore, block-nan) or with Inf as HUGE_VALF (ignore-nan); e4m3 / f32:
-// the formats' fields (the device receives them by value).
-QMX_HOST_DEVICE inline MultiplyScaleCore BlockMultiplyScaleCore(ScaleRule rule, NanPolicy nan, int margin, float destmax,
+// block_amax: of the finite elements (ignore, block-nan) or with Inf as HUGE_VALF (ignore-nan); e4m3: its
+// fields; to_e4m3(v): v's E4M3 byte under RNE (ToE4m3ByRoutine, or a table of it).
+template <class ToE4m3>
+QMX_HOST_DEVICE inline MultiplyScaleCore BlockMultiplyScaleWith(ScaleRule rule, NanPolicy nan, int margin, float destmax,
                                                                 float block_amax, bool has_nan, bool has_inf,
-                                                                float s_enc, const Format& f32, const Format& e4m3) {
+                                                                float s_enc, const Format& e4m3, ToE4m3 to_e4m3) {
   MultiplyScaleCore r{0, 0.0f, false};
   if ((has_nan || has_inf) && nan == NanPolicy::kBlockNan) {
     r.nan_block = true;
@@ -96,7 +104,7 @@ QMX_HOST_DEVICE inline MultiplyScaleCore BlockMultiplyScaleCore(ScaleRule rule, 
   const bool nvfp4 = rule == ScaleRule::kNvfp4 || rule == ScaleRule::kNvfp4Div || rule == ScaleRule::kNvfp4Torchao ||
                      rule == ScaleRule::kNvfp4FourOverSix || rule == ScaleRule::kNvfp4FourOverSixMse;
   if (nvfp4) {
-    const uint8_t s8 = Nvfp4BlockScaleCore(block_amax, s_enc, rule, f32, e4m3);
+    const uint8_t s8 = to_e4m3(Nvfp4BlockScaleValueCore(block_amax, s_enc, rule));
     r.stored = s8;
     r.multiplier = Nvfp4EncodeFactorCore(E4m3ValueCore(e4m3, s8), s_enc, rule);
     return r;
@@ -105,6 +113,12 @@ QMX_HOST_DEVICE inline MultiplyScaleCore BlockMultiplyScaleCore(ScaleRule rule, 
   r.stored = hd::F32Bits(s.decode);
   r.multiplier = s.encode;
   return r;
+}
+QMX_HOST_DEVICE inline MultiplyScaleCore BlockMultiplyScaleCore(ScaleRule rule, NanPolicy nan, int margin, float destmax,
+                                                                float block_amax, bool has_nan, bool has_inf,
+                                                                float s_enc, const Format& f32, const Format& e4m3) {
+  return BlockMultiplyScaleWith(rule, nan, margin, destmax, block_amax, has_nan, has_inf, s_enc, e4m3,
+                                ToE4m3ByRoutine{f32, e4m3});
 }
 
 }  // namespace qmx::detail

@@ -30,7 +30,7 @@ TEST_CASE("exact sum: AddProduct3 adds s * w * u exactly (MPFR's product subtrac
     const double s = RandomSig(rng, 1 + static_cast<int>(rng() % 53), 30 + static_cast<int>(rng() % 20)) * (rng() & 1 ? -1 : 1);
     const double w = RandomSig(rng, 1 + static_cast<int>(rng() % 48), 20 + static_cast<int>(rng() % 20));
     const double u = RandomSig(rng, 1 + static_cast<int>(rng() % 48), 20 + static_cast<int>(rng() % 20));
-    qmx::internal::ExactSum sum;
+    qmx::detail::ExactSum sum;
     sum.AddProduct3(s, w, u);
     mpfr_set_d(p, s, MPFR_RNDN);
     mpfr_mul_d(p, p, w, MPFR_RNDN);  // exact: 256 bits hold 53 + 48 + 48
@@ -48,7 +48,7 @@ TEST_CASE("exact sum: AddProduct3 adds s * w * u exactly (MPFR's product subtrac
     INFO("trial " << trial << ": s " << s << " w " << w << " u " << u);
     CHECK(sum.RoundToFloat() == 0.0f);
     // And on its own the product rounds as MPFR's does.
-    qmx::internal::ExactSum alone;
+    qmx::detail::ExactSum alone;
     alone.AddProduct3(s, w, u);
     CHECK(alone.RoundToFloat() == want);
   }

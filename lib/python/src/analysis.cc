@@ -65,9 +65,8 @@ pyb::dict FileDict(const golden::FileResult& r) {
   return d;
 }
 
-}  // namespace
-
-void BindAnalysis(pyb::module_& m) {
+// Transforms, metrics and the studies' distributions.
+void BindStudies(pyb::module_& m) {
   m.def("hadamard", &Hadamard, pyb::arg("x"), pyb::arg("transform") = "hadamard:32", pyb::arg("inverse") = false,
         "The normalized block Hadamard transform of each row of float32 x along its last dimension:\n"
         "'hadamard:N' (N = 16..256), or the randomized 'rht:N[:SEED]'; inverse=True undoes it.");
@@ -142,7 +141,10 @@ void BindAnalysis(pyb::module_& m) {
   }, pyb::arg("x"), pyb::arg("taus") = std::vector<double>{},
         "Per-row kurtosis mean(x^4)/mean(x^2)^2 (mean and max over rows) and, per tau, the elements with\n"
         "|x| >= tau * rms(row).");
+}
 
+// Golden vectors: the suites, generation and verification.
+void BindGolden(pyb::module_& m) {
   m.def("golden_suites", [] {
     std::vector<std::string> names;
     for (const auto& s : golden::Suites()) names.push_back(s.name);
@@ -190,6 +192,13 @@ void BindAnalysis(pyb::module_& m) {
     for (const auto& r : results) l.append(FileDict(r));
     return l;
   }, pyb::arg("dir"), pyb::arg("backend"), pyb::arg("max_errors"), pyb::arg("only"));
+}
+
+}  // namespace
+
+void BindAnalysis(pyb::module_& m) {
+  BindStudies(m);
+  BindGolden(m);
 }
 
 }  // namespace qmx::py

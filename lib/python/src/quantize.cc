@@ -71,9 +71,8 @@ pyb::array_t<float> DequantizeTo(const QuantizedTensor& q, bool reference) {
   return out;
 }
 
-}  // namespace
-
-void BindQuantize(pyb::module_& m) {
+// The classes: DelayedScaling and QuantizedTensor.
+void BindQuantizeTypes(pyb::module_& m) {
   pyb::class_<DelayedScaling>(m, "DelayedScaling",
                               "Transformer Engine's per-tensor delayed scaling: quantize with the current scale,\n"
                               "then push the tensor's amax; the next scale comes from the history.")
@@ -143,7 +142,10 @@ void BindQuantize(pyb::module_& m) {
         for (size_t d : ShapeOf(q)) s += (s.empty() ? "" : "x") + std::to_string(d);
         return "QuantizedTensor(" + s + ", " + DescribeSpec(q.spec) + ")";
       });
+}
 
+// Specs by name, their overrides and descriptions.
+void BindSpecs(pyb::module_& m) {
   m.def("spec_names", &QuantSpecNames, "The recipes' spec names (mxfp8, nvfp4, fp8-block1x128, ...).");
   m.def("profile_names", &ProfileNames, "Library profiles (microxcaling, torchao-rceil, transformer-engine, ...).");
   m.def("make_spec", [](const std::string& spec, const pyb::dict& overrides, int sr_bits, uint64_t seed, int margin,
@@ -159,7 +161,10 @@ void BindQuantize(pyb::module_& m) {
   }, "The text overrides of a spec by their keywords (rule, rounding, ...), in the CLI's order.");
   m.def("describe_spec", [](const pyb::object& spec) { return DescribeSpec(SpecFromObject(spec)); },
         pyb::arg("spec"), "One line describing a spec (a name, a dict or JSON text).");
+}
 
+// The quantizers and what goes with them (statistics, amax, QuEST, reassembly).
+void BindQuantizers(pyb::module_& m) {
   m.def("quantize_stats", [](const pyb::array& x, const QuantizedTensor& q, const std::string& src) {
     const InArray in = FloatInput(x, src, "x");
     const TensorView v = ViewOf(in);
@@ -280,6 +285,14 @@ void BindQuantize(pyb::module_& m) {
         pyb::arg("line_amax") = std::nullopt,
         "A QuantizedTensor from stored codes and scales (copied), its spec (a name, a dict or JSON text), the\n"
         "tensor amax and, for a row-scaled spec, each line's amax.");
+}
+
+}  // namespace
+
+void BindQuantize(pyb::module_& m) {
+  BindQuantizeTypes(m);
+  BindSpecs(m);
+  BindQuantizers(m);
 }
 
 }  // namespace qmx::py

@@ -200,130 +200,175 @@ const CheckpointTensorInfo* FindCheckpointTensor(const std::vector<CheckpointTen
   return nullptr;
 }
 
-CheckpointTensor LoadCheckpointTensor(const SafetensorsReader& r, const CheckpointTensorInfo& info) {
+namespace {
+
+// A file qmx-sim quantize wrote: the qmx.spec metadata, codes, scales, the tensor amax and (row-scaled)
+// each line's amax.
+CheckpointTensor LoadQmx(const SafetensorsReader& r, const CheckpointTensorInfo& info,
+                        const std::vector<const SafetensorsTensor*>& p, const std::string& what) {
   CheckpointTensor ct;
   ct.info = info;
+  QuantSpec spec;
+  try {
+    spec = QuantSpecFromJson(r.index().metadata.at("qmx.spec"));
+  } catch (const Error& e) {
+    Bad(r, std::string("qmx.spec metadata: ") + e.what());
+  }
+  const auto& meta = r.index().metadata;
+  const auto packed = meta.find("qmx.packed." + info.name);
+  if (packed != meta.end() && packed->second == "1")
+    Bad(r, "tensor '" + info.name + "' was written with --pack; unpacked or native codes are read");
+  const NpyArray codes = r.Read(p[0]->name), scales = r.Read(p[1]->name);
+  // Native dtypes must be the spec's formats (a file edited by hand could mix them).
+  if (p[0]->codes && p[0]->format != spec.elem)
+    Bad(r, "tensor '" + p[0]->name + "' is " + p[0]->dtype + " but the spec's element format is " + spec.elem.name);
+  const ScaleFormat sf = ScaleFormatOf(spec.rule);
+  if (p[1]->codes && !((sf == ScaleFormat::kUe8m0 && p[1]->format == fmt::kUE8M0) ||
+                       (sf == ScaleFormat::kE4m3 && p[1]->format == fmt::kE4M3)))
+    Bad(r, "tensor '" + p[1]->name + "' is " + p[1]->dtype + ", not the scale format of rule " + ScaleRuleName(spec.rule));
+  const auto amax = meta.find("qmx.tensor_amax." + info.name);
+  float a = 0;
+  if (amax != meta.end()) {
+    const auto j = nlohmann::json::parse(amax->second, nullptr, false);
+    if (!j.is_number()) Bad(r, "metadata qmx.tensor_amax." + info.name + " is not a number");
+    a = j.get<float>();
+  }
+  // Row-scaled NVFP4: NAME.line_amax, one F32 amax per line (qmx-sim quantize writes it).
+  std::vector<float> lines;
+  if (spec.row_scaled) {
+    const std::string ln = info.name + ".line_amax";
+    if (!r.index().Find(ln)) Bad(r, what + ": the spec is row-scaled but the file has no tensor '" + ln + "'");
+    const NpyArray la = r.Read(ln);
+    if (la.dtype != DType::kF32 || la.shape.size() != 1) Bad(r, "tensor '" + ln + "' must be a 1-D F32 array");
+    lines.resize(la.shape[0]);
+    if (!lines.empty()) std::memcpy(lines.data(), la.data.data(), lines.size() * 4);
+  }
+  ct.q = Assemble(r, what, spec, codes.shape, codes.data, scales.data, a, std::move(lines));
+  return ct;
+}
+
+// gpt-oss MXFP4: U8 blocks [..., G, 16] of packed E2M1 pairs beside U8 UE8M0 scales [..., G].
+CheckpointTensor LoadGptOss(const SafetensorsReader& r, const CheckpointTensorInfo& info,
+                           const std::vector<const SafetensorsTensor*>& p, const std::string& what) {
+  CheckpointTensor ct;
+  ct.info = info;
+  std::vector<size_t> shape;
+  if (p[0]->dtype != "U8" || p[1]->dtype != "U8")
+    Bad(r, what + ": blocks and scales are U8, not " + p[0]->dtype + " and " + p[1]->dtype);
+  const std::vector<size_t>& bs = p[0]->shape;
+  if (bs.size() < 2 || bs.back() != 16 || std::vector<size_t>(bs.begin(), bs.end() - 1) != p[1]->shape)
+    Bad(r, what + ": blocks " + ShapeText(bs) + " must be [..., G, 16] beside scales [..., G], not " + ShapeText(p[1]->shape));
+  const NpyArray blocks = r.Read(p[0]->name), scales = r.Read(p[1]->name);
+  shape.assign(bs.begin(), bs.end() - 2);
+  shape.push_back(bs[bs.size() - 2] * 32);
+  ct.q = Assemble(r, what, QuantSpecByName("mxfp4"), shape,
+                  UnpackCodes(blocks.data.data(), blocks.data.size(), blocks.data.size() * 2, 4), scales.data);
+  return ct;
+}
+
+// ModelOpt and compressed-tensors NVFP4: packed E2M1, E4M3 block scales and the global scale
+// (compressed-tensors divides by it, ModelOpt multiplies).
+CheckpointTensor LoadNvfp4Pair(const SafetensorsReader& r, const CheckpointTensorInfo& info,
+                              const std::vector<const SafetensorsTensor*>& p, const std::string& what) {
+  CheckpointTensor ct;
+  ct.info = info;
+  std::vector<size_t> shape;
+  const bool ct_layout = info.layout == CheckpointLayout::kCompressedTensorsNvfp4;
+  const QuantSpec spec = QuantSpecByName("nvfp4");
+  std::vector<uint8_t> codes = ReadCodes(r, *p[0], fmt::kE2M1, &shape);
+  WantDtype(r, *p[1], {"F8_E4M3"}, CheckpointLayoutName(info.layout));
+  const auto [gr, gc] = Grid(spec, shape);
+  if (p[1]->count() != gr * gc)
+    Bad(r, what + ": weight_scale " + ShapeText(p[1]->shape) + " does not hold the " + std::to_string(gr) + " x " +
+               std::to_string(gc) + " scales of 1x16 blocks of " + ShapeText(shape));
+  ct.q = Assemble(r, what, spec, shape, std::move(codes), r.Read(p[1]->name).data);
+  ct.global = ReadScalar(r, *p[2]);
+  ct.global_divides = ct_layout;
+  // Informational: the tensor amax the second-level scale was made from (2688 = 448 * 6).
+  ct.q.tensor_amax = ct_layout ? 2688.0f / ct.global : ct.global * 2688.0f;
+  return ct;
+}
+
+// compressed-tensors MXFP4: packed E2M1 and UE8M0 scales.
+CheckpointTensor LoadCtMxfp4(const SafetensorsReader& r, const CheckpointTensorInfo& info,
+                            const std::vector<const SafetensorsTensor*>& p, const std::string& what) {
+  CheckpointTensor ct;
+  ct.info = info;
+  std::vector<size_t> shape;
+  const QuantSpec spec = QuantSpecByName("mxfp4");
+  std::vector<uint8_t> codes = ReadCodes(r, *p[0], fmt::kE2M1, &shape);
+  WantDtype(r, *p[1], {"U8", "F8_E8M0"}, CheckpointLayoutName(info.layout));
+  ct.q = Assemble(r, what, spec, shape, std::move(codes), r.Read(p[1]->name).data);
+  return ct;
+}
+
+// torchao's MX and NVFP4 tensors: the scale dtype names the scheme, the qdata dtype the element.
+CheckpointTensor LoadTorchao(const SafetensorsReader& r, const CheckpointTensorInfo& info,
+                            const std::vector<const SafetensorsTensor*>& p, const std::string& what) {
+  CheckpointTensor ct;
+  ct.info = info;
+  std::vector<size_t> shape;
+  // The scale dtype names the scheme; FP8 qdata names the element, U8 qdata is packed FP4.
+  const bool nvfp4 = p[1]->dtype == "F8_E4M3";
+  if (!nvfp4 && p[1]->dtype != "F8_E8M0")
+    Bad(r, what + ": scale '" + p[1]->name + "' is " + p[1]->dtype + "; torchao stores F8_E8M0 (MX) or F8_E4M3 (NVFP4)");
+  Format elem = fmt::kE2M1;
+  if (p[0]->dtype == "F8_E4M3") elem = fmt::kE4M3;
+  else if (p[0]->dtype == "F8_E5M2") elem = fmt::kE5M2;
+  else if (p[0]->dtype != "U8" && p[0]->dtype != "F4")
+    Bad(r, what + ": qdata is " + p[0]->dtype + "; read are F8_E4M3, F8_E5M2 and U8/F4 packed FP4 (unpacked FP6 "
+                  "needs its element format, which only the torchao metadata names)");
+  if (nvfp4 && elem != fmt::kE2M1) Bad(r, what + ": NVFP4 qdata must be FP4, not " + p[0]->dtype);
+  const QuantSpec spec = nvfp4 ? QuantSpecByName("nvfp4") : SpecFor(MxSpecName(elem), elem);
+  std::vector<uint8_t> codes = ReadCodes(r, *p[0], elem, &shape);
+  const auto [gr, gc] = Grid(spec, shape);
+  ct.q = Assemble(r, what, spec, shape, std::move(codes), ReadByteScales(r, *p[1], gr, gc));
+  if (nvfp4 && p.size() > 2) {
+    ct.global = ReadScalar(r, *p[2]);
+    ct.q.tensor_amax = ct.global * 2688.0f;
+  }
+  return ct;
+}
+
+// DeepSeek-V3's 128x128 FP8 and scaled FP8 (per tensor or per row).
+CheckpointTensor LoadFp8(const SafetensorsReader& r, const CheckpointTensorInfo& info,
+                        const std::vector<const SafetensorsTensor*>& p, const std::string& what) {
+  CheckpointTensor ct;
+  ct.info = info;
+  std::vector<size_t> shape;
+  const bool deepseek = info.layout == CheckpointLayout::kDeepSeekFp8;
+  WantDtype(r, *p[0], deepseek ? std::initializer_list<const char*>{"F8_E4M3"}
+                               : std::initializer_list<const char*>{"F8_E4M3", "F8_E5M2"},
+            CheckpointLayoutName(info.layout));
+  std::vector<uint8_t> codes = ReadCodes(r, *p[0], p[0]->format, &shape);
+  std::string name = "fp8-block128x128";
+  if (!deepseek) {
+    const size_t rows = shape.size() < 2 ? 1 : Count(shape) / shape.back();
+    const size_t n = p[1]->count();
+    if (n == 1) name = "fp8-tensor-current";
+    else if (n == rows && (p[1]->shape.size() == 1 || (p[1]->shape.size() == 2 && p[1]->shape[1] == 1))) name = "fp8-rowwise";
+    else Bad(r, what + ": weight_scale " + ShapeText(p[1]->shape) + " is neither per tensor nor per row of " + ShapeText(shape));
+  }
+  ct.q = Assemble(r, what, SpecFor(name, p[0]->format), shape, std::move(codes), F32Bytes(r, *p[1]));
+  return ct;
+}
+
+}  // namespace
+
+// One function per layout (below), each reading its parts and checking their dtypes and shapes.
+CheckpointTensor LoadCheckpointTensor(const SafetensorsReader& r, const CheckpointTensorInfo& info) {
   std::vector<const SafetensorsTensor*> p;
   for (const auto& name : info.parts) p.push_back(&r.Get(name));
   const std::string what = "'" + info.name + "' (" + CheckpointLayoutName(info.layout) + ")";
-  std::vector<size_t> shape;
   switch (info.layout) {
-    case CheckpointLayout::kQmx: {
-      QuantSpec spec;
-      try {
-        spec = QuantSpecFromJson(r.index().metadata.at("qmx.spec"));
-      } catch (const Error& e) {
-        Bad(r, std::string("qmx.spec metadata: ") + e.what());
-      }
-      const auto& meta = r.index().metadata;
-      const auto packed = meta.find("qmx.packed." + info.name);
-      if (packed != meta.end() && packed->second == "1")
-        Bad(r, "tensor '" + info.name + "' was written with --pack; unpacked or native codes are read");
-      const NpyArray codes = r.Read(p[0]->name), scales = r.Read(p[1]->name);
-      // Native dtypes must be the spec's formats (a file edited by hand could mix them).
-      if (p[0]->codes && p[0]->format != spec.elem)
-        Bad(r, "tensor '" + p[0]->name + "' is " + p[0]->dtype + " but the spec's element format is " + spec.elem.name);
-      const ScaleFormat sf = ScaleFormatOf(spec.rule);
-      if (p[1]->codes && !((sf == ScaleFormat::kUe8m0 && p[1]->format == fmt::kUE8M0) ||
-                           (sf == ScaleFormat::kE4m3 && p[1]->format == fmt::kE4M3)))
-        Bad(r, "tensor '" + p[1]->name + "' is " + p[1]->dtype + ", not the scale format of rule " + ScaleRuleName(spec.rule));
-      const auto amax = meta.find("qmx.tensor_amax." + info.name);
-      float a = 0;
-      if (amax != meta.end()) {
-        const auto j = nlohmann::json::parse(amax->second, nullptr, false);
-        if (!j.is_number()) Bad(r, "metadata qmx.tensor_amax." + info.name + " is not a number");
-        a = j.get<float>();
-      }
-      // Row-scaled NVFP4: NAME.line_amax, one F32 amax per line (qmx-sim quantize writes it).
-      std::vector<float> lines;
-      if (spec.row_scaled) {
-        const std::string ln = info.name + ".line_amax";
-        if (!r.index().Find(ln)) Bad(r, what + ": the spec is row-scaled but the file has no tensor '" + ln + "'");
-        const NpyArray la = r.Read(ln);
-        if (la.dtype != DType::kF32 || la.shape.size() != 1) Bad(r, "tensor '" + ln + "' must be a 1-D F32 array");
-        lines.resize(la.shape[0]);
-        if (!lines.empty()) std::memcpy(lines.data(), la.data.data(), lines.size() * 4);
-      }
-      ct.q = Assemble(r, what, spec, codes.shape, codes.data, scales.data, a, std::move(lines));
-      return ct;
-    }
-    case CheckpointLayout::kGptOssMxfp4: {
-      if (p[0]->dtype != "U8" || p[1]->dtype != "U8")
-        Bad(r, what + ": blocks and scales are U8, not " + p[0]->dtype + " and " + p[1]->dtype);
-      const std::vector<size_t>& bs = p[0]->shape;
-      if (bs.size() < 2 || bs.back() != 16 || std::vector<size_t>(bs.begin(), bs.end() - 1) != p[1]->shape)
-        Bad(r, what + ": blocks " + ShapeText(bs) + " must be [..., G, 16] beside scales [..., G], not " + ShapeText(p[1]->shape));
-      const NpyArray blocks = r.Read(p[0]->name), scales = r.Read(p[1]->name);
-      shape.assign(bs.begin(), bs.end() - 2);
-      shape.push_back(bs[bs.size() - 2] * 32);
-      ct.q = Assemble(r, what, QuantSpecByName("mxfp4"), shape,
-                      UnpackCodes(blocks.data.data(), blocks.data.size(), blocks.data.size() * 2, 4), scales.data);
-      return ct;
-    }
+    case CheckpointLayout::kQmx: return LoadQmx(r, info, p, what);
+    case CheckpointLayout::kGptOssMxfp4: return LoadGptOss(r, info, p, what);
     case CheckpointLayout::kModelOptNvfp4:
-    case CheckpointLayout::kCompressedTensorsNvfp4: {
-      const bool ct_layout = info.layout == CheckpointLayout::kCompressedTensorsNvfp4;
-      const QuantSpec spec = QuantSpecByName("nvfp4");
-      std::vector<uint8_t> codes = ReadCodes(r, *p[0], fmt::kE2M1, &shape);
-      WantDtype(r, *p[1], {"F8_E4M3"}, CheckpointLayoutName(info.layout));
-      const auto [gr, gc] = Grid(spec, shape);
-      if (p[1]->count() != gr * gc)
-        Bad(r, what + ": weight_scale " + ShapeText(p[1]->shape) + " does not hold the " + std::to_string(gr) + " x " +
-                   std::to_string(gc) + " scales of 1x16 blocks of " + ShapeText(shape));
-      ct.q = Assemble(r, what, spec, shape, std::move(codes), r.Read(p[1]->name).data);
-      ct.global = ReadScalar(r, *p[2]);
-      ct.global_divides = ct_layout;
-      // Informational: the tensor amax the second-level scale was made from (2688 = 448 * 6).
-      ct.q.tensor_amax = ct_layout ? 2688.0f / ct.global : ct.global * 2688.0f;
-      return ct;
-    }
-    case CheckpointLayout::kCompressedTensorsMxfp4: {
-      const QuantSpec spec = QuantSpecByName("mxfp4");
-      std::vector<uint8_t> codes = ReadCodes(r, *p[0], fmt::kE2M1, &shape);
-      WantDtype(r, *p[1], {"U8", "F8_E8M0"}, CheckpointLayoutName(info.layout));
-      ct.q = Assemble(r, what, spec, shape, std::move(codes), r.Read(p[1]->name).data);
-      return ct;
-    }
-    case CheckpointLayout::kTorchao: {
-      // The scale dtype names the scheme; FP8 qdata names the element, U8 qdata is packed FP4.
-      const bool nvfp4 = p[1]->dtype == "F8_E4M3";
-      if (!nvfp4 && p[1]->dtype != "F8_E8M0")
-        Bad(r, what + ": scale '" + p[1]->name + "' is " + p[1]->dtype + "; torchao stores F8_E8M0 (MX) or F8_E4M3 (NVFP4)");
-      Format elem = fmt::kE2M1;
-      if (p[0]->dtype == "F8_E4M3") elem = fmt::kE4M3;
-      else if (p[0]->dtype == "F8_E5M2") elem = fmt::kE5M2;
-      else if (p[0]->dtype != "U8" && p[0]->dtype != "F4")
-        Bad(r, what + ": qdata is " + p[0]->dtype + "; read are F8_E4M3, F8_E5M2 and U8/F4 packed FP4 (unpacked FP6 "
-                      "needs its element format, which only the torchao metadata names)");
-      if (nvfp4 && elem != fmt::kE2M1) Bad(r, what + ": NVFP4 qdata must be FP4, not " + p[0]->dtype);
-      const QuantSpec spec = nvfp4 ? QuantSpecByName("nvfp4") : SpecFor(MxSpecName(elem), elem);
-      std::vector<uint8_t> codes = ReadCodes(r, *p[0], elem, &shape);
-      const auto [gr, gc] = Grid(spec, shape);
-      ct.q = Assemble(r, what, spec, shape, std::move(codes), ReadByteScales(r, *p[1], gr, gc));
-      if (nvfp4 && p.size() > 2) {
-        ct.global = ReadScalar(r, *p[2]);
-        ct.q.tensor_amax = ct.global * 2688.0f;
-      }
-      return ct;
-    }
+    case CheckpointLayout::kCompressedTensorsNvfp4: return LoadNvfp4Pair(r, info, p, what);
+    case CheckpointLayout::kCompressedTensorsMxfp4: return LoadCtMxfp4(r, info, p, what);
+    case CheckpointLayout::kTorchao: return LoadTorchao(r, info, p, what);
     case CheckpointLayout::kDeepSeekFp8:
-    case CheckpointLayout::kFp8Scaled: {
-      const bool deepseek = info.layout == CheckpointLayout::kDeepSeekFp8;
-      WantDtype(r, *p[0], deepseek ? std::initializer_list<const char*>{"F8_E4M3"}
-                                   : std::initializer_list<const char*>{"F8_E4M3", "F8_E5M2"},
-                CheckpointLayoutName(info.layout));
-      std::vector<uint8_t> codes = ReadCodes(r, *p[0], p[0]->format, &shape);
-      std::string name = "fp8-block128x128";
-      if (!deepseek) {
-        const size_t rows = shape.size() < 2 ? 1 : Count(shape) / shape.back();
-        const size_t n = p[1]->count();
-        if (n == 1) name = "fp8-tensor-current";
-        else if (n == rows && (p[1]->shape.size() == 1 || (p[1]->shape.size() == 2 && p[1]->shape[1] == 1))) name = "fp8-rowwise";
-        else Bad(r, what + ": weight_scale " + ShapeText(p[1]->shape) + " is neither per tensor nor per row of " + ShapeText(shape));
-      }
-      ct.q = Assemble(r, what, SpecFor(name, p[0]->format), shape, std::move(codes), F32Bytes(r, *p[1]));
-      return ct;
-    }
+    case CheckpointLayout::kFp8Scaled: return LoadFp8(r, info, p, what);
   }
   Bad(r, what + ": unknown layout");
 }

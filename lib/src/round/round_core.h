@@ -157,6 +157,8 @@ QMX_HOST_DEVICE inline bool OverflowGoesToMax(Rounding r, bool negative) {
 }
 
 // RoundExact without the validation of opt (the caller has called ValidateCastOptions(dst, opt)).
+// One function of about 160 lines on purpose, as SoftFloat's roundPack is: its numbered steps are the
+// definition every fast path and the GPU engine are checked against, read top to bottom in one place.
 QMX_HOST_DEVICE inline RoundResult RoundExactCore(const ExactValue& x, const Format& dst, const CastOptions& opt,
                                                   uint32_t random_bits) {
   const uint64_t max_code = dst.MaxFiniteCode();

@@ -95,12 +95,15 @@ struct BlockArgs {
 // lane of the warp calls it.
 template <int kGroup>
 __device__ __forceinline__ uint32_t GroupMax(uint32_t v) {
-  if (kGroup == 32) return __reduce_max_sync(0xFFFFFFFFu, v);
-  for (int o = kGroup / 2; o > 0; o >>= 1) {
-    const uint32_t u = __shfl_xor_sync(0xFFFFFFFFu, v, o);
-    v = u > v ? u : v;
+  if constexpr (kGroup == 32) {
+    return __reduce_max_sync(0xFFFFFFFFu, v);
+  } else {
+    for (int o = kGroup / 2; o > 0; o >>= 1) {
+      const uint32_t u = __shfl_xor_sync(0xFFFFFFFFu, v, o);
+      v = u > v ? u : v;
+    }
+    return v;
   }
-  return v;
 }
 template <int kGroup>
 __device__ __forceinline__ bool GroupAny(bool v) {

@@ -266,21 +266,24 @@ std::string EngineQuantizeSupport(const QuantSpec& spec) {
   return "";
 }
 
-QuantizedTensor EngineQuantize(const TensorView& x, const QuantSpec& spec, double* kernel_seconds) {
-  const std::string why = EngineQuantizeSupport(spec);
-  if (!why.empty()) throw Error("engine: " + why);
-  QuantizedTensor q = qmx::detail::MakeShell(x, spec);  // validates the spec and the source type
-  if (kernel_seconds != nullptr) *kernel_seconds = 0;
-  if (x.rows == 0 || x.cols == 0) return q;
+namespace {
+
+// The amax passes and the block kernel on `stream`, x.data, codes and scales on the device; q is the shell
+// (MakeShell's sizes), whose tensor_amax, tensor_decode and line_amax this fills in. Returns when the kernel
+// is done (the amax decides S_enc on the host, and the tables the kernel reads are freed after it).
+void RunQuantize(const TensorView& x, const QuantSpec& spec, QuantizedTensor& q, uint8_t* codes, uint8_t* scales,
+                 cudaStream_t stream) {
   const Format& sf = FormatOfSource(x.dtype);
-  Require("the engine's quantization");
   const BlockExtent be = ResolveBlock(spec, x.rows, x.cols);
   const ScaleFormat scale_format = ScaleFormatOf(spec.rule);
-  const size_t n = x.rows * x.cols, esize = DTypeSize(x.dtype), nb = q.scale_rows * q.scale_cols;
-  detail::DeviceBuffer<uint8_t> d_src(static_cast<const uint8_t*>(x.data), n * esize), d_codes(n),
-      d_scales(q.scales.size());
-  detail::EventPair ev;
-  detail::Check(cudaEventRecord(ev.start), "cudaEventRecord");
+  const size_t n = x.rows * x.cols, nb = q.scale_rows * q.scale_cols;
+  const auto download = [&](void* host, const void* dev, size_t bytes) {
+    detail::Check(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream), "copy to host");
+    detail::Check(cudaStreamSynchronize(stream), "engine amax");
+  };
+  const auto upload = [&](void* dev, const void* host, size_t bytes) {
+    detail::Check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream), "copy to device");
+  };
   // The tensor amax (NVFP4, per-tensor FP32), and each line's (row-scaled), as TensorAmax takes them.
   const uint32_t limit = qmx::detail::TensorAmaxKeepsInf(spec.nan) ? 0x7F800001u : 0x7F800000u;
   float s_enc = 1.0f;
@@ -289,9 +292,9 @@ QuantizedTensor EngineQuantize(const TensorView& x, const QuantSpec& spec, doubl
   const bool need_amax = scale_format == ScaleFormat::kE4m3 || (scale_format == ScaleFormat::kFp32 && nb == 1);
   if (need_amax) {
     detail::DeviceBuffer<unsigned int> d_amax(1);
-    LineAmax(x.dtype, sf, d_src.get(), 1, x.cols, n, false, limit, d_amax.get(), nullptr);
+    LineAmax(x.dtype, sf, x.data, 1, x.cols, n, false, limit, d_amax.get(), stream);
     unsigned int bits = 0;
-    d_amax.Download(&bits, 1);
+    download(&bits, d_amax.get(), sizeof bits);
     q.tensor_amax = hd::F32FromBits(bits);
   }
   if (scale_format == ScaleFormat::kE4m3 && !spec.row_scaled) {
@@ -302,14 +305,14 @@ QuantizedTensor EngineQuantize(const TensorView& x, const QuantSpec& spec, doubl
     const bool by_col = spec.axis == Axis::kCol;
     const size_t lines = q.line_amax.size(), len = by_col ? x.rows : x.cols;
     detail::DeviceBuffer<unsigned int> d_lines(lines);
-    LineAmax(x.dtype, sf, d_src.get(), lines, x.cols, len, by_col, limit, d_lines.get(), nullptr);
+    LineAmax(x.dtype, sf, x.data, lines, x.cols, len, by_col, limit, d_lines.get(), stream);
     std::vector<unsigned int> bits(lines);
-    d_lines.Download(bits.data(), lines);
+    download(bits.data(), d_lines.get(), lines * sizeof(unsigned int));
     for (size_t l = 0; l < lines; ++l) {
       q.line_amax[l] = hd::F32FromBits(bits[l]);
       line_enc.push_back(Nvfp4TensorScale(q.line_amax[l], spec.rule));
     }
-    d_line_enc.Upload(line_enc.data(), lines);
+    upload(d_line_enc.get(), line_enc.data(), lines * sizeof(float));
   }
   BlockArgs a{};
   a.src_fmt = sf;
@@ -341,14 +344,14 @@ QuantizedTensor EngineQuantize(const TensorView& x, const QuantSpec& spec, doubl
       IsStochastic(spec.cast.rounding) ? nullptr : detail::StepsFor(spec.elem, spec.cast);
   detail::DeviceBuffer<uint8_t> d_steps(table ? sizeof(detail::StepTable) : 0);
   if (table) {
-    d_steps.Upload(reinterpret_cast<const uint8_t*>(table.get()), sizeof(detail::StepTable));
+    upload(d_steps.get(), table.get(), sizeof(detail::StepTable));
     a.steps = reinterpret_cast<const detail::StepTable*>(d_steps.get());
   }
   const std::shared_ptr<const detail::StepTable> scale_table =
       scale_format == ScaleFormat::kE4m3 ? detail::StepsFor(fmt::kE4M3, CastOptions{}) : nullptr;
   detail::DeviceBuffer<uint8_t> d_scale_steps(scale_table ? sizeof(detail::StepTable) : 0);
   if (scale_table) {
-    d_scale_steps.Upload(reinterpret_cast<const uint8_t*>(scale_table.get()), sizeof(detail::StepTable));
+    upload(d_scale_steps.get(), scale_table.get(), sizeof(detail::StepTable));
     a.scale_steps = reinterpret_cast<const detail::StepTable*>(d_scale_steps.get());
   }
   constexpr int kThreads = kQuantizeThreads;  // 8 warps
@@ -356,13 +359,46 @@ QuantizedTensor EngineQuantize(const TensorView& x, const QuantSpec& spec, doubl
   const uint64_t want = (nb * 32 + kThreads - 1) / kThreads;
   const unsigned grid = static_cast<unsigned>(want < kMaxGrid ? want : kMaxGrid);
 #define QMX_ENGINE_Q(f) \
-  QuantizeBlocksKernelFixed<f.exp_bits, f.man_bits, f.bias, f.is_signed, f.encoding><<<grid, kThreads>>>(d_src.get(), a, d_codes.get(), d_scales.get())
+  QuantizeBlocksKernelFixed<f.exp_bits, f.man_bits, f.bias, f.is_signed, f.encoding><<<grid, kThreads, 0, stream>>>(x.data, a, codes, scales)
   if (x.dtype == DType::kF32 && spec.elem == fmt::kE4M3) QMX_ENGINE_Q(fmt::kE4M3);
   else if (x.dtype == DType::kF32 && spec.elem == fmt::kE2M1) QMX_ENGINE_Q(fmt::kE2M1);
-  else if (x.dtype == DType::kF32) QuantizeBlocksKernel<uint32_t><<<grid, kThreads>>>(d_src.get(), a, d_codes.get(), d_scales.get());
-  else QuantizeBlocksKernel<uint16_t><<<grid, kThreads>>>(d_src.get(), a, d_codes.get(), d_scales.get());
+  else if (x.dtype == DType::kF32) QuantizeBlocksKernel<uint32_t><<<grid, kThreads, 0, stream>>>(x.data, a, codes, scales);
+  else QuantizeBlocksKernel<uint16_t><<<grid, kThreads, 0, stream>>>(x.data, a, codes, scales);
 #undef QMX_ENGINE_Q
   detail::Check(cudaGetLastError(), "engine quantize kernel launch");
+  detail::Check(cudaStreamSynchronize(stream), "engine quantize kernel");
+}
+
+}  // namespace
+
+QuantizedTensor EngineQuantizeOnDevice(const TensorView& x, const QuantSpec& spec, uint8_t* codes, uint8_t* scales,
+                                       void* stream) {
+  const std::string why = EngineQuantizeSupport(spec);
+  if (!why.empty()) throw Error("engine: " + why);
+  QuantizedTensor q = qmx::detail::MakeShell(x, spec, false);  // validates the spec and the source type
+  q.codes = CodeVector();
+  q.scales.clear();
+  if (x.rows == 0 || x.cols == 0) return q;
+  Require("the engine's quantization");
+  RunQuantize(x, spec, q, codes, scales, static_cast<cudaStream_t>(stream));
+  return q;
+}
+
+QuantizedTensor EngineQuantize(const TensorView& x, const QuantSpec& spec, double* kernel_seconds) {
+  const std::string why = EngineQuantizeSupport(spec);
+  if (!why.empty()) throw Error("engine: " + why);
+  QuantizedTensor q = qmx::detail::MakeShell(x, spec);  // validates the spec and the source type
+  if (kernel_seconds != nullptr) *kernel_seconds = 0;
+  if (x.rows == 0 || x.cols == 0) return q;
+  Require("the engine's quantization");
+  const size_t n = x.rows * x.cols;
+  detail::DeviceBuffer<uint8_t> d_src(static_cast<const uint8_t*>(x.data), n * DTypeSize(x.dtype)), d_codes(n),
+      d_scales(q.scales.size());
+  TensorView xd = x;
+  xd.data = d_src.get();
+  detail::EventPair ev;
+  detail::Check(cudaEventRecord(ev.start), "cudaEventRecord");
+  RunQuantize(xd, spec, q, d_codes.get(), d_scales.get(), nullptr);
   detail::Check(cudaEventRecord(ev.stop), "cudaEventRecord");
   detail::Check(cudaEventSynchronize(ev.stop), "engine quantize kernel");
   if (kernel_seconds != nullptr) *kernel_seconds = ev.Seconds();

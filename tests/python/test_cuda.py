@@ -71,3 +71,43 @@ def test_cuda_random_bits_out_stream_and_errors():
         qmx.convert(xc, "e2m1", saturation="nosat")
     with pytest.raises(ValueError, match="reference"):
         qmx.convert(xc, "e4m3", reference=True)
+
+
+@needs_gpu
+@pytest.mark.parametrize("spec,kw", [("mxfp8", {}), ("mxfp4", {"rounding": "sr", "seed": 3}), ("nvfp4", {}),
+                                     ("nvfp4", {"axis": "col"}), ("nvfp4-row", {}), ("nvfp4-2d", {}),
+                                     ("fp8-tensor-current", {}), ("fp8-block128x128", {}),
+                                     ("nvfp4", {"rule": "nvfp4-torchao"}), ("mxfp6_e3m2", {"nan_policy": "ignore"})])
+def test_cuda_tensor_quantizes_as_the_cpu(spec, kw):
+    x = _inputs(96 * 200, 5).reshape(96, 200)
+    for dtype in (torch.float32, torch.bfloat16):
+        xd = x.to(dtype)
+        want = qmx.quantize(xd, spec, **kw)
+        got = qmx.quantize(xd.cuda(), spec, **kw)
+        assert isinstance(got, qmx.CudaQuantizedTensor) and got.codes.device.type == "cuda"
+        assert got.scales.device == got.codes.device and got.shape == tuple(xd.shape)
+        np.testing.assert_array_equal(got.codes.cpu().numpy(), want.codes, err_msg=f"{spec} {kw} {dtype} codes")
+        np.testing.assert_array_equal(got.scales.cpu().numpy().view(np.uint8), want.scales.view(np.uint8),
+                                      err_msg=f"{spec} {kw} {dtype} scales")
+        assert np.float32(got.tensor_amax).tobytes() == np.float32(want.tensor_amax).tobytes()
+        assert np.float32(got.tensor_decode).tobytes() == np.float32(want.tensor_decode).tobytes()
+        assert got.spec == want.spec
+        back = got.cpu()
+        np.testing.assert_array_equal(back.codes, want.codes)
+        np.testing.assert_array_equal(back.dequantize().view(np.uint32), want.dequantize().view(np.uint32))
+
+
+@needs_gpu
+def test_cuda_quantize_refuses_what_the_engine_does_not_run():
+    x = torch.randn(4, 64, device="cuda")
+    with pytest.raises(ValueError, match="delayed scaling"):
+        qmx.quantize(x, "fp8-delayed", state=qmx.DelayedScaling("e4m3", history_len=16))
+    with pytest.raises(ValueError, match="engine: delayed"):
+        qmx.quantize(x, "fp8-delayed")
+    with pytest.raises(ValueError, match="4over6"):
+        qmx.quantize(x, "nvfp4", rule="nvfp4-4over6")
+    with pytest.raises(TypeError, match="contiguous"):
+        qmx.quantize(x.t(), "mxfp8")
+    with pytest.raises(NotImplementedError, match="cpu"):
+        qmx.quantize(x, "mxfp8").dequantize()
+    assert "cuda" in repr(qmx.quantize(x, "mxfp8"))

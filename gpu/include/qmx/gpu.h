@@ -156,6 +156,13 @@ void EngineQuantizeMx(DType src_type, const void* src, size_t n, const MxSpec& s
 // refuses (delayed scaling, the 4over6 rules). kernel_seconds (optional): amax passes and kernel, no copies.
 std::string EngineQuantizeSupport(const QuantSpec& spec);
 QuantizedTensor EngineQuantize(const TensorView& x, const QuantSpec& spec, double* kernel_seconds = nullptr);
+// The same on device memory: x.data a device pointer; codes (rows * cols bytes) and scales (scale_rows *
+// scale_cols * ScaleBytes bytes) device buffers; the work queued on `stream` (a cudaStream_t; null: the
+// default stream), and waited for, since the tensor amax decides S_enc on the host. Returns the tensor's
+// description (spec, shape, scale grid, tensor_amax, tensor_decode, line_amax) with codes and scales empty:
+// they are in the caller's buffers.
+QuantizedTensor EngineQuantizeOnDevice(const TensorView& x, const QuantSpec& spec, uint8_t* codes, uint8_t* scales,
+                                       void* stream);
 // The bench's measurement: x uploaded once, then `reps` conversions of it on the device (sr = {seed, 0}) and
 // as many device-to-device copies of its n * 4 bytes, each timed by CUDA events after one warm-up: the
 // medians. codes receives the conversion.

@@ -293,8 +293,82 @@ def quantize(x, spec="mxfp8", *, state=None, tensor_amax=None, src="", reference
 
     state: a DelayedScaling for fp8-delayed (quantized with its scale, then the amax is pushed).
     tensor_amax: NVFP4's tensor amax, when it comes from elsewhere (Transformer Engine's amax reduction).
-    reference=True uses the scalar reference quantizer (slow, equal bit for bit)."""
+    reference=True uses the scalar reference quantizer (slow, equal bit for bit).
+
+    A CUDA tensor is quantized on its GPU by the emulation engine (the same bits; not fp8-delayed or the
+    4over6 rules) into a CudaQuantizedTensor whose codes and scales stay on the device."""
+    if _is_cuda_tensor(x):
+        return _quantize_cuda(x, _spec_json(spec, overrides), state, tensor_amax, src, reference)
     return _qmx.quantize(as_array(x), _spec_json(spec, overrides), state, tensor_amax, _src_of(x, src), reference)
+
+
+class CudaQuantizedTensor:
+    """qmx.quantize of a CUDA tensor: codes (uint8, the source's shape) and scales (the scale grid: uint8
+    UE8M0 bytes or E4M3 codes, or float32 decode scales) are torch tensors on the source's device, equal bit
+    for bit to QuantizedTensor's codes and scales for the same input on the CPU. spec is the spec as a dict;
+    tensor_amax, tensor_decode and line_amax (a list, row-scaled NVFP4) as on QuantizedTensor. cpu() copies
+    it to the host as a QuantizedTensor (for dequantize(), pack() and the rest)."""
+
+    def __init__(self, codes, scales, spec, tensor_amax, tensor_decode, line_amax):
+        self.codes, self.scales, self.spec = codes, scales, spec
+        self.tensor_amax, self.tensor_decode, self.line_amax = tensor_amax, tensor_decode, line_amax
+
+    @property
+    def shape(self):
+        return tuple(self.codes.shape)
+
+    @property
+    def device(self):
+        return self.codes.device
+
+    def cpu(self):
+        """The same tensor on the host: a QuantizedTensor (an explicit copy of codes and scales)."""
+        import json
+        return _qmx.assemble(self.codes.cpu().numpy(), self.scales.cpu().numpy(), json.dumps(self.spec),
+                             self.tensor_amax, self.line_amax or None)
+
+    def dequantize(self):
+        raise NotImplementedError("dequantization is not on the emulation engine yet: q.cpu().dequantize() "
+                                  "copies the codes and scales to the host first")
+
+    def __repr__(self):
+        return "CudaQuantizedTensor(%s, %s, %s)" % ("x".join(map(str, self.shape)), describe_spec(self.spec),
+                                                    self.device)
+
+
+def _quantize_cuda(x, spec_json, state, tensor_amax, src, reference):
+    import json
+    import torch
+    why = cuda_engine()
+    if why:
+        raise RuntimeError("qmx.quantize of a CUDA tensor needs the emulation engine: " + why)
+    if state is not None:
+        raise ValueError("delayed scaling keeps its state on the host: quantize x.cpu() with state")
+    if tensor_amax is not None:
+        raise ValueError("tensor_amax is not taken on the engine yet: quantize x.cpu() with it")
+    if reference:
+        raise ValueError("reference=True is the CPU's scalar quantizer; on a CUDA tensor the engine follows that "
+                         "definition (drop reference, or pass x.cpu())")
+    if src:
+        raise ValueError("src names the format of NumPy bit arrays; a CUDA tensor's dtype gives its format")
+    t = x.detach()
+    names = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+    if t.dtype not in names:
+        raise TypeError("the engine quantizes float32, float16 or bfloat16 tensors, not " + str(t.dtype))
+    if not t.is_contiguous():
+        raise TypeError("x must be C-contiguous: x.contiguous() makes a contiguous copy on the device")
+    cols = t.shape[-1] if t.dim() > 0 else 1
+    rows = t.numel() // cols if cols else 0
+    layout = _qmx.quantize_layout(spec_json, rows, cols)
+    codes = torch.empty(t.shape, dtype=torch.uint8, device=t.device)
+    scale_dtype = torch.float32 if layout["scale_format"] == "fp32" else torch.uint8
+    scales = torch.empty((layout["scale_rows"], layout["scale_cols"]), dtype=scale_dtype, device=t.device)
+    with torch.cuda.device(t.device):
+        stream = torch.cuda.current_stream(t.device).cuda_stream
+        info = _qmx.quantize_cuda(t.data_ptr(), names[t.dtype], rows, cols, spec_json, codes.data_ptr(),
+                                  scales.data_ptr(), stream)
+    return CudaQuantizedTensor(codes, scales, json.loads(info["spec"]), info["tensor_amax"], info["tensor_decode"],
+                               list(info["line_amax"]))
 
 
 def dequantize(q, scales=None, spec=None, tensor_amax=0.0, line_amax=None):

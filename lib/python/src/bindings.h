@@ -5,6 +5,10 @@
 
 namespace qmx::py {
 
+// Why a CUDA entry point cannot run in a build without the backend.
+inline constexpr const char* kNoCuda =
+    "this qmx was built without the CUDA backend (gpu/README.md: build it with the CUDA Toolkit)";
+
 void BindFormats(pybind11::module_& m);    // formats.cc: registry, format_info, convert, decode
 void BindQuantize(pybind11::module_& m);   // quantize.cc: QuantizedTensor, quantize, dequantize
 void BindGemm(pybind11::module_& m);       // gemm.cc: GEMM under the accumulation models

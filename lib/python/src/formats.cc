@@ -20,9 +20,6 @@ namespace qmx::py {
 
 namespace {
 
-[[maybe_unused]] constexpr const char* kNoCuda =
-    "this qmx was built without the CUDA backend (gpu/README.md: build it with the CUDA Toolkit)";
-
 const char* EncodingText(Encoding e) {
   switch (e) {
     case Encoding::kIeee: return "ieee";

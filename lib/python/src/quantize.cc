@@ -13,6 +13,9 @@
 #include "qmx/quantize.h"
 #include "qmx/scale.h"
 #include "qmx/transform.h"
+#if defined(QMX_HAVE_CUDA)
+#include "qmx/gpu.h"
+#endif
 
 namespace qmx::py {
 
@@ -163,6 +166,52 @@ void BindSpecs(pyb::module_& m) {
         pyb::arg("spec"), "One line describing a spec (a name, a dict or JSON text).");
 }
 
+// The engine's tensor quantizer on CUDA memory (qmx.quantize of a CUDA tensor): the scale grid first, so that
+// Python can allocate the outputs on the tensor's device, then the run on torch's stream.
+void BindQuantizeCuda(pyb::module_& m) {
+  m.def("quantize_layout", [](const pyb::object& spec, size_t rows, size_t cols) {
+    const QuantSpec s = SpecFromObject(spec);
+    const BlockExtent be = ResolveBlock(s, rows, cols);
+    pyb::dict d;
+    d["scale_rows"] = rows == 0 || cols == 0 ? 0 : (rows + be.rows - 1) / be.rows;
+    d["scale_cols"] = rows == 0 || cols == 0 ? 0 : (cols + be.cols - 1) / be.cols;
+    d["scale_format"] = ScaleFormatName(ScaleFormatOf(s.rule));
+    return d;
+  }, pyb::arg("spec"), pyb::arg("rows"), pyb::arg("cols"), "The scale grid and scale format of a rows x cols tensor.");
+  m.def("quantize_cuda", [](uintptr_t x, const std::string& dtype, size_t rows, size_t cols, const pyb::object& spec,
+                            uintptr_t codes, uintptr_t scales, uintptr_t stream) {
+    TensorView v;
+    if (dtype == "float32") v.dtype = DType::kF32;
+    else if (dtype == "float16") v.dtype = DType::kF16;
+    else if (dtype == "bfloat16") v.dtype = DType::kBF16;
+    else throw pyb::type_error("the engine quantizes float32, float16 or bfloat16 tensors, not " + dtype);
+    v.data = reinterpret_cast<const void*>(x);
+    v.rows = rows;
+    v.cols = cols;
+    const QuantSpec s = SpecFromObject(spec);
+#if defined(QMX_HAVE_CUDA)
+    QuantizedTensor q;
+    {
+      pyb::gil_scoped_release nogil;
+      q = gpu::EngineQuantizeOnDevice(v, s, reinterpret_cast<uint8_t*>(codes), reinterpret_cast<uint8_t*>(scales),
+                                      reinterpret_cast<void*>(stream));
+    }
+    pyb::dict d;
+    d["spec"] = QuantSpecToJson(q.spec);
+    d["tensor_amax"] = q.tensor_amax;
+    d["tensor_decode"] = q.tensor_decode;
+    d["line_amax"] = q.line_amax;
+    return d;
+#else
+    (void)v, (void)s, (void)codes, (void)scales, (void)stream;
+    throw Error(kNoCuda);
+#endif
+  }, pyb::arg("x"), pyb::arg("dtype"), pyb::arg("rows"), pyb::arg("cols"), pyb::arg("spec"), pyb::arg("codes"),
+        pyb::arg("scales"), pyb::arg("stream"),
+        "Runs qmx::gpu::EngineQuantizeOnDevice on device address x (rows x cols of dtype) into the device buffers\n"
+        "codes and scales on CUDA stream `stream`; returns the spec's JSON, tensor_amax, tensor_decode, line_amax.");
+}
+
 // The quantizers and what goes with them (statistics, amax, QuEST, reassembly).
 void BindQuantizers(pyb::module_& m) {
   m.def("quantize_stats", [](const pyb::array& x, const QuantizedTensor& q, const std::string& src) {
@@ -293,6 +342,7 @@ void BindQuantize(pyb::module_& m) {
   BindQuantizeTypes(m);
   BindSpecs(m);
   BindQuantizers(m);
+  BindQuantizeCuda(m);
 }
 
 }  // namespace qmx::py

@@ -113,19 +113,11 @@ ordered_json GemmRecord(const TrainingRecipe& r, const RecipeGemmResult& g) {
   j["accum"] = g.accum;
   j["a"] = g.a.name;
   j["b"] = g.b.name;
-  j["sqnr_db"] = Db(g.error.SqnrDb());
-  j["nmse"] = g.error.Nmse();
-  j["cosine"] = g.error.Cosine();
-  j["mean_rel_err"] = g.error.MeanRelErr();
-  j["max_abs_err"] = g.error.max_abs_err;
-  j["bias"] = g.error.Bias();
-  j["out_nonfinite"] = g.error.out_nonfinite;
-  j["a_sqnr_db"] = Db(g.a.quant_error.SqnrDb());
-  j["b_sqnr_db"] = Db(g.b.quant_error.SqnrDb());
-  j["a_saturated"] = g.a.saturated;
-  j["b_saturated"] = g.b.saturated;
-  j["a_flushed"] = g.a.flushed;
-  j["b_flushed"] = g.b.flushed;
+  for (const RecipeGemmField& f : RecipeGemmFields(g)) {
+    if (f.count) j[f.name] = static_cast<uint64_t>(f.value);
+    else if (f.name.find("sqnr_db") != std::string::npos) j[f.name] = Db(f.value);  // JSON has no Inf
+    else j[f.name] = f.value;
+  }
   return j;
 }
 

@@ -88,6 +88,11 @@ def test_error_stats_and_recipe_step_take_torch_tensors():
     for g in ("fprop", "dgrad", "wgrad"):
         assert_bits_equal(a[g]["out"], b[g]["out"], g)
     assert a["fprop"]["out"].shape == (32, 16)
+    # The CLI's recipe fields, from the one list in the library (RecipeGemmFields).
+    for key in ("sqnr_db", "nmse", "cosine", "mean_rel_err", "max_abs_err", "bias", "out_nonfinite", "a_sqnr_db",
+                "b_sqnr_db", "a_saturated", "b_saturated", "a_flushed", "b_flushed"):
+        assert key in a["wgrad"], key
+    assert isinstance(a["fprop"]["a_saturated"], int) and a["fprop"]["cosine"] == b["fprop"]["cosine"]
     assert "mxfp8" in qmx.recipe_names() and qmx.describe_recipe("mxfp8")
     assert qmx.describe_spec("mxfp8")
 

@@ -303,6 +303,14 @@ TEST_CASE("fp8-delayed: each step uses the amax history of the steps before it",
     CHECK(res.delayed_decode_w == (s == 0 ? 1.0f : 1.0f / 448.0f));
     // The spike (step 1) meets the scale of amax 1: 8 * 448 saturates.
     CHECK(G(res, LinearGemm::kFprop).a.saturated == (s == 1 ? 2u : 0u));
+    // The fields the CLI and Python report: the same numbers, the counts as counts.
+    const RecipeGemmResult& g = G(res, LinearGemm::kFprop);
+    const std::vector<RecipeGemmField> f = RecipeGemmFields(g);
+    REQUIRE(f.size() == 13);
+    CHECK((f[0].name == "sqnr_db" && f[2].name == "cosine" && f[9].name == "a_saturated" && f[9].count));
+    CHECK(f[9].value == static_cast<double>(g.a.saturated));
+    CHECK(f[2].value == g.error.Cosine());
+    CHECK(!f[7].count);
   }
   CHECK(st.x->history() == std::vector<float>{1, 1});  // newest first, length 2
   // A single step primes the history with the tensor's own amax: the steady state, equal to current scaling.

@@ -162,6 +162,17 @@ struct RecipeGemmResult {
   float alpha = 1;
 };
 
+// What the CLI's recipe rows and Python's recipe_step report of one GEMM, by name, in one order: the error
+// metrics of the output (sqnr_db, nmse, cosine, mean_rel_err, max_abs_err, bias), out_nonfinite, each
+// operand's quantization SQNR and its saturated and flushed counts. `count` marks the integer fields; an
+// SQNR is +Inf where the error is zero.
+struct RecipeGemmField {
+  std::string name;
+  double value;
+  bool count;
+};
+std::vector<RecipeGemmField> RecipeGemmFields(const RecipeGemmResult& g);
+
 struct RecipeStepResult {
   std::array<RecipeGemmResult, 3> gemms;
   std::array<float, 3> amax{};  // max |x| of X, W and dY this step

@@ -147,15 +147,19 @@ void BindRecipe(pyb::module_& m) {
       pyb::dict gd;
       gd["out"] = ToArray(std::move(v), {rows, cols});
       gd["accum"] = g.accum;
-      gd["sqnr_db"] = g.error.SqnrDb();
-      gd["cosine"] = g.error.Cosine();
+      for (const RecipeGemmField& f : RecipeGemmFields(g)) {
+        if (f.count) gd[f.name.c_str()] = static_cast<uint64_t>(f.value);
+        else gd[f.name.c_str()] = f.value;
+      }
       d[LinearGemmName(g.which)] = gd;
     }
     return d;
   }, pyb::arg("recipe"), pyb::arg("x"), pyb::arg("weight"), pyb::arg("grad_output"), pyb::arg("accum") = "auto",
         pyb::arg("seed") = 0, pyb::arg("step") = 0, pyb::arg("alpha") = "decode",
         "One whole step of `qmx-sim recipe` on given tensors (fresh delayed-scaling histories primed with the\n"
-        "tensors' amaxes): {'fprop'|'dgrad'|'wgrad': {'out', 'accum', 'sqnr_db', 'cosine'}} against FP64 GEMMs.");
+        "tensors' amaxes): {'fprop'|'dgrad'|'wgrad': {'out', 'accum', and the CLI's recipe fields: sqnr_db, nmse,\n"
+        "cosine, mean_rel_err, max_abs_err, bias, out_nonfinite, a_/b_sqnr_db, a_/b_saturated, a_/b_flushed}}\n"
+        "against FP64 GEMMs.");
 }
 
 }  // namespace qmx::py

@@ -175,6 +175,23 @@ std::string OperandName(const OperandPlan& p) {
 
 }  // namespace detail
 
+std::vector<RecipeGemmField> RecipeGemmFields(const RecipeGemmResult& g) {
+  const auto n = [](uint64_t v) { return static_cast<double>(v); };
+  return {{"sqnr_db", g.error.SqnrDb(), false},
+          {"nmse", g.error.Nmse(), false},
+          {"cosine", g.error.Cosine(), false},
+          {"mean_rel_err", g.error.MeanRelErr(), false},
+          {"max_abs_err", g.error.max_abs_err, false},
+          {"bias", g.error.Bias(), false},
+          {"out_nonfinite", n(g.error.out_nonfinite), true},
+          {"a_sqnr_db", g.a.quant_error.SqnrDb(), false},
+          {"b_sqnr_db", g.b.quant_error.SqnrDb(), false},
+          {"a_saturated", n(g.a.saturated), true},
+          {"b_saturated", n(g.b.saturated), true},
+          {"a_flushed", n(g.a.flushed), true},
+          {"b_flushed", n(g.b.flushed), true}};
+}
+
 const char* LinearGemmName(LinearGemm g) {
   switch (g) {
     case LinearGemm::kFprop: return "fprop";

@@ -4,12 +4,17 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "qmx/mx.h"
 #include "qmx/quantize.h"
 #include "quantize/mx_kernels.h"
 
 namespace qmx::detail {
+
+// "a, b, c": the names a message lists (unknown recipe, profile or spec option).
+std::string JoinNames(const std::vector<std::string>& names);
 
 // Validated and sized; the scales zeroed, the codes zeroed too unless `zero_codes` is false (the fast path,
 // whose every route writes each code: see CodeVector in qmx/quantize.h).

@@ -9,6 +9,7 @@
 #include "qmx/error.h"
 #include "qmx/mx.h"
 #include "qmx/round.h"
+#include "quantize/quantize_internal.h"
 
 namespace qmx {
 
@@ -67,13 +68,13 @@ const Profile kProfiles[] = {
     {"cuda-host", ScaleRule::kRoundUp, NanPolicy::kTe, ElementScaling::kFp32, Rounding::kRne},
 };
 
-std::string JoinNames(const std::vector<std::string>& v) {
+}  // namespace
+
+std::string detail::JoinNames(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& n : v) s += (s.empty() ? "" : ", ") + n;
   return s;
 }
-
-}  // namespace
 
 std::vector<std::string> QuantSpecNames() {
   std::vector<std::string> v;
@@ -94,7 +95,7 @@ QuantSpec QuantSpecByName(const std::string& name) {
     s.row_scaled = r.row_scaled;
     return s;
   }
-  throw Error("unknown quantization spec '" + name + "' (" + JoinNames(QuantSpecNames()) + ")");
+  throw Error("unknown quantization spec '" + name + "' (" + detail::JoinNames(QuantSpecNames()) + ")");
 }
 
 std::vector<std::string> ProfileNames() {
@@ -122,7 +123,7 @@ void ApplyProfile(QuantSpec& spec, const std::string& profile) {
     spec.cast.saturation = Saturation::kSatFinite;
     return;
   }
-  throw Error("unknown profile '" + profile + "' (" + JoinNames(ProfileNames()) + ")");
+  throw Error("unknown profile '" + profile + "' (" + detail::JoinNames(ProfileNames()) + ")");
 }
 
 std::string DescribeBlock(const QuantSpec& spec) {

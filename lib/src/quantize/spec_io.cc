@@ -12,13 +12,7 @@
 
 namespace qmx {
 
-namespace {
-std::string JoinNames(const std::vector<std::string>& names) {
-  std::string s;
-  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
-  return s;
-}
-}  // namespace
+using detail::JoinNames;
 
 const std::vector<SpecOverrideField>& SpecOverrideFields() {
   static const std::vector<SpecOverrideField> fields = {

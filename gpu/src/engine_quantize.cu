@@ -79,9 +79,12 @@ struct BlockArgs {
   Format src_fmt, elem;
   CastOptions cast;
   uint64_t rows, cols, block_rows, block_cols, scale_cols, blocks;
-  int rule, nan, margin;
+  ScaleRule rule;
+  NanPolicy nan;
+  int margin;
   float destmax;
-  bool ue8m0, fp32_scales, row_scaled, by_col;
+  ScaleFormat scale_format;
+  bool row_scaled, by_col;
   float s_enc;               // the tensor's NVFP4 S_enc (not row-scaled)
   const float* line_enc;     // row-scaled: each line's S_enc
   uint8_t block_nan_code;    // BlockNanCode(elem)
@@ -115,7 +118,7 @@ __device__ __forceinline__ bool GroupAny(bool v) {
 template <int kGroup, typename Word, typename At>
 __device__ __forceinline__ void QuantizeBlockAt(const void* src, const BlockArgs& a, const Format& elem, uint64_t b,
                                                 uint64_t count, At at, uint8_t* codes, uint8_t* scales) {
-  if (kGroup == 32 && a.ue8m0) {
+  if (kGroup == 32 && a.scale_format == ScaleFormat::kUe8m0) {
     MxBlockAt<Word>(src, count, at, a.mx, elem, codes, scales + b);
     return;
   }
@@ -134,7 +137,7 @@ __device__ __forceinline__ void QuantizeBlockAt(const void* src, const BlockArgs
   has_inf = GroupAny<kGroup>(has_inf);
   if (count == 0) return;
   float block_amax = hd::F32FromBits(amax);
-  if (has_inf && static_cast<NanPolicy>(a.nan) == NanPolicy::kIgnoreNan) block_amax = HUGE_VALF;
+  if (has_inf && a.nan == NanPolicy::kIgnoreNan) block_amax = HUGE_VALF;
   const float s_enc = a.row_scaled ? a.line_enc[a.by_col ? b % a.scale_cols : b / a.scale_cols] : a.s_enc;
   // NVFP4's E4M3 scale byte from the RNE step table where there is one (the same function as the routine).
   const StepTable* scale_steps = a.scale_steps;
@@ -142,17 +145,10 @@ __device__ __forceinline__ void QuantizeBlockAt(const void* src, const BlockArgs
     return scale_steps != nullptr ? StepCode(scale_steps, hd::F32Bits(v))
                                   : qmx::detail::ToE4m3ByRoutine{Fp32Fields(), E4m3Fields()}(v);
   };
-  const qmx::detail::MultiplyScaleCore ms =
-      qmx::detail::BlockMultiplyScaleWith(static_cast<ScaleRule>(a.rule), static_cast<NanPolicy>(a.nan), a.margin,
-                                          a.destmax, block_amax, has_nan, has_inf, s_enc, E4m3Fields(), to_e4m3);
-  if (lane == 0) {  // StoreScale
-    if (a.fp32_scales) {
-      const uint32_t s = ms.nan_block ? 0x7FC00000u : ms.stored;
-      for (int k = 0; k < 4; ++k) scales[4 * b + k] = static_cast<uint8_t>(s >> (8 * k));  // little-endian
-    } else {
-      scales[b] = ms.nan_block ? 0x7F : static_cast<uint8_t>(ms.stored);
-    }
-  }
+  const qmx::detail::MultiplyScale ms =
+      qmx::detail::BlockMultiplyScaleWith(a.rule, a.nan, a.margin, a.destmax, block_amax, has_nan, has_inf, s_enc,
+                                          E4m3Fields(), to_e4m3);
+  if (lane == 0) qmx::detail::StoreScaleCore(a.scale_format, scales, b, ms.stored, ms.nan_block);
   const bool stochastic = qmx::detail::IsStochasticCore(a.cast.rounding);
   constexpr Format kF32 = Fp32Fields();
   for (uint64_t t = lane; t < count; t += kGroup) {
@@ -218,7 +214,7 @@ __device__ __forceinline__ void QuantizeBlocksOf(const void* src, const BlockArg
 template <typename Word>
 __device__ __forceinline__ void QuantizeBlock(const void* src, const BlockArgs& a, const Format& elem, uint8_t* codes,
                                               uint8_t* scales) {
-  if (!a.ue8m0 && a.block_rows * a.block_cols <= 16) QuantizeBlocksOf<16, Word>(src, a, elem, codes, scales);
+  if (a.scale_format != ScaleFormat::kUe8m0 && a.block_rows * a.block_cols <= 16) QuantizeBlocksOf<16, Word>(src, a, elem, codes, scales);
   else QuantizeBlocksOf<32, Word>(src, a, elem, codes, scales);
 }
 
@@ -324,13 +320,12 @@ void RunQuantize(const TensorView& x, const QuantSpec& spec, QuantizedTensor& q,
   a.block_cols = be.cols;
   a.scale_cols = q.scale_cols;
   a.blocks = nb;
-  a.rule = static_cast<int>(spec.rule);
-  a.nan = static_cast<int>(spec.nan);
+  a.rule = spec.rule;
+  a.nan = spec.nan;
   a.margin = spec.margin;
   const FormatLimits lim = Limits(spec.elem);
   a.destmax = static_cast<float>(lim.max_finite);
-  a.ue8m0 = scale_format == ScaleFormat::kUe8m0;
-  a.fp32_scales = scale_format == ScaleFormat::kFp32;
+  a.scale_format = scale_format;
   a.row_scaled = spec.row_scaled;
   a.by_col = spec.axis == Axis::kCol;
   a.s_enc = s_enc;

@@ -95,20 +95,12 @@ float TensorAmaxFast(const TensorView& x, NanPolicy policy, Exec exec) {
 
 MultiplyScale BlockMultiplyScale(const QuantSpec& spec, float destmax, float block_amax, bool has_nan, bool has_inf, float s_enc) {
   // block_amax: ignore -> finite only; ignore-nan -> Inf included (passed in by the caller).
-  const MultiplyScaleCore c = BlockMultiplyScaleCore(spec.rule, spec.nan, spec.margin, destmax, block_amax, has_nan,
-                                                     has_inf, s_enc, fmt::kFP32, fmt::kE4M3);
-  return {c.stored, c.multiplier, c.nan_block};
+  return BlockMultiplyScaleCore(spec.rule, spec.nan, spec.margin, destmax, block_amax, has_nan, has_inf, s_enc,
+                                fmt::kFP32, fmt::kE4M3);
 }
 
 void StoreScale(const QuantSpec& spec, uint8_t* scales, size_t index, uint32_t stored, bool nan_block) {
-  if (ScaleFormatOf(spec.rule) == ScaleFormat::kFp32) {
-    const uint32_t b = nan_block ? 0x7FC00000u : stored;
-    std::memcpy(scales + 4 * index, &b, 4);
-  } else if (ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3) {
-    scales[index] = nan_block ? 0x7F : static_cast<uint8_t>(stored);
-  } else {
-    scales[index] = static_cast<uint8_t>(stored);
-  }
+  StoreScaleCore(ScaleFormatOf(spec.rule), scales, index, stored, nan_block);
 }
 
 uint8_t BlockNanCode(const Format& elem) { return elem.HasNan() ? static_cast<uint8_t>(elem.CanonicalNan()) : 0; }

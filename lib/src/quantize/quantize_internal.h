@@ -10,6 +10,7 @@
 #include "qmx/mx.h"
 #include "qmx/quantize.h"
 #include "quantize/mx_kernels.h"
+#include "scale/scale_core.h"  // MultiplyScale
 
 namespace qmx::detail {
 
@@ -25,11 +26,6 @@ float TensorAmax(const TensorView& x, NanPolicy policy);  // one element at a ti
 float TensorAmaxFast(const TensorView& x, NanPolicy policy, Exec exec);  // the same value, SIMD and threads
 bool TensorAmaxKeepsInf(NanPolicy policy);  // whether TensorAmax counts Inf (it always skips NaN)
 
-struct MultiplyScale {
-  uint32_t stored;   // E4M3 byte or FP32 bits of the decode scale
-  float multiplier;  // elements are fl32(x * multiplier)
-  bool nan_block;    // block-nan: scale NaN, every element the element NaN code
-};
 // block_amax: of the finite elements (ignore, block-nan) or with Inf as HUGE_VALF (ignore-nan).
 // destmax: Limits(spec.elem).max_finite as a float (callers compute it once).
 MultiplyScale BlockMultiplyScale(const QuantSpec& spec, float destmax, float block_amax, bool has_nan, bool has_inf, float s_enc);

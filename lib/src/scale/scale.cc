@@ -68,17 +68,9 @@ std::vector<ScaleRule> AllScaleRules() {
   return v;
 }
 
-bool IsPow2Rule(ScaleRule r) {
-  return r == ScaleRule::kOcpFloor || r == ScaleRule::kRoundUp || r == ScaleRule::kCeil || r == ScaleRule::kEven ||
-         r == ScaleRule::kMaxFinite;
-}
+bool IsPow2Rule(ScaleRule r) { return detail::ScaleFormatOfCore(r) == ScaleFormat::kUe8m0; }
 
-ScaleFormat ScaleFormatOf(ScaleRule r) {
-  if (IsPow2Rule(r)) return ScaleFormat::kUe8m0;
-  if (r == ScaleRule::kNvfp4 || r == ScaleRule::kNvfp4Div || r == ScaleRule::kNvfp4Torchao || IsNvfp4FourOverSix(r))
-    return ScaleFormat::kE4m3;
-  return ScaleFormat::kFp32;
-}
+ScaleFormat ScaleFormatOf(ScaleRule r) { return detail::ScaleFormatOfCore(r); }
 
 const char* ScaleFormatName(ScaleFormat f) {
   switch (f) {

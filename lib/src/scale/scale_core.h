@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "qmx/cast_options.h"
 #include "qmx/format.h"
@@ -76,6 +78,24 @@ QMX_HOST_DEVICE inline float Nvfp4EncodeFactorCore(float sd, float s_enc, ScaleR
   return CapFltMaxCore(1.0f / (sd * s_dec));
 }
 
+// The format of a rule's block scales: UE8M0 for the power-of-two (MX) rules, E4M3 for the NVFP4 rules, FP32
+// for the rest (qmx/scale.h ScaleFormatOf, which calls this).
+QMX_HOST_DEVICE inline ScaleFormat ScaleFormatOfCore(ScaleRule r) {
+  switch (r) {
+    case ScaleRule::kOcpFloor:
+    case ScaleRule::kRoundUp:
+    case ScaleRule::kCeil:
+    case ScaleRule::kEven:
+    case ScaleRule::kMaxFinite: return ScaleFormat::kUe8m0;
+    case ScaleRule::kNvfp4:
+    case ScaleRule::kNvfp4Div:
+    case ScaleRule::kNvfp4Torchao:
+    case ScaleRule::kNvfp4FourOverSix:
+    case ScaleRule::kNvfp4FourOverSixMse: return ScaleFormat::kE4m3;
+    default: return ScaleFormat::kFp32;
+  }
+}
+
 // The value of an E4M3 scale byte as a float (exact), NaN for 0x7F/0xFF.
 QMX_HOST_DEVICE inline float E4m3ValueCore(const Format& e4m3, uint8_t byte) {
   const ExactValue x = detail::ReadExactCore(e4m3, byte);
@@ -84,8 +104,8 @@ QMX_HOST_DEVICE inline float E4m3ValueCore(const Format& e4m3, uint8_t byte) {
   return x.negative ? -m : m;
 }
 
-// A block's FP32 or NVFP4 scale from its amax (quantize.cc's BlockMultiplyScale, which calls this).
-struct MultiplyScaleCore {
+// A block's FP32 or NVFP4 scale from its amax (quantize.cc's BlockMultiplyScale, which calls BlockMultiplyScaleCore).
+struct MultiplyScale {
   uint32_t stored;   // E4M3 byte or FP32 bits of the decode scale
   float multiplier;  // elements are fl32(x * multiplier)
   bool nan_block;    // block-nan: scale NaN, every element the element NaN code
@@ -93,17 +113,15 @@ struct MultiplyScaleCore {
 // block_amax: of the finite elements (ignore, block-nan) or with Inf as HUGE_VALF (ignore-nan); e4m3: its
 // fields; to_e4m3(v): v's E4M3 byte under RNE (ToE4m3ByRoutine, or a table of it).
 template <class ToE4m3>
-QMX_HOST_DEVICE inline MultiplyScaleCore BlockMultiplyScaleWith(ScaleRule rule, NanPolicy nan, int margin, float destmax,
+QMX_HOST_DEVICE inline MultiplyScale BlockMultiplyScaleWith(ScaleRule rule, NanPolicy nan, int margin, float destmax,
                                                                 float block_amax, bool has_nan, bool has_inf,
                                                                 float s_enc, const Format& e4m3, ToE4m3 to_e4m3) {
-  MultiplyScaleCore r{0, 0.0f, false};
+  MultiplyScale r{0, 0.0f, false};
   if ((has_nan || has_inf) && nan == NanPolicy::kBlockNan) {
     r.nan_block = true;
     return r;
   }
-  const bool nvfp4 = rule == ScaleRule::kNvfp4 || rule == ScaleRule::kNvfp4Div || rule == ScaleRule::kNvfp4Torchao ||
-                     rule == ScaleRule::kNvfp4FourOverSix || rule == ScaleRule::kNvfp4FourOverSixMse;
-  if (nvfp4) {
+  if (ScaleFormatOfCore(rule) == ScaleFormat::kE4m3) {
     const uint8_t s8 = to_e4m3(Nvfp4BlockScaleValueCore(block_amax, s_enc, rule));
     r.stored = s8;
     r.multiplier = Nvfp4EncodeFactorCore(E4m3ValueCore(e4m3, s8), s_enc, rule);
@@ -114,11 +132,25 @@ QMX_HOST_DEVICE inline MultiplyScaleCore BlockMultiplyScaleWith(ScaleRule rule, 
   r.multiplier = s.encode;
   return r;
 }
-QMX_HOST_DEVICE inline MultiplyScaleCore BlockMultiplyScaleCore(ScaleRule rule, NanPolicy nan, int margin, float destmax,
+QMX_HOST_DEVICE inline MultiplyScale BlockMultiplyScaleCore(ScaleRule rule, NanPolicy nan, int margin, float destmax,
                                                                 float block_amax, bool has_nan, bool has_inf,
                                                                 float s_enc, const Format& f32, const Format& e4m3) {
   return BlockMultiplyScaleWith(rule, nan, margin, destmax, block_amax, has_nan, has_inf, s_enc, e4m3,
                                 ToE4m3ByRoutine{f32, e4m3});
+}
+
+// Stores a block's scale at `index` of a scale grid of format sf: FP32 bits (4 bytes, little-endian; the
+// quiet NaN for a NaN block), an E4M3 byte (0x7F for a NaN block) or a UE8M0 byte.
+QMX_HOST_DEVICE inline void StoreScaleCore(ScaleFormat sf, uint8_t* scales, size_t index, uint32_t stored,
+                                           bool nan_block) {
+  if (sf == ScaleFormat::kFp32) {
+    const uint32_t b = nan_block ? 0x7FC00000u : stored;
+    memcpy(scales + 4 * index, &b, 4);
+  } else if (sf == ScaleFormat::kE4m3) {
+    scales[index] = nan_block ? 0x7F : static_cast<uint8_t>(stored);
+  } else {
+    scales[index] = static_cast<uint8_t>(stored);
+  }
 }
 
 }  // namespace qmx::detail

@@ -30,7 +30,10 @@ __device__ __forceinline__ uint64_t LoadBits(const void* src, uint64_t k) {
 struct MxArgs {
   Format src_fmt, elem;
   CastOptions cast;
-  int block, rule, policy, scaling;  // ScaleRule, NanPolicy, ElementScaling
+  int block;
+  ScaleRule rule;
+  NanPolicy policy;
+  ElementScaling scaling;
   float destmax;
   int emax;
   uint64_t seed, first;
@@ -85,8 +88,9 @@ __device__ __forceinline__ void MxBlockAt(const void* src, uint64_t count, At at
   const uint8_t nan_code = static_cast<uint8_t>(qmx::detail::ConvertCore(kF32, 0x7FC00000u, elem, a.cast, 0).code);
   const uint8_t block_nan_code = elem.HasNan() ? static_cast<uint8_t>(elem.CanonicalNan()) : 0;
   int scale, fill;
-  qmx::detail::MxPolicyScale(static_cast<NanPolicy>(a.policy), has_nan, has_inf,
-                          hd::ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax, elem.man_bits), nan_code,
+  qmx::detail::MxPolicyScale(a.policy, has_nan, has_inf,
+                             hd::ScaleByteFromAmaxBits(amax, static_cast<int>(a.rule), a.destmax, a.emax, elem.man_bits),
+                             nan_code,
                           block_nan_code, &scale, &fill);
   if (lane == 0) *scale_out = static_cast<uint8_t>(scale);
   const int k = scale - 127;
@@ -99,7 +103,7 @@ __device__ __forceinline__ void MxBlockAt(const void* src, uint64_t count, At at
     }
     const uint32_t r = !stochastic ? 0u : a.bits != nullptr ? a.bits[i] : RandomBitsForElement(a.seed, a.first + i);
     ExactValue x = read(i);
-    if (static_cast<ElementScaling>(a.scaling) == ElementScaling::kExact) {
+    if (a.scaling == ElementScaling::kExact) {
       x.exp -= k;  // V_i / X, exactly
       codes[i] = static_cast<uint8_t>(qmx::detail::RoundExactCore(x, elem, a.cast, r).code);
       continue;
@@ -107,7 +111,7 @@ __device__ __forceinline__ void MxBlockAt(const void* src, uint64_t count, At at
     // FP32 element scaling: fl32(x * mult), the product in double as the CPU forms it. A NaN keeps its sign
     // (x86 propagates the operand; the GPU's multiply would give its canonical NaN); te-rcp's NaN products
     // are the GPU kernel's canonical +NaN, as the CPU models them.
-    const bool te = static_cast<ElementScaling>(a.scaling) == ElementScaling::kTeRcp;
+    const bool te = a.scaling == ElementScaling::kTeRcp;
     const double mult = te && scale == 0 ? 1.0 : te && scale == 254 ? 0.0 : ldexp(1.0, -k);
     uint32_t y;
     if (x.kind == ExactValue::Kind::kNan) {

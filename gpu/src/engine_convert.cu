@@ -337,8 +337,8 @@ void EngineQuantizeMx(DType src_type, const void* src, size_t n, const MxSpec& s
   const Format& sf = FormatOfSource(src_type);  // and QuantizeMx's refusal of other sources
   Require("the engine's MX quantization");
   if (n == 0) return;
-  MxArgs a{sf, spec.elem, spec.cast, spec.block, static_cast<int>(spec.rule), static_cast<int>(spec.nan),
-           static_cast<int>(spec.scaling), 0.0f, 0, sr.seed, sr.first_index, nullptr};
+  MxArgs a{sf, spec.elem, spec.cast, spec.block, spec.rule, spec.nan, spec.scaling, 0.0f, 0, sr.seed, sr.first_index,
+           nullptr};
   const FormatLimits lim = Limits(spec.elem);
   a.destmax = static_cast<float>(lim.max_finite);
   a.emax = lim.emax;

@@ -332,8 +332,8 @@ void RunQuantize(const TensorView& x, const QuantSpec& spec, QuantizedTensor& q,
   a.line_enc = d_line_enc.get();
   a.block_nan_code = qmx::detail::BlockNanCode(spec.elem);
   a.seed = spec.seed;
-  a.mx = MxArgs{sf, spec.elem, spec.cast, 0, static_cast<int>(spec.rule), static_cast<int>(spec.nan),
-                static_cast<int>(spec.scaling), a.destmax, lim.emax, spec.seed, 0, nullptr};
+  a.mx = MxArgs{sf, spec.elem, spec.cast, 0, spec.rule, spec.nan, spec.scaling, a.destmax, lim.emax, spec.seed, 0,
+                nullptr};
   // Deterministic roundings take the conversion's step table (built once per format and options, kept).
   const std::shared_ptr<const detail::StepTable> table =
       IsStochastic(spec.cast.rounding) ? nullptr : detail::StepsFor(spec.elem, spec.cast);

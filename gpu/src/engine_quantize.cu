@@ -334,21 +334,16 @@ void RunQuantize(const TensorView& x, const QuantSpec& spec, QuantizedTensor& q,
   a.seed = spec.seed;
   a.mx = MxArgs{sf, spec.elem, spec.cast, 0, spec.rule, spec.nan, spec.scaling, a.destmax, lim.emax, spec.seed, 0,
                 nullptr};
-  // Deterministic roundings take the conversion's step table (built once per format and options, kept).
-  const std::shared_ptr<const detail::StepTable> table =
-      IsStochastic(spec.cast.rounding) ? nullptr : detail::StepsFor(spec.elem, spec.cast);
-  detail::DeviceBuffer<uint8_t> d_steps(table ? sizeof(detail::StepTable) : 0);
-  if (table) {
-    upload(d_steps.get(), table.get(), sizeof(detail::StepTable));
-    a.steps = reinterpret_cast<const detail::StepTable*>(d_steps.get());
-  }
-  const std::shared_ptr<const detail::StepTable> scale_table =
-      scale_format == ScaleFormat::kE4m3 ? detail::StepsFor(fmt::kE4M3, CastOptions{}) : nullptr;
-  detail::DeviceBuffer<uint8_t> d_scale_steps(scale_table ? sizeof(detail::StepTable) : 0);
-  if (scale_table) {
-    upload(d_scale_steps.get(), scale_table.get(), sizeof(detail::StepTable));
-    a.scale_steps = reinterpret_cast<const detail::StepTable*>(d_scale_steps.get());
-  }
+  // Deterministic roundings take the conversion's step table (built once per format and options, kept), and
+  // NVFP4's block scales the E4M3 RNE table; each on the device until the kernel is done.
+  detail::DeviceBuffer<detail::StepTable> d_tables(2);
+  const auto put = [&](const std::shared_ptr<const detail::StepTable>& table, size_t slot) -> const detail::StepTable* {
+    if (!table) return nullptr;
+    upload(d_tables.get() + slot, table.get(), sizeof(detail::StepTable));
+    return d_tables.get() + slot;
+  };
+  a.steps = put(IsStochastic(spec.cast.rounding) ? nullptr : detail::StepsFor(spec.elem, spec.cast), 0);
+  a.scale_steps = put(scale_format == ScaleFormat::kE4m3 ? detail::StepsFor(fmt::kE4M3, CastOptions{}) : nullptr, 1);
   constexpr int kThreads = kQuantizeThreads;  // 8 warps
   constexpr uint64_t kMaxGrid = 132 * 64;  // enough warps to fill the largest GPUs; each loops over blocks
   const uint64_t want = (nb * 32 + kThreads - 1) / kThreads;
@@ -364,28 +359,32 @@ void RunQuantize(const TensorView& x, const QuantSpec& spec, QuantizedTensor& q,
   detail::Check(cudaStreamSynchronize(stream), "engine quantize kernel");
 }
 
+// The checks both entry points make, and the tensor's shell (MakeShell: the spec and the source type
+// validated, the outputs sized); the device's presence is required unless the tensor is empty.
+QuantizedTensor Shell(const TensorView& x, const QuantSpec& spec, bool zero_codes) {
+  const std::string why = EngineQuantizeSupport(spec);
+  if (!why.empty()) throw Error("engine: " + why);
+  QuantizedTensor q = qmx::detail::MakeShell(x, spec, zero_codes);
+  if (x.rows != 0 && x.cols != 0) Require("the engine's quantization");
+  return q;
+}
+
 }  // namespace
 
 QuantizedTensor EngineQuantizeOnDevice(const TensorView& x, const QuantSpec& spec, uint8_t* codes, uint8_t* scales,
                                        void* stream) {
-  const std::string why = EngineQuantizeSupport(spec);
-  if (!why.empty()) throw Error("engine: " + why);
-  QuantizedTensor q = qmx::detail::MakeShell(x, spec, false);  // validates the spec and the source type
-  q.codes = CodeVector();
+  QuantizedTensor q = Shell(x, spec, false);
+  q.codes = CodeVector();  // the codes and scales are the caller's device buffers
   q.scales.clear();
   if (x.rows == 0 || x.cols == 0) return q;
-  Require("the engine's quantization");
   RunQuantize(x, spec, q, codes, scales, static_cast<cudaStream_t>(stream));
   return q;
 }
 
 QuantizedTensor EngineQuantize(const TensorView& x, const QuantSpec& spec, double* kernel_seconds) {
-  const std::string why = EngineQuantizeSupport(spec);
-  if (!why.empty()) throw Error("engine: " + why);
-  QuantizedTensor q = qmx::detail::MakeShell(x, spec);  // validates the spec and the source type
+  QuantizedTensor q = Shell(x, spec, true);
   if (kernel_seconds != nullptr) *kernel_seconds = 0;
   if (x.rows == 0 || x.cols == 0) return q;
-  Require("the engine's quantization");
   const size_t n = x.rows * x.cols;
   detail::DeviceBuffer<uint8_t> d_src(static_cast<const uint8_t*>(x.data), n * DTypeSize(x.dtype)), d_codes(n),
       d_scales(q.scales.size());

@@ -199,21 +199,31 @@ def _is_cuda_tensor(x):
     return type(x).__module__.startswith("torch") and getattr(x, "device", None) is not None and x.device.type == "cuda"
 
 
-def _convert_cuda(x, fmt, rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits, seed, first_index,
-                  random_bits, src, reference, out):
-    import torch
+def _require_engine(call):
     why = cuda_engine()
     if why:
-        raise RuntimeError("qmx.convert of a CUDA tensor needs the emulation engine: " + why)
-    if reference:
-        raise ValueError("reference=True is the CPU's scalar routine; on a CUDA tensor the engine runs that same "
-                         "routine (drop reference, or pass x.cpu())")
+        raise RuntimeError("qmx.%s of a CUDA tensor needs the emulation engine: %s" % (call, why))
+
+
+def _engine_source(x, src, verb, dtypes):
+    """x detached and its dtype's name, for an engine entry that `verb`s tensors of `dtypes` (names)."""
     if src:
         raise ValueError("src names the format of NumPy bit arrays; a CUDA tensor's dtype gives its format")
     t = x.detach()
-    names = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-    if t.dtype not in names:
-        raise TypeError("the engine converts float32, float64, float16 or bfloat16 tensors, not " + str(t.dtype))
+    name = str(t.dtype).replace("torch.", "")
+    if name not in dtypes:
+        raise TypeError("the engine %s %s or %s tensors, not %s" % (verb, ", ".join(dtypes[:-1]), dtypes[-1], t.dtype))
+    return t, name
+
+
+def _convert_cuda(x, fmt, rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits, seed, first_index,
+                  random_bits, src, reference, out):
+    import torch
+    _require_engine("convert")
+    if reference:
+        raise ValueError("reference=True is the CPU's scalar routine; on a CUDA tensor the engine runs that same "
+                         "routine (drop reference, or pass x.cpu())")
+    t, dtype = _engine_source(x, src, "converts", ("float32", "float64", "float16", "bfloat16"))
     if not t.is_contiguous():
         raise ValueError("x must be contiguous: x.contiguous() makes a contiguous copy on the device")
     bits = 0
@@ -238,7 +248,7 @@ def _convert_cuda(x, fmt, rounding, saturation, nan_sign, nan_fallback, subnorma
             raise ValueError("out shares memory with x: write the codes to a separate tensor")
     with torch.cuda.device(t.device):
         stream = torch.cuda.current_stream(t.device).cuda_stream
-        _qmx.convert_cuda(t.data_ptr(), t.numel(), names[t.dtype], format_name(fmt), rounding, saturation, nan_sign,
+        _qmx.convert_cuda(t.data_ptr(), t.numel(), dtype, format_name(fmt), rounding, saturation, nan_sign,
                           nan_fallback, subnormals, sr_bits, seed, first_index, bits, out.data_ptr(), stream)
     return out
 
@@ -339,9 +349,7 @@ class CudaQuantizedTensor:
 def _quantize_cuda(x, spec_json, state, tensor_amax, src, reference):
     import json
     import torch
-    why = cuda_engine()
-    if why:
-        raise RuntimeError("qmx.quantize of a CUDA tensor needs the emulation engine: " + why)
+    _require_engine("quantize")
     if state is not None:
         raise ValueError("delayed scaling keeps its state on the host: quantize x.cpu() with state")
     if tensor_amax is not None:
@@ -349,12 +357,7 @@ def _quantize_cuda(x, spec_json, state, tensor_amax, src, reference):
     if reference:
         raise ValueError("reference=True is the CPU's scalar quantizer; on a CUDA tensor the engine follows that "
                          "definition (drop reference, or pass x.cpu())")
-    if src:
-        raise ValueError("src names the format of NumPy bit arrays; a CUDA tensor's dtype gives its format")
-    t = x.detach()
-    names = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-    if t.dtype not in names:
-        raise TypeError("the engine quantizes float32, float16 or bfloat16 tensors, not " + str(t.dtype))
+    t, dtype = _engine_source(x, src, "quantizes", ("float32", "float16", "bfloat16"))
     if not t.is_contiguous():
         raise TypeError("x must be C-contiguous: x.contiguous() makes a contiguous copy on the device")
     cols = t.shape[-1] if t.dim() > 0 else 1
@@ -365,7 +368,7 @@ def _quantize_cuda(x, spec_json, state, tensor_amax, src, reference):
     scales = torch.empty((layout["scale_rows"], layout["scale_cols"]), dtype=scale_dtype, device=t.device)
     with torch.cuda.device(t.device):
         stream = torch.cuda.current_stream(t.device).cuda_stream
-        info = _qmx.quantize_cuda(t.data_ptr(), names[t.dtype], rows, cols, spec_json, codes.data_ptr(),
+        info = _qmx.quantize_cuda(t.data_ptr(), dtype, rows, cols, spec_json, codes.data_ptr(),
                                   scales.data_ptr(), stream)
     return CudaQuantizedTensor(codes, scales, json.loads(info["spec"]), info["tensor_amax"], info["tensor_decode"],
                                list(info["line_amax"]))

@@ -30,23 +30,16 @@ namespace qmx::cli::bench {
 namespace {
 
 // Random element codes (finite, both signs) and block scales of a recipe's operands.
-GemmOperand EngineBenchOperand(const Format& f, size_t rows, size_t cols, uint32_t seed) {
+// An operand as training quantizes it: N(0, 1) values under a recipe (qmx::Quantize, A along its rows, B
+// along its columns), so the exponent spreads within steps are those a model's GEMMs meet.
+GemmOperand EngineBenchOperand(const std::string& spec, size_t rows, size_t cols, bool is_b, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::vector<uint8_t> codes(rows * cols);
-  const unsigned mag = std::string(f.name) == "e2m1" ? 8 : 0x7E;  // e4m3: no NaN code
-  for (uint8_t& c : codes) {
-    const uint32_t r = rng();
-    c = static_cast<uint8_t>((r % mag) | (((r >> 16) & 1) << (f.Bits() - 1)));
-  }
-  return OperandFromCodes(f, rows, cols, codes.data());
-}
-
-void AddEngineScales(GemmOperand& o, bool is_a, size_t block, ScaleFormat sf, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const size_t k = is_a ? o.cols : o.rows, lines = is_a ? o.rows : o.cols;
-  std::vector<uint32_t> raw(lines * ((k + block - 1) / block));
-  for (uint32_t& v : raw) v = sf == ScaleFormat::kUe8m0 ? 120 + rng() % 14 : 0x30 + rng() % 0x20;
-  SetBlockScales(o, sf, is_a ? 1 : block, is_a ? block : 1, raw.data());
+  std::normal_distribution<float> nd;
+  std::vector<float> x(rows * cols);
+  for (float& v : x) v = nd(rng);
+  QuantSpec s = QuantSpecByName(spec);
+  if (is_b) s.axis = Axis::kCol;
+  return OperandFromQuantized(Quantize(TensorView{DType::kF32, x.data(), rows, cols}, s));
 }
 
 struct EngineCase {
@@ -171,12 +164,13 @@ void RunEngineBench(const BenchArgs& a, nlohmann::json& j) {
   j["engine"]["cpu_threads"] = threads;
   j["engine"]["rows"] = nlohmann::json::array();
   EngineConvertBench(a, j);
-  std::printf("%-20s %5s %10s %9s %8s %8s %10s %10s %8s %7s\n", "model", "size", "kernel ms", "TFLOP/s", "x bf16",
-              "target", "e2e ms", "cpu ms", "x cpu", "kernel");
+  std::printf("%-20s %5s %10s %9s %8s %8s %10s %10s %8s %7s %9s\n", "model", "size", "kernel ms", "TFLOP/s", "x bf16",
+              "target", "e2e ms", "cpu ms", "x cpu", "kernel", "fallback");
   const EngineCase cases[] = {{"blackwell-mxf4nvf4", "nvfp4", 0.1},
                               {"blackwell-mxf8f6f4", "mxfp8", 0.03},
-                              {"hopper-fp8", "fp8", 0},
-                              {"fp32-seq", "fp8", 0}};
+                              {"hopper-fp8", "fp8-tensor-current", 0},
+                              {"hopper-fp8-fast", "fp8-tensor-current", 0},
+                              {"fp32-seq", "fp8-tensor-current", 0}};
   for (int size : a.gemm_sizes) {
     const size_t s = static_cast<size_t>(size);
     const double bf16 = gpu::Bf16GemmSeconds(s, s, s, std::max(3, a.gemm_reps));
@@ -184,16 +178,7 @@ void RunEngineBench(const BenchArgs& a, nlohmann::json& j) {
     std::printf("%-20s %5d %10.3f %9.1f\n", "bf16 cuBLASLt", size, bf16 * 1e3, flop / bf16 / 1e12);
     j["engine"]["rows"].push_back({{"kernel", "bf16 cuBLASLt"}, {"size", size}, {"median_s", bf16}});
     for (const EngineCase& c : cases) {
-      const bool fp4 = c.operands == "nvfp4";
-      GemmOperand A = EngineBenchOperand(fp4 ? fmt::kE2M1 : fmt::kE4M3, s, s, 1);
-      GemmOperand B = EngineBenchOperand(fp4 ? fmt::kE2M1 : fmt::kE4M3, s, s, 2);
-      if (fp4) {
-        AddEngineScales(A, true, 16, ScaleFormat::kE4m3, 3);
-        AddEngineScales(B, false, 16, ScaleFormat::kE4m3, 4);
-      } else if (c.operands == "mxfp8") {
-        AddEngineScales(A, true, 32, ScaleFormat::kUe8m0, 3);
-        AddEngineScales(B, false, 32, ScaleFormat::kUe8m0, 4);
-      }
+      const GemmOperand A = EngineBenchOperand(c.operands, s, s, false, 1), B = EngineBenchOperand(c.operands, s, s, true, 2);
       const AccumModel m = AccumModelByName(c.model);
       std::vector<double> kernel, e2e;
       std::vector<float> got;
@@ -217,12 +202,15 @@ void RunEngineBench(const BenchArgs& a, nlohmann::json& j) {
       const double x_bf16 = bf16 / ks, x_cpu = cpu / es;
       char target[24] = "-";
       if (c.target_bf16 > 0) std::snprintf(target, sizeof target, ">=%.2f %s", c.target_bf16, x_bf16 >= c.target_bf16 ? "met" : "SHORT");
-      std::printf("%-20s %5d %10.3f %9.2f %8.4f %8s %10.2f %10.2f %8.1f %7s\n", c.model.c_str(), size, ks * 1e3,
-                  flop / ks / 1e12, x_bf16, target, es * 1e3, cpu * 1e3, x_cpu, st.kernel.c_str());
+      const double fallback = st.steps ? static_cast<double>(st.fallback_steps) / st.steps : 0;
+      std::printf("%-20s %5d %10.3f %9.2f %8.4f %8s %10.2f %10.2f %8.1f %7s %8.3f%%\n", c.model.c_str(), size, ks * 1e3,
+                  flop / ks / 1e12, x_bf16, target, es * 1e3, cpu * 1e3, x_cpu, st.kernel.c_str(), 100 * fallback);
       j["engine"]["rows"].push_back({{"kernel", c.model},
                                      {"operands", c.operands},
                                      {"size", size},
                                      {"engine_kernel", st.kernel},
+                                     {"steps", st.steps},
+                                     {"fallback_steps", st.fallback_steps},
                                      {"kernel_s", ks},
                                      {"end_to_end_s", es},
                                      {"cpu_s", cpu},

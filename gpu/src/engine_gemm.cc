@@ -63,6 +63,24 @@ void CodeTables(const Format& f, int emin, std::vector<double>& values, std::vec
   }
 }
 
+// The codes as m * 2^e with nominal exponents, for the tensor-core kernel's integer steps; false when a
+// significand needs 15 bits or more (no format of 8 bits does).
+bool CodePartsTable(const std::vector<double>& values, const std::vector<int>& nominal,
+                    std::vector<detail::CodeParts>& parts) {
+  parts.assign(256, detail::CodeParts{});
+  for (unsigned c = 0; c < 256; ++c) {
+    const double v = values[c];
+    parts[c].nom = detail::kZeroNom;
+    if (v == 0 || !std::isfinite(v)) continue;
+    const qmx::detail::Exact e = qmx::detail::ExactOf(v);
+    if (e.mag >= (1u << 15)) return false;
+    parts[c].m = static_cast<int16_t>(e.neg ? -static_cast<int>(e.mag) : static_cast<int>(e.mag));
+    parts[c].e = static_cast<int16_t>(e.lsb);
+    parts[c].nom = static_cast<int16_t>(nominal[c]);
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string EngineGemmSupport(const GemmOperand& a, const GemmOperand& b, const AccumModel& model) {
@@ -188,30 +206,62 @@ std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const 
                    std::string(a.elem.name) == "e2m1" && std::string(b.elem.name) == "e2m1" &&
                    whole_groups(plan.a_blocks, a.block_cols) && whole_groups(plan.b_blocks, b.block_rows) &&
                    (plan.m + 31) / 32 <= 65535 && plan.m < (1u << 31) && plan.n < (1u << 31) && plan.k < (1u << 31);
+  // The FP64 tensor-core kernel where it applies (engine_internal.h): single products in steps of 16 or 32,
+  // no MMA-Sim zero rule, F + 8 <= 53, block scales in the products UE8M0 and whole steps along K, and a grid
+  // of at most 65,535 row tiles (every build's architectures, sm_90a and sm_100a, have DMMA).
+  auto scales_fit = [&](const GemmOperand& o, bool blocks, size_t along_k) {
+    return !blocks || !g.model.scales_in ||
+           (o.scale_format == ScaleFormat::kUe8m0 && (along_k % static_cast<size_t>(f.step) == 0 || along_k >= plan.k));
+  };
+  std::vector<detail::CodeParts> pa, pb;
+  const bool dmma = !fp4 && model.kind == AccumKind::kFused && f.group == 1 && !f.zero_operands &&
+                    (f.step == 16 || f.step == 32) && f.frac_bits + 8 <= 53 && scales_fit(a, plan.a_blocks, a.block_cols) &&
+                    scales_fit(b, plan.b_blocks, b.block_rows) && (plan.m + 63) / 64 <= 65535 && Device().major >= 8 &&
+                    CodePartsTable(va, na, pa) && CodePartsTable(vb, nb, pb);
   EngineGemmStats st;
   const detail::EventPair ev;  // the kernels' own time, operands already on the device
   const cudaEvent_t t0 = ev.start, t1 = ev.stop;
   const size_t step = static_cast<size_t>(std::max(1, f.step));
   st.steps = plan.m * plan.n * ((plan.k + step - 1) / step);
+  // A kernel that counts its fallback steps on the device: launched between the events, the count read back.
+  auto counted = [&](const char* what, auto launch) {
+    DeviceBuffer<unsigned long long> fallbacks(1);
+    detail::Check(cudaMemset(fallbacks.get(), 0, sizeof(unsigned long long)), "cudaMemset");
+    detail::Check(cudaEventRecord(t0), "cudaEventRecord");
+    launch(fallbacks.get());
+    detail::Check(cudaEventRecord(t1), "cudaEventRecord");
+    detail::CheckLaunch(what);
+    unsigned long long n = 0;
+    fallbacks.Download(&n, 1);
+    st.fallback_steps = n;
+  };
   if (fp4) {
     detail::EngineFp4Buffers fb;
     fb.kp = (plan.k + 15) / 16 * 16;
     DeviceBuffer<int8_t> av(plan.m * fb.kp), aa(plan.m * fb.kp), bv(plan.n * fb.kp), ba(plan.n * fb.kp);
-    DeviceBuffer<unsigned long long> fallbacks(1);
-    detail::Check(cudaMemset(fallbacks.get(), 0, sizeof(unsigned long long)), "cudaMemset");
     fb.a_val = av.get();
     fb.a_abs = aa.get();
     fb.b_val = bv.get();
     fb.b_abs = ba.get();
-    fb.fallback_steps = fallbacks.get();
-    detail::Check(cudaEventRecord(t0), "cudaEventRecord");
-    detail::LaunchEngineFp4Gemm(g, fb, nullptr);
-    detail::Check(cudaEventRecord(t1), "cudaEventRecord");
-    detail::CheckLaunch("engine FP4 GEMM");
-    unsigned long long n = 0;
-    fallbacks.Download(&n, 1);
+    counted("engine FP4 GEMM", [&](unsigned long long* n) {
+      fb.fallback_steps = n;
+      detail::LaunchEngineFp4Gemm(g, fb, nullptr);
+    });
     st.kernel = "fp4";
-    st.fallback_steps = n;
+  } else if (dmma) {
+    detail::EngineDmmaBuffers db;
+    db.steps = (plan.k + step - 1) / step;
+    DeviceBuffer<detail::StepInfo> ia(plan.m * db.steps), ib(plan.n * db.steps);
+    DeviceBuffer<detail::CodeParts> dpa(pa.data(), 256), dpb(pb.data(), 256);
+    db.a_info = ia.get();
+    db.b_info = ib.get();
+    db.a_parts = dpa.get();
+    db.b_parts = dpb.get();
+    counted("engine FP64 tensor-core GEMM", [&](unsigned long long* n) {
+      db.fallback_steps = n;
+      detail::LaunchEngineDmmaGemm(g, db, nullptr);
+    });
+    st.kernel = "dmma";
   } else {
     detail::Check(cudaEventRecord(t0), "cudaEventRecord");
     detail::LaunchEngineGemm(g, nullptr);

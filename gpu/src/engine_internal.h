@@ -68,4 +68,35 @@ struct EngineFp4Buffers {
 // Fills the buffers from args.a / args.b codes (E2M1), then runs the FP4 kernel.
 void LaunchEngineFp4Gemm(const EngineGemmArgs& args, const EngineFp4Buffers& f, void* stream);
 
+// The FP64 tensor-core kernel (engine_dmma.cu) for fused models of single products (group 1) in steps of 16 or
+// 32, without MMA-Sim's zero rule, with F + 8 <= 53, and block scales in the products only as powers of two
+// (UE8M0) whole steps along K. Per step, mma.m8n8k4.f64 sums a 64 x 64 tile's products; where the step's
+// bounds (StepInfo of its row and column) prove that no term is cut at the step's unit, that exact sum is the
+// step's, rounded as the model rounds it. Every other step runs exactly in integers from the tile's codes
+// (TileStep), and a step that meets NaN or Inf runs FusedStep; both counted in *fallback_steps.
+struct StepInfo {
+  int16_t maxnom = 0;  // the largest nominal exponent of a nonzero element, scale's exponent added; kNoTerm: none
+  int16_t minlsb = 0;  // the lowest bit of a nonzero element, scale's exponent added; kNoLsb: none
+  int16_t scale_exp = 0;  // the block scale's exponent when scales enter the products (a power of two), else 0
+  int16_t zero_scale = 0;  // that scale is zero
+  float scale = 1.0f;  // that scale, else 1
+};
+inline constexpr int16_t kNoTerm = -32000, kNoLsb = 32000, kSpecialStep = 32000;  // maxnom = kSpecialStep: NaN/Inf
+// A code's finite value as m * 2^e (m signed, |m| < 2^15) and its nominal exponent (operand emin applied);
+// zero: m = 0, nom = kZeroNom.
+struct CodeParts {
+  int16_t m = 0, e = 0, nom = 0, pad = 0;
+};
+inline constexpr int16_t kZeroNom = -16000;
+struct EngineDmmaBuffers {
+  StepInfo* a_info = nullptr;  // M x steps
+  StepInfo* b_info = nullptr;  // N x steps
+  size_t steps = 0;
+  const CodeParts* a_parts = nullptr;  // [256]
+  const CodeParts* b_parts = nullptr;
+  unsigned long long* fallback_steps = nullptr;  // device counter
+};
+// Fills the step bounds from args' codes and scales, then runs the kernel (args.model.step 16 or 32).
+void LaunchEngineDmmaGemm(const EngineGemmArgs& args, const EngineDmmaBuffers& f, void* stream);
+
 }  // namespace qmx::gpu::detail

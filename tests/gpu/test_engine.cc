@@ -37,13 +37,14 @@ using qmx::test::RandomCodes;
 struct Tally {
   size_t compared = 0, outputs = 0;
   std::map<std::string, size_t> per_model, per_kernel;
-  uint64_t fallback_steps = 0;
+  std::map<std::string, uint64_t> steps, fallback_steps;  // per kernel
 };
 
 // Every model on (a, b, c): where the CPU refuses, the engine refuses with the same message; where the
 // engine runs, its bits equal qmx::Gemm's.
-void CheckModels(const GemmOperand& a, const GemmOperand& b, const float* c, const std::string& what, Tally& t) {
-  for (const AccumModel& m : ModelsUnderTest()) {
+void CheckModels(const GemmOperand& a, const GemmOperand& b, const float* c, const std::string& what, Tally& t,
+                 const std::vector<AccumModel>& models = ModelsUnderTest()) {
+  for (const AccumModel& m : models) {
     std::vector<float> want;
     std::string cpu_error;
     try {
@@ -60,7 +61,8 @@ void CheckModels(const GemmOperand& a, const GemmOperand& b, const float* c, con
     gpu::EngineGemmStats stats;
     const std::vector<float> got = gpu::EngineGemm(a, b, c, m, &stats);
     ++t.per_kernel[stats.kernel];
-    t.fallback_steps += stats.fallback_steps;
+    t.steps[stats.kernel] += stats.steps;
+    t.fallback_steps[stats.kernel] += stats.fallback_steps;
     REQUIRE(got.size() == want.size());
     size_t bad = 0;
     for (size_t i = 0; i < got.size(); ++i)
@@ -195,11 +197,51 @@ TEST_CASE("gpu engine: every fused model and fp32-seq equal qmx::Gemm bit for bi
     CHECK(t.per_model[must] >= 20);
   }
   CHECK(t.outputs > 500000);
-  // Both kernels ran, and the FP4 kernel handed steps with NaN scales to the generic step.
-  INFO("fp4 " << t.per_kernel["fp4"] << ", generic " << t.per_kernel["generic"] << ", fallback steps " << t.fallback_steps);
+  // Every kernel ran, and the FP4 and tensor-core kernels handed steps (NaN scales, unbounded exponent
+  // spreads) to the generic step.
+  INFO("fp4 " << t.per_kernel["fp4"] << ", dmma " << t.per_kernel["dmma"] << ", generic " << t.per_kernel["generic"]
+              << "; fallback steps fp4 " << t.fallback_steps["fp4"] << ", dmma " << t.fallback_steps["dmma"]);
   CHECK(t.per_kernel["fp4"] >= 20);
-  CHECK(t.per_kernel["generic"] >= 500);
-  CHECK(t.fallback_steps > 0);
+  CHECK(t.per_kernel["dmma"] >= 300);
+  CHECK(t.per_kernel["generic"] >= 200);
+  CHECK(t.fallback_steps["fp4"] > 0);
+  CHECK(t.fallback_steps["dmma"] > 0);
+}
+
+// Tensors as training quantizes them (Gaussian and heavy-tailed values under MXFP8, FP8 per-tensor and
+// blockwise recipes, B quantized along its columns), where most steps' bounds prove them exact: the
+// tensor-core kernel's fast path and its per-step fallback both run, and every output equals qmx::Gemm's.
+TEST_CASE("gpu engine: the tensor-core kernel's fast steps and fallbacks equal qmx::Gemm", "[gpu]") {
+  if (!qmx::test::GpuPresent()) return;
+  std::mt19937 rng(45);
+  std::vector<AccumModel> models;
+  for (const char* n : {"blackwell-mxf8f6f4", "hopper-fp8", "hopper-fp8-fast", "hopper-fp8-vec", "ada-fp8",
+                        "hopper-mma-sync", "fused:step=16,F=20,bits=24,zero-exp=-133,promote=32,promote-scale=separate"})
+    models.push_back(AccumModelByName(n));
+  Tally t;
+  const size_t shapes[][3] = {{96, 72, 2048}, {65, 130, 1000}};
+  for (const char* recipe : {"mxfp8", "mxfp8_e5m2", "fp8-tensor-current", "fp8-block1x128"})
+    for (int heavy = 0; heavy < 2; ++heavy)
+      for (const auto& s : shapes) {
+        const size_t m = s[0], n = s[1], k = s[2];
+        std::vector<float> x(m * k), y(k * n);
+        std::normal_distribution<float> nd;
+        std::student_t_distribution<float> td(2.5f);
+        for (float& v : x) v = heavy ? td(rng) : nd(rng);
+        for (float& v : y) v = heavy ? td(rng) : nd(rng);
+        QuantSpec sa = QuantSpecByName(recipe), sb = sa;
+        sb.axis = Axis::kCol;
+        if (std::string(recipe) == "fp8-block1x128") sb = QuantSpecByName("fp8-block128x128");
+        const GemmOperand a = OperandFromQuantized(Quantize(TensorView{DType::kF32, x.data(), m, k}, sa));
+        const GemmOperand b = OperandFromQuantized(Quantize(TensorView{DType::kF32, y.data(), k, n}, sb));
+        CheckModels(a, b, nullptr, std::string(recipe) + (heavy ? " t2.5 " : " normal ") + std::to_string(k), t, models);
+      }
+  const uint64_t steps = t.steps["dmma"], fallbacks = t.fallback_steps["dmma"];
+  INFO("dmma GEMMs " << t.per_kernel["dmma"] << ", steps " << steps << ", fallback steps " << fallbacks << "; compared "
+                     << t.compared << " GEMMs");
+  CHECK(t.per_kernel["dmma"] >= 50);
+  CHECK(fallbacks > 0);
+  CHECK(steps - fallbacks > steps / 2);  // most steps take the fast path
 }
 
 // The option sets a conversion test runs per format and rounding: each valid saturation with the library's

@@ -14,8 +14,10 @@ NaNs with small and large payloads.
 
 Libraries (whatever is installed; each missing one is noted in the header and skipped):
   ml_dtypes   np.float32 array .astype(float8_e4m3fn | float8_e5m2 | float8_e8m0fnu | float4_e2m1fn |
-              float6_e2m3fn | float6_e3m2fn)
-  torch       tensor.to(float8_e4m3fn | float8_e5m2 | float8_e8m0fnu) on the CPU, and on CUDA when present
+              float6_e2m3fn | float6_e3m2fn | float8_e4m3fnuz | float8_e5m2fnuz | float8_e4m3b11fnuz |
+              float8_e4m3 | float8_e3m4)
+  torch       tensor.to(float8_e4m3fn | float8_e5m2 | float8_e8m0fnu | float8_e4m3fnuz | float8_e5m2fnuz) on
+              the CPU, and on CUDA when present
   onnx        onnx.reference.ReferenceEvaluator on one Cast node: FLOAT8E4M3FN and FLOAT8E5M2 with
               saturate 1 and 0, FLOAT8E8M0 with round_mode up / down / nearest (saturate 1), FLOAT4E2M1
 
@@ -63,7 +65,9 @@ def run_ml_dtypes(outdir, x, written):
         return
     v = ml_dtypes.__version__
     for fmt, t in (("e4m3", "float8_e4m3fn"), ("e5m2", "float8_e5m2"), ("ue8m0", "float8_e8m0fnu"),
-                   ("e2m1", "float4_e2m1fn"), ("e2m3", "float6_e2m3fn"), ("e3m2", "float6_e3m2fn")):
+                   ("e2m1", "float4_e2m1fn"), ("e2m3", "float6_e2m3fn"), ("e3m2", "float6_e3m2fn"),
+                   ("e4m3fnuz", "float8_e4m3fnuz"), ("e5m2fnuz", "float8_e5m2fnuz"),
+                   ("e4m3b11fnuz", "float8_e4m3b11fnuz"), ("e4m3-ieee", "float8_e4m3"), ("e3m4-ieee", "float8_e3m4")):
         if not hasattr(ml_dtypes, t):
             print("ml_dtypes %s: no %s" % (v, t))
             continue
@@ -81,7 +85,8 @@ def run_torch(outdir, x, written):
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     for dev in devices:
         t = torch.from_numpy(x.copy()).to(dev)
-        for fmt, name in (("e4m3", "float8_e4m3fn"), ("e5m2", "float8_e5m2"), ("ue8m0", "float8_e8m0fnu")):
+        for fmt, name in (("e4m3", "float8_e4m3fn"), ("e5m2", "float8_e5m2"), ("ue8m0", "float8_e8m0fnu"),
+                          ("e4m3fnuz", "float8_e4m3fnuz"), ("e5m2fnuz", "float8_e5m2fnuz")):
             if not hasattr(torch, name):
                 print("torch %s: no %s" % (v, name))
                 continue

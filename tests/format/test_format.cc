@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "qmx/error.h"
@@ -28,6 +29,9 @@ const SpecRow kSpec[] = {
     {"ue8m0", 8, 0x1p127, 0x1p-127, 0x1p-127, 127, false, true},
     {"bf16", 16, 0x1.FEp127, 0x1p-126, 0x1p-133, 127, true, true},
     {"fp16", 16, 65504, 0x1p-14, 0x1p-24, 15, true, true}, {"fp32", 32, 0x1.FFFFFEp127, 0x1p-126, 0x1p-149, 127, true, true},
+    // The FNUZ formats: ml_dtypes' float8_e4m3fnuz / float8_e5m2fnuz / float8_e4m3b11fnuz (finfo), AMD CDNA3.
+    {"e4m3fnuz", 8, 240, 0x1p-7, 0x1p-10, 7, false, true},   {"e5m2fnuz", 8, 57344, 0x1p-15, 0x1p-17, 15, false, true},
+    {"e4m3b11fnuz", 8, 30, 0x1p-10, 0x1p-13, 4, false, true},
 };
 }  // namespace
 
@@ -46,6 +50,37 @@ TEST_CASE("format: registry limits equal the OCP and IEEE tables", "[format]") {
     CHECK(f.HasNan() == s.nan);
   }
   CHECK(Limits(fmt::kE4M3).binades == Approx(17.81).margin(0.005));  // MXFP8 recipes: 17.8 binades
+}
+
+TEST_CASE("format: the FNUZ formats have one NaN at 0x80, no -0 and no Inf, and their library names", "[format]") {
+  for (const Format& f : {fmt::kE4M3Fnuz, fmt::kE5M2Fnuz, fmt::kE4M3B11Fnuz}) {
+    INFO(f.name);
+    size_t nans = 0, zeros = 0;
+    for (unsigned c = 0; c < 256; ++c) {
+      const double v = DecodeToDouble(f, c);
+      nans += std::isnan(v);
+      zeros += v == 0;
+      CHECK(!std::isinf(v));
+      if (v == 0) CHECK_FALSE(std::signbit(v));
+    }
+    CHECK(nans == 1);
+    CHECK(std::isnan(DecodeToDouble(f, 0x80)));
+    CHECK(zeros == 1);
+    CHECK(DecodeToDouble(f, 0xFF) == -DecodeToDouble(f, 0x7F));
+  }
+  CHECK(DecodeToDouble(fmt::kE4M3Fnuz, 0x7F) == 240);
+  CHECK(DecodeToDouble(fmt::kE4M3Fnuz, 0x40) == 1);  // ml_dtypes: float8_e4m3fnuz(1.0) is 0x40
+  CHECK(DecodeToDouble(fmt::kE4M3B11Fnuz, 0x58) == 1);
+  CHECK(DecodeToDouble(fmt::kE5M2Fnuz, 0x01) == 0x1p-17);
+  CHECK(std::string(ParseFormat("float8_e4m3fnuz").name) == "e4m3fnuz");
+  CHECK(std::string(ParseFormat("torch.float8_e5m2fnuz").name) == "e5m2fnuz");
+  CHECK(std::string(GetFormat("float8_e4m3b11fnuz").name) == "e4m3b11fnuz");
+  // The same encoding as P3109's signed finite formats of the same precision.
+  CHECK(ParseFormat("binary8p4sf").bias == fmt::kE4M3Fnuz.bias);
+  for (unsigned c = 0; c < 256; ++c) {
+    const double a = DecodeToDouble(ParseFormat("binary8p4sf"), c), b = DecodeToDouble(fmt::kE4M3Fnuz, c);
+    CHECK((a == b || (std::isnan(a) && std::isnan(b))));
+  }
 }
 
 TEST_CASE("format: special codes decode as the spec says", "[format]") {
@@ -134,7 +169,8 @@ TEST_CASE("format: Every code of every 8-bit-or-narrower registry format: classe
       }
     }
     const std::string n = f.name;
-    CHECK(nans == (n == "e4m3" ? 2 : n == "e5m2" ? 6 : n == "ue8m0" ? 1 : 0));
+    const bool fnuz = f.encoding == Encoding::kFnuz;
+    CHECK(nans == (n == "e4m3" ? 2 : n == "e5m2" ? 6 : n == "ue8m0" || fnuz ? 1 : 0));
     CHECK(infs == (n == "e5m2" ? 2 : 0));
   }
 }
@@ -205,5 +241,10 @@ TEST_CASE("format: ml_dtypes and torch names are aliases of the registry's", "[f
   CHECK(DecodeToDouble(ieee, ieee.MaxFiniteCode()) == 240.0);
   CHECK(CanonicalFormatName("e4m3") == "e4m3");
   CHECK(CanonicalFormatName("int8") == "int8");  // numpy's int8 is not OCP's scaled INT8: no alias
-  CHECK_THROWS_WITH(ParseFormat("float8_e4m3fnuz"), Catch::Contains("ml_dtypes / torch name"));
+  CHECK_THROWS_WITH(ParseFormat("float8_e4m3fnuzz"), Catch::Contains("ml_dtypes / torch name"));
+  // An FNUZ-style user format (a NaN at the -0 code, OFP8 overflow), and one that cannot be.
+  const Format fnuz = ParseFormat("e4m3:bias=8:special=fnuz");
+  CHECK(fnuz.MaxFiniteCode() == 0x7F);
+  CHECK(fnuz.CanonicalNan() == 0x80);
+  CHECK_THROWS_WITH(ParseFormat("e4m3:special=fnuz:unsigned"), Catch::Contains("fnuz format is signed"));
 }

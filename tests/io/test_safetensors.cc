@@ -3,11 +3,13 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "qmx/error.h"
+#include "qmx/format.h"
 #include "qmx/safetensors.h"
 
 using namespace qmx;
@@ -56,6 +58,32 @@ TEST_CASE("safetensors: write, read back, header padded to 8 bytes", "[io][safet
   CHECK(r.Read("codes").data == u8.data);
   CHECK(r.Read("empty").count() == 0);
   CHECK_THROWS_WITH(r.Read("bias"), Catch::Contains("no tensor named 'bias'") && Catch::Contains("w"));
+  ::unlink(path.c_str());
+}
+
+TEST_CASE("safetensors: FNUZ codes are written and read as e4m3fnuz and e5m2fnuz", "[io][safetensors]") {
+  NpyArray codes;
+  codes.dtype = DType::kU8;
+  codes.shape = {2, 3};
+  codes.data = {0x00, 0x40, 0x7F, 0x80, 0xC0, 0xFF};  // 0, 1, 240, NaN, -1, -240 in e4m3fnuz
+  const std::string path = "/tmp/qmx_test_fnuz_" + std::to_string(::getpid()) + ".safetensors";
+  WriteSafetensorsTyped(path, {{"a", codes, "F8_E4M3FNUZ"}, {"b", codes, "F8_E5M2FNUZ"}});
+  SafetensorsReader r(path);
+  CHECK(r.Get("a").dtype == "F8_E4M3FNUZ");
+  CHECK(r.Get("a").supported);
+  CHECK(r.Read("a").data == codes.data);
+  CHECK(std::string(SafetensorsCodeDtype(fmt::kE4M3Fnuz)) == "F8_E4M3FNUZ");
+  CHECK(std::string(SafetensorsCodeDtype(fmt::kE5M2Fnuz)) == "F8_E5M2FNUZ");
+  const NpyArray va = r.ReadValues("a"), vb = r.ReadValues("b");
+  float x[6], y[6];
+  std::memcpy(x, va.data.data(), sizeof x);
+  std::memcpy(y, vb.data.data(), sizeof y);
+  CHECK(x[1] == 1.0f);
+  CHECK(x[2] == 240.0f);
+  CHECK(std::isnan(x[3]));
+  CHECK(x[5] == -240.0f);
+  CHECK(y[2] == 57344.0f);  // e5m2fnuz 0x7F
+  CHECK(y[1] == 1.0f);      // 0x40 is 1 in e5m2fnuz too (bias 16)
   ::unlink(path.c_str());
 }
 

@@ -18,12 +18,25 @@ def test_ocp_table_values():
     assert qmx.convert(np.array([1000], np.float32), "e4m3", saturation="nosat").tolist() == [0x7F]
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+def test_fnuz_formats():
+    # AMD's FNUZ FP8 as ml_dtypes and PyTorch convert: 0x80 the only NaN; Inf, NaN and overflow to it when not
+    # saturating; -0 and negatives rounding to zero to +0; 240 (e4m3fnuz) and 57344 (e5m2fnuz) the maxima.
+    x = np.array([1, 240, 248, np.inf, np.nan, -0.0, -1e-30, 2.0 ** -10], dtype=np.float32)
+    assert qmx.convert(x, "float8_e4m3fnuz", saturation="nosat").tolist() == [0x40, 0x7F, 0x80, 0x80, 0x80, 0, 0, 1]
+    assert qmx.convert(x, "e4m3fnuz").tolist() == [0x40, 0x7F, 0x7F, 0x7F, 0x80, 0, 0, 1]
+    assert qmx.convert(np.array([57344, 61440], np.float32), "e5m2fnuz", saturation="nosat").tolist() == [0x7F, 0x80]
+    assert qmx.convert(np.array([1, 30], np.float32), "float8_e4m3b11fnuz").tolist() == [0x58, 0x7F]
+    v = qmx.decode(np.arange(256, dtype=np.uint8), "e4m3fnuz")
+    assert np.isnan(v).sum() == 1 and np.isnan(v[0x80]) and not np.isinf(v).any()
+    assert qmx.format_info("e4m3fnuz")["max"] == 240
+
+
+@pytest.mark.parametrize("fmt", FORMATS + ["e4m3fnuz", "e5m2fnuz"])
 def test_against_cli(cli, tmp_path, fmt):
     x = probe_inputs(2048)
     np.save(tmp_path / "x.npy", x)
     for rounding in ["rne", "rz", "ru", "sr"]:
-        for sat in ["satfinite"] + (["nosat"] if fmt in ("e4m3", "e5m2") else []):
+        for sat in ["satfinite"] + (["nosat"] if fmt in ("e4m3", "e5m2", "e4m3fnuz", "e5m2fnuz") else []):
             out = tmp_path / ("c_%s_%s.npy" % (rounding, sat))
             cli("convert", "--to", fmt, "--round", rounding, "--sat", sat, "--seed", 7, "--in", tmp_path / "x.npy",
                 "--out", out)

@@ -197,5 +197,5 @@ def test_cast_profiles_from_python_match_the_cli_and_differ_where_the_libraries_
     assert qmx.cast_profile(x, "ue8m0", "ml-dtypes").tolist() == [0xFF, 0xFF, 0x81, 0x80, 0xFF, 0xFF, 0x88]
     assert qmx.cast_profile(x, "e4m3", "onnx").tolist() == [0x00, 0xB8, 0x44, 0x3C, 0x7F, 0x7E, 0x7E]
     assert qmx.cast_profile(x, "e4m3", "ml-dtypes").tolist() == [0x00, 0xB8, 0x44, 0x3C, 0x7F, 0x7F, 0x7F]
-    with pytest.raises(Exception, match="casts to e4m3 e5m2 ue8m0, not e2m1"):
+    with pytest.raises(Exception, match="casts to e4m3 e5m2 ue8m0 e4m3fnuz e5m2fnuz, not e2m1"):
         qmx.cast_profile(x, "e2m1", "pytorch")

@@ -320,6 +320,10 @@ BlockFn BlockFnFor(const Format& f, const CastOptions& o) {
   SWEEP_MODE(kUE8M0, kRz, kNoSat)
   SWEEP_MODE(kUE8M0, kRu, kSatFinite)
   SWEEP_MODE(kUE8M0, kRu, kNoSat)
+  SWEEP_MODE(kE4M3Fnuz, kRne, kSatFinite)
+  SWEEP_MODE(kE4M3Fnuz, kRne, kNoSat)
+  SWEEP_MODE(kE5M2Fnuz, kRne, kSatFinite)
+  SWEEP_MODE(kE5M2Fnuz, kRne, kNoSat)
 #undef SWEEP_MODE
   if (f == fmt::kE4M3) return &CheckBlockFixed<fmt::kE4M3>;
   if (f == fmt::kE5M2) return &CheckBlockFixed<fmt::kE5M2>;
@@ -328,6 +332,9 @@ BlockFn BlockFnFor(const Format& f, const CastOptions& o) {
   if (f == fmt::kE2M1) return &CheckBlockFixed<fmt::kE2M1>;
   if (f == fmt::kUE8M0) return &CheckBlockFixed<fmt::kUE8M0>;
   if (f == fmt::kInt8) return &CheckBlockFixed<fmt::kInt8>;
+  if (f == fmt::kE4M3Fnuz) return &CheckBlockFixed<fmt::kE4M3Fnuz>;
+  if (f == fmt::kE5M2Fnuz) return &CheckBlockFixed<fmt::kE5M2Fnuz>;
+  if (f == fmt::kE4M3B11Fnuz) return &CheckBlockFixed<fmt::kE4M3B11Fnuz>;
   return &CheckBlockAny;
 }
 

@@ -95,6 +95,15 @@ TEST_CASE("round: cast profiles reproduce ml_dtypes, PyTorch (CPU and CUDA) and 
       {"onnx-ue8m0-up", "onnx", fmt::kUE8M0},           {"onnx-ue8m0-nearest", "onnx-nearest", fmt::kUE8M0},
       {"onnx-ue8m0-down", "onnx-down", fmt::kUE8M0},    {"onnx-e2m1", "onnx", fmt::kE2M1},
       {"onnx-e2m1", "onnx-nosat", fmt::kE2M1},
+      // The FNUZ formats (AMD's FP8) and ml_dtypes' IEEE-like float8_e4m3 and float8_e3m4.
+      {"ml-dtypes-e4m3fnuz", "ml-dtypes", fmt::kE4M3Fnuz},  {"ml-dtypes-e5m2fnuz", "ml-dtypes", fmt::kE5M2Fnuz},
+      {"ml-dtypes-e4m3b11fnuz", "ml-dtypes", fmt::kE4M3B11Fnuz},
+      {"ml-dtypes-e4m3-ieee", "ml-dtypes", ParseFormat("float8_e4m3")},
+      {"ml-dtypes-e3m4-ieee", "ml-dtypes", ParseFormat("float8_e3m4")},
+      {"pytorch-cpu-e4m3fnuz", "pytorch", fmt::kE4M3Fnuz},  {"pytorch-cpu-e5m2fnuz", "pytorch", fmt::kE5M2Fnuz},
+      {"pytorch-cuda-e4m3fnuz", "pytorch", fmt::kE4M3Fnuz}, {"pytorch-cuda-e5m2fnuz", "pytorch", fmt::kE5M2Fnuz},
+      // The FNUZ casts of both libraries are the reference routine's RNE without saturation.
+      {"ml-dtypes-e4m3fnuz", "ocp-nosat", fmt::kE4M3Fnuz},  {"pytorch-cuda-e5m2fnuz", "ocp-nosat", fmt::kE5M2Fnuz},
   };
   for (const Pair& p : pairs) {
     INFO(p.file << " under " << p.profile);
@@ -112,6 +121,6 @@ TEST_CASE("cast profiles: the libraries' differences are real on their data", "[
   CHECK(Mismatches("onnx-nearest", fmt::kUE8M0, Load("onnx-ue8m0-up"), false) > 0);
   CHECK(Mismatches("ocp-sat", fmt::kUE8M0, Load("ml-dtypes-ue8m0"), false) > 0);
   CHECK(Mismatches("ocp-nosat", fmt::kE4M3, Load("ml-dtypes-e4m3"), false) == 0);
-  CHECK_THROWS_WITH(CastProfile("pytorch", fmt::kE2M1), Catch::Matchers::Contains("casts to e4m3 e5m2 ue8m0, not e2m1"));
+  CHECK_THROWS_WITH(CastProfile("pytorch", fmt::kE2M1), Catch::Matchers::Contains("casts to e4m3 e5m2 ue8m0 e4m3fnuz e5m2fnuz, not e2m1"));
   CHECK_THROWS_WITH(CastProfile("numpy", fmt::kE4M3), Catch::Matchers::Contains("unknown cast profile 'numpy'"));
 }

@@ -16,6 +16,9 @@ enum class Encoding : uint8_t {
   kFinite,         // every code is a finite number (OCP FP6 and FP4)
   kP3109Extended,  // P3109: one NaN (signed: the -0 code; unsigned: all ones), top codes are Inf
   kP3109Finite,    // P3109: one NaN as above, no Inf
+  // FNUZ (AMD's FP8, ml_dtypes' float8_*fnuz): signed, one NaN at the -0 code, no Inf, no -0; OFP8's
+  // saturation rules (non-saturating overflow and Inf give NaN), where P3109's finite formats clamp.
+  kFnuz,
   kExponentOnly,   // UE8M0: unsigned, no zero, no sign, all ones is NaN, 2^(code - bias)
   kInt,            // two's complement fixed point with an implicit scale 2^-frac_bits (MXINT8)
 };
@@ -45,7 +48,8 @@ struct Format {
   constexpr bool HasZero() const { return encoding != Encoding::kExponentOnly; }
   constexpr bool HasSubnormals() const { return encoding != Encoding::kExponentOnly && !IsInt() && man_bits > 0; }
   constexpr bool HasNegativeZero() const {
-    return is_signed && !IsInt() && encoding != Encoding::kP3109Extended && encoding != Encoding::kP3109Finite;
+    return is_signed && !IsInt() && encoding != Encoding::kP3109Extended && encoding != Encoding::kP3109Finite &&
+           encoding != Encoding::kFnuz;
   }
   constexpr bool HasInf() const { return encoding == Encoding::kIeee || encoding == Encoding::kP3109Extended; }
   constexpr bool HasNan() const {
@@ -69,6 +73,8 @@ struct Format {
         return is_signed ? MagMask() - 1 : MagMask() - 2;
       case Encoding::kP3109Finite:
         return is_signed ? MagMask() : MagMask() - 1;
+      case Encoding::kFnuz:
+        return MagMask();
       case Encoding::kExponentOnly:
         return MagMask() - 1;
       case Encoding::kInt:
@@ -93,6 +99,8 @@ struct Format {
       case Encoding::kP3109Extended:
       case Encoding::kP3109Finite:
         return is_signed ? SignBit() | 0 : CodeMask();
+      case Encoding::kFnuz:
+        return SignBit();
       case Encoding::kExponentOnly:
         return CodeMask();
       default:
@@ -143,7 +151,7 @@ struct RegistryEntry {
 };
 const std::vector<RegistryEntry>& Registry();
 // Looks up a registry name or parses a user description:
-//   "e3m4", "e6m1", "e4m3:bias=8", "e5m2:special=fn|ieee|finite", "e4m3:unsigned",
+//   "e3m4", "e6m1", "e4m3:bias=8", "e5m2:special=fn|ieee|finite|fnuz", "e4m3:unsigned",
 //   P3109 "binary8p3se" / "binary8p4sf" / "binary8p3ue" / "binary8p3uf" (K bits, precision P,
 //   s/u signedness, e extended with Inf / f finite only).
 // Throws qmx::Error naming the problem for impossible or malformed descriptions.
@@ -151,8 +159,9 @@ Format ParseFormat(const std::string& spec);
 // Named registry formats, for code that needs a specific one.
 const Format& GetFormat(const std::string& name);
 // The registry name or spec an ml_dtypes / torch name stands for ("float8_e4m3fn" and "torch.float8_e4m3fn"
-// -> "e4m3", "float8_e8m0fnu" -> "ue8m0", "float4_e2m1fn" -> "e2m1", "float8_e4m3" -> "e4m3:special=ieee",
-// "bfloat16" -> "bf16", ...); any other name unchanged. GetFormat and ParseFormat accept them.
+// -> "e4m3", "float8_e8m0fnu" -> "ue8m0", "float4_e2m1fn" -> "e2m1", "float8_e4m3fnuz" -> "e4m3fnuz",
+// "float8_e4m3" -> "e4m3:special=ieee", "bfloat16" -> "bf16", ...); any other name unchanged. GetFormat and
+// ParseFormat accept them.
 std::string CanonicalFormatName(const std::string& name);
 // Every code of a format of 8 bits or fewer, in code order.
 std::vector<uint64_t> AllCodes(const Format& f);
@@ -176,6 +185,16 @@ inline constexpr Format kE2M1{"e2m1", 2, 1, 1, true, Encoding::kFinite};
 inline constexpr Format kInt8{"int8", 0, 6, 0, true, Encoding::kInt};
 // ue8m0: OCP MX scale, unsigned, bias 127, 2^-127..2^127, no zero, NaN 0xFF.
 inline constexpr Format kUE8M0{"ue8m0", 8, 0, 127, false, Encoding::kExponentOnly};
+// The FNUZ FP8 formats (AMD CDNA3's FP8 and BF8; ml_dtypes and PyTorch float8_e4m3fnuz, float8_e5m2fnuz,
+// and ml_dtypes' float8_e4m3b11fnuz): no Inf, no negative zero, one NaN, the code 0x80 (the -0 code). Their
+// codes are those of P3109's signed finite formats (binary8p4sf is e4m3fnuz's, binary8p3sf e5m2fnuz's); their
+// overflow is OFP8's (NaN when not saturating), as those libraries and the hardware convert.
+// e4m3fnuz: bias 8, max 240, min normal 2^-7, min subnormal 2^-10.
+inline constexpr Format kE4M3Fnuz{"e4m3fnuz", 4, 3, 8, true, Encoding::kFnuz};
+// e5m2fnuz: bias 16, max 57344, min normal 2^-15, min subnormal 2^-17.
+inline constexpr Format kE5M2Fnuz{"e5m2fnuz", 5, 2, 16, true, Encoding::kFnuz};
+// e4m3b11fnuz: bias 11, max 30, min normal 2^-10, min subnormal 2^-13.
+inline constexpr Format kE4M3B11Fnuz{"e4m3b11fnuz", 4, 3, 11, true, Encoding::kFnuz};
 // bf16: bfloat16, IEEE-style 1-8-7, bias 127.
 inline constexpr Format kBF16{"bf16", 8, 7, 127, true, Encoding::kIeee};
 // fp16: IEEE 754 binary16, bias 15.

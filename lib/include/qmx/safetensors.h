@@ -18,12 +18,13 @@ namespace qmx {
 // One entry of a safetensors header. Every dtype the format names is listed (huggingface/safetensors
 // 0.6+: the F8_*, F6_* and F4 dtypes of OCP MX v1.0, shapes counting logical elements). Readable:
 //   value dtypes F32 F64 F16 BF16 U8 U16, as arrays of that dtype;
-//   code dtypes F8_E4M3 F8_E5M2 F8_E8M0 F6_E2M3 F6_E3M2 F4 I8, as U8 arrays of one code per element
-//   (the element format's code: e4m3, e5m2, ue8m0, e2m3, e3m2, e2m1, int8 in two's complement).
+//   code dtypes F8_E4M3 F8_E5M2 F8_E4M3FNUZ F8_E5M2FNUZ F8_E8M0 F6_E2M3 F6_E3M2 F4 I8, as U8 arrays of one
+//   code per element (the element format's code: e4m3, e5m2, e4m3fnuz, e5m2fnuz, ue8m0, e2m3, e3m2, e2m1,
+//   int8 in two's complement).
 // The sub-byte packings: F4 two per byte, element 2i in the low nibble (PyTorch's float4_e2m1fn_x2, which
 // the safetensors Python binding writes as F4 with the logical shape); F6 is not defined by the format
 // (nor by PyTorch or DLPack): qmx-sim reads and writes it as PackCodes' little-endian bit stream, four
-// codes in three bytes. F8_E4M3FNUZ, F8_E5M2FNUZ and the wide integer dtypes are recognised, not read.
+// codes in three bytes. The wide integer dtypes are recognised, not read.
 struct SafetensorsTensor {
   std::string name;
   std::string dtype;          // as spelled in the file: "F32", "BF16", "F8_E4M3", ...

@@ -27,6 +27,7 @@ const char* EncodingText(Encoding e) {
     case Encoding::kFinite: return "finite";
     case Encoding::kP3109Extended: return "p3109-extended";
     case Encoding::kP3109Finite: return "p3109-finite";
+    case Encoding::kFnuz: return "fnuz";
     case Encoding::kExponentOnly: return "exponent-only";
     case Encoding::kInt: return "int";
   }

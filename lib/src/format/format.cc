@@ -50,6 +50,19 @@ static_assert(fmt::kInt8.Bits() == 8 && MaxIs(fmt::kInt8, 127, -6) && MinSubIs(f
 static_assert(fmt::kUE8M0.Bits() == 8 && MaxIs(fmt::kUE8M0, 1, 127) && MinSubIs(fmt::kUE8M0, 1, -127) &&
                   fmt::kUE8M0.CanonicalNan() == 0xFF,
               "ue8m0");
+// The FNUZ formats (ml_dtypes' float8_*fnuz documentation, AMD's CDNA3 ISA guide): 0x80 is their only NaN,
+// no code is Inf or -0.
+static_assert(fmt::kE4M3Fnuz.Bits() == 8 && MaxIs(fmt::kE4M3Fnuz, 240, 0) && MinSubIs(fmt::kE4M3Fnuz, 1, -10) &&
+                  fmt::kE4M3Fnuz.Emin() == -7 && fmt::kE4M3Fnuz.CanonicalNan() == 0x80 && !fmt::kE4M3Fnuz.HasInf() &&
+                  !fmt::kE4M3Fnuz.HasNegativeZero(),
+              "e4m3fnuz");
+static_assert(fmt::kE5M2Fnuz.Bits() == 8 && MaxIs(fmt::kE5M2Fnuz, 57344, 0) && MinSubIs(fmt::kE5M2Fnuz, 1, -17) &&
+                  fmt::kE5M2Fnuz.Emin() == -15 && fmt::kE5M2Fnuz.CanonicalNan() == 0x80 && !fmt::kE5M2Fnuz.HasInf(),
+              "e5m2fnuz");
+static_assert(fmt::kE4M3B11Fnuz.Bits() == 8 && MaxIs(fmt::kE4M3B11Fnuz, 30, 0) &&
+                  MinSubIs(fmt::kE4M3B11Fnuz, 1, -13) && fmt::kE4M3B11Fnuz.Emin() == -10 &&
+                  fmt::kE4M3B11Fnuz.CanonicalNan() == 0x80,
+              "e4m3b11fnuz");
 static_assert(fmt::kBF16.Bits() == 16 && fmt::kFP16.Bits() == 16 && fmt::kFP32.Bits() == 32 &&
                   fmt::kFP64.Bits() == 64 && MaxIs(fmt::kFP16, 65504, 0),
               "ieee");
@@ -62,6 +75,9 @@ const std::vector<RegistryEntry> kRegistry = {
     {fmt::kE2M1, "OCP MX FP4 E2M1: bias 1, no Inf/NaN, max 6"},
     {fmt::kInt8, "OCP MX INT8: two's complement, implicit scale 2^-6, max 127/64"},
     {fmt::kUE8M0, "OCP MX scale UE8M0: unsigned 2^(code-127), no zero, NaN 0xFF"},
+    {fmt::kE4M3Fnuz, "FP8 E4M3 FNUZ (AMD CDNA3 FP8): bias 8, no Inf, no -0, NaN 0x80, max 240"},
+    {fmt::kE5M2Fnuz, "FP8 E5M2 FNUZ (AMD CDNA3 BF8): bias 16, no Inf, no -0, NaN 0x80, max 57344"},
+    {fmt::kE4M3B11Fnuz, "FP8 E4M3 B11 FNUZ (ml_dtypes): bias 11, no Inf, no -0, NaN 0x80, max 30"},
     {fmt::kBF16, "bfloat16: 1-8-7, bias 127, IEEE Inf/NaN"},
     {fmt::kFP16, "IEEE 754 binary16: 1-5-10, bias 15"},
     {fmt::kFP32, "IEEE 754 binary32: 1-8-23, bias 127"},
@@ -101,6 +117,7 @@ void CheckUsable(const Format& f, const std::string& spec) {
   if (f.encoding == Encoding::kIeee && f.exp_bits < 2)
     fail("IEEE-style specials need at least 2 exponent bits (the all-ones exponent is reserved)");
   if (f.encoding == Encoding::kFnNan && f.MaxFiniteCode() == 0) fail("fn-style NaN leaves no finite nonzero value");
+  if (f.encoding == Encoding::kFnuz && !f.is_signed) fail("an fnuz format is signed (its NaN is the -0 code)");
   // Emin and Emax must keep every value a normal double.
   const int emax = static_cast<int>((f.MaxFiniteCode() & f.MagMask()) >> f.man_bits) - f.bias;
   if (f.Emin() - f.man_bits < -1074 || emax > 1023) fail("bias " + std::to_string(f.bias) + " puts values outside FP64");
@@ -118,6 +135,7 @@ std::string CanonicalFormatName(const std::string& name) {
       {"float8_e4m3fn", "e4m3"},      {"float8_e5m2", "e5m2"},   {"float8_e8m0fnu", "ue8m0"},
       {"float6_e2m3fn", "e2m3"},      {"float6_e3m2fn", "e3m2"}, {"float4_e2m1fn", "e2m1"},
       {"float8_e4m3", "e4m3:special=ieee"}, {"float8_e3m4", "e3m4:special=ieee"},
+      {"float8_e4m3fnuz", "e4m3fnuz"}, {"float8_e5m2fnuz", "e5m2fnuz"}, {"float8_e4m3b11fnuz", "e4m3b11fnuz"},
       {"bfloat16", "bf16"},           {"float16", "fp16"},       {"float32", "fp32"},
       {"float64", "fp64"},
   };
@@ -142,7 +160,7 @@ Format ParseFormat(const std::string& given) {
   if (spec == "fp64") return fmt::kFP64;
 
   const std::string kUsage =
-      "' (use a registry name, eXmY[:bias=B][:special=ieee|fn|finite][:unsigned], binaryKpP{s,u}{e,f}, or an "
+      "' (use a registry name, eXmY[:bias=B][:special=ieee|fn|finite|fnuz][:unsigned], binaryKpP{s,u}{e,f}, or an "
       "ml_dtypes / torch name such as float8_e4m3fn)";
   size_t pos = 0;
   // P3109 binaryKpP{s,u}{e,f}: K bits, precision P (P-1 mantissa bits).
@@ -211,7 +229,8 @@ Format ParseFormat(const std::string& given) {
       if (val == "ieee") f.encoding = Encoding::kIeee;
       else if (val == "fn") f.encoding = Encoding::kFnNan;
       else if (val == "finite") f.encoding = Encoding::kFinite;
-      else throw Error("format '" + spec + "': special must be ieee, fn or finite, not '" + val + "'");
+      else if (val == "fnuz") f.encoding = Encoding::kFnuz;
+      else throw Error("format '" + spec + "': special must be ieee, fn, finite or fnuz, not '" + val + "'");
     } else if (key == "unsigned") {
       f.is_signed = false;
     } else {

@@ -16,7 +16,8 @@ namespace qmx::golden {
 const std::vector<SuiteInfo>& Suites() {
   static const std::vector<SuiteInfo> kSuites = {
       {"conversions",
-       "FP32, FP16 and BF16 to every registry format of 8 bits or fewer (e4m3 e5m2 e3m2 e2m3 e2m1 int8 ue8m0) under "
+       "FP32, FP16 and BF16 to every registry format of 8 bits or fewer (e4m3 e5m2 e3m2 e2m3 e2m1 int8 ue8m0 e4m3fnuz "
+       "e5m2fnuz e4m3b11fnuz) under "
        "every rounding (rne rna rz ru rd ro) and saturation mode the format takes: conversions/SRC_DST_ROUND_SAT.txt; "
        "f32 variants with nan-sign=positive, subnormals=flush and nan-fallback=zero (..._nanpos, _flush, _nan0); "
        "decoding of every code: conversions/decode_FMT.txt. --exhaustive: every FP16/BF16 input."},

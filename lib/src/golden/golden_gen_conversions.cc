@@ -16,6 +16,7 @@ namespace {
 
 std::string SpecRevision(const Format& d) {
   const std::string n = d.name;
+  if (d.encoding == Encoding::kFnuz) return "FNUZ-ml_dtypes-0.6";  // no written spec: ml_dtypes, AMD CDNA3
   return n == "e4m3" || n == "e5m2" ? "OFP8-1.0" : "OCP-MX-1.0";
 }
 
@@ -26,7 +27,8 @@ std::vector<Fields> OneField(const std::vector<uint64_t>& codes, int digits) {
 }
 
 const std::vector<std::string>& SmallFormats() {
-  static const std::vector<std::string> k = {"e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "int8", "ue8m0"};
+  static const std::vector<std::string> k = {"e4m3",     "e5m2",     "e3m2",       "e2m3", "e2m1", "int8",
+                                             "ue8m0",    "e4m3fnuz", "e5m2fnuz",   "e4m3b11fnuz"};
   return k;
 }
 

@@ -48,8 +48,8 @@ constexpr DtypeInfo kDtypes[] = {
     {"U32", 32, false, DType::kU8, nullptr},
     {"I64", 64, false, DType::kU8, nullptr},
     {"U64", 64, false, DType::kU8, nullptr},
-    {"F8_E4M3FNUZ", 8, false, DType::kU8, nullptr},
-    {"F8_E5M2FNUZ", 8, false, DType::kU8, nullptr},
+    {"F8_E4M3FNUZ", 8, true, DType::kU8, &fmt::kE4M3Fnuz},
+    {"F8_E5M2FNUZ", 8, true, DType::kU8, &fmt::kE5M2Fnuz},
 };
 
 const DtypeInfo* FindDtype(const std::string& s) {
@@ -282,7 +282,7 @@ NpyArray SafetensorsReader::Read(const std::string& name) const {
   const SafetensorsTensor* t = &Get(name);
   if (!t->supported)
     Fail(path_, "tensor '" + name + "' has dtype " + t->dtype +
-                    "; qmx-sim reads F32, F64, F16, BF16, U8, U16, I8 and the F8_E4M3, F8_E5M2, F8_E8M0, F6_E2M3, "
+                    "; qmx-sim reads F32, F64, F16, BF16, U8, U16, I8 and the F8_E4M3, F8_E5M2, F8_E4M3FNUZ, F8_E5M2FNUZ, F8_E8M0, F6_E2M3, "
                     "F6_E3M2 and F4 codes");
   const uint64_t stored = t->end - t->begin;
   // Sub-byte codes are unpacked to one byte each: the array is count() bytes.

@@ -31,10 +31,14 @@ struct Def {
 };
 const std::vector<Def>& Defs() {
   static const std::vector<Def> defs = {
-      {"ocp-sat", kOcpSat, {fmt::kE4M3, fmt::kE5M2, fmt::kUE8M0, fmt::kE2M1, fmt::kE2M3, fmt::kE3M2}},
-      {"ocp-nosat", kOcpNoSat, {fmt::kE4M3, fmt::kE5M2}},
-      {"ml-dtypes", kMlDtypes, {fmt::kE4M3, fmt::kE5M2, fmt::kUE8M0, fmt::kE2M1, fmt::kE2M3, fmt::kE3M2}},
-      {"pytorch", kPytorch, {fmt::kE4M3, fmt::kE5M2, fmt::kUE8M0}},
+      {"ocp-sat", kOcpSat,
+       {fmt::kE4M3, fmt::kE5M2, fmt::kUE8M0, fmt::kE2M1, fmt::kE2M3, fmt::kE3M2, fmt::kE4M3Fnuz, fmt::kE5M2Fnuz,
+        fmt::kE4M3B11Fnuz}},
+      {"ocp-nosat", kOcpNoSat, {fmt::kE4M3, fmt::kE5M2, fmt::kE4M3Fnuz, fmt::kE5M2Fnuz, fmt::kE4M3B11Fnuz}},
+      {"ml-dtypes", kMlDtypes,
+       {fmt::kE4M3, fmt::kE5M2, fmt::kUE8M0, fmt::kE2M1, fmt::kE2M3, fmt::kE3M2, fmt::kE4M3Fnuz, fmt::kE5M2Fnuz,
+        fmt::kE4M3B11Fnuz, ParseFormat("e4m3:special=ieee"), ParseFormat("e3m4:special=ieee")}},
+      {"pytorch", kPytorch, {fmt::kE4M3, fmt::kE5M2, fmt::kUE8M0, fmt::kE4M3Fnuz, fmt::kE5M2Fnuz}},
       {"onnx", kOnnxSat, {fmt::kE4M3, fmt::kE5M2, fmt::kUE8M0, fmt::kE2M1}},
       {"onnx-nosat", kOnnxNoSat, {fmt::kE4M3, fmt::kE5M2, fmt::kE2M1}},
       {"onnx-nearest", kOnnxNearest, {fmt::kUE8M0}},
@@ -138,9 +142,13 @@ uint8_t CastProfile::operator()(float x) const {
     case kOnnxNoSat:
     case kPytorch:
     case kOnnxSat:
+      if (dst_.encoding == Encoding::kFnuz) return Rne(x, dst_, false);  // FNUZ: NaN, Inf, overflow -> 0x80
       if (std::isnan(x)) {
         if (!fp8) return sign ? 0 : static_cast<uint8_t>(dst_.SignBit());  // ml_dtypes: -quiet_NaN() is +0
         if (dst_ == fmt::kE5M2) return sign | (kind_ == kPytorch ? 0x7F : 0x7E);
+        // ml_dtypes' IEEE-like float8_e4m3 and float8_e3m4: the quiet NaN, all-ones exponent and the top
+        // mantissa bit (0x7C, 0x78), with the sign.
+        if (dst_.encoding == Encoding::kIeee) return sign | static_cast<uint8_t>(dst_.PositiveInfCode() | (1u << (dst_.man_bits - 1)));
         return sign | 0x7F;
       }
       // FP6/FP4 saturate in every library (their infinity() is the max); FP8 only under ONNX saturate=1,

@@ -46,6 +46,7 @@ QMX_HOST_DEVICE inline CodeClass ClassifyCodeCore(const Format& f, uint64_t code
       break;
     case Encoding::kP3109Extended:
     case Encoding::kP3109Finite:
+    case Encoding::kFnuz:
       if (code == f.CanonicalNan()) return CodeClass::kNan;
       if (f.encoding == Encoding::kP3109Extended && mag == f.PositiveInfCode()) return CodeClass::kInf;
       if (!f.is_signed && mag > f.MaxFiniteCode()) return CodeClass::kNan;  // unreachable: NaN is the top code

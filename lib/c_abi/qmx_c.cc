@@ -1,0 +1,246 @@
+// qmx_c.cc: the C ABI (qmx/qmx_c.h) over the C++ library. Each entry point checks its pointers, parses its
+// names with the library's own parsers and runs the library's function inside one try block, so no
+// exception crosses the ABI; a failure sets this thread's message and returns a status.
+#include "qmx/qmx_c.h"
+
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "qmx/cast_options.h"
+#include "qmx/convert.h"
+#include "qmx/error.h"
+#include "qmx/format.h"
+#include "qmx/gemm.h"
+#include "qmx/quantize.h"
+#include "qmx/rng.h"
+#include "qmx/round.h"
+#include "qmx/scale.h"
+
+namespace {
+
+thread_local std::string last_error;
+
+qmx_status Fail(qmx_status s, const std::string& message) {
+  last_error = message;
+  return s;
+}
+
+// Runs f, turning every exception into a status and this thread's message.
+template <typename F>
+qmx_status Guard(F&& f) {
+  try {
+    f();
+    return QMX_OK;
+  } catch (const qmx::Error& e) {
+    return Fail(QMX_ERR_ARGUMENT, e.what());
+  } catch (const std::bad_alloc&) {
+    return Fail(QMX_ERR_INTERNAL, "out of memory");
+  } catch (const std::exception& e) {
+    return Fail(QMX_ERR_INTERNAL, e.what());
+  } catch (...) {
+    return Fail(QMX_ERR_INTERNAL, "unknown error");
+  }
+}
+
+// A NULL required pointer: the message names the function and the argument.
+struct NullArg : qmx::Error {
+  NullArg(const char* fn, const char* arg) : qmx::Error(std::string(fn) + ": " + arg + " is NULL") {}
+};
+void Need(const void* p, const char* fn, const char* arg) {
+  if (p == nullptr) throw NullArg(fn, arg);
+}
+
+bool Given(const char* s) { return s != nullptr && s[0] != '\0'; }
+
+qmx::CastOptions ToCpp(const qmx_cast_options* o) {
+  qmx::CastOptions c;
+  if (o == nullptr) return c;
+  c.rounding = static_cast<qmx::Rounding>(o->rounding);
+  c.saturation = static_cast<qmx::Saturation>(o->saturation);
+  c.nan_sign = static_cast<qmx::NanSign>(o->nan_sign);
+  c.nan_fallback = static_cast<qmx::NanFallback>(o->nan_fallback);
+  c.subnormals = static_cast<qmx::Subnormals>(o->subnormals);
+  c.negative_unsigned = static_cast<qmx::NegativeUnsigned>(o->negative);
+  c.sr_bits = o->sr_bits;
+  // The enums' ranges: a value outside them is an argument error, not undefined behaviour.
+  if (o->rounding < 0 || o->rounding > static_cast<int>(qmx::Rounding::kSrC) || o->saturation < 0 ||
+      o->saturation > static_cast<int>(qmx::Saturation::kSatPropagate) || o->nan_sign < 0 || o->nan_sign > 1 ||
+      o->nan_fallback < 0 || o->nan_fallback > 1 || o->subnormals < 0 || o->subnormals > 1 || o->negative < 0 ||
+      o->negative > 1)
+    throw qmx::Error("qmx_cast_options: a field is outside its enumeration (use qmx_cast_options_set)");
+  return c;
+}
+
+qmx::ScaleFormat ParseScaleFormatName(const std::string& s) {
+  if (s == "ue8m0") return qmx::ScaleFormat::kUe8m0;
+  if (s == "e4m3") return qmx::ScaleFormat::kE4m3;
+  if (s == "fp32") return qmx::ScaleFormat::kFp32;
+  throw qmx::Error("scale format '" + s + "' (ue8m0, e4m3 or fp32)");
+}
+
+qmx::GemmOperand OperandOf(const qmx_operand* o, const char* what) {
+  Need(o, "qmx_gemm", what);
+  Need(o->format, "qmx_gemm", (std::string(what) + "->format").c_str());
+  Need(o->codes, "qmx_gemm", (std::string(what) + "->codes").c_str());
+  qmx::GemmOperand g = qmx::OperandFromCodes(qmx::ParseFormat(o->format), o->rows, o->cols, o->codes);
+  if (Given(o->scale_format)) {
+    Need(o->scales, "qmx_gemm", (std::string(what) + "->scales").c_str());
+    qmx::SetBlockScales(g, ParseScaleFormatName(o->scale_format), o->block_rows, o->block_cols, o->scales);
+  }
+  g.tensor_scale = o->tensor_scale;
+  return g;
+}
+
+}  // namespace
+
+extern "C" {
+
+int qmx_abi_version(void) { return QMX_C_ABI_VERSION; }
+
+const char* qmx_last_error(void) { return last_error.c_str(); }
+
+void qmx_cast_options_default(qmx_cast_options* opt) {
+  if (opt == nullptr) return;
+  const qmx::CastOptions c;
+  opt->rounding = static_cast<int>(c.rounding);
+  opt->saturation = static_cast<int>(c.saturation);
+  opt->nan_sign = static_cast<int>(c.nan_sign);
+  opt->nan_fallback = static_cast<int>(c.nan_fallback);
+  opt->subnormals = static_cast<int>(c.subnormals);
+  opt->negative = static_cast<int>(c.negative_unsigned);
+  opt->sr_bits = c.sr_bits;
+}
+
+qmx_status qmx_cast_options_set(qmx_cast_options* opt, const char* rounding, const char* saturation,
+                                const char* nan_sign, const char* nan_fallback, const char* subnormals,
+                                const char* negative) {
+  return Guard([&] {
+    Need(opt, "qmx_cast_options_set", "opt");
+    qmx_cast_options o = *opt;  // opt changes only when every name parses
+    if (Given(rounding)) o.rounding = static_cast<int>(qmx::ParseRounding(rounding));
+    if (Given(saturation)) o.saturation = static_cast<int>(qmx::ParseSaturation(saturation));
+    if (Given(nan_sign)) o.nan_sign = static_cast<int>(qmx::ParseNanSign(nan_sign, "nan_sign"));
+    if (Given(nan_fallback)) o.nan_fallback = static_cast<int>(qmx::ParseNanFallback(nan_fallback, "nan_fallback"));
+    if (Given(subnormals)) o.subnormals = static_cast<int>(qmx::ParseSubnormals(subnormals, "subnormals"));
+    if (Given(negative)) o.negative = static_cast<int>(qmx::ParseNegativeUnsigned(negative, "negative"));
+    *opt = o;
+  });
+}
+
+qmx_status qmx_format_info_get(const char* format, qmx_format_info* info) {
+  return Guard([&] {
+    Need(format, "qmx_format_info_get", "format");
+    Need(info, "qmx_format_info_get", "info");
+    const qmx::Format f = qmx::ParseFormat(format);
+    const qmx::FormatLimits l = qmx::Limits(f);
+    qmx_format_info r{};
+    r.bits = f.Bits();
+    r.exp_bits = f.exp_bits;
+    r.man_bits = f.man_bits;
+    r.bias = f.bias;
+    r.is_signed = f.is_signed;
+    r.has_inf = f.HasInf();
+    r.has_nan = f.HasNan();
+    r.has_negative_zero = f.HasNegativeZero();
+    r.has_subnormals = f.HasSubnormals();
+    r.max_finite_code = f.MaxFiniteCode();
+    r.canonical_nan_code = f.CanonicalNan();
+    r.max_finite = l.max_finite;
+    r.min_normal = l.min_normal;
+    r.min_subnormal = l.min_subnormal;
+    *info = r;
+  });
+}
+
+qmx_status qmx_convert(const char* src_format, uint64_t x_bits, const char* dst_format, const qmx_cast_options* opt,
+                       uint32_t random_bits, uint64_t* code, uint32_t* flags) {
+  return Guard([&] {
+    Need(src_format, "qmx_convert", "src_format");
+    Need(dst_format, "qmx_convert", "dst_format");
+    Need(code, "qmx_convert", "code");
+    const qmx::Format src = qmx::ParseFormat(src_format), dst = qmx::ParseFormat(dst_format);
+    const qmx::CastOptions c = ToCpp(opt);
+    qmx::ValidateCastOptions(dst, c);
+    const qmx::RoundResult r = qmx::Convert(src, x_bits, dst, c, random_bits);
+    *code = r.code;
+    if (flags) *flags = r.flags;
+  });
+}
+
+qmx_status qmx_convert_f32(const float* x, size_t n, const char* dst_format, const qmx_cast_options* opt,
+                           uint64_t seed, uint64_t first_index, uint8_t* codes, uint8_t* flags) {
+  return Guard([&] {
+    Need(dst_format, "qmx_convert_f32", "dst_format");
+    if (n == 0) return;
+    Need(x, "qmx_convert_f32", "x");
+    Need(codes, "qmx_convert_f32", "codes");
+    const qmx::Format dst = qmx::ParseFormat(dst_format);
+    const qmx::CastOptions c = ToCpp(opt);
+    qmx::ConvertToCodes(qmx::DType::kF32, x, n, dst, c, codes, qmx::SrSource{seed, first_index, nullptr});
+    if (flags == nullptr) return;
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &x[i], 4);
+      const uint32_t rb = qmx::IsStochastic(c.rounding) ? qmx::RandomBitsForElement(seed, first_index + i) : 0;
+      flags[i] = static_cast<uint8_t>(qmx::Convert(qmx::fmt::kFP32, bits, dst, c, rb).flags);
+    }
+  });
+}
+
+qmx_status qmx_decode(const char* format, uint64_t code, double* value) {
+  return Guard([&] {
+    Need(format, "qmx_decode", "format");
+    Need(value, "qmx_decode", "value");
+    const qmx::Format f = qmx::ParseFormat(format);
+    if (f.Bits() < 64 && (code >> f.Bits()) != 0)
+      throw qmx::Error("qmx_decode: code " + std::to_string(code) + " does not fit " + f.name + "'s " +
+                       std::to_string(f.Bits()) + " bits");
+    *value = qmx::DecodeToDouble(f, code);
+  });
+}
+
+qmx_status qmx_ue8m0_scale(float amax, const char* elem, const char* rule, uint8_t* scale) {
+  return Guard([&] {
+    Need(elem, "qmx_ue8m0_scale", "elem");
+    Need(rule, "qmx_ue8m0_scale", "rule");
+    Need(scale, "qmx_ue8m0_scale", "scale");
+    *scale = qmx::Ue8m0ScaleFromAmax(amax, qmx::ParseFormat(elem), qmx::ParseScaleRule(rule));
+  });
+}
+
+qmx_status qmx_quantize(const char* spec, const float* x, size_t rows, size_t cols, uint64_t seed, uint8_t* codes,
+                        uint8_t* scales, size_t scales_capacity, size_t* scales_written, float* tensor_scale) {
+  return Guard([&] {
+    Need(spec, "qmx_quantize", "spec");
+    Need(x, "qmx_quantize", "x");
+    Need(codes, "qmx_quantize", "codes");
+    Need(scales_written, "qmx_quantize", "scales_written");
+    qmx::QuantSpec s = qmx::QuantSpecByName(spec);
+    s.seed = seed;
+    const qmx::QuantizedTensor q = qmx::Quantize(qmx::TensorView{qmx::DType::kF32, x, rows, cols}, s);
+    if (q.scales.size() > scales_capacity)
+      throw qmx::Error("qmx_quantize: the scales need " + std::to_string(q.scales.size()) + " bytes (" +
+                       std::to_string(q.scale_rows) + " x " + std::to_string(q.scale_cols) + " words), scales_capacity is " +
+                       std::to_string(scales_capacity));
+    if (!q.scales.empty()) Need(scales, "qmx_quantize", "scales");
+    std::memcpy(codes, q.codes.data(), q.codes.size());
+    if (!q.scales.empty()) std::memcpy(scales, q.scales.data(), q.scales.size());
+    *scales_written = q.scales.size();
+    if (tensor_scale) *tensor_scale = q.tensor_decode;
+  });
+}
+
+qmx_status qmx_gemm(const char* model, const qmx_operand* a, const qmx_operand* b, const float* c, float* d) {
+  return Guard([&] {
+    Need(model, "qmx_gemm", "model");
+    Need(d, "qmx_gemm", "d");
+    const qmx::GemmOperand ga = OperandOf(a, "a"), gb = OperandOf(b, "b");
+    const std::vector<float> out = qmx::Gemm(ga, gb, c, qmx::AccumModelByName(model));
+    std::memcpy(d, out.data(), out.size() * sizeof(float));
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,257 @@
+// test_c_abi.cc: the C ABI (qmx/qmx_c.h, libqmx_c.so) against the C++ library: golden/level1 replayed
+// through it (conversions and their flags, decoding, UE8M0 scales), quantization and GEMMs equal to
+// qmx::Quantize and qmx::Gemm, and its errors (a status and a message, never an exception).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "qmx/gemm.h"
+#include "qmx/golden.h"
+#include "qmx/qmx_c.h"
+#include "qmx/quantize.h"
+
+namespace c_abi_test {
+
+namespace fs = std::filesystem;
+using qmx::golden::HeaderKeys;
+using qmx::golden::KeyValue;
+
+const fs::path kLevel1 = fs::path(QMX_SOURCE_DIR) / "golden" / "level1";
+
+std::string Nz(const std::string& s) { return s; }
+
+// The header keys' cast options as the C ABI takes them.
+qmx_cast_options OptionsOf(const HeaderKeys& keys) {
+  qmx_cast_options o;
+  qmx_cast_options_default(&o);
+  auto get = [&](const char* k) { return qmx::golden::HasKey(keys, k) ? KeyValue(keys, k) : std::string(); };
+  const std::string r = get("round"), s = get("sat"), ns = get("nan-sign"), nf = get("nan-fallback"),
+                    sub = get("subnormals");
+  REQUIRE(qmx_cast_options_set(&o, r.c_str(), s.c_str(), ns.c_str(), nf.c_str(), sub.c_str(), nullptr) == QMX_OK);
+  return o;
+}
+
+const char* SourceFormat(const std::string& src) { return src == "f32" ? "fp32" : src == "f16" ? "fp16" : "bf16"; }
+
+// Replays a file's cases through the C ABI where it has the operation; the outputs in the file's fields.
+std::string Runner(const std::string& op, const HeaderKeys& keys, const std::vector<std::vector<std::string>>& inputs,
+                   std::vector<std::vector<std::string>>& outputs) {
+  outputs.clear();
+  if (op == "convert") {
+    const qmx_cast_options o = OptionsOf(keys);
+    const std::string src = SourceFormat(KeyValue(keys, "src")), dst = KeyValue(keys, "dst");
+    qmx_format_info info;
+    REQUIRE(qmx_format_info_get(dst.c_str(), &info) == QMX_OK);
+    const int digits = info.bits <= 8 ? 2 : (info.bits + 3) / 4;  // codes as the files write them
+    for (const auto& in : inputs) {
+      uint64_t code = 0;
+      uint32_t flags = 0;
+      REQUIRE(qmx_convert(src.c_str(), std::stoull(in[0], nullptr, 16), dst.c_str(), &o, 0, &code, &flags) == QMX_OK);
+      outputs.push_back({qmx::golden::Hex(code, digits), qmx::golden::Hex(flags, 2)});
+    }
+    return "";
+  }
+  if (op == "decode") {
+    const std::string f = KeyValue(keys, "fmt");
+    for (const auto& in : inputs) {
+      double v = 0;
+      const uint64_t code = std::stoull(in[0], nullptr, 16);
+      REQUIRE(qmx_decode(f.c_str(), code, &v) == QMX_OK);
+      const float x = static_cast<float>(v);
+      uint32_t bits;
+      std::memcpy(&bits, &x, 4);
+      if (std::isnan(v)) bits = (std::signbit(v) ? 0x80000000u : 0u) | 0x7FC00000u;  // the file's quiet NaN
+      outputs.push_back({qmx::golden::Hex(bits, 8), "00"});
+    }
+    return "";
+  }
+  if (op == "ue8m0") {
+    const std::string elem = KeyValue(keys, "elem"), rule = KeyValue(keys, "rule");
+    for (const auto& in : inputs) {
+      const uint32_t bits = static_cast<uint32_t>(std::stoul(in[0], nullptr, 16));
+      float amax;
+      std::memcpy(&amax, &bits, 4);
+      uint8_t s = 0;
+      REQUIRE(qmx_ue8m0_scale(amax, elem.c_str(), rule.c_str(), &s) == QMX_OK);
+      outputs.push_back({qmx::golden::Hex(s, 2), "00"});
+    }
+    return "";
+  }
+  return "op=" + op + " is not replayed through the C ABI";
+}
+
+TEST_CASE("c abi: golden/level1 conversions, decoding and UE8M0 scales replay through it", "[c_abi]") {
+  qmx::golden::VerifyOptions vo;
+  vo.external = Runner;
+  const std::vector<qmx::golden::FileResult> res = qmx::golden::Verify(kLevel1.string(), vo);
+  size_t ran = 0, cases = 0;
+  for (const auto& r : res) {
+    INFO(r.path << (r.first.empty() ? std::string() : ": " + r.first[0].text));
+    CHECK(r.ok());
+    if (r.skipped.empty()) {
+      ++ran;
+      cases += r.cases;
+    }
+  }
+  INFO("files replayed " << ran << ", cases " << cases);
+  CHECK(ran >= 450);  // every conversions and ue8m0 file (424 + 30)
+  CHECK(cases > 100000);
+}
+
+// The flags, which Verify leaves to the library's own backend: every f32 conversion file's third field.
+TEST_CASE("c abi: the flags of every golden f32 conversion", "[c_abi]") {
+  size_t files = 0, lines = 0;
+  for (const auto& e : fs::directory_iterator(kLevel1 / "conversions")) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("f32_", 0) != 0) continue;
+    std::ifstream in(e.path());
+    std::string line;
+    HeaderKeys keys;
+    while (std::getline(in, line)) {
+      if (line.rfind("# op=", 0) == 0) {
+        std::istringstream ss(line.substr(2));
+        std::string kv;
+        while (ss >> kv) {
+          const size_t eq = kv.find('=');
+          if (eq != std::string::npos) keys.push_back({kv.substr(0, eq), kv.substr(eq + 1)});
+        }
+        continue;
+      }
+      if (line.empty() || line[0] == '#') continue;
+      std::istringstream ss(line);
+      std::string x, code, flags;
+      ss >> x >> code >> flags;
+      const qmx_cast_options o = OptionsOf(keys);
+      uint64_t c = 0;
+      uint32_t f = 0;
+      REQUIRE(qmx_convert("fp32", std::stoull(x, nullptr, 16), KeyValue(keys, "dst").c_str(), &o, 0, &c, &f) == QMX_OK);
+      INFO(name << ": " << line);
+      CHECK(c == std::stoull(code, nullptr, 16));
+      CHECK(f == std::stoul(flags, nullptr, 16));
+      ++lines;
+    }
+    ++files;
+  }
+  CHECK(files >= 100);
+  CHECK(lines > 50000);
+}
+
+TEST_CASE("c abi: array conversion with flags and stochastic rounding equals the library", "[c_abi]") {
+  std::mt19937 rng(3);
+  std::vector<float> x(4099);
+  std::normal_distribution<float> nd;
+  for (float& v : x) v = nd(rng) * 300.0f;
+  x[5] = NAN;
+  x[6] = INFINITY;
+  for (const char* fmt : {"e4m3", "e2m1", "e4m3fnuz", "float8_e5m2"}) {
+    qmx_cast_options o;
+    qmx_cast_options_default(&o);
+    REQUIRE(qmx_cast_options_set(&o, "sr", nullptr, nullptr, nullptr, nullptr, nullptr) == QMX_OK);
+    std::vector<uint8_t> codes(x.size()), flags(x.size()), want(x.size());
+    REQUIRE(qmx_convert_f32(x.data(), x.size(), fmt, &o, 77, 1000, codes.data(), flags.data()) == QMX_OK);
+    qmx::CastOptions c;
+    c.rounding = qmx::Rounding::kSrA;
+    qmx::ConvertToCodes(qmx::DType::kF32, x.data(), x.size(), qmx::ParseFormat(fmt), c, want.data(), qmx::SrSource{77, 1000, nullptr});
+    INFO(fmt);
+    CHECK(codes == want);
+    for (size_t i = 0; i < x.size(); i += 97) {
+      uint32_t bits;
+      std::memcpy(&bits, &x[i], 4);
+      const qmx::RoundResult r = qmx::Convert(qmx::fmt::kFP32, bits, qmx::ParseFormat(fmt), c, qmx::RandomBitsForElement(77, 1000 + i));
+      CHECK(flags[i] == r.flags);
+      CHECK(codes[i] == r.code);
+    }
+  }
+}
+
+TEST_CASE("c abi: quantize and GEMM equal qmx::Quantize and qmx::Gemm", "[c_abi]") {
+  std::mt19937 rng(4);
+  std::normal_distribution<float> nd;
+  const size_t m = 7, k = 64, n = 5;
+  std::vector<float> a(m * k), bt(n * k);
+  for (float& v : a) v = nd(rng);
+  for (float& v : bt) v = nd(rng) * 0.01f;
+  for (const char* spec : {"mxfp8", "nvfp4", "fp8-block1x128", "fp8-tensor-current"}) {
+    INFO(spec);
+    std::vector<uint8_t> codes(m * k), scales(4096);
+    size_t written = 0;
+    float ts = 0;
+    REQUIRE(qmx_quantize(spec, a.data(), m, k, 5, codes.data(), scales.data(), scales.size(), &written, &ts) == QMX_OK);
+    qmx::QuantSpec s = qmx::QuantSpecByName(spec);
+    s.seed = 5;
+    const qmx::QuantizedTensor q = qmx::Quantize(qmx::TensorView{qmx::DType::kF32, a.data(), m, k}, s);
+    CHECK(std::equal(q.codes.begin(), q.codes.end(), codes.begin()));
+    REQUIRE(written == q.scales.size());
+    CHECK(std::equal(q.scales.begin(), q.scales.end(), scales.begin()));
+    CHECK(ts == q.tensor_decode);
+    // Too small a buffer: an error naming the bytes needed, nothing thrown.
+    if (written > 1) {
+      CHECK(qmx_quantize(spec, a.data(), m, k, 5, codes.data(), scales.data(), written - 1, &written, nullptr) ==
+            QMX_ERR_ARGUMENT);
+      CHECK_THAT(qmx_last_error(), Catch::Contains("the scales need"));
+    }
+  }
+  // MXFP8 operands with UE8M0 scales, against qmx::Gemm with the same operands.
+  std::vector<uint8_t> ac(m * k), bc(k * n);
+  for (auto& c : ac) c = static_cast<uint8_t>(rng() % 0x7E);
+  for (auto& c : bc) c = static_cast<uint8_t>(rng() % 0x7E | (rng() & 0x80));
+  std::vector<uint32_t> sa(m * (k / 32)), sb((k / 32) * n);
+  for (auto& s : sa) s = 120 + rng() % 14;
+  for (auto& s : sb) s = 120 + rng() % 14;
+  const qmx_operand oa{"e4m3", ac.data(), m, k, "ue8m0", sa.data(), 1, 32, 1.0f};
+  const qmx_operand ob{"e4m3", bc.data(), k, n, "ue8m0", sb.data(), 32, 1, 1.0f};
+  qmx::GemmOperand ga = qmx::OperandFromCodes(qmx::fmt::kE4M3, m, k, ac.data()), gb = qmx::OperandFromCodes(qmx::fmt::kE4M3, k, n, bc.data());
+  qmx::SetBlockScales(ga, qmx::ScaleFormat::kUe8m0, 1, 32, sa.data());
+  qmx::SetBlockScales(gb, qmx::ScaleFormat::kUe8m0, 32, 1, sb.data());
+  for (const char* model : {"exact", "blackwell-mxf8f6f4", "fp32-seq", "block-exact"}) {
+    INFO(model);
+    std::vector<float> d(m * n);
+    REQUIRE(qmx_gemm(model, &oa, &ob, nullptr, d.data()) == QMX_OK);
+    const std::vector<float> want = qmx::Gemm(ga, gb, nullptr, qmx::AccumModelByName(model));
+    CHECK(std::memcmp(d.data(), want.data(), d.size() * 4) == 0);
+  }
+}
+
+TEST_CASE("c abi: errors are statuses with the library's messages", "[c_abi]") {
+  CHECK(qmx_abi_version() == QMX_C_ABI_VERSION);
+  uint64_t code = 0;
+  CHECK(qmx_convert("fp32", 0, "e4m4x", nullptr, 0, &code, nullptr) == QMX_ERR_ARGUMENT);
+  CHECK_THAT(qmx_last_error(), Catch::Contains("unknown format 'e4m4x'"));
+  CHECK(qmx_convert("fp32", 0, "e4m3", nullptr, 0, nullptr, nullptr) == QMX_ERR_ARGUMENT);
+  CHECK_THAT(qmx_last_error(), Catch::Contains("qmx_convert: code is NULL"));
+  qmx_cast_options o;
+  qmx_cast_options_default(&o);
+  const qmx_cast_options before = o;
+  CHECK(qmx_cast_options_set(&o, "rne", "sometimes", nullptr, nullptr, nullptr, nullptr) == QMX_ERR_ARGUMENT);
+  CHECK_THAT(qmx_last_error(), Catch::Contains("sometimes"));
+  CHECK(std::memcmp(&o, &before, sizeof o) == 0);  // unchanged on error
+  REQUIRE(qmx_cast_options_set(&o, nullptr, "nosat", nullptr, nullptr, nullptr, nullptr) == QMX_OK);
+  CHECK(qmx_convert("fp32", 0x3F800000, "e2m1", &o, 0, &code, nullptr) == QMX_ERR_ARGUMENT);  // e2m1 has no Inf/NaN
+  o.rounding = 99;
+  CHECK(qmx_convert("fp32", 0x3F800000, "e4m3", &o, 0, &code, nullptr) == QMX_ERR_ARGUMENT);
+  CHECK_THAT(qmx_last_error(), Catch::Contains("outside its enumeration"));
+  double v = 0;
+  CHECK(qmx_decode("e2m1", 0x10, &v) == QMX_ERR_ARGUMENT);
+  CHECK_THAT(qmx_last_error(), Catch::Contains("does not fit e2m1's 4 bits"));
+  uint8_t s = 0;
+  CHECK(qmx_ue8m0_scale(1.0f, "e4m3", "sideways", &s) == QMX_ERR_ARGUMENT);
+  std::vector<float> d(4);
+  const uint8_t codes[4] = {0, 0, 0, 0};
+  const qmx_operand a{"e4m3", codes, 2, 2, nullptr, nullptr, 0, 0, 1.0f}, b{"e4m3", codes, 3, 2, nullptr, nullptr, 0, 0, 1.0f};
+  CHECK(qmx_gemm("exact", &a, &b, nullptr, d.data()) == QMX_ERR_ARGUMENT);  // K differs
+  CHECK(std::string(qmx_last_error()).size() > 0);
+  qmx_format_info info;
+  REQUIRE(qmx_format_info_get("float8_e4m3fnuz", &info) == QMX_OK);
+  CHECK(info.max_finite == 240);
+  CHECK(info.canonical_nan_code == 0x80);
+  CHECK(info.has_negative_zero == 0);
+}
+
+}  // namespace c_abi_test

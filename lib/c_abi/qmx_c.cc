@@ -170,6 +170,16 @@ qmx_status qmx_convert(const char* src_format, uint64_t x_bits, const char* dst_
   });
 }
 
+qmx_status qmx_convert_named(const char* src_format, uint64_t x_bits, const char* dst_format, const char* rounding,
+                             const char* saturation, const char* nan_sign, const char* nan_fallback,
+                             const char* subnormals, uint32_t random_bits, uint64_t* code, uint32_t* flags) {
+  qmx_cast_options o;
+  qmx_cast_options_default(&o);
+  const qmx_status s = qmx_cast_options_set(&o, rounding, saturation, nan_sign, nan_fallback, subnormals, nullptr);
+  if (s != QMX_OK) return s;
+  return qmx_convert(src_format, x_bits, dst_format, &o, random_bits, code, flags);
+}
+
 qmx_status qmx_convert_f32(const float* x, size_t n, const char* dst_format, const qmx_cast_options* opt,
                            uint64_t seed, uint64_t first_index, uint8_t* codes, uint8_t* flags) {
   return Guard([&] {

@@ -79,6 +79,13 @@ QMX_C_API qmx_status qmx_format_info_get(const char* format, qmx_format_info* in
 QMX_C_API qmx_status qmx_convert(const char* src_format, uint64_t x_bits, const char* dst_format,
                                  const qmx_cast_options* opt, uint32_t random_bits, uint64_t* code, uint32_t* flags);
 
+/* qmx_convert with the options as names (NULL or "" for the library's default), in the shape SystemVerilog's
+ * DPI passes them (string, longint unsigned, int unsigned): rtl/qmx_dpi.sv imports it. */
+QMX_C_API qmx_status qmx_convert_named(const char* src_format, uint64_t x_bits, const char* dst_format,
+                                       const char* rounding, const char* saturation, const char* nan_sign,
+                                       const char* nan_fallback, const char* subnormals, uint32_t random_bits,
+                                       uint64_t* code, uint32_t* flags);
+
 /* n FP32 values into a format of 8 bits or fewer (qmx::ConvertToCodes, the fast paths): codes[n]; flags[n]
  * when not NULL (the reference routine then runs per element, as the library's Convert). Stochastic
  * rounding draws element i's bits from the library's Philox stream at (seed, first_index + i). */

@@ -1,0 +1,41 @@
+// qmx_dpi.sv: qmx-sim's reference conversions inside a SystemVerilog bench, through the C ABI
+// (lib/include/qmx/qmx_c.h) of libqmx_c.so. Link the simulation with -lqmx_c (rtl/README.md).
+//
+// Names are qmx-sim's: formats as `qmx-sim formats` lists them (e4m3, e5m2, e2m1, e4m3fnuz, fp32, fp16,
+// bf16, eXmY[:...], binaryKpP..), roundings rne rna rz ru rd ro sr-a sr-b sr-c, saturations satfinite
+// nosat satpropagate; "" keeps the library's default. Flags use TestFloat's bits: 0x01 inexact,
+// 0x02 underflow, 0x04 overflow, 0x10 invalid, 0x20 saturated.
+package qmx_dpi;
+
+  import "DPI-C" function int qmx_abi_version();
+  import "DPI-C" function string qmx_last_error();
+  // One conversion by the reference routine: the bits of a value of src_format into dst_format. Returns 0,
+  // or a nonzero status with qmx_last_error() naming the problem.
+  import "DPI-C" function int qmx_convert_named(input string src_format, input longint unsigned x_bits,
+                                                input string dst_format, input string rounding,
+                                                input string saturation, input string nan_sign,
+                                                input string nan_fallback, input string subnormals,
+                                                input int unsigned random_bits,
+                                                output longint unsigned code, output int unsigned flags);
+
+  // The expected code and flags of a value (src_format's bits in x) under a rounding and saturation mode,
+  // with the library's other defaults (NaN sign kept, subnormals kept); $fatal on a name the library
+  // refuses.
+  function automatic void qmx_expect(input string src_format, input string dst_format, input string rounding,
+                                     input string saturation, input longint unsigned x, output longint unsigned code,
+                                     output int unsigned flags);
+    if (qmx_convert_named(src_format, x, dst_format, rounding, saturation, "", "", "", 0, code, flags) != 0)
+      $fatal(1, "qmx_dpi: %s", qmx_last_error());
+  endfunction
+
+  // The expected E4M3 code and flags of an FP32 input (OCP OFP8; rne, satfinite unless asked otherwise).
+  function automatic void qmx_expect_e4m3(input bit [31:0] x, input string rounding, input string saturation,
+                                          output bit [7:0] code, output bit [7:0] flags);
+    longint unsigned c;
+    int unsigned f;
+    qmx_expect("fp32", "e4m3", rounding, saturation, {32'b0, x}, c, f);
+    code = c[7:0];
+    flags = f[7:0];
+  endfunction
+
+endpackage

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# ctest rtl.verilator_example: builds rtl/example with Verilator against this build's libqmx_c.so, runs it
+# on every golden/level1 conversion file (each case checked against the file and the DPI model), then on a
+# copy with one expected code changed, which must fail. Usage: run_example.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+src=$1 build=$2
+command -v verilator > /dev/null || { echo "SKIP: verilator not found (Debian: apt-get install verilator)"; exit 77; }
+out=$build/rtl-example
+rm -rf "$out" && mkdir -p "$out"
+mapfile -t files < <(ls "$src"/golden/level1/conversions/*.txt | grep -v '/decode_')
+bash "$src/rtl/example/run.sh" "$build/lib" "$out" "${files[@]}" > "$out/run.log" 2>&1 || { tail -20 "$out/run.log"; exit 1; }
+passed=$(grep -c '^PASS ' "$out/run.log")
+[ "$passed" -eq "${#files[@]}" ] || { echo "FAIL: $passed of ${#files[@]} files passed"; tail -20 "$out/run.log"; exit 1; }
+echo "the example bench agrees with $passed golden conversion files"
+# One expected code changed (the first case's, its lowest bit flipped): the bench must say so and fail.
+changed=$out/changed.txt
+done_one=0
+while IFS= read -r line; do
+  if [ "$done_one" -eq 0 ] && [ -n "$line" ] && [ "${line:0:1}" != "#" ]; then
+    read -r x code flags <<< "$line"
+    line=$(printf '%s %02x %s' "$x" $((16#$code ^ 1)) "$flags")
+    done_one=1
+  fi
+  printf '%s\n' "$line"
+done < "${files[0]}" > "$changed"
+if "$out/Vtb_golden_convert" "+golden=$changed" > "$out/changed.log" 2>&1; then
+  echo "FAIL: the bench passed a file with a changed expected code"; cat "$out/changed.log"; exit 1
+fi
+grep -q 'MISMATCH' "$out/changed.log" || { echo "FAIL: no MISMATCH line for the changed code"; cat "$out/changed.log"; exit 1; }
+echo "a changed expected code fails the bench: $(grep -m1 MISMATCH "$out/changed.log")"
+rm -rf "$out"

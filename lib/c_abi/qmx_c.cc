@@ -14,6 +14,7 @@
 #include "qmx/error.h"
 #include "qmx/format.h"
 #include "qmx/gemm.h"
+#include "qmx/mx.h"
 #include "qmx/quantize.h"
 #include "qmx/rng.h"
 #include "qmx/round.h"
@@ -218,6 +219,48 @@ qmx_status qmx_ue8m0_scale(float amax, const char* elem, const char* rule, uint8
     Need(rule, "qmx_ue8m0_scale", "rule");
     Need(scale, "qmx_ue8m0_scale", "scale");
     *scale = qmx::Ue8m0ScaleFromAmax(amax, qmx::ParseFormat(elem), qmx::ParseScaleRule(rule));
+  });
+}
+
+qmx_status qmx_mx_blocks(const float* x, size_t n, const char* elem, const char* rule, const char* nan_policy,
+                         const char* scaling, size_t block, const qmx_cast_options* opt, uint8_t* codes,
+                         uint8_t* scales) {
+  return Guard([&] {
+    Need(elem, "qmx_mx_blocks", "elem");
+    qmx::MxSpec spec;
+    spec.elem = qmx::ParseFormat(elem);
+    if (Given(rule)) spec.rule = qmx::ParseScaleRule(rule);
+    if (Given(nan_policy)) spec.nan = qmx::ParseNanPolicy(nan_policy);
+    if (Given(scaling)) spec.scaling = qmx::ParseElementScaling(scaling);
+    if (block == 0 || block > (size_t{1} << 30)) throw qmx::Error("qmx_mx_blocks: block must be 1..2^30");
+    spec.block = static_cast<int>(block);
+    spec.cast = ToCpp(opt);
+    qmx::ValidateMxSpec(spec);
+    if (n == 0) return;
+    Need(x, "qmx_mx_blocks", "x");
+    Need(codes, "qmx_mx_blocks", "codes");
+    Need(scales, "qmx_mx_blocks", "scales");
+    qmx::QuantizeMx(qmx::DType::kF32, x, n, spec, codes, scales);
+  });
+}
+
+qmx_status qmx_nvfp4_blocks(const float* x, size_t rows, size_t cols, float tensor_amax, const char* rule, size_t block,
+                            const qmx_cast_options* opt, uint8_t* codes, uint8_t* scales, float* tensor_decode) {
+  return Guard([&] {
+    Need(x, "qmx_nvfp4_blocks", "x");
+    Need(codes, "qmx_nvfp4_blocks", "codes");
+    Need(scales, "qmx_nvfp4_blocks", "scales");
+    qmx::QuantSpec spec = qmx::QuantSpecByName("nvfp4");
+    if (Given(rule)) spec.rule = qmx::ParseScaleRule(rule);
+    if (block == 0 || block > 4096) throw qmx::Error("qmx_nvfp4_blocks: block must be 1..4096");
+    spec.block_cols = block;
+    spec.cast = ToCpp(opt);
+    qmx::CheckNvfp4Spec(spec);
+    qmx::ValidateQuantSpec(spec);
+    const qmx::QuantizedTensor q = qmx::QuantizeNvfp4WithAmax(qmx::TensorView{qmx::DType::kF32, x, rows, cols}, spec, tensor_amax);
+    std::memcpy(codes, q.codes.data(), q.codes.size());
+    std::memcpy(scales, q.scales.data(), q.scales.size());
+    if (tensor_decode) *tensor_decode = q.tensor_decode;
   });
 }
 

@@ -84,10 +84,52 @@ std::string Runner(const std::string& op, const HeaderKeys& keys, const std::vec
     }
     return "";
   }
+  if (op == "mx-block") {
+    const size_t bl = std::stoul(KeyValue(keys, "block"));
+    const qmx_cast_options o = OptionsOf(keys);
+    for (const auto& in : inputs) {
+      std::vector<float> x(bl);
+      for (size_t j = 0; j < bl; ++j) {
+        const uint32_t bits = static_cast<uint32_t>(std::stoul(in[j], nullptr, 16));
+        std::memcpy(&x[j], &bits, 4);
+      }
+      std::vector<uint8_t> codes(bl);
+      uint8_t scale = 0;
+      REQUIRE(qmx_mx_blocks(x.data(), bl, KeyValue(keys, "elem").c_str(), KeyValue(keys, "rule").c_str(),
+                            KeyValue(keys, "nan").c_str(), KeyValue(keys, "scaling").c_str(), bl, &o, codes.data(),
+                            &scale) == QMX_OK);
+      outputs.push_back({qmx::golden::Hex(scale, 2), qmx::golden::JoinCodes(codes.data(), bl, 2), "--"});
+    }
+    return "";
+  }
+  if (op == "nvfp4-block") {
+    const size_t bl = std::stoul(KeyValue(keys, "block"));
+    const qmx_cast_options o = OptionsOf(keys);
+    for (const auto& in : inputs) {
+      auto f32 = [](const std::string& h) {
+        const uint32_t bits = static_cast<uint32_t>(std::stoul(h, nullptr, 16));
+        float v;
+        std::memcpy(&v, &bits, 4);
+        return v;
+      };
+      std::vector<float> x(bl);
+      for (size_t j = 0; j < bl; ++j) x[j] = f32(in[1 + j]);
+      std::vector<uint8_t> codes(bl);
+      uint8_t scale = 0;
+      float decode = 0;
+      REQUIRE(qmx_nvfp4_blocks(x.data(), 1, bl, f32(in[0]), KeyValue(keys, "rule").c_str(), bl, &o, codes.data(), &scale,
+                               &decode) == QMX_OK);
+      uint32_t dbits;
+      std::memcpy(&dbits, &decode, 4);
+      outputs.push_back({qmx::golden::Hex(dbits, 8), qmx::golden::Hex(scale, 2), qmx::golden::JoinCodes(codes.data(), bl, 1), "--"});
+    }
+    return "";
+  }
   return "op=" + op + " is not replayed through the C ABI";
 }
 
-TEST_CASE("c abi: golden/level1 conversions, decoding and UE8M0 scales replay through it", "[c_abi]") {
+TEST_CASE("c abi: golden/level1 conversions, decoding, UE8M0 scales, MX and NVFP4 blocks replay through it",
+          "[c_abi]") {
   qmx::golden::VerifyOptions vo;
   vo.external = Runner;
   const std::vector<qmx::golden::FileResult> res = qmx::golden::Verify(kLevel1.string(), vo);
@@ -101,7 +143,7 @@ TEST_CASE("c abi: golden/level1 conversions, decoding and UE8M0 scales replay th
     }
   }
   INFO("files replayed " << ran << ", cases " << cases);
-  CHECK(ran >= 450);  // every conversions and ue8m0 file (424 + 30)
+  CHECK(ran >= 600);  // every conversions, ue8m0, mx-block and nvfp4-block file
   CHECK(cases > 100000);
 }
 
@@ -237,6 +279,15 @@ TEST_CASE("c abi: errors are statuses with the library's messages", "[c_abi]") {
   o.rounding = 99;
   CHECK(qmx_convert("fp32", 0x3F800000, "e4m3", &o, 0, &code, nullptr) == QMX_ERR_ARGUMENT);
   CHECK_THAT(qmx_last_error(), Catch::Contains("outside its enumeration"));
+  uint32_t fl = 0;
+  CHECK(qmx_convert_named("fp32", 0, "e4m3", "sideways", "", "", "", "", 0, &code, &fl) == QMX_ERR_ARGUMENT);
+  CHECK_THAT(qmx_last_error(), Catch::Contains("sideways"));
+  REQUIRE(qmx_convert_named("fp32", 0x447A0000, "e4m3", "", "nosat", "", "", "", 0, &code, &fl) == QMX_OK);
+  CHECK(code == 0x7F);  // OFP8 NONSAT: overflow to NaN
+  float xs[32] = {1.0f};
+  uint8_t cs[32], sc = 0;
+  CHECK(qmx_mx_blocks(xs, 32, "e4m3", "max-finite", "block-nan", "", 32, nullptr, cs, &sc) == QMX_ERR_ARGUMENT);
+  CHECK_THAT(qmx_last_error(), Catch::Contains("max-finite"));
   double v = 0;
   CHECK(qmx_decode("e2m1", 0x10, &v) == QMX_ERR_ARGUMENT);
   CHECK_THAT(qmx_last_error(), Catch::Contains("does not fit e2m1's 4 bits"));

@@ -99,6 +99,22 @@ QMX_C_API qmx_status qmx_decode(const char* format, uint64_t code, double* value
  * max-finite; qmx::Ue8m0ScaleFromAmax) for element format elem. */
 QMX_C_API qmx_status qmx_ue8m0_scale(float amax, const char* elem, const char* rule, uint8_t* scale);
 
+/* MX blocks (qmx::QuantizeMx): n FP32 values in blocks of `block` (the last may be short) into codes[n] of
+ * elem and one UE8M0 scale byte per block, under a scale rule (ocp-floor round-up ceil even max-finite), a NaN
+ * policy (block-nan ignore-nan ignore; qmx-sim quantize --nan), element scaling (exact fp32; --scaling) and
+ * the cast options (deterministic roundings; NULL for the defaults). The golden files' op=mx-block. */
+QMX_C_API qmx_status qmx_mx_blocks(const float* x, size_t n, const char* elem, const char* rule, const char* nan_policy,
+                                   const char* scaling, size_t block, const qmx_cast_options* opt, uint8_t* codes,
+                                   uint8_t* scales);
+
+/* NVFP4 blocks with a given tensor amax (qmx::QuantizeNvfp4WithAmax, Transformer Engine's orders): a rows x
+ * cols FP32 tensor in 1 x block blocks along its rows, under an NVFP4 rule (nvfp4, nvfp4-div, nvfp4-torchao,
+ * ...): codes[rows * cols] (E2M1), one E4M3 scale byte per block, and the FP32 tensor decode scale
+ * fl32(1 / S_enc). The golden files' op=nvfp4-block. */
+QMX_C_API qmx_status qmx_nvfp4_blocks(const float* x, size_t rows, size_t cols, float tensor_amax, const char* rule,
+                                      size_t block, const qmx_cast_options* opt, uint8_t* codes, uint8_t* scales,
+                                      float* tensor_decode);
+
 /* qmx::Quantize of a rows x cols FP32 tensor (row-major) under a recipe name (mxfp8, mxfp4, nvfp4,
  * fp8-block128x128, ...; qmx-sim quantize --spec): codes[rows * cols], one per element; scales as the
  * library stores them (scale_rows x scale_cols words of scale_bytes each: UE8M0 and E4M3 one byte, FP32 four,

@@ -26,7 +26,7 @@ namespace {
 
 using namespace fused;
 
-constexpr int kDTile = 64;      // a block's outputs: 64 x 64, four warps of 32 x 32
+constexpr int kDTile = 64;  // a block's outputs: 64 x 64, four warps of 32 x 32
 constexpr int kDThreads = 128;
 
 // The exponent of the lowest set bit of a finite nonzero double (exact: from its fields).
@@ -39,8 +39,8 @@ __device__ inline int LowestBit(double v) {
 }
 
 // One line's step: row i of A (k along the row) or column j of B (k down the column).
-__global__ void StepInfoKernel(EngineOperand o, bool is_a, size_t lines, size_t k, int step, bool scales_in, size_t steps,
-                               StepInfo* info) {
+__global__ void StepInfoKernel(EngineOperand o, bool is_a, size_t lines, size_t k, int step, bool scales_in,
+                               size_t steps, StepInfo* info) {
   const size_t total = lines * steps;
   for (size_t t = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; t < total;
        t += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -110,8 +110,9 @@ __device__ inline long long CutSigned(long long v, int sh, bool rne) {
 // One step of a finite output exactly as FusedStep computes it, in integers from the tile's codes: row r of
 // A's codes (ca, n of them), column c of B's (cb, stride kDTile), the code parts, the step's power-of-two
 // scales and the accumulator.
-__device__ __noinline__ float TileStep(const EngineModel& p, const CodeParts* pa, const CodeParts* pb, const uint8_t* ca,
-                          const uint8_t* cb, int n, const StepInfo& ia, const StepInfo& ib, float c) {
+__device__ __noinline__ float TileStep(const EngineModel& p, const CodeParts* pa, const CodeParts* pb,
+                                       const uint8_t* ca, const uint8_t* cb, int n, const StepInfo& ia,
+                                       const StepInfo& ib, float c) {
   const bool zero_scale = ia.zero_scale || ib.zero_scale;
   const int es = ia.scale_exp + ib.scale_exp;
   int hi = -32768, lo = 32767;  // the largest and smallest nominal sums (a zero element's is near 2 kZeroNom)
@@ -182,8 +183,8 @@ template <int kStep, bool kPromote>
 __global__ void __launch_bounds__(kDThreads, 2) EngineDmmaKernel(EngineGemmArgs g, EngineDmmaBuffers f) {
   __shared__ double va[256], vb[256];
   __shared__ CodeParts pa[256], pb[256];
-  __shared__ double sa[kDTile][kStep + 1];  // A's values, row-major (padded against bank conflicts)
-  __shared__ double sb[kStep][kDTile + 1];  // B's values, k-major
+  __shared__ double sa[kDTile][kStep + 1];                  // A's values, row-major (padded against bank conflicts)
+  __shared__ double sb[kStep][kDTile + 1];                  // B's values, k-major
   __shared__ uint8_t ca[kDTile][kStep], cb[kStep][kDTile];  // their codes
   __shared__ StepInfo ia[kDTile], ib[kDTile];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -254,10 +255,12 @@ __global__ void __launch_bounds__(kDThreads, 2) EngineDmmaKernel(EngineGemmArgs 
       const size_t i = row0 + r, j = col0 + c;
       if (i >= g.m || j >= g.n) return;
       float& cur = kPromote ? part[mi][ni][h] : acc[mi][ni][h];
-      cur = StepOutput(g, va, vb, pa, pb, &ca[r][0], &cb[0][c], i, j, k0, k1, cur, sum[mi][ni][h], ia[r], ib[c], fallbacks);
+      cur = StepOutput(g, va, vb, pa, pb, &ca[r][0], &cb[0][c], i, j, k0, k1, cur, sum[mi][ni][h], ia[r], ib[c],
+                       fallbacks);
       if (window_end) {
         const size_t w0 = k0 / window * window;
-        acc[mi][ni][h] = Promote(g, LineOf(g, va, vb, g.a.nominal, g.b.nominal, i, j), w0, part[mi][ni][h], acc[mi][ni][h]);
+        acc[mi][ni][h] =
+            Promote(g, LineOf(g, va, vb, g.a.nominal, g.b.nominal, i, j), w0, part[mi][ni][h], acc[mi][ni][h]);
         part[mi][ni][h] = 0.0f;
       }
     });
@@ -271,7 +274,8 @@ __global__ void __launch_bounds__(kDThreads, 2) EngineDmmaKernel(EngineGemmArgs 
 
 template <int kStep>
 void LaunchStep(const EngineGemmArgs& args, const EngineDmmaBuffers& f, cudaStream_t st) {
-  const dim3 grid(static_cast<unsigned>((args.n + kDTile - 1) / kDTile), static_cast<unsigned>((args.m + kDTile - 1) / kDTile));
+  const dim3 grid(static_cast<unsigned>((args.n + kDTile - 1) / kDTile),
+                  static_cast<unsigned>((args.m + kDTile - 1) / kDTile));
   if (args.model.promote != 0) EngineDmmaKernel<kStep, true><<<grid, kDThreads, 0, st>>>(args, f);
   else EngineDmmaKernel<kStep, false><<<grid, kDThreads, 0, st>>>(args, f);
 }

@@ -35,13 +35,9 @@ qmx_status Guard(F&& f) {
   try {
     f();
     return QMX_OK;
-  } catch (const qmx::Error& e) {
-    return Fail(QMX_ERR_ARGUMENT, e.what());
-  } catch (const std::bad_alloc&) {
+  } catch (const qmx::Error& e) { return Fail(QMX_ERR_ARGUMENT, e.what()); } catch (const std::bad_alloc&) {
     return Fail(QMX_ERR_INTERNAL, "out of memory");
-  } catch (const std::exception& e) {
-    return Fail(QMX_ERR_INTERNAL, e.what());
-  } catch (...) {
+  } catch (const std::exception& e) { return Fail(QMX_ERR_INTERNAL, e.what()); } catch (...) {
     return Fail(QMX_ERR_INTERNAL, "unknown error");
   }
 }
@@ -181,8 +177,8 @@ qmx_status qmx_convert_named(const char* src_format, uint64_t x_bits, const char
   return qmx_convert(src_format, x_bits, dst_format, &o, random_bits, code, flags);
 }
 
-qmx_status qmx_convert_f32(const float* x, size_t n, const char* dst_format, const qmx_cast_options* opt,
-                           uint64_t seed, uint64_t first_index, uint8_t* codes, uint8_t* flags) {
+qmx_status qmx_convert_f32(const float* x, size_t n, const char* dst_format, const qmx_cast_options* opt, uint64_t seed,
+                           uint64_t first_index, uint8_t* codes, uint8_t* flags) {
   return Guard([&] {
     Need(dst_format, "qmx_convert_f32", "dst_format");
     if (n == 0) return;
@@ -257,7 +253,8 @@ qmx_status qmx_nvfp4_blocks(const float* x, size_t rows, size_t cols, float tens
     spec.cast = ToCpp(opt);
     qmx::CheckNvfp4Spec(spec);
     qmx::ValidateQuantSpec(spec);
-    const qmx::QuantizedTensor q = qmx::QuantizeNvfp4WithAmax(qmx::TensorView{qmx::DType::kF32, x, rows, cols}, spec, tensor_amax);
+    const qmx::QuantizedTensor q =
+        qmx::QuantizeNvfp4WithAmax(qmx::TensorView{qmx::DType::kF32, x, rows, cols}, spec, tensor_amax);
     std::memcpy(codes, q.codes.data(), q.codes.size());
     std::memcpy(scales, q.scales.data(), q.scales.size());
     if (tensor_decode) *tensor_decode = q.tensor_decode;
@@ -276,8 +273,8 @@ qmx_status qmx_quantize(const char* spec, const float* x, size_t rows, size_t co
     const qmx::QuantizedTensor q = qmx::Quantize(qmx::TensorView{qmx::DType::kF32, x, rows, cols}, s);
     if (q.scales.size() > scales_capacity)
       throw qmx::Error("qmx_quantize: the scales need " + std::to_string(q.scales.size()) + " bytes (" +
-                       std::to_string(q.scale_rows) + " x " + std::to_string(q.scale_cols) + " words), scales_capacity is " +
-                       std::to_string(scales_capacity));
+                       std::to_string(q.scale_rows) + " x " + std::to_string(q.scale_cols) +
+                       " words), scales_capacity is " + std::to_string(scales_capacity));
     if (!q.scales.empty()) Need(scales, "qmx_quantize", "scales");
     std::memcpy(codes, q.codes.data(), q.codes.size());
     if (!q.scales.empty()) std::memcpy(scales, q.scales.data(), q.scales.size());

@@ -117,11 +117,12 @@ std::string Runner(const std::string& op, const HeaderKeys& keys, const std::vec
       std::vector<uint8_t> codes(bl);
       uint8_t scale = 0;
       float decode = 0;
-      REQUIRE(qmx_nvfp4_blocks(x.data(), 1, bl, f32(in[0]), KeyValue(keys, "rule").c_str(), bl, &o, codes.data(), &scale,
-                               &decode) == QMX_OK);
+      REQUIRE(qmx_nvfp4_blocks(x.data(), 1, bl, f32(in[0]), KeyValue(keys, "rule").c_str(), bl, &o, codes.data(),
+                               &scale, &decode) == QMX_OK);
       uint32_t dbits;
       std::memcpy(&dbits, &decode, 4);
-      outputs.push_back({qmx::golden::Hex(dbits, 8), qmx::golden::Hex(scale, 2), qmx::golden::JoinCodes(codes.data(), bl, 1), "--"});
+      outputs.push_back(
+          {qmx::golden::Hex(dbits, 8), qmx::golden::Hex(scale, 2), qmx::golden::JoinCodes(codes.data(), bl, 1), "--"});
     }
     return "";
   }
@@ -200,13 +201,15 @@ TEST_CASE("c abi: array conversion with flags and stochastic rounding equals the
     REQUIRE(qmx_convert_f32(x.data(), x.size(), fmt, &o, 77, 1000, codes.data(), flags.data()) == QMX_OK);
     qmx::CastOptions c;
     c.rounding = qmx::Rounding::kSrA;
-    qmx::ConvertToCodes(qmx::DType::kF32, x.data(), x.size(), qmx::ParseFormat(fmt), c, want.data(), qmx::SrSource{77, 1000, nullptr});
+    qmx::ConvertToCodes(qmx::DType::kF32, x.data(), x.size(), qmx::ParseFormat(fmt), c, want.data(),
+                        qmx::SrSource{77, 1000, nullptr});
     INFO(fmt);
     CHECK(codes == want);
     for (size_t i = 0; i < x.size(); i += 97) {
       uint32_t bits;
       std::memcpy(&bits, &x[i], 4);
-      const qmx::RoundResult r = qmx::Convert(qmx::fmt::kFP32, bits, qmx::ParseFormat(fmt), c, qmx::RandomBitsForElement(77, 1000 + i));
+      const qmx::RoundResult r =
+          qmx::Convert(qmx::fmt::kFP32, bits, qmx::ParseFormat(fmt), c, qmx::RandomBitsForElement(77, 1000 + i));
       CHECK(flags[i] == r.flags);
       CHECK(codes[i] == r.code);
     }
@@ -249,7 +252,8 @@ TEST_CASE("c abi: quantize and GEMM equal qmx::Quantize and qmx::Gemm", "[c_abi]
   for (auto& s : sb) s = 120 + rng() % 14;
   const qmx_operand oa{"e4m3", ac.data(), m, k, "ue8m0", sa.data(), 1, 32, 1.0f};
   const qmx_operand ob{"e4m3", bc.data(), k, n, "ue8m0", sb.data(), 32, 1, 1.0f};
-  qmx::GemmOperand ga = qmx::OperandFromCodes(qmx::fmt::kE4M3, m, k, ac.data()), gb = qmx::OperandFromCodes(qmx::fmt::kE4M3, k, n, bc.data());
+  qmx::GemmOperand ga = qmx::OperandFromCodes(qmx::fmt::kE4M3, m, k, ac.data()),
+                   gb = qmx::OperandFromCodes(qmx::fmt::kE4M3, k, n, bc.data());
   qmx::SetBlockScales(ga, qmx::ScaleFormat::kUe8m0, 1, 32, sa.data());
   qmx::SetBlockScales(gb, qmx::ScaleFormat::kUe8m0, 32, 1, sb.data());
   for (const char* model : {"exact", "blackwell-mxf8f6f4", "fp32-seq", "block-exact"}) {
@@ -295,7 +299,8 @@ TEST_CASE("c abi: errors are statuses with the library's messages", "[c_abi]") {
   CHECK(qmx_ue8m0_scale(1.0f, "e4m3", "sideways", &s) == QMX_ERR_ARGUMENT);
   std::vector<float> d(4);
   const uint8_t codes[4] = {0, 0, 0, 0};
-  const qmx_operand a{"e4m3", codes, 2, 2, nullptr, nullptr, 0, 0, 1.0f}, b{"e4m3", codes, 3, 2, nullptr, nullptr, 0, 0, 1.0f};
+  const qmx_operand a{"e4m3", codes, 2, 2, nullptr, nullptr, 0, 0, 1.0f},
+      b{"e4m3", codes, 3, 2, nullptr, nullptr, 0, 0, 1.0f};
   CHECK(qmx_gemm("exact", &a, &b, nullptr, d.data()) == QMX_ERR_ARGUMENT);  // K differs
   CHECK(std::string(qmx_last_error()).size() > 0);
   qmx_format_info info;

@@ -148,7 +148,8 @@ uint8_t CastProfile::operator()(float x) const {
         if (dst_ == fmt::kE5M2) return sign | (kind_ == kPytorch ? 0x7F : 0x7E);
         // ml_dtypes' IEEE-like float8_e4m3 and float8_e3m4: the quiet NaN, all-ones exponent and the top
         // mantissa bit (0x7C, 0x78), with the sign.
-        if (dst_.encoding == Encoding::kIeee) return sign | static_cast<uint8_t>(dst_.PositiveInfCode() | (1u << (dst_.man_bits - 1)));
+        if (dst_.encoding == Encoding::kIeee)
+          return sign | static_cast<uint8_t>(dst_.PositiveInfCode() | (1u << (dst_.man_bits - 1)));
         return sign | 0x7F;
       }
       // FP6/FP4 saturate in every library (their infinity() is the max); FP8 only under ONNX saturate=1,

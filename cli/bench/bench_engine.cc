@@ -29,7 +29,6 @@ namespace qmx::cli::bench {
 #if defined(QMX_HAVE_CUDA)
 namespace {
 
-// Random element codes (finite, both signs) and block scales of a recipe's operands.
 // An operand as training quantizes it: N(0, 1) values under a recipe (qmx::Quantize, A along its rows, B
 // along its columns), so the exponent spreads within steps are those a model's GEMMs meet.
 GemmOperand EngineBenchOperand(const std::string& spec, size_t rows, size_t cols, bool is_b, uint32_t seed) {

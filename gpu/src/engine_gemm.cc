@@ -221,8 +221,8 @@ std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const 
   EngineGemmStats st;
   const detail::EventPair ev;  // the kernels' own time, operands already on the device
   const cudaEvent_t t0 = ev.start, t1 = ev.stop;
-  const size_t step = static_cast<size_t>(std::max(1, f.step));
-  st.steps = plan.m * plan.n * ((plan.k + step - 1) / step);
+  const size_t step = static_cast<size_t>(std::max(1, f.step)), k_steps = (plan.k + step - 1) / step;
+  st.steps = plan.m * plan.n * k_steps;
   // A kernel that counts its fallback steps on the device: launched between the events, the count read back.
   auto counted = [&](const char* what, auto launch) {
     DeviceBuffer<unsigned long long> fallbacks(1);
@@ -250,7 +250,7 @@ std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const 
     st.kernel = "fp4";
   } else if (dmma) {
     detail::EngineDmmaBuffers db;
-    db.steps = (plan.k + step - 1) / step;
+    db.steps = k_steps;
     DeviceBuffer<detail::StepInfo> ia(plan.m * db.steps), ib(plan.n * db.steps);
     DeviceBuffer<detail::CodeParts> dpa(pa.data(), 256), dpb(pb.data(), 256);
     db.a_info = ia.get();

@@ -32,14 +32,20 @@ qmx_status Fail(qmx_status s, const std::string& message) {
 // Runs f, turning every exception into a status and this thread's message.
 template <typename F>
 qmx_status Guard(F&& f) {
+  // clang-format off
   try {
     f();
     return QMX_OK;
-  } catch (const qmx::Error& e) { return Fail(QMX_ERR_ARGUMENT, e.what()); } catch (const std::bad_alloc&) {
+  } catch (const qmx::Error& e) {
+    return Fail(QMX_ERR_ARGUMENT, e.what());
+  } catch (const std::bad_alloc&) {
     return Fail(QMX_ERR_INTERNAL, "out of memory");
-  } catch (const std::exception& e) { return Fail(QMX_ERR_INTERNAL, e.what()); } catch (...) {
+  } catch (const std::exception& e) {
+    return Fail(QMX_ERR_INTERNAL, e.what());
+  } catch (...) {
     return Fail(QMX_ERR_INTERNAL, "unknown error");
   }
+  // clang-format on
 }
 
 // A NULL required pointer: the message names the function and the argument.
@@ -71,13 +77,6 @@ qmx::CastOptions ToCpp(const qmx_cast_options* o) {
   return c;
 }
 
-qmx::ScaleFormat ParseScaleFormatName(const std::string& s) {
-  if (s == "ue8m0") return qmx::ScaleFormat::kUe8m0;
-  if (s == "e4m3") return qmx::ScaleFormat::kE4m3;
-  if (s == "fp32") return qmx::ScaleFormat::kFp32;
-  throw qmx::Error("scale format '" + s + "' (ue8m0, e4m3 or fp32)");
-}
-
 qmx::GemmOperand OperandOf(const qmx_operand* o, const char* what) {
   Need(o, "qmx_gemm", what);
   Need(o->format, "qmx_gemm", (std::string(what) + "->format").c_str());
@@ -85,7 +84,7 @@ qmx::GemmOperand OperandOf(const qmx_operand* o, const char* what) {
   qmx::GemmOperand g = qmx::OperandFromCodes(qmx::ParseFormat(o->format), o->rows, o->cols, o->codes);
   if (Given(o->scale_format)) {
     Need(o->scales, "qmx_gemm", (std::string(what) + "->scales").c_str());
-    qmx::SetBlockScales(g, ParseScaleFormatName(o->scale_format), o->block_rows, o->block_cols, o->scales);
+    qmx::SetBlockScales(g, qmx::ParseScaleFormat(o->scale_format), o->block_rows, o->block_cols, o->scales);
   }
   g.tensor_scale = o->tensor_scale;
   return g;
@@ -159,9 +158,7 @@ qmx_status qmx_convert(const char* src_format, uint64_t x_bits, const char* dst_
     Need(dst_format, "qmx_convert", "dst_format");
     Need(code, "qmx_convert", "code");
     const qmx::Format src = qmx::ParseFormat(src_format), dst = qmx::ParseFormat(dst_format);
-    const qmx::CastOptions c = ToCpp(opt);
-    qmx::ValidateCastOptions(dst, c);
-    const qmx::RoundResult r = qmx::Convert(src, x_bits, dst, c, random_bits);
+    const qmx::RoundResult r = qmx::Convert(src, x_bits, dst, ToCpp(opt), random_bits);  // checks the options
     *code = r.code;
     if (flags) *flags = r.flags;
   });
@@ -251,9 +248,7 @@ qmx_status qmx_nvfp4_blocks(const float* x, size_t rows, size_t cols, float tens
     if (block == 0 || block > 4096) throw qmx::Error("qmx_nvfp4_blocks: block must be 1..4096");
     spec.block_cols = block;
     spec.cast = ToCpp(opt);
-    qmx::CheckNvfp4Spec(spec);
-    qmx::ValidateQuantSpec(spec);
-    const qmx::QuantizedTensor q =
+    const qmx::QuantizedTensor q =  // checks the spec (an NVFP4 rule, valid options)
         qmx::QuantizeNvfp4WithAmax(qmx::TensorView{qmx::DType::kF32, x, rows, cols}, spec, tensor_amax);
     std::memcpy(codes, q.codes.data(), q.codes.size());
     std::memcpy(scales, q.scales.data(), q.scales.size());

@@ -25,7 +25,13 @@ using qmx::golden::KeyValue;
 
 const fs::path kLevel1 = fs::path(QMX_SOURCE_DIR) / "golden" / "level1";
 
-std::string Nz(const std::string& s) { return s; }
+// A golden field of FP32 bits as the float.
+float F32(const std::string& hex) {
+  const uint32_t bits = static_cast<uint32_t>(std::stoul(hex, nullptr, 16));
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
 
 // The header keys' cast options as the C ABI takes them.
 qmx_cast_options OptionsOf(const HeaderKeys& keys) {
@@ -75,11 +81,8 @@ std::string Runner(const std::string& op, const HeaderKeys& keys, const std::vec
   if (op == "ue8m0") {
     const std::string elem = KeyValue(keys, "elem"), rule = KeyValue(keys, "rule");
     for (const auto& in : inputs) {
-      const uint32_t bits = static_cast<uint32_t>(std::stoul(in[0], nullptr, 16));
-      float amax;
-      std::memcpy(&amax, &bits, 4);
       uint8_t s = 0;
-      REQUIRE(qmx_ue8m0_scale(amax, elem.c_str(), rule.c_str(), &s) == QMX_OK);
+      REQUIRE(qmx_ue8m0_scale(F32(in[0]), elem.c_str(), rule.c_str(), &s) == QMX_OK);
       outputs.push_back({qmx::golden::Hex(s, 2), "00"});
     }
     return "";
@@ -89,10 +92,7 @@ std::string Runner(const std::string& op, const HeaderKeys& keys, const std::vec
     const qmx_cast_options o = OptionsOf(keys);
     for (const auto& in : inputs) {
       std::vector<float> x(bl);
-      for (size_t j = 0; j < bl; ++j) {
-        const uint32_t bits = static_cast<uint32_t>(std::stoul(in[j], nullptr, 16));
-        std::memcpy(&x[j], &bits, 4);
-      }
+      for (size_t j = 0; j < bl; ++j) x[j] = F32(in[j]);
       std::vector<uint8_t> codes(bl);
       uint8_t scale = 0;
       REQUIRE(qmx_mx_blocks(x.data(), bl, KeyValue(keys, "elem").c_str(), KeyValue(keys, "rule").c_str(),
@@ -106,18 +106,12 @@ std::string Runner(const std::string& op, const HeaderKeys& keys, const std::vec
     const size_t bl = std::stoul(KeyValue(keys, "block"));
     const qmx_cast_options o = OptionsOf(keys);
     for (const auto& in : inputs) {
-      auto f32 = [](const std::string& h) {
-        const uint32_t bits = static_cast<uint32_t>(std::stoul(h, nullptr, 16));
-        float v;
-        std::memcpy(&v, &bits, 4);
-        return v;
-      };
       std::vector<float> x(bl);
-      for (size_t j = 0; j < bl; ++j) x[j] = f32(in[1 + j]);
+      for (size_t j = 0; j < bl; ++j) x[j] = F32(in[1 + j]);
       std::vector<uint8_t> codes(bl);
       uint8_t scale = 0;
       float decode = 0;
-      REQUIRE(qmx_nvfp4_blocks(x.data(), 1, bl, f32(in[0]), KeyValue(keys, "rule").c_str(), bl, &o, codes.data(),
+      REQUIRE(qmx_nvfp4_blocks(x.data(), 1, bl, F32(in[0]), KeyValue(keys, "rule").c_str(), bl, &o, codes.data(),
                                &scale, &decode) == QMX_OK);
       uint32_t dbits;
       std::memcpy(&dbits, &decode, 4);

@@ -46,6 +46,12 @@ std::vector<uint32_t> DecidingMantissas() {
 
 }  // namespace
 
+TEST_CASE("scale: scale format names read back, and an unknown one is refused naming them", "[scale]") {
+  for (ScaleFormat f : {ScaleFormat::kUe8m0, ScaleFormat::kE4m3, ScaleFormat::kFp32})
+    CHECK(ParseScaleFormat(ScaleFormatName(f)) == f);
+  CHECK_THROWS_WITH(ParseScaleFormat("ue4m3"), Catch::Contains("unknown scale format 'ue4m3' (ue8m0, e4m3, fp32)"));
+}
+
 TEST_CASE("scale: UE8M0 rules: bit-level fast path equals the double reference on every exponent", "[scale]") {
   const std::vector<uint32_t> mants = DecidingMantissas();
   const char* const name = GENERATE(from_range(std::begin(qmx::test::kMxElems), std::end(qmx::test::kMxElems)));

@@ -57,6 +57,7 @@ ScaleRule ParseScaleRule(const std::string& s);  // also "floor", "round-down", 
 std::vector<ScaleRule> AllScaleRules();
 ScaleFormat ScaleFormatOf(ScaleRule r);
 const char* ScaleFormatName(ScaleFormat f);  // "ue8m0", "e4m3", "fp32"
+ScaleFormat ParseScaleFormat(const std::string& s);  // ScaleFormatName's names; qmx::Error listing them
 size_t ScaleBytes(ScaleFormat f);            // 1, 1, 4
 bool IsPow2Rule(ScaleRule r);                // the UE8M0 rules
 const char* NanPolicyName(NanPolicy p);      // "block-nan", "scale-nan", "te", "ignore-nan", "ignore"

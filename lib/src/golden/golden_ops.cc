@@ -364,10 +364,11 @@ class DotOp : public Op {
     const std::string s = h.Get("scale");
     has_scales_ = s != "none";
     if (has_scales_) {
-      if (s == "ue8m0") sf_ = ScaleFormat::kUe8m0;
-      else if (s == "e4m3") sf_ = ScaleFormat::kE4m3;
-      else if (s == "fp32") sf_ = ScaleFormat::kFp32;
-      else throw Error("scale must be none, ue8m0, e4m3 or fp32, not '" + s + "'");
+      try {
+        sf_ = ParseScaleFormat(s);
+      } catch (const Error&) {
+        throw Error("scale must be none, ue8m0, e4m3 or fp32, not '" + s + "'");
+      }
       block_ = std::stoul(h.Get("block"));
       if (block_ < 1 || k_ % block_ != 0) throw Error("block must divide k");
     }

@@ -81,6 +81,12 @@ const char* ScaleFormatName(ScaleFormat f) {
   return "?";
 }
 
+ScaleFormat ParseScaleFormat(const std::string& s) {
+  for (ScaleFormat f : {ScaleFormat::kUe8m0, ScaleFormat::kE4m3, ScaleFormat::kFp32})
+    if (s == ScaleFormatName(f)) return f;
+  throw Error("unknown scale format '" + s + "' (ue8m0, e4m3, fp32)");
+}
+
 size_t ScaleBytes(ScaleFormat f) { return f == ScaleFormat::kFp32 ? 4 : 1; }
 
 const char* NanPolicyName(NanPolicy p) {

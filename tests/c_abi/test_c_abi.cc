@@ -16,6 +16,8 @@
 #include "qmx/golden.h"
 #include "qmx/qmx_c.h"
 #include "qmx/quantize.h"
+#include "qmx/rng.h"
+#include "qmx/round.h"
 
 namespace c_abi_test {
 

@@ -61,6 +61,22 @@ void Require(const char* what, bool need_sm100a) {
                 std::to_string(d.major * 10 + d.minor) + ")");
 }
 
+DeviceMemory::DeviceMemory(size_t bytes) : bytes_(bytes) {
+  Require("device memory");
+  if (bytes > 0) detail::Check(cudaMalloc(&p_, bytes), "cudaMalloc");
+}
+DeviceMemory::~DeviceMemory() {
+  if (p_) cudaFree(p_);
+}
+void DeviceMemory::Upload(const void* host, size_t bytes) {
+  if (bytes > bytes_) throw Error("DeviceMemory: an upload of " + std::to_string(bytes) + " bytes into " + std::to_string(bytes_));
+  if (bytes > 0) detail::Check(cudaMemcpy(p_, host, bytes, cudaMemcpyHostToDevice), "copy to device");
+}
+void DeviceMemory::Download(void* host, size_t bytes) const {
+  if (bytes > bytes_) throw Error("DeviceMemory: a download of " + std::to_string(bytes) + " bytes from " + std::to_string(bytes_));
+  if (bytes > 0) detail::Check(cudaMemcpy(host, p_, bytes, cudaMemcpyDeviceToHost), "copy to host");
+}
+
 namespace {
 
 // One warp per 16 x 8 tile of D (mma_tile.cuh holds the fragment layouts).

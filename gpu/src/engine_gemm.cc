@@ -42,7 +42,10 @@ ValueBounds ElementBounds(const Format& f) {
   return v;
 }
 
+// The widest significand of the operand's block scales: read from them on the host; for an operand whose
+// scales are in device memory (not here), the scale format's widest.
 int ScaleSigBits(const GemmOperand& o) {
+  if (o.scales.empty()) return o.scale_format == ScaleFormat::kUe8m0 ? 1 : o.scale_format == ScaleFormat::kE4m3 ? 4 : 24;
   int bits = 1;
   for (float s : o.scales)
     if (s != 0 && std::isfinite(s)) bits = std::max(bits, qmx::detail::SignificantBits(s));
@@ -116,20 +119,15 @@ std::string EngineGemmSupport(const GemmOperand& a, const GemmOperand& b, const 
   return "";
 }
 
-std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
-                              EngineGemmStats* stats) {
-  {
-    GemmOperand pa, pb;
-    AccumModel pm;
-    if (qmx::detail::SplitHmma(a, b, model, pa, pb, pm)) return EngineGemm(pa, pb, c_in, pm, stats);
-  }
-  const qmx::detail::GemmPlan plan = qmx::detail::PlanGemm(a, b, c_in, model);  // qmx::Gemm's checks and errors
-  const std::string why = EngineGemmSupport(a, b, model);
-  if (!why.empty()) throw Error("engine: " + why);
-  Require("the emulation engine's GEMM");
-  std::vector<float> out(plan.m * plan.n);
-  if (out.empty()) return out;
+namespace {
 
+// The GEMM on operands whose codes and block scales are already in device memory (ca, sa, cb, sb; a and b
+// hold the rest and pass PlanGemm), C and out device buffers: the kernel chosen, run on `stream` and waited
+// for. The plan and support checks are the caller's.
+void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, const GemmOperand& b, const uint8_t* cb,
+                   const float* sb, const float* c, float* out, const qmx::detail::GemmPlan& plan,
+                   const AccumModel& model, void* stream, EngineGemmStats* stats) {
+  const cudaStream_t cs = static_cast<cudaStream_t>(stream);
   detail::EngineGemmArgs g;
   g.m = plan.m;
   g.n = plan.n;
@@ -153,21 +151,18 @@ std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const 
   std::vector<int> na, nb;
   CodeTables(a.elem, f.operand_emin != 0 ? f.operand_emin : qmx::detail::FormatEmin(a.elem), va, na);
   CodeTables(b.elem, f.operand_emin != 0 ? f.operand_emin : qmx::detail::FormatEmin(b.elem), vb, nb);
-  DeviceBuffer<uint8_t> da(a.codes.data(), a.codes.size()), db(b.codes.data(), b.codes.size());
   DeviceBuffer<double> dva(va.data(), 256), dvb(vb.data(), 256);
   DeviceBuffer<int> dna(na.data(), 256), dnb(nb.data(), 256);
-  DeviceBuffer<float> dsa(a.scales.data(), a.block_rows ? a.scales.size() : 0);
-  DeviceBuffer<float> dsb(b.scales.data(), b.block_rows ? b.scales.size() : 0);
-  auto operand = [](const GemmOperand& o, const DeviceBuffer<uint8_t>& codes, const DeviceBuffer<double>& v,
-                    const DeviceBuffer<int>& nom, const DeviceBuffer<float>& s) {
+  auto operand = [](const GemmOperand& o, const uint8_t* codes, const DeviceBuffer<double>& v,
+                    const DeviceBuffer<int>& nom, const float* s) {
     detail::EngineOperand e;
-    e.codes = codes.get();
+    e.codes = codes;
     e.rows = o.rows;
     e.cols = o.cols;
     e.values = v.get();
     e.nominal = nom.get();
     if (o.block_rows != 0) {
-      e.scales = s.get();
+      e.scales = s;
       e.block_rows = o.block_rows;
       e.block_cols = o.block_cols;
       e.scale_cols = o.scale_cols;
@@ -175,13 +170,10 @@ std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const 
     e.scale_emin = qmx::detail::ScaleEmin(o.scale_format);
     return e;
   };
-  g.a = operand(a, da, dva, dna, dsa);
-  g.b = operand(b, db, dvb, dnb, dsb);
-
-  const size_t mn = plan.m * plan.n;
-  DeviceBuffer<float> dc(c_in, c_in ? mn : 0), dout(mn);
-  g.c = c_in ? dc.get() : nullptr;
-  g.out = dout.get();
+  g.a = operand(a, ca, dva, dna, sa);
+  g.b = operand(b, cb, dvb, dnb, sb);
+  g.c = c;
+  g.out = out;
 
   auto upload = [](const float* p, size_t n) { return DeviceBuffer<float>(p, p ? n : 0); };
   DeviceBuffer<float> drows = upload(plan.alpha_rows, plan.m), dcols = upload(plan.alpha_cols, plan.n);
@@ -226,10 +218,10 @@ std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const 
   // A kernel that counts its fallback steps on the device: launched between the events, the count read back.
   auto counted = [&](const char* what, auto launch) {
     DeviceBuffer<unsigned long long> fallbacks(1);
-    detail::Check(cudaMemset(fallbacks.get(), 0, sizeof(unsigned long long)), "cudaMemset");
-    detail::Check(cudaEventRecord(t0), "cudaEventRecord");
+    detail::Check(cudaMemsetAsync(fallbacks.get(), 0, sizeof(unsigned long long), cs), "cudaMemsetAsync");
+    detail::Check(cudaEventRecord(t0, cs), "cudaEventRecord");
     launch(fallbacks.get());
-    detail::Check(cudaEventRecord(t1), "cudaEventRecord");
+    detail::Check(cudaEventRecord(t1, cs), "cudaEventRecord");
     detail::CheckLaunch(what);
     unsigned long long n = 0;
     fallbacks.Download(&n, 1);
@@ -245,7 +237,7 @@ std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const 
     fb.b_abs = ba.get();
     counted("engine FP4 GEMM", [&](unsigned long long* n) {
       fb.fallback_steps = n;
-      detail::LaunchEngineFp4Gemm(g, fb, nullptr);
+      detail::LaunchEngineFp4Gemm(g, fb, stream);
     });
     st.kernel = "fp4";
   } else if (dmma) {
@@ -259,20 +251,61 @@ std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const 
     db.b_parts = dpb.get();
     counted("engine FP64 tensor-core GEMM", [&](unsigned long long* n) {
       db.fallback_steps = n;
-      detail::LaunchEngineDmmaGemm(g, db, nullptr);
+      detail::LaunchEngineDmmaGemm(g, db, stream);
     });
     st.kernel = "dmma";
   } else {
-    detail::Check(cudaEventRecord(t0), "cudaEventRecord");
-    detail::LaunchEngineGemm(g, nullptr);
-    detail::Check(cudaEventRecord(t1), "cudaEventRecord");
+    detail::Check(cudaEventRecord(t0, cs), "cudaEventRecord");
+    detail::LaunchEngineGemm(g, stream);
+    detail::Check(cudaEventRecord(t1, cs), "cudaEventRecord");
     detail::CheckLaunch("engine GEMM");
     st.kernel = "generic";
   }
   st.kernel_seconds = ev.Seconds();
   if (stats) *stats = st;
+}
+
+}  // namespace
+
+std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+                              EngineGemmStats* stats) {
+  {
+    GemmOperand pa, pb;
+    AccumModel pm;
+    if (qmx::detail::SplitHmma(a, b, model, pa, pb, pm)) return EngineGemm(pa, pb, c_in, pm, stats);
+  }
+  const qmx::detail::GemmPlan plan = qmx::detail::PlanGemm(a, b, c_in, model);  // qmx::Gemm's checks and errors
+  const std::string why = EngineGemmSupport(a, b, model);
+  if (!why.empty()) throw Error("engine: " + why);
+  Require("the emulation engine's GEMM");
+  std::vector<float> out(plan.m * plan.n);
+  if (out.empty()) return out;
+  DeviceBuffer<uint8_t> da(a.codes.data(), a.codes.size()), db(b.codes.data(), b.codes.size());
+  DeviceBuffer<float> dsa(a.scales.data(), a.block_rows ? a.scales.size() : 0);
+  DeviceBuffer<float> dsb(b.scales.data(), b.block_rows ? b.scales.size() : 0);
+  const size_t mn = plan.m * plan.n;
+  DeviceBuffer<float> dc(c_in, c_in ? mn : 0), dout(mn);
+  RunEngineGemm(a, da.get(), dsa.get(), b, db.get(), dsb.get(), c_in ? dc.get() : nullptr, dout.get(), plan, model,
+                nullptr, stats);
   dout.Download(out.data(), mn);
   return out;
+}
+
+void EngineGemmOnDevice(const DeviceGemmOperand& a, const DeviceGemmOperand& b, const AccumModel& model, float* out,
+                        void* stream, EngineGemmStats* stats) {
+  if (model.kind == AccumKind::kFused && model.fused.hmma_split)
+    throw Error("engine: '" + model.name + "' (split=hmma) reorders K; on device operands it is not run");
+  for (const DeviceGemmOperand* o : {&a, &b})
+    if (!o->meta.codes.empty() || !o->meta.scales.empty())
+      throw Error("engine: a device operand's meta holds no codes or scales (they are its device pointers)");
+  const qmx::detail::GemmPlan plan = qmx::detail::PlanGemm(a.meta, b.meta, nullptr, model, false);
+  const std::string why = EngineGemmSupport(a.meta, b.meta, model);
+  if (!why.empty()) throw Error("engine: " + why);
+  Require("the emulation engine's GEMM");
+  if (plan.m * plan.n == 0) return;
+  if (!a.codes || !b.codes || !out || (plan.a_blocks && !a.scales) || (plan.b_blocks && !b.scales))
+    throw Error("engine: a device operand lacks its codes or block scales, or the output is null");
+  RunEngineGemm(a.meta, a.codes, a.scales, b.meta, b.codes, b.scales, nullptr, out, plan, model, stream, stats);
 }
 
 }  // namespace qmx::gpu

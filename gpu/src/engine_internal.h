@@ -99,4 +99,28 @@ struct EngineDmmaBuffers {
 // Fills the step bounds from args' codes and scales, then runs the kernel (args.model.step 16 or 32).
 void LaunchEngineDmmaGemm(const EngineGemmArgs& args, const EngineDmmaBuffers& f, void* stream);
 
+// The linear layer's helpers (engine_linear.cu), each queued on `stream` (a cudaStream_t) without waiting.
+// dst (cols x rows) = src (rows x cols) transposed.
+void LaunchTransposeF32(const float* src, size_t rows, size_t cols, float* dst, void* stream);
+void LaunchTransposeU8(const uint8_t* src, size_t rows, size_t cols, uint8_t* dst, void* stream);
+// count block scales of `bytes` bytes each (1: table[byte], 256 floats in device memory; 4: FP32 little-endian).
+void LaunchDecodeScales(const uint8_t* raw, size_t count, int bytes, const float* table, float* out, void* stream);
+// In place on `blocks` runs of n floats (qmx::HadamardForward, or HadamardInverse when inverse): sign[n] and
+// norm = 1 / sqrt(n) as the library computes them.
+void LaunchHadamard(float* x, size_t blocks, int n, const double* sign, double norm, bool inverse, void* stream);
+// *amax_bits = the FP32 bits of max |x| over the finite elements; *first_bad = the first NaN or Inf's index,
+// or all ones.
+void LaunchAmaxFinite(const float* x, size_t count, unsigned* amax_bits, unsigned long long* first_bad, void* stream);
+// dst = src rounded to BF16 (RNE), as FP32 values.
+void LaunchBf16Round(const float* src, size_t count, float* dst, void* stream);
+// out (m x n) = a (m x k) bt (n x k)^T, each output a sequential fmaf chain over k from +0 (fp32-seq).
+void LaunchGemmF32Seq(const float* a, const float* bt, size_t m, size_t n, size_t k, float* out, void* stream);
+// out[j] = sum over i of x[i][j] (x m x n), FP32, i ascending from +0: qmx::BiasGradient.
+void LaunchColumnSums(const float* x, size_t m, size_t n, float* out, void* stream);
+// out (rows x cols) = fl32(code_table[code] * S) per element, S of the element's block (scale grid of
+// scale_cols columns, blocks block_rows x block_cols): scale_table[byte] for 1-byte scales, the FP32 scale for 4.
+void LaunchDequantize(const uint8_t* codes, size_t rows, size_t cols, const uint8_t* scales, size_t block_rows,
+                      size_t block_cols, size_t scale_cols, int bytes, const float* code_table, const double* scale_table,
+                      float* out, void* stream);
+
 }  // namespace qmx::gpu::detail

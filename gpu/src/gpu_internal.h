@@ -23,6 +23,7 @@ inline void CheckLaunch(const char* what) {
 template <typename T>
 class DeviceBuffer {
  public:
+  DeviceBuffer() : n_(0) {}
   explicit DeviceBuffer(size_t n) : n_(n) {
     if (n > 0) Check(cudaMalloc(&p_, n * sizeof(T)), "cudaMalloc");
   }
@@ -32,6 +33,15 @@ class DeviceBuffer {
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      if (p_) cudaFree(p_);
+      p_ = o.p_, n_ = o.n_;
+      o.p_ = nullptr, o.n_ = 0;
+    }
+    return *this;
+  }
   T* get() const { return p_; }
   void Upload(const T* host, size_t n) {
     if (n > 0) Check(cudaMemcpy(p_, host, n * sizeof(T), cudaMemcpyHostToDevice), "copy to device");

@@ -95,6 +95,10 @@ def test_cuda_tensor_quantizes_as_the_cpu(spec, kw):
         back = got.cpu()
         np.testing.assert_array_equal(back.codes, want.codes)
         np.testing.assert_array_equal(back.dequantize().view(np.uint32), want.dequantize().view(np.uint32))
+        if not got.spec.get("row_scaled"):  # the engine's dequantization, on the device
+            d = got.dequantize()
+            assert d.is_cuda and d.dtype == torch.float32 and tuple(d.shape) == tuple(x.shape)
+            np.testing.assert_array_equal(d.cpu().numpy().view(np.uint32), want.dequantize().view(np.uint32))
 
 
 @needs_gpu
@@ -108,6 +112,99 @@ def test_cuda_quantize_refuses_what_the_engine_does_not_run():
         qmx.quantize(x, "nvfp4", rule="nvfp4-4over6")
     with pytest.raises(TypeError, match="contiguous"):
         qmx.quantize(x.t(), "mxfp8")
-    with pytest.raises(NotImplementedError, match="cpu"):
-        qmx.quantize(x, "mxfp8").dequantize()
+    with pytest.raises(ValueError, match="row-scaled"):
+        qmx.quantize(x, "nvfp4", row_scaled=True).dequantize()
     assert "cuda" in repr(qmx.quantize(x, "mxfp8"))
+
+
+def _layer_pair(recipe, seed=5, bias=True, **options):
+    """The same Linear on the CPU and on the GPU (equal weights and bias, fresh states)."""
+    import qmx.torch as qt
+    torch.manual_seed(seed)
+    cpu = qt.Linear(256, 160, bias=bias, recipe=recipe, seed=3, **options)
+    gpu = qt.Linear(256, 160, bias=bias, recipe=recipe, seed=3, **options).cuda()
+    with torch.no_grad():
+        gpu.weight.copy_(cpu.weight)
+        if bias:
+            gpu.bias.copy_(cpu.bias)
+    return cpu, gpu
+
+
+def _bits_equal(a, b):
+    a32, b32 = a.detach().float().cpu().contiguous(), b.detach().float().cpu().contiguous()
+    np.testing.assert_array_equal(a32.numpy().view(np.uint32), b32.numpy().view(np.uint32))
+
+
+@needs_gpu
+@pytest.mark.parametrize("recipe", ["bf16", "fp8-current", "fp8-blockwise", "mxfp8", "mxfp8-ocp", "mxfp8-e5m2-grads",
+                                    "nvfp4"])
+def test_cuda_linear_equals_the_cpu_layer_forward_and_backward(recipe):
+    cpu, gpu = _layer_pair(recipe)
+    g = torch.Generator().manual_seed(9)
+    for step in range(2):  # the state (SR streams, RHT signs) advances alike
+        x = (torch.randn(2, 48, 256, generator=g) * 3).requires_grad_()
+        xg = x.detach().cuda().requires_grad_()
+        dy = torch.randn(2, 48, 160, generator=g) * 1e-2
+        y, yg = cpu(x), gpu(xg)
+        assert yg.is_cuda and yg.shape == y.shape
+        _bits_equal(y, yg)
+        y.backward(dy)
+        yg.backward(dy.cuda())
+        _bits_equal(x.grad, xg.grad)
+        _bits_equal(cpu.weight.grad, gpu.weight.grad)
+        _bits_equal(cpu.bias.grad, gpu.bias.grad)
+        cpu.zero_grad()
+        gpu.zero_grad()
+        assert cpu.step == gpu.step == step + 1
+
+
+@needs_gpu
+def test_cuda_linear_bf16_inputs_and_refusals():
+    import qmx.torch as qt
+    cpu, gpu = _layer_pair("mxfp8", bias=False)
+    x = torch.randn(64, 256).to(torch.bfloat16)
+    _bits_equal(cpu(x), gpu(x.cuda()))
+    assert gpu(x.cuda()).dtype == torch.bfloat16
+    q = qt.Linear(256, 64, recipe="quartet").cuda()
+    with pytest.raises(NotImplementedError, match="QuEST"):
+        q(torch.randn(32, 256, device="cuda"))
+    d = qt.Linear(256, 64, recipe="fp8-delayed").cuda()
+    with pytest.raises(NotImplementedError, match="delayed scaling"):
+        d(torch.randn(32, 256, device="cuda"))
+    with pytest.raises(ValueError, match="weight"):
+        qt.linear(torch.randn(32, 256, device="cuda"), torch.randn(64, 256), recipe="mxfp8")
+    bad = torch.randn(32, 256, device="cuda")
+    bad[3, 4] = float("inf")
+    with pytest.raises(ValueError, match="X holds Inf at element 772"):
+        gpu(bad)
+
+
+@needs_gpu
+@pytest.mark.parametrize("spec,model", [("mxfp8", "blackwell-mxf8f6f4"), ("nvfp4", "blackwell-mxf4nvf4"),
+                                        ("mxfp4", "blackwell-mxf4nvf4"), ("fp8-tensor-current", "hopper-fp8"),
+                                        ("fp8-block1x128", "hopper-fp8-vec"), ("mxfp8", "fp32-seq")])
+def test_cuda_gemm_of_quantized_cuda_tensors_equals_the_cpu(spec, model):
+    g = torch.Generator().manual_seed(4)
+    a = torch.randn(70, 512, generator=g) * torch.exp2(torch.randint(-8, 8, (70, 1), generator=g).float())
+    b = torch.randn(512, 90, generator=g)
+    qa, qb = qmx.quantize(a.cuda(), spec), qmx.quantize(b.cuda(), spec, axis="col")
+    d, stats = qmx.gemm_stats(qa, qb, model)
+    assert d.is_cuda and d.dtype == torch.float32 and tuple(d.shape) == (70, 90)
+    assert stats["kernel"] in ("fp4", "dmma", "generic") and stats["steps"] > 0
+    want = qmx.gemm(qmx.quantize(a.numpy(), spec), qmx.quantize(b.numpy(), spec, axis="col"), model)
+    np.testing.assert_array_equal(d.cpu().numpy().view(np.uint32), want.view(np.uint32))
+    np.testing.assert_array_equal(qmx.gemm(qa, qb, model).cpu().numpy().view(np.uint32), want.view(np.uint32))
+
+
+@needs_gpu
+def test_cuda_gemm_refusals():
+    x = torch.randn(32, 64, device="cuda")
+    qa, qb = qmx.quantize(x, "mxfp8"), qmx.quantize(x.t().contiguous(), "mxfp8", axis="col")
+    with pytest.raises(TypeError, match="both"):
+        qmx.gemm(qa, qmx.quantize(x.t().contiguous().cpu().numpy(), "mxfp8", axis="col"), "blackwell-mxf8f6f4")
+    with pytest.raises(ValueError, match="runs on the CPU"):
+        qmx.gemm(qa, qb, "exact")
+    with pytest.raises(ValueError, match="reference"):
+        qmx.gemm(qa, qb, "fp32-seq", reference=True)
+    with pytest.raises(ValueError, match=r"\(K\) differ"):
+        qmx.gemm(qa, qa, "blackwell-mxf8f6f4")

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "qmx/gemm.h"
 #include "qmx/mx.h"
 #include "qmx/quantize.h"
+#include "qmx/recipe.h"
 #include "qmx/scale.h"
 
 namespace qmx::gpu {
@@ -35,6 +37,24 @@ const DeviceInfo& Device();
 // Throws qmx::Error naming `what` when there is no device, or when need_sm100a and the device cannot run
 // the sm_100a kernels.
 void Require(const char* what, bool need_sm100a = false);
+
+// Device memory for callers that include no CUDA header (tests, tools): `bytes` bytes allocated on device 0
+// and freed on destruction; copies wait for the device. Throws qmx::Error naming the failure.
+class DeviceMemory {
+ public:
+  explicit DeviceMemory(size_t bytes);
+  ~DeviceMemory();
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  void* get() const { return p_; }
+  size_t bytes() const { return bytes_; }
+  void Upload(const void* host, size_t bytes);
+  void Download(void* host, size_t bytes) const;
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
 
 // How a conversion is computed on the device.
 enum class ConvertPath : uint8_t {
@@ -132,6 +152,20 @@ struct EngineGemmStats {
 std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
                               EngineGemmStats* stats = nullptr);
 
+// A GEMM operand in device memory: meta is the GemmOperand without its codes and block scales (left empty:
+// shape, element and scale formats, block geometry, tensor scale, per-line factors, TE amax); codes holds its
+// rows x cols codes and scales (null without block scales) its scale_rows x scale_cols decoded block scales.
+struct DeviceGemmOperand {
+  GemmOperand meta;
+  const uint8_t* codes = nullptr;
+  const float* scales = nullptr;
+};
+// EngineGemm on device operands (no C): the same checks and errors (block scales bounded by their format's
+// widest significand, not read), out (M x N FP32, device memory) written on `stream` (a cudaStream_t; null:
+// the default stream), waited for. split=hmma models are refused.
+void EngineGemmOnDevice(const DeviceGemmOperand& a, const DeviceGemmOperand& b, const AccumModel& model, float* out,
+                        void* stream, EngineGemmStats* stats = nullptr);
+
 // The library's conversion on the device (qmx::Convert element by element, which ConvertToCodes equals):
 // the reference routine's own source (lib/src/round/round_core.h) runs per element, so every format of 8
 // bits or fewer and every CastOptions (each rounding, stochastic rounding from sr's bits or the library's
@@ -166,6 +200,34 @@ QuantizedTensor EngineQuantize(const TensorView& x, const QuantSpec& spec, doubl
 // they are in the caller's buffers.
 QuantizedTensor EngineQuantizeOnDevice(const TensorView& x, const QuantSpec& spec, uint8_t* codes, uint8_t* scales,
                                        void* stream);
+// The GEMM operand of a tensor EngineQuantizeOnDevice made: q its description (codes and scales empty),
+// codes and raw_scales its device buffers. meta is OperandFromQuantized's without codes and scales (a
+// per-tensor FP32 scale is read from raw_scales); the block scales are decoded on `stream` into `scales`,
+// device memory allocated here that must outlive the operand.
+DeviceGemmOperand DeviceOperandFromQuantized(QuantizedTensor q, const uint8_t* codes, const uint8_t* raw_scales,
+                                             std::unique_ptr<DeviceMemory>& scales, void* stream);
+// qmx::Dequantize on the device, for a tensor EngineQuantizeOnDevice made (q its description; codes and
+// raw_scales its device buffers): out (rows x cols FP32, device memory) equal bit for bit, on `stream`, waited
+// for. Row-scaled NVFP4 is refused.
+void EngineDequantizeOnDevice(const QuantizedTensor& q, const uint8_t* codes, const uint8_t* raw_scales, float* out,
+                              void* stream);
+// A training recipe's linear layer on the device (qmx::LinearForward and LinearBackward, qmx/recipe.h): X (m x
+// k), W (n x k), dY (m x n), Y, dX and dW FP32 row-major in device memory, on `stream`, waited for. Every
+// operand is made on the device as the CPU makes it (transposed copies, Hadamard transforms with the same
+// seeds, EngineQuantizeOnDevice with the same stochastic-rounding streams) and multiplied by
+// EngineGemmOnDevice under the same model, so Y, dX and dW equal the CPU's bit for bit and the state (step,
+// delayed-scaling histories) advances as the CPU's does. EngineLinearSupport: "" or why the engine does not
+// run the recipe under these options (quartet's QuEST and its backward quantizer, delayed scaling and the
+// exact models run on the CPU); the calls throw qmx::Error "engine: <that reason>".
+std::string EngineLinearSupport(const TrainingRecipe& recipe, const RecipeOptions& opt);
+void EngineLinearForward(const TrainingRecipe& recipe, const float* x, const float* w, size_t m, size_t n, size_t k,
+                         RecipeState& state, const RecipeOptions& opt, LinearSaved& saved, float* y, void* stream);
+void EngineLinearBackward(const TrainingRecipe& recipe, const float* x, const float* w, const float* dy,
+                          RecipeState& state, const RecipeOptions& opt, LinearSaved& saved, float* dx, float* dw,
+                          void* stream);
+// qmx::BiasGradient on device memory (dY m x n, db n), on `stream`, waited for.
+void EngineBiasGradient(const float* dy, size_t m, size_t n, float* db, void* stream);
+
 // The bench's measurement: x uploaded once, then `reps` conversions of it on the device (sr = {seed, 0}) and
 // as many device-to-device copies of its n * 4 bytes, each timed by CUDA events after one warm-up: the
 // medians. codes receives the conversion.

@@ -206,6 +206,10 @@ std::vector<float> LinearForward(const TrainingRecipe& recipe, const float* x, c
 void LinearBackward(const TrainingRecipe& recipe, const float* x, const float* w, const float* dy, RecipeState& state,
                     const RecipeOptions& opt, LinearSaved& saved, float* dx, float* dw);
 
+// The bias gradient of a linear layer as qmx.torch.Linear forms it: db[j] = the sum over the rows of dY (m x
+// n) of dY[i][j], in FP32, rows in ascending order from +0 (one order, so the GPU engine's equals it).
+void BiasGradient(const float* dy, size_t m, size_t n, float* db);
+
 // ---------------------------------------------------------------- synthetic layers
 // A tensor's distribution: DistSpec draws (unit RMS) times `scale`; `channel_rate` of the columns times
 // `channel_gain` (LLM activations' outlier features); each row times exp(row_sigma * g_r - row_sigma^2 / 2),

@@ -338,8 +338,21 @@ class CudaQuantizedTensor:
                              self.tensor_amax, self.line_amax or None)
 
     def dequantize(self):
-        raise NotImplementedError("dequantization is not on the emulation engine yet: q.cpu().dequantize() "
-                                  "copies the codes and scales to the host first")
+        """The values (float32, the source's shape) on the same device, bit for bit as QuantizedTensor.dequantize
+        (row-scaled NVFP4: q.cpu().dequantize())."""
+        import torch
+        out = torch.empty(self.shape, dtype=torch.float32, device=self.device)
+        with torch.cuda.device(self.device):
+            _qmx.dequantize_cuda(self._desc(), out.data_ptr(), torch.cuda.current_stream(self.device).cuda_stream)
+        return out
+
+    def _desc(self):
+        """What the engine's entry points read of it: spec, shape, amaxes and the device addresses."""
+        cols = self.shape[-1] if self.shape else 1
+        rows = self.codes.numel() // cols if cols else 0
+        return {"spec": self.spec, "rows": rows, "cols": cols, "tensor_amax": self.tensor_amax,
+                "tensor_decode": self.tensor_decode, "line_amax": list(self.line_amax or []),
+                "codes": self.codes.data_ptr(), "scales": self.scales.data_ptr()}
 
     def __repr__(self):
         return "CudaQuantizedTensor(%s, %s, %s)" % ("x".join(map(str, self.shape)), describe_spec(self.spec),
@@ -409,9 +422,13 @@ def gemm(a, b, model="exact", c=None, *, a_format=None, b_format=None, reference
     "fused:step=..,F=..,..."). A (M x K) and B (K x N) are QuantizedTensors, A quantized along K
     row-wise and B column-wise (quantize(b, spec, axis="col")), or uint8 codes with a_format/b_format.
     c (float32 M x N) is the accumulator's starting value. reference=True runs the scalar reference.
+    CudaQuantizedTensors (qmx.quantize of CUDA tensors) are multiplied on their GPU by the emulation engine,
+    bit for bit as on the CPU, into a float32 CUDA tensor (no c; the engine's models: fused and fp32-seq).
     alpha: how NVFP4's factor after accumulation is formed: "decode" (the product of the decode scales),
     "te" (Transformer Engine's cuBLASLt alpha, fl(fl(amax_a amax_b) fl(1/(36 bound_a bound_b)))) or
     "te-ref" (TE's reference GEMM, fl(fl(amax_a amax_b) / (36 bound_a bound_b)), per line when row-scaled)."""
+    if isinstance(a, CudaQuantizedTensor) or isinstance(b, CudaQuantizedTensor):
+        return _gemm_cuda(a, b, model, c, a_format, b_format, reference, alpha)
     if c is not None:
         c = as_array(c)
     if not isinstance(a, QuantizedTensor):
@@ -419,6 +436,36 @@ def gemm(a, b, model="exact", c=None, *, a_format=None, b_format=None, reference
     if not isinstance(b, QuantizedTensor):
         b = as_array(b)
     return _qmx.gemm(a, b, model, c, a_format, b_format, reference, alpha)
+
+
+def _gemm_cuda(a, b, model, c, a_format, b_format, reference, alpha, stats=None):
+    """gemm of two CudaQuantizedTensors on their GPU (the emulation engine): a float32 CUDA tensor."""
+    import torch
+    if not (isinstance(a, CudaQuantizedTensor) and isinstance(b, CudaQuantizedTensor)):
+        raise TypeError("gemm: a and b must both be quantized CUDA tensors (qmx.quantize of a CUDA tensor), or both "
+                        "on the CPU; call .cpu() on the CUDA one to multiply on the host")
+    if a.device != b.device:
+        raise ValueError("gemm: a is on %s and b on %s" % (a.device, b.device))
+    if c is not None or a_format is not None or b_format is not None or reference:
+        raise ValueError("gemm: c, a_format, b_format and reference are for host operands; on CUDA tensors the "
+                         "engine multiplies two QuantizedTensors from zero")
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        raise ValueError("gemm: a and b must be 2-D for a GEMM")
+    out = torch.empty((a.shape[0], b.shape[1]), dtype=torch.float32, device=a.device)
+    with torch.cuda.device(a.device):
+        info = _qmx.gemm_cuda(a._desc(), b._desc(), model, alpha, out.data_ptr(),
+                              torch.cuda.current_stream(a.device).cuda_stream)
+    if stats is not None:
+        stats.update(info)
+    return out
+
+
+def gemm_stats(a, b, model="exact", *, alpha="decode"):
+    """gemm of two CudaQuantizedTensors, with what the engine did: (D, {'kernel': 'fp4' | 'dmma' | 'generic',
+    'steps', 'fallback_steps' (steps that took the exact fallback), 'kernel_seconds'})."""
+    stats = {}
+    d = _gemm_cuda(a, b, model, None, None, None, False, alpha, stats)
+    return d, stats
 
 
 def _scaled_mm_out(out_dtype):

@@ -1,4 +1,5 @@
-"""qmx.torch: qmx inside PyTorch (CPU tensors; Debian 12's torch 1.13 and later).
+"""qmx.torch: qmx inside PyTorch (CPU tensors, and CUDA tensors through the emulation engine; Debian 12's
+torch 1.13 and later).
 
 Linear(in_features, out_features, bias=True, recipe="mxfp8") is an nn.Linear whose three GEMMs run as a
 training recipe defines them, bit for bit as qmx-sim's recipe layer (docs/studies.md "Training recipes"):
@@ -8,6 +9,11 @@ stochastic rounding and random Hadamard signs seeded per step and delayed-scalin
 the module. One step is one forward and one backward; each backward ends its step. The bias is added in
 FP32 outside the GEMM, as the recipes' epilogues do. swap_linear(model, recipe) replaces every
 nn.Linear of a model with one.
+
+On CUDA tensors the layer's three GEMMs run on the device (qmx::gpu::EngineLinearForward/Backward: the
+operands quantized and multiplied by the emulation engine), bit for bit as on the CPU, never copied to the
+host; recipes the engine does not run yet (quartet, fp8-delayed) raise NotImplementedError naming why. The
+bias gradient is the column sums of dY in FP32, rows in ascending order, on either device (the same bits).
 
 fake_quantize(t, spec, **overrides) quantizes and dequantizes a tensor under a recipe, bit for bit as
 qmx.fake_quantize, with a straight-through gradient (the gradient passes unchanged), the usual way to
@@ -41,17 +47,28 @@ def fake_quantize(t, spec="mxfp8", **overrides):
     return _FakeQuantize.apply(t, _qmx._spec_json(spec, overrides))
 
 
+def _cuda_stream(t):
+    return _torch.cuda.current_stream(t.device).cuda_stream
+
+
 class _LinearFunction(_torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, steps):
         n, k = weight.shape
         x2 = x.detach().reshape(-1, k).to(_torch.float32).contiguous()
         w = weight.detach().to(_torch.float32).contiguous()
-        y, saved = steps.forward(x2.numpy(), w.numpy())
+        m = x2.shape[0]
+        if x.is_cuda or weight.is_cuda:
+            _check_cuda(steps, x, weight, bias)
+            out = _torch.empty((m, n), dtype=_torch.float32, device=x.device)
+            with _torch.cuda.device(x.device):
+                saved = steps.forward_cuda(x2.data_ptr(), w.data_ptr(), m, n, k, out.data_ptr(), _cuda_stream(x))
+        else:
+            y, saved = steps.forward(x2.numpy(), w.numpy())
+            out = _torch.from_numpy(y)
         ctx.steps, ctx.saved, ctx.x_shape, ctx.x_dtype, ctx.w_dtype = steps, saved, x.shape, x.dtype, weight.dtype
         ctx.has_bias = bias is not None
         ctx.save_for_backward(x2, w)
-        out = _torch.from_numpy(y)
         if bias is not None:
             out = out + bias.detach().to(_torch.float32)
         return out.reshape(*x.shape[:-1], n).to(x.dtype)
@@ -60,12 +77,41 @@ class _LinearFunction(_torch.autograd.Function):
     def backward(ctx, grad):
         x2, w = ctx.saved_tensors
         n, k = w.shape
+        m = x2.shape[0]
         dy = grad.detach().reshape(-1, n).to(_torch.float32).contiguous()
-        dx, dw = ctx.steps.backward(x2.numpy(), w.numpy(), dy.numpy(), ctx.saved)
-        grad_x = _torch.from_numpy(dx).reshape(ctx.x_shape).to(ctx.x_dtype)
-        grad_w = _torch.from_numpy(dw).to(ctx.w_dtype)
-        grad_b = dy.sum(0) if ctx.has_bias else None
+        if x2.is_cuda:
+            if dy.device != x2.device:
+                raise ValueError("qmx.torch.Linear: the gradient is on %s, the layer's input on %s" % (dy.device, x2.device))
+            grad_x = _torch.empty((m, k), dtype=_torch.float32, device=x2.device)
+            grad_w = _torch.empty((n, k), dtype=_torch.float32, device=x2.device)
+            grad_b = _torch.empty((n,), dtype=_torch.float32, device=x2.device) if ctx.has_bias else None
+            with _torch.cuda.device(x2.device):
+                stream = _cuda_stream(x2)
+                ctx.steps.backward_cuda(x2.data_ptr(), w.data_ptr(), dy.data_ptr(), ctx.saved, grad_x.data_ptr(),
+                                        grad_w.data_ptr(), stream)
+                if ctx.has_bias:
+                    _qmx._qmx.bias_grad_cuda(dy.data_ptr(), m, n, grad_b.data_ptr(), stream)
+        else:
+            dx, dw = ctx.steps.backward(x2.numpy(), w.numpy(), dy.numpy(), ctx.saved)
+            grad_x, grad_w = _torch.from_numpy(dx), _torch.from_numpy(dw)
+            grad_b = _torch.from_numpy(_qmx._qmx.bias_grad(dy.numpy())) if ctx.has_bias else None
+        grad_x = grad_x.reshape(ctx.x_shape).to(ctx.x_dtype)
+        grad_w = grad_w.to(ctx.w_dtype)
         return grad_x, grad_w, grad_b, None
+
+
+def _check_cuda(steps, x, weight, bias):
+    """The CUDA path's preconditions: the engine present, the recipe on it, every tensor on one device."""
+    why = _qmx.cuda_engine()
+    if why:
+        raise RuntimeError("qmx.torch.Linear on CUDA tensors needs the emulation engine: " + why)
+    why = steps.cuda_support()
+    if why:
+        raise NotImplementedError("qmx.torch.Linear on CUDA tensors: " + why +
+                                  "; run this recipe with the layer and its inputs on the CPU")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None and t.device != x.device:
+            raise ValueError("qmx.torch.Linear: the input is on %s and the %s on %s" % (x.device, name, t.device))
 
 
 def linear(x, weight, bias=None, steps=None, *, recipe="mxfp8", **options):

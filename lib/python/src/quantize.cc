@@ -167,6 +167,24 @@ void BindSpecs(pyb::module_& m) {
 }
 
 // The engine's tensor quantizer on CUDA memory (qmx.quantize of a CUDA tensor): the scale grid first, so that
+// A quantized CUDA tensor's description (qmx.CudaQuantizedTensor, as a dict): its spec, shape and amaxes.
+QuantizedTensor CudaShell(const pyb::dict& d, const char* what) {
+  QuantizedTensor q;
+  q.spec = SpecFromObject(d["spec"]);
+  q.rows = d["rows"].cast<size_t>();
+  q.cols = d["cols"].cast<size_t>();
+  const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);
+  q.scale_rows = q.rows == 0 || q.cols == 0 ? 0 : (q.rows + be.rows - 1) / be.rows;
+  q.scale_cols = q.rows == 0 || q.cols == 0 ? 0 : (q.cols + be.cols - 1) / be.cols;
+  q.tensor_amax = d["tensor_amax"].cast<float>();
+  q.tensor_decode = d["tensor_decode"].cast<float>();
+  q.line_amax = d["line_amax"].cast<std::vector<float>>();
+  q.shape = {q.rows, q.cols};
+  if (q.spec.row_scaled && q.line_amax.size() != (q.spec.axis == Axis::kCol ? q.cols : q.rows))
+    throw Error(std::string(what) + ": its line amaxes do not match its shape");
+  return q;
+}
+
 // Python can allocate the outputs on the tensor's device, then the run on torch's stream.
 void BindQuantizeCuda(pyb::module_& m) {
   m.def("quantize_layout", [](const pyb::object& spec, size_t rows, size_t cols) {
@@ -210,6 +228,51 @@ void BindQuantizeCuda(pyb::module_& m) {
         pyb::arg("scales"), pyb::arg("stream"),
         "Runs qmx::gpu::EngineQuantizeOnDevice on device address x (rows x cols of dtype) into the device buffers\n"
         "codes and scales on CUDA stream `stream`; returns the spec's JSON, tensor_amax, tensor_decode, line_amax.");
+  m.def("gemm_cuda", [](const pyb::dict& a, const pyb::dict& b, const std::string& model, const std::string& alpha,
+                        uintptr_t out, uintptr_t stream) {
+    QuantizedTensor qa = CudaShell(a, "a"), qb = CudaShell(b, "b");
+    AccumModel am = AccumModelByName(model);
+    am.alpha = ParseAlphaRule(alpha);
+#if defined(QMX_HAVE_CUDA)
+    gpu::EngineGemmStats st;
+    const auto ptr = [](const pyb::dict& d, const char* key) { return reinterpret_cast<const uint8_t*>(d[key].cast<uintptr_t>()); };
+    const uint8_t *ca = ptr(a, "codes"), *sa_raw = ptr(a, "scales"), *cb = ptr(b, "codes"), *sb_raw = ptr(b, "scales");
+    {
+      pyb::gil_scoped_release nogil;
+      std::unique_ptr<gpu::DeviceMemory> sa, sb;
+      void* const cs = reinterpret_cast<void*>(stream);
+      const gpu::DeviceGemmOperand da = gpu::DeviceOperandFromQuantized(qa, ca, sa_raw, sa, cs);
+      const gpu::DeviceGemmOperand db = gpu::DeviceOperandFromQuantized(qb, cb, sb_raw, sb, cs);
+      gpu::EngineGemmOnDevice(da, db, am, reinterpret_cast<float*>(out), cs, &st);
+    }
+    pyb::dict r;
+    r["kernel"] = st.kernel;
+    r["steps"] = st.steps;
+    r["fallback_steps"] = st.fallback_steps;
+    r["kernel_seconds"] = st.kernel_seconds;
+    return r;
+#else
+    (void)qa, (void)qb, (void)am, (void)out, (void)stream;
+    throw Error(kNoCuda);
+#endif
+  }, pyb::arg("a"), pyb::arg("b"), pyb::arg("model"), pyb::arg("alpha"), pyb::arg("out"), pyb::arg("stream"),
+        "qmx::gpu::EngineGemmOnDevice of two quantized CUDA tensors, each a dict of spec, rows, cols, tensor_amax,\n"
+        "tensor_decode, line_amax and the device addresses codes and scales, into the M x N float32 device buffer\n"
+        "out on CUDA stream `stream`; returns the kernel that ran and its step counts.");
+  m.def("dequantize_cuda", [](const pyb::dict& q, uintptr_t out, uintptr_t stream) {
+    const QuantizedTensor shell = CudaShell(q, "dequantize");
+    const auto codes = reinterpret_cast<const uint8_t*>(q["codes"].cast<uintptr_t>());
+    const auto scales = reinterpret_cast<const uint8_t*>(q["scales"].cast<uintptr_t>());
+#if defined(QMX_HAVE_CUDA)
+    pyb::gil_scoped_release nogil;
+    gpu::EngineDequantizeOnDevice(shell, codes, scales, reinterpret_cast<float*>(out), reinterpret_cast<void*>(stream));
+#else
+    (void)shell, (void)codes, (void)scales, (void)out, (void)stream;
+    throw Error(kNoCuda);
+#endif
+  }, pyb::arg("q"), pyb::arg("out"), pyb::arg("stream"),
+        "qmx::gpu::EngineDequantizeOnDevice of a quantized CUDA tensor (gemm_cuda's dict) into the float32 device\n"
+        "buffer out (rows x cols) on CUDA stream `stream`.");
 }
 
 // The quantizers and what goes with them (statistics, amax, QuEST, reassembly).

@@ -9,6 +9,10 @@
 #include "qmx/error.h"
 #include "qmx/recipe.h"
 
+#if defined(QMX_HAVE_CUDA)
+#include "qmx/gpu.h"
+#endif
+
 namespace qmx::py {
 
 namespace {
@@ -118,8 +122,66 @@ void BindRecipe(pyb::module_& m) {
         }
         return pyb::make_tuple(dx, dw);
       }, pyb::arg("x"), pyb::arg("weight"), pyb::arg("grad_output"), pyb::arg("saved"),
-           "(dX (m x k), dW (n x k)) = (DGRAD, WGRAD) from dY (m x n) and the forward's saved; ends the step.");
+           "(dX (m x k), dW (n x k)) = (DGRAD, WGRAD) from dY (m x n) and the forward's saved; ends the step.")
+      .def("cuda_support", [](const LinearSteps& s) -> std::string {
+#if defined(QMX_HAVE_CUDA)
+        return gpu::EngineLinearSupport(s.recipe, s.opt);
+#else
+        (void)s;
+        return kNoCuda;
+#endif
+      }, "'' when the engine runs this recipe and these options on CUDA tensors, else why not.")
+      .def("forward_cuda", [](LinearSteps& s, uintptr_t x, uintptr_t w, size_t m, size_t n, size_t k, uintptr_t y,
+                              uintptr_t stream) {
+        auto saved = std::make_shared<LinearSaved>();
+#if defined(QMX_HAVE_CUDA)
+        pyb::gil_scoped_release nogil;
+        gpu::EngineLinearForward(s.recipe, reinterpret_cast<const float*>(x), reinterpret_cast<const float*>(w), m, n, k,
+                                 s.state, s.opt, *saved, reinterpret_cast<float*>(y), reinterpret_cast<void*>(stream));
+#else
+        (void)s, (void)x, (void)w, (void)m, (void)n, (void)k, (void)y, (void)stream;
+        throw Error(kNoCuda);
+#endif
+        return saved;
+      }, pyb::arg("x"), pyb::arg("weight"), pyb::arg("m"), pyb::arg("n"), pyb::arg("k"), pyb::arg("y"), pyb::arg("stream"),
+           "forward on device addresses (float32, row-major: X m x k, W n x k, Y m x n) on CUDA stream `stream`\n"
+           "(qmx::gpu::EngineLinearForward); returns saved.")
+      .def("backward_cuda", [](LinearSteps& s, uintptr_t x, uintptr_t w, uintptr_t dy, LinearSaved& saved, uintptr_t dx,
+                               uintptr_t dw, uintptr_t stream) {
+#if defined(QMX_HAVE_CUDA)
+        pyb::gil_scoped_release nogil;
+        gpu::EngineLinearBackward(s.recipe, reinterpret_cast<const float*>(x), reinterpret_cast<const float*>(w),
+                                  reinterpret_cast<const float*>(dy), s.state, s.opt, saved, reinterpret_cast<float*>(dx),
+                                  reinterpret_cast<float*>(dw), reinterpret_cast<void*>(stream));
+#else
+        (void)s, (void)x, (void)w, (void)dy, (void)saved, (void)dx, (void)dw, (void)stream;
+        throw Error(kNoCuda);
+#endif
+      }, pyb::arg("x"), pyb::arg("weight"), pyb::arg("grad_output"), pyb::arg("saved"), pyb::arg("dx"), pyb::arg("dw"),
+           pyb::arg("stream"), "backward on device addresses (dY m x n, dX m x k, dW n x k); ends the step.");
 
+  m.def("bias_grad", [](const pyb::array& dy) {
+    const InArray di = Matrix(dy, "grad_output", 0);
+    const size_t rows = di.shape[0], cols = di.shape[1];
+    pyb::array_t<float> db = NewArray<float>({cols});
+    float* out = db.mutable_data();
+    {
+      pyb::gil_scoped_release nogil;
+      BiasGradient(static_cast<const float*>(di.data), rows, cols, out);
+    }
+    return db;
+  }, pyb::arg("grad_output"), "qmx::BiasGradient: the column sums of dY (float32, rows ascending).");
+  m.def("bias_grad_cuda", [](uintptr_t dy, size_t rows, size_t cols, uintptr_t db, uintptr_t stream) {
+#if defined(QMX_HAVE_CUDA)
+    pyb::gil_scoped_release nogil;
+    gpu::EngineBiasGradient(reinterpret_cast<const float*>(dy), rows, cols, reinterpret_cast<float*>(db),
+                            reinterpret_cast<void*>(stream));
+#else
+    (void)dy, (void)rows, (void)cols, (void)db, (void)stream;
+    throw Error(kNoCuda);
+#endif
+  }, pyb::arg("grad_output"), pyb::arg("m"), pyb::arg("n"), pyb::arg("db"), pyb::arg("stream"),
+        "bias_grad on device addresses (dY m x n float32, db n) on CUDA stream `stream`.");
   m.def("recipe_step", [](const std::string& recipe, const pyb::array& x, const pyb::array& w, const pyb::array& dy,
                           const std::string& accum, uint64_t seed, uint64_t step, const std::string& alpha) {
     const InArray wi = Matrix(w, "weight", 0);

@@ -260,7 +260,7 @@ void PlanTeAlpha(const GemmOperand& a, const GemmOperand& b, GemmPlan& p) {
 
 }  // namespace
 
-GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model) {
+GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model, bool storage) {
   ValidateAccumModel(model);
   auto shape = [](const GemmOperand& o) { return std::to_string(o.rows) + "x" + std::to_string(o.cols); };
   if (a.cols != b.rows) {
@@ -284,11 +284,12 @@ GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in,
     uint64_t count = 0;
     if (__builtin_mul_overflow(static_cast<uint64_t>(o->rows), static_cast<uint64_t>(o->cols), &count))
       throw Error(std::string("gemm: ") + side + " is " + shape(*o) + ": its element count overflows");
-    if (o->codes.size() != count)
+    if (storage && o->codes.size() != count)
       throw Error(std::string("gemm: ") + side + " holds " + std::to_string(o->codes.size()) + " codes for a " + shape(*o) + " matrix");
     if (o->block_rows != 0) {
       if (o->block_cols == 0 || o->scale_rows != (o->rows + o->block_rows - 1) / o->block_rows ||
-          o->scale_cols != (o->cols + o->block_cols - 1) / o->block_cols || o->scales.size() != o->scale_rows * o->scale_cols)
+          o->scale_cols != (o->cols + o->block_cols - 1) / o->block_cols ||
+          (storage && o->scales.size() != o->scale_rows * o->scale_cols))
         throw Error(std::string("gemm: ") + side + "'s block scales do not match its shape and block");
     }
   }
@@ -383,12 +384,13 @@ GemmOperand OperandFromCodes(Format elem, size_t rows, size_t cols, const uint8_
   return o;
 }
 
-GemmOperand OperandFromQuantized(const QuantizedTensor& q) {
+namespace detail {
+
+GemmOperand OperandShell(const QuantizedTensor& q) {
   GemmOperand o;
   o.elem = q.spec.elem;
   o.rows = q.rows;
   o.cols = q.cols;
-  o.codes.assign(q.codes.begin(), q.codes.end());
   const BlockExtent ext = ResolveBlock(q.spec, q.rows, q.cols);
   const ScaleFormat sf = ScaleFormatOf(q.spec.rule);
   o.scale_format = sf;
@@ -401,9 +403,6 @@ GemmOperand OperandFromQuantized(const QuantizedTensor& q) {
   o.block_cols = ext.cols;
   o.scale_rows = q.scale_rows;
   o.scale_cols = q.scale_cols;
-  o.scales.resize(q.scale_rows * q.scale_cols);
-  for (size_t r = 0; r < q.scale_rows; ++r)
-    for (size_t c = 0; c < q.scale_cols; ++c) o.scales[r * q.scale_cols + c] = q.ScaleAt(r, c);
   if (sf == ScaleFormat::kE4m3) {
     o.tensor_scale = q.tensor_decode;
     o.te_alpha.amax = q.tensor_amax;
@@ -415,6 +414,18 @@ GemmOperand OperandFromQuantized(const QuantizedTensor& q) {
     (q.spec.axis == Axis::kCol ? o.te_alpha.col_amax : o.te_alpha.row_amax) = q.line_amax;
     o.tensor_scale = 1.0f;
   }
+  return o;
+}
+
+}  // namespace detail
+
+GemmOperand OperandFromQuantized(const QuantizedTensor& q) {
+  GemmOperand o = detail::OperandShell(q);
+  o.codes.assign(q.codes.begin(), q.codes.end());
+  if (o.block_rows == 0) return o;
+  o.scales.resize(q.scale_rows * q.scale_cols);
+  for (size_t r = 0; r < q.scale_rows; ++r)
+    for (size_t c = 0; c < q.scale_cols; ++c) o.scales[r * q.scale_cols + c] = q.ScaleAt(r, c);
   return o;
 }
 

@@ -41,8 +41,14 @@ struct GemmPlan {
   }
   bool PerLine() const { return alpha_rows || alpha_cols || amax_rows || amax_cols; }
 };
-// Checks shapes, scale blocks and the model against each other (qmx::Error naming the problem).
-GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model);
+// OperandFromQuantized without the codes and block scales: the shape, scale grid and second-level factors
+// (a per-tensor FP32 scale is read from q.scales, the one scale q then needs to hold).
+GemmOperand OperandShell(const QuantizedTensor& q);
+// Checks shapes, scale blocks and the model against each other (qmx::Error naming the problem). With
+// storage false the operands' codes and scales are not looked at (the GPU engine's operands keep them
+// in device memory; their sizes are the caller's), every other check is made.
+GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+                  bool storage = true);
 
 // The reference on output rows [i0, i1) (out is the whole M x N result).
 void GemmRefRows(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,

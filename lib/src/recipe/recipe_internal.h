@@ -2,8 +2,10 @@
 // step, use) its own stream, the transposition of row-major tensors, and an operand's printed name.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,13 @@ inline uint64_t Mix(uint64_t a, uint64_t b, uint64_t c, uint64_t d = 0) { return
 
 // src (rows x cols, row-major) transposed: cols x rows.
 std::vector<float> Transpose(const float* src, size_t rows, size_t cols);
+// Delayed scaling of a recipe's GEMMs [g0, g1): one FP32 scale per tensor per step (X, W, dY), shared by its
+// row- and column-wise copies, from the state's histories (created at a tensor's first delayed use; with
+// prime_history, step 0 pushes the tensor's own amax first). EndStep pushes each delayed tensor's amax and
+// counts the step. The GPU engine's linear layer shares both.
+void SetupDelayed(const TrainingRecipe& recipe, size_t g0, size_t g1, const std::array<float, 3>& amax,
+                  RecipeState& state, const RecipeOptions& opt, std::optional<Fp32Scale> (&dscale)[3]);
+void EndStep(RecipeState& state, const std::optional<Fp32Scale> (&dscale)[3], const std::array<float, 3>& amax);
 // "X", "W^T", "X_q": the tensor, whether it is the forward's QuEST output, whether it is transposed.
 std::string OperandName(const OperandPlan& p);
 

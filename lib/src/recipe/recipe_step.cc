@@ -22,6 +22,8 @@ namespace qmx {
 
 using detail::Mix;
 using detail::OperandName;
+using detail::EndStep;
+using detail::SetupDelayed;
 using detail::Transpose;
 
 namespace detail {
@@ -34,6 +36,26 @@ std::vector<float> Transpose(const float* src, size_t rows, size_t cols) {
       for (size_t r = r0; r < std::min(rows, r0 + kT); ++r)
         for (size_t c = c0; c < std::min(cols, c0 + kT); ++c) t[c * rows + r] = src[r * cols + c];
   return t;
+}
+
+void SetupDelayed(const TrainingRecipe& recipe, size_t g0, size_t g1, const std::array<float, 3>& amax,
+                  RecipeState& state, const RecipeOptions& opt, std::optional<Fp32Scale> (&dscale)[3]) {
+  std::optional<DelayedScaling>* hist[3] = {&state.x, &state.w, &state.dy};
+  for (size_t gi = g0; gi < g1; ++gi)
+    for (const OperandPlan* p : {&recipe.gemms[gi].a, &recipe.gemms[gi].b}) {
+      if (!p->delayed) continue;
+      const int t = static_cast<int>(p->tensor);
+      if (!*hist[t]) *hist[t] = DelayedScaling(p->spec.elem, opt.amax_history, opt.margin, opt.amax_algo);
+      if (opt.prime_history && state.step == 0) (*hist[t])->Push(amax[t]);
+      dscale[t] = (*hist[t])->scale();
+    }
+}
+
+void EndStep(RecipeState& state, const std::optional<Fp32Scale> (&dscale)[3], const std::array<float, 3>& amax) {
+  std::optional<DelayedScaling>* hist[3] = {&state.x, &state.w, &state.dy};
+  for (int t = 0; t < 3; ++t)
+    if (dscale[t]) (*hist[t])->Push(amax[t]);
+  ++state.step;
 }
 
 }  // namespace detail
@@ -280,30 +302,6 @@ StepTensors MakeStepTensors(const float* x, const float* w, const float* dy, siz
   return t;
 }
 
-// Delayed scaling of the GEMMs [g0, g1): one scale per tensor per step, shared by its row- and column-wise
-// copies. A history is created at its tensor's first delayed use; with prime_history, step 0 pushes the
-// tensor's own amax once per delayed operand first.
-void SetupDelayed(const TrainingRecipe& recipe, size_t g0, size_t g1, const std::array<float, 3>& amax,
-                  RecipeState& state, const RecipeOptions& opt, std::optional<Fp32Scale> (&dscale)[3]) {
-  std::optional<DelayedScaling>* hist[3] = {&state.x, &state.w, &state.dy};
-  for (size_t gi = g0; gi < g1; ++gi)
-    for (const OperandPlan* p : {&recipe.gemms[gi].a, &recipe.gemms[gi].b}) {
-      if (!p->delayed) continue;
-      const int t = static_cast<int>(p->tensor);
-      if (!*hist[t]) *hist[t] = DelayedScaling(p->spec.elem, opt.amax_history, opt.margin, opt.amax_algo);
-      if (opt.prime_history && state.step == 0) (*hist[t])->Push(amax[t]);
-      dscale[t] = (*hist[t])->scale();
-    }
-}
-
-// The end of a step: each delayed tensor's amax goes into its history.
-void EndStep(RecipeState& state, const std::optional<Fp32Scale> (&dscale)[3], const std::array<float, 3>& amax) {
-  std::optional<DelayedScaling>* hist[3] = {&state.x, &state.w, &state.dy};
-  for (int t = 0; t < 3; ++t)
-    if (dscale[t]) (*hist[t])->Push(amax[t]);
-  ++state.step;
-}
-
 // GEMM gi of the step: its operands built from the tensors as the recipe's plan says, multiplied under the
 // model. out.out holds the output (m x n of this GEMM); the error against a reference is the caller's.
 RecipeGemmResult RunStepGemm(const TrainingRecipe& recipe, size_t gi, const StepTensors& st,
@@ -449,6 +447,12 @@ void LinearBackward(const TrainingRecipe& recipe, const float* x, const float* w
   std::copy(g.out.begin(), g.out.end(), dw);
   saved.valid = false;
   EndStep(state, saved.dscale, saved.amax);
+}
+
+void BiasGradient(const float* dy, size_t m, size_t n, float* db) {
+  std::fill(db, db + n, 0.0f);
+  for (size_t i = 0; i < m; ++i)
+    for (size_t j = 0; j < n; ++j) db[j] += dy[i * n + j];
 }
 
 }  // namespace qmx

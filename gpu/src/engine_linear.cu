@@ -1,0 +1,230 @@
+// engine_linear.cu: the device kernels of the engine's linear layer (engine_linear.cc): transposition of the
+// FP32 sources and of the quantized codes and scales, block-scale decoding, the block Hadamard transform as
+// lib/src/transform/transform.cc computes it, max |x| with the first non-finite element, RNE to BF16, and the
+// fp32-seq GEMM of the bf16 recipe. Compiled with -fmad=false: every double and float operation rounds where
+// the library's does.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "engine_internal.h"
+#include "gpu_internal.h"
+
+namespace qmx::gpu::detail {
+namespace {
+
+constexpr int kTile = 32;
+
+// dst (cols x rows) = src (rows x cols)^T through a 32 x 33 shared tile (8 rows of threads per tile).
+template <typename T>
+__global__ void TransposeKernel(const T* __restrict__ src, size_t rows, size_t cols, T* __restrict__ dst) {
+  __shared__ T tile[kTile][kTile + 1];
+  const size_t c0 = static_cast<size_t>(blockIdx.x) * kTile, r0 = static_cast<size_t>(blockIdx.y) * kTile;
+  for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
+    const size_t r = r0 + i, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[i][threadIdx.x] = src[r * cols + c];
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < kTile; i += blockDim.y) {
+    const size_t c = c0 + i, r = r0 + threadIdx.x;  // dst row c, column r
+    if (r < rows && c < cols) dst[c * rows + r] = tile[threadIdx.x][i];
+  }
+}
+
+template <typename T>
+void Transpose(const T* src, size_t rows, size_t cols, T* dst, void* stream) {
+  if (rows == 0 || cols == 0) return;
+  if (Blocks(rows, kTile) > 65535) throw Error("engine transpose: more than 2,097,120 rows");
+  const dim3 grid(Blocks(cols, kTile), Blocks(rows, kTile)), threads(kTile, 8);
+  TransposeKernel<T><<<grid, threads, 0, static_cast<cudaStream_t>(stream)>>>(src, rows, cols, dst);
+  Check(cudaGetLastError(), "engine transpose");
+}
+
+__global__ void DecodeScalesKernel(const uint8_t* __restrict__ raw, size_t count, int bytes,
+                                   const float* __restrict__ table, float* __restrict__ out) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    if (bytes == 4) {
+      uint32_t u = raw[4 * i] | (raw[4 * i + 1] << 8) | (raw[4 * i + 2] << 16) | (static_cast<uint32_t>(raw[4 * i + 3]) << 24);
+      out[i] = __uint_as_float(u);
+    } else {
+      out[i] = table[raw[i]];
+    }
+  }
+}
+
+// transform.cc's ApplyScalar on one block per thread: forward y = H D x, inverse x = D H y, butterflies in
+// double, one multiplication by norm, one rounding to FP32.
+__global__ void HadamardKernel(float* __restrict__ x, size_t blocks, int n, const double* __restrict__ sign,
+                               double norm, bool inverse) {
+  double v[256];
+  for (size_t b = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; b < blocks;
+       b += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    float* p = x + b * n;
+    for (int j = 0; j < n; ++j) v[j] = inverse ? static_cast<double>(p[j]) : static_cast<double>(p[j]) * sign[j];
+    for (int h = 1; h < n; h *= 2)
+      for (int i = 0; i < n; i += 2 * h)
+        for (int j = i; j < i + h; ++j) {
+          const double a = v[j], c = v[j + h];
+          v[j] = a + c;
+          v[j + h] = a - c;
+        }
+    for (int j = 0; j < n; ++j) {
+      const double y = v[j] * norm;
+      p[j] = static_cast<float>(inverse ? y * sign[j] : y);
+    }
+  }
+}
+
+// max |x| as FP32 bits (non-negative floats order as their bits) and the first non-finite index.
+__global__ void AmaxFiniteKernel(const float* __restrict__ x, size_t count, unsigned* amax_bits,
+                                 unsigned long long* first_bad) {
+  unsigned m = 0;
+  unsigned long long bad = ~0ull;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const unsigned u = __float_as_uint(x[i]) & 0x7FFFFFFFu;
+    if (u >= 0x7F800000u) bad = bad < i ? bad : i;
+    else m = m > u ? m : u;
+  }
+  for (int off = 16; off > 0; off /= 2) {
+    const unsigned om = __shfl_down_sync(0xFFFFFFFFu, m, off);
+    const unsigned long long ob = __shfl_down_sync(0xFFFFFFFFu, bad, off);
+    m = m > om ? m : om;
+    bad = bad < ob ? bad : ob;
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicMax(amax_bits, m);
+    if (bad != ~0ull) atomicMin(first_bad, bad);
+  }
+}
+
+__global__ void Bf16RoundKernel(const float* __restrict__ src, size_t count, float* __restrict__ dst) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const uint32_t b = __float_as_uint(src[i]);
+    dst[i] = __uint_as_float((b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u);  // recipe_step.cc's Bf16Round
+  }
+}
+
+// out (m x n) = a (m x k) times bt (n x k)^T, each output fmaf(a, b, acc) over k ascending from +0 (the
+// library's GemmF32SeqValues), 32 x 32 outputs per block through shared tiles of K.
+__global__ void GemmF32SeqKernel(const float* __restrict__ a, const float* __restrict__ bt, size_t m, size_t n,
+                                 size_t k, float* __restrict__ out) {
+  __shared__ float as[kTile][kTile + 1], bs[kTile][kTile + 1];
+  const size_t i0 = static_cast<size_t>(blockIdx.y) * kTile, j0 = static_cast<size_t>(blockIdx.x) * kTile;
+  const int tx = threadIdx.x, ty = threadIdx.y;  // 32 x 8 threads; each thread 4 outputs (rows ty + 8 r)
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (size_t k0 = 0; k0 < k; k0 += kTile) {
+    for (int r = ty; r < kTile; r += 8) {
+      as[r][tx] = i0 + r < m && k0 + tx < k ? a[(i0 + r) * k + k0 + tx] : 0.0f;
+      bs[r][tx] = j0 + r < n && k0 + tx < k ? bt[(j0 + r) * k + k0 + tx] : 0.0f;
+    }
+    __syncthreads();
+    const int kk_end = k - k0 < kTile ? static_cast<int>(k - k0) : kTile;
+    for (int kk = 0; kk < kk_end; ++kk)
+      for (int r = 0; r < 4; ++r) acc[r] = fmaf(as[ty + 8 * r][kk], bs[tx][kk], acc[r]);
+    __syncthreads();
+  }
+  for (int r = 0; r < 4; ++r) {
+    const size_t i = i0 + ty + 8 * r, j = j0 + tx;
+    if (i < m && j < n) out[i * n + j] = acc[r];
+  }
+}
+
+__global__ void ColumnSumsKernel(const float* __restrict__ x, size_t m, size_t n, float* __restrict__ out) {
+  const size_t j = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (j >= n) return;
+  float acc = 0.0f;
+  for (size_t i = 0; i < m; ++i) acc += x[i * n + j];
+  out[j] = acc;
+}
+
+// Dequantize of quantize.cc per element: f = fl32(value(code) * S) in double, S the block's decode scale
+// (1-byte scales: scale_table[byte]; FP32: the scale itself).
+__global__ void DequantizeKernel(const uint8_t* __restrict__ codes, size_t rows, size_t cols,
+                                 const uint8_t* __restrict__ scales, size_t block_rows, size_t block_cols,
+                                 size_t scale_cols, int bytes, const float* __restrict__ code_table,
+                                 const double* __restrict__ scale_table, float* __restrict__ out) {
+  const size_t n = rows * cols;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t r = i / cols, c = i % cols, b = (r / block_rows) * scale_cols + c / block_cols;
+    double s;
+    if (bytes == 4) {
+      const uint32_t u = scales[4 * b] | (scales[4 * b + 1] << 8) | (scales[4 * b + 2] << 16) |
+                         (static_cast<uint32_t>(scales[4 * b + 3]) << 24);
+      s = static_cast<double>(__uint_as_float(u));
+    } else {
+      s = scale_table[scales[b]];
+    }
+    out[i] = static_cast<float>(static_cast<double>(code_table[codes[i]]) * s);
+  }
+}
+
+unsigned GridFor(size_t count, unsigned threads) {
+  const size_t b = (count + threads - 1) / threads;
+  return static_cast<unsigned>(b < 65535 * 16 ? (b == 0 ? 1 : b) : 65535 * 16);
+}
+
+}  // namespace
+
+void LaunchTransposeF32(const float* src, size_t rows, size_t cols, float* dst, void* stream) {
+  Transpose(src, rows, cols, dst, stream);
+}
+void LaunchTransposeU8(const uint8_t* src, size_t rows, size_t cols, uint8_t* dst, void* stream) {
+  Transpose(src, rows, cols, dst, stream);
+}
+
+void LaunchDecodeScales(const uint8_t* raw, size_t count, int bytes, const float* table, float* out, void* stream) {
+  if (count == 0) return;
+  DecodeScalesKernel<<<GridFor(count, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(raw, count, bytes, table, out);
+  Check(cudaGetLastError(), "engine scale decoding");
+}
+
+void LaunchHadamard(float* x, size_t blocks, int n, const double* sign, double norm, bool inverse, void* stream) {
+  if (blocks == 0) return;
+  HadamardKernel<<<GridFor(blocks, 128), 128, 0, static_cast<cudaStream_t>(stream)>>>(x, blocks, n, sign, norm, inverse);
+  Check(cudaGetLastError(), "engine Hadamard transform");
+}
+
+void LaunchAmaxFinite(const float* x, size_t count, unsigned* amax_bits, unsigned long long* first_bad, void* stream) {
+  const cudaStream_t st = static_cast<cudaStream_t>(stream);
+  Check(cudaMemsetAsync(amax_bits, 0, sizeof(unsigned), st), "cudaMemsetAsync");
+  Check(cudaMemsetAsync(first_bad, 0xFF, sizeof(unsigned long long), st), "cudaMemsetAsync");
+  if (count == 0) return;
+  AmaxFiniteKernel<<<GridFor(count, 256) < 4096 ? GridFor(count, 256) : 4096, 256, 0, st>>>(x, count, amax_bits,
+                                                                                          first_bad);
+  Check(cudaGetLastError(), "engine amax");
+}
+
+void LaunchBf16Round(const float* src, size_t count, float* dst, void* stream) {
+  if (count == 0) return;
+  Bf16RoundKernel<<<GridFor(count, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(src, count, dst);
+  Check(cudaGetLastError(), "engine BF16 rounding");
+}
+
+void LaunchGemmF32Seq(const float* a, const float* bt, size_t m, size_t n, size_t k, float* out, void* stream) {
+  if (m == 0 || n == 0) return;
+  if (Blocks(m, kTile) > 65535) throw Error("engine fp32-seq GEMM: more than 2,097,120 rows");
+  const dim3 grid(Blocks(n, kTile), Blocks(m, kTile)), threads(kTile, 8);
+  GemmF32SeqKernel<<<grid, threads, 0, static_cast<cudaStream_t>(stream)>>>(a, bt, m, n, k, out);
+  Check(cudaGetLastError(), "engine fp32-seq GEMM");
+}
+
+void LaunchColumnSums(const float* x, size_t m, size_t n, float* out, void* stream) {
+  if (n == 0) return;
+  ColumnSumsKernel<<<Blocks(n, 128), 128, 0, static_cast<cudaStream_t>(stream)>>>(x, m, n, out);
+  Check(cudaGetLastError(), "engine column sums");
+}
+
+void LaunchDequantize(const uint8_t* codes, size_t rows, size_t cols, const uint8_t* scales, size_t block_rows,
+                      size_t block_cols, size_t scale_cols, int bytes, const float* code_table, const double* scale_table,
+                      float* out, void* stream) {
+  if (rows * cols == 0) return;
+  DequantizeKernel<<<GridFor(rows * cols, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      codes, rows, cols, scales, block_rows, block_cols, scale_cols, bytes, code_table, scale_table, out);
+  Check(cudaGetLastError(), "engine dequantization");
+}
+
+}  // namespace qmx::gpu::detail

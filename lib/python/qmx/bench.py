@@ -2,7 +2,12 @@
 binding's cost) and beside what this machine's Python offers for the same job: a NumPy copy of the
 input (memory speed), torch's elementwise casts (float8 where the installed torch has it, bfloat16
 otherwise) and a NumPy-vectorized E4M3 fake cast. Medians of repeated runs; each ratio is to the row's
-baseline. --json FILE writes the rows."""
+baseline. --json FILE writes the rows.
+
+--device cuda times the emulation engine instead: one qmx.torch.Linear training step (forward and backward,
+the recipe's three GEMMs bit for bit) on CUDA tensors beside BF16 nn.Linear's step, a fake-quant emulation
+of the same forward (quantize, dequantize, BF16 matmul: what torchao's and vLLM's emulation run) with the
+SQNR of its output against the faithful one, and qmx.quantize of a CUDA tensor beside a device copy."""
 import argparse
 import json
 import platform
@@ -42,13 +47,108 @@ def cpu_model():
     return platform.processor() or "unknown"
 
 
+def cuda_seconds(fn, reps):
+    """Median wall time of fn() on the GPU (synchronized before and after each run), after one warm-up."""
+    import torch
+    fn()
+    torch.cuda.synchronize()
+    t = []
+    for _ in range(reps):
+        a = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        t.append(time.perf_counter() - a)
+    return sorted(t)[len(t) // 2]
+
+
+# The recipes' forward operands as qmx.quantize spells them (X, W), for the fake-quant emulation.
+FAKE_SPECS = {"mxfp8": ("mxfp8", "mxfp8"), "mxfp8-ocp": ("mxfp8-ocp", "mxfp8-ocp"), "nvfp4": ("nvfp4", "nvfp4-2d"),
+              "fp8-current": ("fp8-tensor-current", "fp8-tensor-current"),
+              "fp8-blockwise": ("fp8-block1x128", "fp8-block128x128")}
+
+
+def cuda_main(a):
+    import torch
+    import qmx.torch as qt
+    why = qmx.cuda_engine()
+    if why or not torch.cuda.is_available():
+        raise SystemExit("qmx.bench --device cuda: " + (why or "torch sees no CUDA device"))
+    dev = torch.device("cuda")
+    name = torch.cuda.get_device_name(dev)
+    print("qmx %s bench on %s (torch %s): one training step of a linear layer, median of %d runs" % (
+        qmx.__version__, name, torch.__version__, a.reps))
+    rows = []
+    g = torch.Generator(device=dev).manual_seed(0)
+    for s in a.sizes:
+        x = torch.randn(s, s, device=dev, generator=g)
+        dy = torch.randn(s, s, device=dev, generator=g) * 1e-3
+        ref = torch.nn.Linear(s, s, bias=False, device=dev, dtype=torch.bfloat16)
+        xb, dyb = x.to(torch.bfloat16).requires_grad_(), dy.to(torch.bfloat16)
+
+        def bf16_step():
+            ref(xb).backward(dyb)
+        t_bf16 = cuda_seconds(bf16_step, a.reps)
+        rows.append({"call": "BF16 nn.Linear step", "size": s, "seconds": t_bf16, "ratio": 1.0})
+        print("%-44s %6d %10.3f ms" % ("BF16 nn.Linear step (forward + backward)", s, t_bf16 * 1e3))
+        for recipe in a.recipes:
+            lin = qt.Linear(s, s, bias=False, recipe=recipe).to(dev)
+            with torch.no_grad():
+                lin.weight.copy_(ref.weight.float())
+            xr = x.clone().requires_grad_()
+
+            def step():
+                lin(xr).backward(dy)
+            t = cuda_seconds(step, max(1, a.reps // 2))
+            row = {"call": "qmx.torch.Linear(%s) step" % recipe, "size": s, "seconds": t, "ratio": t / t_bf16}
+            if recipe in FAKE_SPECS:
+                sx, sw = FAKE_SPECS[recipe]
+                w = lin.weight.detach()
+
+                def fake():
+                    xq = qmx.quantize(x, sx, profile="transformer-engine").dequantize()
+                    wq = qmx.quantize(w, sw, profile="transformer-engine").dequantize()
+                    return (xq.to(torch.bfloat16) @ wq.to(torch.bfloat16).t()).float()
+                row["fake_forward_seconds"] = cuda_seconds(fake, a.reps)
+                with torch.no_grad():
+                    yf = lin(x).float()
+                    yk = fake()
+                    err = (yf - yk).double()
+                    row["fake_sqnr_db"] = float(10 * torch.log10((yf.double() ** 2).sum() / (err ** 2).sum()))
+                    row["fake_forward_ratio"] = row["fake_forward_seconds"] / t_bf16
+            rows.append(row)
+            print("%-44s %6d %10.1f ms %8.0fx BF16%s" % (
+                row["call"], s, t * 1e3, t / t_bf16,
+                "" if "fake_sqnr_db" not in row else "   fake-quant forward %.2f ms, its SQNR vs faithful %.1f dB" % (
+                    row["fake_forward_seconds"] * 1e3, row["fake_sqnr_db"])))
+    n = 1 << a.log2n
+    xs = torch.randn(n // 4096, 4096, device=dev, generator=g)
+    t_copy = cuda_seconds(lambda: xs.clone(), a.reps)
+    rows.append({"call": "device copy (x.clone())", "size": n, "seconds": t_copy, "ratio": 1.0})
+    print("%-44s %6s %10.3f ms" % ("device copy of %d float32" % n, "", t_copy * 1e3))
+    for spec in ("mxfp8", "mxfp4", "nvfp4"):
+        t = cuda_seconds(lambda: qmx.quantize(xs, spec), a.reps)
+        rows.append({"call": "qmx.quantize(x_cuda, %r)" % spec, "size": n, "seconds": t, "ratio": t_copy / t})
+        print("%-44s %6s %10.3f ms %8.2fx copy speed" % ("qmx.quantize(x_cuda, %r)" % spec, "", t * 1e3, t_copy / t))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"gpu": name, "torch": torch.__version__, "reps": a.reps, "rows": rows}, f, indent=1)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python3 -m qmx.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--log2n", type=int, default=24, help="elements per call, as a power of two")
     p.add_argument("--reps", type=int, default=7, help="timed runs per row (the median is reported)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--json", help="also write the rows as JSON here")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: the emulation engine on CUDA tensors (a linear layer's training step, quantization)")
+    p.add_argument("--sizes", type=int, nargs="+", default=[4096], help="--device cuda: the layer's M = N = K")
+    p.add_argument("--recipes", nargs="+", default=["mxfp8", "nvfp4", "fp8-current"],
+                   help="--device cuda: training recipes to time")
     a = p.parse_args(argv)
+    if a.device == "cuda":
+        a.log2n = max(a.log2n, 28) if a.log2n == 24 else a.log2n
+        return cuda_main(a)
     n = 1 << a.log2n
     x = np.random.default_rng(0).standard_normal(n).astype(np.float32).reshape(-1, 4096)
     try:

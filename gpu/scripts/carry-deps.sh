@@ -12,7 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 deps=build-deps
 pkgs=(libhwy-dev libhwy1 libeigen3-dev libcli11-dev nlohmann-json3-dev libmpfr-dev libmpfr6 libgmp-dev libgmp10
-      libgmpxx4ldbl catch2 pybind11-dev)
+      libgmpxx4ldbl catch2 pybind11-dev
+      fortunes)  # the training study's corpus (notebooks-data/training): build-deps/root/usr/share/games/fortunes
 case "${1:-}" in
   download)
     mkdir -p "$deps/debs"

@@ -294,7 +294,7 @@ TEST_CASE("c abi: errors are statuses with the library's messages", "[c_abi]") {
   uint8_t s = 0;
   CHECK(qmx_ue8m0_scale(1.0f, "e4m3", "sideways", &s) == QMX_ERR_ARGUMENT);
   std::vector<float> d(4);
-  const uint8_t codes[4] = {0, 0, 0, 0};
+  const uint8_t codes[6] = {0, 0, 0, 0, 0, 0};  // B is 3 x 2
   const qmx_operand a{"e4m3", codes, 2, 2, nullptr, nullptr, 0, 0, 1.0f},
       b{"e4m3", codes, 3, 2, nullptr, nullptr, 0, 0, 1.0f};
   CHECK(qmx_gemm("exact", &a, &b, nullptr, d.data()) == QMX_ERR_ARGUMENT);  // K differs

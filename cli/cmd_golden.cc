@@ -9,15 +9,19 @@
 #include <vector>
 
 #include "commands.h"
+#include "common/ranks.h"
 #include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/golden.h"
+#include "qmx/io.h"
+#include "qmx/sha256.h"
 #include "qmx/testing.h"
 #if defined(QMX_HAVE_CUDA)
 #include "qmx/gpu.h"
 #endif
 
 namespace qmx::cli {
+
 namespace {
 
 struct GenArgs {
@@ -26,6 +30,7 @@ struct GenArgs {
   uint64_t seed = 1;
   bool exhaustive = false;
   std::string out, hopper_dir;  // "": golden::ResolveHopperDir's search
+  std::string shard, shard_dir;  // --shard I/N into --shard-dir (job arrays; qmx-sim merge)
   bool quiet = false;
 };
 
@@ -36,6 +41,31 @@ struct VerifyArgs {
   bool quiet = false;
 };
 
+std::string GoldenShardName(const Shard& s) {
+  return "golden-shard-" + std::to_string(s.index) + "-of-" + std::to_string(s.count) + ".json";
+}
+
+// A shard's record that exists, matches its checksum and these options, and whose files are all in `out` with
+// their SHA-256: done.
+bool GoldenShardDone(const std::filesystem::path& record, const golden::GenOptions& o, const std::string& out) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(record, ec)) return false;
+  try {
+    const std::string text = ReadText(record.string());
+    if (Sha256Hex(text) + "\n" != ReadText(record.string() + ".sha256")) return false;
+    golden::GenOptions p;
+    const std::vector<golden::ManifestEntry> entries = golden::PartFromJson(text, p);
+    if (p.suites != o.suites || p.level != o.level || p.seed != o.seed || p.exhaustive != o.exhaustive ||
+        p.part != o.part || p.parts != o.parts)
+      return false;
+    for (const golden::ManifestEntry& e : entries)
+      if (Sha256Hex(ReadText((std::filesystem::path(out) / e.path).string())) != e.sha256) return false;
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 void RunGen(const GenArgs& a) {
   golden::GenOptions o;
   o.suites = a.suites;
@@ -44,15 +74,56 @@ void RunGen(const GenArgs& a) {
   o.exhaustive = a.exhaustive;
   // Before anything is written: a gemm suite without its measured data would be a partial set.
   o.hopper_dir = golden::ResolveHopperDir(a.suites, a.hopper_dir);
+  const Shard shard = a.shard.empty() ? Shard{} : ParseShard(a.shard);
+  const Ranks& ranks = CurrentRanks();
+  if (shard.given && ranks.size > 1) throw Error("golden gen: --shard is for job arrays; under MPI the ranks split the files");
+  if (shard.given != !a.shard_dir.empty()) throw Error("golden gen: --shard I/N and --shard-dir go together");
+  o.part = shard.given ? shard.index : static_cast<uint64_t>(ranks.rank);
+  o.parts = shard.given ? shard.count : static_cast<uint64_t>(ranks.size);
+  const std::string prefix = WorkerPrefix(shard);
   uint64_t files = 0, cases = 0;
-  golden::Generate(o, a.out, [&](const golden::ManifestEntry& e) {
+  const auto progress = [&](const golden::ManifestEntry& e) {
     ++files;
     cases += e.cases;
-    if (!a.quiet) std::printf("%-58s %-12s %8llu cases\n", e.path.c_str(), e.op.c_str(), static_cast<unsigned long long>(e.cases));
-  });
-  std::printf("wrote %llu files, %llu cases, and %s/manifest.json (level %d, seed %llu%s)\n",
+    if (!a.quiet)
+      std::printf("%s%-58s %-12s %8llu cases\n", prefix.c_str(), e.path.c_str(), e.op.c_str(),
+                  static_cast<unsigned long long>(e.cases));
+  };
+  if (shard.given) {
+    const std::filesystem::path record = std::filesystem::path(a.shard_dir) / GoldenShardName(shard);
+    if (GoldenShardDone(record, o, a.out)) {
+      std::printf("%s%s is done (its checksum, options and files match): skipped\n", prefix.c_str(), record.string().c_str());
+      return;
+    }
+    const std::vector<golden::ManifestEntry> entries = golden::Generate(o, a.out, progress);
+    std::filesystem::create_directories(a.shard_dir);
+    const std::string text = golden::PartToJson(o, entries);
+    WriteFileAtomic(record.string(), text);
+    WriteFileAtomic(record.string() + ".sha256", Sha256Hex(text) + "\n");
+    std::printf("%swrote %llu files, %llu cases into %s and %s\n", prefix.c_str(), static_cast<unsigned long long>(files),
+                static_cast<unsigned long long>(cases), a.out.c_str(), record.string().c_str());
+    return;
+  }
+  // One process (Generate writes the manifest), or MPI ranks: each writes its files, rank 0 the manifest.
+  const std::vector<std::string> parts = RunOnRanks([&] { return golden::PartToJson(o, golden::Generate(o, a.out, progress)); });
+  if (ranks.rank != 0) return;
+  if (ranks.size > 1) {
+    std::vector<golden::ManifestEntry> all;
+    cases = 0;
+    for (const std::string& p : parts) {
+      golden::GenOptions po;
+      for (golden::ManifestEntry& e : golden::PartFromJson(p, po)) {
+        cases += e.cases;
+        all.push_back(std::move(e));
+      }
+    }
+    files = all.size();
+    golden::WriteManifest(o, all, a.out);
+  }
+  std::printf("wrote %llu files, %llu cases, and %s/manifest.json (level %d, seed %llu%s%s)\n",
               static_cast<unsigned long long>(files), static_cast<unsigned long long>(cases), a.out.c_str(), a.level,
-              static_cast<unsigned long long>(a.seed), a.exhaustive ? ", exhaustive" : "");
+              static_cast<unsigned long long>(a.seed), a.exhaustive ? ", exhaustive" : "",
+              ranks.size > 1 ? (", " + std::to_string(ranks.size) + " ranks").c_str() : "");
 }
 
 void RunVerify(const VerifyArgs& a) {
@@ -122,6 +193,8 @@ void AddGoldenCommand(CLI::App& app) {
   g->add_flag("--exhaustive", gen.exhaustive, "every input where the space allows (all FP16/BF16 inputs)");
   g->add_option("--out", gen.out, "output directory")->required();
   g->add_option("--hopper-dir", gen.hopper_dir, "hardware-observed Hopper GEMM outputs (default: golden/gemm-hopper here, in the source tree, or installed)");
+  g->add_option("--shard", gen.shard, "I/N: write only shard I (0-based) of N's files, and its record into --shard-dir");
+  g->add_option("--shard-dir", gen.shard_dir, "where --shard writes golden-shard-I-of-N.json (qmx-sim merge joins them)");
   g->add_flag("--quiet", gen.quiet, "print only the summary");
   g->callback([] { RunGen(gen); });
 

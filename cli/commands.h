@@ -16,4 +16,5 @@ void AddXvalCommand(CLI::App& app);
 void AddRecipeCommand(CLI::App& app);
 void AddAuditCommand(CLI::App& app);
 void AddDiffCommand(CLI::App& app);
+void AddProveCommand(CLI::App& app);  // prove and merge
 }  // namespace qmx::cli

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "common/ranks.h"
 #include "common/study_output.h"
 #include "qmx/error.h"
 #include "qmx/version.h"
@@ -92,7 +93,18 @@ std::vector<std::string> Suggestions(CLI::App& app, int argc, char** argv) {
 
 }  // namespace
 
+namespace {
+
+// MPI's lifetime (common/ranks.h): finalized on every way out of main.
+struct RanksGuard {
+  RanksGuard(int* argc, char*** argv) { qmx::cli::StartRanks(argc, argv); }
+  ~RanksGuard() { qmx::cli::EndRanks(); }
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  const RanksGuard ranks(&argc, &argv);
   CLI::App app{"qmx-sim " QMX_VERSION ": bit-exact emulation of OCP FP8/FP6/FP4, MX and NVFP4 numerics"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "qmx-sim " QMX_VERSION);
@@ -106,6 +118,7 @@ int main(int argc, char** argv) {
   qmx::cli::AddRecipeCommand(app);
   qmx::cli::AddAuditCommand(app);
   qmx::cli::AddDiffCommand(app);
+  qmx::cli::AddProveCommand(app);
   qmx::cli::AddGoldenCommand(app);
   qmx::cli::AddXvalCommand(app);
   RefuseNegativeUnsigned(&app);

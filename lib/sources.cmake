@@ -5,7 +5,7 @@ set(QMX_LIB_SOURCE_LIST
     src/fork_safety.cc
     src/format/format.cc
     src/round/round_pack_ref.cc src/round/cast_options.cc src/round/convert.cc src/round/convert_simd.cc
-    src/round/cast_profiles.cc
+    src/round/cast_profiles.cc src/round/prove.cc
     src/rng/distributions.cc
     src/scale/scale.cc src/scale/scale_ref.cc
     src/quantize/quantize.cc src/quantize/quantize_ref.cc src/quantize/quantize_pack.cc

@@ -40,6 +40,10 @@ struct GenOptions {
   uint64_t seed = 1;     // seeds the random cases; each file derives its own stream from seed and its name
   bool exhaustive = false;  // every input where the space allows: all 2^16 FP16/BF16 inputs per conversion
   std::string hopper_dir;   // golden/gemm-hopper (hardware-observed Hopper GEMM outputs); "" skips those files
+  // One part of a generation split over processes (MPI ranks, job-array shards): file k, in the generator's
+  // order, is planned by every part but written by part k % parts only. With parts > 1 no manifest.json is
+  // written: the parts' entries go to WriteManifest (qmx-sim golden gen under MPI, and qmx-sim merge).
+  uint64_t part = 0, parts = 1;
 };
 
 struct ManifestEntry {
@@ -49,6 +53,7 @@ struct ManifestEntry {
   std::string header;  // the file's "# op=..." line, verbatim
   uint64_t cases = 0;
   std::string sha256;
+  uint64_t index = 0;  // the file's place in the generator's order (the manifest's order)
 };
 
 // Writes every file of the chosen suites under dir (dir/SUITE/NAME.txt) and dir/manifest.json, each
@@ -57,6 +62,15 @@ struct ManifestEntry {
 // for an unknown suite or level, an unreadable hopper_dir.
 std::vector<ManifestEntry> Generate(const GenOptions& opt, const std::string& dir,
                                     const std::function<void(const ManifestEntry&)>& progress = {});
+
+// dir/manifest.json of a generation from its files' entries, gathered from its parts in any order: written
+// in index order (atomically), the bytes Generate writes in one part. Throws qmx::Error when an index repeats
+// or is missing (a part not run).
+void WriteManifest(const GenOptions& opt, std::vector<ManifestEntry> entries, const std::string& dir);
+// A part's entries and options as JSON (a shard's record, qmx-sim merge) and back; qmx::Error naming what is
+// wrong.
+std::string PartToJson(const GenOptions& opt, const std::vector<ManifestEntry>& entries);
+std::vector<ManifestEntry> PartFromJson(const std::string& text, GenOptions& opt);
 
 // The hardware-observed Hopper GEMM data (cases.json and its .npy files) for GenOptions::hopper_dir:
 // `given` when not empty (it must hold cases.json); else the first of golden/gemm-hopper under the

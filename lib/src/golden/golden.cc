@@ -180,9 +180,10 @@ std::string Lower(std::string s) {
 
 }  // namespace
 
-std::vector<ManifestEntry> Generate(const GenOptions& opt, const std::string& dir,
-                                    const std::function<void(const ManifestEntry&)>& progress) {
-  if (opt.level != 1 && opt.level != 2) throw Error("--level must be 1 or 2, not " + std::to_string(opt.level));
+namespace {
+
+// The options' suites, resolved and sorted (Generate's order).
+std::vector<std::string> ResolveSuites(const GenOptions& opt) {
   std::vector<std::string> suites;
   for (const auto& s : opt.suites) {
     if (s == "all") {
@@ -198,11 +199,29 @@ std::vector<ManifestEntry> Generate(const GenOptions& opt, const std::string& di
   }
   std::sort(suites.begin(), suites.end());
   suites.erase(std::unique(suites.begin(), suites.end()), suites.end());
+  return suites;
+}
+
+nlohmann::ordered_json EntryJson(const ManifestEntry& e) {
+  return {{"path", e.path}, {"suite", e.suite}, {"op", e.op}, {"header", e.header}, {"cases", e.cases}, {"sha256", e.sha256}};
+}
+
+}  // namespace
+
+std::vector<ManifestEntry> Generate(const GenOptions& opt, const std::string& dir,
+                                    const std::function<void(const ManifestEntry&)>& progress) {
+  if (opt.level != 1 && opt.level != 2) throw Error("--level must be 1 or 2, not " + std::to_string(opt.level));
+  if (opt.parts == 0 || opt.part >= opt.parts)
+    throw Error("golden gen: part " + std::to_string(opt.part) + " of " + std::to_string(opt.parts) + " does not exist");
+  const std::vector<std::string> suites = ResolveSuites(opt);
   std::filesystem::create_directories(dir);
   std::vector<ManifestEntry> entries;
+  uint64_t index = 0;
   for (const auto& suite : suites) {
     std::filesystem::create_directories(std::filesystem::path(dir) / suite);
     detail::GenerateSuite(suite, opt, [&](detail::PlannedFile&& f) {
+      const uint64_t k = index++;
+      if (k % opt.parts != opt.part) return;  // another part's file
       f.header.generator = "qmx-sim " QMX_VERSION;
       const auto op = detail::MakeOp(f.header);
       for (size_t i = 0; i < f.inputs.size(); ++i) {
@@ -218,24 +237,71 @@ std::vector<ManifestEntry> Generate(const GenOptions& opt, const std::string& di
                       " (" + f.header.Line() + ")");
       const std::string text = FileText(f.header, *op, f.inputs, outs);
       WriteFileAtomic((std::filesystem::path(dir) / f.path).string(), text);
-      ManifestEntry e{f.path, suite, f.header.op, f.header.Line(), f.inputs.size(), Sha256Hex(text)};
+      ManifestEntry e{f.path, suite, f.header.op, f.header.Line(), f.inputs.size(), Sha256Hex(text), k};
       if (progress) progress(e);
       entries.push_back(std::move(e));
     });
   }
+  if (opt.parts == 1) WriteManifest(opt, entries, dir);
+  return entries;
+}
+
+void WriteManifest(const GenOptions& opt, std::vector<ManifestEntry> entries, const std::string& dir) {
+  std::sort(entries.begin(), entries.end(), [](const ManifestEntry& a, const ManifestEntry& b) { return a.index < b.index; });
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (entries[i].index != i)
+      throw Error("golden manifest: file " + std::to_string(i) + " of the generation is " +
+                  (entries[i].index < i ? "listed twice" : "missing (a part that did not run?)"));
   nlohmann::ordered_json j;
   j["format"] = "qmx-golden v1";
   j["generator"] = "qmx-sim " QMX_VERSION;
   j["level"] = opt.level;
   j["seed"] = opt.seed;
   j["exhaustive"] = opt.exhaustive;
-  j["suites"] = suites;
+  j["suites"] = ResolveSuites(opt);
   j["files"] = nlohmann::ordered_json::array();
-  for (const auto& e : entries)
-    j["files"].push_back(
-        {{"path", e.path}, {"suite", e.suite}, {"op", e.op}, {"header", e.header}, {"cases", e.cases}, {"sha256", e.sha256}});
+  for (const auto& e : entries) j["files"].push_back(EntryJson(e));
   WriteFileAtomic((std::filesystem::path(dir) / "manifest.json").string(), j.dump(1) + "\n");
-  return entries;
+}
+
+std::string PartToJson(const GenOptions& opt, const std::vector<ManifestEntry>& entries) {
+  nlohmann::ordered_json j;
+  j["format"] = "qmx-golden part v1";
+  j["suites"] = opt.suites;
+  j["level"] = opt.level;
+  j["seed"] = opt.seed;
+  j["exhaustive"] = opt.exhaustive;
+  j["part"] = opt.part;
+  j["parts"] = opt.parts;
+  j["files"] = nlohmann::ordered_json::array();
+  for (const auto& e : entries) {
+    nlohmann::ordered_json f = EntryJson(e);
+    f["index"] = e.index;
+    j["files"].push_back(f);
+  }
+  return j.dump(1) + "\n";
+}
+
+std::vector<ManifestEntry> PartFromJson(const std::string& text, GenOptions& opt) {
+  const std::string what = "golden part";
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    if (j.value("format", "") != "qmx-golden part v1") throw Error(what + ": format is not \"qmx-golden part v1\"");
+    opt.suites = j.at("suites").get<std::vector<std::string>>();
+    opt.level = qmx::detail::JsonInteger<int>(j.at("level"), what + " level");
+    opt.seed = qmx::detail::JsonInteger<uint64_t>(j.at("seed"), what + " seed");
+    opt.exhaustive = j.at("exhaustive").get<bool>();
+    opt.part = qmx::detail::JsonInteger<uint64_t>(j.at("part"), what + " part");
+    opt.parts = qmx::detail::JsonInteger<uint64_t>(j.at("parts"), what + " parts");
+    std::vector<ManifestEntry> out;
+    for (const auto& f : j.at("files"))
+      out.push_back({f.at("path").get<std::string>(), f.at("suite").get<std::string>(), f.at("op").get<std::string>(),
+                     f.at("header").get<std::string>(), qmx::detail::JsonInteger<uint64_t>(f.at("cases"), what + " cases"),
+                     f.at("sha256").get<std::string>(), qmx::detail::JsonInteger<uint64_t>(f.at("index"), what + " index")});
+    return out;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(what + ": " + e.what());
+  }
 }
 
 namespace {

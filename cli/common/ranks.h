@@ -1,0 +1,51 @@
+// ranks.h: the processes one qmx-sim command runs as: one (the default), the ranks of an MPI job (a build
+// with MPI, QMX_MPI, started by mpirun or srun), or one shard of a job array (--shard I/N, merged later by
+// `qmx-sim merge`). Commands split their work by rank, rank 0 gathers and writes (cli/README.md "Running
+// on many machines").
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace qmx::cli {
+
+struct Ranks {
+  int rank = 0, size = 1;
+  bool mpi = false;  // MPI was initialized (this build has MPI and a launcher started the process)
+};
+
+// MPI_Init when this build has MPI and the environment names a launcher (Open MPI's mpirun, a PMI or PMIx
+// launcher such as srun); otherwise one process, and MPI is never touched. EndRanks finalizes.
+void StartRanks(int* argc, char*** argv);
+void EndRanks();
+const Ranks& CurrentRanks();
+// "MPI (Open MPI 4.1.4)" or "" in a build without MPI.
+std::string MpiDescription();
+
+// Every rank's text at rank 0, in rank order (the other ranks get an empty list); {text} in one process.
+std::vector<std::string> GatherText(const std::string& text);
+// Rank 0's value at every rank (the value itself in one process).
+int BroadcastInt(int value);
+
+// Runs work() on every rank and gathers its text at rank 0 (in rank order; empty elsewhere). A rank whose
+// work throws sends its message instead; then every rank throws qmx::Error, rank 0's naming the first rank
+// that failed ("rank 2 failed: ..."), so the job stops together and no rank waits on another.
+std::vector<std::string> RunOnRanks(const std::function<std::string()>& work);
+
+// --shard I/N: shard I (0-based, as Slurm's SLURM_ARRAY_TASK_ID with --array=0-(N-1)) of N.
+struct Shard {
+  uint64_t index = 0, count = 1;
+  bool given = false;
+};
+// Throws qmx::Error naming the option for anything but two integers I/N with 0 <= I < N <= 2^20.
+Shard ParseShard(const std::string& s);
+
+// A whole file as text (qmx::Error "cannot read PATH"): shard records and their checksums.
+std::string ReadText(const std::string& path);
+
+// Rank/shard prefix for messages and progress lines: "rank 2/4: " (MPI), "shard 3/8: ", or "".
+std::string WorkerPrefix(const Shard& shard);
+
+}  // namespace qmx::cli

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# `qmx-sim prove` and `qmx-sim golden gen` split (tests/CMakeLists.txt scaleout.*): as --shard I/N runs
+# merged by `qmx-sim merge`, including a resumed run after a deleted shard, a damaged and a missing shard;
+# and, with "mpi", under mpirun with 1, 2, 3 and 4 ranks. Every merged result must equal the one-process
+# run's bytes (a golden directory: every file, and nothing more).
+# Usage: scaleout.sh QMX_SIM WORKDIR [mpi MPIEXEC]
+set -euo pipefail
+q=$1
+work=$2
+mode=${3:-shards}
+mpiexec=${4:-mpirun}
+rm -rf "$work" && mkdir -p "$work"
+job=(prove --to e4m3 e2m1 e5m2fnuz --round rne sr --sat satfinite nosat --range 0x3F7F0000:0x00120001 --quiet)
+"$q" "${job[@]}" --out "$work/whole.json"
+grep -q '"mismatches": 0' "$work/whole.json"
+
+fail() { echo "scaleout: $*" >&2; exit 1; }
+gjob=(golden gen --suite sr,ue8m0,mx-block --level 1 --seed 3 --quiet)
+"$q" "${gjob[@]}" --out "$work/golden-whole" > /dev/null
+
+if [ "$mode" = "mpi" ]; then
+  # Open MPI refuses root without this, and the CI machine has 2 cores for 4 ranks.
+  flags=(--oversubscribe)
+  [ "$(id -u)" = 0 ] && flags+=(--allow-run-as-root)
+  for np in 1 2 3 4; do
+    "$mpiexec" "${flags[@]}" -np $np "$q" "${job[@]}" --out "$work/mpi$np.json" > "$work/mpi$np.log" 2>&1 \
+      || { cat "$work/mpi$np.log"; fail "mpirun -np $np failed"; }
+    cmp "$work/whole.json" "$work/mpi$np.json" || fail "$np ranks differ from one process"
+  done
+  for np in 2 3; do
+    "$mpiexec" "${flags[@]}" -np $np "$q" "${gjob[@]}" --out "$work/golden-mpi$np" > "$work/gmpi$np.log" 2>&1 \
+      || { cat "$work/gmpi$np.log"; fail "golden gen under mpirun -np $np failed"; }
+    diff -r "$work/golden-whole" "$work/golden-mpi$np" || fail "golden gen on $np ranks differs from one process"
+  done
+  # A rank that fails names itself, and the job fails.
+  if "$mpiexec" "${flags[@]}" -np 2 "$q" prove --to e4m3 --range 0:0x200000000 --quiet > "$work/bad.log" 2>&1; then
+    fail "a job past 2^32 inputs passed under mpirun"
+  fi
+  grep -q "passes 2^32" "$work/bad.log" || { cat "$work/bad.log"; fail "no reason for the failed job"; }
+  echo "scaleout: prove on 1-4 MPI ranks and golden gen on 2 and 3 equal the one-process results"
+  exit 0
+fi
+
+d="$work/shards"
+for i in 0 1 2; do "$q" "${job[@]}" --shard $i/3 --shard-dir "$d" > /dev/null; done
+"$q" merge "$d" --out "$work/merged.json" --quiet
+cmp "$work/whole.json" "$work/merged.json" || fail "merged shards differ from one process"
+# Resume: shard 1 lost; rerunning all three redoes it alone.
+rm "$d/prove-shard-1-of-3.json"
+out=$(for i in 0 1 2; do "$q" "${job[@]}" --shard $i/3 --shard-dir "$d"; done)
+[ "$(grep -c "skipped" <<<"$out")" = 2 ] || fail "a resumed run did not skip the two finished shards: $out"
+"$q" merge "$d" --out "$work/merged2.json" --quiet
+cmp "$work/whole.json" "$work/merged2.json" || fail "the resumed run differs"
+# A damaged shard is named and redone; a missing one is named.
+printf ' ' >> "$d/prove-shard-2-of-3.json"
+if "$q" merge "$d" --out "$work/bad.json" --quiet 2> "$work/err.txt"; then fail "merged a damaged shard"; fi
+grep -q "prove-shard-2-of-3.json does not match its checksum" "$work/err.txt" || fail "$(cat "$work/err.txt")"
+[ ! -e "$work/bad.json" ] || fail "a failed merge left its output"
+out=$("$q" "${job[@]}" --shard 2/3 --shard-dir "$d")
+grep -q "wrote" <<<"$out" || fail "the damaged shard was not redone: $out"
+rm "$d/prove-shard-0-of-3.json" "$d/prove-shard-0-of-3.json.sha256"
+if "$q" merge "$d" --quiet 2> "$work/err.txt"; then fail "merged without shard 0"; fi
+grep -q "shards 0 of 3 are missing" "$work/err.txt" || fail "$(cat "$work/err.txt")"
+# Bad shard arguments.
+if "$q" "${job[@]}" --shard 3/3 --shard-dir "$d" 2> "$work/err.txt"; then fail "accepted shard 3/3"; fi
+grep -q "expected I/N" "$work/err.txt" || fail "$(cat "$work/err.txt")"
+# golden gen in 4 shards into one directory, merged: the one-process directory, file for file.
+gd="$work/golden-shards"
+for i in 0 1 2 3; do "$q" "${gjob[@]}" --out "$work/golden-4" --shard $i/4 --shard-dir "$gd" > /dev/null; done
+[ ! -e "$work/golden-4/manifest.json" ] || fail "a shard wrote the manifest"
+"$q" merge "$gd" --out "$work/golden-4" --quiet
+diff -r "$work/golden-whole" "$work/golden-4" || fail "merged golden shards differ from one process"
+out=$("$q" "${gjob[@]}" --out "$work/golden-4" --shard 1/4 --shard-dir "$gd")
+grep -q "skipped" <<<"$out" || fail "a finished golden shard was redone: $out"
+f=$(ls "$work/golden-4/sr" | head -n 1)
+echo "# changed" >> "$work/golden-4/sr/$f"
+if "$q" merge "$gd" --out "$work/golden-4" --quiet 2> "$work/err.txt"; then fail "merged a changed golden file"; fi
+grep -q "is not the file shard" "$work/err.txt" || fail "$(cat "$work/err.txt")"
+echo "scaleout: prove in 3 shards (a resumed, a damaged and a missing one) and golden gen in 4 merge to the one-process bytes"

@@ -4,6 +4,8 @@
 #include <omp.h>
 
 #include <cstdio>
+#include <cstring>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,6 +17,8 @@
 #include "qmx/error.h"
 #include "qmx/golden.h"
 #include "qmx/io.h"
+#include "qmx/quantize.h"
+#include "qmx/safetensors.h"
 #include "qmx/version.h"
 
 namespace qmx::cli {
@@ -23,7 +27,8 @@ namespace {
 using nlohmann::ordered_json;
 
 struct AuditArgs {
-  std::string in, source, json;
+  std::string in, source, json, convert, converted;
+  double factor = 0;
   std::vector<std::string> tensors;
   int threads = 0;
   bool quiet = false;
@@ -74,10 +79,90 @@ ordered_json ToJson(const AuditResult& a, size_t scale_bytes) {
   return j;
 }
 
+// --convert FROM->TO: each matching tensor's decoded values under TO, exact or not, per element and block;
+// --converted writes them (the qmx layout `quantize` writes) when every one is exact.
+void RunConvert(const AuditArgs& a, const SafetensorsReader& r, const std::vector<CheckpointTensorInfo>& found) {
+  const size_t arrow = a.convert.find("->");
+  if (arrow == std::string::npos || arrow == 0 || arrow + 2 >= a.convert.size())
+    throw Error("--convert '" + a.convert + "': expected FROM->TO, e.g. e4m3->e4m3fnuz, mxfp4->mxfp8, mxfp4->nvfp4");
+  const std::string from = a.convert.substr(0, arrow), to = a.convert.substr(arrow + 2);
+  ordered_json out;
+  out["checkpoint"] = a.in;
+  out["convert"] = {{"from", from}, {"to", to}, {"factor", a.factor}};
+  out["generator"] = "qmx-sim " QMX_VERSION;
+  ordered_json tensors = ordered_json::array();
+  std::vector<SafetensorsEntry> entries;
+  std::map<std::string, std::string> meta;
+  std::string spec_json, inexact_names;
+  size_t matched = 0;
+  if (!a.quiet)
+    std::printf("%-44s %-18s %-30s %12s %12s  %s\n", "tensor", "from", "to", "inexact", "blocks", "exact");
+  for (const CheckpointTensorInfo& info : found) {
+    const CheckpointTensor t = LoadCheckpointTensor(r, info);
+    if (!ConvertMatches(t, from)) continue;
+    ++matched;
+    const QuantSpec target = ConvertTarget(t, to);
+    const ConvertAudit c = ConvertCheckpointTensor(t, target, a.factor);
+    ordered_json tj;
+    tj["name"] = info.name;
+    tj["layout"] = CheckpointLayoutName(info.layout);
+    tj["from"] = DescribeSpec(t.q.spec);
+    tj["to"] = DescribeSpec(target);
+    tj["elements"] = c.elements;
+    tj["inexact_elements"] = c.inexact;
+    tj["blocks"] = c.blocks;
+    tj["inexact_blocks"] = c.inexact_blocks;
+    tj["exact"] = c.Exact();
+    ordered_json diffs = ordered_json::array();
+    for (const ConvertDiff& d : c.first) diffs.push_back({{"index", d.index}, {"from", d.from}, {"to", d.to}});
+    tj["first_inexact"] = diffs;
+    tensors.push_back(tj);
+    if (!a.quiet)
+      std::printf("%-44s %-18s %-30s %12llu %12s  %s\n", info.name.c_str(), from.c_str(), target.name.c_str(),
+                  static_cast<unsigned long long>(c.inexact),
+                  (std::to_string(c.inexact_blocks) + "/" + std::to_string(c.blocks)).c_str(), c.Exact() ? "yes" : "no");
+    if (!c.Exact()) inexact_names += (inexact_names.empty() ? "" : ", ") + info.name;
+    const QuantizedTensor& q = c.converted;
+    const std::string js = QuantSpecToJson(q.spec);
+    if (!spec_json.empty() && js != spec_json)
+      throw Error("--convert: the converted tensors have different specs; convert them one --tensor at a time");
+    spec_json = js;
+    entries.push_back({info.name + ".codes", U8Array({q.rows, q.cols}, std::vector<uint8_t>(q.codes.begin(), q.codes.end())), ""});
+    if (ScaleFormatOf(q.spec.rule) == ScaleFormat::kFp32) {
+      std::vector<float> sc(q.scale_rows * q.scale_cols);
+      if (!sc.empty()) std::memcpy(sc.data(), q.scales.data(), sc.size() * 4);
+      entries.push_back({info.name + ".scales", F32Array({q.scale_rows, q.scale_cols}, sc), ""});
+    } else {
+      entries.push_back({info.name + ".scales", U8Array({q.scale_rows, q.scale_cols}, q.scales), ""});
+    }
+    meta["qmx.tensor_amax." + info.name] = nlohmann::json(q.tensor_amax).dump();
+    meta["qmx.packed." + info.name] = "0";
+  }
+  if (matched == 0) throw Error("--convert: no quantized tensor of '" + a.in + "' is " + from);
+  out["tensors"] = tensors;
+  out["exact"] = inexact_names.empty();
+  if (!a.json.empty()) WriteFileAtomic(a.json, out.dump(2) + "\n");
+  if (!a.converted.empty()) {
+    if (!inexact_names.empty())
+      throw Error("--converted: not written, the conversion changes values of " + inexact_names +
+                  " (the table and --json say where)");
+    meta["qmx.spec"] = spec_json;
+    meta["qmx.generator"] = "qmx-sim " QMX_VERSION;
+    WriteSafetensorsTyped(a.converted, entries, meta);
+    if (!a.quiet) std::printf("wrote %s: %zu tensors, every value kept\n", a.converted.c_str(), matched);
+  }
+}
+
 void RunAudit(const AuditArgs& a) {
   if (a.threads > 0) omp_set_num_threads(a.threads);
   if (!EndsWith(a.in, ".safetensors")) throw Error("audit reads a .safetensors checkpoint, not '" + a.in + "'");
-  CheckOutputs({{"--json", a.json}}, {a.in, a.source});
+  CheckOutputs({{"--json", a.json}, {"--converted", a.converted}}, {a.in, a.source});
+  if (a.convert.empty() && (!a.converted.empty() || a.factor != 0))
+    throw Error("--converted and --factor go with --convert FROM->TO");
+  if (!a.convert.empty() && !a.source.empty()) throw Error("--convert converts the stored values; it takes no --source");
+  if (!a.converted.empty() && !EndsWith(a.converted, ".safetensors"))
+    throw Error("--converted writes a .safetensors file, not '" + a.converted + "'");
+  if (a.factor < 0) throw Error("--factor must be positive");
   const SafetensorsReader r(a.in);
   std::unique_ptr<SafetensorsReader> src;
   if (!a.source.empty()) {
@@ -95,6 +180,7 @@ void RunAudit(const AuditArgs& a) {
     found = keep;
   }
   if (found.empty()) throw Error("'" + a.in + "' holds no quantized tensor in a known layout (cli/README.md: dequantize)");
+  if (!a.convert.empty()) return RunConvert(a, r, found);
   ordered_json out;
   out["checkpoint"] = a.in;
   out["source"] = a.source.empty() ? "decoded" : a.source;
@@ -144,6 +230,13 @@ void AddAuditCommand(CLI::App& app) {
                   "decoded values)");
   cmd->add_option("--tensor", a->tensors, "Logical tensor names (default: every quantized tensor)");
   cmd->add_option("--json", a->json, "Write the full report (every candidate, first differences in hex) here");
+  cmd->add_option("--convert", a->convert,
+                  "FROM->TO: whether each FROM tensor (a scheme, element format or spec name) converts to TO (a spec "
+                  "name, or an element format keeping the block and scales) without changing a value");
+  cmd->add_option("--factor", a->factor,
+                  "With --convert into a per-tensor FP32 target: its decode scale is the source's times this "
+                  "(e4m3->e4m3fnuz: 2)");
+  cmd->add_option("--converted", a->converted, "With --convert: write the converted tensors here when all are exact");
   cmd->add_option("--threads", a->threads, "OpenMP threads (default: all)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--quiet", a->quiet, "No table on stdout");
   cmd->callback([a] { RunAudit(*a); });

@@ -91,4 +91,21 @@ std::vector<Input> LoadTensorFile(const std::string& spec, const std::string& op
   return out;
 }
 
+NpyArray U8Array(std::vector<size_t> shape, std::vector<uint8_t> bytes) {
+  NpyArray a;
+  a.dtype = DType::kU8;
+  a.shape = std::move(shape);
+  a.data = std::move(bytes);
+  return a;
+}
+
+NpyArray F32Array(std::vector<size_t> shape, const std::vector<float>& v) {
+  NpyArray a;
+  a.dtype = DType::kF32;
+  a.shape = std::move(shape);
+  a.data.resize(v.size() * 4);
+  if (!v.empty()) std::memcpy(a.data.data(), v.data(), a.data.size());
+  return a;
+}
+
 }  // namespace qmx::cli

@@ -34,4 +34,8 @@ Input FromArray(const std::string& name, const NpyArray& arr);
 // command-line option in error messages.
 std::vector<Input> LoadTensorFile(const std::string& spec, const std::string& option = "--in");
 
+// Arrays for the files the commands write: U8 bytes, and FP32 values, in the given shape.
+NpyArray U8Array(std::vector<size_t> shape, std::vector<uint8_t> bytes);
+NpyArray F32Array(std::vector<size_t> shape, const std::vector<float>& v);
+
 }  // namespace qmx::cli

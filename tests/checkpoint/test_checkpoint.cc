@@ -345,3 +345,64 @@ TEST_CASE("checkpoint audit: NVFP4 from the source under TE's order, in ModelOpt
   CHECK_THROWS_WITH(AuditCheckpointTensor(LoadCheckpointTensor(r, ScanCheckpoint(r).at(0)), &wrong, "w"), Contains("shape unlike"));
   std::remove(path.c_str());
 }
+
+TEST_CASE("checkpoint convert: E4M3 to E4M3FNUZ with factor 2 keeps every value, code for code", "[checkpoint]") {
+  // Every finite E4M3 code (both zeros, subnormals, 448) in an FP8 per-tensor checkpoint.
+  std::vector<uint8_t> c8;
+  for (int rep = 0; rep < 4; ++rep)
+    for (int c = 0; c < 256; ++c)
+      if ((c & 0x7F) != 0x7F) c8.push_back(static_cast<uint8_t>(c));
+  const size_t O = 8, I = c8.size() / O;
+  const float s = 0.0123f;
+  const std::string path = Write({{"m.weight", U8Array({O, I}, c8), "F8_E4M3"}, {"m.weight_scale", F32Array({}, {s}), ""}});
+  const Loaded l = LoadOnly(path);
+  REQUIRE(l.found[0].layout == CheckpointLayout::kFp8Scaled);
+  CHECK(ConvertMatches(l.t, "e4m3"));
+  CHECK(!ConvertMatches(l.t, "mxfp4"));
+  const QuantSpec to = ConvertTarget(l.t, "e4m3fnuz");
+  CHECK(std::string(to.elem.name) == "e4m3fnuz");
+  const ConvertAudit a = ConvertCheckpointTensor(l.t, to, 2.0);
+  CHECK(a.Exact());
+  CHECK(a.elements == c8.size());
+  // The independent reading: FNUZ's value of a bit pattern is half OCP's, so every code but OCP's -0 is kept
+  // as it is, -0 becomes FNUZ's only zero, and the decode scale doubles.
+  REQUIRE(a.converted.codes.size() == c8.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < c8.size(); ++i) differ += a.converted.codes[i] != (c8[i] == 0x80 ? 0 : c8[i]);
+  CHECK(differ == 0);
+  CHECK(a.converted.ScaleAt(0, 0) == 2 * s);
+  // Without the factor the scale comes from the amax (448 s / 240): values move.
+  const ConvertAudit b = ConvertCheckpointTensor(l.t, to, 0);
+  CHECK(b.inexact > 0);
+  CHECK(b.inexact_blocks == 1);
+  REQUIRE(!b.first.empty());
+  CHECK(b.first[0].from != b.first[0].to);
+  CHECK_THROWS_WITH(ConvertTarget(l.t, "nope"), Contains("neither a quantization spec"));
+  CHECK_THROWS_WITH(ConvertTarget(l.t, "e9m9"), Contains("8 bits or fewer"));
+  CHECK_THROWS_WITH(ConvertCheckpointTensor(l.t, QuantSpecByName("mxfp8"), 2.0), Contains("per-tensor FP32 target"));
+  std::remove(path.c_str());
+}
+
+TEST_CASE("checkpoint convert: MXFP4 into MXFP8 is exact; into NVFP4 each changed value is counted", "[checkpoint]") {
+  const size_t R = 16, G = 8;  // 16 rows of 8 blocks of 32
+  std::vector<uint8_t> codes = Random(R * G * 32, 21, 0, 15);
+  std::vector<uint8_t> scales = Random(R * G, 22, 110, 140);
+  const std::string path = Write({{"w.blocks", U8Array({R, G, 16}, Nibbles(codes)), ""}, {"w.scales", U8Array({R, G}, scales), ""}});
+  const Loaded l = LoadOnly(path);
+  CHECK(ConvertMatches(l.t, "mxfp4"));
+  CHECK(ConvertMatches(l.t, "mx-e2m1"));
+  const ConvertAudit a = ConvertCheckpointTensor(l.t, QuantSpecByName("mxfp8"), 0);
+  CHECK(a.Exact());
+  CHECK(a.blocks == R * G);
+  const ConvertAudit b = ConvertCheckpointTensor(l.t, QuantSpecByName("nvfp4"), 0);
+  // The count, recomputed from the converted tensor's own dequantization.
+  std::vector<float> back(l.values.size());
+  Dequantize(b.converted, back.data());
+  uint64_t changed = 0;
+  for (size_t i = 0; i < back.size(); ++i) changed += !(back[i] == l.values[i] || (std::isnan(back[i]) && std::isnan(l.values[i])));
+  CHECK(b.inexact == changed);
+  CHECK(b.blocks == R * G * 2);
+  CHECK(b.inexact_blocks <= b.blocks);
+  CHECK(b.Exact() == (changed == 0));
+  std::remove(path.c_str());
+}

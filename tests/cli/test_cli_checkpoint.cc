@@ -3,6 +3,7 @@
 // the rule that made a tensor, `study` reading a checkpoint's quantized tensor, and the errors.
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -169,6 +170,75 @@ TEST_CASE("cli: dequantize and audit refuse files without quantized tensors and 
   r = Run("audit " + Quote(d / "q.safetensors") + " --json " + Quote(d / "q.safetensors"));
   CHECK(r.status == 1);
   CHECK_THAT(r.err, Contains("is the input file"));
+}
+
+TEST_CASE("cli: audit --convert says which tensors convert exactly and writes them only then", "[cli][checkpoint]") {
+  TempDir d;
+  // A gpt-oss MXFP4 tensor and an FP8 per-tensor one in one file.
+  const NpyArray src = RandomF32({32, 128}, 7);
+  TensorView v;
+  v.data = src.data.data();
+  v.rows = 32;
+  v.cols = 128;
+  const QuantizedTensor q = Quantize(v, QuantSpecByName("mxfp4"));
+  std::vector<uint8_t> blocks(q.codes.size() / 2);
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<uint8_t>(q.codes[2 * i] | (q.codes[2 * i + 1] << 4));
+  NpyArray b, s, w8;
+  b.dtype = s.dtype = w8.dtype = DType::kU8;
+  b.shape = {32, 4, 16};
+  b.data = blocks;
+  s.shape = {32, 4};
+  s.data = q.scales;
+  w8.shape = {16, 64};
+  for (int i = 0; i < 16 * 64; ++i) w8.data.push_back(static_cast<uint8_t>((i * 37) % 256 == 0x7F ? 0x01 : (i * 37) % 256));
+  WriteSafetensorsTyped((d / "ckpt.safetensors").c_str(),
+                        {{"moe.w_blocks", b, ""}, {"moe.w_scales", s, ""}, {"lin.weight", w8, "F8_E4M3"},
+                         {"lin.weight_scale", F32Array({}, {0.25f}), ""}},
+                        {});
+  const std::string ck = Quote(d / "ckpt.safetensors");
+
+  RunResult r = Run("audit " + ck + " --convert 'mxfp4->mxfp8' --converted " + Quote(d / "mx8.safetensors") + " --json " +
+                    Quote(d / "c.json"));
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Contains("moe.w") && Contains("yes") && !Contains("lin.weight"));
+  const auto j = nlohmann::json::parse(ReadText(d / "c.json"));
+  CHECK(j["exact"] == true);
+  CHECK(j["tensors"].size() == 1);
+  CHECK(j["tensors"][0]["inexact_elements"] == 0);
+  // The converted file decodes to the same values, bit for bit.
+  r = Run("dequantize --in " + Quote(d / "mx8.safetensors") + " --out " + Quote(d / "mx8/"));
+  REQUIRE(r.status == 0);
+  std::vector<float> want(q.codes.size());
+  Dequantize(q, want.data());
+  const NpyArray got = ReadNpy(d / "mx8/moe.w.npy");
+  REQUIRE(got.data.size() == want.size() * 4);
+  CHECK(std::memcmp(got.data.data(), want.data(), got.data.size()) == 0);
+
+  // E4M3 into E4M3FNUZ: exact with the factor 2, written; without it the values move and nothing is written.
+  r = Run("audit " + ck + " --convert 'e4m3->e4m3fnuz' --factor 2 --converted " + Quote(d / "fnuz.safetensors"));
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Contains("wrote"));
+  CHECK(SafetensorsReader((d / "fnuz.safetensors").c_str()).Get("lin.weight.codes").shape == std::vector<size_t>{16, 64});
+  r = Run("audit " + ck + " --convert 'e4m3->e4m3fnuz' --converted " + Quote(d / "bad.safetensors") + " --json " + Quote(d / "b.json"));
+  CHECK(r.status == 1);
+  CHECK_THAT(r.err, Contains("not written, the conversion changes values of lin.weight"));
+  CHECK(!std::filesystem::exists(d / "bad.safetensors"));
+  CHECK(nlohmann::json::parse(ReadText(d / "b.json"))["tensors"][0]["inexact_elements"].get<uint64_t>() > 0);
+
+  // What it refuses.
+  r = Run("audit " + ck + " --convert mxfp4");
+  CHECK(r.status == 1);
+  CHECK_THAT(r.err, Contains("expected FROM->TO"));
+  r = Run("audit " + ck + " --convert 'nvfp4->mxfp8'");
+  CHECK(r.status == 1);
+  CHECK_THAT(r.err, Contains("no quantized tensor of"));
+  r = Run("audit " + ck + " --factor 2");
+  CHECK(r.status == 1);
+  CHECK_THAT(r.err, Contains("go with --convert"));
+  r = Run("audit " + ck + " --convert 'mxfp4->mxfp8' --factor 2");
+  CHECK(r.status == 1);
+  CHECK_THAT(r.err, Contains("one FP32 scale"));
 }
 
 }  // namespace

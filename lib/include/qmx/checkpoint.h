@@ -113,4 +113,29 @@ struct AuditResult {
 // audit against the decoded values. Throws qmx::Error when the source's shape does not fit.
 AuditResult AuditCheckpointTensor(const CheckpointTensor& t, const NpyArray* source, const std::string& source_name);
 
+// `audit --convert FROM->TO`: whether a quantized tensor converts into another quantization without a value
+// changing. FROM matches a tensor by its scheme ("mx-e2m1"), its element format ("e4m3") or a spec name whose
+// element and scale formats are the tensor's ("mxfp4", "nvfp4"); ConvertMatches says whether it does.
+bool ConvertMatches(const CheckpointTensor& t, const std::string& from);
+// The target: a spec name ("mxfp8", "nvfp4", ...), or an element format ("e4m3fnuz"), which keeps the tensor's
+// own block and scale format with that element. Throws qmx::Error naming both kinds when `to` is neither.
+QuantSpec ConvertTarget(const CheckpointTensor& t, const std::string& to);
+struct ConvertDiff {
+  uint64_t index = 0;  // element, row-major in the tensor's (rows x cols) view
+  float from = 0, to = 0;
+};
+struct ConvertAudit {
+  QuantizedTensor converted;
+  uint64_t elements = 0, inexact = 0;      // elements whose value changed (NaN stays NaN; -0 and +0 are one value)
+  uint64_t blocks = 0, inexact_blocks = 0;  // the target's scale blocks, and those holding a changed element
+  std::vector<ConvertDiff> first;           // the first 10 changed elements
+  bool Exact() const { return inexact == 0; }
+};
+// The tensor's decoded values (DecodeCheckpointTensor) quantized under `to`, then compared with their own
+// dequantization. factor > 0 (a per-tensor FP32 target from a per-tensor FP32-scaled tensor only) re-encodes
+// element by element instead: each code's value divided by factor into to's element format (its rounding and
+// saturation), under the source's scale times factor, which keeps every value where the target holds it:
+// E4M3 -> E4M3FNUZ with factor 2 (FNUZ's bias is one more). Throws qmx::Error when factor does not fit.
+ConvertAudit ConvertCheckpointTensor(const CheckpointTensor& t, const QuantSpec& to, double factor);
+
 }  // namespace qmx

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -222,15 +223,63 @@ void MergeGolden(const std::vector<std::string>& texts, const std::string& dir, 
     std::printf("merged %zu golden shards: %zu files, %s/manifest.json\n", texts.size(), files, out.c_str());
 }
 
+// audit shards: each a record of the report's head, the tensor count and its tensors (index, table line, JSON).
+void MergeAudit(const std::vector<std::string>& texts, const std::string& dir, const std::string& out, bool quiet) {
+  if (out.empty()) throw Error("merge: audit shards need --out, the report's JSON file (audit --json)");
+  nlohmann::ordered_json head;
+  size_t total = 0;
+  std::vector<nlohmann::ordered_json> tensors;
+  std::vector<bool> seen;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    nlohmann::ordered_json rec;
+    try {
+      rec = nlohmann::ordered_json::parse(texts[i]);
+      nlohmann::ordered_json h;
+      for (const char* k : {"checkpoint", "source", "generator"}) h[k] = rec.at(k);
+      if (i == 0) {
+        head = h;
+        total = rec.at("tensors_total").get<size_t>();
+        tensors.resize(total);
+        seen.assign(total, false);
+      } else if (h != head || rec.at("tensors_total").get<size_t>() != total) {
+        throw Error("merge: audit shard " + std::to_string(i) + " in " + dir + " audits another checkpoint");
+      }
+      for (auto& e : rec.at("part")) {
+        const size_t k = e.at("index").get<size_t>();
+        if (k >= total || seen[k] || k % texts.size() != i)
+          throw Error("merge: audit shard " + std::to_string(i) + " holds tensor " + std::to_string(k) + ", not one of its own");
+        seen[k] = true;
+        tensors[k] = e;
+      }
+    } catch (const nlohmann::json::exception& e) {
+      throw Error("merge: audit shard " + std::to_string(i) + " in " + dir + " is not a shard record: " + e.what());
+    }
+  }
+  for (size_t k = 0; k < total; ++k)
+    if (!seen[k]) throw Error("merge: tensor " + std::to_string(k) + " is in no audit shard of " + dir);
+  nlohmann::ordered_json report = head, list = nlohmann::ordered_json::array();
+  for (const auto& e : tensors) {
+    if (!quiet) std::fputs(e["line"].get<std::string>().c_str(), stdout);
+    list.push_back(e["tensor"]);
+  }
+  report["tensors"] = list;
+  WriteFileAtomic(out, report.dump(2) + "\n");
+  if (!quiet) std::printf("merged %zu audit shards (%zu tensors) into %s\n", texts.size(), total, out.c_str());
+}
+
 void RunMerge(const std::string& dir, const std::string& out, bool quiet) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) throw Error("merge: " + dir + " is not a directory");
-  uint64_t n_prove = 0, n_golden = 0;
+  uint64_t n_prove = 0, n_golden = 0, n_audit = 0;
   const std::vector<std::string> prove = ReadShards(dir, "prove", n_prove);
   const std::vector<std::string> gold = ReadShards(dir, "golden", n_golden);
-  if (n_prove && n_golden) throw Error("merge: " + dir + " holds both prove and golden shards; keep one job per directory");
+  const std::vector<std::string> audit = ReadShards(dir, "audit", n_audit);
+  if ((n_prove != 0) + (n_golden != 0) + (n_audit != 0) > 1)
+    throw Error("merge: " + dir + " holds the shards of more than one command; keep one job per directory");
   if (n_golden) return MergeGolden(gold, dir, out, quiet);
-  if (!n_prove) throw Error("merge: no shard files (prove-shard-I-of-N.json, golden-shard-I-of-N.json) in " + dir);
+  if (n_audit) return MergeAudit(audit, dir, out, quiet);
+  if (!n_prove)
+    throw Error("merge: no shard files (prove-, golden- or audit-shard-I-of-N.json) in " + dir);
   std::vector<ProveResult> parts;
   for (size_t i = 0; i < prove.size(); ++i) {
     try {
@@ -269,10 +318,10 @@ void AddProveCommand(CLI::App& app) {
   std::string* out = &merge_out;
   bool* quiet = &merge_quiet;
   CLI::App* merge = app.add_subcommand(
-      "merge", "Join a job array's shards (prove --shard, golden gen --shard) into the one-process result");
+      "merge", "Join a job array's shards (prove, golden gen or audit --shard) into the one-process result");
   merge->add_option("dir", *dir, "The --shard-dir of the shards")->required();
   merge->add_option("--out", *out, "prove: the merged result (default DIR/prove.json); golden: the golden directory, "
-                                   "which receives manifest.json");
+                                   "which receives manifest.json; audit: the report (audit --json)");
   merge->add_flag("--quiet", *quiet, "No table");
   merge->callback([dir, out, quiet] { RunMerge(*dir, *out, *quiet); });
 }

@@ -5,13 +5,16 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "commands.h"
+#include "common/ranks.h"
 #include "common/tensor_inputs.h"
 #include "qmx/checkpoint.h"
 #include "qmx/error.h"
@@ -19,6 +22,7 @@
 #include "qmx/io.h"
 #include "qmx/quantize.h"
 #include "qmx/safetensors.h"
+#include "qmx/sha256.h"
 #include "qmx/version.h"
 
 namespace qmx::cli {
@@ -27,7 +31,7 @@ namespace {
 using nlohmann::ordered_json;
 
 struct AuditArgs {
-  std::string in, source, json, convert, converted;
+  std::string in, source, json, convert, converted, shard, shard_dir;
   double factor = 0;
   std::vector<std::string> tensors;
   int threads = 0;
@@ -153,9 +157,52 @@ void RunConvert(const AuditArgs& a, const SafetensorsReader& r, const std::vecto
   }
 }
 
+// One tensor's audit: its JSON record and its table line.
+std::pair<ordered_json, std::string> AuditOne(const AuditArgs& a, const SafetensorsReader& r, const SafetensorsReader* src,
+                                              const CheckpointTensorInfo& info) {
+  const CheckpointTensor t = LoadCheckpointTensor(r, info);
+  NpyArray source;
+  const bool have_source = src && src->index().Find(info.name) != nullptr;
+  if (have_source) source = src->Read(info.name);
+  const AuditResult res = AuditCheckpointTensor(t, have_source ? &source : nullptr, have_source ? a.source + ":" + info.name : "");
+  std::string who;
+  for (const AuditCandidate& c : res.candidates)
+    if (c.reproduces) who += (who.empty() ? "" : ", ") + c.name;
+  if (who.empty()) {  // the closest candidate and where it first differs
+    const AuditCandidate* best = nullptr;
+    for (const AuditCandidate& c : res.candidates)
+      if (!best || c.code_mismatches + c.scale_mismatches < best->code_mismatches + best->scale_mismatches) best = &c;
+    who = "none";
+    if (best)
+      who += "; closest " + best->name + ": " + std::to_string(best->scale_mismatches) + " scales, " +
+             std::to_string(best->code_mismatches) + " codes differ";
+  }
+  char line[1024];
+  std::snprintf(line, sizeof line, "%-44s %-26s %-10s %-9s %9llu %9llu %9s  ", info.name.c_str(),
+                CheckpointLayoutName(info.layout), res.scheme.c_str(), have_source ? "given" : "decoded",
+                static_cast<unsigned long long>(res.stats.zero_codes), static_cast<unsigned long long>(res.stats.max_codes),
+                have_source ? std::to_string(res.stats.saturated).c_str() : "-");
+  return {ToJson(res, ScaleBytes(ScaleFormatOf(t.q.spec.rule))), std::string(line) + who + "\n"};
+}
+
+// The report's head: what `--json` holds besides the tensors.
+ordered_json ReportHead(const AuditArgs& a) {
+  ordered_json out;
+  out["checkpoint"] = a.in;
+  out["source"] = a.source.empty() ? "decoded" : a.source;
+  out["generator"] = "qmx-sim " QMX_VERSION;
+  return out;
+}
+
+void PrintTableHead() {
+  std::printf("%-44s %-26s %-10s %-9s %9s %9s %9s  %s\n", "tensor", "layout", "scheme", "source", "zero", "max", "saturated",
+              "reproduced by (bit for bit)");
+}
+
 void RunAudit(const AuditArgs& a) {
   if (a.threads > 0) omp_set_num_threads(a.threads);
-  if (!EndsWith(a.in, ".safetensors")) throw Error("audit reads a .safetensors checkpoint, not '" + a.in + "'");
+  if (!EndsWith(a.in, ".safetensors") && !SafetensorsReader::IsSharded(a.in))
+    throw Error("audit reads a .safetensors checkpoint, a directory of them or a model.safetensors.index.json, not '" + a.in + "'");
   CheckOutputs({{"--json", a.json}, {"--converted", a.converted}}, {a.in, a.source});
   if (a.convert.empty() && (!a.converted.empty() || a.factor != 0))
     throw Error("--converted and --factor go with --convert FROM->TO");
@@ -163,10 +210,17 @@ void RunAudit(const AuditArgs& a) {
   if (!a.converted.empty() && !EndsWith(a.converted, ".safetensors"))
     throw Error("--converted writes a .safetensors file, not '" + a.converted + "'");
   if (a.factor < 0) throw Error("--factor must be positive");
+  const Shard shard = a.shard.empty() ? Shard{} : ParseShard(a.shard);
+  const Ranks& ranks = CurrentRanks();
+  if (shard.given != !a.shard_dir.empty()) throw Error("audit: --shard I/N and --shard-dir go together");
+  if (shard.given && ranks.size > 1) throw Error("audit: --shard is for job arrays; under MPI the ranks split the tensors");
+  if (!a.convert.empty() && (shard.given || ranks.size > 1)) throw Error("audit --convert runs as one process");
+  if (shard.given && !a.json.empty()) throw Error("audit: a shard writes its part into --shard-dir; qmx-sim merge writes --json");
   const SafetensorsReader r(a.in);
   std::unique_ptr<SafetensorsReader> src;
   if (!a.source.empty()) {
-    if (!EndsWith(a.source, ".safetensors")) throw Error("--source must be a .safetensors file, not '" + a.source + "'");
+    if (!EndsWith(a.source, ".safetensors") && !SafetensorsReader::IsSharded(a.source))
+      throw Error("--source must be a .safetensors file, a directory of them or an index.json, not '" + a.source + "'");
     src = std::make_unique<SafetensorsReader>(a.source);
   }
   std::vector<CheckpointTensorInfo> found = ScanCheckpoint(r);
@@ -181,38 +235,41 @@ void RunAudit(const AuditArgs& a) {
   }
   if (found.empty()) throw Error("'" + a.in + "' holds no quantized tensor in a known layout (cli/README.md: dequantize)");
   if (!a.convert.empty()) return RunConvert(a, r, found);
-  ordered_json out;
-  out["checkpoint"] = a.in;
-  out["source"] = a.source.empty() ? "decoded" : a.source;
-  out["generator"] = "qmx-sim " QMX_VERSION;
-  ordered_json tensors = ordered_json::array();
-  if (!a.quiet)
-    std::printf("%-44s %-26s %-10s %-9s %9s %9s %9s  %s\n", "tensor", "layout", "scheme", "source", "zero", "max", "saturated",
-                "reproduced by (bit for bit)");
-  for (const CheckpointTensorInfo& info : found) {
-    const CheckpointTensor t = LoadCheckpointTensor(r, info);
-    NpyArray source;
-    const bool have_source = src && src->index().Find(info.name) != nullptr;
-    if (have_source) source = src->Read(info.name);
-    const AuditResult res = AuditCheckpointTensor(t, have_source ? &source : nullptr, have_source ? a.source + ":" + info.name : "");
-    tensors.push_back(ToJson(res, ScaleBytes(ScaleFormatOf(t.q.spec.rule))));
-    if (a.quiet) continue;
-    std::string who;
-    for (const AuditCandidate& c : res.candidates)
-      if (c.reproduces) who += (who.empty() ? "" : ", ") + c.name;
-    if (who.empty()) {  // the closest candidate and where it first differs
-      const AuditCandidate* best = nullptr;
-      for (const AuditCandidate& c : res.candidates)
-        if (!best || c.code_mismatches + c.scale_mismatches < best->code_mismatches + best->scale_mismatches) best = &c;
-      who = "none";
-      if (best)
-        who += "; closest " + best->name + ": " + std::to_string(best->scale_mismatches) + " scales, " +
-               std::to_string(best->code_mismatches) + " codes differ";
+
+  // Tensor k goes to part k mod N (one tensor in memory at a time per process).
+  const uint64_t parts = shard.given ? shard.count : static_cast<uint64_t>(ranks.size);
+  const uint64_t me = shard.given ? shard.index : static_cast<uint64_t>(ranks.rank);
+  const auto work = [&] {
+    ordered_json part = ordered_json::array();
+    for (size_t k = me; k < found.size(); k += parts) {
+      auto [json, line] = AuditOne(a, r, src.get(), found[k]);
+      part.push_back({{"index", k}, {"line", line}, {"tensor", json}});
     }
-    std::printf("%-44s %-26s %-10s %-9s %9llu %9llu %9s  %s\n", info.name.c_str(), CheckpointLayoutName(info.layout),
-                res.scheme.c_str(), have_source ? "given" : "decoded", static_cast<unsigned long long>(res.stats.zero_codes),
-                static_cast<unsigned long long>(res.stats.max_codes),
-                have_source ? std::to_string(res.stats.saturated).c_str() : "-", who.c_str());
+    return part.dump() + "\n";
+  };
+  if (shard.given) {
+    std::filesystem::create_directories(a.shard_dir);
+    const std::string file = (std::filesystem::path(a.shard_dir) / ("audit-shard-" + std::to_string(shard.index) + "-of-" +
+                                                                    std::to_string(shard.count) + ".json")).string();
+    ordered_json rec = ReportHead(a);
+    rec["tensors_total"] = found.size();
+    rec["part"] = ordered_json::parse(work());
+    const std::string text = rec.dump() + "\n";
+    WriteFileAtomic(file, text);
+    WriteFileAtomic(file + ".sha256", Sha256Hex(text) + "\n");
+    std::printf("%swrote %s\n", WorkerPrefix(shard).c_str(), file.c_str());
+    return;
+  }
+  const std::vector<std::string> all = RunOnRanks(work);
+  if (ranks.rank != 0) return;
+  std::vector<ordered_json> merged(found.size());
+  for (const std::string& p : all)
+    for (auto& e : ordered_json::parse(p)) merged.at(e["index"].get<size_t>()) = e;
+  if (!a.quiet) PrintTableHead();
+  ordered_json out = ReportHead(a), tensors = ordered_json::array();
+  for (const ordered_json& e : merged) {
+    if (!a.quiet) std::fputs(e["line"].get<std::string>().c_str(), stdout);
+    tensors.push_back(e["tensor"]);
   }
   out["tensors"] = tensors;
   if (!a.json.empty()) WriteFileAtomic(a.json, out.dump(2) + "\n");
@@ -237,6 +294,8 @@ void AddAuditCommand(CLI::App& app) {
                   "With --convert into a per-tensor FP32 target: its decode scale is the source's times this "
                   "(e4m3->e4m3fnuz: 2)");
   cmd->add_option("--converted", a->converted, "With --convert: write the converted tensors here when all are exact");
+  cmd->add_option("--shard", a->shard, "I/N: audit only tensors k with k mod N = I (job arrays), into --shard-dir");
+  cmd->add_option("--shard-dir", a->shard_dir, "Where --shard writes audit-shard-I-of-N.json (qmx-sim merge joins them)");
   cmd->add_option("--threads", a->threads, "OpenMP threads (default: all)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--quiet", a->quiet, "No table on stdout");
   cmd->callback([a] { RunAudit(*a); });

@@ -5,11 +5,13 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "qmx/error.h"
 #include "qmx/format.h"
+#include "qmx/io.h"
 #include "qmx/safetensors.h"
 
 using namespace qmx;
@@ -134,4 +136,49 @@ TEST_CASE("safetensors: lying, truncated and malformed headers give clear errors
   CHECK(err(FileImage(R"({"__metadata__":{"k":1}})", 0)).find("not a string") != std::string::npos);
   // FP4 with an odd element count is not whole bytes.
   CHECK(err(FileImage(R"({"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})", 2)).find("whole bytes") != std::string::npos);
+}
+
+TEST_CASE("safetensors: a sharded checkpoint reads as one, from its directory or its index", "[io][safetensors]") {
+  namespace fs = std::filesystem;
+  const fs::path d = fs::temp_directory_path() / ("qmx_shards_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  WriteSafetensors((d / "m-1.safetensors").string(), {{"a", F32({2, 3}, 1)}, {"b", F32({4}, 10)}}, {{"format", "pt"}});
+  WriteSafetensors((d / "m-2.safetensors").string(), {{"c", F32({3}, 20)}}, {{"format", "pt"}});
+  WriteFileAtomic((d / "model.safetensors.index.json").string(),
+                  R"({"metadata": {}, "weight_map": {"a": "m-1.safetensors", "b": "m-1.safetensors", "c": "m-2.safetensors"}})");
+  for (const fs::path& p : {d, d / "model.safetensors.index.json"}) {
+    INFO(p.string());
+    CHECK(SafetensorsReader::IsSharded(p.string()));
+    const SafetensorsReader r(p.string());
+    CHECK(r.files().size() == 2);
+    CHECK(r.index().tensors.size() == 3);
+    CHECK(r.index().metadata.at("format") == "pt");
+    const NpyArray c = r.Read("c");
+    float v;
+    std::memcpy(&v, &c.data[8], 4);
+    CHECK(v == 22.0f);
+    std::memcpy(&v, &r.Read("b").data[4], 4);
+    CHECK(v == 11.0f);
+    CHECK(r.index().Find("a")->file == 0);
+    CHECK(r.index().Find("c")->file == 1);
+  }
+  CHECK(!SafetensorsReader::IsSharded((d / "m-1.safetensors").string()));
+  // An index that maps a tensor to the wrong file, or to a file outside its directory; a name in two files;
+  // metadata that disagrees.
+  WriteFileAtomic((d / "bad.index.json").string(), R"({"weight_map": {"c": "m-1.safetensors"}})");
+  CHECK_THROWS_WITH(SafetensorsReader((d / "bad.index.json").string()), Catch::Contains("which does not hold it"));
+  WriteFileAtomic((d / "up.index.json").string(), R"({"weight_map": {"c": "../m-2.safetensors"}})");
+  CHECK_THROWS_WITH(SafetensorsReader((d / "up.index.json").string()), Catch::Contains("beside the index"));
+  WriteFileAtomic((d / "nomap.index.json").string(), R"({"metadata": {}})");
+  CHECK_THROWS_WITH(SafetensorsReader((d / "nomap.index.json").string()), Catch::Contains("weight_map"));
+  WriteSafetensors((d / "m-3.safetensors").string(), {{"a", F32({1}, 0)}});
+  CHECK_THROWS_WITH(SafetensorsReader(d.string()), Catch::Contains("tensor 'a' is in both"));
+  fs::remove(d / "m-3.safetensors");
+  WriteSafetensors((d / "m-3.safetensors").string(), {{"z", F32({1}, 0)}}, {{"format", "np"}});
+  CHECK_THROWS_WITH(SafetensorsReader(d.string()), Catch::Contains("metadata 'format' differs"));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  CHECK_THROWS_WITH(SafetensorsReader(d.string()), Catch::Contains("holds no .safetensors file"));
+  fs::remove_all(d);
 }

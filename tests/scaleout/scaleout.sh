@@ -17,6 +17,46 @@ grep -q '"mismatches": 0' "$work/whole.json"
 fail() { echo "scaleout: $*" >&2; exit 1; }
 gjob=(golden gen --suite sr,ue8m0,mx-block --level 1 --seed 3 --quiet)
 "$q" "${gjob[@]}" --out "$work/golden-whole" > /dev/null
+# A checkpoint in three shards with an index (qmx layout, 5 tensors), audited whole.
+ck="$work/ckpt"
+mkdir -p "$ck/src"
+python3 - "$ck/src" <<'PY'
+import json, random, struct, sys
+rng = random.Random(5)
+groups = [("q_proj", "k_proj"), ("v_proj", "o_proj"), ("up_proj",)]
+for i, names in enumerate(groups):
+    header, blobs, off = {}, [], 0
+    for name in names:
+        a = struct.pack("<%df" % (48 * 256), *(rng.gauss(0, 0.02) * (1 + 30 * (rng.random() < 0.01)) for _ in range(48 * 256)))
+        header[name] = {"dtype": "F32", "shape": [48, 256], "data_offsets": [off, off + len(a)]}
+        blobs.append(a)
+        off += len(a)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open("%s/part%d.safetensors" % (sys.argv[1], i + 1), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+PY
+for i in 1 2 3; do
+  "$q" quantize --spec mxfp8 --in "$ck/src/part$i.safetensors" --out "$ck/model-0000$i-of-00003.safetensors" \
+    --no-dequant --quiet > /dev/null
+done
+rm -r "$ck/src"
+# The index maps every tensor to its file; the directory form reads the same files.
+python3 - "$ck" <<'PY'
+import json, os, sys, struct
+d = sys.argv[1]
+wm = {}
+for f in sorted(os.listdir(d)):
+    if f.endswith(".safetensors"):
+        with open(os.path.join(d, f), "rb") as fh:
+            n = struct.unpack("<Q", fh.read(8))[0]
+            for k in json.loads(fh.read(n)):
+                if k != "__metadata__":
+                    wm[k] = f
+json.dump({"metadata": {}, "weight_map": wm}, open(os.path.join(d, "model.safetensors.index.json"), "w"))
+PY
+"$q" audit "$ck/model.safetensors.index.json" --json "$work/audit-whole.json" --quiet
+[ "$(grep -c '"layout": "qmx"' "$work/audit-whole.json")" = 5 ] || fail "the sharded checkpoint's 5 tensors were not all audited"
 
 if [ "$mode" = "mpi" ]; then
   # Open MPI refuses root without this, and the CI machine has 2 cores for 4 ranks.
@@ -26,6 +66,11 @@ if [ "$mode" = "mpi" ]; then
     "$mpiexec" "${flags[@]}" -np $np "$q" "${job[@]}" --out "$work/mpi$np.json" > "$work/mpi$np.log" 2>&1 \
       || { cat "$work/mpi$np.log"; fail "mpirun -np $np failed"; }
     cmp "$work/whole.json" "$work/mpi$np.json" || fail "$np ranks differ from one process"
+  done
+  for np in 2 3 4; do
+    "$mpiexec" "${flags[@]}" -np $np "$q" audit "$ck/model.safetensors.index.json" --json "$work/audit-mpi$np.json" --quiet \
+      > "$work/ampi$np.log" 2>&1 || { cat "$work/ampi$np.log"; fail "audit under mpirun -np $np failed"; }
+    cmp "$work/audit-whole.json" "$work/audit-mpi$np.json" || fail "audit on $np ranks differs from one process"
   done
   for np in 2 3; do
     "$mpiexec" "${flags[@]}" -np $np "$q" "${gjob[@]}" --out "$work/golden-mpi$np" > "$work/gmpi$np.log" 2>&1 \
@@ -37,7 +82,7 @@ if [ "$mode" = "mpi" ]; then
     fail "a job past 2^32 inputs passed under mpirun"
   fi
   grep -q "passes 2^32" "$work/bad.log" || { cat "$work/bad.log"; fail "no reason for the failed job"; }
-  echo "scaleout: prove on 1-4 MPI ranks and golden gen on 2 and 3 equal the one-process results"
+  echo "scaleout: prove on 1-4 MPI ranks, audit on 2-4 and golden gen on 2 and 3 equal the one-process results"
   exit 0
 fi
 
@@ -76,4 +121,9 @@ f=$(ls "$work/golden-4/sr" | head -n 1)
 echo "# changed" >> "$work/golden-4/sr/$f"
 if "$q" merge "$gd" --out "$work/golden-4" --quiet 2> "$work/err.txt"; then fail "merged a changed golden file"; fi
 grep -q "is not the file shard" "$work/err.txt" || fail "$(cat "$work/err.txt")"
-echo "scaleout: prove in 3 shards (a resumed, a damaged and a missing one) and golden gen in 4 merge to the one-process bytes"
+# audit of the sharded checkpoint in 2 job-array shards, merged: the one-process report.
+ad="$work/audit-shards"
+for i in 0 1; do "$q" audit "$ck/model.safetensors.index.json" --shard $i/2 --shard-dir "$ad" > /dev/null; done
+"$q" merge "$ad" --out "$work/audit-merged.json" --quiet
+cmp "$work/audit-whole.json" "$work/audit-merged.json" || fail "merged audit shards differ from one process"
+echo "scaleout: prove in 3 shards (a resumed, a damaged and a missing one), golden gen in 4 and audit in 2 merge to the one-process bytes"

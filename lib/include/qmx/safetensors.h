@@ -35,6 +35,7 @@ struct SafetensorsTensor {
   int bits = 8;               // bits per element in the file
   std::vector<size_t> shape;
   uint64_t begin = 0, end = 0;  // byte range relative to the start of the data section
+  uint32_t file = 0;            // which file of a multi-file reader holds it (SafetensorsReader::files())
   size_t count() const;         // product of shape (1 for a scalar)
 };
 
@@ -64,11 +65,19 @@ SafetensorsIndex ParseSafetensorsHeader(const uint8_t* header, size_t header_siz
 SafetensorsIndex ParseSafetensors(const std::vector<uint8_t>& bytes, const std::string& name_for_errors);
 
 // A file opened for reading tensors one at a time (checkpoints can be larger than memory wants).
+//
+// A sharded checkpoint reads as one: `path` may be a directory (every *.safetensors in it, in name order) or
+// a model.safetensors.index.json (the files its weight_map names; every tensor it maps must be in its file).
+// The index is then the union of the files' tensors (a name in two files, or a metadata key with two
+// values, is an IoError naming both files); each tensor's `file` says where it is read from.
 class SafetensorsReader {
  public:
-  explicit SafetensorsReader(const std::string& path);  // reads and validates the header
+  explicit SafetensorsReader(const std::string& path);  // reads and validates the header(s)
   const SafetensorsIndex& index() const { return index_; }
   const std::string& path() const { return path_; }
+  const std::vector<std::string>& files() const { return files_; }  // the file paths (one for a plain file)
+  // Whether `path` names a sharded checkpoint (a directory or a *.index.json) rather than one file.
+  static bool IsSharded(const std::string& path);
   // The tensor as an array (code dtypes: U8, one code per element, unpacked); throws IoError for an
   // unknown name (listing a few valid ones) or a dtype qmx-sim cannot read.
   NpyArray Read(const std::string& name) const;
@@ -80,6 +89,8 @@ class SafetensorsReader {
  private:
   std::string path_;
   SafetensorsIndex index_;
+  std::vector<std::string> files_;
+  std::vector<uint64_t> data_starts_;  // per file
 };
 
 // One tensor to write: `dtype` empty writes the array's own dtype; a code dtype ("F8_E4M3", "F4", ...)

@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -242,7 +244,10 @@ SafetensorsIndex ParseSafetensors(const std::vector<uint8_t>& bytes, const std::
   return ParseSafetensorsHeader(bytes.data() + 8, static_cast<size_t>(n), bytes.size(), name);
 }
 
-SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
+namespace {
+
+// One file's header, read and validated.
+SafetensorsIndex ReadHeaderOf(const std::string& path) {
   std::FILE* f = OpenRegularFile(path);
   struct stat st {};
   if (::fstat(fileno(f), &st) != 0) {
@@ -266,7 +271,86 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   const size_t got = n == 0 ? 0 : std::fread(header.data(), 1, header.size(), f);
   std::fclose(f);
   if (got != header.size()) Fail(path, "could not read the header");
-  index_ = ParseSafetensorsHeader(header.data(), header.size(), file_size, path);
+  return ParseSafetensorsHeader(header.data(), header.size(), file_size, path);
+}
+
+
+bool EndsWithText(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+bool SafetensorsReader::IsSharded(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec) || EndsWithText(path, ".index.json");
+}
+
+SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
+  namespace fs = std::filesystem;
+  if (!IsSharded(path)) {
+    index_ = ReadHeaderOf(path);
+    files_ = {path};
+    data_starts_ = {index_.data_start};
+    return;
+  }
+  // The shards: a directory's *.safetensors, or the files an index's weight_map names.
+  std::vector<std::string> files;
+  std::map<std::string, std::string> weight_map;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    for (const auto& e : fs::directory_iterator(path))
+      if (e.is_regular_file() && EndsWithText(e.path().filename().string(), ".safetensors")) files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+    if (files.empty()) throw IoError("'" + path + "' holds no .safetensors file");
+  } else {
+    const std::vector<uint8_t> bytes = ReadRegularFile(path);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(bytes.begin(), bytes.end());
+      for (const auto& [name, file] : j.at("weight_map").items()) {
+        const std::string f = file.get<std::string>();
+        if (f.empty() || f[0] == '/' || f.find("..") != std::string::npos || f.find('/') != std::string::npos)
+          throw IoError("'" + path + "': weight_map file '" + f + "' must be a file name beside the index");
+        weight_map[name] = f;
+      }
+    } catch (const nlohmann::json::exception& e) {
+      throw IoError("'" + path + "' is not a safetensors index (a JSON object with a weight_map): " + e.what());
+    }
+    std::set<std::string> names;
+    for (const auto& [t, f] : weight_map) names.insert(f);
+    const fs::path dir = fs::path(path).parent_path();
+    for (const std::string& f : names) files.push_back((dir / f).string());
+    if (files.empty()) throw IoError("'" + path + "': its weight_map names no file");
+  }
+  std::map<std::string, uint32_t> owner;
+  for (uint32_t fi = 0; fi < files.size(); ++fi) {
+    SafetensorsIndex one = ReadHeaderOf(files[fi]);
+    files_.push_back(files[fi]);
+    data_starts_.push_back(one.data_start);
+    for (SafetensorsTensor& t : one.tensors) {
+      if (const auto it = owner.find(t.name); it != owner.end())
+        throw IoError("tensor '" + t.name + "' is in both '" + files[it->second] + "' and '" + files[fi] + "'");
+      owner[t.name] = fi;
+      t.file = fi;
+      index_.tensors.push_back(std::move(t));
+    }
+    for (const auto& [k, v] : one.metadata) {
+      const auto it = index_.metadata.find(k);
+      if (it != index_.metadata.end() && it->second != v)
+        throw IoError("metadata '" + k + "' differs between the shards of '" + path + "' ('" + files[fi] + "')");
+      index_.metadata[k] = v;
+    }
+  }
+  for (const auto& [t, f] : weight_map) {
+    const auto it = owner.find(t);
+    if (it == owner.end() || fs::path(files[it->second]).filename().string() != f)
+      throw IoError("'" + path + "' maps tensor '" + t + "' to '" + f + "', which does not hold it");
+  }
+  index_.by_name.resize(index_.tensors.size());
+  for (uint32_t i = 0; i < index_.by_name.size(); ++i) index_.by_name[i] = i;
+  std::sort(index_.by_name.begin(), index_.by_name.end(),
+            [&](uint32_t a, uint32_t b) { return index_.tensors[a].name < index_.tensors[b].name; });
 }
 
 const SafetensorsTensor& SafetensorsReader::Get(const std::string& name) const {
@@ -288,9 +372,10 @@ NpyArray SafetensorsReader::Read(const std::string& name) const {
   // Sub-byte codes are unpacked to one byte each: the array is count() bytes.
   CheckMemoryCeiling(t->bits < 8 ? stored + t->count() : stored, "tensor '" + name + "' of '" + path_ + "'");
   std::vector<uint8_t> bytes(static_cast<size_t>(stored));
-  std::FILE* f = std::fopen(path_.c_str(), "rb");
-  if (f == nullptr) throw IoError("cannot open '" + path_ + "': " + ErrnoText(errno));
-  const bool ok = ::fseeko(f, static_cast<off_t>(index_.data_start + t->begin), SEEK_SET) == 0 &&
+  const std::string& file = files_.at(t->file);
+  std::FILE* f = std::fopen(file.c_str(), "rb");
+  if (f == nullptr) throw IoError("cannot open '" + file + "': " + ErrnoText(errno));
+  const bool ok = ::fseeko(f, static_cast<off_t>(data_starts_.at(t->file) + t->begin), SEEK_SET) == 0 &&
                   (bytes.empty() || std::fread(bytes.data(), 1, bytes.size(), f) == bytes.size());
   std::fclose(f);
   if (!ok) Fail(path_, "could not read the bytes of tensor '" + name + "' (file changed or truncated?)");

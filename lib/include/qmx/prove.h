@@ -51,7 +51,7 @@ struct ProveResult {
 // The modes of a job, in order: for each format, each rounding, each saturation, where defined.
 std::vector<ProveMode> ProveModes(const ProveJob& job);
 // The proof over inputs first .. first + count - 1 (a part of the job's range). progress(done, total) is
-// called from the calling thread between chunks (may be empty). OpenMP threads share the range; the result
+// called from the calling thread after each mode (may be empty). OpenMP threads share the range; the result
 // does not depend on their count.
 ProveResult Prove(const ProveJob& job, uint64_t first, uint64_t count,
                   const std::function<void(uint64_t, uint64_t)>& progress = {});

@@ -16,6 +16,7 @@ namespace {
 
 Ranks g_ranks;
 
+#if defined(QMX_HAVE_MPI)
 // Whether a launcher started this process as part of an MPI job: Open MPI's mpirun, or a PMI / PMIx
 // launcher (srun --mpi=pmi2|pmix, MPICH's hydra).
 bool Launched() {
@@ -23,6 +24,7 @@ bool Launched() {
     if (std::getenv(v) != nullptr) return true;
   return false;
 }
+#endif
 
 }  // namespace
 

@@ -8,6 +8,9 @@
 #include "qmx/error.h"
 
 #if defined(QMX_HAVE_MPI)
+// The C interface only: the deprecated C++ bindings add nothing here but compile time and warnings.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #endif
 

@@ -253,6 +253,18 @@ void RunAudit(const AuditArgs& a) {
                                                                     std::to_string(shard.count) + ".json")).string();
     ordered_json rec = ReportHead(a);
     rec["tensors_total"] = found.size();
+    try {  // a finished shard of this audit (its checksum, head and count match) is not redone
+      const std::string done = ReadText(file);
+      if (Sha256Hex(done) + "\n" == ReadText(file + ".sha256")) {
+        ordered_json old = ordered_json::parse(done);
+        old.erase("part");
+        if (old == rec) {
+          std::printf("%s%s is done (its checksum and audit match): skipped\n", WorkerPrefix(shard).c_str(), file.c_str());
+          return;
+        }
+      }
+    } catch (const std::exception&) {  // absent, unreadable or damaged: run the shard
+    }
     rec["part"] = ordered_json::parse(work());
     const std::string text = rec.dump() + "\n";
     WriteFileAtomic(file, text);

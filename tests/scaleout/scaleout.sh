@@ -128,4 +128,6 @@ ad="$work/audit-shards"
 for i in 0 1; do "$q" audit "$ck/model.safetensors.index.json" --shard $i/2 --shard-dir "$ad" > /dev/null; done
 "$q" merge "$ad" --out "$work/audit-merged.json" --quiet
 cmp "$work/audit-whole.json" "$work/audit-merged.json" || fail "merged audit shards differ from one process"
+out=$("$q" audit "$ck/model.safetensors.index.json" --shard 1/2 --shard-dir "$ad")
+grep -q "skipped" <<<"$out" || fail "a finished audit shard was redone: $out"
 echo "scaleout: prove in 3 shards (a resumed, a damaged and a missing one), golden gen in 4 and audit in 2 merge to the one-process bytes"

@@ -121,3 +121,94 @@ def test_assert_bitwise_reports_bits_values_and_inputs():
         qt.assert_bitwise(codes, codes[:1])
     with pytest.raises(AssertionError, match="element widths differ"):
         qt.assert_bitwise(x, x.astype(np.float64))
+
+
+# ------------------------------------------------------------------ qmx.testing.cases and strategy
+
+def _checked_in_inputs(repo, suite, key, value, src=None, width=1):
+    """The distinct input fields of the repository's golden/level1 files of a suite (read as text here,
+    not through qmx), for one format."""
+    import glob
+    seen, out = set(), []
+    for path in sorted(glob.glob(str(repo / "golden" / "level1" / suite / "*.txt"))):
+        with open(path) as f:
+            head = next(line for line in f if line.startswith("# op="))
+            fields = dict(t.split("=", 1) for t in head[1:].split() if "=" in t)
+            if fields.get(key) != value or (src and fields.get("src") != src):
+                continue
+            for line in f:
+                if line.startswith("#") or not line.strip():
+                    continue
+                ins = tuple(line.split()[:width])
+                if ins not in seen:
+                    seen.add(ins)
+                    out.append(ins)
+    return out
+
+
+def test_cases_are_the_golden_generators_inputs(repo):
+    x = qt.cases("convert", "e4m3")
+    assert x.dtype == np.float32 and x.ndim == 1
+    want = _checked_in_inputs(repo, "conversions", "dst", "e4m3", src="f32")
+    assert [("%08x" % b,) for b in x.view(np.uint32)] == want
+    bits = set(x.view(np.uint32).tolist())
+    # What a kernel test needs: both zeros, Inf, NaN, FP32 subnormals, values past E4M3's largest (448), and
+    # inputs that round to the largest code and to the smallest subnormal code.
+    for b in (0x00000000, 0x80000000, 0x7F800000):
+        assert b in bits, hex(b)
+    finite = x[np.isfinite(x)]
+    assert np.isnan(x).any() and (np.abs(finite) < 2.0 ** -126).any() and (np.abs(finite) > 448).any()
+    codes = qmx.convert(x, "e4m3")
+    assert (codes == 0x7E).any() and (codes == 0x01).any()
+    assert len(bits) == len(x)
+    h = qt.cases("convert", "e5m2", src="bf16")
+    assert h.dtype == np.uint16 and len(h) > 100
+    blocks = qt.cases("mx-block", "e2m1")
+    assert blocks.dtype == np.float32 and blocks.shape[1] == 32
+    assert [tuple("%08x" % b for b in row) for row in blocks.view(np.uint32)] == _checked_in_inputs(
+        repo, "mx-block", "elem", "e2m1", width=32)
+    assert (np.abs(blocks) == 0).all(axis=1).any()  # an all-zero block
+    nv = qt.cases("nvfp4-block", "e2m1")
+    assert nv["blocks"].shape == (len(nv["tensor_amax"]), 16)
+    assert qt.cases("ue8m0", "e4m3").ndim == 1
+    sr = qt.cases("sr", "e2m1")
+    assert sr["x"].shape == (len(sr["rbits"]), 4) and sr["rbits"].dtype == np.uint32
+    # Fed to the library, the conversion cases give the checked-in expected codes (their source files agree).
+    np.testing.assert_array_equal(qmx.convert(x, "e4m3"), qmx.convert(x, "e4m3", reference=True))
+
+
+def test_cases_refuse_unknown_kinds_specs_and_levels():
+    with pytest.raises(ValueError, match="unknown kind"):
+        qt.cases("matmul", "e4m3")
+    with pytest.raises(ValueError, match="no case"):
+        qt.cases("mx-block", "e4m3fnuz")
+    with pytest.raises(ValueError, match="level is 1 or 2"):
+        qt.cases("convert", "e4m3", level=3)
+    assert "convert" in qt.case_kinds()
+
+
+def test_strategy_draws_tensors_of_cases():
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import given, settings
+
+    pool = set(qt.cases("convert", "e2m1").view(np.uint32).tolist())
+
+    @settings(max_examples=25, deadline=None)
+    @given(qt.strategy("convert", "e2m1"))
+    def check_convert(x):
+        assert x.dtype == np.float32 and 1 <= len(x) <= 256
+        assert set(x.view(np.uint32).tolist()) <= pool
+        np.testing.assert_array_equal(qmx.convert(x, "e2m1"), qmx.convert(x, "e2m1", reference=True))
+
+    @settings(max_examples=15, deadline=None)
+    @given(qt.strategy("mx-block", "e4m3"))
+    def check_blocks(t):
+        assert t.ndim == 2 and t.shape[1] % 32 == 0
+        q = qmx.quantize(t, "mxfp8")
+        np.testing.assert_array_equal(q.codes, qmx.quantize(t, "mxfp8", reference=True).codes)
+
+    check_convert()
+    check_blocks()
+    with pytest.raises(ValueError, match="kinds convert and mx-block"):
+        qt.strategy("ue8m0", "e4m3")
+    assert hypothesis is not None

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _qmx, as_array, decode, gemm, gemm_models, quantize
 
-__all__ = ["assert_bitwise", "identify", "variants", "Identification"]
+__all__ = ["assert_bitwise", "identify", "variants", "Identification", "cases", "case_kinds", "strategy"]
 
 # The documented choices of a block quantizer, by family: UE8M0 power-of-two scales (MX) and E4M3 block
 # scales with an FP32 tensor scale (NVFP4).
@@ -176,3 +176,122 @@ def identify(kind, x, outputs, *, elem=None, block=None, axis="row", rounding="r
             scored.append((name, count, first))
     scored.sort(key=lambda t: t[1])
     return Identification(matches, [] if matches else scored[:closest], len(names) - len(refused), refused)
+
+
+# ------------------------------------------------------------------ adversarial inputs
+
+# kind -> (golden suite, the header key naming the format or element, how a case's inputs are read)
+_CASE_KINDS = {
+    "convert": ("conversions", "dst"),    # 1-D: the source values (float32; float16/bfloat16 as uint16 bits)
+    "mx-block": ("mx-block", "elem"),     # (n, 32) float32 blocks
+    "nvfp4-block": ("nvfp4-block", None),  # (n, 16) float32 blocks, with each case's tensor amax
+    "ue8m0": ("ue8m0", "elem"),           # 1-D float32 block amaxes
+    "sr": ("sr", "dst"),                  # (n, 4) float32 values and (n,) uint32 random words
+}
+_GENERATED = {}
+
+
+def case_kinds():
+    """The kinds cases() takes: convert, mx-block, nvfp4-block, ue8m0, sr."""
+    return sorted(_CASE_KINDS)
+
+
+def _suite_dir(suite, level, seed):
+    """A directory holding the golden generator's files of one suite (generated once per process)."""
+    import os
+    import tempfile
+    from . import golden
+    key = (suite, level, seed)
+    if key not in _GENERATED:
+        d = tempfile.mkdtemp(prefix="qmx_cases_")
+        golden.generate(d, (suite,), level, seed, hopper_dir="")
+        _GENERATED[key] = os.path.join(d, suite)
+    return _GENERATED[key]
+
+
+def _f32(fields):
+    return np.array([int(f, 16) for f in fields], dtype=np.uint32).view(np.float32)
+
+
+def cases(kind, spec, *, level=1, seed=1, src="f32"):
+    """The golden generator's adversarial inputs (qmx-sim golden gen, golden/README.md) as arrays, for a test to
+    feed a kernel: ties and their neighbours at every exponent, every code's boundaries, subnormals, the
+    largest finite values and overflow, signed zeros, NaN and Inf, all-zero and all-equal blocks, scales at
+    the rules' edges. Each distinct input once, in the generator's order (the same on every machine).
+
+    kind "convert", spec a destination format ("e4m3", "e2m1", ...): the inputs of every conversion into it
+    from `src` ("f32": float32; "f16", "bf16": uint16 bit patterns). "mx-block", spec an element format:
+    (n, 32) float32 blocks. "nvfp4-block" (spec "e2m1"): a dict of "blocks" (n, 16) float32 and
+    "tensor_amax" (n,) float32, the amax each block was quantized under. "ue8m0", spec an element format:
+    block amaxes (float32). "sr", spec a destination format: a dict of "x" (n, 4) float32 and "rbits" (n,)
+    uint32, PTX cvt.rs's operands. level 2 gives the full cross products (larger)."""
+    import glob
+    import os
+    from . import golden, format_name
+    if kind not in _CASE_KINDS:
+        raise ValueError("cases: unknown kind %r (known: %s)" % (kind, ", ".join(case_kinds())))
+    if level not in (1, 2):
+        raise ValueError("cases: level is 1 or 2, not %r" % (level,))
+    suite, key = _CASE_KINDS[kind]
+    want = format_name(spec)
+    rows, seen, amax = [], set(), []
+    for path in sorted(glob.glob(os.path.join(_suite_dir(suite, level, seed), "*.txt"))):
+        header, lines = golden.read(path)
+        if key is not None and header.get(key) != want:
+            continue
+        if kind == "nvfp4-block" and want != "e2m1":
+            continue
+        if kind == "convert" and header.get("src") != src:
+            continue
+        if kind == "sr" and header.get("layout") != "ptx-cvt-rs-x4":
+            continue
+        for c in lines:
+            if kind == "convert":
+                ins = (c[0],)
+            elif kind == "mx-block":
+                ins = tuple(c[:32])
+            elif kind == "nvfp4-block":
+                ins = tuple(c[:17])
+            elif kind == "ue8m0":
+                ins = (c[0],)
+            else:
+                ins = tuple(c[:5])
+            if ins not in seen:
+                seen.add(ins)
+                rows.append(ins)
+    if not rows:
+        raise ValueError("cases: the %s files hold no case for %r%s" % (
+            suite, spec, " from " + src if kind == "convert" else ""))
+    if kind == "convert":
+        if src == "f32":
+            return _f32([r[0] for r in rows])
+        return np.array([int(r[0], 16) for r in rows], dtype=np.uint16)
+    if kind == "mx-block":
+        return _f32([f for r in rows for f in r]).reshape(-1, 32)
+    if kind == "nvfp4-block":
+        return {"tensor_amax": _f32([r[0] for r in rows]), "blocks": _f32([f for r in rows for f in r[1:]]).reshape(-1, 16)}
+    if kind == "ue8m0":
+        return _f32([r[0] for r in rows])
+    return {"x": _f32([f for r in rows for f in r[:4]]).reshape(-1, 4),
+            "rbits": np.array([int(r[4], 16) for r in rows], dtype=np.uint32)}
+
+
+def strategy(kind, spec, *, level=1, seed=1, src="f32"):
+    """A hypothesis strategy (Debian's python3-hypothesis) drawing tensors from cases(kind, spec): for
+    "convert", 1-D arrays of 1 to 256 of its inputs; for "mx-block", (1..8, 32 * (1..4)) float32 tensors
+    made of its blocks (each row a run of whole blocks). Raises ImportError without hypothesis."""
+    from hypothesis import strategies as st
+    if kind == "convert":
+        pool = cases(kind, spec, level=level, seed=seed, src=src)
+        return st.lists(st.integers(0, len(pool) - 1), min_size=1, max_size=256).map(lambda idx: pool[np.array(idx)])
+    if kind == "mx-block":
+        pool = cases(kind, spec, level=level, seed=seed)
+
+        def tensor(shape_and_idx):
+            (rows, per_row), idx = shape_and_idx
+            return pool[np.array(idx[:rows * per_row])].reshape(rows, per_row * 32)
+        return st.tuples(st.integers(1, 8), st.integers(1, 4)).flatmap(
+            lambda rp: st.tuples(st.just(rp), st.lists(st.integers(0, len(pool) - 1), min_size=rp[0] * rp[1],
+                                                       max_size=rp[0] * rp[1]))).map(tensor)
+    raise ValueError("strategy: kinds convert and mx-block (cases() gives the others as arrays)")
+

@@ -31,6 +31,7 @@ struct GenArgs {
   bool exhaustive = false;
   std::string out, hopper_dir;  // "": golden::ResolveHopperDir's search
   std::string shard, shard_dir;  // --shard I/N into --shard-dir (job arrays; qmx-sim merge)
+  std::string layout = "text";
   bool quiet = false;
 };
 
@@ -72,6 +73,8 @@ void RunGen(const GenArgs& a) {
   o.level = a.level;
   o.seed = a.seed;
   o.exhaustive = a.exhaustive;
+  if (a.layout != "text" && a.layout != "memh") throw Error("--layout is text or memh, not '" + a.layout + "'");
+  o.memh = a.layout == "memh";
   // Before anything is written: a gemm suite without its measured data would be a partial set.
   o.hopper_dir = golden::ResolveHopperDir(a.suites, a.hopper_dir);
   const Shard shard = a.shard.empty() ? Shard{} : ParseShard(a.shard);
@@ -193,6 +196,7 @@ void AddGoldenCommand(CLI::App& app) {
   g->add_flag("--exhaustive", gen.exhaustive, "every input where the space allows (all FP16/BF16 inputs)");
   g->add_option("--out", gen.out, "output directory")->required();
   g->add_option("--hopper-dir", gen.hopper_dir, "hardware-observed Hopper GEMM outputs (default: golden/gemm-hopper here, in the source tree, or installed)");
+  g->add_option("--layout", gen.layout, "text (default), or memh: also NAME.memh beside each NAME.txt ($readmemh words)");
   g->add_option("--shard", gen.shard, "I/N: write only shard I (0-based) of N's files, and its record into --shard-dir");
   g->add_option("--shard-dir", gen.shard_dir, "where --shard writes golden-shard-I-of-N.json (qmx-sim merge joins them)");
   g->add_flag("--quiet", gen.quiet, "print only the summary");

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -406,6 +407,44 @@ TEST_CASE("golden: golden gen finds the measured Hopper data from any working di
   CHECK(hopper);
   CHECK(golden::ResolveHopperDir({"sr"}, "").find("gemm-hopper") != std::string::npos);
   CHECK_THROWS_WITH(golden::ResolveHopperDir({"all"}, (d.path / "x").string()), Contains("cases.json not found"));
+}
+
+TEST_CASE("golden: --layout memh images hold every file's cases, and the text files are unchanged", "[golden]") {
+  TempDir d;
+  golden::GenOptions o = Level1Options();
+  o.memh = true;
+  golden::Generate(o, d.path.string());
+  // The text files and the manifest are those of the checked-in level 1; each memh image splits back into its
+  // text file's case fields, in order.
+  size_t images = 0, cases = 0;
+  for (const auto& [path, text] : Snapshot(kLevel1)) {
+    if (path.size() < 4 || path.compare(path.size() - 4, 4, ".txt") != 0) continue;
+    INFO(path);
+    CHECK(WithoutGenerator(ReadText((d.path / path).string())) == WithoutGenerator(text));
+    const std::string memh = ReadText((d.path / (path.substr(0, path.size() - 4) + ".memh")).string());
+    std::vector<std::vector<std::string>> want;
+    for (const std::string& line : Lines(text)) {
+      if (line.empty() || line[0] == '#') continue;
+      std::vector<std::string> f;
+      std::istringstream in(line);
+      for (std::string w; in >> w;) f.push_back(w.find_first_not_of('-') == std::string::npos ? "-" : w);
+      want.push_back(f);
+    }
+    CHECK(golden::MemhFields(memh) == want);
+    CHECK(memh.rfind("// qmx-golden memh v1: op=", 0) == 0);
+    ++images;
+    cases += want.size();
+  }
+  CHECK(images > 600);
+  CHECK(cases > 200000);
+  // A line whose field widths differ from the first case's cannot be one word width.
+  CHECK_THROWS_WITH(golden::MemhImage("# op=convert src=f32\n# fields: x | y\n0000 00\n000 00\n"),
+                    Catch::Contains("not as wide as the column's other fields"));
+  CHECK_THROWS_WITH(golden::MemhFields("// layout: 12 8\n1234\n"), Catch::Contains("4 hex digits, not 5"));
+  CHECK_THROWS_WITH(golden::MemhFields("// layout: 6 8\n1234\n"), Catch::Contains("multiple of 4 bits"));
+  const RunResult r = Run("golden gen --suite sr --layout memo --out " + Quote(d.path / "x"));
+  CHECK(r.status == 1);
+  CHECK_THAT(r.err, Catch::Contains("--layout is text or memh"));
 }
 
 }  // namespace

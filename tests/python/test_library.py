@@ -107,6 +107,17 @@ def test_golden_generate_and_verify(tmp_path):
     assert not res["ok"] and res["mismatches"] == 1 and res["first"][0][0] == i + 1
 
 
+def test_golden_memh_layout(tmp_path):
+    out = tmp_path / "m"
+    entries = qmx.golden.generate(out, suites=["mx-block"], hopper_dir="", layout="memh")
+    for e in entries[:5]:
+        header, cases = qmx.golden.read(out / e["path"])
+        words = qmx.golden.read_memh(str(out / e["path"])[:-4] + ".memh")
+        assert words == cases, e["path"]
+    with pytest.raises(ValueError, match="layout is text or memh"):
+        qmx.golden.generate(out, suites=["sr"], hopper_dir="", layout="hex")
+
+
 def test_checked_in_level1_replays():
     res = qmx.golden.verify(REPO / "golden" / "level1", "cpu-simd", only="mx-block")
     assert res and all(r["ok"] for r in res)

@@ -44,6 +44,8 @@ struct GenOptions {
   // order, is planned by every part but written by part k % parts only. With parts > 1 no manifest.json is
   // written: the parts' entries go to WriteManifest (qmx-sim golden gen under MPI, and qmx-sim merge).
   uint64_t part = 0, parts = 1;
+  // Also write NAME.memh beside each NAME.txt: the cases as $readmemh words (MemhImage).
+  bool memh = false;
 };
 
 struct ManifestEntry {
@@ -62,6 +64,16 @@ struct ManifestEntry {
 // for an unknown suite or level, an unreadable hopper_dir.
 std::vector<ManifestEntry> Generate(const GenOptions& opt, const std::string& dir,
                                     const std::function<void(const ManifestEntry&)>& progress = {});
+
+// A golden file's cases as a $readmemh image (`golden gen --layout memh`): `//` comment lines carrying the
+// file's header, its fields line and the word's layout ("// layout: 32 8 8", each field's width in bits,
+// the first field in the top bits), then one hex word per case: the case's fields (inputs, outputs,
+// flags) concatenated, each at its column's fixed width; a field the text marks absent ("-": no C, no
+// block scales) is x digits. Throws qmx::Error when a column's present fields differ in width.
+std::string MemhImage(const std::string& golden_text);
+// The fields of each case of a memh image, split by its layout line (the inverse of MemhImage's words; x
+// fields come back as "-").
+std::vector<std::vector<std::string>> MemhFields(const std::string& memh_text);
 
 // dir/manifest.json of a generation from its files' entries, gathered from its parts in any order: written
 // in index order (atomically), the bytes Generate writes in one part. Throws qmx::Error when an index repeats

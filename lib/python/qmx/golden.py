@@ -8,15 +8,25 @@ def suites():
     return _qmx.golden_suites()
 
 
-def generate(out_dir, suites=("all",), level=1, seed=1, exhaustive=False, hopper_dir=None):
-    """Writes out_dir/SUITE/*.txt and out_dir/manifest.json (the same bytes as `qmx-sim golden gen`);
+def generate(out_dir, suites=("all",), level=1, seed=1, exhaustive=False, hopper_dir=None, layout="text"):
+    """Writes out_dir/SUITE/*.txt and out_dir/manifest.json (the same bytes as `qmx-sim golden gen`;
+    layout="memh" also writes each file's $readmemh image, NAME.memh, beside it);
     returns the manifest entries. hopper_dir: the GEMM outputs measured on a Hopper GPU (cases.json);
     None finds golden/gemm-hopper in the working directory, the source tree or the installed data, and
     raises ValueError before writing anything when the suites include gemm and none holds it; ""
     leaves those files out."""
     if hopper_dir != "":  # checked (or found) before anything is written
         hopper_dir = _qmx.golden_hopper_dir(list(suites), "" if hopper_dir is None else str(hopper_dir))
-    return _qmx.golden_generate(str(out_dir), list(suites), level, seed, exhaustive, str(hopper_dir))
+    if layout not in ("text", "memh"):
+        raise ValueError("layout is text or memh, not %r" % (layout,))
+    return _qmx.golden_generate(str(out_dir), list(suites), level, seed, exhaustive, str(hopper_dir), layout == "memh")
+
+
+def read_memh(path):
+    """A $readmemh image of `golden gen --layout memh` as its cases' hex fields (the text file's fields, in
+    order), split by the image's layout line."""
+    with open(path) as f:
+        return _qmx.golden_memh_fields(f.read())
 
 
 def verify(directory, backend="cpu-simd", max_errors=20, only=""):

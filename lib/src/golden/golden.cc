@@ -237,6 +237,11 @@ std::vector<ManifestEntry> Generate(const GenOptions& opt, const std::string& di
                       " (" + f.header.Line() + ")");
       const std::string text = FileText(f.header, *op, f.inputs, outs);
       WriteFileAtomic((std::filesystem::path(dir) / f.path).string(), text);
+      if (opt.memh) {
+        std::string memh_path = (std::filesystem::path(dir) / f.path).string();
+        memh_path = memh_path.substr(0, memh_path.size() - 4) + ".memh";  // NAME.txt -> NAME.memh
+        WriteFileAtomic(memh_path, MemhImage(text));
+      }
       ManifestEntry e{f.path, suite, f.header.op, f.header.Line(), f.inputs.size(), Sha256Hex(text), k};
       if (progress) progress(e);
       entries.push_back(std::move(e));
@@ -244,6 +249,85 @@ std::vector<ManifestEntry> Generate(const GenOptions& opt, const std::string& di
   }
   if (opt.parts == 1) WriteManifest(opt, entries, dir);
   return entries;
+}
+
+std::string MemhImage(const std::string& golden_text) {
+  std::istringstream in(golden_text);
+  std::string line, header, fields;
+  std::vector<std::vector<std::string>> rows;
+  while (std::getline(in, line)) {
+    if (line.rfind("# op=", 0) == 0) header = line.substr(2);
+    else if (line.rfind("# fields:", 0) == 0) fields = line.substr(2);
+    if (line.empty() || line[0] == '#') continue;
+    rows.push_back(SplitWords(line));
+  }
+  if (header.empty()) throw Error("memh: the text has no '# op=' header line");
+  // Hex digits per column. A field of dashes ("-": no C operand, no block scales) is absent: the image holds
+  // x digits there ($readmemh's unknown), as wide as the column's present fields.
+  const auto absent = [](const std::string& f) { return !f.empty() && f.find_first_not_of('-') == std::string::npos; };
+  std::vector<size_t> widths;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (r == 0) widths.assign(rows[0].size(), 0);
+    if (rows[r].size() != widths.size()) throw Error("memh: case " + std::to_string(r + 1) + " has another field count");
+    for (size_t c = 0; c < widths.size(); ++c) {
+      if (absent(rows[r][c])) continue;
+      if (widths[c] == 0) widths[c] = rows[r][c].size();
+      else if (rows[r][c].size() != widths[c])
+        throw Error("memh: field " + std::to_string(c + 1) + " of case " + std::to_string(r + 1) +
+                    " is not as wide as the column's other fields; the image needs fixed widths");
+    }
+  }
+  for (size_t& w : widths) w = w == 0 ? 1 : w;  // a column absent in every case
+  for (auto& r : rows)
+    for (size_t c = 0; c < r.size(); ++c)
+      if (absent(r[c])) r[c] = std::string(widths[c], 'x');
+  std::string out = "// qmx-golden memh v1: " + header + "\n// " + fields + "\n// layout:";
+  size_t bits = 0;
+  for (size_t w : widths) {
+    out += " " + std::to_string(4 * w);
+    bits += 4 * w;
+  }
+  out += " (bits per field, the first field in the top bits; " + std::to_string(bits) +
+         "-bit words; x digits: a field the text marks absent with -)\n// cases: " +
+         std::to_string(rows.size()) + "\n";
+  for (const auto& r : rows) {
+    for (const std::string& f : r) out += f;
+    out += "\n";
+  }
+  return out;
+}
+
+std::vector<std::vector<std::string>> MemhFields(const std::string& memh_text) {
+  std::istringstream in(memh_text);
+  std::string line;
+  std::vector<size_t> widths;
+  std::vector<std::vector<std::string>> rows;
+  while (std::getline(in, line)) {
+    if (line.rfind("// layout:", 0) == 0) {
+      std::istringstream ws(line.substr(10));
+      std::string w;
+      while (ws >> w && w[0] != '(') {
+        if (w.find_first_not_of("0123456789") != std::string::npos || std::stoul(w) % 4 != 0 || std::stoul(w) == 0)
+          throw Error("memh: layout field '" + w + "' is not a positive multiple of 4 bits");
+        widths.push_back(std::stoul(w) / 4);
+      }
+      continue;
+    }
+    if (line.empty() || line.rfind("//", 0) == 0) continue;
+    if (widths.empty()) throw Error("memh: a word before the layout line");
+    size_t total = 0;
+    for (size_t w : widths) total += w;
+    if (line.size() != total) throw Error("memh: a word of " + std::to_string(line.size()) + " hex digits, not " + std::to_string(total));
+    std::vector<std::string> f;
+    size_t pos = 0;
+    for (size_t w : widths) {
+      const std::string field = line.substr(pos, w);
+      f.push_back(field.find_first_not_of("xX") == std::string::npos ? "-" : field);  // absent in the text
+      pos += w;
+    }
+    rows.push_back(std::move(f));
+  }
+  return rows;
 }
 
 void WriteManifest(const GenOptions& opt, std::vector<ManifestEntry> entries, const std::string& dir) {

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # ctest rtl.verilator_example: builds rtl/example with Verilator against this build's libqmx_c.so, runs it
 # on every golden/level1 conversion file (each case checked against the file and the DPI model), then on a
-# copy with one expected code changed, which must fail. Usage: run_example.sh SOURCE_DIR BUILD_DIR
+# copy with one expected code changed, which must fail; then the $readmemh bench (tb_golden_memh.sv) on the
+# images of the FP32 conversion files (golden gen --layout memh), and on one with a changed word.
+# Usage: run_example.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src=$1 build=$2
 command -v verilator > /dev/null || { echo "SKIP: verilator not found (Debian: apt-get install verilator)"; exit 77; }
@@ -28,4 +30,29 @@ if "$out/Vtb_golden_convert" "+golden=$changed" > "$out/changed.log" 2>&1; then
 fi
 grep -q 'MISMATCH' "$out/changed.log" || { echo "FAIL: no MISMATCH line for the changed code"; cat "$out/changed.log"; exit 1; }
 echo "a changed expected code fails the bench: $(grep -m1 MISMATCH "$out/changed.log")"
+# The $readmemh images of the FP32 conversion files (golden gen --layout memh), through tb_golden_memh.sv.
+mo=$out/memh
+"$build/cli/qmx-sim" golden gen --suite conversions --layout memh --out "$mo/golden" --quiet > /dev/null
+mapfile -t images < <(grep -l '^// layout: 32 8 8 ' "$mo"/golden/conversions/f32_*.memh)
+[ "${#images[@]}" -gt 100 ] || { echo "FAIL: only ${#images[@]} FP32 conversion images"; exit 1; }
+bash "$src/rtl/example/run_memh.sh" "$build/lib" "$mo/build" "${images[@]}" > "$mo/run.log" 2>&1 || { tail -20 "$mo/run.log"; exit 1; }
+passed=$(grep -c '^PASS ' "$mo/run.log")
+[ "$passed" -eq "${#images[@]}" ] || { echo "FAIL: $passed of ${#images[@]} images passed"; tail -20 "$mo/run.log"; exit 1; }
+echo "the memh bench agrees with $passed \$readmemh images"
+# One word's expected code changed: the memh bench must fail too.
+img=${images[0]}
+done_one=0
+while IFS= read -r line; do
+  if [ "$done_one" -eq 0 ] && [ "${line:0:2}" != "//" ] && [ -n "$line" ]; then
+    line=$(printf '%s%02x%s' "${line:0:8}" $((16#${line:8:2} ^ 1)) "${line:10}")
+    done_one=1
+  fi
+  printf '%s\n' "$line"
+done < "$img" > "$mo/changed.memh"
+head_line=$(sed -n 's|^// qmx-golden memh v1: ||p' "$img")
+if bash "$src/rtl/example/run_memh.sh" "$build/lib" "$mo/build" "$mo/changed.memh" > "$mo/changed.log" 2>&1; then
+  echo "FAIL: the memh bench passed an image with a changed code ($head_line)"; cat "$mo/changed.log"; exit 1
+fi
+grep -q 'MISMATCH' "$mo/changed.log" || { echo "FAIL: no MISMATCH line for the changed word"; cat "$mo/changed.log"; exit 1; }
+echo "a changed word fails the memh bench: $(grep -m1 MISMATCH "$mo/changed.log")"
 rm -rf "$out"

@@ -1,7 +1,7 @@
 // tb_golden_memh.sv: the same check as tb_golden_convert.sv from a $readmemh image (qmx-sim golden gen
 // --layout memh) of an FP32 -> 8-bit conversion file: 48-bit words {input[31:0], code[7:0], flags[7:0]}
 // (the image's "// layout: 32 8 8" line). $readmemh skips the image's comment lines, so the conversion's
-// options come as plusargs (rtl/example/run_memh.sh reads them from the image's header comment):
+// options come as plusargs (rtl/example/run.sh reads them from the image's header comment):
 //   +memh=FILE +cases=N +dst=e4m3 +round=rne +sat=satfinite +nansign=keep +nanfall=max +subn=keep
 module tb_golden_memh;
   import qmx_dpi::*;

@@ -25,7 +25,7 @@ while IFS= read -r line; do
   fi
   printf '%s\n' "$line"
 done < "${files[0]}" > "$changed"
-if "$out/Vtb_golden_convert" "+golden=$changed" > "$out/changed.log" 2>&1; then
+if "$out/tb_golden_convert/Vtb_golden_convert" "+golden=$changed" > "$out/changed.log" 2>&1; then
   echo "FAIL: the bench passed a file with a changed expected code"; cat "$out/changed.log"; exit 1
 fi
 grep -q 'MISMATCH' "$out/changed.log" || { echo "FAIL: no MISMATCH line for the changed code"; cat "$out/changed.log"; exit 1; }
@@ -35,7 +35,7 @@ mo=$out/memh
 "$build/cli/qmx-sim" golden gen --suite conversions --layout memh --out "$mo/golden" --quiet > /dev/null
 mapfile -t images < <(grep -l '^// layout: 32 8 8 ' "$mo"/golden/conversions/f32_*.memh)
 [ "${#images[@]}" -gt 100 ] || { echo "FAIL: only ${#images[@]} FP32 conversion images"; exit 1; }
-bash "$src/rtl/example/run_memh.sh" "$build/lib" "$mo/build" "${images[@]}" > "$mo/run.log" 2>&1 || { tail -20 "$mo/run.log"; exit 1; }
+bash "$src/rtl/example/run.sh" "$build/lib" "$out" "${images[@]}" > "$mo/run.log" 2>&1 || { tail -20 "$mo/run.log"; exit 1; }
 passed=$(grep -c '^PASS ' "$mo/run.log")
 [ "$passed" -eq "${#images[@]}" ] || { echo "FAIL: $passed of ${#images[@]} images passed"; tail -20 "$mo/run.log"; exit 1; }
 echo "the memh bench agrees with $passed \$readmemh images"
@@ -50,7 +50,7 @@ while IFS= read -r line; do
   printf '%s\n' "$line"
 done < "$img" > "$mo/changed.memh"
 head_line=$(sed -n 's|^// qmx-golden memh v1: ||p' "$img")
-if bash "$src/rtl/example/run_memh.sh" "$build/lib" "$mo/build" "$mo/changed.memh" > "$mo/changed.log" 2>&1; then
+if bash "$src/rtl/example/run.sh" "$build/lib" "$out" "$mo/changed.memh" > "$mo/changed.log" 2>&1; then
   echo "FAIL: the memh bench passed an image with a changed code ($head_line)"; cat "$mo/changed.log"; exit 1
 fi
 grep -q 'MISMATCH' "$mo/changed.log" || { echo "FAIL: no MISMATCH line for the changed word"; cat "$mo/changed.log"; exit 1; }

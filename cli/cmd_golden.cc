@@ -42,20 +42,14 @@ struct VerifyArgs {
   bool quiet = false;
 };
 
-std::string GoldenShardName(const Shard& s) {
-  return "golden-shard-" + std::to_string(s.index) + "-of-" + std::to_string(s.count) + ".json";
-}
-
 // A shard's record that exists, matches its checksum and these options, and whose files are all in `out` with
 // their SHA-256: done.
 bool GoldenShardDone(const std::filesystem::path& record, const golden::GenOptions& o, const std::string& out) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(record, ec)) return false;
+  const std::optional<std::string> text = ShardRecord(record.string());
+  if (!text) return false;
   try {
-    const std::string text = ReadText(record.string());
-    if (Sha256Hex(text) + "\n" != ReadText(record.string() + ".sha256")) return false;
     golden::GenOptions p;
-    const std::vector<golden::ManifestEntry> entries = golden::PartFromJson(text, p);
+    const std::vector<golden::ManifestEntry> entries = golden::PartFromJson(*text, p);
     if (p.suites != o.suites || p.level != o.level || p.seed != o.seed || p.exhaustive != o.exhaustive ||
         p.part != o.part || p.parts != o.parts)
       return false;
@@ -93,7 +87,7 @@ void RunGen(const GenArgs& a) {
                   static_cast<unsigned long long>(e.cases));
   };
   if (shard.given) {
-    const std::filesystem::path record = std::filesystem::path(a.shard_dir) / GoldenShardName(shard);
+    const std::filesystem::path record = std::filesystem::path(a.shard_dir) / ShardFileName("golden", shard);
     if (GoldenShardDone(record, o, a.out)) {
       std::printf("%s%s is done (its checksum, options and files match): skipped\n", prefix.c_str(), record.string().c_str());
       return;
@@ -101,8 +95,7 @@ void RunGen(const GenArgs& a) {
     const std::vector<golden::ManifestEntry> entries = golden::Generate(o, a.out, progress);
     std::filesystem::create_directories(a.shard_dir);
     const std::string text = golden::PartToJson(o, entries);
-    WriteFileAtomic(record.string(), text);
-    WriteFileAtomic(record.string() + ".sha256", Sha256Hex(text) + "\n");
+    WriteShardRecord(record.string(), text);
     std::printf("%swrote %llu files, %llu cases into %s and %s\n", prefix.c_str(), static_cast<unsigned long long>(files),
                 static_cast<unsigned long long>(cases), a.out.c_str(), record.string().c_str());
     return;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/audit_report.h"
 #include "commands.h"
 #include "common/outputs.h"
 #include "common/ranks.h"
@@ -70,20 +71,13 @@ ProveJob JobOf(const ProveArgs& a) {
   return job;
 }
 
-std::string ShardName(const Shard& s) {
-  return "prove-shard-" + std::to_string(s.index) + "-of-" + std::to_string(s.count) + ".json";
-}
-
 // The shard's file and its checksum beside it; a file that exists, matches its checksum and holds this part
 // of this job is done.
 bool ShardDone(const std::filesystem::path& file, const ProveJob& job, uint64_t first, uint64_t count) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(file, ec) || !std::filesystem::is_regular_file(file.string() + ".sha256", ec))
-    return false;
+  const std::optional<std::string> text = ShardRecord(file.string());
+  if (!text) return false;
   try {
-    const std::string text = ReadText(file.string()), sum = ReadText(file.string() + ".sha256");
-    if (Sha256Hex(text) + "\n" != sum) return false;
-    const ProveResult r = ProveFromJson(text);
+    const ProveResult r = ProveFromJson(*text);
     return r.job.formats == job.formats && r.job.roundings == job.roundings && r.job.saturations == job.saturations &&
            r.job.first == job.first && r.job.count == job.count && r.job.seed == job.seed && r.first == first &&
            r.count == count;
@@ -133,7 +127,7 @@ void RunProve(const ProveArgs& a) {
 
   if (shard.given) {
     std::filesystem::create_directories(a.shard_dir);
-    const std::filesystem::path file = std::filesystem::path(a.shard_dir) / ShardName(shard);
+    const std::filesystem::path file = std::filesystem::path(a.shard_dir) / ShardFileName("prove", shard);
     if (ShardDone(file, job, first, count)) {
       std::printf("%s%s is done (its checksum and job match): skipped\n", prefix.c_str(), file.string().c_str());
       return;
@@ -141,8 +135,7 @@ void RunProve(const ProveArgs& a) {
     const ProveResult r = Prove(job, first, count, progress);
     if (tty) std::fprintf(stderr, "\n");
     const std::string text = ProveToJson(r);
-    WriteFileAtomic(file.string(), text);  // the result, then its checksum: a shard without one is redone
-    WriteFileAtomic(file.string() + ".sha256", Sha256Hex(text) + "\n");
+    WriteShardRecord(file.string(), text);
     std::printf("%swrote %s: inputs 0x%08llx + %llu, %llu mismatches\n", prefix.c_str(), file.string().c_str(),
                 static_cast<unsigned long long>(first), static_cast<unsigned long long>(count),
                 static_cast<unsigned long long>(r.Mismatches()));
@@ -166,7 +159,7 @@ std::vector<std::string> ReadShards(const std::string& dir, const std::string& k
     unsigned long long i = 0, count = 0;
     const std::string pattern = kind + "-shard-%llu-of-%llu.json";
     if (std::sscanf(name.c_str(), pattern.c_str(), &i, &count) == 2 &&
-        name == kind + "-shard-" + std::to_string(i) + "-of-" + std::to_string(count) + ".json")
+        name == ShardFileName(kind, {i, count, true}))
       by_n[count][i] = e.path();
   }
   if (by_n.size() > 1) throw Error("merge: " + dir + " holds " + kind + " shards of different counts N; keep one job's shards per directory");
@@ -257,13 +250,7 @@ void MergeAudit(const std::vector<std::string>& texts, const std::string& dir, c
   }
   for (size_t k = 0; k < total; ++k)
     if (!seen[k]) throw Error("merge: tensor " + std::to_string(k) + " is in no audit shard of " + dir);
-  nlohmann::ordered_json report = head, list = nlohmann::ordered_json::array();
-  for (const auto& e : tensors) {
-    if (!quiet) std::fputs(e["line"].get<std::string>().c_str(), stdout);
-    list.push_back(e["tensor"]);
-  }
-  report["tensors"] = list;
-  WriteFileAtomic(out, report.dump(2) + "\n");
+  WriteFileAtomic(out, AuditReport(head, tensors, quiet).dump(2) + "\n");
   if (!quiet) std::printf("merged %zu audit shards (%zu tensors) into %s\n", texts.size(), total, out.c_str());
 }
 

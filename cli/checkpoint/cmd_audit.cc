@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/audit_report.h"
 #include "commands.h"
 #include "common/ranks.h"
 #include "common/tensor_inputs.h"
@@ -22,7 +23,6 @@
 #include "qmx/io.h"
 #include "qmx/quantize.h"
 #include "qmx/safetensors.h"
-#include "qmx/sha256.h"
 #include "qmx/version.h"
 
 namespace qmx::cli {
@@ -249,26 +249,24 @@ void RunAudit(const AuditArgs& a) {
   };
   if (shard.given) {
     std::filesystem::create_directories(a.shard_dir);
-    const std::string file = (std::filesystem::path(a.shard_dir) / ("audit-shard-" + std::to_string(shard.index) + "-of-" +
-                                                                    std::to_string(shard.count) + ".json")).string();
+    const std::string file = (std::filesystem::path(a.shard_dir) / ShardFileName("audit", shard)).string();
     ordered_json rec = ReportHead(a);
     rec["tensors_total"] = found.size();
-    try {  // a finished shard of this audit (its checksum, head and count match) is not redone
-      const std::string done = ReadText(file);
-      if (Sha256Hex(done) + "\n" == ReadText(file + ".sha256")) {
-        ordered_json old = ordered_json::parse(done);
+    // A finished shard of this audit (its checksum, head and count match) is not redone.
+    if (const std::optional<std::string> done = ShardRecord(file)) {
+      try {
+        ordered_json old = ordered_json::parse(*done);
         old.erase("part");
         if (old == rec) {
           std::printf("%s%s is done (its checksum and audit match): skipped\n", WorkerPrefix(shard).c_str(), file.c_str());
           return;
         }
+      } catch (const nlohmann::json::exception&) {  // not a record: run the shard
       }
-    } catch (const std::exception&) {  // absent, unreadable or damaged: run the shard
     }
     rec["part"] = ordered_json::parse(work());
     const std::string text = rec.dump() + "\n";
-    WriteFileAtomic(file, text);
-    WriteFileAtomic(file + ".sha256", Sha256Hex(text) + "\n");
+    WriteShardRecord(file, text);
     std::printf("%swrote %s\n", WorkerPrefix(shard).c_str(), file.c_str());
     return;
   }
@@ -278,16 +276,21 @@ void RunAudit(const AuditArgs& a) {
   for (const std::string& p : all)
     for (auto& e : ordered_json::parse(p)) merged.at(e["index"].get<size_t>()) = e;
   if (!a.quiet) PrintTableHead();
-  ordered_json out = ReportHead(a), tensors = ordered_json::array();
-  for (const ordered_json& e : merged) {
-    if (!a.quiet) std::fputs(e["line"].get<std::string>().c_str(), stdout);
-    tensors.push_back(e["tensor"]);
-  }
-  out["tensors"] = tensors;
+  const ordered_json out = AuditReport(ReportHead(a), merged, a.quiet);
   if (!a.json.empty()) WriteFileAtomic(a.json, out.dump(2) + "\n");
 }
 
 }  // namespace
+
+ordered_json AuditReport(ordered_json head, const std::vector<ordered_json>& entries, bool quiet) {
+  ordered_json tensors = ordered_json::array();
+  for (const ordered_json& e : entries) {
+    if (!quiet) std::fputs(e["line"].get<std::string>().c_str(), stdout);
+    tensors.push_back(e["tensor"]);
+  }
+  head["tensors"] = tensors;
+  return head;
+}
 
 void AddAuditCommand(CLI::App& app) {
   auto a = std::make_shared<AuditArgs>();

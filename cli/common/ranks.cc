@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "qmx/error.h"
+#include "qmx/io.h"
+#include "qmx/sha256.h"
 
 #if defined(QMX_HAVE_MPI)
 // The C interface only: the deprecated C++ bindings add nothing here but compile time and warnings.
@@ -138,6 +140,25 @@ Shard ParseShard(const std::string& s) {
   sh.given = true;
   if (sh.count == 0 || sh.count > (1u << 20) || sh.index >= sh.count) return fail();
   return sh;
+}
+
+std::string ShardFileName(const std::string& kind, const Shard& s) {
+  return kind + "-shard-" + std::to_string(s.index) + "-of-" + std::to_string(s.count) + ".json";
+}
+
+void WriteShardRecord(const std::string& path, const std::string& text) {
+  WriteFileAtomic(path, text);
+  WriteFileAtomic(path + ".sha256", Sha256Hex(text) + "\n");
+}
+
+std::optional<std::string> ShardRecord(const std::string& path) {
+  try {
+    std::string text = ReadText(path);
+    if (Sha256Hex(text) + "\n" != ReadText(path + ".sha256")) return std::nullopt;
+    return text;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
 }
 
 std::string ReadText(const std::string& path) {

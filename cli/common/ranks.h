@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,13 @@ struct Shard {
 };
 // Throws qmx::Error naming the option for anything but two integers I/N with 0 <= I < N <= 2^20.
 Shard ParseShard(const std::string& s);
+
+// A job-array shard's record: KIND-shard-I-of-N.json in the shard directory, written atomically and followed
+// by its SHA-256 in PATH.sha256 (a record without one was interrupted and is redone). ShardRecord gives the
+// record's text when both files exist and agree, else nothing (absent, interrupted or damaged).
+std::string ShardFileName(const std::string& kind, const Shard& s);
+void WriteShardRecord(const std::string& path, const std::string& text);
+std::optional<std::string> ShardRecord(const std::string& path);
 
 // A whole file as text (qmx::Error "cannot read PATH"): shard records and their checksums.
 std::string ReadText(const std::string& path);

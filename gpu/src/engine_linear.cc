@@ -191,8 +191,7 @@ float AmaxChecked(const float* x, size_t count, const char* name, cudaStream_t c
   if (first != ~0ull) {
     float v = 0;
     detail::Check(cudaMemcpy(&v, x + first, sizeof v, cudaMemcpyDeviceToHost), "copy to host");
-    throw Error(std::string("recipe: ") + name + " holds " + (std::isnan(v) ? "NaN" : "Inf") + " at element " +
-                std::to_string(first) + "; the recipes model finite training tensors");
+    throw qmx::detail::NonFiniteTensor(name, first, v);
   }
   float a;
   std::memcpy(&a, &bits, 4);

@@ -102,9 +102,13 @@ struct AuditStats {
   double source_amax = 0;
   uint64_t saturated = 0, flushed_to_zero = 0;
 };
+// The scheme a quantized tensor's formats name: "nvfp4" (E4M3 scales), "mx-ELEM" (UE8M0 scales), or
+// "SPEC-ELEM" for FP32 scales ("fp8-block128x128-e4m3").
+std::string CheckpointScheme(const QuantizedTensor& q);
+
 struct AuditResult {
   CheckpointTensorInfo info;
-  std::string scheme;   // "mxfp4", "nvfp4", "fp8-block128x128", ...
+  std::string scheme;   // CheckpointScheme: "mx-e2m1", "nvfp4", "fp8-block128x128-e4m3", ...
   std::string source;   // "decoded" or the source tensor's name
   AuditStats stats;
   std::vector<AuditCandidate> candidates;

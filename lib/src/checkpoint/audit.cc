@@ -45,7 +45,9 @@ std::vector<Candidate> CandidatesFor(const QuantSpec& stored) {
   return out;
 }
 
-std::string SchemeOf(const QuantizedTensor& q) {
+}  // namespace
+
+std::string CheckpointScheme(const QuantizedTensor& q) {
   switch (ScaleFormatOf(q.spec.rule)) {
     case ScaleFormat::kE4m3: return "nvfp4";
     case ScaleFormat::kUe8m0: return std::string("mx-") + q.spec.elem.name;
@@ -54,13 +56,11 @@ std::string SchemeOf(const QuantizedTensor& q) {
   return "?";
 }
 
-}  // namespace
-
 AuditResult AuditCheckpointTensor(const CheckpointTensor& t, const NpyArray* source, const std::string& source_name) {
   const QuantizedTensor& q = t.q;
   AuditResult res;
   res.info = t.info;
-  res.scheme = SchemeOf(q);
+  res.scheme = CheckpointScheme(q);
   const std::vector<float> decoded = DecodeCheckpointTensor(t);
   // The source as rows x cols FP32 in the stored orientation.
   std::vector<float> src;

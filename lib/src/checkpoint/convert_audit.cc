@@ -20,11 +20,8 @@ bool SameValue(float a, float b) { return a == b || (std::isnan(a) && std::isnan
 bool ConvertMatches(const CheckpointTensor& t, const std::string& from) {
   const QuantizedTensor& q = t.q;
   if (from == q.spec.elem.name) return true;
+  if (from == CheckpointScheme(q)) return true;
   const ScaleFormat sf = ScaleFormatOf(q.spec.rule);
-  const std::string scheme = sf == ScaleFormat::kE4m3    ? "nvfp4"
-                             : sf == ScaleFormat::kUe8m0 ? std::string("mx-") + q.spec.elem.name
-                                                         : q.spec.name + "-" + q.spec.elem.name;
-  if (from == scheme) return true;
   try {
     const QuantSpec s = QuantSpecByName(from);
     return std::string(s.elem.name) == q.spec.elem.name && ScaleFormatOf(s.rule) == sf;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "qmx/error.h"
 #include "qmx/recipe.h"
 
 namespace qmx::detail {
@@ -30,6 +31,9 @@ std::vector<float> Transpose(const float* src, size_t rows, size_t cols);
 void SetupDelayed(const TrainingRecipe& recipe, size_t g0, size_t g1, const std::array<float, 3>& amax,
                   RecipeState& state, const RecipeOptions& opt, std::optional<Fp32Scale> (&dscale)[3]);
 void EndStep(RecipeState& state, const std::optional<Fp32Scale> (&dscale)[3], const std::array<float, 3>& amax);
+// The recipes' error for a tensor (X, W, dY) whose element `index` is `value`, NaN or Inf: the recipes model
+// finite training tensors. The CPU's CheckFinite and the GPU engine's check both throw it.
+Error NonFiniteTensor(const char* name, size_t index, float value);
 // "X", "W^T", "X_q": the tensor, whether it is the forward's QuEST output, whether it is transposed.
 std::string OperandName(const OperandPlan& p);
 

@@ -51,6 +51,11 @@ void SetupDelayed(const TrainingRecipe& recipe, size_t g0, size_t g1, const std:
     }
 }
 
+Error NonFiniteTensor(const char* name, size_t index, float value) {
+  return Error(std::string("recipe: ") + name + " holds " + (std::isnan(value) ? "NaN" : "Inf") + " at element " +
+               std::to_string(index) + "; the recipes model finite training tensors");
+}
+
 void EndStep(RecipeState& state, const std::optional<Fp32Scale> (&dscale)[3], const std::array<float, 3>& amax) {
   std::optional<DelayedScaling>* hist[3] = {&state.x, &state.w, &state.dy};
   for (int t = 0; t < 3; ++t)
@@ -262,9 +267,7 @@ std::vector<float> GemmBf16(const Built& a, const Built& bt, size_t m, size_t n,
 
 void CheckFinite(const float* x, size_t n, const char* name) {
   for (size_t i = 0; i < n; ++i)
-    if (!std::isfinite(x[i]))
-      throw Error(std::string("recipe: ") + name + " holds " + (std::isnan(x[i]) ? "NaN" : "Inf") + " at element " +
-                  std::to_string(i) + "; the recipes model finite training tensors");
+    if (!std::isfinite(x[i])) throw detail::NonFiniteTensor(name, i, x[i]);
 }
 
 }  // namespace

@@ -348,7 +348,7 @@ def main(argv=None):
                     r["w_saturated"], r["w_flushed"] = quant_counts(m.weight, specs[1])
                 layer_rows.append(r)
             captured.clear()
-        row = {"step": step, "tokens": (step + 1) * a.batch * a.context, "lr": lr, "train_loss": float(loss),
+        row = {"step": step, "tokens": (step + 1) * a.batch * a.context, "lr": lr, "train_loss": float(loss.detach()),
                "val_loss": "", "seconds": time.perf_counter() - t0}
         if not math.isfinite(row["train_loss"]):
             print("step %d: the loss is %s; stopping" % (step, row["train_loss"]))

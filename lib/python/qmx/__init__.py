@@ -22,6 +22,19 @@ releases the GIL around every computation, and runs on the library's OpenMP thre
     >>> d.shape, d.dtype
     ((256, 512), dtype('float32'))
 """
+try:
+    from ._build import CUDA as _BUILT_WITH_CUDA
+except ImportError:
+    _BUILT_WITH_CUDA = False
+if _BUILT_WITH_CUDA:
+    # A CUDA build links the toolkit's libcudart.so.13 and libcublasLt.so.13. PyTorch's CUDA wheels load their
+    # own copies under the same names; whichever is loaded first serves both, and torch's cuBLAS on another
+    # release's cuBLASLt aborts the process (free(): invalid pointer). Loading torch first, where it is
+    # installed, makes its copies the ones both use.
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
 from . import _qmx
 from ._qmx import (  # noqa: F401  (re-exported)
     DelayedScaling,

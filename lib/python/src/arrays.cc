@@ -21,6 +21,10 @@ std::string DtypeText(const pyb::array& a) { return pyb::str(a.dtype()).cast<std
 
 }  // namespace
 
+bool IsTwoByteDtype(const std::string& name) {
+  return name == "float16" || name == "bfloat16" || name == "uint16" || name == "int16" || name == "|V2";
+}
+
 InArray FloatInput(const pyb::array& a, const std::string& src, const char* what) {
   const pyb::dtype dt = a.dtype();
   const std::string name = DtypeText(a);
@@ -30,12 +34,12 @@ InArray FloatInput(const pyb::array& a, const std::string& src, const char* what
     if (!src.empty() && src != "fp32") throw pyb::type_error(std::string(what) + " is float32 but src is " + src);
     return Wrap(a, DType::kF32, what);
   }
-  if (dt.itemsize() == 2 && (dt.kind() == 'f' || dt.kind() == 'u' || dt.kind() == 'V' || name == "bfloat16")) {
+  if (IsTwoByteDtype(name)) {
     if (name == "bfloat16") {  // ml_dtypes.bfloat16
       if (!src.empty() && src != "bf16") throw pyb::type_error(std::string(what) + " is bfloat16 but src is " + src);
       return Wrap(a, DType::kBF16, what);
     }
-    if (dt.kind() == 'f') {
+    if (name == "float16") {
       if (src == "bf16") throw pyb::type_error(std::string(what) + " is float16 but src is bf16");
       return Wrap(a, DType::kF16, what);
     }

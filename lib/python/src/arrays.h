@@ -29,6 +29,11 @@ struct InArray {
   std::vector<size_t> shape;
 };
 
+// Whether a dtype name (str(dtype)) is a 2-byte type: float16, bfloat16 (ml_dtypes), uint16, int16, |V2.
+// Dtypes are told apart by name or by dtype::is, never by pybind11's itemsize() or kind(): pybind11 2.10 reads
+// those from NumPy 1's struct layout, which NumPy 2 changed (a GPU machine's pip NumPy is 2.x).
+bool IsTwoByteDtype(const std::string& name);
+
 // Reads `a` in place. `src` names how to read 2-byte elements ("bf16" or "fp16"; "" takes float16 as
 // fp16 and refuses uint16) and may confirm the others ("fp32"). Raises TypeError for a non-contiguous
 // array or a dtype the caller does not take; `what` names the argument in the message.

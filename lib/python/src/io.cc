@@ -33,7 +33,7 @@ pyb::dtype NumpyDtype(DType t) {
 // `as`: "BF16" for 2-byte arrays, or a code dtype (F8_E4M3, F4, ...) for uint8 codes, one per element.
 DType DtypeOf(const pyb::array& a, const std::string& as) {
   if (!as.empty()) {
-    if (as == "BF16" && a.dtype().itemsize() == 2) return DType::kBF16;
+    if (as == "BF16" && IsTwoByteDtype(pyb::str(a.dtype()).cast<std::string>())) return DType::kBF16;
     if (as != "BF16" && a.dtype().is(pyb::dtype::of<uint8_t>())) return DType::kU8;  // the writer checks the name
     throw pyb::value_error("dtype override '" + as + "': BF16 applies to 2-byte arrays, code dtypes (F8_E4M3, F8_E5M2, "
                            "F8_E8M0, F6_E2M3, F6_E3M2, F4, I8) to uint8 codes");
@@ -43,8 +43,9 @@ DType DtypeOf(const pyb::array& a, const std::string& as) {
   if (d.is(pyb::dtype::of<double>())) return DType::kF64;
   if (d.is(pyb::dtype::of<uint8_t>())) return DType::kU8;
   if (d.is(pyb::dtype::of<uint16_t>())) return DType::kU16;
-  if (d.kind() == 'f' && d.itemsize() == 2) return DType::kF16;
-  if (pyb::str(pyb::handle(d)).cast<std::string>() == "bfloat16") return DType::kBF16;
+  const std::string name = pyb::str(pyb::handle(d)).cast<std::string>();
+  if (name == "float16") return DType::kF16;
+  if (name == "bfloat16") return DType::kBF16;
   throw pyb::type_error("safetensors: arrays of " + pyb::str(pyb::handle(d)).cast<std::string>() +
                         " are not written (F32, F64, F16, BF16, U8, U16)");
 }

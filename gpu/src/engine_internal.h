@@ -118,9 +118,10 @@ void LaunchGemmF32Seq(const float* a, const float* bt, size_t m, size_t n, size_
 // out[j] = sum over i of x[i][j] (x m x n), FP32, i ascending from +0: qmx::BiasGradient.
 void LaunchColumnSums(const float* x, size_t m, size_t n, float* out, void* stream);
 // out (rows x cols) = fl32(code_table[code] * S) per element, S of the element's block (scale grid of
-// scale_cols columns, blocks block_rows x block_cols): scale_table[byte] for 1-byte scales, the FP32 scale for 4.
+// scale_cols columns, blocks block_rows x block_cols): scale_table[byte] for 1-byte scales, the FP32 scale for 4;
+// NaNs with the host's payloads (ue8m0: the NaN scale byte gives +NaN whatever the code).
 void LaunchDequantize(const uint8_t* codes, size_t rows, size_t cols, const uint8_t* scales, size_t block_rows,
-                      size_t block_cols, size_t scale_cols, int bytes, const float* code_table, const double* scale_table,
-                      float* out, void* stream);
+                      size_t block_cols, size_t scale_cols, int bytes, bool ue8m0, const float* code_table,
+                      const double* scale_table, float* out, void* stream);
 
 }  // namespace qmx::gpu::detail

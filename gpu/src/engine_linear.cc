@@ -257,7 +257,8 @@ void EngineDequantizeOnDevice(const QuantizedTensor& q, const uint8_t* codes, co
   DeviceBuffer<float> dcodes(code_table.data(), 256);
   DeviceBuffer<double> dscales(scale_table.data(), 256);
   detail::LaunchDequantize(codes, q.rows, q.cols, raw_scales, be.rows, be.cols, q.scale_cols,
-                           static_cast<int>(ScaleBytes(sf)), dcodes.get(), dscales.get(), out, cs);
+                           static_cast<int>(ScaleBytes(sf)), sf == ScaleFormat::kUe8m0, dcodes.get(), dscales.get(),
+                           out, cs);
   detail::Check(cudaStreamSynchronize(cs), "engine dequantization");  // before the tables are freed
 }
 

@@ -140,11 +140,29 @@ __global__ void ColumnSumsKernel(const float* __restrict__ x, size_t m, size_t n
   out[j] = acc;
 }
 
+// fl32(v * s) as quantize.cc's Dequantize gets it on x86-64, where a NaN keeps its payload: a NaN operand
+// propagates quieted (v's first, mulsd's first source), the narrowing keeps the payload's top bits, and a NaN
+// the product makes (Inf x 0) is the default NaN, negative. The GPU's own multiply would return its canonical
+// NaN 0x7FFFFFFF instead. `scale_nan_wins`: UE8M0's NaN scale byte gives +NaN whatever the code, as
+// Dequantize's branch for it does.
+__device__ __forceinline__ float HostProductF32(double v, double s, bool scale_nan_wins) {
+  const auto narrow_nan = [](double d) {
+    const uint64_t b = static_cast<uint64_t>(__double_as_longlong(d));
+    return __uint_as_float(static_cast<uint32_t>(b >> 32 & 0x80000000u) | 0x7FC00000u |
+                           static_cast<uint32_t>(b >> 29 & 0x003FFFFFu));
+  };
+  if (scale_nan_wins && s != s) return __uint_as_float(0x7FC00000u);
+  if (v != v) return narrow_nan(v);
+  if (s != s) return narrow_nan(s);
+  const double p = v * s;
+  return p != p ? __uint_as_float(0xFFC00000u) : static_cast<float>(p);
+}
+
 // Dequantize of quantize.cc per element: f = fl32(value(code) * S) in double, S the block's decode scale
 // (1-byte scales: scale_table[byte]; FP32: the scale itself).
 __global__ void DequantizeKernel(const uint8_t* __restrict__ codes, size_t rows, size_t cols,
                                  const uint8_t* __restrict__ scales, size_t block_rows, size_t block_cols,
-                                 size_t scale_cols, int bytes, const float* __restrict__ code_table,
+                                 size_t scale_cols, int bytes, bool ue8m0, const float* __restrict__ code_table,
                                  const double* __restrict__ scale_table, float* __restrict__ out) {
   const size_t n = rows * cols;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
@@ -158,7 +176,7 @@ __global__ void DequantizeKernel(const uint8_t* __restrict__ codes, size_t rows,
     } else {
       s = scale_table[scales[b]];
     }
-    out[i] = static_cast<float>(static_cast<double>(code_table[codes[i]]) * s);
+    out[i] = HostProductF32(static_cast<double>(code_table[codes[i]]), s, ue8m0);
   }
 }
 
@@ -219,11 +237,11 @@ void LaunchColumnSums(const float* x, size_t m, size_t n, float* out, void* stre
 }
 
 void LaunchDequantize(const uint8_t* codes, size_t rows, size_t cols, const uint8_t* scales, size_t block_rows,
-                      size_t block_cols, size_t scale_cols, int bytes, const float* code_table, const double* scale_table,
-                      float* out, void* stream) {
+                      size_t block_cols, size_t scale_cols, int bytes, bool ue8m0, const float* code_table,
+                      const double* scale_table, float* out, void* stream) {
   if (rows * cols == 0) return;
   DequantizeKernel<<<GridFor(rows * cols, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      codes, rows, cols, scales, block_rows, block_cols, scale_cols, bytes, code_table, scale_table, out);
+      codes, rows, cols, scales, block_rows, block_cols, scale_cols, bytes, ue8m0, code_table, scale_table, out);
   Check(cudaGetLastError(), "engine dequantization");
 }
 

@@ -5,6 +5,7 @@
 // round fl32(x * multiplier) by the reference routine (lib/src/round/round_core.h).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -113,6 +114,93 @@ __device__ __forceinline__ bool GroupAny(bool v) {
   return GroupMax<kGroup>(v ? 1u : 0u) != 0;
 }
 
+// Block b's scale (FP32 or NVFP4's E4M3) from its finite elements' amax bits and whether it holds NaN or Inf.
+__device__ __forceinline__ qmx::detail::MultiplyScale BlockScale(const BlockArgs& a, uint64_t b, uint32_t amax,
+                                                                 bool has_nan, bool has_inf) {
+  float block_amax = hd::F32FromBits(amax);
+  if (has_inf && a.nan == NanPolicy::kIgnoreNan) block_amax = HUGE_VALF;
+  const float s_enc = a.row_scaled ? a.line_enc[a.by_col ? b % a.scale_cols : b / a.scale_cols] : a.s_enc;
+  // NVFP4's E4M3 scale byte from the RNE step table where there is one (the same function as the routine).
+  const StepTable* scale_steps = a.scale_steps;
+  const auto to_e4m3 = [scale_steps](float v) {
+    return scale_steps != nullptr ? StepCode(scale_steps, hd::F32Bits(v))
+                                  : qmx::detail::ToE4m3ByRoutine{Fp32Fields(), E4m3Fields()}(v);
+  };
+  return qmx::detail::BlockMultiplyScaleWith(a.rule, a.nan, a.margin, a.destmax, block_amax, has_nan, has_inf, s_enc,
+                                             E4m3Fields(), to_e4m3);
+}
+
+// Element i's code in a block of scale ms.
+template <typename Word>
+__device__ __forceinline__ uint8_t ElementCode(const void* src, const BlockArgs& a, const Format& elem,
+                                               const qmx::detail::MultiplyScale& ms, uint64_t i) {
+  if (ms.nan_block) return a.block_nan_code;
+  // fl32(x * multiplier): the double product of two FP32 values is exact, one rounding to FP32. NaNs as the
+  // CPU's multiply makes them (the GPU's would be its canonical +NaN): a NaN operand propagates, quieted;
+  // Inf x 0 gives x86's default NaN, negative.
+  const float xv = SourceValue<Word>(a.src_fmt, src, i);
+  uint32_t y;
+  if (xv != xv) {
+    y = hd::F32Bits(xv) | 0x00400000u;
+  } else {
+    const double p = static_cast<double>(xv) * static_cast<double>(ms.multiplier);
+    y = p != p ? 0xFFC00000u : hd::F32Bits(static_cast<float>(p));
+  }
+  if (a.steps != nullptr) return StepCode(a.steps, y);
+  const uint32_t r = qmx::detail::IsStochasticCore(a.cast.rounding) ? RandomBitsForElement(a.seed, i) : 0u;
+  constexpr Format kF32 = Fp32Fields();
+  return static_cast<uint8_t>(qmx::detail::ConvertCore(kF32, y, elem, a.cast, r).code);
+}
+
+// Large blocks (FP8 per-tensor, 128 x 128) in three passes instead of one warp per block: each block's amax and
+// NaN / Inf flags by many thread blocks (a maximum and an or: any order gives the same), its scale by one thread,
+// then every element by its own thread. The same functions as the warp path, so the same bits.
+__device__ __forceinline__ uint64_t BlockElementIndex(const BlockArgs& a, uint64_t b, uint64_t t, uint64_t& count) {
+  const uint64_t br = b / a.scale_cols, bc = b - br * a.scale_cols;
+  const uint64_t r0 = br * a.block_rows, c0 = bc * a.block_cols;
+  const uint64_t h = r0 + a.block_rows < a.rows ? a.block_rows : a.rows - r0;
+  const uint64_t w = c0 + a.block_cols < a.cols ? a.block_cols : a.cols - c0;
+  count = h * w;
+  return (r0 + t / w) * a.cols + c0 + t % w;
+}
+template <typename Word>
+__global__ void BlockStatsKernel(const void* src, BlockArgs a, unsigned int* amax, unsigned int* flags) {
+  for (uint64_t b = blockIdx.y; b < a.blocks; b += gridDim.y) {
+    uint64_t count = 0;
+    BlockElementIndex(a, b, 0, count);
+    uint32_t m = 0, f = 0;
+    for (uint64_t t = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; t < count;
+         t += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+      uint64_t unused;
+      const uint32_t v = MagnitudeBits<Word>(a.src_fmt, src, BlockElementIndex(a, b, t, unused));
+      f |= v > 0x7F800000u ? 1u : v == 0x7F800000u ? 2u : 0u;
+      if (v < 0x7F800000u && v > m) m = v;
+    }
+    m = __reduce_max_sync(0xFFFFFFFFu, m);
+    f = __reduce_or_sync(0xFFFFFFFFu, f);
+    if (threadIdx.x % 32 == 0 && m > 0) atomicMax(amax + b, m);
+    if (threadIdx.x % 32 == 0 && f != 0) atomicOr(flags + b, f);
+  }
+}
+__global__ void BlockScalesKernel(BlockArgs a, const unsigned int* amax, const unsigned int* flags,
+                                  qmx::detail::MultiplyScale* ms, uint8_t* scales) {
+  for (uint64_t b = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; b < a.blocks;
+       b += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    ms[b] = BlockScale(a, b, amax[b], (flags[b] & 1u) != 0, (flags[b] & 2u) != 0);
+    qmx::detail::StoreScaleCore(a.scale_format, scales, b, ms[b].stored, ms[b].nan_block);
+  }
+}
+template <typename Word>
+__global__ void __launch_bounds__(256, 4) BlockElementsKernel(const void* src, BlockArgs a, Format elem,
+                                                              const qmx::detail::MultiplyScale* ms, uint8_t* codes) {
+  const uint64_t n = a.rows * a.cols;
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const uint64_t r = i / a.cols, c = i - r * a.cols;
+    codes[i] = ElementCode<Word>(src, a, elem, ms[(r / a.block_rows) * a.scale_cols + c / a.block_cols], i);
+  }
+}
+
 // Block b of `count` elements, the t-th at flat index at(t), on kGroup lanes (every lane of the warp calls it;
 // a lane group past the last block comes with count 0).
 template <int kGroup, typename Word, typename At>
@@ -136,44 +224,11 @@ __device__ __forceinline__ void QuantizeBlockAt(const void* src, const BlockArgs
   has_nan = GroupAny<kGroup>(has_nan);
   has_inf = GroupAny<kGroup>(has_inf);
   if (count == 0) return;
-  float block_amax = hd::F32FromBits(amax);
-  if (has_inf && a.nan == NanPolicy::kIgnoreNan) block_amax = HUGE_VALF;
-  const float s_enc = a.row_scaled ? a.line_enc[a.by_col ? b % a.scale_cols : b / a.scale_cols] : a.s_enc;
-  // NVFP4's E4M3 scale byte from the RNE step table where there is one (the same function as the routine).
-  const StepTable* scale_steps = a.scale_steps;
-  const auto to_e4m3 = [scale_steps](float v) {
-    return scale_steps != nullptr ? StepCode(scale_steps, hd::F32Bits(v))
-                                  : qmx::detail::ToE4m3ByRoutine{Fp32Fields(), E4m3Fields()}(v);
-  };
-  const qmx::detail::MultiplyScale ms =
-      qmx::detail::BlockMultiplyScaleWith(a.rule, a.nan, a.margin, a.destmax, block_amax, has_nan, has_inf, s_enc,
-                                          E4m3Fields(), to_e4m3);
+  const qmx::detail::MultiplyScale ms = BlockScale(a, b, amax, has_nan, has_inf);
   if (lane == 0) qmx::detail::StoreScaleCore(a.scale_format, scales, b, ms.stored, ms.nan_block);
-  const bool stochastic = qmx::detail::IsStochasticCore(a.cast.rounding);
-  constexpr Format kF32 = Fp32Fields();
   for (uint64_t t = lane; t < count; t += kGroup) {
     const uint64_t i = at(t);
-    if (ms.nan_block) {
-      codes[i] = a.block_nan_code;
-      continue;
-    }
-    // fl32(x * multiplier): the double product of two FP32 values is exact, one rounding to FP32. NaNs as the
-    // CPU's multiply makes them (the GPU's would be its canonical +NaN): a NaN operand propagates, quieted;
-    // Inf x 0 gives x86's default NaN, negative.
-    const float xv = SourceValue<Word>(a.src_fmt, src, i);
-    uint32_t y;
-    if (xv != xv) {
-      y = hd::F32Bits(xv) | 0x00400000u;
-    } else {
-      const double p = static_cast<double>(xv) * static_cast<double>(ms.multiplier);
-      y = p != p ? 0xFFC00000u : hd::F32Bits(static_cast<float>(p));
-    }
-    if (a.steps != nullptr) {
-      codes[i] = StepCode(a.steps, y);
-      continue;
-    }
-    const uint32_t r = stochastic ? RandomBitsForElement(a.seed, i) : 0u;
-    codes[i] = static_cast<uint8_t>(qmx::detail::ConvertCore(kF32, y, elem, a.cast, r).code);
+    codes[i] = ElementCode<Word>(src, a, elem, ms, i);
   }
 }
 
@@ -222,6 +277,8 @@ __device__ __forceinline__ void QuantizeBlock(const void* src, const BlockArgs& 
 // NaN fills) would otherwise hold 137 registers per thread and one block per SM (ncu, H200), a latency-bound
 // kernel at 12.5% occupancy.
 constexpr int kQuantizeThreads = 256;
+// FP32-scaled blocks of this many elements or more take the three-pass path (BlockStatsKernel ...).
+constexpr uint64_t kLargeBlock = 2048;
 template <typename Word>
 __global__ void __launch_bounds__(kQuantizeThreads, 4) QuantizeBlocksKernel(const void* src, BlockArgs a, uint8_t* codes,
                                                                             uint8_t* scales) {
@@ -344,6 +401,27 @@ void RunQuantize(const TensorView& x, const QuantSpec& spec, QuantizedTensor& q,
   };
   a.steps = put(IsStochastic(spec.cast.rounding) ? nullptr : detail::StepsFor(spec.elem, spec.cast), 0);
   a.scale_steps = put(scale_format == ScaleFormat::kE4m3 ? detail::StepsFor(fmt::kE4M3, CastOptions{}) : nullptr, 1);
+  if (scale_format == ScaleFormat::kFp32 && be.rows * be.cols >= kLargeBlock) {
+    // One warp per block would leave a per-tensor scale to a single warp (0.25 s for 4096 x 512 on an H200).
+    detail::DeviceBuffer<unsigned int> amax(nb), flags(nb);
+    detail::DeviceBuffer<qmx::detail::MultiplyScale> ms(nb);
+    detail::Check(cudaMemsetAsync(amax.get(), 0, nb * sizeof(unsigned int), stream), "cudaMemsetAsync");
+    detail::Check(cudaMemsetAsync(flags.get(), 0, nb * sizeof(unsigned int), stream), "cudaMemsetAsync");
+    const uint64_t per_block = (be.rows * be.cols + 255) / 256, gy = nb < 65535 ? nb : 65535;
+    const uint64_t gx = std::max<uint64_t>(1, std::min<uint64_t>(per_block, (2048 + gy - 1) / gy));
+    const dim3 stats_grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+    const uint64_t elems = (n + 255) / 256;
+    const unsigned elem_grid = static_cast<unsigned>(elems < 132 * 64 ? elems : 132 * 64);
+    const unsigned scale_grid = static_cast<unsigned>((nb + 127) / 128 < 1024 ? (nb + 127) / 128 : 1024);
+    if (x.dtype == DType::kF32) BlockStatsKernel<uint32_t><<<stats_grid, 256, 0, stream>>>(x.data, a, amax.get(), flags.get());
+    else BlockStatsKernel<uint16_t><<<stats_grid, 256, 0, stream>>>(x.data, a, amax.get(), flags.get());
+    BlockScalesKernel<<<scale_grid, 128, 0, stream>>>(a, amax.get(), flags.get(), ms.get(), scales);
+    if (x.dtype == DType::kF32) BlockElementsKernel<uint32_t><<<elem_grid, 256, 0, stream>>>(x.data, a, spec.elem, ms.get(), codes);
+    else BlockElementsKernel<uint16_t><<<elem_grid, 256, 0, stream>>>(x.data, a, spec.elem, ms.get(), codes);
+    detail::Check(cudaGetLastError(), "engine quantize kernel launch");
+    detail::Check(cudaStreamSynchronize(stream), "engine quantize kernel");
+    return;
+  }
   constexpr int kThreads = kQuantizeThreads;  // 8 warps
   constexpr uint64_t kMaxGrid = 132 * 64;  // enough warps to fill the largest GPUs; each loops over blocks
   const uint64_t want = (nb * 32 + kThreads - 1) / kThreads;

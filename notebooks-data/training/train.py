@@ -134,6 +134,15 @@ class Gpt(nn.Module):
         return self.head(self.ln(x))
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _repo_relative(path):
+    """A path inside this repository relative to its root (the sidecar names no machine's folders)."""
+    full = os.path.abspath(path)
+    return os.path.relpath(full, REPO) if os.path.exists(full) and full.startswith(REPO + os.sep) else path
+
+
 # ------------------------------------------------------------------ fake-quant emulation
 
 def fake_quantize(t, spec, seed=None):
@@ -335,7 +344,7 @@ def main(argv=None):
         loss = loss_of(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        opt.step()
+        # The layers' statistics before opt.step(): the weights and biases the forward used.
         if capture[0]:
             for n, m in linears:
                 inp, out = captured[n]
@@ -348,6 +357,7 @@ def main(argv=None):
                     r["w_saturated"], r["w_flushed"] = quant_counts(m.weight, specs[1])
                 layer_rows.append(r)
             captured.clear()
+        opt.step()
         row = {"step": step, "tokens": (step + 1) * a.batch * a.context, "lr": lr, "train_loss": float(loss.detach()),
                "val_loss": "", "seconds": time.perf_counter() - t0}
         if not math.isfinite(row["train_loss"]):
@@ -373,9 +383,10 @@ def main(argv=None):
             w.writeheader()
             w.writerows(layer_rows)
     meta = {
-        "command": "python3 notebooks-data/training/train.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python3 notebooks-data/training/train.py " + " ".join(
+            _repo_relative(v) for v in (argv if argv is not None else sys.argv[1:])),
         "recipe": recipe, "seed": a.seed, "config": {k: v for k, v in vars(a).items() if k not in ("out",)},
-        "parameters": params, "corpus": {"path": a.corpus, "files": files, "bytes": int(len(data)),
+        "parameters": params, "corpus": {"path": _repo_relative(a.corpus), "files": files, "bytes": int(len(data)),
                                          "train_bytes": int(split), "package": "fortunes (Debian)"},
         "steps": step, "tokens": step * a.batch * a.context, "seconds": time.perf_counter() - t0,
         "final_train_loss": rows[-1]["train_loss"] if rows else None, "final_val_loss": final_val,

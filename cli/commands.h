@@ -8,6 +8,10 @@ void AddFormatsCommand(CLI::App& app);
 void AddConvertCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);
 void AddQuantizeCommand(CLI::App& app);
+// qmx-sim merge of `quantize --shard` or `dequantize --shard` records (kind; texts in shard order): the
+// checkpoint's index and --json.
+void MergeQuantize(const std::string& kind, const std::vector<std::string>& texts, const std::string& dir,
+                   const std::string& json, bool quiet);
 void AddGemmCommand(CLI::App& app);
 void AddScaledMmCommand(CLI::App& app);
 void AddStudyCommand(CLI::App& app);

@@ -17,7 +17,8 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 }
 
 std::vector<std::pair<std::string, NpyArray>> ReadSafetensorsInputs(const std::string& path,
-                                                                    const std::vector<std::string>& names) {
+                                                                    const std::vector<std::string>& names,
+                                                                    bool allow_none) {
   SafetensorsReader r(path);
   const std::vector<CheckpointTensorInfo> quantized = ScanCheckpoint(r);
   std::set<std::string> parts;
@@ -40,7 +41,7 @@ std::vector<std::pair<std::string, NpyArray>> ReadSafetensorsInputs(const std::s
       if (parts.count(t.name) == 0 &&
           (t.codes || t.qmx_dtype == DType::kF32 || t.qmx_dtype == DType::kBF16 || t.qmx_dtype == DType::kF16) && t.supported)
         out.emplace_back(t.name, r.ReadValues(t.name));
-    if (out.empty()) throw Error("'" + path + "' holds no F32, BF16, F16, FP8/FP6/FP4 or quantized tensor");
+    if (out.empty() && !allow_none) throw Error("'" + path + "' holds no F32, BF16, F16, FP8/FP6/FP4 or quantized tensor");
     return out;
   }
   for (const auto& n : names) {

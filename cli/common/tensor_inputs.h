@@ -17,8 +17,10 @@ bool EndsWith(const std::string& s, const std::string& suffix);
 // qmx/checkpoint.h decoded to FP32 and every F32 / BF16 / F16 / code-dtype tensor that is not part of one
 // (throws qmx::Error when there is none). A name is a quantized tensor's logical name (decoded), or a
 // tensor of the file (code dtypes decoded to FP32 values). Unknown names throw the reader's IoError.
+// allow_none: a file of no such tensor gives an empty list instead of the error.
 std::vector<std::pair<std::string, NpyArray>> ReadSafetensorsInputs(const std::string& path,
-                                                                    const std::vector<std::string>& names);
+                                                                    const std::vector<std::string>& names,
+                                                                    bool allow_none = false);
 // A .npy file as one tensor named after the file ("dir/act.npy" -> "act").
 std::pair<std::string, NpyArray> ReadNpyInput(const std::string& path);
 

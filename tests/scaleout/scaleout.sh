@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `qmx-sim prove` and `qmx-sim golden gen` split (tests/CMakeLists.txt scaleout.*): as --shard I/N runs
+# `qmx-sim prove`, `golden gen`, `audit`, `quantize` and `dequantize` split (tests/CMakeLists.txt scaleout.*): as --shard I/N runs
 # merged by `qmx-sim merge`, including a resumed run after a deleted shard, a damaged and a missing shard;
 # and, with "mpi", under mpirun with 1, 2, 3 and 4 ranks. Every merged result must equal the one-process
 # run's bytes (a golden directory: every file, and nothing more).
@@ -40,7 +40,14 @@ for i in 1 2 3; do
   "$q" quantize --spec mxfp8 --in "$ck/src/part$i.safetensors" --out "$ck/model-0000$i-of-00003.safetensors" \
     --no-dequant --quiet > /dev/null
 done
-rm -r "$ck/src"
+# The float checkpoint itself, quantized and dequantized file by file: the one-process results.
+fs="$work/float-ckpt"
+mv "$ck/src" "$fs"
+qjob=(quantize --spec nvfp4 --in "$fs" --quiet)
+"$q" "${qjob[@]}" --out "$work/q-whole/" --json "$work/q-whole.json"
+[ "$(ls "$work/q-whole" | wc -l)" = 4 ] || fail "quantize of 3 files did not write 3 files and an index: $(ls "$work/q-whole")"
+djob=(dequantize --in "$work/q-whole/model.safetensors.index.json" --quiet)
+"$q" "${djob[@]}" --out "$work/d-whole/" --json "$work/d-whole.json"
 # The index maps every tensor to its file; the directory form reads the same files.
 python3 - "$ck" <<'PY'
 import json, os, sys, struct
@@ -79,12 +86,22 @@ if [ "$mode" = "mpi" ]; then
       || { cat "$work/gmpi$np.log"; fail "golden gen under mpirun -np $np failed"; }
     diff -r "$work/golden-whole" "$work/golden-mpi$np" || fail "golden gen on $np ranks differs from one process"
   done
+  for np in 2 4; do
+    "$mpiexec" "${flags[@]}" -np $np "$q" "${qjob[@]}" --out "$work/q-mpi$np/" --json "$work/q-mpi$np.json" \
+      > "$work/qmpi$np.log" 2>&1 || { cat "$work/qmpi$np.log"; fail "quantize under mpirun -np $np failed"; }
+    diff -r "$work/q-whole" "$work/q-mpi$np" || fail "quantize on $np ranks differs from one process"
+    cmp "$work/q-whole.json" "$work/q-mpi$np.json" || fail "quantize's summary on $np ranks differs"
+    "$mpiexec" "${flags[@]}" -np $np "$q" "${djob[@]}" --out "$work/d-mpi$np/" --json "$work/d-mpi$np.json" \
+      > "$work/dmpi$np.log" 2>&1 || { cat "$work/dmpi$np.log"; fail "dequantize under mpirun -np $np failed"; }
+    diff -r "$work/d-whole" "$work/d-mpi$np" || fail "dequantize on $np ranks differs from one process"
+    cmp "$work/d-whole.json" "$work/d-mpi$np.json" || fail "dequantize's summary on $np ranks differs"
+  done
   # A rank that fails names itself, and the job fails.
   if "$mpiexec" "${flags[@]}" -np 2 "$q" prove --to e4m3 --range 0:0x200000000 --quiet > "$work/bad.log" 2>&1; then
     fail "a job past 2^32 inputs passed under mpirun"
   fi
   grep -q "passes 2^32" "$work/bad.log" || { cat "$work/bad.log"; fail "no reason for the failed job"; }
-  echo "scaleout: prove on 1-4 MPI ranks, audit on 2-4 and golden gen on 2 and 3 equal the one-process results"
+  echo "scaleout: prove on 1-4 MPI ranks, audit on 2-4, golden gen on 2 and 3, quantize and dequantize on 2 and 4 equal the one-process results"
   exit 0
 fi
 
@@ -130,4 +147,29 @@ for i in 0 1; do "$q" audit "$ck/model.safetensors.index.json" --shard $i/2 --sh
 cmp "$work/audit-whole.json" "$work/audit-merged.json" || fail "merged audit shards differ from one process"
 out=$("$q" audit "$ck/model.safetensors.index.json" --shard 1/2 --shard-dir "$ad")
 grep -q "skipped" <<<"$out" || fail "a finished audit shard was redone: $out"
-echo "scaleout: prove in 3 shards (a resumed, a damaged and a missing one), golden gen in 4 and audit in 2 merge to the one-process bytes"
+# quantize of the 3-file checkpoint in 2 shards, merged: the one-process files, index and summary. A shard
+# whose output file was deleted is redone; the other is skipped.
+qd="$work/q-shards"
+for i in 0 1; do "$q" "${qjob[@]}" --out "$work/q-sh/" --shard $i/2 --shard-dir "$qd" > /dev/null; done
+[ ! -e "$work/q-sh/model.safetensors.index.json" ] || fail "a quantize shard wrote the index"
+"$q" merge "$qd" --out "$work/q-sh.json" --quiet
+diff -r "$work/q-whole" "$work/q-sh" || fail "merged quantize shards differ from one process"
+cmp "$work/q-whole.json" "$work/q-sh.json" || fail "the merged quantize summary differs"
+rm "$work/q-sh/part2.safetensors"
+if "$q" merge "$qd" --out "$work/q-bad.json" --quiet 2> "$work/err.txt"; then fail "merged without part2's output"; fi
+grep -q "q-sh/part2.safetensors is missing or not the file shard 1 wrote" "$work/err.txt" || fail "$(cat "$work/err.txt")"
+out=$(for i in 0 1; do "$q" "${qjob[@]}" --out "$work/q-sh/" --shard $i/2 --shard-dir "$qd"; done)
+[ "$(grep -c "skipped" <<<"$out")" = 1 ] || fail "the resumed quantize did not skip exactly the intact shard: $out"
+"$q" merge "$qd" --out "$work/q-sh.json" --quiet
+diff -r "$work/q-whole" "$work/q-sh" || fail "the resumed quantize shards differ from one process"
+# dequantize in 3 shards (one file each), merged.
+dd="$work/d-shards"
+for i in 0 1 2; do "$q" "${djob[@]}" --out "$work/d-sh/" --shard $i/3 --shard-dir "$dd" > /dev/null; done
+"$q" merge "$dd" --out "$work/d-sh.json" --quiet
+diff -r "$work/d-whole" "$work/d-sh" || fail "merged dequantize shards differ from one process"
+cmp "$work/d-whole.json" "$work/d-sh.json" || fail "the merged dequantize summary differs"
+# One file is one job; a shard of it is refused with the reason.
+if "$q" quantize --spec nvfp4 --in "$fs/part1.safetensors" --out "$work/x.safetensors" --shard 0/2 --shard-dir "$work/x" \
+  2> "$work/err.txt"; then fail "sharded a one-file quantize"; fi
+grep -q "is one file: run it as one process" "$work/err.txt" || fail "$(cat "$work/err.txt")"
+echo "scaleout: prove in 3 shards (a resumed, a damaged and a missing one), golden gen in 4, audit in 2, quantize in 2 (resumed) and dequantize in 3 merge to the one-process bytes"

@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine_internal.h"
@@ -267,6 +270,57 @@ void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, con
 
 }  // namespace
 
+namespace {
+
+// The cuBLASLt mode that is `model` on this GPU for these operands: hopper-fp8 (per-tensor, or 1x128 by 128x128
+// FP32 scales), hopper-fp8-fast and hopper-fp8-vec on a Hopper GPU, whose models were measured against
+// cuBLASLt's own FP8 GEMM (CublasModeModel; gpu/README.md), run here in one pass over K (numSplitsK = 1). None
+// elsewhere, for shapes or formats cuBLASLt does not take (CublasSupport), or with QMX_ENGINE_CUBLASLT=0.
+std::optional<CublasMode> HopperLtMode(const GemmOperand& a, const GemmOperand& b, const AccumModel& model) {
+  const char* env = std::getenv("QMX_ENGINE_CUBLASLT");
+  if (env != nullptr && std::string(env) == "0") return std::nullopt;
+  const DeviceInfo& d = Device();
+  if (!d.available || d.major != 9) return std::nullopt;
+  for (CublasMode m : {CublasMode::kTensorwise, CublasMode::kTensorwiseFast, CublasMode::kBlockwise, CublasMode::kBlockwiseVec})
+    if (CublasModeModel(m, d) == model.name && CublasSupport(m, a, b).empty()) return m;
+  return std::nullopt;
+}
+
+// The GEMM through cuBLASLt (HopperLtMode): B transposed to N x K on the device, the block scales read back to
+// the host for cuBLASLt's layouts. False when cuBLASLt refuses the configuration (the caller then runs the
+// emulation kernels).
+bool RunHopperLt(const DeviceGemmOperand& a, const DeviceGemmOperand& b, CublasMode mode, size_t n, size_t k,
+                 float* out, void* stream, EngineGemmStats* stats) {
+  const cudaStream_t cs = static_cast<cudaStream_t>(stream);
+  GemmOperand ma = a.meta, mb = b.meta;
+  for (auto [o, meta] : {std::pair{&a, &ma}, std::pair{&b, &mb}}) {
+    if (meta->block_rows == 0) continue;
+    meta->scales.resize((meta->rows + meta->block_rows - 1) / meta->block_rows * meta->scale_cols);
+    detail::Check(cudaMemcpyAsync(meta->scales.data(), o->scales, meta->scales.size() * sizeof(float),
+                                  cudaMemcpyDeviceToHost, cs),
+                  "copy to host");
+  }
+  DeviceBuffer<uint8_t> bt(n * k);
+  detail::LaunchTransposeU8(b.codes, k, n, bt.get(), stream);
+  const detail::EventPair ev;
+  detail::Check(cudaEventRecord(ev.start, cs), "cudaEventRecord");
+  try {
+    detail::CublasLtMatmulOn(ma, mb, mode, a.codes, bt.get(), out, stream, nullptr, 1);
+  } catch (const Error&) {
+    detail::Check(cudaStreamSynchronize(cs), "engine cuBLASLt GEMM");
+    return false;
+  }
+  detail::Check(cudaEventRecord(ev.stop, cs), "cudaEventRecord");
+  if (stats != nullptr) {
+    *stats = EngineGemmStats{};
+    stats->kernel = "cublaslt";
+    stats->kernel_seconds = ev.Seconds();
+  }
+  return true;
+}
+
+}  // namespace
+
 std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
                               EngineGemmStats* stats) {
   {
@@ -285,6 +339,24 @@ std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const 
   DeviceBuffer<float> dsb(b.scales.data(), b.block_rows ? b.scales.size() : 0);
   const size_t mn = plan.m * plan.n;
   DeviceBuffer<float> dc(c_in, c_in ? mn : 0), dout(mn);
+  const std::optional<CublasMode> lt = c_in == nullptr ? HopperLtMode(a, b, model) : std::nullopt;
+  if (lt) {
+    DeviceGemmOperand oa, ob;
+    oa.meta = a;
+    ob.meta = b;
+    for (GemmOperand* m : {&oa.meta, &ob.meta}) {
+      m->codes.clear();
+      m->scales.clear();
+    }
+    oa.codes = da.get();
+    ob.codes = db.get();
+    oa.scales = dsa.get();
+    ob.scales = dsb.get();
+    if (RunHopperLt(oa, ob, *lt, plan.n, plan.k, dout.get(), nullptr, stats)) {
+      dout.Download(out.data(), mn);
+      return out;
+    }
+  }
   RunEngineGemm(a, da.get(), dsa.get(), b, db.get(), dsb.get(), c_in ? dc.get() : nullptr, dout.get(), plan, model,
                 nullptr, stats);
   dout.Download(out.data(), mn);
@@ -305,6 +377,8 @@ void EngineGemmOnDevice(const DeviceGemmOperand& a, const DeviceGemmOperand& b, 
   if (plan.m * plan.n == 0) return;
   if (!a.codes || !b.codes || !out || (plan.a_blocks && !a.scales) || (plan.b_blocks && !b.scales))
     throw Error("engine: a device operand lacks its codes or block scales, or the output is null");
+  if (const std::optional<CublasMode> mode = HopperLtMode(a.meta, b.meta, model))
+    if (RunHopperLt(a, b, *mode, plan.n, plan.k, out, stream, stats)) return;
   RunEngineGemm(a.meta, a.codes, a.scales, b.meta, b.codes, b.scales, nullptr, out, plan, model, stream, stats);
 }
 

@@ -199,15 +199,14 @@ std::string CublasSupport(CublasMode mode, const GemmOperand& a, const GemmOpera
   return what + ": unknown mode";
 }
 
-std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, CublasMode mode, CublasAlgo* algo,
-                                int split_k) {
+namespace detail {
+
+void CublasLtMatmulOn(const GemmOperand& a, const GemmOperand& b, CublasMode mode, const uint8_t* a_kmajor,
+                      const uint8_t* b_kmajor, float* out, void* stream_ptr, CublasAlgo* algo, int split_k) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
   if (std::string why = CublasSupport(mode, a, b); !why.empty()) throw Error(why);
   if (split_k < 0) throw Error("cuBLASLt: split_k must be 0 (the heuristic's choice) or a positive count");
   const size_t m = a.rows, k = a.cols, n = b.cols;
-  size_t a_bytes = 0, b_bytes = 0;
-  const std::vector<uint8_t> ak = KMajor(a, false, a_bytes), bk = KMajor(b, true, b_bytes);
-  DeviceBuffer<uint8_t> da(ak.data(), a_bytes), db(bk.data(), b_bytes);
-  DeviceBuffer<float> dd(m * n);
   LtHandle h;
   LtDesc desc;
   const cublasOperation_t tr = CUBLAS_OP_T, nt = CUBLAS_OP_N;
@@ -326,14 +325,28 @@ std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, Cubl
     get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, algo->split_k, "reading numSplitsK");
     get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, algo->reduction, "reading the reduction scheme");
   }
-  CheckLt(cublasLtMatmul(h.h, desc.d, &alpha, db.get(), la.l, da.get(), lb.l, &beta, dd.get(), lc.l, dd.get(), lc.l,
-                         &heur.algo, ws.get(), kWorkspaceBytes, 0),
+  CheckLt(cublasLtMatmul(h.h, desc.d, &alpha, b_kmajor, la.l, a_kmajor, lb.l, &beta, out, lc.l, out, lc.l, &heur.algo,
+                         ws.get(), kWorkspaceBytes, stream),
           "cublasLtMatmul");
-  detail::Check(cudaDeviceSynchronize(), "cuBLASLt GEMM");
-  std::vector<float> d(m * n);
-  dd.Download(d.data(), m * n);
+  // The scales and the workspace are freed on return: the GEMM must be done.
+  Check(cudaStreamSynchronize(stream), "cuBLASLt GEMM");
+}
+
+}  // namespace detail
+
+std::vector<float> GemmCublasLt(const GemmOperand& a, const GemmOperand& b, CublasMode mode, CublasAlgo* algo,
+                                int split_k) {
+  if (std::string why = CublasSupport(mode, a, b); !why.empty()) throw Error(why);
+  size_t a_bytes = 0, b_bytes = 0;
+  const std::vector<uint8_t> ak = KMajor(a, false, a_bytes), bk = KMajor(b, true, b_bytes);
+  DeviceBuffer<uint8_t> da(ak.data(), a_bytes), db(bk.data(), b_bytes);
+  DeviceBuffer<float> dd(a.rows * b.cols);
+  detail::CublasLtMatmulOn(a, b, mode, da.get(), db.get(), dd.get(), nullptr, algo, split_k);
+  std::vector<float> d(a.rows * b.cols);
+  dd.Download(d.data(), d.size());
   return d;
 }
+
 
 double Bf16GemmSeconds(size_t m, size_t n, size_t k, int reps) {
   Require("the BF16 cuBLASLt baseline");

@@ -8,6 +8,7 @@
 
 #include "qmx/error.h"
 #include "qmx/format.h"
+#include "qmx/gpu.h"
 
 namespace qmx::gpu::detail {
 
@@ -79,5 +80,11 @@ struct EventPair {
 inline bool IsFp8(const Format& f) { return std::string(f.name) == "e4m3" || std::string(f.name) == "e5m2"; }
 
 inline unsigned Blocks(size_t n, unsigned threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+// cuBLASLt's GEMM in `mode` (gemm_cublaslt.cu: GemmCublasLt's configuration) on device codes: a_kmajor A's M x K
+// and b_kmajor B's N x K codes, K contiguous (FP4 two per byte), out M x N FP32 row-major; the scales from a's
+// and b's meta (tensor_scale, or the block scales on the host). On `stream`, waited for.
+void CublasLtMatmulOn(const GemmOperand& a, const GemmOperand& b, CublasMode mode, const uint8_t* a_kmajor,
+                      const uint8_t* b_kmajor, float* out, void* stream, CublasAlgo* algo, int split_k);
 
 }  // namespace qmx::gpu::detail

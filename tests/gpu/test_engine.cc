@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <string>
@@ -242,6 +243,54 @@ TEST_CASE("gpu engine: the tensor-core kernel's fast steps and fallbacks equal q
   CHECK(t.per_kernel["dmma"] >= 50);
   CHECK(fallbacks > 0);
   CHECK(steps - fallbacks > steps / 2);  // most steps take the fast path
+}
+
+TEST_CASE("gpu engine: Hopper models run on a Hopper GPU through cuBLASLt, equal to qmx::Gemm", "[gpu]") {
+  if (!qmx::test::GpuPresent()) return;
+  const bool hopper = gpu::Device().major == 9;
+  std::mt19937 rng(46);
+  std::student_t_distribution<float> td(3.0f);
+  struct Case {
+    const char* a_spec;
+    const char* b_spec;
+    const char* model;
+    size_t m, n, k;
+  };
+  // Per-tensor scales (both FP8 pairs cuBLASLt has), K past a promotion window and at 4096; blockwise 1x128 by
+  // 128x128 and 1x128 by 128x1.
+  const Case cases[] = {{"fp8-tensor-current", "fp8-tensor-current", "hopper-fp8", 64, 48, 512},
+                        {"fp8-tensor-current", "fp8-tensor-current", "hopper-fp8", 128, 96, 4096},
+                        {"fp8-tensor-current", "fp8-tensor-current", "hopper-fp8-fast", 128, 96, 4096},
+                        {"fp8-tensor-current", "fp8-tensor-current:e5m2", "hopper-fp8", 32, 64, 1024},
+                        {"fp8-block1x128", "fp8-block128x128", "hopper-fp8", 128, 256, 1024},
+                        {"fp8-block1x128", "fp8-block1x128", "hopper-fp8-vec", 128, 128, 512}};
+  for (const Case& c : cases) {
+    INFO(c.a_spec << " x " << c.b_spec << " under " << c.model << " at " << c.m << " x " << c.n << " x " << c.k);
+    std::vector<float> x(c.m * c.k), y(c.k * c.n);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = td(rng) * std::ldexp(1.0f, static_cast<int>(i / c.k % 9) - 4);
+    for (float& v : y) v = td(rng);
+    const std::string b_name = c.b_spec;
+    QuantSpec sa = QuantSpecByName(c.a_spec), sb = QuantSpecByName(b_name.substr(0, b_name.find(':')));
+    if (b_name.find(":e5m2") != std::string::npos) sb.elem = fmt::kE5M2;
+    sb.axis = Axis::kCol;
+    const GemmOperand a = OperandFromQuantized(Quantize(TensorView{DType::kF32, x.data(), c.m, c.k}, sa));
+    const GemmOperand b = OperandFromQuantized(Quantize(TensorView{DType::kF32, y.data(), c.k, c.n}, sb));
+    const AccumModel model = AccumModelByName(c.model);
+    const std::vector<float> want = Gemm(a, b, nullptr, model);
+    for (bool lt : {true, false}) {
+      if (!lt) setenv("QMX_ENGINE_CUBLASLT", "0", 1);
+      gpu::EngineGemmStats stats;
+      const std::vector<float> got = gpu::EngineGemm(a, b, nullptr, model, &stats);
+      unsetenv("QMX_ENGINE_CUBLASLT");
+      INFO("kernel " << stats.kernel);
+      CHECK((stats.kernel == "cublaslt") == (lt && hopper));
+      size_t bad = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        if (FloatBits(got[i]) != FloatBits(want[i]) && bad++ < 3)
+          UNSCOPED_INFO("output " << i << " engine " << Hex(FloatBits(got[i]), 8) << " cpu " << Hex(FloatBits(want[i]), 8));
+      CHECK(bad == 0);
+    }
+  }
 }
 
 // The option sets a conversion test runs per format and rounding: each valid saturation with the library's

@@ -123,6 +123,56 @@ def test_checked_in_level1_replays():
     assert res and all(r["ok"] for r in res)
 
 
+def test_golden_arrays_hold_every_field_of_every_level1_file():
+    # Every hex digit of every case lands in the arrays, in the fields' order: each field's elements, printed
+    # at its digits per element, give the case's columns back ("-" where NAME_present is false).
+    files = sorted((REPO / "golden" / "level1").glob("*/*.txt"))
+    assert len(files) > 300
+    for path in files:
+        header, cases = qmx.golden.read(path)
+        h2, arr = qmx.golden.arrays(path)
+        assert h2 == header and all(len(v) == len(cases) for v in arr.values()), path
+        keys = [k for k in arr if not k.endswith("_present")]
+        for i, case in enumerate(cases[:40]):
+            pos = 0
+            for k in keys:
+                elems = [int(e) for e in np.atleast_1d(arr[k][i])]
+                if k + "_present" in arr and not arr[k + "_present"][i]:
+                    assert set(case[pos]) == {"-"}, (path, i, k)
+                    pos += 1
+                    continue
+                # One column of packed elements (codes, scales), or one column per element (x[0] .. x[N]).
+                packed = len(elems) > 1 and len(case[pos]) % len(elems) == 0
+                cols = case[pos:pos + 1] if packed else case[pos:pos + len(elems)]
+                digits = len(cols[0]) // len(elems) if packed else len(cols[0])
+                assert "".join(cols) == "".join("%0*x" % (digits, e) for e in elems), (path, i, k)
+                pos += len(cols)
+            assert pos == len(case), (path, i)
+
+
+def test_golden_arrays_drive_a_model_as_a_bench_would():
+    # A cocotb-style check: the conversion files' inputs through qmx.convert give their outputs, and the MX
+    # block files' blocks through qmx.quantize give their scales and codes.
+    conv = sorted((REPO / "golden" / "level1" / "conversions").glob("f32_*_rne_satfinite.txt"))
+    assert conv
+    for path in conv:
+        header, a = qmx.golden.arrays(path)
+        x = a["input"].view(np.float32)
+        codes = qmx.convert(x, header["dst"], header["round"], header["sat"], nan_sign=header["nan-sign"],
+                            nan_fallback=header["nan-fallback"], subnormals=header["subnormals"])
+        np.testing.assert_array_equal(codes, a["output"], err_msg=str(path))
+    header, a = qmx.golden.arrays(REPO / "golden" / "level1" / "mx-block" / "e4m3_round-up_block-nan.txt")
+    assert a["x"].shape[1] == 32 and a["codes"].shape == a["x"].shape
+    q = qmx.quantize(a["x"].view(np.float32), "mxfp8", rule="round-up", nan_policy="block-nan")
+    np.testing.assert_array_equal(q.scales.reshape(-1), a["scale"])
+    np.testing.assert_array_equal(q.codes, a["codes"])
+    # Values read where the text was checked by hand: the first lines of two files.
+    _, c = qmx.golden.arrays(REPO / "golden" / "level1" / "conversions" / "bf16_e2m1_rne_satfinite.txt")
+    assert c["input"].dtype == np.uint16 and (c["input"][1], c["output"][1], c["flags"][1]) == (0x7F80, 0x07, 0x20)
+    _, g = qmx.golden.arrays(REPO / "golden" / "level1" / "gemm" / "fp8_exact.txt")
+    assert g["a"].shape[1] == 256 and not g["sa_present"].any() and g["d"].dtype == np.uint32
+
+
 def test_golden_generate_checks_the_hopper_data_before_writing(tmp_path):
     with pytest.raises(ValueError, match="cases.json not found"):
         qmx.golden.generate(tmp_path / "g", suites=["gemm"], hopper_dir=tmp_path / "nowhere")

@@ -1,5 +1,7 @@
 """Golden vectors (qmx-sim golden): generate the suites into a directory, replay a directory against the
 library, and read a golden file into arrays. golden/README.md documents the file format."""
+import re
+
 from . import _qmx
 
 
@@ -54,3 +56,73 @@ def read(path):
                 continue
             cases.append(line.split())
     return header, cases
+
+
+def _column_names(fields_line, columns):
+    """(name, count, desc) per column group of a "# fields:" line: x[0] .. x[N] lists are one name of N + 1
+    columns; a group of several short names ("a b e f", "sa sb") is one column each when the line's words
+    add up to the case's column count, else a multi-word name ("tensor amax") is one column."""
+    groups = []
+    for g in fields_line.split(":", 1)[1].split(" | "):
+        g = g.strip()
+        names, _, desc = g.partition("(")
+        names, desc = names.strip(), desc.rsplit(")", 1)[0]
+        m = re.fullmatch(r"(\w+)\[0\] \.\. \w+\[(\d+)\]", names)
+        groups.append((m.group(1), int(m.group(2)) + 1, desc, True) if m else (names, len(names.split()), desc, False))
+    split_words = sum(n for _, n, _, _ in groups) == columns
+    out = []
+    for names, n, desc, is_list in groups:
+        if is_list:
+            out.append((names, n, desc))
+        elif split_words:
+            out.extend((w, 1, desc) for w in names.split())
+        else:
+            out.append((names, 1, desc))
+    return out
+
+
+def arrays(path):
+    """A golden file's cases as NumPy arrays, for a test bench in Python (cocotb) to drive and check a unit with:
+    (header, {name: array}), header as read() gives it, one array per field of the "# fields:" line in its
+    order, names in lower case with _ for spaces ("input", "output", "flags"; "x", "scale", "codes";
+    "tensor_amax"; "a", "b", "sa", "sb", "c", "d"). Values are the file's bits: uint8, uint16, uint32 or uint64
+    by the field's width (view FP32 bits with .view(numpy.float32)); x[0] .. x[N] lists are (cases, N + 1);
+    packed code strings ("32 e2m1 codes, 2 hex digits each") and block-scale lists are (cases, count) with one
+    code or scale per element, element 0 first. A field the file marks absent ("-": no C, no block scales) reads
+    0, and NAME_present says where it is given."""
+    import numpy as np
+    header, cases = read(path)
+    with open(path) as f:
+        fields_line = next((l.strip() for l in f if l.startswith("# fields:")), None)
+    if fields_line is None:
+        raise ValueError("%s: no '# fields:' line" % path)
+    columns = len(cases[0]) if cases else 0
+    groups = _column_names(fields_line, columns)
+    if cases and sum(n for _, n, _ in groups) != columns:
+        raise ValueError("%s: the fields line names %d fields, the cases have %d" % (path, sum(n for _, n, _ in groups), columns))
+    out, col = {}, 0
+    dtype_of = {2: np.uint8, 4: np.uint16, 8: np.uint32, 16: np.uint64}
+    for name, n, desc in groups:
+        key = re.sub(r"[^0-9a-z]+", "_", name.lower()).strip("_")
+        cells = [c[col:col + n] for c in cases]
+        col += n
+        present = np.array([all(not set(x) <= {"-"} for x in row) for row in cells], dtype=bool)
+        widths = {len(x) for row, p in zip(cells, present) if p for x in row}
+        if len(widths) > 1:
+            raise ValueError("%s: field %r has cases of widths %s" % (path, name, sorted(widths)))
+        width = widths.pop() if widths else 2
+        # One hex string of several elements: "<count> <fmt> codes" or "<count> block scales each".
+        m = re.match(r"(\d+) (?:\S+ codes|block scales each)", desc)
+        count = int(m.group(1)) if (m and n == 1 and int(m.group(1)) > 1) else 1
+        if width % count:
+            raise ValueError("%s: field %r is %d hex digits, not %d whole elements" % (path, name, width, count))
+        digits = width // count
+        dt = next(t for w, t in sorted(dtype_of.items()) if w >= digits)
+        vals = np.zeros((len(cases), n * count), dtype=dt)
+        for i, (row, p) in enumerate(zip(cells, present)):
+            if p:
+                vals[i] = [int(x[j * digits:(j + 1) * digits], 16) for x in row for j in range(count)]
+        out[key] = vals[:, 0] if n * count == 1 else vals
+        if not present.all():
+            out[key + "_present"] = present
+    return header, out

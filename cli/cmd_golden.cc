@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,7 +38,7 @@ struct GenArgs {
 };
 
 struct VerifyArgs {
-  std::string dir, backend = "cpu-simd", simd_target, only;
+  std::string dir, backend = "cpu-simd", simd_target, only, shard, shard_dir;
   uint64_t max_errors = 20;
   int threads = 0;
   bool quiet = false;
@@ -122,6 +124,59 @@ void RunGen(const GenArgs& a) {
               ranks.size > 1 ? (", " + std::to_string(ranks.size) + " ranks").c_str() : "");
 }
 
+nlohmann::ordered_json ResultToJson(const golden::FileResult& r) {
+  nlohmann::ordered_json j = {{"index", r.index}, {"stray", r.stray}, {"path", r.path}, {"op", r.op},
+                              {"cases", r.cases}, {"mismatches", r.mismatches}, {"flags_checked", r.flags_checked},
+                              {"skipped", r.skipped}, {"errors", r.errors}};
+  j["first"] = nlohmann::ordered_json::array();
+  for (const auto& m : r.first) j["first"].push_back({{"line", m.line}, {"text", m.text}});
+  return j;
+}
+
+golden::FileResult ResultFromJson(const nlohmann::json& j) {
+  golden::FileResult r;
+  r.index = j.at("index").get<uint64_t>();
+  r.stray = j.at("stray").get<bool>();
+  r.path = j.at("path").get<std::string>();
+  r.op = j.at("op").get<std::string>();
+  r.cases = j.at("cases").get<uint64_t>();
+  r.mismatches = j.at("mismatches").get<uint64_t>();
+  r.flags_checked = j.at("flags_checked").get<bool>();
+  r.skipped = j.at("skipped").get<std::string>();
+  r.errors = j.at("errors").get<std::vector<std::string>>();
+  for (const auto& m : j.at("first")) r.first.push_back({m.at("line").get<uint64_t>(), m.at("text").get<std::string>()});
+  return r;
+}
+
+// The report of a verification (one process, rank 0, or qmx-sim merge of shards): a line per file, the
+// summary; throws when a file failed (exit 1).
+void ReportVerify(const std::vector<golden::FileResult>& results, const nlohmann::ordered_json& head, bool quiet) {
+  uint64_t cases = 0, mismatches = 0, bad_files = 0, skipped = 0;
+  for (const auto& r : results) {
+    cases += r.cases;
+    if (!r.skipped.empty()) {
+      ++skipped;
+      if (!quiet) std::printf("skip %-58s %-12s %s\n", r.path.c_str(), r.op.c_str(), r.skipped.c_str());
+      continue;
+    }
+    mismatches += r.mismatches;
+    if (!r.ok()) ++bad_files;
+    if (!quiet || !r.ok())
+      std::printf("%-4s %-58s %-12s %8llu cases %6llu mismatches%s\n", r.ok() ? "ok" : "FAIL", r.path.c_str(), r.op.c_str(),
+                  static_cast<unsigned long long>(r.cases), static_cast<unsigned long long>(r.mismatches),
+                  r.flags_checked || r.cases == 0 ? "" : " (flags not checked)");
+    for (const auto& e : r.errors) std::printf("     %s: %s\n", r.path.c_str(), e.c_str());
+    for (const auto& m : r.first)
+      std::printf("     %s:%llu: %s\n", r.path.c_str(), static_cast<unsigned long long>(m.line), m.text.c_str());
+  }
+  std::printf("%s: %zu files (%llu skipped), %llu cases, %llu mismatches, %llu files failing (backend %s%s)\n",
+              head.at("dir").get<std::string>().c_str(), results.size(), static_cast<unsigned long long>(skipped),
+              static_cast<unsigned long long>(cases), static_cast<unsigned long long>(mismatches),
+              static_cast<unsigned long long>(bad_files), head.at("backend_name").get<std::string>().c_str(),
+              head.at("target").get<std::string>().c_str());
+  if (bad_files) throw Error(std::to_string(bad_files) + " golden file(s) failed verification");
+}
+
 void RunVerify(const VerifyArgs& a) {
   golden::VerifyOptions o;
   std::string backend_name;
@@ -143,30 +198,48 @@ void RunVerify(const VerifyArgs& a) {
   if (!a.simd_target.empty()) ForceSimdTarget(a.simd_target);
   const std::string target = o.external ? "" : (o.backend == golden::Backend::kCpuSimd ? " on " + SimdTargetName() : "");
   if (backend_name.empty()) backend_name = golden::BackendName(o.backend);
-  const auto results = golden::Verify(a.dir, o);
-  uint64_t cases = 0, mismatches = 0, bad_files = 0, skipped = 0;
-  for (const auto& r : results) {
-    cases += r.cases;
-    if (!r.skipped.empty()) {
-      ++skipped;
-      if (!a.quiet) std::printf("skip %-58s %-12s %s\n", r.path.c_str(), r.op.c_str(), r.skipped.c_str());
-      continue;
+  const Shard shard = a.shard.empty() ? Shard{} : ParseShard(a.shard);
+  const Ranks& ranks = CurrentRanks();
+  if (shard.given != !a.shard_dir.empty()) throw Error("golden verify: --shard I/N and --shard-dir go together");
+  if (shard.given && ranks.size > 1) throw Error("golden verify: --shard is for job arrays; under MPI the ranks split the files");
+  o.parts = shard.given ? shard.count : static_cast<uint64_t>(ranks.size);
+  o.part = shard.given ? shard.index : static_cast<uint64_t>(ranks.rank);
+  // What a shard's record must match to be reused: the options, and the manifest it replayed (its SHA-256).
+  nlohmann::ordered_json head = {{"dir", a.dir}, {"backend", a.backend}, {"simd_target", a.simd_target},
+                                 {"max_errors", a.max_errors}, {"only", a.only}, {"backend_name", backend_name},
+                                 {"target", target}};
+  const auto run = [&] {
+    nlohmann::ordered_json part = nlohmann::ordered_json::array();
+    for (const golden::FileResult& r : golden::Verify(a.dir, o)) part.push_back(ResultToJson(r));
+    return part.dump() + "\n";
+  };
+  if (shard.given) {
+    head["manifest_sha256"] = Sha256Hex(ReadText((std::filesystem::path(a.dir) / "manifest.json").string()));
+    std::filesystem::create_directories(a.shard_dir);
+    const std::string record = (std::filesystem::path(a.shard_dir) / ShardFileName("verify", shard)).string();
+    if (const std::optional<std::string> done = ShardRecord(record)) {
+      try {
+        if (nlohmann::ordered_json::parse(*done).at("head") == head) {
+          std::printf("%s%s is done (its checksum, options and manifest match): skipped\n", WorkerPrefix(shard).c_str(),
+                      record.c_str());
+          return;
+        }
+      } catch (const nlohmann::json::exception&) {  // not a record: run the shard
+      }
     }
-    mismatches += r.mismatches;
-    if (!r.ok()) ++bad_files;
-    if (!a.quiet || !r.ok())
-      std::printf("%-4s %-58s %-12s %8llu cases %6llu mismatches%s\n", r.ok() ? "ok" : "FAIL", r.path.c_str(), r.op.c_str(),
-                  static_cast<unsigned long long>(r.cases), static_cast<unsigned long long>(r.mismatches),
-                  r.flags_checked || r.cases == 0 ? "" : " (flags not checked)");
-    for (const auto& e : r.errors) std::printf("     %s: %s\n", r.path.c_str(), e.c_str());
-    for (const auto& m : r.first)
-      std::printf("     %s:%llu: %s\n", r.path.c_str(), static_cast<unsigned long long>(m.line), m.text.c_str());
+    nlohmann::ordered_json rec;
+    rec["head"] = head;
+    rec["part"] = nlohmann::ordered_json::parse(run());
+    WriteShardRecord(record, rec.dump() + "\n");
+    std::printf("%swrote %s\n", WorkerPrefix(shard).c_str(), record.c_str());
+    return;
   }
-  std::printf("%s: %zu files (%llu skipped), %llu cases, %llu mismatches, %llu files failing (backend %s%s)\n",
-              a.dir.c_str(), results.size(), static_cast<unsigned long long>(skipped), static_cast<unsigned long long>(cases),
-              static_cast<unsigned long long>(mismatches), static_cast<unsigned long long>(bad_files), backend_name.c_str(),
-              target.c_str());
-  if (bad_files) throw Error(std::to_string(bad_files) + " golden file(s) failed verification");
+  const std::vector<std::string> texts = RunOnRanks(run);
+  if (ranks.rank != 0) return;
+  std::vector<golden::FileResult> all;
+  for (const std::string& t : texts)
+    for (const auto& j : nlohmann::json::parse(t)) all.push_back(ResultFromJson(j));
+  ReportVerify(golden::MergeVerifyParts(std::move(all), o.max_errors), head, a.quiet);
 }
 
 void ListSuites() {
@@ -176,6 +249,28 @@ void ListSuites() {
 }
 
 }  // namespace
+
+void MergeGoldenVerify(const std::vector<std::string>& texts, const std::string& dir, bool quiet) {
+  nlohmann::ordered_json head;
+  std::vector<golden::FileResult> all;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    try {
+      const nlohmann::ordered_json rec = nlohmann::ordered_json::parse(texts[i]);
+      if (i == 0) head = rec.at("head");
+      else if (rec.at("head") != head)
+        throw Error("merge: verify shard " + std::to_string(i) + " in " + dir + " replayed with other options or another manifest");
+      for (const auto& j : rec.at("part")) {
+        golden::FileResult r = ResultFromJson(j);
+        if (!r.stray && r.index % texts.size() != i)
+          throw Error("merge: verify shard " + std::to_string(i) + " holds file " + r.path + ", not one of its own");
+        all.push_back(std::move(r));
+      }
+    } catch (const nlohmann::json::exception& e) {
+      throw Error("merge: verify shard " + std::to_string(i) + " in " + dir + " is not a shard record: " + e.what());
+    }
+  }
+  ReportVerify(golden::MergeVerifyParts(std::move(all), head.at("max_errors").get<uint64_t>()), head, quiet);
+}
 
 void AddGoldenCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("golden", "Golden vectors for hardware verification: generate, verify, list suites");
@@ -204,6 +299,8 @@ void AddGoldenCommand(CLI::App& app) {
   v->add_option("--only", ver.only, "replay only files whose path contains this text");
   v->add_option("--threads", ver.threads, "OpenMP threads (default: all cores)")->check(CLI::Range(1, 1024));
   v->add_flag("--quiet", ver.quiet, "print only failing files and the summary");
+  v->add_option("--shard", ver.shard, "I/N: replay only the manifest's files k with k mod N = I, into --shard-dir");
+  v->add_option("--shard-dir", ver.shard_dir, "where --shard writes verify-shard-I-of-N.json (qmx-sim merge reports them)");
   v->callback([] { RunVerify(ver); });
 
   auto* l = cmd->add_subcommand("list", "Describe the suites");

@@ -257,20 +257,25 @@ void MergeAudit(const std::vector<std::string>& texts, const std::string& dir, c
 void RunMerge(const std::string& dir, const std::string& out, bool quiet) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) throw Error("merge: " + dir + " is not a directory");
-  uint64_t n_prove = 0, n_golden = 0, n_audit = 0, n_quantize = 0, n_dequantize = 0;
+  uint64_t n_prove = 0, n_golden = 0, n_audit = 0, n_quantize = 0, n_dequantize = 0, n_verify = 0;
   const std::vector<std::string> prove = ReadShards(dir, "prove", n_prove);
   const std::vector<std::string> gold = ReadShards(dir, "golden", n_golden);
   const std::vector<std::string> audit = ReadShards(dir, "audit", n_audit);
   const std::vector<std::string> quantize = ReadShards(dir, "quantize", n_quantize);
   const std::vector<std::string> dequantize = ReadShards(dir, "dequantize", n_dequantize);
-  if ((n_prove != 0) + (n_golden != 0) + (n_audit != 0) + (n_quantize != 0) + (n_dequantize != 0) > 1)
+  const std::vector<std::string> verify = ReadShards(dir, "verify", n_verify);
+  if ((n_prove != 0) + (n_golden != 0) + (n_audit != 0) + (n_quantize != 0) + (n_dequantize != 0) + (n_verify != 0) > 1)
     throw Error("merge: " + dir + " holds the shards of more than one command; keep one job per directory");
   if (n_golden) return MergeGolden(gold, dir, out, quiet);
   if (n_audit) return MergeAudit(audit, dir, out, quiet);
   if (n_quantize) return MergeQuantize("quantize", quantize, dir, out, quiet);
   if (n_dequantize) return MergeQuantize("dequantize", dequantize, dir, out, quiet);
+  if (n_verify) {
+    if (!out.empty()) throw Error("merge: verify shards print their report; there is no --out");
+    return MergeGoldenVerify(verify, dir, quiet);
+  }
   if (!n_prove)
-    throw Error("merge: no shard files (prove-, golden-, audit-, quantize- or dequantize-shard-I-of-N.json) in " + dir);
+    throw Error("merge: no shard files (prove-, golden-, audit-, quantize-, dequantize- or verify-shard-I-of-N.json) in " + dir);
   std::vector<ProveResult> parts;
   for (size_t i = 0; i < prove.size(); ++i) {
     try {
@@ -309,7 +314,7 @@ void AddProveCommand(CLI::App& app) {
   std::string* out = &merge_out;
   bool* quiet = &merge_quiet;
   CLI::App* merge = app.add_subcommand(
-      "merge", "Join a job array's shards (prove, golden gen, audit, quantize or dequantize --shard) into the one-process result");
+      "merge", "Join a job array's shards (prove, golden gen and verify, audit, quantize or dequantize --shard) into the one-process result");
   merge->add_option("dir", *dir, "The --shard-dir of the shards")->required();
   merge->add_option("--out", *out, "prove: the merged result (default DIR/prove.json); golden: the golden directory, "
                                    "which receives manifest.json; audit: the report (audit --json); (de)quantize: the "

@@ -8,6 +8,9 @@ void AddFormatsCommand(CLI::App& app);
 void AddConvertCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);
 void AddQuantizeCommand(CLI::App& app);
+// qmx-sim merge of `golden verify --shard` records (texts in shard order): the one-process report; throws
+// when a file failed.
+void MergeGoldenVerify(const std::vector<std::string>& texts, const std::string& dir, bool quiet);
 // qmx-sim merge of `quantize --shard` or `dequantize --shard` records (kind; texts in shard order): the
 // checkpoint's index and --json.
 void MergeQuantize(const std::string& kind, const std::vector<std::string>& texts, const std::string& dir,

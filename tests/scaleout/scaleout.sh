@@ -17,6 +17,26 @@ grep -q '"mismatches": 0' "$work/whole.json"
 fail() { echo "scaleout: $*" >&2; exit 1; }
 gjob=(golden gen --suite sr,ue8m0,mx-block --level 1 --seed 3 --quiet)
 "$q" "${gjob[@]}" --out "$work/golden-whole" > /dev/null
+# golden verify's report on it, and on a copy whose files 3, 40, 41 and 120 have 9 expected values changed
+# each (36 mismatches; --max-errors 15 stops the one-process replay in the second file).
+vjob=(golden verify --quiet --max-errors 15)
+"$q" "${vjob[@]}" "$work/golden-whole" > "$work/verify-whole.txt"
+cp -r "$work/golden-whole" "$work/golden-bad"
+python3 - "$work/golden-bad" <<'PY'
+import glob, sys
+files = sorted(glob.glob(sys.argv[1] + "/*/*.txt"))
+for p in (files[3], files[40], files[41], files[120]):
+    lines = open(p).read().split("\n")
+    for i in [i for i, l in enumerate(lines) if l and not l.startswith("#")][:9]:
+        w = lines[i].split()
+        w[-2] = w[-2][:-1] + ("0" if w[-2][-1] != "0" else "1")
+        lines[i] = " ".join(w)
+    open(p, "w").write("\n".join(lines))
+PY
+if "$q" "${vjob[@]}" "$work/golden-bad" > "$work/verify-bad.txt" 2> "$work/verify-bad.err"; then fail "verify passed a changed golden set"; fi
+grep -q "2 golden file(s) failed verification" "$work/verify-bad.err" || fail "$(cat "$work/verify-bad.err")"
+grep -q "18 mismatches, 2 files failing" "$work/verify-bad.txt" || fail "$(tail -n 3 "$work/verify-bad.txt")"
+! grep -q "not listed in manifest" "$work/verify-bad.txt" || fail "files left unreplayed after --max-errors were reported as strays"
 # A checkpoint in three shards with an index (qmx layout, 5 tensors), audited whole.
 ck="$work/ckpt"
 mkdir -p "$ck/src"
@@ -86,6 +106,11 @@ if [ "$mode" = "mpi" ]; then
       || { cat "$work/gmpi$np.log"; fail "golden gen under mpirun -np $np failed"; }
     diff -r "$work/golden-whole" "$work/golden-mpi$np" || fail "golden gen on $np ranks differs from one process"
   done
+  for np in 2 3; do
+    "$mpiexec" "${flags[@]}" -np $np "$q" "${vjob[@]}" "$work/golden-bad" > "$work/verify-mpi$np.txt" 2> /dev/null \
+      && fail "verify on $np ranks passed a changed golden set"
+    cmp "$work/verify-bad.txt" "$work/verify-mpi$np.txt" || fail "verify on $np ranks reports otherwise"
+  done
   for np in 2 4; do
     "$mpiexec" "${flags[@]}" -np $np "$q" "${qjob[@]}" --out "$work/q-mpi$np/" --json "$work/q-mpi$np.json" \
       > "$work/qmpi$np.log" 2>&1 || { cat "$work/qmpi$np.log"; fail "quantize under mpirun -np $np failed"; }
@@ -101,7 +126,7 @@ if [ "$mode" = "mpi" ]; then
     fail "a job past 2^32 inputs passed under mpirun"
   fi
   grep -q "passes 2^32" "$work/bad.log" || { cat "$work/bad.log"; fail "no reason for the failed job"; }
-  echo "scaleout: prove on 1-4 MPI ranks, audit on 2-4, golden gen on 2 and 3, quantize and dequantize on 2 and 4 equal the one-process results"
+  echo "scaleout: prove on 1-4 MPI ranks, audit on 2-4, golden gen and verify on 2 and 3, quantize and dequantize on 2 and 4 equal the one-process results"
   exit 0
 fi
 
@@ -168,8 +193,16 @@ for i in 0 1 2; do "$q" "${djob[@]}" --out "$work/d-sh/" --shard $i/3 --shard-di
 "$q" merge "$dd" --out "$work/d-sh.json" --quiet
 diff -r "$work/d-whole" "$work/d-sh" || fail "merged dequantize shards differ from one process"
 cmp "$work/d-whole.json" "$work/d-sh.json" || fail "the merged dequantize summary differs"
+# golden verify in 3 shards (a clean set) and 4 (the changed one, --max-errors 15): merge reports what one
+# process reports, and fails where it fails.
+for i in 0 1 2; do "$q" "${vjob[@]}" "$work/golden-whole" --shard $i/3 --shard-dir "$work/v3" > /dev/null; done
+"$q" merge "$work/v3" --quiet > "$work/verify-merged.txt"
+cmp "$work/verify-whole.txt" "$work/verify-merged.txt" || fail "merged verify shards report otherwise"
+for i in 0 1 2 3; do "$q" "${vjob[@]}" "$work/golden-bad" --shard $i/4 --shard-dir "$work/v4" > /dev/null; done
+if "$q" merge "$work/v4" --quiet > "$work/verify-bad-merged.txt" 2> /dev/null; then fail "merged verify shards passed a changed set"; fi
+cmp "$work/verify-bad.txt" "$work/verify-bad-merged.txt" || fail "merged verify shards of the changed set report otherwise"
 # One file is one job; a shard of it is refused with the reason.
 if "$q" quantize --spec nvfp4 --in "$fs/part1.safetensors" --out "$work/x.safetensors" --shard 0/2 --shard-dir "$work/x" \
   2> "$work/err.txt"; then fail "sharded a one-file quantize"; fi
 grep -q "is one file: run it as one process" "$work/err.txt" || fail "$(cat "$work/err.txt")"
-echo "scaleout: prove in 3 shards (a resumed, a damaged and a missing one), golden gen in 4, audit in 2, quantize in 2 (resumed) and dequantize in 3 merge to the one-process bytes"
+echo "scaleout: prove in 3 shards (a resumed, a damaged and a missing one), golden gen in 4, audit in 2, quantize in 2 (resumed), dequantize in 3 and golden verify in 3 and 4 merge to the one-process bytes"

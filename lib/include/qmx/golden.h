@@ -118,6 +118,10 @@ struct VerifyOptions {
   ExternalRunner external;  // when set, it computes the outputs instead of `backend` (flags not checked)
   uint64_t max_errors = 20;  // stop after this many mismatches over the whole directory (0 = never)
   std::string only;          // replay only files whose path contains this text ("" = all)
+  // Part `part` of `parts` (MPI ranks, job-array shards): the manifest's files k with k mod parts == part, every
+  // one replayed (max_errors bounds only this part's `first` lists), strays listed by part 0 alone;
+  // MergeVerifyParts turns the parts' results into the one-process results.
+  uint64_t part = 0, parts = 1;
 };
 
 struct Mismatch {
@@ -126,6 +130,8 @@ struct Mismatch {
 };
 
 struct FileResult {
+  uint64_t index = 0;  // the file's place in the manifest (a stray file: after the last)
+  bool stray = false;  // a .txt file the manifest does not list
   std::string path;
   std::string op;
   uint64_t cases = 0;        // cases replayed
@@ -142,5 +148,8 @@ struct FileResult {
 // is named by line). Files on disk that the manifest does not list are reported as errors too. Throws
 // qmx::Error when the manifest is missing or malformed.
 std::vector<FileResult> Verify(const std::string& dir, const VerifyOptions& opt);
+// The results of Verify's parts (any order) as Verify in one part gives them: files in manifest order, each
+// `first` cut to what remains of max_errors, and no file after the one that exhausts it; the strays last.
+std::vector<FileResult> MergeVerifyParts(std::vector<FileResult> all, uint64_t max_errors);
 
 }  // namespace qmx::golden

@@ -526,31 +526,60 @@ void VerifyFile(const std::string& dir, const ManifestEntry& e, const VerifyOpti
 
 std::vector<FileResult> Verify(const std::string& dir, const VerifyOptions& opt) {
   const std::vector<ManifestEntry> manifest = ReadManifest(dir);
+  if (opt.parts == 0 || opt.part >= opt.parts) throw Error("golden verify: part " + std::to_string(opt.part) + " of " + std::to_string(opt.parts));
   std::vector<FileResult> results;
   uint64_t budget = opt.max_errors;
+  // Every listed path (not only those replayed before max_errors stops the replay: the rest are not strays).
   std::set<std::string> listed;
-  for (const auto& e : manifest) {
-    listed.insert(e.path);
+  for (const auto& e : manifest) listed.insert(e.path);
+  for (size_t k = 0; k < manifest.size(); ++k) {
+    const ManifestEntry& e = manifest[k];
     if (!opt.only.empty() && e.path.find(opt.only) == std::string::npos) continue;
-    if (opt.max_errors != 0 && budget == 0) break;  // TestFloat's testfloat_ver: stop after N errors
+    if (k % opt.parts != opt.part) continue;
+    // TestFloat's testfloat_ver: stop after N errors (a part replays on: MergeVerifyParts stops where one would).
+    if (opt.max_errors != 0 && budget == 0 && opt.parts == 1) break;
     FileResult r;
+    r.index = k;
     r.path = e.path;
     r.op = e.op;
     VerifyFile(dir, e, opt, budget, r);
     results.push_back(std::move(r));
   }
-  if (opt.only.empty()) {
+  if (opt.only.empty() && opt.part == 0) {
     for (const auto& p : std::filesystem::recursive_directory_iterator(dir)) {
       if (!p.is_regular_file() || p.path().extension() != ".txt") continue;
       const std::string rel = std::filesystem::relative(p.path(), dir).generic_string();
       if (listed.count(rel) || rel.find('/') == std::string::npos) continue;
       FileResult r;
+      r.index = manifest.size();
+      r.stray = true;
       r.path = rel;
       r.errors.push_back("not listed in manifest.json (a stray or renamed file)");
       results.push_back(std::move(r));
     }
   }
   return results;
+}
+
+std::vector<FileResult> MergeVerifyParts(std::vector<FileResult> all, uint64_t max_errors) {
+  std::stable_sort(all.begin(), all.end(), [](const FileResult& a, const FileResult& b) { return a.index < b.index; });
+  std::vector<FileResult> out;
+  uint64_t budget = max_errors;
+  bool stopped = false;
+  for (FileResult& r : all) {
+    if (!r.stray) {
+      if (stopped || (max_errors != 0 && budget == 0)) {
+        stopped = true;
+        continue;
+      }
+      if (max_errors != 0) {
+        if (r.first.size() > budget) r.first.resize(budget);
+        budget -= r.first.size();
+      }
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 }  // namespace qmx::golden

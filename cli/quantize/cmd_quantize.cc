@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,7 +22,6 @@
 #include "qmx/io.h"
 #include "qmx/quantize.h"
 #include "qmx/safetensors.h"
-#include "qmx/sha256.h"
 #include "qmx/version.h"
 #include "common/file_jobs.h"
 #include "common/outputs.h"

@@ -300,6 +300,7 @@ bool RunHopperLt(const DeviceGemmOperand& a, const DeviceGemmOperand& b, CublasM
                                   cudaMemcpyDeviceToHost, cs),
                   "copy to host");
   }
+  detail::Check(cudaStreamSynchronize(cs), "engine: reading the block scales");  // cuBLASLt's layouts read them now
   DeviceBuffer<uint8_t> bt(n * k);
   detail::LaunchTransposeU8(b.codes, k, n, bt.get(), stream);
   const detail::EventPair ev;

@@ -69,7 +69,8 @@ FileJob MakeFileJob(const std::string& kind, const std::string& in, const std::v
   job.json = json;
   job.shard = shard;
   job.shard_dir = shard_dir;
-  job.inputs = {in};
+  job.inputs = files;  // no output may be one of them (--out the checkpoint's own directory)
+  job.inputs.push_back(in);
   job.quiet = quiet;
   job.files = files;
   job.used.assign(files.size(), false);

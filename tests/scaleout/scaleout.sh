@@ -201,6 +201,14 @@ cmp "$work/verify-whole.txt" "$work/verify-merged.txt" || fail "merged verify sh
 for i in 0 1 2 3; do "$q" "${vjob[@]}" "$work/golden-bad" --shard $i/4 --shard-dir "$work/v4" > /dev/null; done
 if "$q" merge "$work/v4" --quiet > "$work/verify-bad-merged.txt" 2> /dev/null; then fail "merged verify shards passed a changed set"; fi
 cmp "$work/verify-bad.txt" "$work/verify-bad-merged.txt" || fail "merged verify shards of the changed set report otherwise"
+# Output files that would be the input files themselves are refused before anything is written.
+cp -r "$fs" "$work/inplace"
+before=$(cat "$work/inplace"/*.safetensors | sha256sum)
+if "$q" quantize --spec nvfp4 --in "$work/inplace" --out "$work/inplace/" --quiet 2> "$work/err.txt"; then
+  fail "quantize wrote over its input files"
+fi
+grep -q "input" "$work/err.txt" || fail "$(cat "$work/err.txt")"
+[ "$(cat "$work/inplace"/*.safetensors | sha256sum)" = "$before" ] || fail "the input files changed"
 # One file is one job; a shard of it is refused with the reason.
 if "$q" quantize --spec nvfp4 --in "$fs/part1.safetensors" --out "$work/x.safetensors" --shard 0/2 --shard-dir "$work/x" \
   2> "$work/err.txt"; then fail "sharded a one-file quantize"; fi

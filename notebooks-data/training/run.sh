@@ -7,7 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 minutes=${1:-5}
-corpus=${2:-/usr/share/games/fortunes}
+# Debian's path, or where gpu/scripts/carry-deps.sh unpacks the package on a GPU machine without it.
+default_corpus=/usr/share/games/fortunes
+[ -d "$default_corpus" ] || default_corpus=$PWD/build-deps/root/usr/share/games/fortunes
+corpus=${2:-$default_corpus}
 py=${PYTHON:-python3}
 run() { "$py" notebooks-data/training/train.py --device cuda --minutes "$minutes" --corpus "$corpus" "$@"; }
 for seed in 1 2; do

@@ -73,12 +73,11 @@ void RunGen(const GenArgs& a) {
   o.memh = a.layout == "memh";
   // Before anything is written: a gemm suite without its measured data would be a partial set.
   o.hopper_dir = golden::ResolveHopperDir(a.suites, a.hopper_dir);
-  const Shard shard = a.shard.empty() ? Shard{} : ParseShard(a.shard);
+  const WorkPart wp = ResolveWorkPart("golden gen", a.shard, a.shard_dir, "files");
+  const Shard& shard = wp.shard;
   const Ranks& ranks = CurrentRanks();
-  if (shard.given && ranks.size > 1) throw Error("golden gen: --shard is for job arrays; under MPI the ranks split the files");
-  if (shard.given != !a.shard_dir.empty()) throw Error("golden gen: --shard I/N and --shard-dir go together");
-  o.part = shard.given ? shard.index : static_cast<uint64_t>(ranks.rank);
-  o.parts = shard.given ? shard.count : static_cast<uint64_t>(ranks.size);
+  o.part = wp.index;
+  o.parts = wp.count;
   const std::string prefix = WorkerPrefix(shard);
   uint64_t files = 0, cases = 0;
   const auto progress = [&](const golden::ManifestEntry& e) {
@@ -198,12 +197,10 @@ void RunVerify(const VerifyArgs& a) {
   if (!a.simd_target.empty()) ForceSimdTarget(a.simd_target);
   const std::string target = o.external ? "" : (o.backend == golden::Backend::kCpuSimd ? " on " + SimdTargetName() : "");
   if (backend_name.empty()) backend_name = golden::BackendName(o.backend);
-  const Shard shard = a.shard.empty() ? Shard{} : ParseShard(a.shard);
-  const Ranks& ranks = CurrentRanks();
-  if (shard.given != !a.shard_dir.empty()) throw Error("golden verify: --shard I/N and --shard-dir go together");
-  if (shard.given && ranks.size > 1) throw Error("golden verify: --shard is for job arrays; under MPI the ranks split the files");
-  o.parts = shard.given ? shard.count : static_cast<uint64_t>(ranks.size);
-  o.part = shard.given ? shard.index : static_cast<uint64_t>(ranks.rank);
+  const WorkPart wp = ResolveWorkPart("golden verify", a.shard, a.shard_dir, "files");
+  const Shard& shard = wp.shard;
+  o.parts = wp.count;
+  o.part = wp.index;
   // What a shard's record must match to be reused: the options, and the manifest it replayed (its SHA-256).
   nlohmann::ordered_json head = {{"dir", a.dir}, {"backend", a.backend}, {"simd_target", a.simd_target},
                                  {"max_errors", a.max_errors}, {"only", a.only}, {"backend_name", backend_name},
@@ -217,15 +214,11 @@ void RunVerify(const VerifyArgs& a) {
     head["manifest_sha256"] = Sha256Hex(ReadText((std::filesystem::path(a.dir) / "manifest.json").string()));
     std::filesystem::create_directories(a.shard_dir);
     const std::string record = (std::filesystem::path(a.shard_dir) / ShardFileName("verify", shard)).string();
-    if (const std::optional<std::string> done = ShardRecord(record)) {
-      try {
-        if (nlohmann::ordered_json::parse(*done).at("head") == head) {
-          std::printf("%s%s is done (its checksum, options and manifest match): skipped\n", WorkerPrefix(shard).c_str(),
-                      record.c_str());
-          return;
-        }
-      } catch (const nlohmann::json::exception&) {  // not a record: run the shard
-      }
+    if (const std::optional<nlohmann::ordered_json> old = ShardRecordJson(record);
+        old && old->contains("head") && old->at("head") == head) {
+      std::printf("%s%s is done (its checksum, options and manifest match): skipped\n", WorkerPrefix(shard).c_str(),
+                  record.c_str());
+      return;
     }
     nlohmann::ordered_json rec;
     rec["head"] = head;
@@ -235,7 +228,7 @@ void RunVerify(const VerifyArgs& a) {
     return;
   }
   const std::vector<std::string> texts = RunOnRanks(run);
-  if (ranks.rank != 0) return;
+  if (CurrentRanks().rank != 0) return;
   std::vector<golden::FileResult> all;
   for (const std::string& t : texts)
     for (const auto& j : nlohmann::json::parse(t)) all.push_back(ResultFromJson(j));

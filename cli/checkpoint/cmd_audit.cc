@@ -210,10 +210,9 @@ void RunAudit(const AuditArgs& a) {
   if (!a.converted.empty() && !EndsWith(a.converted, ".safetensors"))
     throw Error("--converted writes a .safetensors file, not '" + a.converted + "'");
   if (a.factor < 0) throw Error("--factor must be positive");
-  const Shard shard = a.shard.empty() ? Shard{} : ParseShard(a.shard);
+  const WorkPart wp = ResolveWorkPart("audit", a.shard, a.shard_dir, "tensors");
+  const Shard& shard = wp.shard;
   const Ranks& ranks = CurrentRanks();
-  if (shard.given != !a.shard_dir.empty()) throw Error("audit: --shard I/N and --shard-dir go together");
-  if (shard.given && ranks.size > 1) throw Error("audit: --shard is for job arrays; under MPI the ranks split the tensors");
   if (!a.convert.empty() && (shard.given || ranks.size > 1)) throw Error("audit --convert runs as one process");
   if (shard.given && !a.json.empty()) throw Error("audit: a shard writes its part into --shard-dir; qmx-sim merge writes --json");
   const SafetensorsReader r(a.in);
@@ -237,8 +236,7 @@ void RunAudit(const AuditArgs& a) {
   if (!a.convert.empty()) return RunConvert(a, r, found);
 
   // Tensor k goes to part k mod N (one tensor in memory at a time per process).
-  const uint64_t parts = shard.given ? shard.count : static_cast<uint64_t>(ranks.size);
-  const uint64_t me = shard.given ? shard.index : static_cast<uint64_t>(ranks.rank);
+  const uint64_t parts = wp.count, me = wp.index;
   const auto work = [&] {
     ordered_json part = ordered_json::array();
     for (size_t k = me; k < found.size(); k += parts) {
@@ -253,15 +251,11 @@ void RunAudit(const AuditArgs& a) {
     ordered_json rec = ReportHead(a);
     rec["tensors_total"] = found.size();
     // A finished shard of this audit (its checksum, head and count match) is not redone.
-    if (const std::optional<std::string> done = ShardRecord(file)) {
-      try {
-        ordered_json old = ordered_json::parse(*done);
-        old.erase("part");
-        if (old == rec) {
-          std::printf("%s%s is done (its checksum and audit match): skipped\n", WorkerPrefix(shard).c_str(), file.c_str());
-          return;
-        }
-      } catch (const nlohmann::json::exception&) {  // not a record: run the shard
+    if (std::optional<ordered_json> old = ShardRecordJson(file); old && old->is_object()) {
+      old->erase("part");
+      if (*old == rec) {
+        std::printf("%s%s is done (its checksum and audit match): skipped\n", WorkerPrefix(shard).c_str(), file.c_str());
+        return;
       }
     }
     rec["part"] = ordered_json::parse(work());

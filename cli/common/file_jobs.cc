@@ -85,14 +85,11 @@ void RunFileJob(const FileJob& job) {
   if (job.out.empty() || job.out.back() != '/')
     throw Error("a multi-file checkpoint is written into a directory: --out DIR/ (ending in /) receives one .safetensors "
                 "per input file and " + std::string(kIndexName));
-  const Shard shard = job.shard.empty() ? Shard{} : ParseShard(job.shard);
-  const Ranks& ranks = CurrentRanks();
-  if (shard.given != !job.shard_dir.empty()) throw Error(kind + ": --shard I/N and --shard-dir go together");
-  if (shard.given && ranks.size > 1) throw Error(kind + ": --shard is for job arrays; under MPI the ranks split the files");
+  const WorkPart wp = ResolveWorkPart(kind, job.shard, job.shard_dir, "files");
+  const Shard& shard = wp.shard;
   if (shard.given && !job.json.empty())
     throw Error(kind + ": a shard writes its part into --shard-dir; qmx-sim merge writes --json");
-  const uint64_t parts = shard.given ? shard.count : static_cast<uint64_t>(ranks.size);
-  const uint64_t me = shard.given ? shard.index : static_cast<uint64_t>(ranks.rank);
+  const uint64_t parts = wp.count, me = wp.index;
   std::vector<std::string> outs(job.files.size());
   std::vector<OutputPath> all{{"--json", job.json}, {"--out", job.out + kIndexName}};
   std::map<std::string, size_t> seen;
@@ -117,13 +114,14 @@ void RunFileJob(const FileJob& job) {
         ordered_json names = ordered_json::array();
         for (const SafetensorsEntry& e : p.entries) names.push_back(e.name);
         const std::vector<uint8_t> bytes = SerializeSafetensorsTyped(p.entries, p.meta);
-        const SafetensorsIndex idx = ParseSafetensors(bytes, outs[f]);
+        uint64_t header = 0;  // the file's first 8 bytes: its header's length, little-endian
+        for (int b = 7; b >= 0; --b) header = header << 8 | bytes.at(static_cast<size_t>(b));
         WriteBytesAtomic(outs[f], bytes.data(), bytes.size());
         ordered_json part;
         part["index"] = f;
         part["file"] = std::filesystem::path(outs[f]).filename().string();
         part["sha256"] = Sha256Hex(bytes.data(), bytes.size());
-        part["data_bytes"] = bytes.size() - idx.data_start;
+        part["data_bytes"] = bytes.size() - 8 - header;
         part["names"] = names;
         part["tensors"] = p.tensors;
         part["lines"] = p.lines;
@@ -141,18 +139,17 @@ void RunFileJob(const FileJob& job) {
     const std::string record = (std::filesystem::path(job.shard_dir) / ShardFileName(kind, shard)).string();
     // A finished shard of this job (its record's checksum and head match, and each file it wrote is still there
     // with its checksum) is not redone.
-    if (const std::optional<std::string> done = ShardRecord(record)) {
+    if (const std::optional<ordered_json> old = ShardRecordJson(record)) {
       try {
-        const ordered_json old = ordered_json::parse(*done);
-        bool intact = old.at("head") == job.head;
-        for (const auto& p : old.at("part"))
+        bool intact = old->at("head") == job.head;
+        for (const auto& p : old->at("part"))
           intact = intact && FileMatches(job.out + p.at("file").get<std::string>(), p.at("sha256").get<std::string>());
         if (intact) {
           std::printf("%s%s is done (its checksum, job and files match): skipped\n", WorkerPrefix(shard).c_str(),
                       record.c_str());
           return;
         }
-      } catch (const nlohmann::json::exception&) {  // not a record: run the shard
+      } catch (const nlohmann::json::exception&) {  // not this job's record: run the shard
       }
     }
     ordered_json rec;
@@ -163,7 +160,7 @@ void RunFileJob(const FileJob& job) {
     return;
   }
   const std::vector<std::string> texts = RunOnRanks(work);
-  if (ranks.rank != 0) return;
+  if (CurrentRanks().rank != 0) return;
   std::vector<ordered_json> by_file(job.files.size()), done;
   for (const std::string& t : texts)
     for (auto& p : ordered_json::parse(t)) by_file.at(p.at("index").get<size_t>()) = p;

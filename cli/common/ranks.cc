@@ -142,6 +142,19 @@ Shard ParseShard(const std::string& s) {
   return sh;
 }
 
+WorkPart ResolveWorkPart(const std::string& command, const std::string& shard, const std::string& shard_dir,
+                         const std::string& units) {
+  WorkPart p;
+  p.shard = shard.empty() ? Shard{} : ParseShard(shard);
+  const Ranks& ranks = CurrentRanks();
+  if (p.shard.given != !shard_dir.empty()) throw Error(command + ": --shard I/N and --shard-dir go together");
+  if (p.shard.given && ranks.size > 1)
+    throw Error(command + ": --shard is for job arrays; under MPI the ranks split the " + units);
+  p.index = p.shard.given ? p.shard.index : static_cast<uint64_t>(ranks.rank);
+  p.count = p.shard.given ? p.shard.count : static_cast<uint64_t>(ranks.size);
+  return p;
+}
+
 std::string ShardFileName(const std::string& kind, const Shard& s) {
   return kind + "-shard-" + std::to_string(s.index) + "-of-" + std::to_string(s.count) + ".json";
 }
@@ -157,6 +170,16 @@ std::optional<std::string> ShardRecord(const std::string& path) {
     if (Sha256Hex(text) + "\n" != ReadText(path + ".sha256")) return std::nullopt;
     return text;
   } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<nlohmann::ordered_json> ShardRecordJson(const std::string& path) {
+  const std::optional<std::string> text = ShardRecord(path);
+  if (!text) return std::nullopt;
+  try {
+    return nlohmann::ordered_json::parse(*text);
+  } catch (const nlohmann::json::exception&) {
     return std::nullopt;
   }
 }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,12 +44,24 @@ struct Shard {
 // Throws qmx::Error naming the option for anything but two integers I/N with 0 <= I < N <= 2^20.
 Shard ParseShard(const std::string& s);
 
+// This process's part of a command split k mod N: a job-array shard (--shard I/N with --shard-dir), or its MPI
+// rank (one process: part 0 of 1). Throws qmx::Error "COMMAND: --shard I/N and --shard-dir go together" and
+// "COMMAND: --shard is for job arrays; under MPI the ranks split the UNITS".
+struct WorkPart {
+  Shard shard;
+  uint64_t index = 0, count = 1;
+};
+WorkPart ResolveWorkPart(const std::string& command, const std::string& shard, const std::string& shard_dir,
+                         const std::string& units);
+
 // A job-array shard's record: KIND-shard-I-of-N.json in the shard directory, written atomically and followed
 // by its SHA-256 in PATH.sha256 (a record without one was interrupted and is redone). ShardRecord gives the
 // record's text when both files exist and agree, else nothing (absent, interrupted or damaged).
 std::string ShardFileName(const std::string& kind, const Shard& s);
 void WriteShardRecord(const std::string& path, const std::string& text);
 std::optional<std::string> ShardRecord(const std::string& path);
+// The same record parsed as JSON; nothing also when it is not JSON.
+std::optional<nlohmann::ordered_json> ShardRecordJson(const std::string& path);
 
 // A whole file as text (qmx::Error "cannot read PATH"): shard records and their checksums.
 std::string ReadText(const std::string& path);

@@ -564,14 +564,10 @@ std::vector<FileResult> Verify(const std::string& dir, const VerifyOptions& opt)
 std::vector<FileResult> MergeVerifyParts(std::vector<FileResult> all, uint64_t max_errors) {
   std::stable_sort(all.begin(), all.end(), [](const FileResult& a, const FileResult& b) { return a.index < b.index; });
   std::vector<FileResult> out;
-  uint64_t budget = max_errors;
-  bool stopped = false;
+  uint64_t budget = max_errors;  // once spent it stays spent: every file after is dropped, as Verify stops
   for (FileResult& r : all) {
     if (!r.stray) {
-      if (stopped || (max_errors != 0 && budget == 0)) {
-        stopped = true;
-        continue;
-      }
+      if (max_errors != 0 && budget == 0) continue;
       if (max_errors != 0) {
         if (r.first.size() > budget) r.first.resize(budget);
         budget -= r.first.size();

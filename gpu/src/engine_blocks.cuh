@@ -38,7 +38,42 @@ struct MxArgs {
   int emax;
   uint64_t seed, first;
   const uint32_t* bits;
+  const uint32_t* buckets = nullptr;  // FP32 -> elem under cast (BucketCode), deterministic roundings; or null
 };
+
+// Element i of an MX block of scale byte `scale` (not a NaN fill) by the reference routine: V_i / X exactly, or
+// fl32(x * 2^-k) (te-rcp: Transformer Engine's multiplier).
+template <typename Word>
+__device__ __noinline__ uint8_t MxElementCode(const void* src, uint64_t i, const MxArgs& a, const Format& elem, int scale) {
+  constexpr Format kF32 = Fp32Fields();
+  const int k = scale - 127;
+  const bool stochastic = qmx::detail::IsStochasticCore(a.cast.rounding);
+  const uint32_t r = !stochastic ? 0u : a.bits != nullptr ? a.bits[i] : RandomBitsForElement(a.seed, a.first + i);
+  const uint64_t bits = LoadBits<Word>(src, i);
+  ExactValue x = qmx::detail::ReadExactCore(a.src_fmt, bits);
+  if (a.cast.subnormals == Subnormals::kFlush && qmx::detail::ClassifyCodeCore(a.src_fmt, bits) == CodeClass::kSubnormal)
+    x.kind = ExactValue::Kind::kZero;
+  if (a.scaling == ElementScaling::kExact) {
+    x.exp -= k;  // V_i / X, exactly
+    return static_cast<uint8_t>(qmx::detail::RoundExactCore(x, elem, a.cast, r).code);
+  }
+  // FP32 element scaling: fl32(x * mult), the product in double as the CPU forms it. A NaN keeps its sign
+  // (x86 propagates the operand; the GPU's multiply would give its canonical NaN); te-rcp's NaN products
+  // are the GPU kernel's canonical +NaN, as the CPU models them.
+  const bool te = a.scaling == ElementScaling::kTeRcp;
+  const double mult = te && scale == 0 ? 1.0 : te && scale == 254 ? 0.0 : ldexp(1.0, -k);
+  uint32_t y;
+  if (x.kind == ExactValue::Kind::kNan) {
+    y = te ? 0x7FFFFFFFu : (x.negative ? 0xFFC00000u : 0x7FC00000u);
+  } else {
+    const double v = x.kind == ExactValue::Kind::kInf ? (x.negative ? -HUGE_VAL : HUGE_VAL)
+                     : x.kind == ExactValue::Kind::kZero ? (x.negative ? -0.0 : 0.0)
+                                                         : (x.negative ? -1.0 : 1.0) * ldexp(static_cast<double>(x.sig), x.exp);
+    const float f = static_cast<float>(v * mult);
+    y = f != f ? 0x7FFFFFFFu : hd::F32Bits(f);  // only te-rcp's Inf x 0 makes a NaN here
+  }
+  return static_cast<uint8_t>(qmx::detail::ConvertCore(kF32, y, elem, a.cast, r).code);
+}
 
 // One warp per block, the steps of QuantizeMxRef (lib/src/quantize/mx_ref.cc) in its order: the exact amax
 // over the finite elements (an FP32 value, since every input is; a maximum, so the lanes' order does not
@@ -93,37 +128,9 @@ __device__ __forceinline__ void MxBlockAt(const void* src, uint64_t count, At at
                              nan_code,
                           block_nan_code, &scale, &fill);
   if (lane == 0) *scale_out = static_cast<uint8_t>(scale);
-  const int k = scale - 127;
-  const bool stochastic = qmx::detail::IsStochasticCore(a.cast.rounding);
   for (uint64_t t = lane; t < count; t += 32) {
     const uint64_t i = at(t);
-    if (fill >= 0) {
-      codes[i] = static_cast<uint8_t>(fill);
-      continue;
-    }
-    const uint32_t r = !stochastic ? 0u : a.bits != nullptr ? a.bits[i] : RandomBitsForElement(a.seed, a.first + i);
-    ExactValue x = read(i);
-    if (a.scaling == ElementScaling::kExact) {
-      x.exp -= k;  // V_i / X, exactly
-      codes[i] = static_cast<uint8_t>(qmx::detail::RoundExactCore(x, elem, a.cast, r).code);
-      continue;
-    }
-    // FP32 element scaling: fl32(x * mult), the product in double as the CPU forms it. A NaN keeps its sign
-    // (x86 propagates the operand; the GPU's multiply would give its canonical NaN); te-rcp's NaN products
-    // are the GPU kernel's canonical +NaN, as the CPU models them.
-    const bool te = a.scaling == ElementScaling::kTeRcp;
-    const double mult = te && scale == 0 ? 1.0 : te && scale == 254 ? 0.0 : ldexp(1.0, -k);
-    uint32_t y;
-    if (x.kind == ExactValue::Kind::kNan) {
-      y = te ? 0x7FFFFFFFu : (x.negative ? 0xFFC00000u : 0x7FC00000u);
-    } else {
-      const double v = x.kind == ExactValue::Kind::kInf ? (x.negative ? -HUGE_VAL : HUGE_VAL)
-                       : x.kind == ExactValue::Kind::kZero ? (x.negative ? -0.0 : 0.0)
-                                                           : (x.negative ? -1.0 : 1.0) * ldexp(static_cast<double>(x.sig), x.exp);
-      const float f = static_cast<float>(v * mult);
-      y = f != f ? 0x7FFFFFFFu : hd::F32Bits(f);  // only te-rcp's Inf x 0 makes a NaN here
-    }
-    codes[i] = static_cast<uint8_t>(qmx::detail::ConvertCore(kF32, y, elem, a.cast, r).code);
+    codes[i] = fill >= 0 ? static_cast<uint8_t>(fill) : MxElementCode<Word>(src, i, a, elem, scale);
   }
 }
 
@@ -159,6 +166,26 @@ __device__ __forceinline__ uint8_t StepCode(const StepTable* t, uint32_t x) {
     }
   }
   return t->code[sign][lo];
+}
+
+// ------------------------------------------------------------------ bucket tables
+// A step table flattened for one load per input: FP32 magnitudes fall into buckets of 2^16 (mag >> 16: the
+// exponent and 7 fraction bits), and where every bucket meets at most two steps (the registry's formats of
+// up to 6 fraction bits: their steps end at values of at most 7 fraction bits, or one past such a value, the
+// ties), entry sign * 2^15 + bucket holds the first step's code, the second's, and the low 16 bits of the
+// first step's end: code_lo | code_hi << 8 | end_lo << 16. NaN magnitudes are buckets of their own sign's NaN
+// code (Inf's bucket ends its first step at Inf). Built from the step table on the host (engine_convert.cu),
+// so the same function of the input as the routine.
+constexpr uint32_t kBucketsPerSign = 1u << 15;
+
+// The bucket table of FP32 -> dst under opt on the current device (built and uploaded once, then kept), or
+// null where there is no step table or a bucket meets three steps.
+const uint32_t* DeviceBucketsFor(const Format& dst, const CastOptions& opt);
+
+// The code of FP32 bits x by the bucket table b.
+__device__ __forceinline__ uint8_t BucketCode(const uint32_t* b, uint32_t x) {
+  const uint32_t e = __ldg(b + (x >> 31) * kBucketsPerSign + ((x >> 16) & 0x7FFFu));
+  return static_cast<uint8_t>((x & 0xFFFFu) <= (e >> 16) ? e : e >> 8);
 }
 
 }  // namespace qmx::gpu::detail

@@ -35,6 +35,7 @@ using detail::LoadBits;
 using detail::MxArgs;
 using detail::MxBlockAt;
 using detail::StepTable;
+using detail::kBucketsPerSign;
 using detail::kInfMag;
 using detail::kMaxSteps;
 
@@ -143,6 +144,63 @@ std::shared_ptr<const StepTable> StepsFor(const Format& dst, const CastOptions& 
   const std::lock_guard<std::mutex> lock(mutex);
   if (cache.size() >= 256) cache.clear();  // a bound on memory for callers that sweep options
   return cache.emplace(key, std::move(built)).first->second;
+}
+
+namespace {
+
+// The bucket table of a step table (engine_blocks.cuh): false when a bucket meets more than two steps.
+bool BuildBuckets(const StepTable& t, std::vector<uint32_t>& out) {
+  out.assign(2 * kBucketsPerSign, 0);
+  const auto entry = [](uint32_t lo, uint32_t hi, uint32_t end_lo) { return lo | hi << 8 | end_lo << 16; };
+  for (uint32_t s = 0; s < 2; ++s) {
+    int i = 0;  // the first step whose end is at or above the bucket's first magnitude
+    for (uint32_t b = 0; b < kBucketsPerSign; ++b) {
+      const uint32_t first = b << 16, last = first | 0xFFFFu;
+      uint32_t& e = out[s * kBucketsPerSign + b];
+      if (first > kInfMag) {
+        e = entry(t.nan_code[s], t.nan_code[s], 0xFFFFu);
+        continue;
+      }
+      while (t.end[s][i] < first) ++i;
+      const uint32_t end = t.end[s][i];
+      if (end >= last) {
+        e = entry(t.code[s][i], t.code[s][i], 0xFFFFu);
+        continue;
+      }
+      // A second step from end + 1: NaN past Inf, else the next step, which must reach the bucket's end.
+      if (end != kInfMag && (i + 1 >= t.count[s] || t.end[s][i + 1] < last)) return false;
+      e = entry(t.code[s][i], end == kInfMag ? t.nan_code[s] : t.code[s][i + 1], end & 0xFFFFu);
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+// Uploaded once per conversion and device, kept for the process (a bounded number: past it, null, and the
+// callers take the step-table or routine paths).
+const uint32_t* DeviceBucketsFor(const Format& dst, const CastOptions& opt) {
+  if (qmx::detail::IsStochasticCore(opt.rounding)) return nullptr;
+  const std::shared_ptr<const StepTable> steps = StepsFor(dst, opt);
+  if (steps == nullptr) return nullptr;
+  int device = 0;
+  Check(cudaGetDevice(&device), "cudaGetDevice");
+  static std::mutex mutex;
+  static std::map<std::pair<const StepTable*, int>, const uint32_t*> cache;  // StepsFor's tables stay alive here
+  static std::vector<std::shared_ptr<const StepTable>> kept;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(steps.get(), device);
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  if (cache.size() >= 64) return nullptr;
+  std::vector<uint32_t> host;
+  uint32_t* dev = nullptr;
+  if (BuildBuckets(*steps, host)) {
+    Check(cudaMalloc(reinterpret_cast<void**>(&dev), host.size() * sizeof(uint32_t)), "cudaMalloc");
+    Check(cudaMemcpy(dev, host.data(), host.size() * sizeof(uint32_t), cudaMemcpyHostToDevice), "copy to device");
+  }
+  kept.push_back(steps);
+  cache.emplace(key, dev);
+  return dev;
 }
 
 }  // namespace detail

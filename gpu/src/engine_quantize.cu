@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "engine_blocks.cuh"
@@ -28,6 +29,7 @@ using detail::Fp32Fields;
 using detail::LoadBits;
 using detail::MxArgs;
 using detail::MxBlockAt;
+using detail::BucketCode;
 using detail::StepCode;
 using detail::StepTable;
 
@@ -76,6 +78,37 @@ __global__ void LineAmaxKernel(Format src_fmt, const void* src, uint64_t cols, u
   if (threadIdx.x % 32 == 0 && m > 0) atomicMax(out + l, m);
 }
 
+// The tensor's amax as LineAmaxKernel takes it (lines = 1), FP32 or BF16 at 16-byte alignment: 16-byte
+// loads, so that enough bytes are in flight to reach the GPU's bandwidth; the tail past the last whole load
+// by thread 0 of block 0.
+template <typename Word>
+__global__ void TensorAmaxKernel(const void* src, uint64_t n, uint32_t limit, unsigned int* out) {
+  constexpr uint64_t kPer = 16 / sizeof(Word);
+  const uint64_t vecs = n / kPer;
+  uint32_t m = 0;
+  const auto take = [&](uint32_t bits) {  // FP32 bits of an element
+    const uint32_t a = bits & 0x7FFFFFFFu;
+    if (a < limit && a > m) m = a;
+  };
+  for (uint64_t t = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; t < vecs;
+       t += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const uint4 p = __ldg(static_cast<const uint4*>(src) + t);
+    for (uint32_t w : {p.x, p.y, p.z, p.w}) {
+      if (sizeof(Word) == 4) {
+        take(w);
+      } else {
+        take(w << 16);
+        take(w & 0xFFFF0000u);
+      }
+    }
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0)
+    for (uint64_t i = vecs * kPer; i < n; ++i) take(sizeof(Word) == 4 ? static_cast<uint32_t>(LoadBits<Word>(src, i))
+                                                                    : static_cast<uint32_t>(LoadBits<Word>(src, i)) << 16);
+  m = __reduce_max_sync(0xFFFFFFFFu, m);
+  if (threadIdx.x % 32 == 0 && m > 0) atomicMax(out, m);
+}
+
 struct BlockArgs {
   Format src_fmt, elem;
   CastOptions cast;
@@ -91,6 +124,9 @@ struct BlockArgs {
   uint8_t block_nan_code;    // BlockNanCode(elem)
   const StepTable* steps;    // deterministic roundings: the FP32 -> elem table (engine_blocks.cuh), else null
   const StepTable* scale_steps;  // NVFP4: the FP32 -> E4M3 RNE table of the block scales
+  const uint32_t* buckets;       // the element conversion's bucket table (engine_blocks.cuh), or null
+  const uint32_t* scale_buckets;  // NVFP4: the block scales' bucket table, or null
+  uint8_t mx_nan_code, mx_block_nan_code;  // UE8M0 blocks: MxBlockAt's nan_code and block_nan_code
   uint64_t seed;
   MxArgs mx;                 // UE8M0 blocks
 };
@@ -122,9 +158,11 @@ __device__ __forceinline__ qmx::detail::MultiplyScale BlockScale(const BlockArgs
   const float s_enc = a.row_scaled ? a.line_enc[a.by_col ? b % a.scale_cols : b / a.scale_cols] : a.s_enc;
   // NVFP4's E4M3 scale byte from the RNE step table where there is one (the same function as the routine).
   const StepTable* scale_steps = a.scale_steps;
-  const auto to_e4m3 = [scale_steps](float v) {
-    return scale_steps != nullptr ? StepCode(scale_steps, hd::F32Bits(v))
-                                  : qmx::detail::ToE4m3ByRoutine{Fp32Fields(), E4m3Fields()}(v);
+  const uint32_t* scale_buckets = a.scale_buckets;
+  const auto to_e4m3 = [scale_steps, scale_buckets](float v) {
+    return scale_buckets != nullptr ? BucketCode(scale_buckets, hd::F32Bits(v))
+           : scale_steps != nullptr ? StepCode(scale_steps, hd::F32Bits(v))
+                                    : qmx::detail::ToE4m3ByRoutine{Fp32Fields(), E4m3Fields()}(v);
   };
   return qmx::detail::BlockMultiplyScaleWith(a.rule, a.nan, a.margin, a.destmax, block_amax, has_nan, has_inf, s_enc,
                                              E4m3Fields(), to_e4m3);
@@ -146,6 +184,7 @@ __device__ __forceinline__ uint8_t ElementCode(const void* src, const BlockArgs&
     const double p = static_cast<double>(xv) * static_cast<double>(ms.multiplier);
     y = p != p ? 0xFFC00000u : hd::F32Bits(static_cast<float>(p));
   }
+  if (a.buckets != nullptr) return BucketCode(a.buckets, y);
   if (a.steps != nullptr) return StepCode(a.steps, y);
   const uint32_t r = qmx::detail::IsStochasticCore(a.cast.rounding) ? RandomBitsForElement(a.seed, i) : 0u;
   constexpr Format kF32 = Fp32Fields();
@@ -273,6 +312,145 @@ __device__ __forceinline__ void QuantizeBlock(const void* src, const BlockArgs& 
   else QuantizeBlocksOf<32, Word>(src, a, elem, codes, scales);
 }
 
+// Row blocks of 8 * kLanes elements (1 x 16 ... 1 x 128) in a tensor whose rows are whole blocks, FP32 or BF16
+// at 16-byte alignment, under a deterministic rounding with a bucket table: the tensor is a flat run of
+// blocks, and each lane takes 8 consecutive elements in 16-byte loads, kLanes lanes a block (a warp reads
+// 1 KiB of FP32 at once: the single-element warp path keeps too few bytes in flight to reach the GPU's
+// bandwidth). Every value is the warp path's: the same amax (a maximum), the same scale functions, and each
+// element's code from the bucket table where the FP32 input of the conversion is formed exactly as the
+// reference forms it (V_i / X when the FP32 multiply by 2^-k is exact; fl32(x * multiplier), one FP32
+// multiply being one rounding of the exact product); NaN and Inf inputs, and inexact V_i / X, take the
+// reference routine itself.
+template <typename Word>
+__device__ __noinline__ uint8_t ElementCodeOutOfLine(const void* src, const BlockArgs& a,
+                                                     const qmx::detail::MultiplyScale& ms, uint64_t i) {
+  return ElementCode<Word>(src, a, a.elem, ms, i);
+}
+
+// 2^e as FP32 for e in [-149, 128] (2^128: Inf), from its bits.
+__device__ __forceinline__ float Pow2f(int e) {
+  if (e >= 128) return HUGE_VALF;
+  return hd::F32FromBits(e >= -126 ? static_cast<uint32_t>(e + 127) << 23 : 1u << (e + 149));
+}
+
+template <typename Word>
+__device__ __forceinline__ void LoadChunk(const void* src, uint64_t c, uint32_t (&v)[8]) {
+  if constexpr (sizeof(Word) == 4) {
+    const uint4 p = __ldg(static_cast<const uint4*>(src) + 2 * c), q = __ldg(static_cast<const uint4*>(src) + 2 * c + 1);
+    v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
+  } else {
+    const uint4 p = __ldg(static_cast<const uint4*>(src) + c);
+    const uint32_t w[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[2 * j] = w[j] << 16;
+      v[2 * j + 1] = w[j] & 0xFFFF0000u;
+    }
+  }
+}
+
+template <typename Word, int kLanes>
+__global__ void __launch_bounds__(256) QuantizeRowBlocksKernel(const void* src, BlockArgs a, uint64_t chunks,
+                                                               uint8_t* codes, uint8_t* scales) {
+  const bool mx = a.scale_format == ScaleFormat::kUe8m0;
+  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * blockDim.x / 32;
+  const int lane = threadIdx.x % 32;
+  for (uint64_t w = (blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x) / 32; w * 32 < chunks; w += warps) {
+    const uint64_t c = w * 32 + lane;  // chunks is a multiple of kLanes: a block's lanes are all in or all out
+    const bool in = c < chunks;
+    uint32_t v[8] = {};
+    if (in) LoadChunk<Word>(src, c, v);
+    uint32_t amax = 0, flags = 0;  // flags: 1 NaN, 2 Inf
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint32_t m = v[j] & 0x7FFFFFFFu;
+      flags |= m > 0x7F800000u ? 1u : m == 0x7F800000u ? 2u : 0u;
+      if (m < 0x7F800000u && m > amax) amax = m;
+    }
+#pragma unroll
+    for (int o = 1; o < kLanes; o <<= 1) {
+      amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+      flags |= __shfl_xor_sync(0xFFFFFFFFu, flags, o);
+    }
+    if (!in) continue;
+    const uint64_t b = c / kLanes, first = 8 * c;
+    const bool has_nan = (flags & 1u) != 0, has_inf = (flags & 2u) != 0;
+    uint8_t out[8];
+    if (mx) {
+      const MxArgs& m = a.mx;
+      int scale, fill;
+      qmx::detail::MxPolicyScale(m.policy, has_nan, has_inf,
+                                 hd::ScaleByteFromAmaxBits(amax, static_cast<int>(m.rule), m.destmax, m.emax,
+                                                           a.elem.man_bits),
+                                 a.mx_nan_code, a.mx_block_nan_code, &scale, &fill);
+      if (lane % kLanes == 0) scales[b] = static_cast<uint8_t>(scale);
+      const int k = scale - 127;
+      const bool te = m.scaling == ElementScaling::kTeRcp, exact = m.scaling == ElementScaling::kExact;
+      const float down = Pow2f(-k), up = Pow2f(k);
+      const float mult = te && scale == 0 ? 1.0f : te && scale == 254 ? 0.0f : down;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float x = hd::F32FromBits(v[j]);
+        const float y = x * mult;
+        if (fill >= 0) out[j] = static_cast<uint8_t>(fill);
+        else if (isfinite(x) && (!exact || y * up == x)) out[j] = BucketCode(m.buckets, hd::F32Bits(y));
+        else out[j] = detail::MxElementCode<Word>(src, first + j, m, a.elem, scale);
+      }
+    } else {
+      const qmx::detail::MultiplyScale ms = BlockScale(a, b, amax, has_nan, has_inf);
+      if (lane % kLanes == 0) qmx::detail::StoreScaleCore(a.scale_format, scales, b, ms.stored, ms.nan_block);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float x = hd::F32FromBits(v[j]);
+        const float y = x * ms.multiplier;
+        if (ms.nan_block) out[j] = a.block_nan_code;
+        else if (isfinite(x) && y == y) out[j] = BucketCode(a.buckets, hd::F32Bits(y));
+        else out[j] = ElementCodeOutOfLine<Word>(src, a, ms, first + j);
+      }
+    }
+    uint2 packed;
+    packed.x = out[0] | out[1] << 8 | out[2] << 16 | static_cast<uint32_t>(out[3]) << 24;
+    packed.y = out[4] | out[5] << 8 | out[6] << 16 | static_cast<uint32_t>(out[7]) << 24;
+    reinterpret_cast<uint2*>(codes)[c] = packed;
+  }
+}
+
+// The row-block kernel when it applies (above): true when it ran.
+bool LaunchRowBlocks(const TensorView& x, const BlockArgs& a, uint8_t* codes, uint8_t* scales, cudaStream_t stream) {
+  const bool word4 = x.dtype == DType::kF32, bf16 = x.dtype == DType::kBF16;
+  const uint64_t block = a.block_cols;
+  if (!(word4 || bf16) || a.block_rows != 1 || (block != 16 && block != 32 && block != 64 && block != 128) ||
+      a.cols % block != 0 || a.cast.subnormals == Subnormals::kFlush)
+    return false;
+  const bool mx = a.scale_format == ScaleFormat::kUe8m0;
+  if (mx ? a.mx.buckets == nullptr || a.mx.bits != nullptr : a.buckets == nullptr) return false;
+  if (reinterpret_cast<uintptr_t>(x.data) % 16 != 0 || reinterpret_cast<uintptr_t>(codes) % 8 != 0) return false;
+  const uint64_t chunks = a.rows * a.cols / 8;
+  constexpr int kThreads = 256;
+  const uint64_t want = (chunks + kThreads - 1) / kThreads;
+  const unsigned grid = static_cast<unsigned>(want < 132 * 16 ? want : 132 * 16);
+  const auto launch = [&](auto word, auto lanes) {
+    using Word = decltype(word);
+    QuantizeRowBlocksKernel<Word, decltype(lanes)::value><<<grid, kThreads, 0, stream>>>(x.data, a, chunks, codes, scales);
+  };
+  using L2 = std::integral_constant<int, 2>;
+  using L4 = std::integral_constant<int, 4>;
+  using L8 = std::integral_constant<int, 8>;
+  using L16 = std::integral_constant<int, 16>;
+  if (word4) {
+    if (block == 16) launch(uint32_t{}, L2{});
+    else if (block == 32) launch(uint32_t{}, L4{});
+    else if (block == 64) launch(uint32_t{}, L8{});
+    else launch(uint32_t{}, L16{});
+  } else {
+    if (block == 16) launch(uint16_t{}, L2{});
+    else if (block == 32) launch(uint16_t{}, L4{});
+    else if (block == 64) launch(uint16_t{}, L8{});
+    else launch(uint16_t{}, L16{});
+  }
+  return true;
+}
+
 // 256 threads and at least four blocks per SM: the routine's rarely taken branches (stochastic rounding,
 // NaN fills) would otherwise hold 137 registers per thread and one block per SM (ncu, H200), a latency-bound
 // kernel at 12.5% occupancy.
@@ -298,6 +476,14 @@ void LaunchLineAmax(const Format& sf, const void* src, uint64_t lines, uint64_t 
   detail::Check(cudaMemsetAsync(out, 0, lines * sizeof(unsigned int), stream), "cudaMemsetAsync");
   if (len == 0 || lines == 0) return;
   constexpr int kThreads = 256;
+  const bool fp16 = sizeof(Word) == 2 && sf.man_bits != 7;
+  if (lines == 1 && !fp16 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    const uint64_t vecs = len / (16 / sizeof(Word)), want = (vecs + kThreads - 1) / kThreads;
+    const unsigned grid = static_cast<unsigned>(std::max<uint64_t>(1, want < 132 * 8 ? want : 132 * 8));
+    TensorAmaxKernel<Word><<<grid, kThreads, 0, stream>>>(src, len, limit, out);
+    detail::Check(cudaGetLastError(), "engine amax kernel launch");
+    return;
+  }
   const uint64_t want = (len + kThreads - 1) / kThreads;
   const unsigned gx = static_cast<unsigned>(want < 4096 ? want : 4096);
   LineAmaxKernel<Word><<<dim3(gx, static_cast<unsigned>(lines)), kThreads, 0, stream>>>(sf, src, cols, len, by_col,
@@ -401,6 +587,11 @@ void RunQuantize(const TensorView& x, const QuantSpec& spec, QuantizedTensor& q,
   };
   a.steps = put(IsStochastic(spec.cast.rounding) ? nullptr : detail::StepsFor(spec.elem, spec.cast), 0);
   a.scale_steps = put(scale_format == ScaleFormat::kE4m3 ? detail::StepsFor(fmt::kE4M3, CastOptions{}) : nullptr, 1);
+  a.buckets = detail::DeviceBucketsFor(spec.elem, spec.cast);
+  a.scale_buckets = scale_format == ScaleFormat::kE4m3 ? detail::DeviceBucketsFor(fmt::kE4M3, CastOptions{}) : nullptr;
+  a.mx.buckets = a.buckets;
+  a.mx_nan_code = static_cast<uint8_t>(qmx::detail::ConvertCore(fmt::kFP32, 0x7FC00000u, spec.elem, spec.cast, 0).code);
+  a.mx_block_nan_code = spec.elem.HasNan() ? static_cast<uint8_t>(spec.elem.CanonicalNan()) : uint8_t{0};
   if (scale_format == ScaleFormat::kFp32 && be.rows * be.cols >= kLargeBlock) {
     // One warp per block would leave a per-tensor scale to a single warp (0.25 s for 4096 x 512 on an H200).
     detail::DeviceBuffer<unsigned int> amax(nb), flags(nb);
@@ -418,6 +609,11 @@ void RunQuantize(const TensorView& x, const QuantSpec& spec, QuantizedTensor& q,
     BlockScalesKernel<<<scale_grid, 128, 0, stream>>>(a, amax.get(), flags.get(), ms.get(), scales);
     if (x.dtype == DType::kF32) BlockElementsKernel<uint32_t><<<elem_grid, 256, 0, stream>>>(x.data, a, spec.elem, ms.get(), codes);
     else BlockElementsKernel<uint16_t><<<elem_grid, 256, 0, stream>>>(x.data, a, spec.elem, ms.get(), codes);
+    detail::Check(cudaGetLastError(), "engine quantize kernel launch");
+    detail::Check(cudaStreamSynchronize(stream), "engine quantize kernel");
+    return;
+  }
+  if (LaunchRowBlocks(x, a, codes, scales, stream)) {
     detail::Check(cudaGetLastError(), "engine quantize kernel launch");
     detail::Check(cudaStreamSynchronize(stream), "engine quantize kernel");
     return;

@@ -57,7 +57,7 @@ class DeviceBuffer {
 };
 
 // Two CUDA events destroyed on scope exit (an exception between them leaks neither); Seconds() is the time
-// between the records of start and stop, which must have been recorded and completed.
+// between the records of start and stop, which must have been recorded; it waits for stop to complete.
 struct EventPair {
   cudaEvent_t start = nullptr, stop = nullptr;
   EventPair() {
@@ -72,6 +72,7 @@ struct EventPair {
   EventPair& operator=(const EventPair&) = delete;
   double Seconds() const {
     float ms = 0;
+    Check(cudaEventSynchronize(stop), "cudaEventSynchronize");
     Check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
     return ms * 1e-3;
   }

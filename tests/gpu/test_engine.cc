@@ -483,95 +483,102 @@ TEST_CASE("gpu engine: MX quantization equals QuantizeMx for every rule, policy,
 TEST_CASE("gpu engine: tensor quantization equals Quantize for every recipe, rule, axis and source", "[gpu]") {
   // Odd shapes (ragged blocks in both directions), rows at powers of two across FP32's range, zero rows,
   // subnormals, ties, NaN and Inf, and values past the elements' range: every path of QuantizeRef.
-  const size_t rows = 71, cols = 200;  // NVFP4 1x16: 71 x 13 blocks, an odd count for the half-warp pairs
-  std::mt19937_64 g(61);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> x(rows * cols);
-  for (size_t r = 0; r < rows; ++r) {
-    const int e = static_cast<int>(g() % 200) - 110;
-    for (size_t c = 0; c < cols; ++c) x[r * cols + c] = r % 29 == 7 ? 0.0f : std::ldexp(nd(g), e);
-  }
-  x[3 * cols + 17] = std::nanf("");
-  x[5 * cols + 40] = -std::nanf("");
-  x[11 * cols + 3] = INFINITY;
-  x[12 * cols + 150] = -INFINITY;
-  x[20 * cols + 60] = 3e38f;
-  x[21 * cols + 61] = 0x1p-149f;
-  x[22 * cols + 62] = std::ldexp(1.5f, -100);
-  std::vector<uint16_t> xb(x.size());
-  for (size_t i = 0; i < x.size(); ++i) xb[i] = static_cast<uint16_t>(FloatBits(x[i]) >> 16);
+  // Two shapes: 71 x 200 (NVFP4 1x16: 71 x 13 blocks, an odd count for the half-warp pairs; rows not whole
+  // blocks) and 37 x 384 (rows of whole 1x16 ... 1x128 blocks: the row-block kernel's 16-byte loads). A row
+  // with 2^120 beside 2^-30 makes MX's V_i / X an FP32 subnormal that the FP32 multiply cannot hold exactly.
   QuantSpec f46 = QuantSpecByName("nvfp4");
   f46.rule = ScaleRule::kNvfp4FourOverSix;
   CHECK(!gpu::EngineQuantizeSupport(f46).empty());
   CHECK(!gpu::EngineQuantizeSupport(QuantSpecByName("fp8-delayed")).empty());
   if (!qmx::test::GpuPresent()) return;
-  CHECK_THROWS_WITH(gpu::EngineQuantize({DType::kF32, x.data(), rows, cols}, f46), Catch::Contains("engine: "));
+  const std::vector<float> one(16, 1.0f);
+  CHECK_THROWS_WITH(gpu::EngineQuantize({DType::kF32, one.data(), 1, 16}, f46), Catch::Contains("engine: "));
   size_t specs = 0, outputs = 0;
-  for (const std::string& name : QuantSpecNames()) {
-    const QuantSpec base = QuantSpecByName(name);
-    if (!gpu::EngineQuantizeSupport(base).empty()) continue;
-    std::vector<QuantSpec> variants;
-    for (Axis axis : {Axis::kRow, Axis::kCol})
-      for (NanPolicy nan : {NanPolicy::kBlockNan, NanPolicy::kIgnore, NanPolicy::kIgnoreNan, NanPolicy::kTe})
-        for (Rounding rd : {Rounding::kRne, Rounding::kSrA}) {
+  for (const auto& [rows, cols] : {std::pair<size_t, size_t>{71, 200}, std::pair<size_t, size_t>{37, 384}}) {
+    std::mt19937_64 g(61);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> x(rows * cols);
+    for (size_t r = 0; r < rows; ++r) {
+      const int e = static_cast<int>(g() % 200) - 110;
+      for (size_t c = 0; c < cols; ++c) x[r * cols + c] = r % 29 == 7 ? 0.0f : std::ldexp(nd(g), e);
+    }
+    x[3 * cols + 17] = std::nanf("");
+    x[5 * cols + 40] = -std::nanf("");
+    x[11 * cols + 3] = INFINITY;
+    x[12 * cols + 150] = -INFINITY;
+    x[20 * cols + 60] = 3e38f;
+    x[21 * cols + 61] = 0x1p-149f;
+    x[22 * cols + 62] = std::ldexp(1.5f, -100);
+    x[24 * cols + 0] = 0x1p120f;
+    for (size_t c = 1; c < 16; ++c) x[24 * cols + c] = std::ldexp(1.0f + static_cast<float>(c) / 7.0f, -30);
+    std::vector<uint16_t> xb(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xb[i] = static_cast<uint16_t>(FloatBits(x[i]) >> 16);
+    for (const std::string& name : QuantSpecNames()) {
+      const QuantSpec base = QuantSpecByName(name);
+      if (!gpu::EngineQuantizeSupport(base).empty()) continue;
+      std::vector<QuantSpec> variants;
+      for (Axis axis : {Axis::kRow, Axis::kCol})
+        for (NanPolicy nan : {NanPolicy::kBlockNan, NanPolicy::kIgnore, NanPolicy::kIgnoreNan, NanPolicy::kTe})
+          for (Rounding rd : {Rounding::kRne, Rounding::kSrA}) {
+            QuantSpec s = base;
+            s.axis = axis;
+            s.nan = nan;
+            s.cast.rounding = rd;
+            s.seed = 77;
+            variants.push_back(s);
+          }
+      if (ScaleFormatOf(base.rule) == ScaleFormat::kE4m3)
+        for (ScaleRule rule : {ScaleRule::kNvfp4Div, ScaleRule::kNvfp4Torchao}) {
           QuantSpec s = base;
-          s.axis = axis;
-          s.nan = nan;
-          s.cast.rounding = rd;
-          s.seed = 77;
+          s.rule = rule;
           variants.push_back(s);
         }
-    if (ScaleFormatOf(base.rule) == ScaleFormat::kE4m3)
-      for (ScaleRule rule : {ScaleRule::kNvfp4Div, ScaleRule::kNvfp4Torchao}) {
+      if (ScaleFormatOf(base.rule) == ScaleFormat::kFp32) {
         QuantSpec s = base;
-        s.rule = rule;
+        s.rule = ScaleRule::kFp32Pow2;
+        s.margin = 2;
         variants.push_back(s);
       }
-    if (ScaleFormatOf(base.rule) == ScaleFormat::kFp32) {
-      QuantSpec s = base;
-      s.rule = ScaleRule::kFp32Pow2;
-      s.margin = 2;
-      variants.push_back(s);
-    }
-    for (const QuantSpec& s : variants) {
-      try {
-        ValidateQuantSpec(s);
-      } catch (const Error&) {
-        continue;  // a NaN policy this scale format cannot carry
-      }
-      for (DType t : {DType::kF32, DType::kBF16}) {
-        const TensorView v{t, t == DType::kF32 ? static_cast<const void*>(x.data()) : xb.data(), rows, cols};
-        const QuantizedTensor want = Quantize(v, s);
-        const QuantizedTensor got = gpu::EngineQuantize(v, s);
-        INFO(DescribeSpec(s) << " from " << DTypeName(t));
-        CHECK(got.scales == want.scales);
-        CHECK(std::vector<uint8_t>(got.codes.begin(), got.codes.end()) == std::vector<uint8_t>(want.codes.begin(), want.codes.end()));
-        CHECK(FloatBits(got.tensor_amax) == FloatBits(want.tensor_amax));
-        CHECK(FloatBits(got.tensor_decode) == FloatBits(want.tensor_decode));
-        CHECK(got.line_amax == want.line_amax);
-        if (!want.spec.row_scaled) {  // the engine's dequantization of the device codes, NaN payloads included
-          std::vector<float> back(want.codes.size()), dev_back(want.codes.size());
-          Dequantize(want, back.data());
-          gpu::DeviceMemory dc(want.codes.size()), ds(want.scales.size() + 1), dout(back.size() * 4);
-          dc.Upload(want.codes.data(), want.codes.size());
-          ds.Upload(want.scales.data(), want.scales.size());
-          gpu::EngineDequantizeOnDevice(want, static_cast<const uint8_t*>(dc.get()), static_cast<const uint8_t*>(ds.get()),
-                                        static_cast<float*>(dout.get()), nullptr);
-          dout.Download(dev_back.data(), back.size() * 4);
-          size_t bad = 0;
-          for (size_t i = 0; i < back.size(); ++i)
-            if (FloatBits(back[i]) != FloatBits(dev_back[i]) && bad++ < 2)
-              UNSCOPED_INFO("dequantized element " << i << ": engine 0x" << std::hex << FloatBits(dev_back[i])
-                                                   << " cpu 0x" << FloatBits(back[i]) << std::dec);
-          CHECK(bad == 0);
+      for (const QuantSpec& s : variants) {
+        try {
+          ValidateQuantSpec(s);
+        } catch (const Error&) {
+          continue;  // a NaN policy this scale format cannot carry
         }
-        ++specs;
-        outputs += want.codes.size();
+        for (DType t : {DType::kF32, DType::kBF16}) {
+          const TensorView v{t, t == DType::kF32 ? static_cast<const void*>(x.data()) : xb.data(), rows, cols};
+          const QuantizedTensor want = Quantize(v, s);
+          const QuantizedTensor got = gpu::EngineQuantize(v, s);
+          INFO(DescribeSpec(s) << " from " << DTypeName(t));
+          CHECK(got.scales == want.scales);
+          CHECK(std::vector<uint8_t>(got.codes.begin(), got.codes.end()) == std::vector<uint8_t>(want.codes.begin(), want.codes.end()));
+          CHECK(FloatBits(got.tensor_amax) == FloatBits(want.tensor_amax));
+          CHECK(FloatBits(got.tensor_decode) == FloatBits(want.tensor_decode));
+          CHECK(got.line_amax == want.line_amax);
+          if (!want.spec.row_scaled) {  // the engine's dequantization of the device codes, NaN payloads included
+            std::vector<float> back(want.codes.size()), dev_back(want.codes.size());
+            Dequantize(want, back.data());
+            gpu::DeviceMemory dc(want.codes.size()), ds(want.scales.size() + 1), dout(back.size() * 4);
+            dc.Upload(want.codes.data(), want.codes.size());
+            ds.Upload(want.scales.data(), want.scales.size());
+            gpu::EngineDequantizeOnDevice(want, static_cast<const uint8_t*>(dc.get()), static_cast<const uint8_t*>(ds.get()),
+                                          static_cast<float*>(dout.get()), nullptr);
+            dout.Download(dev_back.data(), back.size() * 4);
+            size_t bad = 0;
+            for (size_t i = 0; i < back.size(); ++i)
+              if (FloatBits(back[i]) != FloatBits(dev_back[i]) && bad++ < 2)
+                UNSCOPED_INFO("dequantized element " << i << ": engine 0x" << std::hex << FloatBits(dev_back[i])
+                                                     << " cpu 0x" << FloatBits(back[i]) << std::dec);
+            CHECK(bad == 0);
+          }
+          ++specs;
+          outputs += want.codes.size();
+        }
       }
     }
   }
   INFO(specs << " specs, " << outputs << " codes");
-  CHECK(specs >= 150);
+  CHECK(specs >= 300);
 }
 
 }  // namespace engine_test

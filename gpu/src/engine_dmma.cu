@@ -11,7 +11,7 @@
 // multiple of 2^(E - F - the scales' lowest bits) below 2^(E - the scales' exponents + 7), at most F + 7
 // significant bits, so the tensor core's FP64 sums are exact whatever their order, and so are the scaled sum
 // and the accumulator added to it (F + 8 bits, F <= 45). Any other step is computed exactly from the tile's
-// codes in integers (TileStep: each term cut at the step's unit as FusedStep cuts it), and a step that meets
+// codes in integers (WarpTileStep: each term cut at the step's unit as FusedStep cuts it), and a step that meets
 // NaN or Inf runs FusedStep itself.
 #include <cuda_runtime.h>
 
@@ -107,20 +107,22 @@ __device__ inline long long CutSigned(long long v, int sh, bool rne) {
   return v < 0 ? -CutMag(-v, sh, rne) : CutMag(v, sh, rne);
 }
 
-// One step of a finite output exactly as FusedStep computes it, in integers from the tile's codes: row r of
-// A's codes (ca, n of them), column c of B's (cb, stride kDTile), the code parts, the step's power-of-two
-// scales and the accumulator.
-__device__ __noinline__ float TileStep(const EngineModel& p, const CodeParts* pa, const CodeParts* pb,
-                                       const uint8_t* ca, const uint8_t* cb, int n, const StepInfo& ia,
-                                       const StepInfo& ib, float c) {
+// One step of a finite output exactly as FusedStep computes it, in integers from the tile's codes, on a whole
+// warp: row r of A's codes (ca, n <= 32 of them), column c of B's (cb, stride kDTile), the code parts, the
+// step's power-of-two scales and the accumulator. Lane k takes term k; the nominal bounds are warp maxima
+// and the cut terms' sum a butterfly of 64-bit integers (exact, so in any order); every lane returns it.
+__device__ inline float WarpTileStep(const EngineModel& p, const CodeParts* pa, const CodeParts* pb, const uint8_t* ca,
+                                     const uint8_t* cb, int n, const StepInfo& ia, const StepInfo& ib, float c,
+                                     int lane) {
   const bool zero_scale = ia.zero_scale || ib.zero_scale;
   const int es = ia.scale_exp + ib.scale_exp;
-  int hi = -32768, lo = 32767;  // the largest and smallest nominal sums (a zero element's is near 2 kZeroNom)
-  for (int k = 0; k < n; ++k) {
-    const int s = pa[ca[k]].nom + pb[cb[k * kDTile]].nom;
-    hi = max(hi, s);
-    lo = min(lo, s);
+  CodeParts x{}, y{};
+  if (lane < n) {
+    x = pa[ca[lane]];
+    y = pb[cb[lane * kDTile]];
   }
+  const int hi = __reduce_max_sync(0xFFFFFFFFu, lane < n ? x.nom + y.nom : -32768);
+  const int lo = __reduce_min_sync(0xFFFFFFFFu, lane < n ? x.nom + y.nom : 32767);
   int emax = c == 0 ? p.zero_exp : NominalF32(c);
   if (n > 0 && zero_scale) emax = max(emax, p.zero_exp);
   if (n > 0 && !zero_scale) {
@@ -129,27 +131,24 @@ __device__ __noinline__ float TileStep(const EngineModel& p, const CodeParts* pa
   }
   const int unit = emax - p.frac_bits;
   if (unit < -1000) return 0.0f;  // every term is zero (a nonzero one's exponent is above -400)
-  long long t = 0;
+  long long t = lane < n && !zero_scale ? CutSigned(static_cast<long long>(x.m) * y.m, x.e + y.e + es - unit, p.term_rne) : 0;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xFFFFFFFFu, t, o);
   if (c != 0) {
     const int b = __float_as_int(c), ef = (b >> 23) & 0xFF;
     const long long mc = (b & 0x7FFFFF) | (ef ? 0x800000 : 0);
     const int ec = (ef ? ef : 1) - 150;  // c = mc * 2^ec
-    t = CutSigned(b < 0 ? -mc : mc, ec - unit, p.term_rne);
+    t += CutSigned(b < 0 ? -mc : mc, ec - unit, p.term_rne);
   }
-  if (!zero_scale)
-    for (int k = 0; k < n; ++k) {
-      const CodeParts x = pa[ca[k]], y = pb[cb[k * kDTile]];
-      t += CutSigned(static_cast<long long>(x.m) * y.m, x.e + y.e + es - unit, p.term_rne);
-    }
   return RoundFused(static_cast<double>(t), unit, p.out_bits, p.out_rne);
 }
 
-// The step's result for one output: the tensor core's exact sum where the bounds prove that no term is cut,
-// else TileStep, or FusedStep on the codes where the step meets NaN or Inf; `fallbacks` counts the latter two.
-__device__ inline float StepOutput(const EngineGemmArgs& g, const double* va, const double* vb, const CodeParts* pa,
-                                   const CodeParts* pb, const uint8_t* ca, const uint8_t* cb, size_t i, size_t j,
-                                   size_t k0, size_t k1, float c, double sum, const StepInfo& ia, const StepInfo& ib,
-                                   unsigned& fallbacks) {
+// The step's result for one output where the thread can give it: the tensor core's exact sum where the
+// bounds prove that no term is cut, or FusedStep on the codes where the step meets NaN or Inf (counted in
+// `fallbacks`). False where a term may be cut: the step goes to the block's queue for WarpTileStep.
+__device__ inline bool StepOutput(const EngineGemmArgs& g, const double* va, const double* vb, size_t i, size_t j,
+                                  size_t k0, size_t k1, float& c, double sum, const StepInfo& ia, const StepInfo& ib,
+                                  unsigned& fallbacks) {
   const EngineModel& p = g.model;
   if (ia.maxnom != kSpecialStep && ib.maxnom != kSpecialStep && isfinite(c)) {
     int emax = p.zero_exp;  // zero terms (products or a zero accumulator) take it; it only raises the bound
@@ -158,13 +157,14 @@ __device__ inline float StepOutput(const EngineGemmArgs& g, const double* va, co
     const int unit = emax - p.frac_bits;
     if (static_cast<int>(ia.minlsb) + ib.minlsb >= unit && (c == 0 || LowestBit(c) >= unit)) {
       const double s = static_cast<double>(c) + sum * (static_cast<double>(ia.scale) * ib.scale);
-      return s == 0 ? 0.0f : RoundFused(s * Pow2(-unit), unit, p.out_bits, p.out_rne);
+      c = s == 0 ? 0.0f : RoundFused(s * Pow2(-unit), unit, p.out_bits, p.out_rne);
+      return true;
     }
-    ++fallbacks;
-    return TileStep(p, pa, pb, ca, cb, static_cast<int>(k1 - k0), ia, ib, c);
+    return false;
   }
   ++fallbacks;
-  return FusedStep(LineOf(g, va, vb, g.a.nominal, g.b.nominal, i, j), p, k0, k1, c, p.scales_in);
+  c = FusedStep(LineOf(g, va, vb, g.a.nominal, g.b.nominal, i, j), p, k0, k1, c, p.scales_in);
+  return true;
 }
 
 // f(mi, ni, h) for each of the thread's 32 outputs (rows wr + 8 mi + gr, columns wc + 8 ni + 2 gc + h), unrolled
@@ -183,8 +183,19 @@ template <int kStep, bool kPromote>
 __global__ void __launch_bounds__(kDThreads, 2) EngineDmmaKernel(EngineGemmArgs g, EngineDmmaBuffers f) {
   __shared__ double va[256], vb[256];
   __shared__ CodeParts pa[256], pb[256];
-  __shared__ double sa[kDTile][kStep + 1];                  // A's values, row-major (padded against bank conflicts)
-  __shared__ double sb[kStep][kDTile + 1];                  // B's values, k-major
+  // A's values, row-major (padded against bank conflicts), and B's, k-major; once a step's products are
+  // formed, the same memory holds the steps queued for WarpTileStep: their accumulators and their indices.
+  __shared__ union {
+    double sa[kDTile][kStep + 1];
+    float queued[kDTile][kDTile];
+  } ua;
+  __shared__ union {
+    double sb[kStep][kDTile + 1];
+    uint16_t queue[kDTile * kDTile];
+  } ub;
+  __shared__ int queue_len;
+  auto& sa = ua.sa;
+  auto& sb = ub.sb;
   __shared__ uint8_t ca[kDTile][kStep], cb[kStep][kDTile];  // their codes
   __shared__ StepInfo ia[kDTile], ib[kDTile];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -223,6 +234,7 @@ __global__ void __launch_bounds__(kDThreads, 2) EngineDmmaKernel(EngineGemmArgs 
       cb[kk][c] = code;
       sb[kk][c] = j < g.n && k < k1 ? vb[code] : 0.0;
     }
+    if (tid == 0) queue_len = 0;
     if (tid < kDTile) {
       const size_t i = row0 + tid;
       ia[tid] = i < g.m ? f.a_info[i * f.steps + s] : StepInfo{};
@@ -250,13 +262,36 @@ __global__ void __launch_bounds__(kDThreads, 2) EngineDmmaKernel(EngineGemmArgs 
         for (int ni = 0; ni < 4; ++ni) Dmma(sum[mi][ni], a[mi], b[ni]);
     }
     const bool window_end = kPromote && ((k0 + kStep) % window == 0 || k1 == g.k);
+    __syncthreads();  // every warp's products formed: sa and sb now hold the queue
+    // The outputs whose step may cut a term wait in the queue (a lane alone would take the whole step, and
+    // its warp with it); the block's warps then take them one step per warp.
+    unsigned queued = 0;  // bit (mi * 4 + ni) * 2 + h
     ForOutputs([&](int mi, int ni, int h) {
       const int r = wr + 8 * mi + gr, c = wc + 8 * ni + 2 * gc + h;
       const size_t i = row0 + r, j = col0 + c;
       if (i >= g.m || j >= g.n) return;
       float& cur = kPromote ? part[mi][ni][h] : acc[mi][ni][h];
-      cur = StepOutput(g, va, vb, pa, pb, &ca[r][0], &cb[0][c], i, j, k0, k1, cur, sum[mi][ni][h], ia[r], ib[c],
-                       fallbacks);
+      if (StepOutput(g, va, vb, i, j, k0, k1, cur, sum[mi][ni][h], ia[r], ib[c], fallbacks)) return;
+      ua.queued[r][c] = cur;
+      ub.queue[atomicAdd(&queue_len, 1)] = static_cast<uint16_t>(r * kDTile + c);
+      queued |= 1u << ((mi * 4 + ni) * 2 + h);
+      ++fallbacks;
+    });
+    __syncthreads();
+    for (int q = warp; q < queue_len; q += kDThreads / 32) {
+      const int r = ub.queue[q] / kDTile, c = ub.queue[q] % kDTile;
+      const float out = WarpTileStep(g.model, pa, pb, &ca[r][0], &cb[0][c], static_cast<int>(k1 - k0), ia[r], ib[c],
+                                     ua.queued[r][c], lane);
+      __syncwarp();
+      if (lane == 0) ua.queued[r][c] = out;
+    }
+    __syncthreads();
+    ForOutputs([&](int mi, int ni, int h) {
+      const int r = wr + 8 * mi + gr, c = wc + 8 * ni + 2 * gc + h;
+      const size_t i = row0 + r, j = col0 + c;
+      if (i >= g.m || j >= g.n) return;
+      float& cur = kPromote ? part[mi][ni][h] : acc[mi][ni][h];
+      if (queued & (1u << ((mi * 4 + ni) * 2 + h))) cur = ua.queued[r][c];
       if (window_end) {
         const size_t w0 = k0 / window * window;
         acc[mi][ni][h] =

@@ -7,7 +7,8 @@ baseline. --json FILE writes the rows.
 --device cuda times the emulation engine instead: one qmx.torch.Linear training step (forward and backward,
 the recipe's three GEMMs bit for bit) on CUDA tensors beside BF16 nn.Linear's step, a fake-quant emulation
 of the same forward (quantize, dequantize, BF16 matmul: what torchao's and vLLM's emulation run) with the
-SQNR of its output against the faithful one, and qmx.quantize of a CUDA tensor beside a device copy."""
+SQNR of its output against the faithful one, qmx.quantize of a CUDA tensor beside a device copy, and the
+GEMM models (--gemm-size, 8192 by default) beside BF16 torch.matmul."""
 import argparse
 import json
 import platform
@@ -129,9 +130,39 @@ def cuda_main(a):
         t = cuda_seconds(lambda: qmx.quantize(xs, spec), a.reps)
         rows.append({"call": "qmx.quantize(x_cuda, %r)" % spec, "size": n, "seconds": t, "ratio": t_copy / t})
         print("%-44s %6s %10.3f ms %8.2fx copy speed" % ("qmx.quantize(x_cuda, %r)" % spec, "", t * 1e3, t_copy / t))
+    if a.gemm_size > 0:
+        cuda_gemms(a, dev, g, rows)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"gpu": name, "torch": torch.__version__, "reps": a.reps, "rows": rows}, f, indent=1)
+
+
+# The engine's GEMM models beside BF16 cuBLAS (the issue's speed rows), as qmx.quantize spells the operands.
+CUDA_GEMMS = [("nvfp4", "blackwell-mxf4nvf4"), ("mxfp8", "blackwell-mxf8f6f4")]
+
+
+def cuda_gemms(a, dev, g, rows):
+    """--gemm-size n: BF16 torch.matmul at n^3 and each CUDA_GEMMS model's kernel time (qmx.gemm_stats, the
+    median of three runs after a warm-up) on the same N(0, 1) operands, quantized on the device."""
+    import torch
+    n = a.gemm_size
+    x = torch.randn(n, n, device=dev, generator=g)
+    y = torch.randn(n, n, device=dev, generator=g)
+    xb, yb = x.to(torch.bfloat16), y.to(torch.bfloat16)
+    t_bf16 = cuda_seconds(lambda: torch.matmul(xb, yb), a.reps)
+    rows.append({"call": "BF16 torch.matmul", "size": n, "seconds": t_bf16, "ratio": 1.0})
+    print("%-44s %6d %10.3f ms %8.0f TFLOP/s" % ("BF16 torch.matmul", n, t_bf16 * 1e3, 2 * n ** 3 / t_bf16 / 1e12))
+    for spec, model in CUDA_GEMMS:
+        qx, qy = qmx.quantize(x, spec), qmx.quantize(y, spec, axis="col")
+        qmx.gemm_stats(qx, qy, model)
+        runs = sorted((qmx.gemm_stats(qx, qy, model)[1] for _ in range(3)), key=lambda st: st["kernel_seconds"])
+        st = runs[1]
+        t = st["kernel_seconds"]
+        rows.append({"call": "qmx.gemm %s %s" % (spec, model), "size": n, "seconds": t, "ratio": t_bf16 / t,
+                     "kernel": st["kernel"], "steps": st["steps"], "fallback_steps": st["fallback_steps"]})
+        print("%-44s %6d %10.1f ms %8.4fx BF16 speed (%s kernel, %.1f%% of steps on the exact fallback)" % (
+            "qmx.gemm %s %s" % (spec, model), n, t * 1e3, t_bf16 / t, st["kernel"],
+            100.0 * st["fallback_steps"] / max(1, st["steps"])))
 
 
 def main(argv=None):
@@ -143,6 +174,8 @@ def main(argv=None):
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda: the emulation engine on CUDA tensors (a linear layer's training step, quantization)")
     p.add_argument("--sizes", type=int, nargs="+", default=[4096], help="--device cuda: the layer's M = N = K")
+    p.add_argument("--gemm-size", type=int, default=8192,
+                   help="--device cuda: M = N = K of the GEMM models beside BF16 torch.matmul (0: skip them)")
     p.add_argument("--recipes", nargs="+", default=["mxfp8", "nvfp4", "fp8-current"],
                    help="--device cuda: training recipes to time")
     a = p.parse_args(argv)

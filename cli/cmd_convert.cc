@@ -32,9 +32,10 @@ struct ConvertArgs {
   std::string nan_fallback = "max";
   std::string subnormals = "keep";
   std::string negative = "invalid";
+  std::string tininess = "before";
   int sr_bits = 8;
   uint64_t seed = 0;
-  std::string in, out, profile;
+  std::string in, out, flags_out, profile;
   std::string device = "cpu";
   bool decode = false;
   std::vector<std::string> values;
@@ -48,6 +49,7 @@ CastOptions BuildOptions(const ConvertArgs& a, const Format& dst) {
   o.nan_fallback = ParseNanFallback(a.nan_fallback);
   o.subnormals = ParseSubnormals(a.subnormals);
   o.negative_unsigned = ParseNegativeUnsigned(a.negative);
+  o.tininess = ParseTininess(a.tininess);
   o.sr_bits = a.sr_bits;
   ValidateCastOptions(dst, o);
   return o;
@@ -124,7 +126,8 @@ void ConvertValues(const ConvertArgs& a, const Format& dst, const CastOptions& o
 
 void ConvertFile(const ConvertArgs& a, const Format& dst, const CastOptions& opt) {
   if (a.out.empty()) throw Error("--in needs --out (the file to write)");
-  CheckOutputs({{"--out", a.out}}, {a.in});
+  if (a.flags_out.empty()) CheckOutputs({{"--out", a.out}}, {a.in});
+  else CheckOutputs({{"--out", a.out}, {"--flags-out", a.flags_out}}, {a.in});
   const NpyArray in = ReadNpy(a.in);
   const Format* src = nullptr;
   switch (in.dtype) {
@@ -197,6 +200,15 @@ void ConvertFile(const ConvertArgs& a, const Format& dst, const CastOptions& opt
   Counts c;
   for (uint32_t f : flags) c.Add(f);
   WriteNpy(a.out, out);
+  if (!a.flags_out.empty()) {
+    // Each element's flags (qmx/cast_options.h Flag bits: TestFloat's numbering and 0x20 saturated).
+    NpyArray fl;
+    fl.shape = in.shape;
+    fl.dtype = DType::kU8;
+    fl.data.resize(n);
+    for (size_t k = 0; k < n; ++k) fl.data[k] = static_cast<uint8_t>(flags[k]);
+    WriteNpy(a.flags_out, fl);
+  }
   std::printf("%s -> %s: %zu elements %s -> %s (%s, %s); inexact %llu, saturated %llu, overflow %llu, underflow %llu, invalid %llu\n",
               a.in.c_str(), a.out.c_str(), n, src->name, a.decode ? (std::string(dst.name) + " decoded to f32").c_str() : dst.name,
               RoundingName(opt.rounding), SaturationName(opt.saturation), static_cast<unsigned long long>(c.inexact),
@@ -277,11 +289,17 @@ void AddConvertCommand(CLI::App& app) {
   cmd->add_option("--negative", a.negative,
                   "Negative inputs to an unsigned format (ue8m0): invalid (NaN code), or magnitude (|x|, as CUDA's "
                   "__nv_cvt_float_to_e8m0)")->capture_default_str();
+  cmd->add_option("--tininess", a.tininess,
+                  "Underflow flag: tininess detected before rounding, or after (IEEE 754-2019 7.5; RISC-V, x86 SSE)")
+      ->capture_default_str();
   cmd->add_option("--sr-bits", a.sr_bits, "Random bits per element for stochastic rounding (1..32)")->capture_default_str();
   cmd->add_option("--seed", a.seed, "Philox seed for stochastic rounding (element i uses stream index i)")
       ->capture_default_str();
   cmd->add_option("--in", a.in, "Input .npy (<f4, <f8, <f2, bf16 as |V2, or <u2 with --from)");
   cmd->add_option("--out", a.out, "Output .npy: codes (|u1 for 8 bits or fewer), or f32 with --decode");
+  cmd->add_option("--flags-out", a.flags_out,
+                  "Also write each element's exception flags as |u1 .npy (1 inexact, 2 underflow, 4 overflow, 16 invalid, "
+                  "32 saturated)");
   cmd->add_flag("--decode", a.decode, "Write the decoded FP32 value of each result instead of its code");
   cmd->add_option("--device", a.device,
                   "cpu (default) or cuda: the same routine on the GPU, the same bits (files of 8-bit-or-narrower formats)")
@@ -296,7 +314,8 @@ void AddConvertCommand(CLI::App& app) {
     if (a.device != "cpu" && a.device != "cuda") throw Error("--device must be cpu or cuda, not '" + a.device + "'");
     if (a.device == "cuda" && !a.profile.empty()) throw Error("--profile casts on the CPU; drop --device cuda");
     if (!a.profile.empty()) {
-      for (const char* o : {"--round", "--sat", "--nan-sign", "--nan-fallback", "--subnormals", "--negative", "--sr-bits", "--seed"})
+      for (const char* o : {"--round", "--sat", "--nan-sign", "--nan-fallback", "--subnormals", "--negative", "--sr-bits", "--seed",
+                            "--tininess", "--flags-out"})
         if (cmd->count(o) > 0) throw Error(std::string("--profile sets the whole cast; drop ") + o);
       if (!a.in.empty() && !a.values.empty()) throw Error("give either --in FILE or values, not both");
       if (a.in.empty() && a.values.empty()) throw Error("nothing to convert: give --in FILE --out FILE, or values");
@@ -312,6 +331,7 @@ void AddConvertCommand(CLI::App& app) {
     if (a.in.empty() && a.values.empty()) throw Error("nothing to convert: give --in FILE --out FILE, or values");
     // --out and --decode only apply to files; ignoring them would exit 0 without writing what was asked for.
     if (a.in.empty() && !a.out.empty()) throw Error("--out needs --in FILE (values are printed, not written)");
+    if (a.in.empty() && !a.flags_out.empty()) throw Error("--flags-out needs --in FILE (values print their flags)");
     if (a.in.empty() && a.decode) throw Error("--decode needs --in FILE and --out FILE (values print their decoded value)");
     if (!a.in.empty()) ConvertFile(a, dst, opt);
     else ConvertValues(a, dst, opt);

@@ -18,6 +18,13 @@ package qmx_dpi;
                                                 input int unsigned random_bits,
                                                 output longint unsigned code, output int unsigned flags);
 
+  // The same with the options as a golden file's header writes them ("round=rne sat=satfinite tininess=after");
+  // the header line itself may be passed (its op, src, dst, spec, level, seed and generator keys are skipped).
+  import "DPI-C" function int qmx_convert_keys(input string src_format, input longint unsigned x_bits,
+                                               input string dst_format, input string options,
+                                               input int unsigned random_bits,
+                                               output longint unsigned code, output int unsigned flags);
+
   // The expected code and flags of a value (src_format's bits in x) under a rounding and saturation mode,
   // with the library's other defaults (NaN sign kept, subnormals kept); $fatal on a name the library
   // refuses.

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <exception>
 #include <new>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -68,11 +69,12 @@ qmx::CastOptions ToCpp(const qmx_cast_options* o) {
   c.subnormals = static_cast<qmx::Subnormals>(o->subnormals);
   c.negative_unsigned = static_cast<qmx::NegativeUnsigned>(o->negative);
   c.sr_bits = o->sr_bits;
+  c.tininess = static_cast<qmx::Tininess>(o->tininess);
   // The enums' ranges: a value outside them is an argument error, not undefined behaviour.
   if (o->rounding < 0 || o->rounding > static_cast<int>(qmx::Rounding::kSrC) || o->saturation < 0 ||
       o->saturation > static_cast<int>(qmx::Saturation::kSatPropagate) || o->nan_sign < 0 || o->nan_sign > 1 ||
       o->nan_fallback < 0 || o->nan_fallback > 1 || o->subnormals < 0 || o->subnormals > 1 || o->negative < 0 ||
-      o->negative > 1)
+      o->negative > 1 || o->tininess < 0 || o->tininess > 1)
     throw qmx::Error("qmx_cast_options: a field is outside its enumeration (use qmx_cast_options_set)");
   return c;
 }
@@ -108,6 +110,7 @@ void qmx_cast_options_default(qmx_cast_options* opt) {
   opt->subnormals = static_cast<int>(c.subnormals);
   opt->negative = static_cast<int>(c.negative_unsigned);
   opt->sr_bits = c.sr_bits;
+  opt->tininess = static_cast<int>(c.tininess);
 }
 
 qmx_status qmx_cast_options_set(qmx_cast_options* opt, const char* rounding, const char* saturation,
@@ -123,6 +126,36 @@ qmx_status qmx_cast_options_set(qmx_cast_options* opt, const char* rounding, con
     if (Given(subnormals)) o.subnormals = static_cast<int>(qmx::ParseSubnormals(subnormals, "subnormals"));
     if (Given(negative)) o.negative = static_cast<int>(qmx::ParseNegativeUnsigned(negative, "negative"));
     *opt = o;
+  });
+}
+
+qmx_status qmx_cast_options_set_key(qmx_cast_options* opt, const char* key, const char* value) {
+  return Guard([&] {
+    Need(opt, "qmx_cast_options_set_key", "opt");
+    Need(key, "qmx_cast_options_set_key", "key");
+    Need(value, "qmx_cast_options_set_key", "value");
+    const std::string k = key, v = value;
+    if (k == "round") opt->rounding = static_cast<int>(qmx::ParseRounding(v));
+    else if (k == "sat") opt->saturation = static_cast<int>(qmx::ParseSaturation(v));
+    else if (k == "nan-sign") opt->nan_sign = static_cast<int>(qmx::ParseNanSign(v, "nan-sign"));
+    else if (k == "nan-fallback") opt->nan_fallback = static_cast<int>(qmx::ParseNanFallback(v, "nan-fallback"));
+    else if (k == "subnormals") opt->subnormals = static_cast<int>(qmx::ParseSubnormals(v, "subnormals"));
+    else if (k == "negative") opt->negative = static_cast<int>(qmx::ParseNegativeUnsigned(v, "negative"));
+    else if (k == "tininess") opt->tininess = static_cast<int>(qmx::ParseTininess(v, "tininess"));
+    else if (k == "sr-bits") {
+      size_t used = 0;
+      int bits = 0;
+      try {
+        bits = std::stoi(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != v.size() || bits < 1 || bits > 32) throw qmx::Error("sr-bits must be 1..32, not '" + v + "'");
+      opt->sr_bits = bits;
+    } else {
+      throw qmx::Error("unknown cast option key '" + k +
+                       "' (round, sat, nan-sign, nan-fallback, subnormals, negative, tininess, sr-bits)");
+    }
   });
 }
 
@@ -171,6 +204,30 @@ qmx_status qmx_convert_named(const char* src_format, uint64_t x_bits, const char
   qmx_cast_options_default(&o);
   const qmx_status s = qmx_cast_options_set(&o, rounding, saturation, nan_sign, nan_fallback, subnormals, nullptr);
   if (s != QMX_OK) return s;
+  return qmx_convert(src_format, x_bits, dst_format, &o, random_bits, code, flags);
+}
+
+qmx_status qmx_convert_keys(const char* src_format, uint64_t x_bits, const char* dst_format, const char* options,
+                            uint32_t random_bits, uint64_t* code, uint32_t* flags) {
+  qmx_cast_options o;
+  qmx_cast_options_default(&o);
+  if (Given(options)) {
+    const qmx_status s = Guard([&] {
+      std::istringstream in(options);
+      std::string pair;
+      while (in >> pair) {
+        if (pair == "#") continue;  // a golden header line as $fgets reads it
+        const size_t eq = pair.find('=');
+        if (eq == std::string::npos || eq == 0)
+          throw qmx::Error("qmx_convert_keys: '" + pair + "' is not key=value (e.g. \"round=rne tininess=after\")");
+        const std::string key = pair.substr(0, eq), value = pair.substr(eq + 1);
+        if (key == "generator") break;  // a golden header's last key, whose value holds a space
+        if (key == "op" || key == "src" || key == "dst" || key == "spec" || key == "level" || key == "seed") continue;
+        if (qmx_cast_options_set_key(&o, key.c_str(), value.c_str()) != QMX_OK) throw qmx::Error(last_error);
+      }
+    });
+    if (s != QMX_OK) return s;
+  }
   return qmx_convert(src_format, x_bits, dst_format, &o, random_bits, code, flags);
 }
 

@@ -29,8 +29,7 @@ for f in "$@"; do
       key() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<< " $head"; }
       [ "$(key op)" = convert ] && [ "$(key src)" = f32 ] || { echo "run.sh: $f is not an f32 conversion image" >&2; exit 2; }
       grep -q '^// layout: 32 8 8 ' "$f" || { echo "run.sh: $f is not laid out 32 8 8" >&2; exit 2; }
-      "$tb" "+memh=$f" "+cases=$(sed -n 's|^// cases: ||p' "$f")" "+dst=$(key dst)" "+round=$(key round)" \
-        "+sat=$(key sat)" "+nansign=$(key nan-sign)" "+nanfall=$(key nan-fallback)" "+subn=$(key subnormals)"
+      "$tb" "+memh=$f" "+cases=$(sed -n 's|^// cases: ||p' "$f")" "+dst=$(key dst)" "+opts=$head"
       ;;
     *)
       tb=$(bench tb_golden_convert)

@@ -43,6 +43,8 @@ qmx_cast_options OptionsOf(const HeaderKeys& keys) {
   const std::string r = get("round"), s = get("sat"), ns = get("nan-sign"), nf = get("nan-fallback"),
                     sub = get("subnormals");
   REQUIRE(qmx_cast_options_set(&o, r.c_str(), s.c_str(), ns.c_str(), nf.c_str(), sub.c_str(), nullptr) == QMX_OK);
+  if (qmx::golden::HasKey(keys, "tininess"))
+    REQUIRE(qmx_cast_options_set_key(&o, "tininess", KeyValue(keys, "tininess").c_str()) == QMX_OK);
   return o;
 }
 
@@ -307,3 +309,44 @@ TEST_CASE("c abi: errors are statuses with the library's messages", "[c_abi]") {
 }
 
 }  // namespace c_abi_test
+
+TEST_CASE("c abi: options by golden-header key, tininess, and conversions from a header line", "[c_abi]") {
+  qmx_cast_options o;
+  qmx_cast_options_default(&o);
+  CHECK(o.tininess == 0);
+  REQUIRE(qmx_cast_options_set_key(&o, "tininess", "after") == QMX_OK);
+  CHECK(o.tininess == static_cast<int>(qmx::Tininess::kAfterRounding));
+  REQUIRE(qmx_cast_options_set_key(&o, "sr-bits", "13") == QMX_OK);
+  CHECK(o.sr_bits == 13);
+  const qmx_cast_options kept = o;
+  CHECK(qmx_cast_options_set_key(&o, "sr-bits", "13x") == QMX_ERR_ARGUMENT);
+  CHECK(qmx_cast_options_set_key(&o, "tininess", "late") == QMX_ERR_ARGUMENT);
+  CHECK_THAT(qmx_last_error(), Catch::Contains("tininess must be before or after, not 'late'"));
+  CHECK(qmx_cast_options_set_key(&o, "colour", "red") == QMX_ERR_ARGUMENT);
+  CHECK_THAT(qmx_last_error(), Catch::Contains("unknown cast option key 'colour'"));
+  CHECK(std::memcmp(&o, &kept, sizeof o) == 0);
+  // E4M3's smallest normal is 2^-6; 0x3C7C0000 = 2^-7 * 1.96875 rounds (RNE) to 2^-6 at the format's
+  // precision with an unbounded exponent: tiny before rounding, not after.
+  const uint32_t x = 0x3C7C0000u;
+  uint64_t code_b = 0, code_a = 0;
+  uint32_t fl_b = 0, fl_a = 0;
+  REQUIRE(qmx_convert_keys("fp32", x, "e4m3", "round=rne sat=satfinite", 0, &code_b, &fl_b) == QMX_OK);
+  REQUIRE(qmx_convert_keys("fp32", x, "e4m3",
+                           "# op=convert src=f32 dst=e4m3 round=rne sat=satfinite nan-sign=keep nan-fallback=max "
+                           "subnormals=keep tininess=after spec=OFP8-1.0 level=1 seed=1 generator=qmx-sim 0.1.0\n",
+                           0, &code_a, &fl_a) == QMX_OK);
+  CHECK(code_a == code_b);
+  CHECK(code_a == 0x08);  // 2^-6
+  CHECK(fl_b == (QMX_FLAG_INEXACT | QMX_FLAG_UNDERFLOW));
+  CHECK(fl_a == QMX_FLAG_INEXACT);
+  qmx_cast_options_default(&o);
+  o.tininess = 1;
+  uint64_t code = 0;
+  uint32_t fl = 0;
+  REQUIRE(qmx_convert("fp32", x, "e4m3", &o, 0, &code, &fl) == QMX_OK);
+  CHECK(fl == fl_a);
+  o.tininess = 2;
+  CHECK(qmx_convert("fp32", x, "e4m3", &o, 0, &code, &fl) == QMX_ERR_ARGUMENT);
+  CHECK(qmx_convert_keys("fp32", x, "e4m3", "round=rne tininess", 0, &code, &fl) == QMX_ERR_ARGUMENT);
+  CHECK_THAT(qmx_last_error(), Catch::Contains("is not key=value"));
+}

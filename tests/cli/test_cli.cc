@@ -387,6 +387,49 @@ TEST_CASE("cli: npy round trip matches the library bit for bit", "[cli]") {
   CHECK(Listing(dir.path) == std::vector<std::string>{"x.npy", "y.npy"});
 }
 
+TEST_CASE("cli: --flags-out writes each element's flags, --tininess decides underflow", "[cli]") {
+  TempDir dir;
+  std::vector<float> x = TestInputs();
+  x.push_back(0x1p-6f * (1.0f - 0x1p-5f));  // E4M3: tiny before rounding, not after (RNE reaches 2^-6)
+  x.push_back(std::ldexp(1.0f, -12));       // tiny and inexact either way
+  const std::string in = dir / "x.npy";
+  WriteNpy(in, F32Array({x.size()}, x));
+  for (const char* tininess : {"before", "after"}) {
+    const std::string out = dir / "y.npy", flags = dir / "f.npy";
+    const std::string args = std::string("convert --to e4m3 --tininess ") + tininess + " --in " + Quote(in) + " --out " +
+                             Quote(out) + " --flags-out " + Quote(flags);
+    const RunResult r = Run(args);
+    INFO("qmx-sim " << args << "\n" << r.all());
+    REQUIRE(r.status == 0);
+    const NpyArray y = ReadNpy(out), f = ReadNpy(flags);
+    REQUIRE(f.dtype == DType::kU8);
+    REQUIRE(f.shape == std::vector<size_t>{x.size()});
+    CastOptions opt;
+    opt.tininess = ParseTininess(tininess);
+    for (size_t i = 0; i < x.size(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &x[i], 4);
+      const RoundResult want = Convert(fmt::kFP32, bits, fmt::kE4M3, opt);
+      INFO("element " << i << " = " << x[i]);
+      CHECK(y.data[i] == want.code);
+      CHECK(f.data[i] == want.flags);
+    }
+    const uint8_t tiny_flags = f.data[x.size() - 2];
+    CHECK(tiny_flags == (std::string(tininess) == "after" ? kFlagInexact : (kFlagInexact | kFlagUnderflow)));
+    CHECK(f.data[x.size() - 1] == (kFlagInexact | kFlagUnderflow));
+  }
+  // Bad uses: a wrong name, flags without a file, and flags over the input.
+  RunResult r = Run("convert --to e4m3 --tininess late 1");
+  CHECK(r.status != 0);
+  CHECK_THAT(r.err, Contains("--tininess must be before or after, not 'late'"));
+  r = Run("convert --to e4m3 --flags-out " + Quote(dir / "f2.npy") + " 1");
+  CHECK(r.status != 0);
+  CHECK_THAT(r.err, Contains("--flags-out needs --in FILE"));
+  r = Run("convert --to e4m3 --in " + Quote(in) + " --out " + Quote(dir / "y2.npy") + " --flags-out " + Quote(in));
+  CHECK(r.status != 0);
+  CHECK(ReadNpy(in).data.size() == x.size() * 4);  // the input is intact
+}
+
 TEST_CASE("cli: --decode writes the FP32 value of each code", "[cli]") {
   TempDir dir;
   const std::vector<float> x = TestInputs();

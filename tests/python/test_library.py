@@ -180,3 +180,32 @@ def test_golden_generate_checks_the_hopper_data_before_writing(tmp_path):
     # Found without being named (the source tree's golden/gemm-hopper from any working directory).
     entries = qmx.golden.generate(tmp_path / "h", suites=["gemm"])
     assert any("hopper" in e["path"] for e in entries)
+
+
+def test_convert_flags_and_tininess():
+    # Each element's flags from the reference routine, the codes equal to the fast path's; an FP32 value just
+    # below E4M3's smallest normal 2^-6 that RNE at E4M3's precision carries to 2^-6 is tiny before rounding
+    # only; 2^-12 is tiny either way.
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.standard_normal(1000).astype(np.float32) * np.float32(2.0) ** rng.integers(-12, 10, 1000),
+                        np.array([2.0 ** -6 * (1 - 2.0 ** -5), 2.0 ** -12, 1000.0, np.nan, np.inf, 0.0],
+                                 dtype=np.float32)]).astype(np.float32)
+    codes, before = qmx.convert(x, "e4m3", flags=True)
+    codes_after, after = qmx.convert(x, "e4m3", flags=True, tininess="after")
+    assert codes.dtype == np.uint8 and before.dtype == np.uint8 and before.shape == x.shape
+    assert_bits_equal(codes, qmx.convert(x, "e4m3"))
+    assert_bits_equal(codes_after, codes)
+    assert before[1000] == 3 and after[1000] == 1      # inexact | underflow, then inexact alone
+    assert before[1001] == 3 and after[1001] == 3
+    assert before[1002] & 0x20                          # 1000 saturates to 448
+    assert np.array_equal(before & ~np.uint8(2), after & ~np.uint8(2))  # only the underflow bit may differ
+    # Stochastic rounding draws the same bits as the fast path.
+    c_sr, f_sr = qmx.convert(x, "e2m1", "sr", seed=11, flags=True)
+    assert_bits_equal(c_sr, qmx.convert(x, "e2m1", "sr", seed=11))
+    assert (f_sr[:1000] & 1).sum() > 500
+    with pytest.raises(ValueError, match="tininess must be before or after"):
+        qmx.convert(x, "e4m3", tininess="late")
+    with pytest.raises(ValueError, match="drop out="):
+        qmx.convert(x, "e4m3", flags=True, out=np.empty(x.shape, np.uint8))
+    with pytest.raises(Exception, match="8 bits or fewer"):
+        qmx.convert(x, "bf16", flags=True)

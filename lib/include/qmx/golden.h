@@ -97,7 +97,7 @@ using HeaderKeys = std::vector<std::pair<std::string, std::string>>;
 // Reading headers and writing fields the way the library's own operations do, for external backends.
 bool HasKey(const HeaderKeys& keys, const std::string& name);
 const std::string& KeyValue(const HeaderKeys& keys, const std::string& name);  // throws qmx::Error naming it
-// round, sat and the optional nan-sign, nan-fallback, subnormals, sr-bits keys.
+// round, sat and the optional nan-sign, nan-fallback, subnormals, sr-bits, tininess keys.
 CastOptions CastOptionsOf(const HeaderKeys& keys);
 // An op=mx-block header: elem, rule, nan, scaling, block and the cast keys, validated (qmx::Error).
 MxSpec MxSpecOf(const HeaderKeys& keys);

@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define QMX_C_ABI_VERSION 1
+#define QMX_C_ABI_VERSION 2
 
 typedef enum {
   QMX_OK = 0,
@@ -53,16 +53,20 @@ QMX_C_API const char* qmx_last_error(void);
  *   nan_fallback max zero                 (--nan-fallback: a NaN into a format without NaN)
  *   subnormals   keep flush               (--subnormals)
  *   negative     invalid magnitude        (--negative: a negative value into an unsigned format)
- * sr_bits: random bits per element for stochastic rounding (1..32). */
+ *   tininess     before after             (--tininess: the underflow flag's tininess, before or after rounding)
+ * sr_bits: random bits per element for stochastic rounding (1..32). Version 2 added tininess. */
 typedef struct {
-  int rounding, saturation, nan_sign, nan_fallback, subnormals, negative, sr_bits;
+  int rounding, saturation, nan_sign, nan_fallback, subnormals, negative, sr_bits, tininess;
 } qmx_cast_options;
-/* The library's defaults: rne, satfinite, keep, max, keep, invalid, 8 bits. */
+/* The library's defaults: rne, satfinite, keep, max, keep, invalid, 8 bits, before. */
 QMX_C_API void qmx_cast_options_default(qmx_cast_options* opt);
 /* Sets opt from names (NULL or "" keeps opt's value); QMX_ERR_ARGUMENT for an unknown name. */
 QMX_C_API qmx_status qmx_cast_options_set(qmx_cast_options* opt, const char* rounding, const char* saturation,
                                           const char* nan_sign, const char* nan_fallback, const char* subnormals,
                                           const char* negative);
+/* Sets one option by its golden-header key (round, sat, nan-sign, nan-fallback, subnormals, negative, tininess,
+ * sr-bits) and value; QMX_ERR_ARGUMENT for an unknown key or value. */
+QMX_C_API qmx_status qmx_cast_options_set_key(qmx_cast_options* opt, const char* key, const char* value);
 
 /* A format's parameters (registry names, ml_dtypes / torch names, eXmY[:...] and P3109 specs). */
 typedef struct {
@@ -85,6 +89,13 @@ QMX_C_API qmx_status qmx_convert_named(const char* src_format, uint64_t x_bits, 
                                        const char* rounding, const char* saturation, const char* nan_sign,
                                        const char* nan_fallback, const char* subnormals, uint32_t random_bits,
                                        uint64_t* code, uint32_t* flags);
+
+/* qmx_convert with the options as a golden header writes them, "round=rne sat=satfinite tininess=after"
+ * (space-separated key=value pairs of qmx_cast_options_set_key's keys; NULL or "" for the defaults). A whole
+ * header line may be passed as it is: a leading "#", the keys op, src, dst, spec, level and seed are skipped
+ * and generator ends it. rtl/qmx_dpi.sv imports it. */
+QMX_C_API qmx_status qmx_convert_keys(const char* src_format, uint64_t x_bits, const char* dst_format,
+                                      const char* options, uint32_t random_bits, uint64_t* code, uint32_t* flags);
 
 /* n FP32 values into a format of 8 bits or fewer (qmx::ConvertToCodes, the fast paths): codes[n]; flags[n]
  * when not NULL (the reference routine then runs per element, as the library's Convert). Stochastic

@@ -180,7 +180,7 @@ class finfo:
 
 def convert(x, fmt, rounding="rne", saturation="satfinite", *, nan_sign="keep", nan_fallback="max",
             subnormals="keep", sr_bits=8, seed=0, first_index=0, random_bits=None, src="", reference=False,
-            out=None):
+            out=None, flags=False, tininess="before"):
     """Element codes (uint8, x's shape) of x in format `fmt` (a registry name such as "e4m3", "e2m1",
     "ue8m0", a user format "eXmY[:bias=B][:special=ieee|fn|finite][:unsigned]" or a P3109 name).
 
@@ -194,7 +194,23 @@ def convert(x, fmt, rounding="rne", saturation="satfinite", *, nan_sign="keep", 
 
     A CUDA tensor (float32, float64, float16 or bfloat16, contiguous) is converted on its GPU by the
     emulation engine, which runs the same reference routine, on torch's current stream: the codes are a
-    uint8 tensor on the same device (random_bits and out then CUDA tensors too), never copied to the host."""
+    uint8 tensor on the same device (random_bits and out then CUDA tensors too), never copied to the host.
+
+    flags=True returns (codes, flags): each element's exception flags as uint8 (1 inexact, 2 underflow,
+    4 overflow, 16 invalid, 32 saturated; TestFloat's numbering), from the reference routine per element
+    (the same codes). tininess (before after) decides the underflow flag: tininess detected before
+    rounding, or after (IEEE 754-2019 7.5, as RISC-V and x86's SSE detect it); codes never depend on it."""
+    if tininess not in ("before", "after"):
+        raise ValueError("tininess must be before or after, not %r" % (tininess,))
+    if flags:
+        if _is_cuda_tensor(x):
+            raise ValueError("flags=True converts on the CPU (the engine's Python path returns codes only): "
+                             "pass x.cpu()")
+        if out is not None or reference:
+            raise ValueError("flags=True returns new (codes, flags) arrays by the reference routine: drop out= "
+                             "and reference=")
+        return _qmx.convert_flags(as_array(x), format_name(fmt), rounding, saturation, nan_sign, nan_fallback,
+                                  subnormals, sr_bits, seed, first_index, random_bits, _src_of(x, src), tininess)
     if _is_cuda_tensor(x):
         return _convert_cuda(x, fmt, rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits, seed,
                              first_index, random_bits, src, reference, out)

@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include <cmath>
+#include <cstring>
 #include <optional>
 
 #include "arrays.h"
@@ -14,6 +15,8 @@
 #include "qmx/format.h"
 #if defined(QMX_HAVE_CUDA)
 #include "qmx/gpu.h"
+#include "qmx/rng.h"
+#include "qmx/round.h"
 #endif
 
 namespace qmx::py {
@@ -74,6 +77,54 @@ CastOptions MakeCast(const std::string& rounding, const std::string& saturation,
   return o;
 }
 
+// qmx.convert's random_bits: one uint32 per element, C-contiguous, or none.
+const uint32_t* RandomBitsOf(const std::optional<pyb::array>& random_bits, size_t count) {
+  if (!random_bits) return nullptr;
+  const pyb::array& rb = *random_bits;
+  if (!rb.dtype().is(pyb::dtype::of<uint32_t>()) || !(rb.flags() & pyb::array::c_style))
+    throw pyb::type_error("random_bits must be a C-contiguous uint32 array");
+  if (static_cast<size_t>(rb.size()) != count)
+    throw pyb::value_error("random_bits holds " + std::to_string(rb.size()) + " values for " + std::to_string(count) +
+                           " elements");
+  return static_cast<const uint32_t*>(rb.data());
+}
+
+// qmx.convert(..., flags=True): codes and each element's exception flags, by the reference routine per
+// element (qmx::Convert: the fast paths compute no flags), its stochastic bits as ConvertToCodes draws them.
+pyb::tuple ConvertWithFlags(const pyb::array& x, const std::string& fmt, const std::string& rounding,
+                            const std::string& saturation, const std::string& nan_sign, const std::string& nan_fallback,
+                            const std::string& subnormals, int sr_bits, uint64_t seed, uint64_t first_index,
+                            const std::optional<pyb::array>& random_bits, const std::string& src,
+                            const std::string& tininess) {
+  const InArray in = FloatInput(x, src, "x");
+  const Format f = ParseFormat(fmt);
+  if (f.Bits() > 8) throw Error(std::string("flags=True writes codes of 8 bits or fewer, not ") + f.name);
+  CastOptions opt = MakeCast(rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits);
+  opt.tininess = ParseTininess(tininess, "tininess");
+  ValidateCastOptions(f, opt);
+  const uint32_t* bits = RandomBitsOf(random_bits, in.count);
+  pyb::array codes = NewArray<uint8_t>(in.shape), flags = NewArray<uint8_t>(in.shape);
+  uint8_t* c = static_cast<uint8_t*>(codes.mutable_data());
+  uint8_t* fl = static_cast<uint8_t*>(flags.mutable_data());
+  const Format& sf = FormatOfSource(in.dtype);
+  const size_t width = DTypeSize(in.dtype);
+  const bool stochastic = IsStochastic(opt.rounding);
+  {
+    pyb::gil_scoped_release nogil;
+    // Element-wise and independent: any thread count gives the same bytes.
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < in.count; ++i) {
+      uint64_t b = 0;
+      std::memcpy(&b, static_cast<const uint8_t*>(in.data) + i * width, width);
+      const uint32_t r = !stochastic ? 0u : bits != nullptr ? bits[i] : RandomBitsForElement(seed, first_index + i);
+      const RoundResult res = qmx::Convert(sf, b, f, opt, r);
+      c[i] = static_cast<uint8_t>(res.code);
+      fl[i] = static_cast<uint8_t>(res.flags);
+    }
+  }
+  return pyb::make_tuple(codes, flags);
+}
+
 pyb::array Convert(const pyb::array& x, const std::string& fmt, const std::string& rounding,
                               const std::string& saturation, const std::string& nan_sign,
                               const std::string& nan_fallback, const std::string& subnormals, int sr_bits,
@@ -85,15 +136,7 @@ pyb::array Convert(const pyb::array& x, const std::string& fmt, const std::strin
   SrSource sr;
   sr.seed = seed;
   sr.first_index = first_index;
-  if (random_bits) {
-    const pyb::array& rb = *random_bits;
-    if (!rb.dtype().is(pyb::dtype::of<uint32_t>()) || !(rb.flags() & pyb::array::c_style))
-      throw pyb::type_error("random_bits must be a C-contiguous uint32 array");
-    if (static_cast<size_t>(rb.size()) != in.count)
-      throw pyb::value_error("random_bits holds " + std::to_string(rb.size()) + " values for " +
-                             std::to_string(in.count) + " elements");
-    sr.bits = static_cast<const uint32_t*>(rb.data());
-  }
+  sr.bits = RandomBitsOf(random_bits, in.count);
   pyb::array out = out_arg ? *out_arg : pyb::array(NewArray<uint8_t>(in.shape));
   if (out_arg) {
     const InArray oi = CodesInput(out, "out");
@@ -205,6 +248,12 @@ void BindFormats(pyb::module_& m) {
         "first_index + i), or from random_bits (uint32, one per element) when given.\n"
         "reference=True runs the scalar reference routine (slow; equal bit for bit). out: a uint8 array of x's\n"
         "shape to write into instead of a new one.");
+  m.def("convert_flags", &ConvertWithFlags, pyb::arg("x"), pyb::arg("fmt"), pyb::arg("rounding"),
+        pyb::arg("saturation"), pyb::arg("nan_sign"), pyb::arg("nan_fallback"), pyb::arg("subnormals"),
+        pyb::arg("sr_bits"), pyb::arg("seed"), pyb::arg("first_index"), pyb::arg("random_bits"), pyb::arg("src"),
+        pyb::arg("tininess"),
+        "(codes, flags): uint8 arrays of x's shape, by the reference routine per element (qmx.convert's\n"
+        "flags=True path). flags: 1 inexact, 2 underflow, 4 overflow, 16 invalid, 32 saturated.");
   m.def("cuda_engine", []() -> std::string {
 #if defined(QMX_HAVE_CUDA)
     const gpu::DeviceInfo& d = gpu::Device();

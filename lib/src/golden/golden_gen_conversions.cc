@@ -61,6 +61,7 @@ void GenConversions(const GenOptions& opt, const std::function<void(PlannedFile&
         if (d.HasNan()) variants.push_back({"_nanpos", "nan-sign", "positive"});
         if (d.HasSubnormals()) variants.push_back({"_flush", "subnormals", "flush"});
         if (!d.HasNan()) variants.push_back({"_nan0", "nan-fallback", "zero"});
+        if (d.HasSubnormals()) variants.push_back({"_tinyafter", "tininess", "after"});
       }
       for (const char* r : kRound) {
         for (const char* sat : kSat) {
@@ -73,6 +74,7 @@ void GenConversions(const GenOptions& opt, const std::function<void(PlannedFile&
               if (std::string(v.key) == "nan-sign") c.nan_sign = ParseNanSign(v.value);
               if (std::string(v.key) == "subnormals") c.subnormals = ParseSubnormals(v.value);
               if (std::string(v.key) == "nan-fallback") c.nan_fallback = ParseNanFallback(v.value);
+              if (std::string(v.key) == "tininess") c.tininess = ParseTininess(v.value);
             }
             try {
               ValidateCastOptions(d, c);
@@ -84,7 +86,9 @@ void GenConversions(const GenOptions& opt, const std::function<void(PlannedFile&
             f.header.op = "convert";
             f.header.Set("src", src).Set("dst", dn).Set("round", r).Set("sat", sat);
             f.header.Set("nan-sign", NanSignName(c.nan_sign)).Set("nan-fallback", NanFallbackName(c.nan_fallback));
-            f.header.Set("subnormals", SubnormalsName(c.subnormals)).Set("spec", SpecRevision(d));
+            f.header.Set("subnormals", SubnormalsName(c.subnormals));
+            if (c.tininess != Tininess::kBeforeRounding) f.header.Set("tininess", TininessName(c.tininess));
+            f.header.Set("spec", SpecRevision(d));
             f.header.Set("level", std::to_string(opt.level)).Set("seed", std::to_string(opt.seed));
             f.inputs = OneField(inputs, s.Digits());
             emit(std::move(f));

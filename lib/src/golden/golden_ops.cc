@@ -476,6 +476,7 @@ CastOptions CastOptionsOf(const HeaderKeys& k) {
   if (HasKey(k, "nan-fallback")) c.nan_fallback = ParseNanFallback(KeyValue(k, "nan-fallback"), "nan-fallback");
   if (HasKey(k, "subnormals")) c.subnormals = ParseSubnormals(KeyValue(k, "subnormals"), "subnormals");
   if (HasKey(k, "sr-bits")) c.sr_bits = std::stoi(KeyValue(k, "sr-bits"));
+  if (HasKey(k, "tininess")) c.tininess = ParseTininess(KeyValue(k, "tininess"), "tininess");
   return c;
 }
 

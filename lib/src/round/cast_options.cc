@@ -73,6 +73,14 @@ NegativeUnsigned ParseNegativeUnsigned(const std::string& s, const std::string& 
   throw Error(option + " must be invalid or magnitude, not '" + s + "'");
 }
 
+const char* TininessName(Tininess v) { return v == Tininess::kAfterRounding ? "after" : "before"; }
+
+Tininess ParseTininess(const std::string& s, const std::string& option) {
+  if (s == "before") return Tininess::kBeforeRounding;
+  if (s == "after") return Tininess::kAfterRounding;
+  throw Error(option + " must be before or after, not '" + s + "'");
+}
+
 Subnormals ParseSubnormals(const std::string& s, const std::string& option) {
   if (s == "keep") return Subnormals::kKeep;
   if (s == "flush") return Subnormals::kFlush;

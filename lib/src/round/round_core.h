@@ -221,54 +221,59 @@ QMX_HOST_DEVICE inline RoundResult RoundExactCore(const ExactValue& x, const For
   const Fraction nu{x.sig, shift};
   const bool inexact = !nu.IsZero();
 
-  // 7. Decide whether to round away from zero (to I + 1).
-  bool away = false;
-  const bool half_or_more = nu.FloorScaled(1) == 1;
-  const bool above_half = half_or_more && !nu.ExactScaled(1);
+  // 7. Decide whether to round away from zero (to I + 1), from the discarded fraction f and whether the
+  //    lower candidate's code is even.
   // sr_bits is checked (1..32) by ValidateCastOptions where the rounding is stochastic; any other rounding
   // ignores it.
   const int sr_bits = IsStochasticCore(opt.rounding) ? opt.sr_bits : 8;
   const uint64_t n_mask = sr_bits >= 32 ? 0xFFFFFFFFull : (1ull << sr_bits) - 1;
   const uint64_t r = random_bits & n_mask;
   const uint64_t two_n = 1ull << sr_bits;
-  switch (opt.rounding) {
-    case Rounding::kRne:
-      away = above_half || (half_or_more && !LowerCandidateIsEven(dst, i, e));
-      break;
-    case Rounding::kRna:
-      away = half_or_more;
-      break;
-    case Rounding::kRz:
-      away = false;
-      break;
-    case Rounding::kRu:
-      away = inexact && !neg;
-      break;
-    case Rounding::kRd:
-      away = inexact && neg;
-      break;
-    case Rounding::kRo:
-      away = inexact && LowerCandidateIsEven(dst, i, e);
-      break;
-    case Rounding::kSrA:
-      away = nu.FloorScaled(opt.sr_bits) + r >= two_n;
-      break;
-    case Rounding::kSrB:
-      away = nu.FloorScaled(opt.sr_bits + 1) + 2 * r + 1 >= 2 * two_n;
-      break;
-    case Rounding::kSrC: {
-      const uint64_t fl = nu.FloorScaled(opt.sr_bits);
-      const bool half = (nu.FloorScaled(opt.sr_bits + 1) & 1) != 0;
-      const bool sticky = !nu.ExactScaled(opt.sr_bits + 1);
-      const uint64_t rne = fl + ((half && (sticky || (fl & 1))) ? 1 : 0);
-      away = rne + r >= two_n;
-      break;
+  const auto round_away = [&](const Fraction& f, bool lower_even) {
+    const bool f_inexact = !f.IsZero();
+    const bool half_or_more = f.FloorScaled(1) == 1;
+    const bool above_half = half_or_more && !f.ExactScaled(1);
+    switch (opt.rounding) {
+      case Rounding::kRne:
+        return above_half || (half_or_more && !lower_even);
+      case Rounding::kRna:
+        return half_or_more;
+      case Rounding::kRz:
+        return false;
+      case Rounding::kRu:
+        return f_inexact && !neg;
+      case Rounding::kRd:
+        return f_inexact && neg;
+      case Rounding::kRo:
+        return f_inexact && lower_even;
+      case Rounding::kSrA:
+        return f.FloorScaled(opt.sr_bits) + r >= two_n;
+      case Rounding::kSrB:
+        return f.FloorScaled(opt.sr_bits + 1) + 2 * r + 1 >= 2 * two_n;
+      case Rounding::kSrC: {
+        const uint64_t fl = f.FloorScaled(opt.sr_bits);
+        const bool half = (f.FloorScaled(opt.sr_bits + 1) & 1) != 0;
+        const bool sticky = !f.ExactScaled(opt.sr_bits + 1);
+        const uint64_t rne = fl + ((half && (sticky || (fl & 1))) ? 1 : 0);
+        return rne + r >= two_n;
+      }
     }
-  }
-  if (away) ++i;
+    return false;
+  };
+  if (round_away(nu, LowerCandidateIsEven(dst, i, e))) ++i;
 
+  // Tiny: |x| below the smallest normal magnitude (before rounding); after rounding (IEEE 754-2019 7.5),
+  // unless |x| rounded to the format's precision with an unbounded exponent reaches it, which only a value
+  // of the binade just below can: its significand all ones at that precision, rounded away (the same rule
+  // and random bits at the finer quantum; the lower candidate, all ones, is odd).
   uint32_t flags = inexact ? static_cast<uint32_t>(kFlagInexact) : 0u;
-  const bool tiny = !dst.IsInt() && lead < dst.Emin();
+  bool tiny = !dst.IsInt() && lead < dst.Emin();
+  if (tiny && opt.tininess == Tininess::kAfterRounding && lead == dst.Emin() - 1) {
+    const int shift_u = lead - dst.man_bits - x.exp;
+    const uint64_t iu = shift_u <= 0 ? x.sig << -shift_u : x.sig >> shift_u;
+    const Fraction nu_u{x.sig, shift_u};
+    if (iu == (1ull << (dst.man_bits + 1)) - 1 && !nu_u.IsZero() && round_away(nu_u, false)) tiny = false;
+  }
   if (tiny && inexact) flags |= kFlagUnderflow;
 
   // 8. Rounded to zero: +-0, or the smallest value of a format without zero. A P3109 unsigned format's
@@ -279,7 +284,7 @@ QMX_HOST_DEVICE inline RoundResult RoundExactCore(const ExactValue& x, const For
     return {dst.CanonicalNan(), kFlagInvalid};
   }
   if (i == 0) {
-    flags |= kFlagUnderflow;
+    if (tiny || dst.IsInt()) flags |= kFlagUnderflow;
     if (!dst.HasZero()) return {dst.MinPositiveCode(), flags};
     return {ApplySign(dst, 0, neg), flags};
   }

@@ -1,5 +1,6 @@
 // cmd_formats.cc: `qmx-sim formats` lists the registry with derived limits; `formats show F` prints
 // the value of every code of a format of 8 bits or fewer.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -18,24 +19,26 @@ std::string NanText(const Format& f) {
   return buf;
 }
 
-void PrintRow(const Format& f, const char* comment) {
+void PrintRow(const Format& f, const char* comment, int width) {
   const FormatLimits l = Limits(f);
-  std::printf("%-7s %4d %4d %4d %5d  %-15.9g %-15.9g %-15.9g %7.2f  %-4s %-10s %s\n", f.name, f.Bits(),
+  std::printf("%-*s %4d %4d %4d %5d  %-15.9g %-15.9g %-15.9g %7.2f  %-4s %-10s %s\n", width, f.name, f.Bits(),
               f.IsInt() ? 0 : f.exp_bits, f.man_bits, f.bias, l.max_finite, l.min_normal, l.min_subnormal,
               l.binades, InfText(f), NanText(f).c_str(), comment);
 }
 
 void ListFormats() {
-  std::printf("%-7s %4s %4s %4s %5s  %-15s %-15s %-15s %7s  %-4s %-10s %s\n", "format", "bits", "exp", "man", "bias",
+  int width = 7;  // the name column fits the longest registry name (e4m3b11fnuz)
+  for (const auto& e : Registry()) width = std::max(width, static_cast<int>(std::string(e.format.name).size()));
+  std::printf("%-*s %4s %4s %4s %5s  %-15s %-15s %-15s %7s  %-4s %-10s %s\n", width, "format", "bits", "exp", "man", "bias",
               "max", "min_normal", "min_subnorm", "binades", "inf", "nan", "spec");
-  for (const auto& e : Registry()) PrintRow(e.format, e.comment);
+  for (const auto& e : Registry()) PrintRow(e.format, e.comment, width);
 }
 
 void ShowFormat(const std::string& name) {
   const Format f = ParseFormat(name);
   if (f.Bits() > 8) throw Error("'formats show' prints value tables of formats of 8 bits or fewer; " + name + " has " +
                                 std::to_string(f.Bits()));
-  PrintRow(f, "");
+  PrintRow(f, "", std::max(7, static_cast<int>(std::string(f.name).size())));
   std::printf("\n%-6s %-10s %-9s %-24s %s\n", "code", "binary", "class", "value", "hex-float");
   static const char* kClass[] = {"zero", "subnormal", "normal", "inf", "nan"};
   for (uint64_t c : AllCodes(f)) {

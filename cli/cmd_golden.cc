@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "common/outputs.h"
 #include "common/ranks.h"
 #include "qmx/convert.h"
 #include "qmx/error.h"
@@ -265,6 +266,63 @@ void MergeGoldenVerify(const std::vector<std::string>& texts, const std::string&
   ReportVerify(golden::MergeVerifyParts(std::move(all), head.at("max_errors").get<uint64_t>()), head, quiet);
 }
 
+struct CoverageArgs {
+  std::vector<std::string> paths;
+  std::string log, like, json;
+  bool require_all = false, misses_only = false;
+};
+
+// golden coverage: each file's classes hit and missed (qmx/golden.h Coverage), a summary, and --json.
+void RunCoverage(const CoverageArgs& a) {
+  if (!a.log.empty() && a.like.empty()) throw Error("--log needs --like FILE: the golden file whose header the log's cases follow");
+  if (a.log.empty() && !a.like.empty()) throw Error("--like names the header of a --log; give --log FILE too");
+  if (a.log.empty() && a.paths.empty()) throw Error("nothing to measure: give golden files or directories, or --log FILE --like FILE");
+  if (!a.log.empty() && !a.paths.empty()) throw Error("give either golden files or --log, not both");
+  if (!a.json.empty()) CheckOutputs({{"--json", a.json}}, a.log.empty() ? a.paths : std::vector<std::string>{a.log, a.like});
+  std::vector<golden::CoverageReport> reps =
+      a.log.empty() ? golden::Coverage(a.paths) : std::vector<golden::CoverageReport>{golden::CoverageOfLog(a.like, a.log)};
+  uint64_t modelled = 0, classes = 0, missed = 0, cases = 0;
+  nlohmann::json files = nlohmann::json::array();
+  for (const auto& r : reps) {
+    cases += r.cases;
+    nlohmann::json jf = {{"file", r.file}, {"op", r.op}, {"header", r.header}, {"cases", r.cases}, {"modelled", r.modelled}};
+    if (!r.modelled) {
+      if (!a.misses_only) std::printf("%s: %llu cases, op=%s: no coverage model yet\n", r.file.c_str(),
+                                      static_cast<unsigned long long>(r.cases), r.op.c_str());
+      files.push_back(jf);
+      continue;
+    }
+    ++modelled;
+    std::string miss;
+    uint64_t file_missed = 0;
+    nlohmann::json jc = nlohmann::json::array();
+    for (const auto& c : r.classes) {
+      jc.push_back({{"class", c.name}, {"hits", c.hits}, {"description", c.description}});
+      if (c.hits == 0) {
+        miss += (miss.empty() ? "" : ", ") + c.name;
+        ++file_missed;
+      }
+    }
+    jf["classes"] = jc;
+    files.push_back(jf);
+    classes += r.classes.size();
+    missed += file_missed;
+    if (a.misses_only && file_missed == 0) continue;
+    std::printf("%s: %llu cases, %llu of %zu classes hit%s%s\n", r.file.c_str(), static_cast<unsigned long long>(r.cases),
+                static_cast<unsigned long long>(r.classes.size() - file_missed), r.classes.size(),
+                miss.empty() ? "" : "; missed: ", miss.c_str());
+  }
+  std::printf("coverage: %zu files (%llu with a model), %llu cases, %llu classes, %llu missed\n", reps.size(),
+              static_cast<unsigned long long>(modelled), static_cast<unsigned long long>(cases),
+              static_cast<unsigned long long>(classes), static_cast<unsigned long long>(missed));
+  if (!a.json.empty()) {
+    const nlohmann::json doc = {{"files", files}, {"classes", classes}, {"missed", missed}, {"cases", cases}};
+    WriteFileAtomic(a.json, doc.dump(1) + "\n");
+  }
+  if (a.require_all && missed > 0)
+    throw Error("--require-all: " + std::to_string(missed) + " classes missed");
+}
+
 void AddGoldenCommand(CLI::App& app) {
   auto* cmd = app.add_subcommand("golden", "Golden vectors for hardware verification: generate, verify, list suites");
   cmd->require_subcommand(1);
@@ -295,6 +353,16 @@ void AddGoldenCommand(CLI::App& app) {
   v->add_option("--shard", ver.shard, "I/N: replay only the manifest's files k with k mod N = I, into --shard-dir");
   v->add_option("--shard-dir", ver.shard_dir, "where --shard writes verify-shard-I-of-N.json (qmx-sim merge reports them)");
   v->callback([] { RunVerify(ver); });
+
+  static CoverageArgs cov;
+  auto* c = cmd->add_subcommand("coverage", "Which classes of cases golden files (or a simulator's log) hit and miss");
+  c->add_option("paths", cov.paths, "golden .txt files or directories (searched recursively)");
+  c->add_option("--log", cov.log, "a simulator's log: one case per line, its first input field in hex");
+  c->add_option("--like", cov.like, "the golden file whose header (operation and options) the --log cases follow");
+  c->add_option("--json", cov.json, "also write every file's class counts as JSON here");
+  c->add_flag("--require-all", cov.require_all, "exit 1 when any class of a modelled operation is missed");
+  c->add_flag("--misses-only", cov.misses_only, "print only files that miss a class (and the summary)");
+  c->callback([] { RunCoverage(cov); });
 
   auto* l = cmd->add_subcommand("list", "Describe the suites");
   l->callback([] { ListSuites(); });

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -428,6 +429,49 @@ TEST_CASE("cli: --flags-out writes each element's flags, --tininess decides unde
   r = Run("convert --to e4m3 --in " + Quote(in) + " --out " + Quote(dir / "y2.npy") + " --flags-out " + Quote(in));
   CHECK(r.status != 0);
   CHECK(ReadNpy(in).data.size() == x.size() * 4);  // the input is intact
+}
+
+TEST_CASE("cli: golden coverage reports classes hit and missed, and --require-all fails on a miss", "[cli]") {
+  TempDir dir;
+  const std::string level1 = std::string(QMX_SOURCE_DIR) + "/golden/level1";
+  RunResult r = Run("golden coverage " + Quote(level1 + "/conversions") + " --require-all --misses-only --json " +
+                    Quote(dir / "cov.json"));
+  INFO(r.all());
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Contains("0 missed"));
+  const nlohmann::json j = nlohmann::json::parse(ReadText(dir / "cov.json"));
+  CHECK(j["missed"] == 0);
+  CHECK(j["files"].size() > 400);
+  // A file of two cases misses most classes: listed, and --require-all exits 1.
+  const std::string f = dir / "two.txt";
+  {
+    std::ofstream o(f);
+    o << "# qmx-golden v1\n# op=convert src=f32 dst=e2m1 round=rne sat=satfinite nan-sign=keep nan-fallback=max "
+         "subnormals=keep spec=OCP-MX-1.0 level=1 seed=1 generator=qmx-sim 0.1.0\n3f800000 02 00\n3fa00000 02 01\n";
+  }
+  r = Run("golden coverage " + Quote(f));
+  INFO(r.all());
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Contains("2 cases") && Contains("missed: ") && Contains("in:snan"));
+  r = Run("golden coverage " + Quote(f) + " --require-all");
+  CHECK(r.status == 1);
+  CHECK_THAT(r.err, Contains("--require-all") && Contains("classes missed"));
+  // A simulator's log under the file's header.
+  {
+    std::ofstream o(dir / "sim.log");
+    o << "3f800000\n7fc00000\n";
+  }
+  r = Run("golden coverage --log " + Quote(dir / "sim.log") + " --like " + Quote(f));
+  INFO(r.all());
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Contains("sim.log: 2 cases"));
+  // Bad uses.
+  r = Run("golden coverage --log " + Quote(dir / "sim.log"));
+  CHECK(r.status != 0);
+  CHECK_THAT(r.err, Contains("--log needs --like"));
+  r = Run("golden coverage " + Quote(f) + " --json " + Quote(f));
+  CHECK(r.status != 0);
+  CHECK_THAT(ReadText(f), Contains("3fa00000 02 01"));  // the input is intact
 }
 
 TEST_CASE("cli: --decode writes the FP32 value of each code", "[cli]") {

@@ -7,6 +7,8 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -445,6 +447,89 @@ TEST_CASE("golden: --layout memh images hold every file's cases, and the text fi
   const RunResult r = Run("golden gen --suite sr --layout memo --out " + Quote(d.path / "x"));
   CHECK(r.status == 1);
   CHECK_THAT(r.err, Catch::Contains("--layout is text or memh"));
+}
+
+// The coverage model (golden coverage): the checked-in level 1 reaches every class of the operations it
+// models; a hand-made file's counts are the classes its cases were chosen for; a simulator's log is measured
+// under a file's header.
+TEST_CASE("golden coverage: level 1 reaches every class of every modelled operation", "[golden]") {
+  const std::vector<golden::CoverageReport> reps = golden::Coverage({kLevel1.string()});
+  size_t modelled = 0, classes = 0;
+  for (const auto& r : reps) {
+    if (!r.modelled) {
+      CHECK((r.op == "mx-block" || r.op == "nvfp4-block" || r.op == "ue8m0" || r.op == "sr" || r.op == "gemm" ||
+             r.op == "dot" || r.op == "mma"));
+      continue;
+    }
+    ++modelled;
+    for (const auto& c : r.classes) {
+      INFO(r.file << ": " << c.name << " (" << c.description << ")");
+      CHECK(c.hits > 0);
+      ++classes;
+    }
+  }
+  CHECK(modelled >= 430);
+  CHECK(classes > 20000);
+}
+
+TEST_CASE("golden coverage: hand-made files and logs count the classes their cases fall in", "[golden]") {
+  TempDir dir;
+  const fs::path f = dir.path / "one.txt";
+  {
+    std::ofstream o(f);
+    o << "# qmx-golden v1\n"
+      << "# op=convert src=f32 dst=e4m3 round=rne sat=satfinite nan-sign=keep nan-fallback=max subnormals=keep "
+         "spec=OFP8-1.0 level=1 seed=1 generator=qmx-sim 0.1.0\n"
+      << "# fields: input (f32 bits) | output (e4m3 code) | flags\n"
+      << "00000000 00 00\n"    // +0
+      << "3f800000 38 00\n"    // 1.0: exact
+      << "3f880000 38 01\n"    // 1.0625: halfway between 1 and 1.125 (binade 2^0)
+      << "3f880001 39 01\n"    // one FP32 ulp above it
+      << "43e00000 7e 00\n"    // 448: the largest finite
+      << "ff800000 fe 20\n";   // -Inf: saturated
+  }
+  const std::vector<golden::CoverageReport> reps = golden::Coverage({f.string()});
+  REQUIRE(reps.size() == 1);
+  const golden::CoverageReport& r = reps[0];
+  CHECK(r.op == "convert");
+  CHECK(r.cases == 6);
+  std::map<std::string, uint64_t> hits;
+  for (const auto& c : r.classes) hits[c.name] = c.hits;
+  REQUIRE(hits.count("tie@0"));
+  CHECK(hits["in:zero"] == 1);
+  CHECK(hits["in:normal"] == 4);
+  CHECK(hits["in:neg-inf"] == 1);
+  CHECK(hits["exact"] == 2);
+  CHECK(hits["inexact"] == 2);
+  CHECK(hits["tie"] == 1);
+  CHECK(hits["tie@0"] == 1);
+  CHECK(hits["near-tie"] == 1);
+  CHECK(hits["out:max"] == 1);
+  CHECK(hits["saturated"] == 1);
+  CHECK(hits["in:snan"] == 0);
+  CHECK(hits["tie@-1"] == 0);
+  CHECK(hits.count("out:inf") == 0);  // satfinite into e4m3: no Inf result exists
+  // A log: 0x prefixes, short hex, comments and trailing text.
+  const fs::path log = dir.path / "sim.log";
+  {
+    std::ofstream o(log);
+    o << "# cases run by the bench\n0x3f800000 pass\n7fc00000\n\n1\n";
+  }
+  const golden::CoverageReport lr = golden::CoverageOfLog(f.string(), log.string());
+  CHECK(lr.cases == 3);
+  std::map<std::string, uint64_t> lh;
+  for (const auto& c : lr.classes) lh[c.name] = c.hits;
+  CHECK(lh["in:qnan"] == 1);
+  CHECK(lh["in:subnormal"] == 1);  // 0x00000001
+  CHECK(lh["exact"] == 1);
+  // Errors name the problem.
+  {
+    std::ofstream o(dir.path / "bad.log");
+    o << "zz\n";
+  }
+  CHECK_THROWS_WITH(golden::CoverageOfLog(f.string(), (dir.path / "bad.log").string()), Contains("'zz' is not a 32-bit hex input"));
+  CHECK_THROWS_WITH(golden::Coverage({(dir.path / "nope").string()}), Contains("neither a golden file nor a directory"));
+  CHECK_THROWS_WITH(golden::CoverageOfLog(log.string(), log.string()), Contains("a case before the '# op=' header"));
 }
 
 }  // namespace

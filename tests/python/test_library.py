@@ -209,3 +209,18 @@ def test_convert_flags_and_tininess():
         qmx.convert(x, "e4m3", flags=True, out=np.empty(x.shape, np.uint8))
     with pytest.raises(Exception, match="8 bits or fewer"):
         qmx.convert(x, "bf16", flags=True)
+
+
+def test_golden_coverage():
+    import qmx.golden as qg
+    level1 = os.path.join(REPO, "golden", "level1")
+    reps = qg.coverage(os.path.join(level1, "conversions"))
+    modelled = [r for r in reps if r["modelled"]]
+    assert len(modelled) == len(reps) > 400
+    assert all(not r["missed"] for r in modelled)
+    one = qg.coverage(os.path.join(level1, "conversions", "f32_e4m3_rne_satfinite.txt"))[0]
+    assert one["op"] == "convert" and one["classes"]["tie@0"] >= 1 and one["cases"] > 250
+    gemm = qg.coverage(os.path.join(level1, "gemm"))
+    assert gemm and not any(r["modelled"] for r in gemm)
+    with pytest.raises(ValueError, match="give both"):
+        qg.coverage(log="x.log")

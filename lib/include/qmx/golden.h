@@ -152,4 +152,35 @@ std::vector<FileResult> Verify(const std::string& dir, const VerifyOptions& opt)
 // `first` cut to what remains of max_errors, and no file after the one that exhausts it; the strays last.
 std::vector<FileResult> MergeVerifyParts(std::vector<FileResult> all, uint64_t max_errors);
 
+// ------------------------------------------------------------------ coverage
+// The coverage model of golden vectors (golden/README.md "Coverage"): each operation's classes of cases for
+// a file's options (for a conversion: zero and signed zero, subnormal, Inf and quiet / signalling NaN inputs;
+// exact and rounded results, zero from a nonzero input, subnormal results, the smallest normal and the
+// largest finite magnitude, overflow, Inf and NaN results, the saturated, underflow and invalid flags;
+// inputs at a halfway point between two results, one source ulp from one, and a halfway point in every
+// binade of the destination; for decoding, every kind of code), and how many of the file's cases fall in
+// each. A case's classes come from its input and the reference routine, so the expected outputs are not
+// needed. Operations without a model yet (mx-block, nvfp4-block, ue8m0, sr, gemm) come back with
+// modelled = false.
+struct CoverageClass {
+  std::string name;         // e.g. "in:snan", "out:subnormal", "tie@-3", "underflow"
+  std::string description;  // what a case of the class is
+  uint64_t hits = 0;        // cases in the class (0: missed)
+};
+struct CoverageReport {
+  std::string file;    // the golden file or log read
+  std::string op;      // its operation
+  std::string header;  // its "# op=..." line (the options the classes depend on)
+  uint64_t cases = 0;
+  bool modelled = true;
+  std::vector<CoverageClass> classes;
+};
+// One report per golden file of `paths` (.txt files, or directories searched recursively for them, in
+// path order). Throws qmx::Error for a path that is neither, an unreadable or malformed file.
+std::vector<CoverageReport> Coverage(const std::vector<std::string>& paths);
+// What a simulator ran: its log holds one case per line, the case's first input field in hex (0x optional;
+// fewer digits are zero-extended; blank and '#' lines skipped; the rest of a line ignored), measured under
+// the header of the golden file `like`.
+CoverageReport CoverageOfLog(const std::string& like, const std::string& log_path);
+
 }  // namespace qmx::golden

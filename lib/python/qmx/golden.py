@@ -38,6 +38,21 @@ def verify(directory, backend="cpu-simd", max_errors=20, only=""):
     return _qmx.golden_verify(str(directory), backend, max_errors, only)
 
 
+def coverage(*paths, log=None, like=None):
+    """The coverage model of golden vectors (qmx-sim golden coverage): one dict per golden file of `paths`
+    (files, or directories searched recursively), each {"file", "op", "header", "cases", "modelled",
+    "classes": {class: cases in it}, "missed": [classes with none]}; operations without a model have
+    modelled False. log=FILE with like=GOLDEN_FILE measures a simulator's log of inputs (one hex case per
+    line) under that file's header instead, and returns one dict."""
+    if log is not None or like is not None:
+        if log is None or like is None or paths:
+            raise ValueError("coverage(log=LOG, like=GOLDEN_FILE) measures a log; give both, and no paths")
+        return _qmx.golden_coverage_log(str(like), str(log))
+    if not paths:
+        raise ValueError("coverage: give golden files or directories")
+    return _qmx.golden_coverage([str(p) for p in paths])
+
+
 def read(path):
     """A golden file as (header, cases): header is the dict of its "# op=..." line's key=value pairs, cases
     a list of lists of the hex fields of each case line."""

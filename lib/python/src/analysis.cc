@@ -195,6 +195,36 @@ void BindGolden(pyb::module_& m) {
     for (const auto& r : results) l.append(FileDict(r));
     return l;
   }, pyb::arg("dir"), pyb::arg("backend"), pyb::arg("max_errors"), pyb::arg("only"));
+  // golden coverage: one dict per file (file, op, header, cases, modelled, classes: {name: hits}, missed).
+  const auto coverage_dict = [](const golden::CoverageReport& r) {
+    pyb::dict d, classes;
+    pyb::list missed;
+    for (const auto& c : r.classes) {
+      classes[pyb::str(c.name)] = c.hits;
+      if (c.hits == 0) missed.append(c.name);
+    }
+    d["file"] = r.file;
+    d["op"] = r.op;
+    d["header"] = r.header;
+    d["cases"] = r.cases;
+    d["modelled"] = r.modelled;
+    d["classes"] = classes;
+    d["missed"] = missed;
+    return d;
+  };
+  m.def("golden_coverage", [coverage_dict](const std::vector<std::string>& paths) {
+    std::vector<golden::CoverageReport> reps;
+    {
+      pyb::gil_scoped_release nogil;
+      reps = golden::Coverage(paths);
+    }
+    pyb::list l;
+    for (const auto& r : reps) l.append(coverage_dict(r));
+    return l;
+  }, pyb::arg("paths"));
+  m.def("golden_coverage_log", [coverage_dict](const std::string& like, const std::string& log) {
+    return coverage_dict(golden::CoverageOfLog(like, log));
+  }, pyb::arg("like"), pyb::arg("log"));
 }
 
 }  // namespace

@@ -134,6 +134,22 @@ std::vector<uint64_t> ConversionInputs(const Src& s, const Format& d, int level,
   for (int i = 0; i < n_range; ++i)
     out.Add(s.Code(rng.Below(2) == 1, lo + static_cast<int>(rng.Below(hi - lo + 1)), rng.Below(uint64_t{1} << m)));
   for (int i = 0; i < n_any; ++i) out.Add(rng.Below(uint64_t{1} << s.f.Bits()));
+  // What the coverage model counts (golden coverage) and the cases above can miss: a halfway point between
+  // two adjacent values in every binade of d, and d's largest finite and smallest normal values, where the
+  // source holds them; each with a random sign (positive into an unsigned format).
+  const std::vector<double> values = PositiveValues(d);
+  std::set<std::string> binades;
+  std::vector<double> targets;
+  for (size_t i = 0; i + 1 < values.size(); ++i) {
+    const double mid = values[i] / 2 + values[i + 1] / 2;
+    if (binades.insert(BinadeLabel(d, values[i + 1])).second) targets.push_back(mid);
+  }
+  targets.push_back(values.back());
+  if (!d.IsInt()) targets.push_back(std::ldexp(1.0, d.Emin()));
+  for (double v : targets) {
+    uint64_t code = 0;
+    if (ExactCodeOf(s.f, v, &code)) out.Add(code | (d.is_signed && rng.Below(2) == 1 ? sign : 0));
+  }
   return out.codes();
 }
 

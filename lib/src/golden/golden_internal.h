@@ -76,4 +76,12 @@ struct PlannedFile {
 // Emits the suite's files in a fixed order (golden_gen.cc, golden_gen_*.cc). Throws qmx::Error for an unknown suite.
 void GenerateSuite(const std::string& suite, const GenOptions& opt, const std::function<void(PlannedFile&&)>& emit);
 
+// The coverage model's helpers (golden_coverage.cc), which the conversion generator targets too: whether the
+// exact value v >= 0 is a value of f (and its code), f's distinct non-negative finite values ascending, and
+// the label of the binade of f a positive magnitude lies in ("sub" below the smallest normal, else its
+// exponent).
+bool ExactCodeOf(const Format& f, double v, uint64_t* code);
+std::vector<double> PositiveValues(const Format& f);
+std::string BinadeLabel(const Format& f, double v);
+
 }  // namespace qmx::golden::detail

@@ -226,6 +226,7 @@ class ConvertModel {
   void Ties(double a) {
     if (a >= values_.back()) return;
     const auto it = std::upper_bound(values_.begin(), values_.end(), a);  // the first value above a
+    if (it == values_.begin()) return;  // below the smallest value of a format without zero: no halfway point
     const double hi = *it, lo = *(it - 1);
     const double mid = lo / 2 + hi / 2;
     uint64_t code = 0;

@@ -35,6 +35,7 @@ struct GenArgs {
   std::string out, hopper_dir;  // "": golden::ResolveHopperDir's search
   std::string shard, shard_dir;  // --shard I/N into --shard-dir (job arrays; qmx-sim merge)
   std::string layout = "text";
+  uint64_t min_per_class = 0;
   bool quiet = false;
 };
 
@@ -54,7 +55,7 @@ bool GoldenShardDone(const std::filesystem::path& record, const golden::GenOptio
     golden::GenOptions p;
     const std::vector<golden::ManifestEntry> entries = golden::PartFromJson(*text, p);
     if (p.suites != o.suites || p.level != o.level || p.seed != o.seed || p.exhaustive != o.exhaustive ||
-        p.part != o.part || p.parts != o.parts)
+        p.min_per_class != o.min_per_class || p.part != o.part || p.parts != o.parts)
       return false;
     for (const golden::ManifestEntry& e : entries)
       if (Sha256Hex(ReadText((std::filesystem::path(out) / e.path).string())) != e.sha256) return false;
@@ -70,6 +71,7 @@ void RunGen(const GenArgs& a) {
   o.level = a.level;
   o.seed = a.seed;
   o.exhaustive = a.exhaustive;
+  o.min_per_class = a.min_per_class;
   if (a.layout != "text" && a.layout != "memh") throw Error("--layout is text or memh, not '" + a.layout + "'");
   o.memh = a.layout == "memh";
   // Before anything is written: a gemm suite without its measured data would be a partial set.
@@ -338,6 +340,9 @@ void AddGoldenCommand(CLI::App& app) {
   g->add_option("--layout", gen.layout, "text (default), or memh: also NAME.memh beside each NAME.txt ($readmemh words)");
   g->add_option("--shard", gen.shard, "I/N: write only shard I (0-based) of N's files, and its record into --shard-dir");
   g->add_option("--shard-dir", gen.shard_dir, "where --shard writes golden-shard-I-of-N.json (qmx-sim merge joins them)");
+  g->add_option("--min-per-class", gen.min_per_class,
+                 "conversion files: add cases until each coverage class (golden coverage) holds N, where N distinct "
+                 "inputs exist");
   g->add_flag("--quiet", gen.quiet, "print only the summary");
   g->callback([] { RunGen(gen); });
 

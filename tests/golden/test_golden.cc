@@ -532,5 +532,52 @@ TEST_CASE("golden coverage: hand-made files and logs count the classes their cas
   CHECK_THROWS_WITH(golden::CoverageOfLog(log.string(), log.string()), Contains("a case before the '# op=' header"));
 }
 
+TEST_CASE("golden gen --min-per-class adds conversion cases until each class holds N where it can", "[golden]") {
+  TempDir plain, topped;
+  golden::GenOptions o;
+  o.suites = {"conversions"};
+  golden::Generate(o, plain.path.string());
+  o.min_per_class = 3;
+  golden::Generate(o, topped.path.string());
+  const auto short_of = [](const std::vector<golden::CoverageReport>& reps, uint64_t n) {
+    size_t k = 0;
+    for (const auto& r : reps)
+      for (const auto& c : r.classes) k += c.hits < n;
+    return k;
+  };
+  const std::vector<golden::CoverageReport> a = golden::Coverage({plain.path.string()}),
+                                             b = golden::Coverage({topped.path.string()});
+  REQUIRE(a.size() == b.size());
+  uint64_t cases_a = 0, cases_b = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    cases_a += a[i].cases;
+    cases_b += b[i].cases;
+    CHECK(b[i].cases >= a[i].cases);
+  }
+  INFO(short_of(a, 3) << " classes under 3 cases before, " << short_of(b, 3) << " after; cases " << cases_a << " -> "
+                      << cases_b);
+  CHECK(short_of(b, 3) < short_of(a, 3));
+  CHECK(short_of(b, 1) == 0);
+  // Classes with enough distinct inputs reach 3; those that stay short have fewer: +0 is one input, and
+  // e2m1 has one halfway point below its smallest normal, with two signs.
+  size_t checked = 0;
+  for (const auto& r : b) {
+    if (r.file.find("f32_e2m1_rne_satfinite.txt") == std::string::npos &&
+        r.file.find("f32_e4m3_rne_satfinite.txt") == std::string::npos)
+      continue;
+    const bool e2m1 = r.file.find("e2m1") != std::string::npos;
+    for (const auto& c : r.classes) {
+      INFO(r.file << " " << c.name);
+      if (c.name == "in:zero") CHECK(c.hits == 1);
+      if (c.name == "in:snan" || c.name == "in:qnan" || c.name == "tie@0" || c.name == "near-tie") CHECK(c.hits >= 3);
+      if (e2m1 && c.name == "tie@sub") CHECK(c.hits == 2);
+      ++checked;
+    }
+  }
+  CHECK(checked > 40);
+  CHECK_THAT(ReadText((topped.path / "manifest.json").string()), Contains("\"min_per_class\": 3"));
+  CHECK_THAT(ReadText((plain.path / "manifest.json").string()), !Contains("min_per_class"));
+}
+
 }  // namespace
 }  // namespace qmx

@@ -46,6 +46,11 @@ struct GenOptions {
   uint64_t part = 0, parts = 1;
   // Also write NAME.memh beside each NAME.txt: the cases as $readmemh words (MemhImage).
   bool memh = false;
+  // Conversion files: add cases until each class of the coverage model (Coverage) holds this many, where
+  // the candidates (every value and halfway point of the destination and their neighbours, the source's
+  // extremes and NaN payloads) have that many distinct inputs in the class; 0: none added. Recorded in the
+  // manifest when nonzero.
+  uint64_t min_per_class = 0;
 };
 
 struct ManifestEntry {

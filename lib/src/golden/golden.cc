@@ -342,6 +342,7 @@ void WriteManifest(const GenOptions& opt, std::vector<ManifestEntry> entries, co
   j["level"] = opt.level;
   j["seed"] = opt.seed;
   j["exhaustive"] = opt.exhaustive;
+  if (opt.min_per_class != 0) j["min_per_class"] = opt.min_per_class;
   j["suites"] = ResolveSuites(opt);
   j["files"] = nlohmann::ordered_json::array();
   for (const auto& e : entries) j["files"].push_back(EntryJson(e));
@@ -355,6 +356,7 @@ std::string PartToJson(const GenOptions& opt, const std::vector<ManifestEntry>& 
   j["level"] = opt.level;
   j["seed"] = opt.seed;
   j["exhaustive"] = opt.exhaustive;
+  if (opt.min_per_class != 0) j["min_per_class"] = opt.min_per_class;
   j["part"] = opt.part;
   j["parts"] = opt.parts;
   j["files"] = nlohmann::ordered_json::array();
@@ -375,6 +377,7 @@ std::vector<ManifestEntry> PartFromJson(const std::string& text, GenOptions& opt
     opt.level = qmx::detail::JsonInteger<int>(j.at("level"), what + " level");
     opt.seed = qmx::detail::JsonInteger<uint64_t>(j.at("seed"), what + " seed");
     opt.exhaustive = j.at("exhaustive").get<bool>();
+    opt.min_per_class = j.contains("min_per_class") ? j.at("min_per_class").get<uint64_t>() : 0;
     opt.part = qmx::detail::JsonInteger<uint64_t>(j.at("part"), what + " part");
     opt.parts = qmx::detail::JsonInteger<uint64_t>(j.at("parts"), what + " parts");
     std::vector<ManifestEntry> out;

@@ -37,6 +37,7 @@ class Classes {
     if (it != index_.end()) ++list_[it->second].hits;
   }
   std::vector<CoverageClass> Take() { return std::move(list_); }
+  const std::vector<CoverageClass>& List() const { return list_; }
 
  private:
   std::vector<CoverageClass> list_;
@@ -208,6 +209,7 @@ class ConvertModel {
   }
 
   std::vector<CoverageClass> Take() { return cls_.Take(); }
+  const std::vector<CoverageClass>& List() const { return cls_.List(); }
 
  private:
   // The tie classes' binades, smallest first ("sub" before the normal binades).
@@ -247,6 +249,64 @@ class ConvertModel {
   std::set<std::string> tie_binades_;
   Classes cls_;
 };
+
+}  // namespace
+
+namespace detail {
+
+// golden gen --min-per-class: inputs to add to a conversion file's `inputs` so that each class of its model
+// holds n cases, from a fixed list of candidates in a fixed order (so the same options give the same bytes):
+// both signs of every destination value and halfway point the source holds and of their source neighbours,
+// then the source's extremes and NaN payloads. A candidate is taken when it falls in a class still short.
+std::vector<uint64_t> TopUpConversion(const Format& s, const Format& d, const CastOptions& o,
+                                      const std::vector<uint64_t>& inputs, uint64_t n) {
+  ConvertModel have(s, d, o), probe(s, d, o);
+  std::set<uint64_t> seen(inputs.begin(), inputs.end());
+  for (uint64_t x : inputs) have.Case(x);
+  std::vector<uint64_t> counts;
+  for (const auto& c : have.List()) counts.push_back(c.hits);
+  const uint64_t sign = uint64_t{1} << (s.Bits() - 1);
+  std::vector<uint64_t> candidates;
+  const std::vector<double> values = PositiveValues(d);
+  const auto with_neighbours = [&](double v) {
+    uint64_t code = 0;
+    if (!ExactCodeOf(s, v, &code)) return;
+    for (uint64_t c : {code, code + 1, code > 0 ? code - 1 : code})
+      for (uint64_t sg : {uint64_t{0}, sign}) candidates.push_back(c | sg);
+  };
+  for (size_t i = 0; i < values.size(); ++i) {
+    with_neighbours(values[i]);
+    if (i + 1 < values.size()) with_neighbours(values[i] / 2 + values[i + 1] / 2);
+  }
+  const uint64_t inf = s.HasInf() ? s.PositiveInfCode() : 0;
+  for (uint64_t sg : {uint64_t{0}, sign}) {
+    for (uint64_t c : {uint64_t{0}, uint64_t{1}, uint64_t{2}, s.MaxFiniteCode(), s.MaxFiniteCode() - 1, inf})
+      candidates.push_back(c | sg);
+    if (s.encoding == Encoding::kIeee)
+      for (uint64_t payload = 1; payload <= 8; ++payload) {
+        candidates.push_back(inf | payload | sg);                                  // signalling
+        candidates.push_back(inf | (uint64_t{1} << (s.man_bits - 1)) | payload | sg);  // quiet
+      }
+  }
+  std::vector<uint64_t> added;
+  for (uint64_t c : candidates) {
+    if (!seen.insert(c).second) continue;
+    std::vector<uint64_t> before;
+    for (const auto& k : probe.List()) before.push_back(k.hits);
+    probe.Case(c);
+    const auto& after = probe.List();
+    bool useful = false;
+    for (size_t k = 0; k < after.size(); ++k) useful |= after[k].hits > before[k] && counts[k] < n;
+    if (!useful) continue;
+    for (size_t k = 0; k < after.size(); ++k) counts[k] += after[k].hits - before[k];
+    added.push_back(c);
+  }
+  return added;
+}
+
+}  // namespace detail
+
+namespace {
 
 // The decode operation's classes: each kind of code the format has.
 class DecodeModel {

@@ -90,7 +90,13 @@ void GenConversions(const GenOptions& opt, const std::function<void(PlannedFile&
             if (c.tininess != Tininess::kBeforeRounding) f.header.Set("tininess", TininessName(c.tininess));
             f.header.Set("spec", SpecRevision(d));
             f.header.Set("level", std::to_string(opt.level)).Set("seed", std::to_string(opt.seed));
-            f.inputs = OneField(inputs, s.Digits());
+            if (opt.min_per_class > 0) {
+              std::vector<uint64_t> more = inputs;
+              for (uint64_t x : TopUpConversion(s.f, d, c, inputs, opt.min_per_class)) more.push_back(x);
+              f.inputs = OneField(more, s.Digits());
+            } else {
+              f.inputs = OneField(inputs, s.Digits());
+            }
             emit(std::move(f));
           }
         }

@@ -83,5 +83,8 @@ void GenerateSuite(const std::string& suite, const GenOptions& opt, const std::f
 bool ExactCodeOf(const Format& f, double v, uint64_t* code);
 std::vector<double> PositiveValues(const Format& f);
 std::string BinadeLabel(const Format& f, double v);
+// GenOptions::min_per_class for one conversion file: the inputs to add (golden_coverage.cc).
+std::vector<uint64_t> TopUpConversion(const Format& s, const Format& d, const CastOptions& o,
+                                      const std::vector<uint64_t>& inputs, uint64_t n);
 
 }  // namespace qmx::golden::detail

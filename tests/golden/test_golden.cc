@@ -532,7 +532,7 @@ TEST_CASE("golden coverage: hand-made files and logs count the classes their cas
   CHECK_THROWS_WITH(golden::CoverageOfLog(log.string(), log.string()), Contains("a case before the '# op=' header"));
 }
 
-TEST_CASE("golden gen --min-per-class adds conversion cases until each class holds N where it can", "[golden]") {
+TEST_CASE("golden: gen --min-per-class adds conversion cases until each class holds N where it can", "[golden]") {
   TempDir plain, topped;
   golden::GenOptions o;
   o.suites = {"conversions"};

@@ -200,7 +200,7 @@ void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, con
   const bool fp4 = model.kind == AccumKind::kFused && f.group == 16 && f.step == 64 && f.promote == 0 &&
                    std::string(a.elem.name) == "e2m1" && std::string(b.elem.name) == "e2m1" &&
                    whole_groups(plan.a_blocks, a.block_cols) && whole_groups(plan.b_blocks, b.block_rows) &&
-                   (plan.m + 31) / 32 <= 65535 && plan.m < (1u << 31) && plan.n < (1u << 31) && plan.k < (1u << 31);
+                   (plan.m + 63) / 64 <= 65535 && plan.m < (1u << 31) && plan.n < (1u << 31) && plan.k < (1u << 31);
   // The FP64 tensor-core kernel where it applies (engine_internal.h): single products in steps of 16 or 32,
   // no MMA-Sim zero rule, F + 8 <= 53, block scales in the products UE8M0 and whole steps along K, and a grid
   // of at most 65,535 row tiles (every build's architectures, sm_90a and sm_100a, have DMMA).
@@ -232,12 +232,14 @@ void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, con
   };
   if (fp4) {
     detail::EngineFp4Buffers fb;
-    fb.kp = (plan.k + 15) / 16 * 16;
-    DeviceBuffer<int8_t> av(plan.m * fb.kp), aa(plan.m * fb.kp), bv(plan.n * fb.kp), ba(plan.n * fb.kp);
-    fb.a_val = av.get();
-    fb.a_abs = aa.get();
-    fb.b_val = bv.get();
-    fb.b_abs = ba.get();
+    fb.steps = (plan.k + 63) / 64;
+    fb.kp = fb.steps * 64;
+    DeviceBuffer<uint16_t> ap(plan.m * fb.kp), bp(plan.n * fb.kp);
+    DeviceBuffer<detail::Fp4StepInfo> ai(plan.m * fb.steps), bi(plan.n * fb.steps);
+    fb.a_packed = ap.get();
+    fb.b_packed = bp.get();
+    fb.a_info = ai.get();
+    fb.b_info = bi.get();
     counted("engine FP4 GEMM", [&](unsigned long long* n) {
       fb.fallback_steps = n;
       detail::LaunchEngineFp4Gemm(g, fb, stream);

@@ -52,20 +52,29 @@ struct EngineGemmArgs {
 // Runs the GEMM kernel on `stream` (a cudaStream_t; null: the default stream) and returns at once.
 void LaunchEngineGemm(const EngineGemmArgs& args, void* stream);
 
-// The FP4 kernel (E2M1 x E2M1, groups of 16, steps of 64, no promotion: blackwell-mxf4nvf4 and its -mmasim
-// form): elements as int8 twice their value, A row-major M x kp and B transposed N x kp (kp = K rounded up to
-// 16, zero-padded), each with its magnitudes, so that a group's exact sum and whether every product is zero
-// are four dp4a each. Steps with a non-finite scale or accumulator go through the generic step, counted in
+// The FP4 kernel (engine_fp4.cu: E2M1 x E2M1, groups of 16, steps of 64, no promotion: blackwell-mxf4nvf4 and
+// its -mmasim form). A pre-pass writes each line's elements times their block scales as BF16 integers relative
+// to the line's step (A row-major M x kp, B transposed N x kp; kp = K rounded up to 64, zero-padded) and one
+// Fp4StepInfo per line and step. The kernel sums each step on the BF16 tensor core and takes that sum where the
+// step info proves that no term is cut and the sum exact; other steps run exactly from the tensor core's
+// per-group sums, or through FusedStep (NaN or Inf, scales the packed values cannot hold); both counted in
 // *fallback_steps.
+struct alignas(16) Fp4StepInfo {
+  int16_t lsb;   // an element's value is its packed value times 2^lsb; kFp4GenericLsb: FusedStep's line
+  int16_t maxe;  // the largest scale exponent of the step's groups (a zero scale's: -126)
+  int8_t e[4];   // each group's scale exponent
+  float l1, maxabs;  // the sum and the largest of the packed magnitudes, rounded up
+};
+inline constexpr int16_t kFp4GenericLsb = -30000;
 struct EngineFp4Buffers {
-  int8_t* a_val = nullptr;
-  int8_t* a_abs = nullptr;
-  int8_t* b_val = nullptr;  // transposed: N x kp
-  int8_t* b_abs = nullptr;
-  size_t kp = 0;
+  uint16_t* a_packed = nullptr;  // M x kp BF16
+  uint16_t* b_packed = nullptr;  // N x kp BF16 (B transposed)
+  Fp4StepInfo* a_info = nullptr;  // M x steps
+  Fp4StepInfo* b_info = nullptr;  // N x steps
+  size_t kp = 0, steps = 0;
   unsigned long long* fallback_steps = nullptr;  // device counter
 };
-// Fills the buffers from args.a / args.b codes (E2M1), then runs the FP4 kernel.
+// Packs args.a / args.b (E2M1 codes and their scales) into the buffers, then runs the FP4 kernel.
 void LaunchEngineFp4Gemm(const EngineGemmArgs& args, const EngineFp4Buffers& f, void* stream);
 
 // The FP64 tensor-core kernel (engine_dmma.cu) for fused models of single products (group 1) in steps of 16 or

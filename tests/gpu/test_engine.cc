@@ -245,6 +245,51 @@ TEST_CASE("gpu engine: the tensor-core kernel's fast steps and fallbacks equal q
   CHECK(steps - fallbacks > steps / 2);  // most steps take the fast path
 }
 
+// NVFP4 and MXFP4 tensors as a recipe quantizes them (Gaussian and heavy-tailed), and the same with rows and
+// columns scaled 2^30 apart and with exact cancellations, so that the FP4 kernel's fast steps, its exact
+// steps from the tensor core's group sums and FusedStep all run: every output equals qmx::Gemm's.
+TEST_CASE("gpu engine: the FP4 kernel's fast and exact steps equal qmx::Gemm", "[gpu]") {
+  if (!qmx::test::GpuPresent()) return;
+  std::mt19937 rng(47);
+  std::vector<AccumModel> models;
+  for (const char* n : {"blackwell-mxf4nvf4", "blackwell-mxf4nvf4-mmasim"}) models.push_back(AccumModelByName(n));
+  Tally t;
+  uint64_t plain_steps = 0, plain_fallbacks = 0;
+  const size_t shapes[][3] = {{96, 72, 2048}, {130, 65, 1000}};
+  for (const char* recipe : {"nvfp4", "mxfp4"})
+    for (int kind = 0; kind < 3; ++kind)  // 0 normal, 1 t(2.5), 2 normal with rows and columns 2^30 apart
+      for (const auto& s : shapes) {
+        const size_t m = s[0], n = s[1], k = s[2];
+        std::vector<float> x(m * k), y(k * n);
+        std::normal_distribution<float> nd;
+        std::student_t_distribution<float> td(2.5f);
+        for (float& v : x) v = kind == 1 ? td(rng) : nd(rng);
+        for (float& v : y) v = kind == 1 ? td(rng) : nd(rng);
+        if (kind == 2) {
+          for (size_t i = 0; i < m; ++i)
+            for (size_t kk = 0; kk < k; ++kk) x[i * k + kk] *= std::ldexp(1.0f, (i % 3 == 0 ? 30 : 0) - (kk / 64 % 5 == 1 ? 25 : 0));
+          for (size_t kk = 0; kk < 64 && kk < k; ++kk)
+            for (size_t j = 0; j < n; ++j) y[kk * n + j] = -y[(kk + 64) * n + j];  // the first two steps cancel
+        }
+        QuantSpec sa = QuantSpecByName(recipe), sb = sa;
+        sb.axis = Axis::kCol;
+        const GemmOperand a = OperandFromQuantized(Quantize(TensorView{DType::kF32, x.data(), m, k}, sa));
+        const GemmOperand b = OperandFromQuantized(Quantize(TensorView{DType::kF32, y.data(), k, n}, sb));
+        const uint64_t s0 = t.steps["fp4"], f0 = t.fallback_steps["fp4"];
+        CheckModels(a, b, nullptr, std::string(recipe) + " kind " + std::to_string(kind) + " " + std::to_string(k), t, models);
+        if (kind < 2) {
+          plain_steps += t.steps["fp4"] - s0;
+          plain_fallbacks += t.fallback_steps["fp4"] - f0;
+        }
+      }
+  const uint64_t steps = t.steps["fp4"], fallbacks = t.fallback_steps["fp4"];
+  INFO("fp4 GEMMs " << t.per_kernel["fp4"] << ", steps " << steps << ", exact steps " << fallbacks
+                    << "; on recipe tensors " << plain_fallbacks << " of " << plain_steps);
+  CHECK(t.per_kernel["fp4"] == 24);
+  CHECK(fallbacks > 0);
+  CHECK(plain_fallbacks * 1000 < plain_steps);  // recipe tensors: the fast step almost always
+}
+
 TEST_CASE("gpu engine: Hopper models run on a Hopper GPU through cuBLASLt, equal to qmx::Gemm", "[gpu]") {
   if (!qmx::test::GpuPresent()) return;
   const bool hopper = gpu::Device().major == 9;

@@ -137,10 +137,11 @@ double Bf16GemmSeconds(size_t m, size_t n, size_t k, int reps);
 // "" when the engine runs this GEMM, else why not (exact and block-exact, and bounds past 53 bits).
 std::string EngineGemmSupport(const GemmOperand& a, const GemmOperand& b, const AccumModel& model);
 // Which kernel ran and how its steps went: "fp4" (E2M1 x E2M1 under a model of groups of 16 in steps of 64
-// without promotion, blackwell-mxf4nvf4: each group's exact sum is four dp4a on int8 elements), "dmma" (models
-// of single products in steps of 16 or 32: hopper-fp8*, ada-fp8, hopper-mma-sync, blackwell-mxf8f6f4 and
-// fused: strings like them; each step's products summed by the FP64 tensor core) or "generic"; the steps
-// (one per output per step) that took the generic step instead: fp4 steps that met a non-finite scale or
+// without promotion, blackwell-mxf4nvf4: each step's sum on the BF16 tensor core with the scales folded
+// into the operands), "dmma" (models of single products in steps of 16 or 32: hopper-fp8*, ada-fp8,
+// hopper-mma-sync, blackwell-mxf8f6f4 and fused: strings like them; each step's products summed by the
+// FP64 tensor core) or "generic"; the steps (one per output per step) that took an exact step instead:
+// fp4 steps not proven by their bounds (computed from the groups' sums) or that met a non-finite scale or
 // accumulator, dmma steps whose exponent bounds do not prove that no term is cut, or that meet NaN or Inf.
 struct EngineGemmStats {
   std::string kernel;

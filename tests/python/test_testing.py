@@ -59,6 +59,63 @@ def test_identify_names_the_rule_of_an_independent_quantizer(rule):
     assert all(m.startswith("mx:") for m in found.matches)  # no NVFP4 variant writes these bytes
 
 
+def _four_over_six_by_hand(x, order):
+    """TE's 4over6 (MAE) of float32 rows of 1x16 blocks, written from its formulas (docs/numerics.md), the
+    block's 16 error terms summed in element order ("seq") or by a 16-lane xor butterfly ("xor16"); E4M3 and
+    E2M1 roundings through qmx.convert."""
+    f32 = np.float32
+    t_amax = np.abs(x).max()
+    s_enc = min(f32(1536) / t_amax, f32(np.finfo(np.float32).max))
+    s_dec = f32(1) / s_enc
+    b = x.reshape(-1, 16)
+    base = (np.abs(b).max(axis=1) / f32(6)) * s_enc
+    best = None
+    for scale_in in (base * f32(1.5), base):  # map-to-4, map-to-6
+        byte = qmx.convert(scale_in.astype(np.float32), "e4m3")
+        s = qmx.decode(byte, "e4m3").astype(np.float32)
+        mult = np.minimum(f32(1) / (s * s_dec), f32(np.finfo(np.float32).max)).astype(np.float32)
+        codes = qmx.convert((b * mult[:, None]).astype(np.float32), "e2m1")
+        q = qmx.decode(codes, "e2m1").astype(np.float32)
+        t = np.abs((((q * s[:, None]) * t_amax) / f32(1536)).astype(np.float32) - b).astype(np.float32)
+        if order == "seq":
+            err = np.zeros(len(b), np.float32)
+            for i in range(16):
+                err = (err + t[:, i]).astype(np.float32)
+        else:
+            v = t.copy()
+            for o in (8, 4, 2, 1):
+                v = (v + v[:, np.arange(16) ^ o]).astype(np.float32)
+            err = v[:, 0]
+        if best is None:
+            best = (err, codes, byte)
+        else:  # map-to-4 (best) when its error is smaller; a tie keeps map-to-6
+            keep = best[0] < err
+            best = (None, np.where(keep[:, None], best[1], codes), np.where(keep, best[2], byte))
+    return best[1].reshape(x.shape), best[2].reshape(x.shape[0], -1)
+
+
+@pytest.mark.parametrize("order", ["seq", "xor16"])
+def test_identify_names_the_error_order_of_a_4over6_kernel(order):
+    # Blocks of few distinct magnitudes, whose two candidates' errors often tie exactly in real arithmetic,
+    # so that the FP32 order of the sums decides some blocks.
+    rng = np.random.default_rng(5)
+    mags = np.array([0, 0.25, 0.5, 1, 1.5, 2, 3, 4, 6, 5, 7, 0.1, 0.3, 2.5, 3.5], np.float32)
+    x = (rng.choice(mags, (4000, 160)) * rng.choice([-1, 1], (4000, 160))).astype(np.float32)
+    x *= (1 + rng.integers(0, 64, (4000, 1)) / 64).astype(np.float32)
+    x += ((rng.random((4000, 160)) < 0.3) * rng.standard_normal((4000, 160)) * 0.01).astype(np.float32)
+    codes, scales = _four_over_six_by_hand(x, order)
+    other = qmx.quantize(x, "nvfp4", rule="nvfp4-4over6", error_order="xor16" if order == "seq" else "seq")
+    assert (np.asarray(other.scales) != scales).any()  # the data separate the two orders
+    found = qt.identify("quantizer", x, (codes, scales), elem="e2m1", block=16)
+    assert found.matches
+    assert all(m.startswith("nvfp4:rule=nvfp4-4over6,") for m in found.matches)
+    if order == "seq":
+        assert "nvfp4:rule=nvfp4-4over6,nan=block-nan" in found.matches
+        assert not any("order=xor16" in m for m in found.matches)
+    else:
+        assert all(m.endswith(",order=xor16") for m in found.matches)
+
+
 def test_identify_finds_nothing_for_one_flipped_bit_and_reports_the_closest():
     x = _adversarial(2)
     codes, scales = _mx_by_hand(x, "round-up")
@@ -96,8 +153,9 @@ def test_identify_gemm_model():
 
 def test_variants_are_stable_names():
     q = qt.variants("quantizer")
-    assert len(q) == len(set(q)) == 5 * 5 * 3 + 5 * 3
+    assert len(q) == len(set(q)) == 5 * 5 * 3 + 5 * 3 + 2 * 3 * 3  # MX, NVFP4, 4over6 under three more orders
     assert "mx:rule=round-up,nan=te,scaling=te-rcp" in q and "nvfp4:rule=nvfp4-4over6,nan=ignore" in q
+    assert "nvfp4:rule=nvfp4-4over6-mse,nan=block-nan,order=seq-fma" in q
     g = qt.variants("gemm")
     assert "gemm:blackwell-mxf4nvf4,alpha=te" in g and len(g) == 3 * len(qmx.gemm_models())
     with pytest.raises(ValueError, match="kind must be"):

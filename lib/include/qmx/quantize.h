@@ -54,6 +54,8 @@ struct QuantSpec {
   // second-level scale comes from each line's amax instead of the tensor's, a line being a row for axis row
   // and a column for axis col (the direction the 1-D blocks run). NVFP4 rules and 1xN blocks only.
   bool row_scaled = false;
+  // 4over6 rules: the order of each candidate's error sum (ErrorOrder, qmx/scale.h).
+  ErrorOrder error_order = ErrorOrder::kSeq;
 };
 
 // The recipes' short names: mxfp8 (e4m3, round-up), mxfp8-ocp (ocp-floor), mxfp8_e5m2, mxfp6_e2m3,
@@ -79,7 +81,7 @@ void ValidateQuantSpec(const QuantSpec& spec);
 // A named spec's overrides; an empty string keeps the spec's own setting. SpecOverrideFields() names the
 // text ones as the CLI and the Python package spell them.
 struct SpecOverrides {
-  std::string profile, elem, rule, block, axis, round, sat, nan_policy, scaling, subnormals, nan_fallback;
+  std::string profile, elem, rule, block, axis, round, sat, nan_policy, scaling, subnormals, nan_fallback, error_order;
   int sr_bits = 8;
   uint64_t seed = 0;
   int margin = 0;

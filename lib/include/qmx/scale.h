@@ -123,9 +123,24 @@ void Fp32ScalesFromAmaxes(const float* amax, size_t n, float destmax, bool pow2,
 // fminf semantics are kept: a NaN operand yields the other operand.
 float Nvfp4TensorEncodeScale(float tensor_amax);
 bool IsNvfp4FourOverSix(ScaleRule rule);
-// One 4over6 block of n finite elements x: its E4M3 scale byte, and its element codes under `cast` into codes.
+// The order in which 4over6 sums a block's 16 error terms t_i (|d| or fl32(d * d)) in FP32. The reference
+// sums in element order; a GPU kernel that gives each element a lane reduces across lanes, and where two
+// candidates' errors are within a rounding of each other the order picks the block's scale.
+enum class ErrorOrder : uint8_t {
+  kSeq,     // "seq": err = fl32(err + t_i) for i = 0..15 (TE's Python reference)
+  kSeqFma,  // "seq-fma": as seq, the MSE terms contracted: err = fmaf(d, d, err) (a compiler's FMA contraction)
+  kXor16,   // "xor16": a warp butterfly over 16 lanes, t_i = fl32(t_i + t_(i xor o)) for o = 8, 4, 2, 1; lane 0's
+            // sum, ((t0 + t8) + (t4 + t12)) + ((t2 + t10) + (t6 + t14)) + ... (__shfl_xor_sync from 8 down)
+  kPairs16, // "pairs16": a pairwise tree of neighbours, o = 1, 2, 4, 8: ((t0 + t1) + (t2 + t3)) + ... (a shuffle-down
+            // or shared-memory tree from stride 1 up)
+};
+const char* ErrorOrderName(ErrorOrder o);  // "seq", "seq-fma", "xor16", "pairs16"
+ErrorOrder ParseErrorOrder(const std::string& s);
+std::vector<ErrorOrder> AllErrorOrders();
+// One 4over6 block of n <= 16 finite elements x: its E4M3 scale byte, and its element codes under `cast` into
+// codes; the candidates' errors summed in `order` (missing lanes of a short block add +0).
 uint8_t Nvfp4FourOverSixBlock(const float* x, size_t n, float block_amax, float s_enc, float tensor_amax, ScaleRule rule,
-                              const CastOptions& cast, uint8_t* codes);
+                              const CastOptions& cast, uint8_t* codes, ErrorOrder order = ErrorOrder::kSeq);
 // The tensor-level factor the block functions take: S_enc for nvfp4 and nvfp4-div, s_g for nvfp4-torchao.
 float Nvfp4TensorScale(float tensor_amax, ScaleRule rule);
 // The second-level decode factor a QuantizedTensor keeps (tensor_decode): fl32(1 / S_enc), or s_g.

@@ -26,6 +26,8 @@ _NAN_POLICIES = ("block-nan", "scale-nan", "te", "ignore-nan", "ignore")
 _NVFP4_NAN_POLICIES = ("block-nan", "ignore-nan", "ignore")
 _SCALINGS = ("exact", "fp32", "te-rcp")
 _ALPHAS = ("decode", "te", "te-ref")
+# The 4over6 rules' error-sum orders (qmx/scale.h ErrorOrder); "seq" is the default and keeps the older names.
+_ERROR_ORDERS = ("seq", "seq-fma", "xor16", "pairs16")
 
 
 def _bits(a):
@@ -80,10 +82,14 @@ def assert_bitwise(actual, expected, *, what="codes", fmt=None, inputs=None, max
 
 def variants(kind):
     """The stable names of every documented variant of `kind`: "quantizer" (MX and NVFP4 block quantizers:
-    scale rule x NaN policy x element scaling) or "gemm" (accumulation model x alpha rule)."""
+    scale rule x NaN policy x element scaling, and for the 4over6 rules the order of the error sums, ",order="
+    seq-fma, xor16 or pairs16 where it is not the element order) or "gemm" (accumulation model x alpha rule)."""
     if kind == "quantizer":
         mx = ["mx:rule=%s,nan=%s,scaling=%s" % (r, n, s) for r in _MX_RULES for n in _NAN_POLICIES for s in _SCALINGS]
         nv = ["nvfp4:rule=%s,nan=%s" % (r, n) for r in _NVFP4_RULES for n in _NVFP4_NAN_POLICIES]
+        # 4over6 under its other error orders (",order=..."; the bare names sum in element order, "seq").
+        nv += ["nvfp4:rule=%s,nan=%s,order=%s" % (r, n, o) for r in _NVFP4_RULES if "4over6" in r
+               for n in _NVFP4_NAN_POLICIES for o in _ERROR_ORDERS[1:]]
         return mx + nv
     if kind == "gemm":
         return ["gemm:%s,alpha=%s" % (m, a) for m in gemm_models() for a in _ALPHAS]
@@ -162,6 +168,8 @@ def identify(kind, x, outputs, *, elem=None, block=None, axis="row", rounding="r
                 kw = dict(elem=e, block="1x%d" % n, axis=axis, rounding=rounding, rule=f["rule"], nan_policy=f["nan"])
                 if family == "mx":
                     kw["element_scaling"] = f["scaling"]
+                if "order" in f:
+                    kw["error_order"] = f["order"]
                 q = quantize(xs, spec, tensor_amax=tensor_amax, **kw)
                 got = (q.codes, q.scales)
             else:

@@ -85,7 +85,8 @@ QuantizedTensor QuantizeRefImpl(const TensorView& x, const QuantSpec& spec, cons
         std::vector<float> xb(idx.size());
         std::vector<uint8_t> codes(idx.size());
         for (size_t t = 0; t < idx.size(); ++t) xb[t] = SourceValueF32(x.dtype, x.data, idx[t]);
-        q.scales[si] = Nvfp4FourOverSixBlock(xb.data(), xb.size(), a, s_enc, second_amax, spec.rule, spec.cast, codes.data());
+        q.scales[si] = Nvfp4FourOverSixBlock(xb.data(), xb.size(), a, s_enc, second_amax, spec.rule, spec.cast, codes.data(),
+                                             spec.error_order);
         for (size_t t = 0; t < idx.size(); ++t) q.codes[idx[t]] = codes[t];
         continue;
       }

@@ -158,6 +158,7 @@ std::string DescribeSpec(const QuantSpec& spec) {
   if (IsPow2Rule(spec.rule)) s += std::string(", element scaling ") + ElementScalingName(spec.scaling);
   if (spec.margin != 0) s += ", margin " + std::to_string(spec.margin);
   if (spec.row_scaled) s += spec.axis == Axis::kCol ? ", row-scaled (a second-level scale per column)" : ", row-scaled (a second-level scale per row)";
+  if (spec.error_order != ErrorOrder::kSeq) s += std::string(", error sums ") + ErrorOrderName(spec.error_order);
   return s;
 }
 
@@ -190,6 +191,9 @@ void ValidateQuantSpec(const QuantSpec& spec) {
   if (IsNvfp4FourOverSix(spec.rule) && (spec.block_rows != 1 || spec.block_cols != 16 || spec.cast.rounding != Rounding::kRne))
     throw Error(std::string("the ") + ScaleRuleName(spec.rule) + " rule is TE's 4over6 on 1x16 blocks with RNE elements, not " +
                 std::to_string(spec.block_rows) + "x" + std::to_string(spec.block_cols) + " / " + RoundingName(spec.cast.rounding));
+  if (spec.error_order != ErrorOrder::kSeq && !IsNvfp4FourOverSix(spec.rule))
+    throw Error(std::string("an error order (") + ErrorOrderName(spec.error_order) +
+                ") applies to the 4over6 rules' error sums (nvfp4-4over6, nvfp4-4over6-mse), not to " + ScaleRuleName(spec.rule));
   if (spec.row_scaled && (sf != ScaleFormat::kE4m3 || spec.block_rows != 1 || spec.block_cols < 1))
     throw Error("row-scaled NVFP4 takes an NVFP4 rule (E4M3 block scales) and 1xN blocks (TE: 1x16), not " +
                 std::string(ScaleRuleName(spec.rule)) + " on " + DescribeBlock(spec) + " blocks");

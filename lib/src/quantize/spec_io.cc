@@ -32,6 +32,8 @@ const std::vector<SpecOverrideField>& SpecOverrideFields() {
       {"element_scaling", "--element-scaling", "UE8M0 scales: exact, fp32, te-rcp", &SpecOverrides::scaling},
       {"subnormals", "--subnormals", "keep or flush", &SpecOverrides::subnormals},
       {"nan_fallback", "--nan-fallback", "NaN into FP6/FP4/INT8: max or zero", &SpecOverrides::nan_fallback},
+      {"error_order", "--error-order", "4over6 rules: the order of the error sums: seq, seq-fma, xor16, pairs16",
+       &SpecOverrides::error_order},
   };
   return fields;
 }
@@ -64,6 +66,7 @@ QuantSpec BuildQuantSpec(const std::string& name, const SpecOverrides& o) {
   if (!o.scaling.empty()) spec.scaling = ParseElementScaling(o.scaling);
   if (!o.subnormals.empty()) spec.cast.subnormals = ParseSubnormals(o.subnormals);
   if (!o.nan_fallback.empty()) spec.cast.nan_fallback = ParseNanFallback(o.nan_fallback);
+  if (!o.error_order.empty()) spec.error_order = ParseErrorOrder(o.error_order);
   spec.cast.sr_bits = o.sr_bits;
   spec.seed = o.seed;
   spec.margin = o.margin;
@@ -92,6 +95,7 @@ std::string QuantSpecToJson(const QuantSpec& s, int indent) {
                               {"margin", s.margin},
                               {"delayed", s.delayed}};
   if (s.row_scaled) j["row_scaled"] = true;  // only when set: earlier files stay byte-identical
+  if (s.error_order != ErrorOrder::kSeq) j["error_order"] = ErrorOrderName(s.error_order);  // likewise
   return j.dump(indent);
 }
 
@@ -118,6 +122,7 @@ QuantSpec QuantSpecFromJson(const std::string& text) {
     s.margin = detail::JsonInteger<int>(j.at("margin"), "qmx.spec margin");
     s.delayed = j.at("delayed").get<bool>();
     if (j.contains("row_scaled")) s.row_scaled = j.at("row_scaled").get<bool>();
+    if (j.contains("error_order")) s.error_order = ParseErrorOrder(j.at("error_order").get<std::string>());
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("qmx.spec metadata is incomplete (") + e.what() + ")");
   }

@@ -160,27 +160,73 @@ bool IsNvfp4FourOverSix(ScaleRule rule) {
   return rule == ScaleRule::kNvfp4FourOverSix || rule == ScaleRule::kNvfp4FourOverSixMse;
 }
 
+const char* ErrorOrderName(ErrorOrder o) {
+  switch (o) {
+    case ErrorOrder::kSeq: return "seq";
+    case ErrorOrder::kSeqFma: return "seq-fma";
+    case ErrorOrder::kXor16: return "xor16";
+    case ErrorOrder::kPairs16: return "pairs16";
+  }
+  return "?";
+}
+
+std::vector<ErrorOrder> AllErrorOrders() {
+  return {ErrorOrder::kSeq, ErrorOrder::kSeqFma, ErrorOrder::kXor16, ErrorOrder::kPairs16};
+}
+
+ErrorOrder ParseErrorOrder(const std::string& s) {
+  for (ErrorOrder o : AllErrorOrders())
+    if (s == ErrorOrderName(o)) return o;
+  throw Error("unknown 4over6 error order '" + s + "' (seq, seq-fma, xor16, pairs16)");
+}
+
+namespace {
+// The FP32 sum of 16 lanes' terms t (missing lanes +0) in a cross-lane order: lane i adds lane i + o's
+// partial (xor16: i xor o) for o = 8, 4, 2, 1 (xor16) or 1, 2, 4, 8 (pairs16); lane 0's result.
+float LaneSum(const float (&t)[16], ErrorOrder order) {
+  float v[16];
+  std::copy(t, t + 16, v);
+  if (order == ErrorOrder::kXor16) {
+    for (int o = 8; o >= 1; o /= 2) {
+      float next[16];
+      for (int i = 0; i < 16; ++i) next[i] = v[i] + v[i ^ o];
+      std::copy(next, next + 16, v);
+    }
+  } else {
+    for (int o = 1; o < 16; o *= 2)
+      for (int i = 0; i < 16; i += 2 * o) v[i] = v[i] + v[i + o];
+  }
+  return v[0];
+}
+}  // namespace
+
 uint8_t Nvfp4FourOverSixBlock(const float* x, size_t n, float block_amax, float s_enc, float tensor_amax, ScaleRule rule,
-                              const CastOptions& cast, uint8_t* codes) {
+                              const CastOptions& cast, uint8_t* codes, ErrorOrder order) {
+  if (n > 16) throw Error("4over6: a block of " + std::to_string(n) + " elements (1x16 blocks only)");
   const CastOptions rne{};
+  const bool mse = rule == ScaleRule::kNvfp4FourOverSixMse;
   const float base = (block_amax / 6.0f) * s_enc;
   // Map-to-4 and map-to-6, each quantized as the nvfp4 rule quantizes a block under its scale byte.
   const uint8_t scale[2] = {static_cast<uint8_t>(ConvertF32(base * 1.5f, fmt::kE4M3, rne)),
                             static_cast<uint8_t>(ConvertF32(base, fmt::kE4M3, rne))};
-  std::vector<uint8_t> cand[2] = {std::vector<uint8_t>(n), std::vector<uint8_t>(n)};
+  uint8_t cand[2][16];
   float err[2] = {0.0f, 0.0f};
   for (int k = 0; k < 2; ++k) {
     const float s = E4m3Value(scale[k]);
     const float mult = Nvfp4EncodeFactor(scale[k], s_enc, ScaleRule::kNvfp4);
+    float t[16] = {};
     for (size_t i = 0; i < n; ++i) {
       cand[k][i] = static_cast<uint8_t>(ConvertF32(x[i] * mult, fmt::kE2M1, cast));
       const float q = E2m1Value(cand[k][i]);
       const float d = (((q * s) * tensor_amax) / 1536.0f) - x[i];
-      err[k] = rule == ScaleRule::kNvfp4FourOverSixMse ? err[k] + d * d : err[k] + std::fabs(d);
+      t[i] = mse ? d * d : std::fabs(d);
+      if (order == ErrorOrder::kSeqFma && mse) err[k] = std::fmaf(d, d, err[k]);
+      else if (order == ErrorOrder::kSeq || order == ErrorOrder::kSeqFma) err[k] = err[k] + t[i];
     }
+    if (order == ErrorOrder::kXor16 || order == ErrorOrder::kPairs16) err[k] = LaneSum(t, order);
   }
   const int pick = err[0] < err[1] ? 0 : 1;  // a tie keeps map-to-6
-  std::copy(cand[pick].begin(), cand[pick].end(), codes);
+  std::copy(cand[pick], cand[pick] + n, codes);
   return scale[pick];
 }
 

@@ -216,9 +216,14 @@ void MergeGolden(const std::vector<std::string>& texts, const std::string& dir, 
     std::printf("merged %zu golden shards: %zu files, %s/manifest.json\n", texts.size(), files, out.c_str());
 }
 
-// audit shards: each a record of the report's head, the tensor count and its tensors (index, table line, JSON).
-void MergeAudit(const std::vector<std::string>& texts, const std::string& dir, const std::string& out, bool quiet) {
-  if (out.empty()) throw Error("merge: audit shards need --out, the report's JSON file (audit --json)");
+// audit shards (and audit --convert's): each a record of the report's head, the tensor count and its tensors
+// (index, table line, JSON); a --convert shard holds only its FROM tensors.
+void MergeAudit(const std::vector<std::string>& texts, const std::string& dir, const std::string& out, bool quiet,
+                bool convert) {
+  const char* what = convert ? "audit --convert" : "audit";
+  if (out.empty()) throw Error(std::string("merge: ") + what + " shards need --out, the report's JSON file (audit --json)");
+  const std::vector<const char*> keys = convert ? std::vector<const char*>{"checkpoint", "convert", "generator"}
+                                                : std::vector<const char*>{"checkpoint", "source", "generator"};
   nlohmann::ordered_json head;
   size_t total = 0;
   std::vector<nlohmann::ordered_json> tensors;
@@ -228,25 +233,34 @@ void MergeAudit(const std::vector<std::string>& texts, const std::string& dir, c
     try {
       rec = nlohmann::ordered_json::parse(texts[i]);
       nlohmann::ordered_json h;
-      for (const char* k : {"checkpoint", "source", "generator"}) h[k] = rec.at(k);
+      for (const char* k : keys) h[k] = rec.at(k);
       if (i == 0) {
         head = h;
         total = rec.at("tensors_total").get<size_t>();
         tensors.resize(total);
         seen.assign(total, false);
       } else if (h != head || rec.at("tensors_total").get<size_t>() != total) {
-        throw Error("merge: audit shard " + std::to_string(i) + " in " + dir + " audits another checkpoint");
+        throw Error(std::string("merge: ") + what + " shard " + std::to_string(i) + " in " + dir + " audits another checkpoint");
       }
       for (auto& e : rec.at("part")) {
         const size_t k = e.at("index").get<size_t>();
         if (k >= total || seen[k] || k % texts.size() != i)
-          throw Error("merge: audit shard " + std::to_string(i) + " holds tensor " + std::to_string(k) + ", not one of its own");
+          throw Error(std::string("merge: ") + what + " shard " + std::to_string(i) + " holds tensor " + std::to_string(k) +
+                      ", not one of its own");
         seen[k] = true;
         tensors[k] = e;
       }
     } catch (const nlohmann::json::exception& e) {
-      throw Error("merge: audit shard " + std::to_string(i) + " in " + dir + " is not a shard record: " + e.what());
+      throw Error(std::string("merge: ") + what + " shard " + std::to_string(i) + " in " + dir + " is not a shard record: " + e.what());
     }
+  }
+  if (convert) {  // only the FROM tensors have entries
+    std::vector<nlohmann::ordered_json> kept;
+    for (size_t k = 0; k < total; ++k)
+      if (seen[k]) kept.push_back(tensors[k]);
+    WriteFileAtomic(out, ConvertReport(head, kept, quiet).dump(2) + "\n");
+    if (!quiet) std::printf("merged %zu audit --convert shards (%zu tensors) into %s\n", texts.size(), kept.size(), out.c_str());
+    return;
   }
   for (size_t k = 0; k < total; ++k)
     if (!seen[k]) throw Error("merge: tensor " + std::to_string(k) + " is in no audit shard of " + dir);
@@ -257,17 +271,20 @@ void MergeAudit(const std::vector<std::string>& texts, const std::string& dir, c
 void RunMerge(const std::string& dir, const std::string& out, bool quiet) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) throw Error("merge: " + dir + " is not a directory");
-  uint64_t n_prove = 0, n_golden = 0, n_audit = 0, n_quantize = 0, n_dequantize = 0, n_verify = 0;
+  uint64_t n_prove = 0, n_golden = 0, n_audit = 0, n_convert = 0, n_quantize = 0, n_dequantize = 0, n_verify = 0;
   const std::vector<std::string> prove = ReadShards(dir, "prove", n_prove);
   const std::vector<std::string> gold = ReadShards(dir, "golden", n_golden);
   const std::vector<std::string> audit = ReadShards(dir, "audit", n_audit);
+  const std::vector<std::string> convert = ReadShards(dir, "audit-convert", n_convert);
   const std::vector<std::string> quantize = ReadShards(dir, "quantize", n_quantize);
   const std::vector<std::string> dequantize = ReadShards(dir, "dequantize", n_dequantize);
   const std::vector<std::string> verify = ReadShards(dir, "verify", n_verify);
-  if ((n_prove != 0) + (n_golden != 0) + (n_audit != 0) + (n_quantize != 0) + (n_dequantize != 0) + (n_verify != 0) > 1)
+  if ((n_prove != 0) + (n_golden != 0) + (n_audit != 0) + (n_convert != 0) + (n_quantize != 0) + (n_dequantize != 0) +
+          (n_verify != 0) > 1)
     throw Error("merge: " + dir + " holds the shards of more than one command; keep one job per directory");
   if (n_golden) return MergeGolden(gold, dir, out, quiet);
-  if (n_audit) return MergeAudit(audit, dir, out, quiet);
+  if (n_audit) return MergeAudit(audit, dir, out, quiet, false);
+  if (n_convert) return MergeAudit(convert, dir, out, quiet, true);
   if (n_quantize) return MergeQuantize("quantize", quantize, dir, out, quiet);
   if (n_dequantize) return MergeQuantize("dequantize", dequantize, dir, out, quiet);
   if (n_verify) {
@@ -275,7 +292,8 @@ void RunMerge(const std::string& dir, const std::string& out, bool quiet) {
     return MergeGoldenVerify(verify, dir, quiet);
   }
   if (!n_prove)
-    throw Error("merge: no shard files (prove-, golden-, audit-, quantize-, dequantize- or verify-shard-I-of-N.json) in " + dir);
+    throw Error("merge: no shard files (prove-, golden-, audit-, audit-convert-, quantize-, dequantize- or verify-shard-I-of-N.json) in " +
+                dir);
   std::vector<ProveResult> parts;
   for (size_t i = 0; i < prove.size(); ++i) {
     try {
@@ -314,7 +332,7 @@ void AddProveCommand(CLI::App& app) {
   std::string* out = &merge_out;
   bool* quiet = &merge_quiet;
   CLI::App* merge = app.add_subcommand(
-      "merge", "Join a job array's shards (prove, golden gen and verify, audit, quantize or dequantize --shard) into the one-process result");
+      "merge", "Join a job array's shards (prove, golden gen and verify, audit [--convert], quantize or dequantize --shard) into the one-process result");
   merge->add_option("dir", *dir, "The --shard-dir of the shards")->required();
   merge->add_option("--out", *out, "prove: the merged result (default DIR/prove.json); golden: the golden directory, "
                                    "which receives manifest.json; audit: the report (audit --json); (de)quantize: the "

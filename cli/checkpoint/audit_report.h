@@ -1,4 +1,4 @@
-// audit_report.h: the report `audit --json` writes, assembled from its tensors' entries (index, table line,
+// audit_report.h: the reports `audit --json` and `audit --convert --json` write, assembled from its tensors' entries (index, table line,
 // JSON record) in tensor order: by audit itself on one process or MPI ranks, and by `merge` from shards.
 #pragma once
 
@@ -11,5 +11,10 @@ namespace qmx::cli {
 // table "line" is printed unless quiet.
 nlohmann::ordered_json AuditReport(nlohmann::ordered_json head, const std::vector<nlohmann::ordered_json>& entries,
                                    bool quiet);
+// audit --convert's report: head ("checkpoint", "convert", "generator") with "tensors" (each FROM tensor's
+// entry in order, its line printed unless quiet) and "exact" (every value kept); qmx::Error when no tensor
+// is a FROM tensor.
+nlohmann::ordered_json ConvertReport(nlohmann::ordered_json head, const std::vector<nlohmann::ordered_json>& entries,
+                                     bool quiet);
 
 }  // namespace qmx::cli

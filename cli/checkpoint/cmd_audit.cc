@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -83,78 +84,84 @@ ordered_json ToJson(const AuditResult& a, size_t scale_bytes) {
   return j;
 }
 
-// --convert FROM->TO: each matching tensor's decoded values under TO, exact or not, per element and block;
-// --converted writes them (the qmx layout `quantize` writes) when every one is exact.
-void RunConvert(const AuditArgs& a, const SafetensorsReader& r, const std::vector<CheckpointTensorInfo>& found) {
-  const size_t arrow = a.convert.find("->");
-  if (arrow == std::string::npos || arrow == 0 || arrow + 2 >= a.convert.size())
-    throw Error("--convert '" + a.convert + "': expected FROM->TO, e.g. e4m3->e4m3fnuz, mxfp4->mxfp8, mxfp4->nvfp4");
-  const std::string from = a.convert.substr(0, arrow), to = a.convert.substr(arrow + 2);
+// --convert FROM->TO split at the arrow (qmx::Error for anything else).
+std::pair<std::string, std::string> ConvertPair(const std::string& convert) {
+  const size_t arrow = convert.find("->");
+  if (arrow == std::string::npos || arrow == 0 || arrow + 2 >= convert.size())
+    throw Error("--convert '" + convert + "': expected FROM->TO, e.g. e4m3->e4m3fnuz, mxfp4->mxfp8, mxfp4->nvfp4");
+  return {convert.substr(0, arrow), convert.substr(arrow + 2)};
+}
+
+// The --convert report's head: what its JSON holds besides the tensors.
+ordered_json ConvertHead(const AuditArgs& a) {
+  const auto [from, to] = ConvertPair(a.convert);
   ordered_json out;
   out["checkpoint"] = a.in;
   out["convert"] = {{"from", from}, {"to", to}, {"factor", a.factor}};
   out["generator"] = "qmx-sim " QMX_VERSION;
-  ordered_json tensors = ordered_json::array();
+  return out;
+}
+
+// One tensor under --convert: nothing when it is not a FROM tensor, else its entry (index, table line, JSON
+// record) and, when `keep` is given, the conversion itself.
+std::optional<ordered_json> ConvertOne(const AuditArgs& a, const SafetensorsReader& r, const CheckpointTensorInfo& info,
+                                       size_t index, ConvertAudit* keep) {
+  const auto [from, to] = ConvertPair(a.convert);
+  const CheckpointTensor t = LoadCheckpointTensor(r, info);
+  if (!ConvertMatches(t, from)) return std::nullopt;
+  const QuantSpec target = ConvertTarget(t, to);
+  ConvertAudit c = ConvertCheckpointTensor(t, target, a.factor);
+  ordered_json tj;
+  tj["name"] = info.name;
+  tj["layout"] = CheckpointLayoutName(info.layout);
+  tj["from"] = DescribeSpec(t.q.spec);
+  tj["to"] = DescribeSpec(target);
+  tj["elements"] = c.elements;
+  tj["inexact_elements"] = c.inexact;
+  tj["blocks"] = c.blocks;
+  tj["inexact_blocks"] = c.inexact_blocks;
+  tj["exact"] = c.Exact();
+  ordered_json diffs = ordered_json::array();
+  for (const ConvertDiff& d : c.first) diffs.push_back({{"index", d.index}, {"from", d.from}, {"to", d.to}});
+  tj["first_inexact"] = diffs;
+  char line[1024];
+  std::snprintf(line, sizeof line, "%-44s %-18s %-30s %12llu %12s  %s\n", info.name.c_str(), from.c_str(), target.name.c_str(),
+                static_cast<unsigned long long>(c.inexact),
+                (std::to_string(c.inexact_blocks) + "/" + std::to_string(c.blocks)).c_str(), c.Exact() ? "yes" : "no");
+  if (keep != nullptr) *keep = std::move(c);
+  return ordered_json{{"index", index}, {"line", line}, {"tensor", tj}};
+}
+
+// --converted: the converted tensors in the qmx layout `quantize` writes, one file, when every one is exact.
+void WriteConverted(const AuditArgs& a, const std::vector<std::pair<std::string, ConvertAudit>>& done) {
   std::vector<SafetensorsEntry> entries;
   std::map<std::string, std::string> meta;
   std::string spec_json, inexact_names;
-  size_t matched = 0;
-  if (!a.quiet)
-    std::printf("%-44s %-18s %-30s %12s %12s  %s\n", "tensor", "from", "to", "inexact", "blocks", "exact");
-  for (const CheckpointTensorInfo& info : found) {
-    const CheckpointTensor t = LoadCheckpointTensor(r, info);
-    if (!ConvertMatches(t, from)) continue;
-    ++matched;
-    const QuantSpec target = ConvertTarget(t, to);
-    const ConvertAudit c = ConvertCheckpointTensor(t, target, a.factor);
-    ordered_json tj;
-    tj["name"] = info.name;
-    tj["layout"] = CheckpointLayoutName(info.layout);
-    tj["from"] = DescribeSpec(t.q.spec);
-    tj["to"] = DescribeSpec(target);
-    tj["elements"] = c.elements;
-    tj["inexact_elements"] = c.inexact;
-    tj["blocks"] = c.blocks;
-    tj["inexact_blocks"] = c.inexact_blocks;
-    tj["exact"] = c.Exact();
-    ordered_json diffs = ordered_json::array();
-    for (const ConvertDiff& d : c.first) diffs.push_back({{"index", d.index}, {"from", d.from}, {"to", d.to}});
-    tj["first_inexact"] = diffs;
-    tensors.push_back(tj);
-    if (!a.quiet)
-      std::printf("%-44s %-18s %-30s %12llu %12s  %s\n", info.name.c_str(), from.c_str(), target.name.c_str(),
-                  static_cast<unsigned long long>(c.inexact),
-                  (std::to_string(c.inexact_blocks) + "/" + std::to_string(c.blocks)).c_str(), c.Exact() ? "yes" : "no");
-    if (!c.Exact()) inexact_names += (inexact_names.empty() ? "" : ", ") + info.name;
+  for (const auto& [name, c] : done) {
+    if (!c.Exact()) inexact_names += (inexact_names.empty() ? "" : ", ") + name;
     const QuantizedTensor& q = c.converted;
     const std::string js = QuantSpecToJson(q.spec);
     if (!spec_json.empty() && js != spec_json)
-      throw Error("--convert: the converted tensors have different specs; convert them one --tensor at a time");
+      throw Error("--converted: the converted tensors have different specs; convert them one --tensor at a time");
     spec_json = js;
-    entries.push_back({info.name + ".codes", U8Array({q.rows, q.cols}, std::vector<uint8_t>(q.codes.begin(), q.codes.end())), ""});
+    entries.push_back({name + ".codes", U8Array({q.rows, q.cols}, std::vector<uint8_t>(q.codes.begin(), q.codes.end())), ""});
     if (ScaleFormatOf(q.spec.rule) == ScaleFormat::kFp32) {
       std::vector<float> sc(q.scale_rows * q.scale_cols);
       if (!sc.empty()) std::memcpy(sc.data(), q.scales.data(), sc.size() * 4);
-      entries.push_back({info.name + ".scales", F32Array({q.scale_rows, q.scale_cols}, sc), ""});
+      entries.push_back({name + ".scales", F32Array({q.scale_rows, q.scale_cols}, sc), ""});
     } else {
-      entries.push_back({info.name + ".scales", U8Array({q.scale_rows, q.scale_cols}, q.scales), ""});
+      entries.push_back({name + ".scales", U8Array({q.scale_rows, q.scale_cols}, q.scales), ""});
     }
-    meta["qmx.tensor_amax." + info.name] = nlohmann::json(q.tensor_amax).dump();
-    meta["qmx.packed." + info.name] = "0";
+    meta["qmx.tensor_amax." + name] = nlohmann::json(q.tensor_amax).dump();
+    meta["qmx.packed." + name] = "0";
   }
-  if (matched == 0) throw Error("--convert: no quantized tensor of '" + a.in + "' is " + from);
-  out["tensors"] = tensors;
-  out["exact"] = inexact_names.empty();
-  if (!a.json.empty()) WriteFileAtomic(a.json, out.dump(2) + "\n");
-  if (!a.converted.empty()) {
-    if (!inexact_names.empty())
-      throw Error("--converted: not written, the conversion changes values of " + inexact_names +
-                  " (the table and --json say where)");
-    meta["qmx.spec"] = spec_json;
-    meta["qmx.generator"] = "qmx-sim " QMX_VERSION;
-    WriteSafetensorsTyped(a.converted, entries, meta);
-    if (!a.quiet) std::printf("wrote %s: %zu tensors, every value kept\n", a.converted.c_str(), matched);
-  }
+  if (!inexact_names.empty())
+    throw Error("--converted: not written, the conversion changes values of " + inexact_names +
+                " (the table and --json say where)");
+  meta["qmx.spec"] = spec_json;
+  meta["qmx.generator"] = "qmx-sim " QMX_VERSION;
+  WriteSafetensorsTyped(a.converted, entries, meta);
+  if (!a.quiet) std::printf("wrote %s: %zu tensors, every value kept\n", a.converted.c_str(), done.size());
 }
 
 // One tensor's audit: its JSON record and its table line.
@@ -213,7 +220,9 @@ void RunAudit(const AuditArgs& a) {
   const WorkPart wp = ResolveWorkPart("audit", a.shard, a.shard_dir, "tensors");
   const Shard& shard = wp.shard;
   const Ranks& ranks = CurrentRanks();
-  if (!a.convert.empty() && (shard.given || ranks.size > 1)) throw Error("audit --convert runs as one process");
+  if (!a.converted.empty() && (shard.given || ranks.size > 1))
+    throw Error("audit --converted writes one file from one process; split the report alone (--json) over ranks or shards");
+  if (!a.convert.empty()) ConvertPair(a.convert);  // a malformed FROM->TO fails before any reading
   if (shard.given && !a.json.empty()) throw Error("audit: a shard writes its part into --shard-dir; qmx-sim merge writes --json");
   const SafetensorsReader r(a.in);
   std::unique_ptr<SafetensorsReader> src;
@@ -233,22 +242,32 @@ void RunAudit(const AuditArgs& a) {
     found = keep;
   }
   if (found.empty()) throw Error("'" + a.in + "' holds no quantized tensor in a known layout (cli/README.md: dequantize)");
-  if (!a.convert.empty()) return RunConvert(a, r, found);
-
-  // Tensor k goes to part k mod N (one tensor in memory at a time per process).
+  // Tensor k goes to part k mod N (one tensor in memory at a time per process); --convert's parts hold only
+  // the FROM tensors, and --converted (one process) keeps their conversions.
   const uint64_t parts = wp.count, me = wp.index;
+  const bool convert = !a.convert.empty();
+  std::vector<std::pair<std::string, ConvertAudit>> converted;
   const auto work = [&] {
     ordered_json part = ordered_json::array();
     for (size_t k = me; k < found.size(); k += parts) {
+      if (convert) {
+        ConvertAudit c;
+        std::optional<ordered_json> e = ConvertOne(a, r, found[k], k, a.converted.empty() ? nullptr : &c);
+        if (!e) continue;
+        part.push_back(std::move(*e));
+        if (!a.converted.empty()) converted.emplace_back(found[k].name, std::move(c));
+        continue;
+      }
       auto [json, line] = AuditOne(a, r, src.get(), found[k]);
       part.push_back({{"index", k}, {"line", line}, {"tensor", json}});
     }
     return part.dump() + "\n";
   };
+  const std::string kind = convert ? "audit-convert" : "audit";
   if (shard.given) {
     std::filesystem::create_directories(a.shard_dir);
-    const std::string file = (std::filesystem::path(a.shard_dir) / ShardFileName("audit", shard)).string();
-    ordered_json rec = ReportHead(a);
+    const std::string file = (std::filesystem::path(a.shard_dir) / ShardFileName(kind, shard)).string();
+    ordered_json rec = convert ? ConvertHead(a) : ReportHead(a);
     rec["tensors_total"] = found.size();
     // A finished shard of this audit (its checksum, head and count match) is not redone.
     if (std::optional<ordered_json> old = ShardRecordJson(file); old && old->is_object()) {
@@ -266,9 +285,18 @@ void RunAudit(const AuditArgs& a) {
   }
   const std::vector<std::string> all = RunOnRanks(work);
   if (ranks.rank != 0) return;
-  std::vector<ordered_json> merged(found.size());
+  std::vector<std::optional<ordered_json>> by_index(found.size());
   for (const std::string& p : all)
-    for (auto& e : ordered_json::parse(p)) merged.at(e["index"].get<size_t>()) = e;
+    for (auto& e : ordered_json::parse(p)) by_index.at(e["index"].get<size_t>()) = e;
+  std::vector<ordered_json> merged;
+  for (auto& e : by_index)
+    if (e) merged.push_back(std::move(*e));
+  if (convert) {
+    const ordered_json out = ConvertReport(ConvertHead(a), merged, a.quiet);
+    if (!a.json.empty()) WriteFileAtomic(a.json, out.dump(2) + "\n");
+    if (!a.converted.empty()) WriteConverted(a, converted);
+    return;
+  }
   if (!a.quiet) PrintTableHead();
   const ordered_json out = AuditReport(ReportHead(a), merged, a.quiet);
   if (!a.json.empty()) WriteFileAtomic(a.json, out.dump(2) + "\n");
@@ -283,6 +311,22 @@ ordered_json AuditReport(ordered_json head, const std::vector<ordered_json>& ent
     tensors.push_back(e["tensor"]);
   }
   head["tensors"] = tensors;
+  return head;
+}
+
+ordered_json ConvertReport(ordered_json head, const std::vector<ordered_json>& entries, bool quiet) {
+  const std::string from = head.at("convert").at("from").get<std::string>();
+  if (entries.empty()) throw Error("--convert: no quantized tensor of '" + head.at("checkpoint").get<std::string>() + "' is " + from);
+  if (!quiet) std::printf("%-44s %-18s %-30s %12s %12s  %s\n", "tensor", "from", "to", "inexact", "blocks", "exact");
+  ordered_json tensors = ordered_json::array();
+  bool exact = true;
+  for (const ordered_json& e : entries) {
+    if (!quiet) std::fputs(e["line"].get<std::string>().c_str(), stdout);
+    tensors.push_back(e["tensor"]);
+    exact = exact && e["tensor"]["exact"].get<bool>();
+  }
+  head["tensors"] = tensors;
+  head["exact"] = exact;
   return head;
 }
 
@@ -304,7 +348,8 @@ void AddAuditCommand(CLI::App& app) {
                   "(e4m3->e4m3fnuz: 2)");
   cmd->add_option("--converted", a->converted, "With --convert: write the converted tensors here when all are exact");
   cmd->add_option("--shard", a->shard, "I/N: audit only tensors k with k mod N = I (job arrays), into --shard-dir");
-  cmd->add_option("--shard-dir", a->shard_dir, "Where --shard writes audit-shard-I-of-N.json (qmx-sim merge joins them)");
+  cmd->add_option("--shard-dir", a->shard_dir,
+                  "Where --shard writes audit-shard-I-of-N.json (audit-convert-... with --convert; qmx-sim merge joins them)");
   cmd->add_option("--threads", a->threads, "OpenMP threads (default: all)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--quiet", a->quiet, "No table on stdout");
   cmd->callback([a] { RunAudit(*a); });

@@ -84,6 +84,10 @@ json.dump({"metadata": {}, "weight_map": wm}, open(os.path.join(d, "model.safete
 PY
 "$q" audit "$ck/model.safetensors.index.json" --json "$work/audit-whole.json" --quiet
 [ "$(grep -c '"layout": "qmx"' "$work/audit-whole.json")" = 5 ] || fail "the sharded checkpoint's 5 tensors were not all audited"
+# audit --convert of the same checkpoint (MXFP8 into E5M2 elements under the same scales): the report.
+cjob=(audit "$ck/model.safetensors.index.json" --convert 'mxfp8->e5m2' --quiet)
+"$q" "${cjob[@]}" --json "$work/conv-whole.json"
+[ "$(grep -c '"inexact_elements"' "$work/conv-whole.json")" = 5 ] || fail "audit --convert did not report the 5 tensors"
 
 if [ "$mode" = "mpi" ]; then
   # Open MPI refuses root without this, and the CI machine has 2 cores for 4 ranks. Containers often forbid
@@ -100,6 +104,9 @@ if [ "$mode" = "mpi" ]; then
     "$mpiexec" "${flags[@]}" -np $np "$q" audit "$ck/model.safetensors.index.json" --json "$work/audit-mpi$np.json" --quiet \
       > "$work/ampi$np.log" 2>&1 || { cat "$work/ampi$np.log"; fail "audit under mpirun -np $np failed"; }
     cmp "$work/audit-whole.json" "$work/audit-mpi$np.json" || fail "audit on $np ranks differs from one process"
+    "$mpiexec" "${flags[@]}" -np $np "$q" "${cjob[@]}" --json "$work/conv-mpi$np.json" > "$work/cmpi$np.log" 2>&1 \
+      || { cat "$work/cmpi$np.log"; fail "audit --convert under mpirun -np $np failed"; }
+    cmp "$work/conv-whole.json" "$work/conv-mpi$np.json" || fail "audit --convert on $np ranks differs from one process"
   done
   for np in 2 3; do
     "$mpiexec" "${flags[@]}" -np $np "$q" "${gjob[@]}" --out "$work/golden-mpi$np" > "$work/gmpi$np.log" 2>&1 \
@@ -126,7 +133,7 @@ if [ "$mode" = "mpi" ]; then
     fail "a job past 2^32 inputs passed under mpirun"
   fi
   grep -q "passes 2^32" "$work/bad.log" || { cat "$work/bad.log"; fail "no reason for the failed job"; }
-  echo "scaleout: prove on 1-4 MPI ranks, audit on 2-4, golden gen and verify on 2 and 3, quantize and dequantize on 2 and 4 equal the one-process results"
+  echo "scaleout: prove on 1-4 MPI ranks, audit and audit --convert on 2-4, golden gen and verify on 2 and 3, quantize and dequantize on 2 and 4 equal the one-process results"
   exit 0
 fi
 
@@ -172,6 +179,17 @@ for i in 0 1; do "$q" audit "$ck/model.safetensors.index.json" --shard $i/2 --sh
 cmp "$work/audit-whole.json" "$work/audit-merged.json" || fail "merged audit shards differ from one process"
 out=$("$q" audit "$ck/model.safetensors.index.json" --shard 1/2 --shard-dir "$ad")
 grep -q "skipped" <<<"$out" || fail "a finished audit shard was redone: $out"
+# audit --convert in 3 shards, merged (one tensor's shard is resumed); --converted stays one process.
+cd_="$work/conv-shards"
+for i in 0 1 2; do "$q" "${cjob[@]}" --shard $i/3 --shard-dir "$cd_" > /dev/null; done
+out=$("$q" "${cjob[@]}" --shard 2/3 --shard-dir "$cd_")
+grep -q "skipped" <<<"$out" || fail "a finished audit --convert shard was redone: $out"
+"$q" merge "$cd_" --out "$work/conv-merged.json" --quiet
+cmp "$work/conv-whole.json" "$work/conv-merged.json" || fail "merged audit --convert shards differ from one process"
+if "$q" "${cjob[@]}" --converted "$work/c.safetensors" --shard 0/2 --shard-dir "$work/c2" 2> "$work/err.txt"; then
+  fail "audit --converted ran as a shard"
+fi
+grep -q "writes one file from one process" "$work/err.txt" || fail "$(cat "$work/err.txt")"
 # quantize of the 3-file checkpoint in 2 shards, merged: the one-process files, index and summary. A shard
 # whose output file was deleted is redone; the other is skipped.
 qd="$work/q-shards"
@@ -213,4 +231,4 @@ grep -q "input" "$work/err.txt" || fail "$(cat "$work/err.txt")"
 if "$q" quantize --spec nvfp4 --in "$fs/part1.safetensors" --out "$work/x.safetensors" --shard 0/2 --shard-dir "$work/x" \
   2> "$work/err.txt"; then fail "sharded a one-file quantize"; fi
 grep -q "is one file: run it as one process" "$work/err.txt" || fail "$(cat "$work/err.txt")"
-echo "scaleout: prove in 3 shards (a resumed, a damaged and a missing one), golden gen in 4, audit in 2, quantize in 2 (resumed), dequantize in 3 and golden verify in 3 and 4 merge to the one-process bytes"
+echo "scaleout: prove in 3 shards (a resumed, a damaged and a missing one), golden gen in 4, audit in 2, audit --convert in 3, quantize in 2 (resumed), dequantize in 3 and golden verify in 3 and 4 merge to the one-process bytes"

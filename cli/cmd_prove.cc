@@ -21,6 +21,7 @@
 #include "qmx/io.h"
 #include "qmx/prove.h"
 #include "qmx/sha256.h"
+#include "study/study_cli.h"
 
 namespace qmx::cli {
 namespace {
@@ -268,23 +269,70 @@ void MergeAudit(const std::vector<std::string>& texts, const std::string& dir, c
   if (!quiet) std::printf("merged %zu audit shards (%zu tensors) into %s\n", texts.size(), total, out.c_str());
 }
 
+// study shards: each a record of the study's head, the input count, its entries (index, entry), and shard 0's
+// extra (kurtosis's outlier sweep); the study's own code prints and writes the result.
+void MergeStudy(const std::vector<std::string>& texts, const std::string& dir, const std::string& out, bool quiet) {
+  if (!out.empty()) throw Error("merge: study shards write the --csv and --json their command names; there is no --out");
+  nlohmann::ordered_json head, extra;
+  size_t total = 0;
+  std::vector<nlohmann::ordered_json> entries;
+  std::vector<bool> seen;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    try {
+      nlohmann::ordered_json rec = nlohmann::ordered_json::parse(texts[i]);
+      nlohmann::ordered_json part = rec.at("part");
+      if (i == 0 && rec.contains("extra")) extra = rec.at("extra");
+      rec.erase("part");
+      rec.erase("extra");
+      if (i == 0) {
+        head = rec;
+        total = rec.at("inputs_total").get<size_t>();
+        entries.resize(total);
+        seen.assign(total, false);
+      } else if (rec != head) {
+        throw Error("merge: study shard " + std::to_string(i) + " in " + dir + " is of another study or command");
+      }
+      for (auto& e : part) {
+        const size_t k = e.at("index").get<size_t>();
+        if (k >= total || seen[k] || k % texts.size() != i)
+          throw Error("merge: study shard " + std::to_string(i) + " holds input " + std::to_string(k) + ", not one of its own");
+        seen[k] = true;
+        entries[k] = e.at("entry");
+      }
+    } catch (const nlohmann::json::exception& e) {
+      throw Error("merge: study shard " + std::to_string(i) + " in " + dir + " is not a shard record: " + e.what());
+    }
+  }
+  for (size_t k = 0; k < total; ++k)
+    if (!seen[k]) throw Error("merge: input " + std::to_string(k) + " is in no study shard of " + dir);
+  try {
+    study::FinishStudy(head, entries, extra);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("merge: the study shards in " + dir + " are not study records: " + e.what());
+  }
+  if (!quiet) std::printf("merged %zu study shards (%zu inputs)\n", texts.size(), total);
+}
+
 void RunMerge(const std::string& dir, const std::string& out, bool quiet) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) throw Error("merge: " + dir + " is not a directory");
-  uint64_t n_prove = 0, n_golden = 0, n_audit = 0, n_convert = 0, n_quantize = 0, n_dequantize = 0, n_verify = 0;
+  uint64_t n_prove = 0, n_golden = 0, n_audit = 0, n_convert = 0, n_quantize = 0, n_dequantize = 0, n_verify = 0,
+           n_study = 0;
   const std::vector<std::string> prove = ReadShards(dir, "prove", n_prove);
   const std::vector<std::string> gold = ReadShards(dir, "golden", n_golden);
   const std::vector<std::string> audit = ReadShards(dir, "audit", n_audit);
   const std::vector<std::string> convert = ReadShards(dir, "audit-convert", n_convert);
+  const std::vector<std::string> studies = ReadShards(dir, "study", n_study);
   const std::vector<std::string> quantize = ReadShards(dir, "quantize", n_quantize);
   const std::vector<std::string> dequantize = ReadShards(dir, "dequantize", n_dequantize);
   const std::vector<std::string> verify = ReadShards(dir, "verify", n_verify);
   if ((n_prove != 0) + (n_golden != 0) + (n_audit != 0) + (n_convert != 0) + (n_quantize != 0) + (n_dequantize != 0) +
-          (n_verify != 0) > 1)
+          (n_verify != 0) + (n_study != 0) > 1)
     throw Error("merge: " + dir + " holds the shards of more than one command; keep one job per directory");
   if (n_golden) return MergeGolden(gold, dir, out, quiet);
   if (n_audit) return MergeAudit(audit, dir, out, quiet, false);
   if (n_convert) return MergeAudit(convert, dir, out, quiet, true);
+  if (n_study) return MergeStudy(studies, dir, out, quiet);
   if (n_quantize) return MergeQuantize("quantize", quantize, dir, out, quiet);
   if (n_dequantize) return MergeQuantize("dequantize", dequantize, dir, out, quiet);
   if (n_verify) {
@@ -292,8 +340,8 @@ void RunMerge(const std::string& dir, const std::string& out, bool quiet) {
     return MergeGoldenVerify(verify, dir, quiet);
   }
   if (!n_prove)
-    throw Error("merge: no shard files (prove-, golden-, audit-, audit-convert-, quantize-, dequantize- or verify-shard-I-of-N.json) in " +
-                dir);
+    throw Error("merge: no shard files (prove-, golden-, audit-, audit-convert-, quantize-, dequantize-, verify- or "
+                "study-shard-I-of-N.json) in " + dir);
   std::vector<ProveResult> parts;
   for (size_t i = 0; i < prove.size(); ++i) {
     try {
@@ -332,7 +380,8 @@ void AddProveCommand(CLI::App& app) {
   std::string* out = &merge_out;
   bool* quiet = &merge_quiet;
   CLI::App* merge = app.add_subcommand(
-      "merge", "Join a job array's shards (prove, golden gen and verify, audit [--convert], quantize or dequantize --shard) into the one-process result");
+      "merge", "Join a job array's shards (prove, golden gen and verify, audit [--convert], quantize or dequantize, study "
+               "error|misalignment|hadamard|kurtosis --shard) into the one-process result");
   merge->add_option("dir", *dir, "The --shard-dir of the shards")->required();
   merge->add_option("--out", *out, "prove: the merged result (default DIR/prove.json); golden: the golden directory, "
                                    "which receives manifest.json; audit: the report (audit --json); (de)quantize: the "

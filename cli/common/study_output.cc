@@ -105,27 +105,55 @@ std::string ToCsv(const std::vector<ordered_json>& records) {
   return out;
 }
 
-ordered_json StudyJson(const std::string& study, uint64_t seed, const std::vector<ordered_json>& records) {
+ordered_json StudyJson(const std::string& study, uint64_t seed, const std::vector<ordered_json>& records,
+                       const std::string& command) {
   ordered_json j;
   j["tool"] = "qmx-sim";
   j["version"] = QMX_VERSION;
   j["study"] = study;
-  j["command"] = CommandLine();
+  j["command"] = command;
   j["seed"] = seed;
   j["records"] = records;
   return j;
 }
 
-void SetCommandLine(int argc, char** argv) {
-  g_command_line.clear();
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    if (i == 0) a = "qmx-sim";
+namespace {
+std::vector<std::string> g_args;  // argv, argv[0] as "qmx-sim"
+
+std::string JoinArgs(const std::vector<std::string>& args) {
+  std::string out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i];
     if (a.find_first_of(" \t'\"") != std::string::npos) a = "'" + a + "'";
-    g_command_line += (i ? " " : "") + a;
+    out += (i ? " " : "") + a;
   }
+  return out;
+}
+}  // namespace
+
+void SetCommandLine(int argc, char** argv) {
+  g_args.clear();
+  for (int i = 0; i < argc; ++i) g_args.push_back(i == 0 ? "qmx-sim" : argv[i]);
+  g_command_line = JoinArgs(g_args);
 }
 std::string CommandLine() { return g_command_line; }
+
+std::string CommandLineWithout(const std::vector<std::string>& options) {
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < g_args.size(); ++i) {
+    bool drop = false;
+    for (const std::string& o : options) {
+      if (g_args[i] == o) {
+        drop = true;
+        ++i;  // and its value
+        break;
+      }
+      if (g_args[i].rfind(o + "=", 0) == 0) drop = true;
+    }
+    if (!drop) kept.push_back(g_args[i]);
+  }
+  return JoinArgs(kept);
+}
 
 std::string BarChartSvg(const std::string& title, const std::string& axis_label,
                         const std::vector<std::string>& categories, const std::vector<std::string>& series,

@@ -22,11 +22,15 @@ void PrintTable(const std::vector<TableColumn>& cols, const std::vector<ordered_
 // CSV with the keys of the first record as its header; numbers in shortest round-trip form.
 std::string ToCsv(const std::vector<ordered_json>& records);
 // {"tool", "version", "command", "seed", <extra>, "records": [...]}.
-ordered_json StudyJson(const std::string& study, uint64_t seed, const std::vector<ordered_json>& records);
-
 // The process's command line, for the JSON sidecars (main.cc records it).
 void SetCommandLine(int argc, char** argv);
 std::string CommandLine();
+// The same without the given options and their values ("--shard 1/4" and "--shard=1/4" alike).
+std::string CommandLineWithout(const std::vector<std::string>& options);
+
+// command: the JSON's "command", CommandLine() unless given.
+ordered_json StudyJson(const std::string& study, uint64_t seed, const std::vector<ordered_json>& records,
+                       const std::string& command = CommandLine());
 
 // A grouped horizontal bar chart: one group per category, one bar per series, a value per (category,
 // series) (NaN: no bar). Returns the SVG text.

@@ -16,13 +16,43 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+namespace {
+
+// What a .safetensors file offers as inputs: its quantized tensors (a layout of qmx/checkpoint.h) by logical
+// name, then every float or code tensor that is not part of one, in the file's order.
+struct InputListing {
+  std::vector<CheckpointTensorInfo> quantized;
+  std::vector<std::string> plain;
+};
+InputListing ListSafetensors(const SafetensorsReader& r) {
+  InputListing l;
+  l.quantized = ScanCheckpoint(r);
+  std::set<std::string> parts;
+  for (const auto& q : l.quantized) parts.insert(q.parts.begin(), q.parts.end());
+  for (const auto& t : r.index().tensors)
+    if (parts.count(t.name) == 0 &&
+        (t.codes || t.qmx_dtype == DType::kF32 || t.qmx_dtype == DType::kBF16 || t.qmx_dtype == DType::kF16) && t.supported)
+      l.plain.push_back(t.name);
+  return l;
+}
+
+}  // namespace
+
+std::vector<std::string> SafetensorsInputNames(const std::string& path) {
+  const SafetensorsReader r(path);
+  const InputListing l = ListSafetensors(r);
+  std::vector<std::string> names;
+  for (const auto& q : l.quantized) names.push_back(q.name);
+  names.insert(names.end(), l.plain.begin(), l.plain.end());
+  if (names.empty()) throw Error("'" + path + "' holds no F32, BF16, F16, FP8/FP6/FP4 or quantized tensor");
+  return names;
+}
+
 std::vector<std::pair<std::string, NpyArray>> ReadSafetensorsInputs(const std::string& path,
                                                                     const std::vector<std::string>& names,
                                                                     bool allow_none) {
   SafetensorsReader r(path);
-  const std::vector<CheckpointTensorInfo> quantized = ScanCheckpoint(r);
-  std::set<std::string> parts;
-  for (const auto& q : quantized) parts.insert(q.parts.begin(), q.parts.end());
+  const InputListing l = ListSafetensors(r);
   auto decoded = [&](const CheckpointTensorInfo& info) {
     const CheckpointTensor t = LoadCheckpointTensor(r, info);
     const std::vector<float> v = DecodeCheckpointTensor(t);
@@ -36,17 +66,14 @@ std::vector<std::pair<std::string, NpyArray>> ReadSafetensorsInputs(const std::s
   std::vector<std::pair<std::string, NpyArray>> out;
   if (names.empty()) {
     // Every quantized tensor decoded, then every float or code tensor that is not part of one.
-    for (const auto& q : quantized) out.emplace_back(q.name, decoded(q));
-    for (const auto& t : r.index().tensors)
-      if (parts.count(t.name) == 0 &&
-          (t.codes || t.qmx_dtype == DType::kF32 || t.qmx_dtype == DType::kBF16 || t.qmx_dtype == DType::kF16) && t.supported)
-        out.emplace_back(t.name, r.ReadValues(t.name));
+    for (const auto& q : l.quantized) out.emplace_back(q.name, decoded(q));
+    for (const auto& n : l.plain) out.emplace_back(n, r.ReadValues(n));
     if (out.empty() && !allow_none) throw Error("'" + path + "' holds no F32, BF16, F16, FP8/FP6/FP4 or quantized tensor");
     return out;
   }
   for (const auto& n : names) {
     // A quantized tensor's logical name comes first: ModelOpt's P.weight is also the name of its packed codes.
-    const CheckpointTensorInfo* q = FindCheckpointTensor(quantized, n);
+    const CheckpointTensorInfo* q = FindCheckpointTensor(l.quantized, n);
     if (q != nullptr) out.emplace_back(n, decoded(*q));
     else out.emplace_back(n, r.Get(n).codes ? r.ReadValues(n) : r.Read(n));
   }
@@ -72,22 +99,26 @@ Input FromArray(const std::string& name, const NpyArray& arr) {
   return in;
 }
 
-// "file.npy", "file.safetensors" (every float tensor) or "file.safetensors:NAME".
-std::vector<Input> LoadTensorFile(const std::string& spec, const std::string& option) {
-  std::vector<Input> out;
+TensorFileSpec ParseTensorFileSpec(const std::string& spec, const std::string& option) {
   const size_t st = spec.find(".safetensors");
   if (st != std::string::npos) {
-    const std::string path = spec.substr(0, st + 12);
-    std::string name = spec.size() > st + 12 && spec[st + 12] == ':' ? spec.substr(st + 13) : "";
     if (spec.size() > st + 12 && spec[st + 12] != ':')
       throw Error(option + " '" + spec + "': write a tensor of a .safetensors file as FILE.safetensors:NAME");
-    for (auto& [n, arr] : ReadSafetensorsInputs(path, name.empty() ? std::vector<std::string>{} : std::vector<std::string>{name}))
+    return {spec.substr(0, st + 12), spec.size() > st + 12 ? spec.substr(st + 13) : "", true};
+  }
+  if (EndsWith(spec, ".npy")) return {spec, "", false};
+  throw Error(option + " '" + spec + "' is not a .npy or .safetensors file");
+}
+
+std::vector<Input> LoadTensorFile(const std::string& spec, const std::string& option) {
+  const TensorFileSpec f = ParseTensorFileSpec(spec, option);
+  std::vector<Input> out;
+  if (f.safetensors) {
+    for (auto& [n, arr] : ReadSafetensorsInputs(f.path, f.name.empty() ? std::vector<std::string>{} : std::vector<std::string>{f.name}))
       out.push_back(FromArray(n, arr));
-  } else if (EndsWith(spec, ".npy")) {
-    const auto [n, arr] = ReadNpyInput(spec);
-    out.push_back(FromArray(n, arr));
   } else {
-    throw Error(option + " '" + spec + "' is not a .npy or .safetensors file");
+    const auto [n, arr] = ReadNpyInput(f.path);
+    out.push_back(FromArray(n, arr));
   }
   return out;
 }

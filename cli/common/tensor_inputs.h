@@ -21,6 +21,9 @@ bool EndsWith(const std::string& s, const std::string& suffix);
 std::vector<std::pair<std::string, NpyArray>> ReadSafetensorsInputs(const std::string& path,
                                                                     const std::vector<std::string>& names,
                                                                     bool allow_none = false);
+// The names ReadSafetensorsInputs(path, {}) reads, in its order, without reading any tensor (qmx::Error when
+// there is none).
+std::vector<std::string> SafetensorsInputNames(const std::string& path);
 // A .npy file as one tensor named after the file ("dir/act.npy" -> "act").
 std::pair<std::string, NpyArray> ReadNpyInput(const std::string& path);
 
@@ -34,6 +37,11 @@ struct Input {
 Input FromArray(const std::string& name, const NpyArray& arr);
 // "file.npy", "file.safetensors" (every float tensor) or "file.safetensors:NAME"; `option` names the
 // command-line option in error messages.
+struct TensorFileSpec {
+  std::string path, name;  // name: the one tensor of a .safetensors file, or "" for all
+  bool safetensors = false;
+};
+TensorFileSpec ParseTensorFileSpec(const std::string& spec, const std::string& option = "--in");
 std::vector<Input> LoadTensorFile(const std::string& spec, const std::string& option = "--in");
 
 // Arrays for the files the commands write: U8 bytes, and FP32 values, in the given shape.

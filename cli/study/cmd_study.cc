@@ -1,10 +1,13 @@
 // cmd_study.cc: `qmx-sim study error|misalignment|hadamard|kurtosis|ranges|quickstart`: quantization
 // studies over specs x scale rules x roundings x transforms x inputs (seeded distributions or tensors
-// from .npy / .safetensors), printed as tables and written as CSV / JSON (and SVG for quickstart).#include <memory>
+// from .npy / .safetensors), printed as tables and written as CSV / JSON (and SVG for quickstart). The sweeps
+// and kurtosis split their inputs over MPI ranks or --shard job arrays (cli/README.md).
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "common/ranks.h"
 #include "qmx/distributions.h"
 #include "qmx/error.h"
 #include "qmx/quantize.h"
@@ -26,6 +29,8 @@ void AddInputOptions(CLI::App* cmd, InputArgs& in) {
   cmd->add_option("--rows", in.rows, "Rows of each synthetic input")->capture_default_str();
   cmd->add_option("--cols", in.cols, "Columns of each synthetic input (the quantized dimension)")->capture_default_str();
   cmd->add_option("--seed", in.seed, "Seed of the synthetic inputs, SR bits and RHT signs")->capture_default_str();
+  cmd->add_option("--shard", in.shard, "I/N: study only inputs k with k mod N = I (job arrays), into --shard-dir");
+  cmd->add_option("--shard-dir", in.shard_dir, "Where --shard writes study-shard-I-of-N.json (qmx-sim merge joins them)");
 }
 
 void AddSweepOptions(CLI::App* cmd, SweepArgs& a) {
@@ -54,11 +59,19 @@ void RunSweepCommand(const std::string& study, const SweepArgs& a, const std::ve
   InterruptGuard guard;
   CheckOutputs({{"--csv", a.csv}, {"--json", a.json}}, a.in.files);
   const std::vector<Method> methods = PrepareSweep(a);
-  const std::vector<Input> inputs = LoadInputs(a.in);
-  const SweepRecords r = RunSweep(a, methods, inputs);
+  const std::vector<InputRef> refs = ListInputs(a.in);
+  ordered_json head = StudyHead(study, a.in, a.csv, a.json);
+  ordered_json columns = ordered_json::array();
+  for (const TableColumn& c : cols) columns.push_back({c.key, c.header, c.fmt});
+  head["columns"] = columns;
+  const Ranks& ranks = CurrentRanks();
+  const size_t parts = ranks.size > 1 ? static_cast<size_t>(ranks.size) : a.in.shard.empty() ? 1 : ParseShard(a.in.shard).count;
+  const size_t mine = (refs.size() + parts - 1) / parts;
+  Progress progress(methods.size() * mine * static_cast<size_t>(a.trials), a.quiet || ranks.rank != 0);
+  const std::optional<std::vector<ordered_json>> entries = RunInputParts(
+      study, a.in, refs, head, [&](const Input& in) { return SweepInput(methods, in, a.trials, progress); });
   ThrowIfInterrupted();
-  PrintTable(cols, r.records);
-  WriteOutputs(study, a.in.seed, a.csv, a.json, r);
+  if (entries) FinishSweep(head, *entries);
 }
 
 // Registers a sweep subcommand with its defaults and the shared options; default_dists are the inputs

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,54 +29,33 @@ std::string KurtosisTablePath(const std::string& csv) {
   return (EndsWith(csv, ".csv") ? csv.substr(0, csv.size() - 4) : csv) + "-kurtosis.csv";
 }
 
-void RunKurtosis(const KurtosisArgs& a) {
-  InterruptGuard guard;
-  CheckOutputs({{"--csv", a.csv}, {"--csv (its kurtosis table)", a.csv.empty() ? "" : KurtosisTablePath(a.csv)},
-                {"--json", a.json}},
-               a.in.files);
-  if (a.threads > 0) omp_set_num_threads(a.threads);
-  for (double t : a.taus)
-    if (!(t > 0)) throw Error("--tau values must be > 0");
-  for (double t : a.sweep)
-    if (!(t > 0) || !std::isfinite(t)) throw Error("--outlier-sweep values must be positive");
-  if (a.period < 2 || a.period > a.in.cols) throw Error("--period must be 2..cols");
-  const std::vector<Input> inputs = LoadInputs(a.in);
-  std::vector<ordered_json> recs;
-  for (const Input& in : inputs) {
-    ThrowIfInterrupted();
-    const KurtosisStats k = RowKurtosis(in.data.data(), in.rows, in.cols, a.taus);
-    ordered_json r;
-    r["table"] = "kurtosis";
-    r["input"] = in.name;
-    r["rows"] = in.rows;
-    r["cols"] = in.cols;
-    r["mean_kurtosis"] = k.mean_kurtosis;
-    r["max_kurtosis"] = k.max_kurtosis;
-    r["skipped_rows"] = k.skipped_rows;
-    for (size_t t = 0; t < a.taus.size(); ++t) {
-      char key[48];
-      std::snprintf(key, sizeof key, "outliers_tau%g", a.taus[t]);
-      r[key] = k.outliers[t];
-    }
-    recs.push_back(r);
-  }
-  std::vector<TableColumn> kc = {{"input", "input", "%s"}, {"rows", "rows", "%s"}, {"cols", "cols", "%s"},
-                                 {"mean_kurtosis", "mean kurt", "%.3f"}, {"max_kurtosis", "max kurt", "%.3f"}};
-  for (double t : a.taus) {
-    char key[48], head[48];
-    std::snprintf(key, sizeof key, "outliers_tau%g", t);
-    std::snprintf(head, sizeof head, ">=%gxRMS", t);
-    kc.push_back({key, head, "%s"});
-  }
-  std::printf("Per-row kurtosis mean(x^4)/mean(x^2)^2 (FOG) and tau-outliers |x| >= tau x RMS(row)\n");
-  PrintTable(kc, recs);
+namespace {
 
-  // Theorem 1: a Gaussian tensor with one outlier of tau x RMS every `period` elements; the MSE of the other
-  // elements, relative to the same tensor without outliers, per spec.
+ordered_json KurtosisRecord(const Input& in, const std::vector<double>& taus) {
+  const KurtosisStats k = RowKurtosis(in.data.data(), in.rows, in.cols, taus);
+  ordered_json r;
+  r["table"] = "kurtosis";
+  r["input"] = in.name;
+  r["rows"] = in.rows;
+  r["cols"] = in.cols;
+  r["mean_kurtosis"] = k.mean_kurtosis;
+  r["max_kurtosis"] = k.max_kurtosis;
+  r["skipped_rows"] = k.skipped_rows;
+  for (size_t t = 0; t < taus.size(); ++t) {
+    char key[48];
+    std::snprintf(key, sizeof key, "outliers_tau%g", taus[t]);
+    r[key] = k.outliers[t];
+  }
+  return r;
+}
+
+// Theorem 1: a Gaussian tensor with one outlier of tau x RMS every `period` elements; the MSE of the other
+// elements, relative to the same tensor without outliers, per spec.
+ordered_json OutlierSweepRecords(const KurtosisArgs& a) {
   const size_t rows = a.in.rows, cols = a.in.cols, n = rows * cols;
   std::vector<float> base(n);
   GenerateDist(ParseDist("normal"), a.in.seed, base.data(), n);
-  std::vector<ordered_json> sweep;
+  ordered_json sweep = ordered_json::array();
   Progress progress(a.specs.size() * (a.sweep.size() + 1), a.quiet);
   for (const auto& sname : a.specs) {
     const QuantSpec spec = QuantSpecByName(sname);
@@ -99,21 +79,74 @@ void RunKurtosis(const KurtosisArgs& a) {
       sweep.push_back(r);
     }
   }
+  return sweep;
+}
+
+// The kurtosis tables and files from the head (with taus, rows, cols, period), the inputs' records and the
+// outlier sweep's.
+void FinishKurtosis(const ordered_json& head, const std::vector<ordered_json>& recs, const ordered_json& sweep_json) {
+  std::vector<TableColumn> kc = {{"input", "input", "%s"}, {"rows", "rows", "%s"}, {"cols", "cols", "%s"},
+                                 {"mean_kurtosis", "mean kurt", "%.3f"}, {"max_kurtosis", "max kurt", "%.3f"}};
+  for (const auto& tj : head.at("taus")) {
+    const double t = tj.get<double>();
+    char key[48], label[48];
+    std::snprintf(key, sizeof key, "outliers_tau%g", t);
+    std::snprintf(label, sizeof label, ">=%gxRMS", t);
+    kc.push_back({key, label, "%s"});
+  }
+  std::printf("Per-row kurtosis mean(x^4)/mean(x^2)^2 (FOG) and tau-outliers |x| >= tau x RMS(row)\n");
+  PrintTable(kc, recs);
+  const std::vector<ordered_json> sweep(sweep_json.begin(), sweep_json.end());
   std::printf("\nOutlier sweep (FOG theorem 1): N(0,1) %zux%zu with x[i] = tau every %zu elements; error of the "
-              "other elements\n", rows, cols, a.period);
+              "other elements\n", head.at("rows").get<size_t>(), head.at("cols").get<size_t>(), head.at("period").get<size_t>());
   PrintTable({{"spec", "spec", "%s"}, {"block", "block", "%s"}, {"tau", "tau", "%g"}, {"mse_others", "MSE others", "%.3e"},
               {"mse_ratio", "x clean", "%.2f"}, {"sqnr_db_others", "SQNR dB", "%.2f"},
               {"zeroed_fraction", "zeroed", "%.4f"}},
              sweep);
   std::vector<ordered_json> all = recs;
   all.insert(all.end(), sweep.begin(), sweep.end());
+  const std::string csv = head.at("csv").get<std::string>(), json = head.at("json").get<std::string>();
   AtomicFileSet set;
-  if (!a.csv.empty()) {
-    set.Add(KurtosisTablePath(a.csv), ToCsv(recs));
-    set.Add(a.csv, ToCsv(sweep));
+  if (!csv.empty()) {
+    set.Add(KurtosisTablePath(csv), ToCsv(recs));
+    set.Add(csv, ToCsv(sweep));
   }
-  if (!a.json.empty()) set.Add(a.json, StudyJson("kurtosis", a.in.seed, all).dump(1) + "\n");
+  if (!json.empty())
+    set.Add(json, StudyJson("kurtosis", head.at("seed").get<uint64_t>(), all, head.at("command").get<std::string>()).dump(1) + "\n");
   set.Commit();
+}
+
+}  // namespace
+
+void RunKurtosis(const KurtosisArgs& a) {
+  InterruptGuard guard;
+  CheckOutputs({{"--csv", a.csv}, {"--csv (its kurtosis table)", a.csv.empty() ? "" : KurtosisTablePath(a.csv)},
+                {"--json", a.json}},
+               a.in.files);
+  if (a.threads > 0) omp_set_num_threads(a.threads);
+  for (double t : a.taus)
+    if (!(t > 0)) throw Error("--tau values must be > 0");
+  for (double t : a.sweep)
+    if (!(t > 0) || !std::isfinite(t)) throw Error("--outlier-sweep values must be positive");
+  if (a.period < 2 || a.period > a.in.cols) throw Error("--period must be 2..cols");
+  const std::vector<InputRef> refs = ListInputs(a.in);
+  ordered_json head = StudyHead("kurtosis", a.in, a.csv, a.json);
+  head["taus"] = a.taus;
+  head["rows"] = a.in.rows;
+  head["cols"] = a.in.cols;
+  head["period"] = a.period;
+  // The inputs' records split over the parts; the outlier sweep (synthetic, the same for every part) is
+  // computed once: by rank 0 after the gathering, or by shard 0 into its record.
+  const std::optional<std::vector<ordered_json>> recs = RunInputParts(
+      "kurtosis", a.in, refs, head, [&](const Input& in) { return KurtosisRecord(in, a.taus); },
+      [&] { return OutlierSweepRecords(a); });
+  if (!recs) return;
+  FinishKurtosis(head, *recs, OutlierSweepRecords(a));
+}
+
+void FinishStudy(const ordered_json& head, const std::vector<ordered_json>& entries, const ordered_json& extra) {
+  if (head.at("study").get<std::string>() == "kurtosis") return FinishKurtosis(head, entries, extra);
+  FinishSweep(head, entries);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -209,7 +242,7 @@ void RunQuickstart(const QuickstartArgs& q) {
              records);
   CreateOutputDir(q.out_dir);
   const std::string base = q.out_dir + "/quickstart";
-  WriteOutputs("quickstart", q.seed, base + ".csv", base + ".json", out);
+  WriteOutputs("quickstart", q.seed, base + ".csv", base + ".json", out, CommandLine());
   std::vector<std::string> cats, series;
   for (const Entry& e : entries) cats.push_back(e.label);
   for (const Input& in : inputs) series.push_back(in.name);

@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "qmx/format.h"
 #include "qmx/io.h"
 #include "qmx/metrics.h"
+#include "common/ranks.h"
 #include "qmx/study.h"
 #include "study/study_cli.h"
 
@@ -22,29 +25,119 @@ namespace qmx::cli::study {
 // ---------------------------------------------------------------------------------------------------
 // Inputs
 
-std::vector<Input> LoadInputs(const InputArgs& a) {
+namespace {
+void CheckShape(const InputArgs& a) {
   if (a.rows == 0 || a.cols == 0 || a.rows > (1u << 24) || a.cols > (1u << 24) || a.rows * a.cols > (size_t{1} << 30))
     throw Error("--rows and --cols must be positive with rows x cols at most 2^30");
+}
+}  // namespace
+
+std::vector<InputRef> ListInputs(const InputArgs& a) {
+  CheckShape(a);
+  std::vector<InputRef> out;
+  for (size_t i = 0; i < a.dists.size(); ++i) {
+    InputRef r;
+    r.name = DescribeDist(ParseDist(a.dists[i]));
+    r.dist = static_cast<int>(i);
+    out.push_back(r);
+  }
+  for (const auto& spec : a.files) {
+    const TensorFileSpec f = ParseTensorFileSpec(spec);
+    if (!f.safetensors || !f.name.empty()) {
+      out.push_back({"", -1, spec});
+      continue;
+    }
+    for (const std::string& n : SafetensorsInputNames(f.path)) out.push_back({n, -1, f.path + ":" + n});
+  }
+  if (out.empty()) throw Error("no input: give --dist and/or --in");
+  return out;
+}
+
+Input LoadInput(const InputArgs& a, const InputRef& r) {
+  if (r.dist < 0) {
+    std::vector<Input> one = LoadTensorFile(r.file);
+    return std::move(one.at(0));
+  }
+  Input in;
+  in.name = r.name;
+  in.rows = a.rows;
+  in.cols = a.cols;
+  in.data.resize(a.rows * a.cols);
+  // Each distribution draws from its own stream, so adding one does not change the others' data.
+  GenerateDist(ParseDist(a.dists[r.dist]), a.seed + 0x100000000ull * static_cast<uint64_t>(r.dist), in.data.data(),
+               in.data.size());
+  return in;
+}
+
+std::vector<Input> LoadInputs(const InputArgs& a) {
+  CheckShape(a);
   // Every generated input is held at once; one at a time is transformed, quantized and compared (about
   // five more FP32 copies).
   CheckMemoryCeiling(uint64_t{4} * a.rows * a.cols * (a.dists.size() + 5),
                      "--rows x --cols over " + std::to_string(a.dists.size()) + " distribution(s)");
   std::vector<Input> out;
-  for (size_t i = 0; i < a.dists.size(); ++i) {
-    const DistSpec d = ParseDist(a.dists[i]);
-    Input in;
-    in.name = DescribeDist(d);
-    in.rows = a.rows;
-    in.cols = a.cols;
-    in.data.resize(a.rows * a.cols);
-    // Each distribution draws from its own stream, so adding one does not change the others' data.
-    GenerateDist(d, a.seed + 0x100000000ull * i, in.data.data(), in.data.size());
-    out.push_back(std::move(in));
+  for (const InputRef& r : ListInputs(a)) {
+    if (r.dist >= 0) {
+      out.push_back(LoadInput(a, r));
+      continue;
+    }
+    for (Input& in : LoadTensorFile(r.file)) out.push_back(std::move(in));
   }
-  for (const auto& f : a.files)
-    for (Input& in : LoadTensorFile(f)) out.push_back(std::move(in));
-  if (out.empty()) throw Error("no input: give --dist and/or --in");
   return out;
+}
+
+std::optional<std::vector<ordered_json>> RunInputParts(const std::string& study, const InputArgs& a,
+                                                       const std::vector<InputRef>& refs, const ordered_json& head,
+                                                       const std::function<ordered_json(const Input&)>& per_input,
+                                                       const std::function<ordered_json()>& first_part_extra) {
+  const WorkPart wp = ResolveWorkPart("study " + study, a.shard, a.shard_dir, "inputs");
+  if (!wp.shard.given) {  // one input's data in memory at a time (about five more FP32 copies while it runs)
+    CheckMemoryCeiling(uint64_t{4} * a.rows * a.cols * 6, "--rows x --cols");
+  }
+  const auto work = [&] {
+    ordered_json part = ordered_json::array();
+    for (size_t k = wp.index; k < refs.size(); k += wp.count) {
+      ThrowIfInterrupted();
+      part.push_back({{"index", k}, {"entry", per_input(LoadInput(a, refs[k]))}});
+    }
+    return part.dump() + "\n";
+  };
+  if (wp.shard.given) {
+    std::filesystem::create_directories(a.shard_dir);
+    const std::string file = (std::filesystem::path(a.shard_dir) / ShardFileName("study", wp.shard)).string();
+    ordered_json rec = head;
+    rec["inputs_total"] = refs.size();
+    // A finished shard of this study (its checksum, head and count match) is not redone.
+    if (std::optional<ordered_json> old = ShardRecordJson(file); old && old->is_object()) {
+      old->erase("part");
+      old->erase("extra");
+      if (*old == rec) {
+        std::printf("%s%s is done (its checksum and study match): skipped\n", WorkerPrefix(wp.shard).c_str(), file.c_str());
+        return std::nullopt;
+      }
+    }
+    rec["part"] = ordered_json::parse(work());
+    if (wp.index == 0 && first_part_extra) rec["extra"] = first_part_extra();
+    WriteShardRecord(file, rec.dump() + "\n");
+    std::printf("%swrote %s\n", WorkerPrefix(wp.shard).c_str(), file.c_str());
+    return std::nullopt;
+  }
+  const std::vector<std::string> all = RunOnRanks(work);
+  if (CurrentRanks().rank != 0) return std::nullopt;
+  std::vector<ordered_json> entries(refs.size());
+  for (const std::string& p : all)
+    for (auto& e : ordered_json::parse(p)) entries.at(e["index"].get<size_t>()) = std::move(e["entry"]);
+  return entries;
+}
+
+ordered_json StudyHead(const std::string& study, const InputArgs& a, const std::string& csv, const std::string& json) {
+  ordered_json h;
+  h["study"] = study;
+  h["seed"] = a.seed;
+  h["command"] = CommandLineWithout({"--shard", "--shard-dir"});
+  h["csv"] = csv;
+  h["json"] = json;
+  return h;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -188,25 +281,35 @@ std::vector<Method> PrepareSweep(const SweepArgs& a) {
   return methods;
 }
 
-// Every method on every input, inputs outermost.
-SweepRecords RunSweep(const SweepArgs& a, const std::vector<Method>& methods, const std::vector<Input>& inputs) {
-  SweepRecords out;
-  Progress progress(methods.size() * inputs.size() * a.trials, a.quiet);
-  for (const Input& in : inputs)
-    for (const Method& me : methods) RunOne(me, in, a.trials, progress, out);
-  return out;
+ordered_json SweepInput(const std::vector<Method>& methods, const Input& in, int trials, Progress& progress) {
+  SweepRecords r;
+  for (const Method& me : methods) RunOne(me, in, trials, progress, r);
+  return {{"records", r.records}, {"histograms", r.histograms}};
 }
 
 void WriteOutputs(const std::string& study, uint64_t seed, const std::string& csv, const std::string& json,
-                  const SweepRecords& r) {
+                  const SweepRecords& r, const std::string& command) {
   AtomicFileSet set;  // both files or neither
   if (!csv.empty()) set.Add(csv, ToCsv(r.records));
   if (!json.empty()) {
     std::vector<ordered_json> full = r.records;
     for (size_t i = 0; i < r.histograms.size() && i < full.size(); ++i) full[i]["scale_histogram"] = r.histograms[i];
-    set.Add(json, StudyJson(study, seed, full).dump(1) + "\n");
+    set.Add(json, StudyJson(study, seed, full, command).dump(1) + "\n");
   }
   set.Commit();
+}
+
+void FinishSweep(const ordered_json& head, const std::vector<ordered_json>& entries) {
+  SweepRecords r;
+  for (const ordered_json& e : entries) {
+    for (const auto& rec : e.at("records")) r.records.push_back(rec);
+    for (const auto& h : e.at("histograms")) r.histograms.push_back(h);
+  }
+  std::vector<TableColumn> cols;
+  for (const auto& c : head.at("columns")) cols.push_back({c.at(0).get<std::string>(), c.at(1).get<std::string>(), c.at(2).get<std::string>()});
+  PrintTable(cols, r.records);
+  WriteOutputs(head.at("study").get<std::string>(), head.at("seed").get<uint64_t>(), head.at("csv").get<std::string>(),
+               head.at("json").get<std::string>(), r, head.at("command").get<std::string>());
 }
 
 const std::vector<TableColumn>& ErrorColumns() {

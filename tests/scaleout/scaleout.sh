@@ -88,6 +88,23 @@ PY
 cjob=(audit "$ck/model.safetensors.index.json" --convert 'mxfp8->e5m2' --quiet)
 "$q" "${cjob[@]}" --json "$work/conv-whole.json"
 [ "$(grep -c '"inexact_elements"' "$work/conv-whole.json")" = 5 ] || fail "audit --convert did not report the 5 tensors"
+# study error and kurtosis over the float checkpoint's tensors and two distributions: one process's table,
+# CSV and JSON, kept aside; the split runs below write the same paths and must give the same bytes.
+sjob=(study error --in "$fs/part1.safetensors" --in "$fs/part3.safetensors" --dist normal student-t:3 --rows 32 --cols 256
+      --spec mxfp8 nvfp4 --quiet --csv "$work/st/e.csv" --json "$work/st/e.json")
+kjob=(study kurtosis --in "$fs/part2.safetensors" --dist normal --rows 32 --cols 256 --spec mxfp8 --outlier-sweep 1 16 --quiet
+      --csv "$work/st/k.csv" --json "$work/st/k.json")
+mkdir -p "$work/st"
+"$q" "${sjob[@]}" > "$work/st-e.txt"
+"$q" "${kjob[@]}" > "$work/st-k.txt"
+mkdir -p "$work/st-whole" && mv "$work"/st/* "$work/st-whole/"
+[ "$(grep -c '"input"' "$work/st-whole/e.json")" = 10 ] || fail "study error did not take 5 inputs x 2 specs"
+same_study() {  # same_study WHAT TABLE_FILE: the split run's outputs and table equal one process's
+  for f in e.csv e.json k.csv k-kurtosis.csv k.json; do
+    if [ -f "$work/st/$f" ]; then cmp "$work/st-whole/$f" "$work/st/$f" || fail "$1: $f differs from one process"; fi
+  done
+  rm -f "$work"/st/*
+}
 
 if [ "$mode" = "mpi" ]; then
   # Open MPI refuses root without this, and the CI machine has 2 cores for 4 ranks. Containers often forbid
@@ -107,6 +124,16 @@ if [ "$mode" = "mpi" ]; then
     "$mpiexec" "${flags[@]}" -np $np "$q" "${cjob[@]}" --json "$work/conv-mpi$np.json" > "$work/cmpi$np.log" 2>&1 \
       || { cat "$work/cmpi$np.log"; fail "audit --convert under mpirun -np $np failed"; }
     cmp "$work/conv-whole.json" "$work/conv-mpi$np.json" || fail "audit --convert on $np ranks differs from one process"
+  done
+  for np in 2 3; do
+    "$mpiexec" "${flags[@]}" -np $np "$q" "${sjob[@]}" > "$work/st-e-mpi.txt" 2>&1 || { cat "$work/st-e-mpi.txt"; fail "study error on $np ranks failed"; }
+    cmp "$work/st-e.txt" "$work/st-e-mpi.txt" || fail "study error's table on $np ranks differs"
+    [ -f "$work/st/e.json" ] || fail "study error on $np ranks wrote no JSON"
+    same_study "study error on $np ranks"
+    "$mpiexec" "${flags[@]}" -np $np "$q" "${kjob[@]}" > "$work/st-k-mpi.txt" 2>&1 || { cat "$work/st-k-mpi.txt"; fail "study kurtosis on $np ranks failed"; }
+    cmp "$work/st-k.txt" "$work/st-k-mpi.txt" || fail "study kurtosis's tables on $np ranks differ"
+    [ -f "$work/st/k.json" ] || fail "study kurtosis on $np ranks wrote no JSON"
+    same_study "study kurtosis on $np ranks"
   done
   for np in 2 3; do
     "$mpiexec" "${flags[@]}" -np $np "$q" "${gjob[@]}" --out "$work/golden-mpi$np" > "$work/gmpi$np.log" 2>&1 \
@@ -133,7 +160,7 @@ if [ "$mode" = "mpi" ]; then
     fail "a job past 2^32 inputs passed under mpirun"
   fi
   grep -q "passes 2^32" "$work/bad.log" || { cat "$work/bad.log"; fail "no reason for the failed job"; }
-  echo "scaleout: prove on 1-4 MPI ranks, audit and audit --convert on 2-4, golden gen and verify on 2 and 3, quantize and dequantize on 2 and 4 equal the one-process results"
+  echo "scaleout: prove on 1-4 MPI ranks, audit and audit --convert on 2-4, study error and kurtosis on 2 and 3, golden gen and verify on 2 and 3, quantize and dequantize on 2 and 4 equal the one-process results"
   exit 0
 fi
 
@@ -190,6 +217,20 @@ if "$q" "${cjob[@]}" --converted "$work/c.safetensors" --shard 0/2 --shard-dir "
   fail "audit --converted ran as a shard"
 fi
 grep -q "writes one file from one process" "$work/err.txt" || fail "$(cat "$work/err.txt")"
+# study error in 3 shards (one resumed) and kurtosis in 2, merged: one process's table and files.
+for i in 0 1 2; do "$q" "${sjob[@]}" --shard $i/3 --shard-dir "$work/st-sh" > /dev/null; done
+out=$("$q" "${sjob[@]}" --shard 0/3 --shard-dir "$work/st-sh")
+grep -q "skipped" <<<"$out" || fail "a finished study shard was redone: $out"
+[ ! -f "$work/st/e.json" ] || fail "a study shard wrote the final JSON"
+"$q" merge "$work/st-sh" --quiet > "$work/st-e-merged.txt"
+cmp "$work/st-e.txt" "$work/st-e-merged.txt" || fail "merged study error's table differs from one process"
+[ -f "$work/st/e.json" ] && [ -f "$work/st/e.csv" ] || fail "merge wrote no study files"
+same_study "merged study error"
+for i in 0 1; do "$q" "${kjob[@]}" --shard $i/2 --shard-dir "$work/st-ksh" > /dev/null; done
+"$q" merge "$work/st-ksh" --quiet > "$work/st-k-merged.txt"
+cmp "$work/st-k.txt" "$work/st-k-merged.txt" || fail "merged study kurtosis's tables differ from one process"
+[ -f "$work/st/k.json" ] && [ -f "$work/st/k-kurtosis.csv" ] || fail "merge wrote no kurtosis files"
+same_study "merged study kurtosis"
 # quantize of the 3-file checkpoint in 2 shards, merged: the one-process files, index and summary. A shard
 # whose output file was deleted is redone; the other is skipped.
 qd="$work/q-shards"
@@ -231,4 +272,4 @@ grep -q "input" "$work/err.txt" || fail "$(cat "$work/err.txt")"
 if "$q" quantize --spec nvfp4 --in "$fs/part1.safetensors" --out "$work/x.safetensors" --shard 0/2 --shard-dir "$work/x" \
   2> "$work/err.txt"; then fail "sharded a one-file quantize"; fi
 grep -q "is one file: run it as one process" "$work/err.txt" || fail "$(cat "$work/err.txt")"
-echo "scaleout: prove in 3 shards (a resumed, a damaged and a missing one), golden gen in 4, audit in 2, audit --convert in 3, quantize in 2 (resumed), dequantize in 3 and golden verify in 3 and 4 merge to the one-process bytes"
+echo "scaleout: prove in 3 shards (a resumed, a damaged and a missing one), golden gen in 4, audit in 2, audit --convert in 3, study error in 3 (resumed) and kurtosis in 2, quantize in 2 (resumed), dequantize in 3 and golden verify in 3 and 4 merge to the one-process bytes"

@@ -33,6 +33,7 @@ struct ConvertArgs {
   std::string subnormals = "keep";
   std::string negative = "invalid";
   std::string tininess = "before";
+  std::string nan_payload = "default";
   int sr_bits = 8;
   uint64_t seed = 0;
   std::string in, out, flags_out, profile;
@@ -50,6 +51,7 @@ CastOptions BuildOptions(const ConvertArgs& a, const Format& dst) {
   o.subnormals = ParseSubnormals(a.subnormals);
   o.negative_unsigned = ParseNegativeUnsigned(a.negative);
   o.tininess = ParseTininess(a.tininess);
+  o.nan_payload = ParseNanPayload(a.nan_payload);
   o.sr_bits = a.sr_bits;
   ValidateCastOptions(dst, o);
   return o;
@@ -292,6 +294,10 @@ void AddConvertCommand(CLI::App& app) {
   cmd->add_option("--tininess", a.tininess,
                   "Underflow flag: tininess detected before rounding, or after (IEEE 754-2019 7.5; RISC-V, x86 SSE)")
       ->capture_default_str();
+  cmd->add_option("--nan-payload", a.nan_payload,
+                  "NaN results in IEEE-style formats (e5m2, fp16, bf16): default (the library's), quiet (the quiet bit "
+                  "alone: RISC-V's canonical NaN with --nan-sign positive) or all-ones (CUDA's 0x7FFF for fp16/bf16)")
+      ->capture_default_str();
   cmd->add_option("--sr-bits", a.sr_bits, "Random bits per element for stochastic rounding (1..32)")->capture_default_str();
   cmd->add_option("--seed", a.seed, "Philox seed for stochastic rounding (element i uses stream index i)")
       ->capture_default_str();
@@ -315,7 +321,7 @@ void AddConvertCommand(CLI::App& app) {
     if (a.device == "cuda" && !a.profile.empty()) throw Error("--profile casts on the CPU; drop --device cuda");
     if (!a.profile.empty()) {
       for (const char* o : {"--round", "--sat", "--nan-sign", "--nan-fallback", "--subnormals", "--negative", "--sr-bits", "--seed",
-                            "--tininess", "--flags-out"})
+                            "--tininess", "--nan-payload", "--flags-out"})
         if (cmd->count(o) > 0) throw Error(std::string("--profile sets the whole cast; drop ") + o);
       if (!a.in.empty() && !a.values.empty()) throw Error("give either --in FILE or values, not both");
       if (a.in.empty() && a.values.empty()) throw Error("nothing to convert: give --in FILE --out FILE, or values");

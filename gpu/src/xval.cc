@@ -56,6 +56,9 @@ std::string RunConvert(const Keys& k, const std::vector<Fields>& ins, std::vecto
   if (dst.HasNan() && c.nan_sign != NanSign::kPositive)
     return "cvt and the header functions give the positive NaN code for every NaN (measured on sm_90): the "
            "nan-sign=positive file describes the device";
+  if (c.nan_payload != NanPayload::kDefault)
+    return std::string("cvt and the header functions give the library's default NaN code (0x7F for e5m2), not the ") +
+           NanPayloadName(c.nan_payload) + " payload this file names (RISC-V's canonical NaN)";
   if (std::string(dst.name) == "ue8m0")
     return "the CUDA header's ue8m0 conversion takes |x| for a negative input (0x01 for -2^-126, measured on sm_90) "
            "where this file has the invalid-input NaN (negative=invalid); xval's conversion rows compare every input "

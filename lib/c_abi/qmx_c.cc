@@ -70,11 +70,12 @@ qmx::CastOptions ToCpp(const qmx_cast_options* o) {
   c.negative_unsigned = static_cast<qmx::NegativeUnsigned>(o->negative);
   c.sr_bits = o->sr_bits;
   c.tininess = static_cast<qmx::Tininess>(o->tininess);
+  c.nan_payload = static_cast<qmx::NanPayload>(o->nan_payload);
   // The enums' ranges: a value outside them is an argument error, not undefined behaviour.
   if (o->rounding < 0 || o->rounding > static_cast<int>(qmx::Rounding::kSrC) || o->saturation < 0 ||
       o->saturation > static_cast<int>(qmx::Saturation::kSatPropagate) || o->nan_sign < 0 || o->nan_sign > 1 ||
       o->nan_fallback < 0 || o->nan_fallback > 1 || o->subnormals < 0 || o->subnormals > 1 || o->negative < 0 ||
-      o->negative > 1 || o->tininess < 0 || o->tininess > 1)
+      o->negative > 1 || o->tininess < 0 || o->tininess > 1 || o->nan_payload < 0 || o->nan_payload > 2)
     throw qmx::Error("qmx_cast_options: a field is outside its enumeration (use qmx_cast_options_set)");
   return c;
 }
@@ -111,6 +112,7 @@ void qmx_cast_options_default(qmx_cast_options* opt) {
   opt->negative = static_cast<int>(c.negative_unsigned);
   opt->sr_bits = c.sr_bits;
   opt->tininess = static_cast<int>(c.tininess);
+  opt->nan_payload = static_cast<int>(c.nan_payload);
 }
 
 qmx_status qmx_cast_options_set(qmx_cast_options* opt, const char* rounding, const char* saturation,
@@ -142,6 +144,7 @@ qmx_status qmx_cast_options_set_key(qmx_cast_options* opt, const char* key, cons
     else if (k == "subnormals") opt->subnormals = static_cast<int>(qmx::ParseSubnormals(v, "subnormals"));
     else if (k == "negative") opt->negative = static_cast<int>(qmx::ParseNegativeUnsigned(v, "negative"));
     else if (k == "tininess") opt->tininess = static_cast<int>(qmx::ParseTininess(v, "tininess"));
+    else if (k == "nan-payload") opt->nan_payload = static_cast<int>(qmx::ParseNanPayload(v, "nan-payload"));
     else if (k == "sr-bits") {
       size_t used = 0;
       int bits = 0;
@@ -154,7 +157,7 @@ qmx_status qmx_cast_options_set_key(qmx_cast_options* opt, const char* key, cons
       opt->sr_bits = bits;
     } else {
       throw qmx::Error("unknown cast option key '" + k +
-                       "' (round, sat, nan-sign, nan-fallback, subnormals, negative, tininess, sr-bits)");
+                       "' (round, sat, nan-sign, nan-fallback, subnormals, negative, tininess, nan-payload, sr-bits)");
     }
   });
 }

@@ -23,7 +23,7 @@ module tb_golden_convert;
     if (!$value$plusargs("golden=%s", path)) $fatal(1, "usage: +golden=FILE (a golden conversion file)");
     fd = $fopen(path, "r");
     if (fd == 0) $fatal(1, "cannot open %s", path);
-    if (qmx_abi_version() != 2) $fatal(1, "libqmx_c ABI version %0d, this package expects 2", qmx_abi_version());
+    if (qmx_abi_version() != 3) $fatal(1, "libqmx_c ABI version %0d, this package expects 3", qmx_abi_version());
     cases = 0;
     errors = 0;
     op = "";

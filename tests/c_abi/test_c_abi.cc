@@ -43,8 +43,8 @@ qmx_cast_options OptionsOf(const HeaderKeys& keys) {
   const std::string r = get("round"), s = get("sat"), ns = get("nan-sign"), nf = get("nan-fallback"),
                     sub = get("subnormals");
   REQUIRE(qmx_cast_options_set(&o, r.c_str(), s.c_str(), ns.c_str(), nf.c_str(), sub.c_str(), nullptr) == QMX_OK);
-  if (qmx::golden::HasKey(keys, "tininess"))
-    REQUIRE(qmx_cast_options_set_key(&o, "tininess", KeyValue(keys, "tininess").c_str()) == QMX_OK);
+  for (const char* k : {"tininess", "nan-payload"})
+    if (qmx::golden::HasKey(keys, k)) REQUIRE(qmx_cast_options_set_key(&o, k, KeyValue(keys, k).c_str()) == QMX_OK);
   return o;
 }
 

@@ -388,6 +388,25 @@ TEST_CASE("cli: npy round trip matches the library bit for bit", "[cli]") {
   CHECK(Listing(dir.path) == std::vector<std::string>{"x.npy", "y.npy"});
 }
 
+TEST_CASE("cli: --nan-payload names the NaN code of an IEEE-style format, and is refused elsewhere", "[cli]") {
+  TempDir dir;
+  const std::vector<float> x = {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(), 1.5f,
+                                -0.0f};
+  const std::string in = dir / "x.npy", out = dir / "y.npy";
+  WriteNpy(in, F32Array({x.size()}, x));
+  const RunResult r = Run("convert --to e5m2 --nan-payload quiet --nan-sign positive --in " + Quote(in) + " --out " + Quote(out));
+  INFO(r.all());
+  REQUIRE(r.status == 0);
+  const NpyArray y = ReadNpy(out);
+  CHECK(std::vector<uint8_t>(y.data.begin(), y.data.end()) == std::vector<uint8_t>{0x7E, 0x7E, 0x3E, 0x80});
+  RunResult bad = Run("convert --to e4m3 --nan-payload quiet nan");
+  CHECK(bad.status != 0);
+  CHECK_THAT(bad.err, Contains("applies only to IEEE-style formats"));
+  bad = Run("convert --to e5m2 --nan-payload canonical nan");
+  CHECK(bad.status != 0);
+  CHECK_THAT(bad.err, Contains("--nan-payload must be default, quiet or all-ones"));
+}
+
 TEST_CASE("cli: --flags-out writes each element's flags, --tininess decides underflow", "[cli]") {
   TempDir dir;
   std::vector<float> x = TestInputs();

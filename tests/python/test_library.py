@@ -161,6 +161,12 @@ def test_golden_arrays_drive_a_model_as_a_bench_would():
         codes = qmx.convert(x, header["dst"], header["round"], header["sat"], nan_sign=header["nan-sign"],
                             nan_fallback=header["nan-fallback"], subnormals=header["subnormals"])
         np.testing.assert_array_equal(codes, a["output"], err_msg=str(path))
+    header, a = qmx.golden.arrays(REPO / "golden" / "level1" / "conversions" / "f32_e5m2_rne_satfinite_nanriscv.txt")
+    assert header["nan-payload"] == "quiet" and header["nan-sign"] == "positive"
+    x = a["input"].view(np.float32)
+    codes = qmx.convert(x, "e5m2", nan_sign="positive", nan_payload="quiet")
+    np.testing.assert_array_equal(codes, a["output"])
+    assert (codes[np.isnan(x)] == 0x7E).all() and np.isnan(x).sum() >= 4
     header, a = qmx.golden.arrays(REPO / "golden" / "level1" / "mx-block" / "e4m3_round-up_block-nan.txt")
     assert a["x"].shape[1] == 32 and a["codes"].shape == a["x"].shape
     q = qmx.quantize(a["x"].view(np.float32), "mxfp8", rule="round-up", nan_policy="block-nan")
@@ -205,6 +211,11 @@ def test_convert_flags_and_tininess():
     assert (f_sr[:1000] & 1).sum() > 500
     with pytest.raises(ValueError, match="tininess must be before or after"):
         qmx.convert(x, "e4m3", tininess="late")
+    with pytest.raises(ValueError, match="applies only to IEEE-style formats"):
+        qmx.convert(x, "e4m3", nan_payload="quiet")
+    nan = np.array([np.nan, -np.nan], np.float32)
+    assert list(qmx.convert(nan, "e5m2", nan_payload="quiet")) == [0x7E, 0xFE]
+    assert list(qmx.convert(nan, "e5m2", nan_payload="quiet", flags=True)[0]) == [0x7E, 0xFE]
     with pytest.raises(ValueError, match="drop out="):
         qmx.convert(x, "e4m3", flags=True, out=np.empty(x.shape, np.uint8))
     with pytest.raises(Exception, match="8 bits or fewer"):

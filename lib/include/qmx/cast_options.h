@@ -29,6 +29,11 @@ enum class Saturation : uint8_t {
 
 // Sign of a NaN result in formats that have NaN.
 enum class NanSign : uint8_t { kKeep, kPositive };
+// The payload of a NaN result in an IEEE-style format (e5m2, fp16, bf16, fp32, user IEEE formats; the others
+// have one NaN code): "default" is the library's (8 bits or fewer: every mantissa bit set, 0x7F for e5m2;
+// wider: the quiet bit alone, 0x7E00 for fp16), "quiet" the quiet bit alone (RISC-V's canonical NaN with
+// nan-sign positive: 0x7E for e5m2), "all-ones" every mantissa bit (CUDA's 0x7FFF for fp16 and bf16).
+enum class NanPayload : uint8_t { kDefault, kQuiet, kAllOnes };
 // What a NaN input becomes in a format without a NaN code (FP6, FP4, INT8).
 enum class NanFallback : uint8_t { kMaxPositive, kZero };
 // A negative nonzero input into an unsigned format (ue8m0, eXmY:unsigned): invalid (the format's NaN and
@@ -55,6 +60,7 @@ struct CastOptions {
   int sr_bits = 8;  // N, random bits per element for stochastic rounding (1..32)
   NegativeUnsigned negative_unsigned = NegativeUnsigned::kInvalid;
   Tininess tininess = Tininess::kBeforeRounding;
+  NanPayload nan_payload = NanPayload::kDefault;
 };
 
 // Exception flags, TestFloat numbering (bits 0..4) plus a saturation bit.
@@ -80,12 +86,15 @@ const char* NanFallbackName(NanFallback v);    // max zero
 const char* SubnormalsName(Subnormals v);      // keep flush
 const char* NegativeUnsignedName(NegativeUnsigned v);  // invalid magnitude
 const char* TininessName(Tininess v);                  // before after
+const char* NanPayloadName(NanPayload v);              // default quiet all-ones
+NanPayload ParseNanPayload(const std::string& s, const std::string& option = "--nan-payload");
 Tininess ParseTininess(const std::string& s, const std::string& option = "--tininess");
 NegativeUnsigned ParseNegativeUnsigned(const std::string& s, const std::string& option = "--negative");
 NanSign ParseNanSign(const std::string& s, const std::string& option = "--nan-sign");
 NanFallback ParseNanFallback(const std::string& s, const std::string& option = "--nan-fallback");
 Subnormals ParseSubnormals(const std::string& s, const std::string& option = "--subnormals");
-// Rejects option sets the destination cannot honour (e.g. nosat into e2m1, which has no Inf or NaN).
+// Rejects option sets the destination cannot honour (e.g. nosat into e2m1, which has no Inf or NaN, or a
+// NaN payload for a format with one NaN code).
 void ValidateCastOptions(const Format& dst, const CastOptions& opt);
 
 }  // namespace qmx

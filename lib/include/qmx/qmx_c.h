@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define QMX_C_ABI_VERSION 2
+#define QMX_C_ABI_VERSION 3
 
 typedef enum {
   QMX_OK = 0,
@@ -54,18 +54,20 @@ QMX_C_API const char* qmx_last_error(void);
  *   subnormals   keep flush               (--subnormals)
  *   negative     invalid magnitude        (--negative: a negative value into an unsigned format)
  *   tininess     before after             (--tininess: the underflow flag's tininess, before or after rounding)
- * sr_bits: random bits per element for stochastic rounding (1..32). Version 2 added tininess. */
+ *   nan_payload  default quiet all-ones   (--nan-payload: an IEEE-style format's NaN mantissa field)
+ * sr_bits: random bits per element for stochastic rounding (1..32). Version 2 added tininess, version 3
+ * nan_payload. */
 typedef struct {
-  int rounding, saturation, nan_sign, nan_fallback, subnormals, negative, sr_bits, tininess;
+  int rounding, saturation, nan_sign, nan_fallback, subnormals, negative, sr_bits, tininess, nan_payload;
 } qmx_cast_options;
-/* The library's defaults: rne, satfinite, keep, max, keep, invalid, 8 bits, before. */
+/* The library's defaults: rne, satfinite, keep, max, keep, invalid, 8 bits, before, default. */
 QMX_C_API void qmx_cast_options_default(qmx_cast_options* opt);
 /* Sets opt from names (NULL or "" keeps opt's value); QMX_ERR_ARGUMENT for an unknown name. */
 QMX_C_API qmx_status qmx_cast_options_set(qmx_cast_options* opt, const char* rounding, const char* saturation,
                                           const char* nan_sign, const char* nan_fallback, const char* subnormals,
                                           const char* negative);
 /* Sets one option by its golden-header key (round, sat, nan-sign, nan-fallback, subnormals, negative, tininess,
- * sr-bits) and value; QMX_ERR_ARGUMENT for an unknown key or value. */
+ * nan-payload, sr-bits) and value; QMX_ERR_ARGUMENT for an unknown key or value. */
 QMX_C_API qmx_status qmx_cast_options_set_key(qmx_cast_options* opt, const char* key, const char* value);
 
 /* A format's parameters (registry names, ml_dtypes / torch names, eXmY[:...] and P3109 specs). */

@@ -180,7 +180,7 @@ class finfo:
 
 def convert(x, fmt, rounding="rne", saturation="satfinite", *, nan_sign="keep", nan_fallback="max",
             subnormals="keep", sr_bits=8, seed=0, first_index=0, random_bits=None, src="", reference=False,
-            out=None, flags=False, tininess="before"):
+            out=None, flags=False, tininess="before", nan_payload="default"):
     """Element codes (uint8, x's shape) of x in format `fmt` (a registry name such as "e4m3", "e2m1",
     "ue8m0", a user format "eXmY[:bias=B][:special=ieee|fn|finite][:unsigned]" or a P3109 name).
 
@@ -199,7 +199,9 @@ def convert(x, fmt, rounding="rne", saturation="satfinite", *, nan_sign="keep", 
     flags=True returns (codes, flags): each element's exception flags as uint8 (1 inexact, 2 underflow,
     4 overflow, 16 invalid, 32 saturated; TestFloat's numbering), from the reference routine per element
     (the same codes). tininess (before after) decides the underflow flag: tininess detected before
-    rounding, or after (IEEE 754-2019 7.5, as RISC-V and x86's SSE detect it); codes never depend on it."""
+    rounding, or after (IEEE 754-2019 7.5, as RISC-V and x86's SSE detect it); codes never depend on it.
+    nan_payload (default quiet all-ones): the NaN code of an IEEE-style format (e5m2): the library's 0x7F,
+    the quiet bit alone (0x7E: RISC-V's canonical NaN with nan_sign="positive"), or every mantissa bit."""
     if tininess not in ("before", "after"):
         raise ValueError("tininess must be before or after, not %r" % (tininess,))
     if flags:
@@ -210,12 +212,13 @@ def convert(x, fmt, rounding="rne", saturation="satfinite", *, nan_sign="keep", 
             raise ValueError("flags=True returns new (codes, flags) arrays by the reference routine: drop out= "
                              "and reference=")
         return _qmx.convert_flags(as_array(x), format_name(fmt), rounding, saturation, nan_sign, nan_fallback,
-                                  subnormals, sr_bits, seed, first_index, random_bits, _src_of(x, src), tininess)
+                                  subnormals, sr_bits, seed, first_index, random_bits, _src_of(x, src), tininess,
+                                  nan_payload)
     if _is_cuda_tensor(x):
         return _convert_cuda(x, fmt, rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits, seed,
-                             first_index, random_bits, src, reference, out)
+                             first_index, random_bits, src, reference, out, nan_payload)
     return _qmx.convert(as_array(x), format_name(fmt), rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits,
-                        seed, first_index, random_bits, _src_of(x, src), reference, out)
+                        seed, first_index, random_bits, _src_of(x, src), reference, out, nan_payload)
 
 
 def cuda_engine():
@@ -246,7 +249,7 @@ def _engine_source(x, src, verb, dtypes):
 
 
 def _convert_cuda(x, fmt, rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits, seed, first_index,
-                  random_bits, src, reference, out):
+                  random_bits, src, reference, out, nan_payload="default"):
     import torch
     _require_engine("convert")
     if reference:
@@ -278,7 +281,8 @@ def _convert_cuda(x, fmt, rounding, saturation, nan_sign, nan_fallback, subnorma
     with torch.cuda.device(t.device):
         stream = torch.cuda.current_stream(t.device).cuda_stream
         _qmx.convert_cuda(t.data_ptr(), t.numel(), dtype, format_name(fmt), rounding, saturation, nan_sign,
-                          nan_fallback, subnormals, sr_bits, seed, first_index, bits, out.data_ptr(), stream)
+                          nan_fallback, subnormals, sr_bits, seed, first_index, bits, out.data_ptr(), stream,
+                          nan_payload)
     return out
 
 

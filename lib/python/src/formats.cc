@@ -65,8 +65,10 @@ pyb::dict FormatInfo(const std::string& name) {
 }
 
 CastOptions MakeCast(const std::string& rounding, const std::string& saturation, const std::string& nan_sign,
-                     const std::string& nan_fallback, const std::string& subnormals, int sr_bits) {
+                     const std::string& nan_fallback, const std::string& subnormals, int sr_bits,
+                     const std::string& nan_payload = "default") {
   CastOptions o;
+  o.nan_payload = ParseNanPayload(nan_payload, "nan_payload");
   o.rounding = ParseRounding(rounding);
   o.saturation = ParseSaturation(saturation);
   o.nan_sign = ParseNanSign(nan_sign, "nan_sign");
@@ -95,11 +97,11 @@ pyb::tuple ConvertWithFlags(const pyb::array& x, const std::string& fmt, const s
                             const std::string& saturation, const std::string& nan_sign, const std::string& nan_fallback,
                             const std::string& subnormals, int sr_bits, uint64_t seed, uint64_t first_index,
                             const std::optional<pyb::array>& random_bits, const std::string& src,
-                            const std::string& tininess) {
+                            const std::string& tininess, const std::string& nan_payload) {
   const InArray in = FloatInput(x, src, "x");
   const Format f = ParseFormat(fmt);
   if (f.Bits() > 8) throw Error(std::string("flags=True writes codes of 8 bits or fewer, not ") + f.name);
-  CastOptions opt = MakeCast(rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits);
+  CastOptions opt = MakeCast(rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits, nan_payload);
   opt.tininess = ParseTininess(tininess, "tininess");
   ValidateCastOptions(f, opt);
   const uint32_t* bits = RandomBitsOf(random_bits, in.count);
@@ -129,10 +131,11 @@ pyb::array Convert(const pyb::array& x, const std::string& fmt, const std::strin
                               const std::string& saturation, const std::string& nan_sign,
                               const std::string& nan_fallback, const std::string& subnormals, int sr_bits,
                               uint64_t seed, uint64_t first_index, const std::optional<pyb::array>& random_bits,
-                              const std::string& src, bool reference, const std::optional<pyb::array>& out_arg) {
+                              const std::string& src, bool reference, const std::optional<pyb::array>& out_arg,
+                              const std::string& nan_payload) {
   const InArray in = FloatInput(x, src, "x");
   const Format f = ParseFormat(fmt);
-  const CastOptions opt = MakeCast(rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits);
+  const CastOptions opt = MakeCast(rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits, nan_payload);
   SrSource sr;
   sr.seed = seed;
   sr.first_index = first_index;
@@ -166,7 +169,7 @@ pyb::array Convert(const pyb::array& x, const std::string& fmt, const std::strin
 void ConvertCuda(uintptr_t x, size_t n, const std::string& dtype, const std::string& fmt, const std::string& rounding,
                  const std::string& saturation, const std::string& nan_sign, const std::string& nan_fallback,
                  const std::string& subnormals, int sr_bits, uint64_t seed, uint64_t first_index, uintptr_t random_bits,
-                 uintptr_t out, uintptr_t stream) {
+                 uintptr_t out, uintptr_t stream, const std::string& nan_payload) {
   DType t;
   if (dtype == "float32") t = DType::kF32;
   else if (dtype == "float64") t = DType::kF64;
@@ -174,7 +177,7 @@ void ConvertCuda(uintptr_t x, size_t n, const std::string& dtype, const std::str
   else if (dtype == "bfloat16") t = DType::kBF16;
   else throw pyb::type_error("the engine converts float32, float64, float16 or bfloat16 tensors, not " + dtype);
   const Format f = ParseFormat(fmt);
-  const CastOptions opt = MakeCast(rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits);
+  const CastOptions opt = MakeCast(rounding, saturation, nan_sign, nan_fallback, subnormals, sr_bits, nan_payload);
 #if defined(QMX_HAVE_CUDA)
   const SrSource sr{seed, first_index, reinterpret_cast<const uint32_t*>(random_bits)};
   pyb::gil_scoped_release nogil;
@@ -239,7 +242,7 @@ void BindFormats(pyb::module_& m) {
         pyb::arg("saturation") = "satfinite", pyb::arg("nan_sign") = "keep", pyb::arg("nan_fallback") = "max",
         pyb::arg("subnormals") = "keep", pyb::arg("sr_bits") = 8, pyb::arg("seed") = 0, pyb::arg("first_index") = 0,
         pyb::arg("random_bits") = std::nullopt, pyb::arg("src") = "", pyb::arg("reference") = false,
-        pyb::arg("out") = std::nullopt,
+        pyb::arg("out") = std::nullopt, pyb::arg("nan_payload") = "default",
         "Element codes (uint8, x's shape) of x in format fmt. x is read in place: float32, float16, or\n"
         "bfloat16 (ml_dtypes.bfloat16, or uint16 bits with src='bf16').\n"
         "rounding: rne rna rz ru rd ro sr (= sr-a) sr-a sr-b sr-c; saturation: satfinite nosat satpropagate;\n"
@@ -251,7 +254,7 @@ void BindFormats(pyb::module_& m) {
   m.def("convert_flags", &ConvertWithFlags, pyb::arg("x"), pyb::arg("fmt"), pyb::arg("rounding"),
         pyb::arg("saturation"), pyb::arg("nan_sign"), pyb::arg("nan_fallback"), pyb::arg("subnormals"),
         pyb::arg("sr_bits"), pyb::arg("seed"), pyb::arg("first_index"), pyb::arg("random_bits"), pyb::arg("src"),
-        pyb::arg("tininess"),
+        pyb::arg("tininess"), pyb::arg("nan_payload") = "default",
         "(codes, flags): uint8 arrays of x's shape, by the reference routine per element (qmx.convert's\n"
         "flags=True path). flags: 1 inexact, 2 underflow, 4 overflow, 16 invalid, 32 saturated.");
   m.def("cuda_engine", []() -> std::string {
@@ -265,6 +268,7 @@ void BindFormats(pyb::module_& m) {
   m.def("convert_cuda", &ConvertCuda, pyb::arg("x"), pyb::arg("n"), pyb::arg("dtype"), pyb::arg("fmt"), pyb::arg("rounding"),
         pyb::arg("saturation"), pyb::arg("nan_sign"), pyb::arg("nan_fallback"), pyb::arg("subnormals"), pyb::arg("sr_bits"),
         pyb::arg("seed"), pyb::arg("first_index"), pyb::arg("random_bits"), pyb::arg("out"), pyb::arg("stream"),
+        pyb::arg("nan_payload") = "default",
         "Queues the engine's conversion of n values at device address x into n codes at out on CUDA stream\n"
         "`stream` (qmx.convert's path for CUDA tensors).");
   m.def("decode", &Decode, pyb::arg("codes"), pyb::arg("fmt"),

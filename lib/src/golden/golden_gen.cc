@@ -19,8 +19,9 @@ const std::vector<SuiteInfo>& Suites() {
        "FP32, FP16 and BF16 to every registry format of 8 bits or fewer (e4m3 e5m2 e3m2 e2m3 e2m1 int8 ue8m0 e4m3fnuz "
        "e5m2fnuz e4m3b11fnuz) under "
        "every rounding (rne rna rz ru rd ro) and saturation mode the format takes: conversions/SRC_DST_ROUND_SAT.txt; "
-       "f32 variants with nan-sign=positive, subnormals=flush, nan-fallback=zero and tininess=after (the underflow "
-       "flag's tininess detected after rounding) (..._nanpos, _flush, _nan0, _tinyafter); "
+       "f32 variants with nan-sign=positive, subnormals=flush, nan-fallback=zero, tininess=after (the underflow "
+       "flag's tininess detected after rounding) and RISC-V's canonical NaN in e5m2 (nan-sign=positive "
+       "nan-payload=quiet) (..._nanpos, _flush, _nan0, _tinyafter, _nanriscv); "
        "decoding of every code: conversions/decode_FMT.txt. --exhaustive: every FP16/BF16 input."},
       {"ue8m0",
        "amax (FP32) -> UE8M0 scale byte under each scale rule (ocp-floor round-up ceil even max-finite) for each MX "

@@ -55,6 +55,8 @@ void GenConversions(const GenOptions& opt, const std::function<void(PlannedFile&
         const char* suffix;
         const char* key;
         const char* value;
+        const char* key2 = nullptr;  // a second option, where the variant sets two
+        const char* value2 = nullptr;
       };
       std::vector<Variant> variants = {{"", nullptr, nullptr}};
       if (src == "f32") {
@@ -62,6 +64,8 @@ void GenConversions(const GenOptions& opt, const std::function<void(PlannedFile&
         if (d.HasSubnormals()) variants.push_back({"_flush", "subnormals", "flush"});
         if (!d.HasNan()) variants.push_back({"_nan0", "nan-fallback", "zero"});
         if (d.HasSubnormals()) variants.push_back({"_tinyafter", "tininess", "after"});
+        // RISC-V's canonical NaN (positive, the quiet bit alone) in the IEEE-style formats.
+        if (d.encoding == Encoding::kIeee) variants.push_back({"_nanriscv", "nan-sign", "positive", "nan-payload", "quiet"});
       }
       for (const char* r : kRound) {
         for (const char* sat : kSat) {
@@ -70,11 +74,13 @@ void GenConversions(const GenOptions& opt, const std::function<void(PlannedFile&
             CastOptions c;
             c.rounding = ParseRounding(r);
             c.saturation = ParseSaturation(sat);
-            if (v.key) {
-              if (std::string(v.key) == "nan-sign") c.nan_sign = ParseNanSign(v.value);
-              if (std::string(v.key) == "subnormals") c.subnormals = ParseSubnormals(v.value);
-              if (std::string(v.key) == "nan-fallback") c.nan_fallback = ParseNanFallback(v.value);
-              if (std::string(v.key) == "tininess") c.tininess = ParseTininess(v.value);
+            for (const auto& [key, value] : {std::pair{v.key, v.value}, std::pair{v.key2, v.value2}}) {
+              if (key == nullptr) continue;
+              if (std::string(key) == "nan-sign") c.nan_sign = ParseNanSign(value);
+              if (std::string(key) == "subnormals") c.subnormals = ParseSubnormals(value);
+              if (std::string(key) == "nan-fallback") c.nan_fallback = ParseNanFallback(value);
+              if (std::string(key) == "tininess") c.tininess = ParseTininess(value);
+              if (std::string(key) == "nan-payload") c.nan_payload = ParseNanPayload(value);
             }
             try {
               ValidateCastOptions(d, c);
@@ -88,6 +94,7 @@ void GenConversions(const GenOptions& opt, const std::function<void(PlannedFile&
             f.header.Set("nan-sign", NanSignName(c.nan_sign)).Set("nan-fallback", NanFallbackName(c.nan_fallback));
             f.header.Set("subnormals", SubnormalsName(c.subnormals));
             if (c.tininess != Tininess::kBeforeRounding) f.header.Set("tininess", TininessName(c.tininess));
+            if (c.nan_payload != NanPayload::kDefault) f.header.Set("nan-payload", NanPayloadName(c.nan_payload));
             f.header.Set("spec", SpecRevision(d));
             f.header.Set("level", std::to_string(opt.level)).Set("seed", std::to_string(opt.seed));
             if (opt.min_per_class > 0) {

@@ -477,6 +477,7 @@ CastOptions CastOptionsOf(const HeaderKeys& k) {
   if (HasKey(k, "subnormals")) c.subnormals = ParseSubnormals(KeyValue(k, "subnormals"), "subnormals");
   if (HasKey(k, "sr-bits")) c.sr_bits = std::stoi(KeyValue(k, "sr-bits"));
   if (HasKey(k, "tininess")) c.tininess = ParseTininess(KeyValue(k, "tininess"), "tininess");
+  if (HasKey(k, "nan-payload")) c.nan_payload = ParseNanPayload(KeyValue(k, "nan-payload"), "nan-payload");
   return c;
 }
 

@@ -81,6 +81,17 @@ Tininess ParseTininess(const std::string& s, const std::string& option) {
   throw Error(option + " must be before or after, not '" + s + "'");
 }
 
+const char* NanPayloadName(NanPayload v) {
+  return v == NanPayload::kQuiet ? "quiet" : v == NanPayload::kAllOnes ? "all-ones" : "default";
+}
+
+NanPayload ParseNanPayload(const std::string& s, const std::string& option) {
+  if (s == "default") return NanPayload::kDefault;
+  if (s == "quiet") return NanPayload::kQuiet;
+  if (s == "all-ones") return NanPayload::kAllOnes;
+  throw Error(option + " must be default, quiet or all-ones, not '" + s + "'");
+}
+
 Subnormals ParseSubnormals(const std::string& s, const std::string& option) {
   if (s == "keep") return Subnormals::kKeep;
   if (s == "flush") return Subnormals::kFlush;

@@ -50,7 +50,7 @@ class NaiveRounder {
     const bool neg = std::signbit(x);
     if (std::isnan(x)) {
       if (!f_.HasNan()) return opt.nan_fallback == NanFallback::kMaxPositive ? max_code_ : 0;
-      return Nan(neg && opt.nan_sign == NanSign::kKeep);
+      return Nan(neg && opt.nan_sign == NanSign::kKeep, opt.nan_payload);
     }
     const double a = std::fabs(x);
     if (!f_.is_signed && neg && a != 0) {
@@ -132,10 +132,17 @@ class NaiveRounder {
   }
 
  private:
-  // NaN inputs follow opt.nan_sign (decided by the caller); NaNs from overflow or Inf keep the sign.
-  uint64_t Nan(bool neg) const {
+  // NaN inputs follow opt.nan_sign (decided by the caller); NaNs from overflow or Inf keep the sign. An
+  // IEEE format's payload under opt.nan_payload: the mantissa field 100...0 (quiet) or 111...1 (all-ones).
+  uint64_t Nan(bool neg, NanPayload payload = NanPayload::kDefault) const {
     const bool has_signed_nan = f_.encoding == Encoding::kIeee || f_.encoding == Encoding::kFnNan;
-    return f_.CanonicalNan() | (has_signed_nan && neg ? f_.SignBit() : 0);
+    uint64_t code = f_.CanonicalNan();
+    if (f_.encoding == Encoding::kIeee && payload != NanPayload::kDefault) {
+      const uint64_t top = f_.CodeMask() >> 1;  // every bit but the sign
+      const uint64_t exp_field = top & ~((uint64_t{1} << f_.man_bits) - 1);
+      code = exp_field | (payload == NanPayload::kAllOnes ? (uint64_t{1} << f_.man_bits) - 1 : uint64_t{1} << (f_.man_bits - 1));
+    }
+    return code | (has_signed_nan && neg ? f_.SignBit() : 0);
   }
   uint64_t Signed(uint64_t mag, bool neg) const {
     if (!neg || (mag == 0 && !f_.HasNegativeZero())) return mag;

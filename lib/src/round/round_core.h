@@ -119,11 +119,17 @@ struct Fraction {
   }
 };
 
-// A NaN with a sign where the format's NaN has one. NaN inputs follow opt.nan_sign; a NaN made from an
-// overflow or an Inf always carries the value's sign (as NVIDIA's cvt does: -500 -> e4m3 nosat is 0xFF).
-QMX_HOST_DEVICE inline uint64_t SignedNan(const Format& dst, bool negative) {
+// A NaN with a sign where the format's NaN has one, and in an IEEE-style format the payload opt.nan_payload
+// names. NaN inputs follow opt.nan_sign; a NaN made from an overflow or an Inf always carries the value's sign
+// (as NVIDIA's cvt does: -500 -> e4m3 nosat is 0xFF).
+QMX_HOST_DEVICE inline uint64_t SignedNan(const Format& dst, bool negative, NanPayload payload = NanPayload::kDefault) {
   const bool signed_nan = dst.encoding == Encoding::kIeee || dst.encoding == Encoding::kFnNan;
-  return dst.CanonicalNan() | (signed_nan && negative ? dst.SignBit() : 0);
+  uint64_t nan = dst.CanonicalNan();
+  if (dst.encoding == Encoding::kIeee && payload != NanPayload::kDefault) {
+    const uint64_t man = payload == NanPayload::kQuiet ? 1ull << (dst.man_bits - 1) : (1ull << dst.man_bits) - 1;
+    nan = (((1ull << dst.exp_bits) - 1) << dst.man_bits) | man;
+  }
+  return nan | (signed_nan && negative ? dst.SignBit() : 0);
 }
 
 // Attach the sign to a magnitude code.
@@ -174,7 +180,8 @@ QMX_HOST_DEVICE inline RoundResult RoundExactCore(const ExactValue& x, const For
   // 1. NaN: the format's NaN, or the named fallback where the format has none. A signaling NaN signals
   //    invalid either way (IEEE 754-2019 7.2(a)).
   if (x.kind == ExactValue::Kind::kNan) {
-    if (dst.HasNan()) return {SignedNan(dst, neg && opt.nan_sign == NanSign::kKeep), x.signaling ? uint32_t{kFlagInvalid} : 0u};
+    if (dst.HasNan())
+      return {SignedNan(dst, neg && opt.nan_sign == NanSign::kKeep, opt.nan_payload), x.signaling ? uint32_t{kFlagInvalid} : 0u};
     return {opt.nan_fallback == NanFallback::kMaxPositive ? max_code : 0, kFlagInvalid};
   }
 
@@ -193,7 +200,7 @@ QMX_HOST_DEVICE inline RoundResult RoundExactCore(const ExactValue& x, const For
     if (opt.saturation == Saturation::kSatFinite) return {ApplySign(dst, max_code, neg), kFlagSaturated};
     if (dst.HasInf()) return {ApplySign(dst, dst.PositiveInfCode(), neg), 0};
     if (p3109) return {ApplySign(dst, max_code, neg), kFlagSaturated};
-    return {SignedNan(dst, neg), kFlagInvalid};
+    return {SignedNan(dst, neg, opt.nan_payload), kFlagInvalid};
   }
 
   // 4. Zero keeps its sign where the format has -0; a format without zero gives its smallest value.
@@ -315,7 +322,7 @@ QMX_HOST_DEVICE inline RoundResult RoundExactCore(const ExactValue& x, const For
     if (to_max) return {ApplySign(dst, max_code, neg), flags};
     if (dst.HasInf()) return {ApplySign(dst, dst.PositiveInfCode(), neg), flags};
     if (p3109) return {ApplySign(dst, max_code, neg), flags | kFlagSaturated};
-    return {SignedNan(dst, neg), flags};
+    return {SignedNan(dst, neg, opt.nan_payload), flags};
   }
 
   // 11. Flush a subnormal result when asked.

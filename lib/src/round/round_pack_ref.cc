@@ -15,6 +15,9 @@ void ValidateCastOptions(const Format& dst, const CastOptions& opt) {
   if (opt.saturation != Saturation::kSatFinite && !dst.HasInf() && !dst.HasNan())
     throw Error(std::string("format '") + dst.name + "' has no Inf or NaN encoding, so " +
                 SaturationName(opt.saturation) + " is undefined; use satfinite (OCP MX requires clamping)");
+  if (opt.nan_payload != NanPayload::kDefault && (dst.encoding != Encoding::kIeee || dst.man_bits < 1))
+    throw Error(std::string("format '") + dst.name + "' has one NaN code (or none), so a NaN payload (" +
+                NanPayloadName(opt.nan_payload) + ") applies only to IEEE-style formats such as e5m2, fp16 and bf16");
 }
 
 ExactValue ReadExact(const Format& src, uint64_t bits) { return detail::ReadExactCore(src, bits); }

@@ -243,14 +243,9 @@ qmx_status qmx_convert_f32(const float* x, size_t n, const char* dst_format, con
     Need(codes, "qmx_convert_f32", "codes");
     const qmx::Format dst = qmx::ParseFormat(dst_format);
     const qmx::CastOptions c = ToCpp(opt);
-    qmx::ConvertToCodes(qmx::DType::kF32, x, n, dst, c, codes, qmx::SrSource{seed, first_index, nullptr});
-    if (flags == nullptr) return;
-    for (size_t i = 0; i < n; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, &x[i], 4);
-      const uint32_t rb = qmx::IsStochastic(c.rounding) ? qmx::RandomBitsForElement(seed, first_index + i) : 0;
-      flags[i] = static_cast<uint8_t>(qmx::Convert(qmx::fmt::kFP32, bits, dst, c, rb).flags);
-    }
+    const qmx::SrSource sr{seed, first_index, nullptr};
+    if (flags == nullptr) qmx::ConvertToCodes(qmx::DType::kF32, x, n, dst, c, codes, sr);
+    else qmx::ConvertToCodesRef(qmx::DType::kF32, x, n, dst, c, codes, sr, qmx::Exec::kSequential, flags);
   });
 }
 

@@ -39,9 +39,10 @@ bool IsFastFormat(const Format& f);
 // options, an unsupported source type or a format IsFastFormat rejects.
 void ConvertToCodes(DType src_type, const void* src, size_t n, const Format& dst, const CastOptions& opt,
                     uint8_t* out, const SrSource& sr = {}, Exec exec = Exec::kSequential);
-// The same through the scalar reference routine, element by element (for tests and baselines).
+// The same through the scalar reference routine, element by element (for tests and baselines); with flags
+// (n bytes, or null), each element's exception flags too (the fast paths compute none).
 void ConvertToCodesRef(DType src_type, const void* src, size_t n, const Format& dst, const CastOptions& opt,
-                       uint8_t* out, const SrSource& sr = {}, Exec exec = Exec::kSequential);
+                       uint8_t* out, const SrSource& sr = {}, Exec exec = Exec::kSequential, uint8_t* flags = nullptr);
 
 // codes -> exact FP32 values (NaN codes give a quiet NaN with the code's sign, as DecodeToFloat).
 void DecodeToF32(const uint8_t* codes, size_t n, const Format& f, float* out, Exec exec = Exec::kSequential);

@@ -108,21 +108,9 @@ pyb::tuple ConvertWithFlags(const pyb::array& x, const std::string& fmt, const s
   pyb::array codes = NewArray<uint8_t>(in.shape), flags = NewArray<uint8_t>(in.shape);
   uint8_t* c = static_cast<uint8_t*>(codes.mutable_data());
   uint8_t* fl = static_cast<uint8_t*>(flags.mutable_data());
-  const Format& sf = FormatOfSource(in.dtype);
-  const size_t width = DTypeSize(in.dtype);
-  const bool stochastic = IsStochastic(opt.rounding);
   {
     pyb::gil_scoped_release nogil;
-    // Element-wise and independent: any thread count gives the same bytes.
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < in.count; ++i) {
-      uint64_t b = 0;
-      std::memcpy(&b, static_cast<const uint8_t*>(in.data) + i * width, width);
-      const uint32_t r = !stochastic ? 0u : bits != nullptr ? bits[i] : RandomBitsForElement(seed, first_index + i);
-      const RoundResult res = qmx::Convert(sf, b, f, opt, r);
-      c[i] = static_cast<uint8_t>(res.code);
-      fl[i] = static_cast<uint8_t>(res.flags);
-    }
+    ConvertToCodesRef(in.dtype, in.data, in.count, f, opt, c, SrSource{seed, first_index, bits}, Exec::kParallel, fl);
   }
   return pyb::make_tuple(codes, flags);
 }

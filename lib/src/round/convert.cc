@@ -159,15 +159,19 @@ void ConvertToCodes(DType src_type, const void* src, size_t n, const Format& dst
 }
 
 void ConvertToCodesRef(DType src_type, const void* src, size_t n, const Format& dst, const CastOptions& opt,
-                       uint8_t* out, const SrSource& sr, Exec exec) {
+                       uint8_t* out, const SrSource& sr, Exec exec, uint8_t* flags) {
   const Format& sf = FormatOfSource(src_type);
   ValidateCastOptions(dst, opt);
   const bool parallel = exec == Exec::kParallel;
+  const bool stochastic = IsStochastic(opt.rounding);
+  // Element-wise and independent: any thread count gives the same bytes.
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t i = 0; i < static_cast<int64_t>(n); ++i) {
     const size_t k = static_cast<size_t>(i);
-    const uint32_t r = sr.bits != nullptr ? sr.bits[k] : RandomBitsForElement(sr.seed, sr.first_index + k);
-    out[k] = static_cast<uint8_t>(Convert(sf, ReadSourceBits(src_type, src, k), dst, opt, r).code);
+    const uint32_t r = !stochastic ? 0u : sr.bits != nullptr ? sr.bits[k] : RandomBitsForElement(sr.seed, sr.first_index + k);
+    const RoundResult res = Convert(sf, ReadSourceBits(src_type, src, k), dst, opt, r);
+    out[k] = static_cast<uint8_t>(res.code);
+    if (flags != nullptr) flags[k] = static_cast<uint8_t>(res.flags);
   }
 }
 

@@ -265,22 +265,9 @@ void RunAudit(const AuditArgs& a) {
   };
   const std::string kind = convert ? "audit-convert" : "audit";
   if (shard.given) {
-    std::filesystem::create_directories(a.shard_dir);
-    const std::string file = (std::filesystem::path(a.shard_dir) / ShardFileName(kind, shard)).string();
-    ordered_json rec = convert ? ConvertHead(a) : ReportHead(a);
-    rec["tensors_total"] = found.size();
-    // A finished shard of this audit (its checksum, head and count match) is not redone.
-    if (std::optional<ordered_json> old = ShardRecordJson(file); old && old->is_object()) {
-      old->erase("part");
-      if (*old == rec) {
-        std::printf("%s%s is done (its checksum and audit match): skipped\n", WorkerPrefix(shard).c_str(), file.c_str());
-        return;
-      }
-    }
-    rec["part"] = ordered_json::parse(work());
-    const std::string text = rec.dump() + "\n";
-    WriteShardRecord(file, text);
-    std::printf("%swrote %s\n", WorkerPrefix(shard).c_str(), file.c_str());
+    ordered_json head = convert ? ConvertHead(a) : ReportHead(a);
+    head["tensors_total"] = found.size();
+    RunRecordShard(kind, shard, a.shard_dir, head, [&] { return ordered_json::parse(work()); });
     return;
   }
   const std::vector<std::string> all = RunOnRanks(work);

@@ -1,7 +1,9 @@
 // ranks.cc: MPI when built with it (QMX_HAVE_MPI) and launched by mpirun / srun; one process otherwise.
 #include "common/ranks.h"
 
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -153,6 +155,27 @@ WorkPart ResolveWorkPart(const std::string& command, const std::string& shard, c
   p.index = p.shard.given ? p.shard.index : static_cast<uint64_t>(ranks.rank);
   p.count = p.shard.given ? p.shard.count : static_cast<uint64_t>(ranks.size);
   return p;
+}
+
+void RunRecordShard(const std::string& kind, const Shard& shard, const std::string& dir, const nlohmann::ordered_json& head,
+                    const std::function<nlohmann::ordered_json()>& part,
+                    const std::function<nlohmann::ordered_json()>& extra) {
+  std::filesystem::create_directories(dir);
+  const std::string file = (std::filesystem::path(dir) / ShardFileName(kind, shard)).string();
+  // A finished shard of this job (its checksum and head match) is not redone.
+  if (std::optional<nlohmann::ordered_json> old = ShardRecordJson(file); old && old->is_object()) {
+    old->erase("part");
+    old->erase("extra");
+    if (*old == head) {
+      std::printf("%s%s is done (its checksum and job match): skipped\n", WorkerPrefix(shard).c_str(), file.c_str());
+      return;
+    }
+  }
+  nlohmann::ordered_json rec = head;
+  rec["part"] = part();
+  if (extra) rec["extra"] = extra();
+  WriteShardRecord(file, rec.dump() + "\n");
+  std::printf("%swrote %s\n", WorkerPrefix(shard).c_str(), file.c_str());
 }
 
 std::string ShardFileName(const std::string& kind, const Shard& s) {

@@ -63,6 +63,13 @@ std::optional<std::string> ShardRecord(const std::string& path);
 // The same record parsed as JSON; nothing also when it is not JSON.
 std::optional<nlohmann::ordered_json> ShardRecordJson(const std::string& path);
 
+// A job-array task whose whole result is one JSON record: head's fields, "part" (part()) and, where extra is
+// given, "extra" (extra()). Writes KIND-shard-I-of-N.json into dir (created) unless a finished record of the
+// same head is there already; prints which, naming the task ("shard 1/4: ... wrote" or "... skipped").
+void RunRecordShard(const std::string& kind, const Shard& shard, const std::string& dir, const nlohmann::ordered_json& head,
+                    const std::function<nlohmann::ordered_json()>& part,
+                    const std::function<nlohmann::ordered_json()>& extra = {});
+
 // A whole file as text (qmx::Error "cannot read PATH"): shard records and their checksums.
 std::string ReadText(const std::string& path);
 

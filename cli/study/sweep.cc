@@ -103,23 +103,10 @@ std::optional<std::vector<ordered_json>> RunInputParts(const std::string& study,
     return part.dump() + "\n";
   };
   if (wp.shard.given) {
-    std::filesystem::create_directories(a.shard_dir);
-    const std::string file = (std::filesystem::path(a.shard_dir) / ShardFileName("study", wp.shard)).string();
     ordered_json rec = head;
     rec["inputs_total"] = refs.size();
-    // A finished shard of this study (its checksum, head and count match) is not redone.
-    if (std::optional<ordered_json> old = ShardRecordJson(file); old && old->is_object()) {
-      old->erase("part");
-      old->erase("extra");
-      if (*old == rec) {
-        std::printf("%s%s is done (its checksum and study match): skipped\n", WorkerPrefix(wp.shard).c_str(), file.c_str());
-        return std::nullopt;
-      }
-    }
-    rec["part"] = ordered_json::parse(work());
-    if (wp.index == 0 && first_part_extra) rec["extra"] = first_part_extra();
-    WriteShardRecord(file, rec.dump() + "\n");
-    std::printf("%swrote %s\n", WorkerPrefix(wp.shard).c_str(), file.c_str());
+    RunRecordShard("study", wp.shard, a.shard_dir, rec, [&] { return ordered_json::parse(work()); },
+                   wp.index == 0 ? first_part_extra : std::function<ordered_json()>{});
     return std::nullopt;
   }
   const std::vector<std::string> all = RunOnRanks(work);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -217,100 +218,80 @@ void MergeGolden(const std::vector<std::string>& texts, const std::string& dir, 
     std::printf("merged %zu golden shards: %zu files, %s/manifest.json\n", texts.size(), files, out.c_str());
 }
 
-// audit shards (and audit --convert's): each a record of the report's head, the tensor count and its tensors
-// (index, table line, JSON); a --convert shard holds only its FROM tensors.
-void MergeAudit(const std::vector<std::string>& texts, const std::string& dir, const std::string& out, bool quiet,
-                bool convert) {
-  const char* what = convert ? "audit --convert" : "audit";
-  if (out.empty()) throw Error(std::string("merge: ") + what + " shards need --out, the report's JSON file (audit --json)");
-  const std::vector<const char*> keys = convert ? std::vector<const char*>{"checkpoint", "convert", "generator"}
-                                                : std::vector<const char*>{"checkpoint", "source", "generator"};
-  nlohmann::ordered_json head;
-  size_t total = 0;
-  std::vector<nlohmann::ordered_json> tensors;
-  std::vector<bool> seen;
-  for (size_t i = 0; i < texts.size(); ++i) {
-    nlohmann::ordered_json rec;
-    try {
-      rec = nlohmann::ordered_json::parse(texts[i]);
-      nlohmann::ordered_json h;
-      for (const char* k : keys) h[k] = rec.at(k);
-      if (i == 0) {
-        head = h;
-        total = rec.at("tensors_total").get<size_t>();
-        tensors.resize(total);
-        seen.assign(total, false);
-      } else if (h != head || rec.at("tensors_total").get<size_t>() != total) {
-        throw Error(std::string("merge: ") + what + " shard " + std::to_string(i) + " in " + dir + " audits another checkpoint");
-      }
-      for (auto& e : rec.at("part")) {
-        const size_t k = e.at("index").get<size_t>();
-        if (k >= total || seen[k] || k % texts.size() != i)
-          throw Error(std::string("merge: ") + what + " shard " + std::to_string(i) + " holds tensor " + std::to_string(k) +
-                      ", not one of its own");
-        seen[k] = true;
-        tensors[k] = e;
-      }
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(std::string("merge: ") + what + " shard " + std::to_string(i) + " in " + dir + " is not a shard record: " + e.what());
-    }
-  }
-  if (convert) {  // only the FROM tensors have entries
-    std::vector<nlohmann::ordered_json> kept;
-    for (size_t k = 0; k < total; ++k)
-      if (seen[k]) kept.push_back(tensors[k]);
-    WriteFileAtomic(out, ConvertReport(head, kept, quiet).dump(2) + "\n");
-    if (!quiet) std::printf("merged %zu audit --convert shards (%zu tensors) into %s\n", texts.size(), kept.size(), out.c_str());
-    return;
-  }
-  for (size_t k = 0; k < total; ++k)
-    if (!seen[k]) throw Error("merge: tensor " + std::to_string(k) + " is in no audit shard of " + dir);
-  WriteFileAtomic(out, AuditReport(head, tensors, quiet).dump(2) + "\n");
-  if (!quiet) std::printf("merged %zu audit shards (%zu tensors) into %s\n", texts.size(), total, out.c_str());
-}
-
-// study shards: each a record of the study's head, the input count, its entries (index, entry), and shard 0's
-// extra (kurtosis's outlier sweep); the study's own code prints and writes the result.
-void MergeStudy(const std::vector<std::string>& texts, const std::string& dir, const std::string& out, bool quiet) {
-  if (!out.empty()) throw Error("merge: study shards write the --csv and --json their command names; there is no --out");
+// The records of a job array split k mod N (audit, audit --convert, study): every record's head (each key
+// but "part" and "extra", its count `total_key` among them) equals shard 0's, and each entry of its "part"
+// has an "index" k of its own (k mod N = i) that no other shard holds. Gives the head, the entries by index
+// (none where no shard had one: --convert's other tensors) and shard 0's "extra". `what` names the job,
+// `unit` its items and `other` what a record of another job is, in the messages.
+struct IndexedShards {
   nlohmann::ordered_json head, extra;
-  size_t total = 0;
-  std::vector<nlohmann::ordered_json> entries;
-  std::vector<bool> seen;
+  std::vector<std::optional<nlohmann::ordered_json>> entries;
+};
+IndexedShards ReadIndexedShards(const std::vector<std::string>& texts, const std::string& dir, const std::string& what,
+                                const char* total_key, const char* unit, const char* other) {
+  IndexedShards r;
   for (size_t i = 0; i < texts.size(); ++i) {
     try {
       nlohmann::ordered_json rec = nlohmann::ordered_json::parse(texts[i]);
-      nlohmann::ordered_json part = rec.at("part");
-      if (i == 0 && rec.contains("extra")) extra = rec.at("extra");
+      const nlohmann::ordered_json part = rec.at("part");
+      if (i == 0 && rec.contains("extra")) r.extra = rec.at("extra");
       rec.erase("part");
       rec.erase("extra");
       if (i == 0) {
-        head = rec;
-        total = rec.at("inputs_total").get<size_t>();
-        entries.resize(total);
-        seen.assign(total, false);
-      } else if (rec != head) {
-        throw Error("merge: study shard " + std::to_string(i) + " in " + dir + " is of another study or command");
+        r.head = rec;
+        r.entries.resize(rec.at(total_key).get<size_t>());
+      } else if (rec != r.head) {
+        throw Error("merge: " + what + " shard " + std::to_string(i) + " in " + dir + " " + other);
       }
-      for (auto& e : part) {
+      for (const auto& e : part) {
         const size_t k = e.at("index").get<size_t>();
-        if (k >= total || seen[k] || k % texts.size() != i)
-          throw Error("merge: study shard " + std::to_string(i) + " holds input " + std::to_string(k) + ", not one of its own");
-        seen[k] = true;
-        entries[k] = e.at("entry");
+        if (k >= r.entries.size() || r.entries[k] || k % texts.size() != i)
+          throw Error("merge: " + what + " shard " + std::to_string(i) + " holds " + unit + " " + std::to_string(k) +
+                      ", not one of its own");
+        r.entries[k] = e;
       }
     } catch (const nlohmann::json::exception& e) {
-      throw Error("merge: study shard " + std::to_string(i) + " in " + dir + " is not a shard record: " + e.what());
+      throw Error("merge: " + what + " shard " + std::to_string(i) + " in " + dir + " is not a shard record: " + e.what());
     }
   }
-  for (size_t k = 0; k < total; ++k)
-    if (!seen[k]) throw Error("merge: input " + std::to_string(k) + " is in no study shard of " + dir);
+  return r;
+}
+
+// audit shards (and audit --convert's): the report's head, the tensor count and the part's tensors (index,
+// table line, JSON); a --convert shard holds only its FROM tensors.
+void MergeAudit(const std::vector<std::string>& texts, const std::string& dir, const std::string& out, bool quiet,
+                bool convert) {
+  const std::string what = convert ? "audit --convert" : "audit";
+  if (out.empty()) throw Error("merge: " + what + " shards need --out, the report's JSON file (audit --json)");
+  IndexedShards r = ReadIndexedShards(texts, dir, what, "tensors_total", "tensor", "audits another checkpoint");
+  r.head.erase("tensors_total");  // the report's head is the records' without the count
+  std::vector<nlohmann::ordered_json> tensors;
+  for (size_t k = 0; k < r.entries.size(); ++k) {
+    if (r.entries[k]) tensors.push_back(std::move(*r.entries[k]));
+    else if (!convert) throw Error("merge: tensor " + std::to_string(k) + " is in no audit shard of " + dir);
+  }
+  const nlohmann::ordered_json report = convert ? ConvertReport(r.head, tensors, quiet) : AuditReport(r.head, tensors, quiet);
+  WriteFileAtomic(out, report.dump(2) + "\n");
+  if (!quiet)
+    std::printf("merged %zu %s shards (%zu tensors) into %s\n", texts.size(), what.c_str(), tensors.size(), out.c_str());
+}
+
+// study shards: the study's head, the input count, the part's entries (index, entry), and shard 0's extra
+// (kurtosis's outlier sweep); the study's own code prints and writes the result.
+void MergeStudy(const std::vector<std::string>& texts, const std::string& dir, const std::string& out, bool quiet) {
+  if (!out.empty()) throw Error("merge: study shards write the --csv and --json their command names; there is no --out");
+  IndexedShards r = ReadIndexedShards(texts, dir, "study", "inputs_total", "input", "is of another study or command");
+  std::vector<nlohmann::ordered_json> entries;
+  for (size_t k = 0; k < r.entries.size(); ++k) {
+    if (!r.entries[k]) throw Error("merge: input " + std::to_string(k) + " is in no study shard of " + dir);
+    entries.push_back(r.entries[k]->at("entry"));
+  }
   try {
-    study::FinishStudy(head, entries, extra);
+    study::FinishStudy(r.head, entries, r.extra);
   } catch (const nlohmann::json::exception& e) {
     throw Error("merge: the study shards in " + dir + " are not study records: " + e.what());
   }
-  if (!quiet) std::printf("merged %zu study shards (%zu inputs)\n", texts.size(), total);
+  if (!quiet) std::printf("merged %zu study shards (%zu inputs)\n", texts.size(), entries.size());
 }
 
 void RunMerge(const std::string& dir, const std::string& out, bool quiet) {

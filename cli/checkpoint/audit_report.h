@@ -1,5 +1,6 @@
-// audit_report.h: the reports `audit --json` and `audit --convert --json` write, assembled from its tensors' entries (index, table line,
-// JSON record) in tensor order: by audit itself on one process or MPI ranks, and by `merge` from shards.
+// audit_report.h: the reports `audit --json` and `audit --convert --json` write, assembled from the tensors'
+// entries (index, table line, JSON record) in tensor order: by audit itself on one process or MPI ranks, and
+// by `merge` from shards.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -21,14 +21,14 @@ struct TableColumn {
 void PrintTable(const std::vector<TableColumn>& cols, const std::vector<ordered_json>& records);
 // CSV with the keys of the first record as its header; numbers in shortest round-trip form.
 std::string ToCsv(const std::vector<ordered_json>& records);
-// {"tool", "version", "command", "seed", <extra>, "records": [...]}.
 // The process's command line, for the JSON sidecars (main.cc records it).
 void SetCommandLine(int argc, char** argv);
 std::string CommandLine();
 // The same without the given options and their values ("--shard 1/4" and "--shard=1/4" alike).
 std::string CommandLineWithout(const std::vector<std::string>& options);
 
-// command: the JSON's "command", CommandLine() unless given.
+// {"tool", "version", "command", "seed", <extra>, "records": [...]}; command: the JSON's "command",
+// CommandLine() unless given.
 ordered_json StudyJson(const std::string& study, uint64_t seed, const std::vector<ordered_json>& records,
                        const std::string& command = CommandLine());
 

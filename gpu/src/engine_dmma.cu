@@ -3,23 +3,40 @@
 // Why it is exact. A fused step cuts every term (each product times its scales, and the accumulator) at
 // the unit 2^(emax - F), emax the step's largest nominal exponent, sums the cut terms exactly and rounds the
 // sum (gemm_ref.cc FusedStep). Where no term has a bit below the unit, cutting changes nothing and the step
-// is the exact sum of its terms, rounded. The row's and the column's StepInfo bound that: every nonzero
+// is the exact sum of its terms, rounded. The row's and the column's StepInfo bound emax: every nonzero
 // product's nominal exponent is at most maxnom(row) + maxnom(column), so emax is at most
-// E = max(that, the accumulator's exponent, the zero rule's exponent); every nonzero product's lowest bit is
-// at least minlsb(row) + minlsb(column). When that lowest bit and the accumulator's are at or above E - F,
-// they are at or above the true unit, so no term is cut. Then every partial sum of the step's products is a
-// multiple of 2^(E - F - the scales' lowest bits) below 2^(E - the scales' exponents + 7), at most F + 7
-// significant bits, so the tensor core's FP64 sums are exact whatever their order, and so are the scaled sum
-// and the accumulator added to it (F + 8 bits, F <= 45). Any other step is computed exactly from the tile's
-// codes in integers (WarpTileStep: each term cut at the step's unit as FusedStep cuts it), and a step that meets
-// NaN or Inf runs FusedStep itself.
+// E = max(that, the accumulator's exponent, the zero rule's exponent), and the unit at most 2^(E - F).
+//
+// The certificate. A product's lowest bit is the sum of its elements' lowest bits (odd significands multiply
+// to an odd one). Each element's lowest bit relative to its line's lowest, r = lsb - minlsb(line) >= 0, gives
+// it the weight 2^(-6 min(r, 10)) (zero for a zero element), a BF16 power of two. The BF16 tensor core sums the
+// weights' products for each output, W, in FP32: a product whose relative lowest bits sum to d weighs
+// 64^-d, or more where a side was capped. With v = E - F - minlsb(row) - minlsb(column), every product's
+// lowest bit is at or above the unit when v <= 0, or when v <= 21 and W < 64^(1 - v) (1 - 2^-16): a product
+// with relative sum below v weighs at least 64^(1 - v), and the tensor core's FP32 sum of at most 32
+// nonnegative terms is within 2^-17 of W (each term it drops or cuts lies more than 23 bits below the
+// largest), so such a product keeps the computed W above the bound. Uncapped, 32 products at v or above weigh
+// at most 64^(1 - v) / 2 and pass. With the accumulator's own lowest bit at or above 2^(E - F), nothing is
+// cut. On quantized Gaussian MXFP8 tensors this leaves 0.5-0.8 % of the steps uncertified, those whose
+// terms are in fact cut (the row-and-column bound alone left 7-9 %).
+//
+// The sum. The tiles hold each element times its block scale in FP64 (exact: a power of two). Where nothing
+// is cut, every product and partial sum of the step is a multiple of 2^(E - F) below 2^(E + 7) (F + 7 bits),
+// so the FP64 tensor core's sum is exact whatever its order, and so is the accumulator added to it (F + 8 <=
+// 53 bits). Rounding that to FP32 toward zero or to nearest even is one conversion (FusedStep's rounding at
+// 24 bits, subnormals on FP32's own grid; RNE's overflow is the reference's Inf, and an RZ result at FLT_MAX,
+// where the reference may give Inf, takes the exact step); other widths run RoundFused. Any other step is
+// computed exactly from the tile's codes in integers (WarpTileStep: each term cut at the step's unit as
+// FusedStep cuts it) by the whole warp, and a step that meets NaN or Inf runs FusedStep itself.
 #include <cuda_runtime.h>
 
+#include <cfloat>
 #include <cstdint>
 
 #include "engine_fused.cuh"
 #include "engine_internal.h"
 #include "gpu_internal.h"
+#include "mma_tile.cuh"
 
 namespace qmx::gpu::detail {
 namespace {
@@ -76,19 +93,24 @@ __global__ void StepInfoKernel(EngineOperand o, bool is_a, size_t lines, size_t 
       maxnom = max(maxnom, o.nominal[c] + es);
       minlsb = min(minlsb, LowestBit(v) + ls);
     }
-    r.maxnom = static_cast<int16_t>(special ? kSpecialStep : maxnom);
-    r.minlsb = static_cast<int16_t>(minlsb);
+    r.maxnom = special ? kSpecialStep : maxnom;
+    r.minlsb = minlsb;
     info[line * steps + s] = r;
   }
 }
 
-// d += a * b on the FP64 tensor core, one 8 x 8 x 4 product per warp. Fragments: a at (lane / 4, lane % 4),
-// b at (k = lane % 4, n = lane / 4), d at (lane / 4, 2 * (lane % 4) + {0, 1}).
-__device__ inline void Dmma(double (&d)[2], double a, double b) {
-  asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
-               : "+d"(d[0]), "+d"(d[1])
-               : "d"(a), "d"(b));
+// d += a * b on the FP64 tensor core, one 16 x 8 x 4 product per warp (twice the rate of m8n8k4 on an H200:
+// 66 against 33 TFLOP/s, gpu/probes/dmma_shapes.cu). Fragments, g = lane / 4, t = lane % 4: a0 at
+// (g, t), a1 at (g + 8, t); b at (k = t, n = g); d0, d1 at (g, 2 t + {0, 1}), d2, d3 at (g + 8, 2 t + {0, 1}).
+__device__ inline void Dmma(double (&lo)[2], double (&hi)[2], double a0, double a1, double b) {
+  asm volatile("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+               : "+d"(lo[0]), "+d"(lo[1]), "+d"(hi[0]), "+d"(hi[1])
+               : "d"(a0), "d"(a1), "d"(b));
 }
+
+using qmx_mma::CpAsync16;
+using qmx_mma::MmaBf16;
+using qmx_mma::SharedAddr;
 
 // |x| * 2^sh cut to an integer as FusedStep cuts a term (toward zero, or to nearest even); mag < 2^25.
 __device__ inline long long CutMag(long long mag, int sh, bool rne) {
@@ -111,9 +133,9 @@ __device__ inline long long CutSigned(long long v, int sh, bool rne) {
 // warp: row r of A's codes (ca, n <= 32 of them), column c of B's (cb, stride kDTile), the code parts, the
 // step's power-of-two scales and the accumulator. Lane k takes term k; the nominal bounds are warp maxima
 // and the cut terms' sum a butterfly of 64-bit integers (exact, so in any order); every lane returns it.
-__device__ inline float WarpTileStep(const EngineModel& p, const CodeParts* pa, const CodeParts* pb, const uint8_t* ca,
-                                     const uint8_t* cb, int n, const StepInfo& ia, const StepInfo& ib, float c,
-                                     int lane) {
+__device__ __forceinline__ float WarpTileStep(const EngineModel& p, const CodeParts* pa, const CodeParts* pb,
+                                           const uint8_t* ca, const uint8_t* cb, int n, const StepInfo& ia,
+                                           const StepInfo& ib, float c, int lane) {
   const bool zero_scale = ia.zero_scale || ib.zero_scale;
   const int es = ia.scale_exp + ib.scale_exp;
   CodeParts x{}, y{};
@@ -143,28 +165,118 @@ __device__ inline float WarpTileStep(const EngineModel& p, const CodeParts* pa, 
   return RoundFused(static_cast<double>(t), unit, p.out_bits, p.out_rne);
 }
 
-// The step's result for one output where the thread can give it: the tensor core's exact sum where the
-// bounds prove that no term is cut, or FusedStep on the codes where the step meets NaN or Inf (counted in
-// `fallbacks`). False where a term may be cut: the step goes to the block's queue for WarpTileStep.
-__device__ inline bool StepOutput(const EngineGemmArgs& g, const double* va, const double* vb, size_t i, size_t j,
-                                  size_t k0, size_t k1, float& c, double sum, const StepInfo& ia, const StepInfo& ib,
-                                  unsigned& fallbacks) {
-  const EngineModel& p = g.model;
-  if (ia.maxnom != kSpecialStep && ib.maxnom != kSpecialStep && isfinite(c)) {
-    int emax = p.zero_exp;  // zero terms (products or a zero accumulator) take it; it only raises the bound
-    if (c != 0) emax = max(emax, NominalF32(c));
-    if (ia.maxnom != kNoTerm && ib.maxnom != kNoTerm) emax = max(emax, ia.maxnom + ib.maxnom);
-    const int unit = emax - p.frac_bits;
-    if (static_cast<int>(ia.minlsb) + ib.minlsb >= unit && (c == 0 || LowestBit(c) >= unit)) {
-      const double s = static_cast<double>(c) + sum * (static_cast<double>(ia.scale) * ib.scale);
-      c = s == 0 ? 0.0f : RoundFused(s * Pow2(-unit), unit, p.out_bits, p.out_rne);
-      return true;
+// A code's value, lowest bit and whether it is a nonzero finite value, for the tile conversion.
+struct alignas(16) CodeEntry {
+  double v;
+  int lsb, nonzero;
+};
+
+// The kernel's shared memory (dynamic: about 70 KB for steps of 32). Codes and step bounds arrive by cp.async
+// into two stages; each step converts its stage into the FP64 tiles of the products and the BF16 weights of
+// the certificate. Pitches keep fragment loads free of bank conflicts: A's FP64 rows 2 * pitch = 8 (mod 32)
+// banks apart, B's k rows the same, the BF16 rows 16 bytes aligned on distinct banks for ldmatrix.
+template <int kStep>
+struct DmmaShared {
+  static constexpr int kPa = kStep + 4, kPb = kDTile + 4, kWa = kStep + 8, kWb = kDTile + 8;
+  struct Stage {
+    uint8_t a[kDTile][kStep];  // A's codes, row-major
+    uint8_t b[kStep][kDTile];  // B's codes, k-major (B's own layout)
+    StepInfo ia[kDTile], ib[kDTile];
+  };
+  Stage stage[2];
+  double sa[kDTile][kPa];
+  double sb[kStep][kPb];
+  uint16_t wa[kDTile][kWa];
+  uint16_t wb[kStep][kWb];
+  CodeEntry ta[256], tb[256];
+  CodeParts pa[256], pb[256];
+  float scratch[kDThreads / 32][32][33];  // each warp's queued accumulators, by output within the warp's tile
+};
+
+constexpr int kWeightCap = 10;  // relative lowest bits past this weigh as this: 64^-10 = 2^-60, products >= 2^-120
+
+// An element's certificate weight as BF16 bits: 2^(-6 min(r, cap)), r its lowest bit above its line's lowest.
+__device__ inline uint32_t Weight(const CodeEntry& e, int base) {
+  const int r = min(max(e.lsb - base, 0), kWeightCap);
+  return e.nonzero ? static_cast<uint32_t>(127 - 6 * r) << 7 : 0u;
+}
+
+// Step s's codes and bounds into stage `st`: 16-byte cp.async where K and N are multiples of 16 (kVec; rows and
+// columns past the matrix zero-filled), else plain loads.
+template <int kStep, bool kVec>
+__device__ inline void LoadStage(typename DmmaShared<kStep>::Stage& st, const EngineGemmArgs& g,
+                                 const EngineDmmaBuffers& f, size_t row0, size_t col0, size_t s, int tid) {
+  const size_t k0 = s * kStep;
+  if (kVec) {
+    for (int x = tid; x < kDTile * kStep / 16; x += kDThreads) {
+      const int r = x / (kStep / 16), c = x % (kStep / 16);
+      const size_t i = row0 + r, k = k0 + 16 * c;
+      const bool in = i < g.m && k < g.k;
+      CpAsync16(&st.a[r][16 * c], g.a.codes + (in ? i * g.k + k : 0), in);
     }
-    return false;
+    for (int x = tid; x < kStep * kDTile / 16; x += kDThreads) {
+      const int r = x / (kDTile / 16), c = x % (kDTile / 16);
+      const size_t k = k0 + r, j = col0 + 16 * c;
+      const bool in = k < g.k && j < g.n;
+      CpAsync16(&st.b[r][16 * c], g.b.codes + (in ? k * g.n + j : 0), in);
+    }
+  } else {
+    for (int x = tid; x < kDTile * kStep; x += kDThreads) {
+      const int r = x / kStep, kk = x % kStep;
+      const size_t i = row0 + r, k = k0 + kk;
+      st.a[r][kk] = i < g.m && k < g.k ? g.a.codes[i * g.k + k] : 0;
+    }
+    for (int x = tid; x < kStep * kDTile; x += kDThreads) {
+      const int r = x / kDTile, c = x % kDTile;
+      const size_t k = k0 + r, j = col0 + c;
+      st.b[r][c] = k < g.k && j < g.n ? g.b.codes[k * g.n + j] : 0;
+    }
   }
-  ++fallbacks;
-  c = FusedStep(LineOf(g, va, vb, g.a.nominal, g.b.nominal, i, j), p, k0, k1, c, p.scales_in);
-  return true;
+  if (tid < kDTile) {
+    const size_t i = row0 + tid;
+    CpAsync16(&st.ia[tid], f.a_info + (i < g.m ? i * f.steps + s : 0), i < g.m);
+  } else if (tid < 2 * kDTile) {
+    const size_t j = col0 + tid - kDTile;
+    CpAsync16(&st.ib[tid - kDTile], f.b_info + (j < g.n ? j * f.steps + s : 0), j < g.n);
+  }
+  asm volatile("cp.async.commit_group;");
+}
+
+// The stage's codes as FP64 values (sa, sb) and certificate weights (wa, wb), four codes per 32-bit word.
+template <int kStep>
+__device__ inline void ConvertStage(DmmaShared<kStep>& sm, const typename DmmaShared<kStep>::Stage& st, int tid) {
+  for (int x = tid; x < kDTile * kStep / 4; x += kDThreads) {
+    const int r = x / (kStep / 4), k4 = 4 * (x % (kStep / 4));
+    const uint32_t word = *reinterpret_cast<const uint32_t*>(&st.a[r][k4]);
+    const int base = st.ia[r].minlsb - st.ia[r].scale_exp;
+    const double scale = st.ia[r].scale;  // exact
+    double v[4];
+    uint32_t w[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const CodeEntry e = sm.ta[(word >> (8 * q)) & 0xFF];
+      v[q] = e.v * scale;  // exact: a power of two, or zero
+      w[q] = Weight(e, base);
+    }
+    *reinterpret_cast<double2*>(&sm.sa[r][k4]) = make_double2(v[0], v[1]);
+    *reinterpret_cast<double2*>(&sm.sa[r][k4 + 2]) = make_double2(v[2], v[3]);
+    *reinterpret_cast<uint2*>(&sm.wa[r][k4]) = make_uint2(w[0] | (w[1] << 16), w[2] | (w[3] << 16));
+  }
+  for (int x = tid; x < kStep * kDTile / 4; x += kDThreads) {
+    const int kk = x / (kDTile / 4), c4 = 4 * (x % (kDTile / 4));
+    const uint32_t word = *reinterpret_cast<const uint32_t*>(&st.b[kk][c4]);
+    double v[4];
+    uint32_t w[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const CodeEntry e = sm.tb[(word >> (8 * q)) & 0xFF];
+      v[q] = e.v * static_cast<double>(st.ib[c4 + q].scale);
+      w[q] = Weight(e, st.ib[c4 + q].minlsb - st.ib[c4 + q].scale_exp);
+    }
+    *reinterpret_cast<double2*>(&sm.sb[kk][c4]) = make_double2(v[0], v[1]);
+    *reinterpret_cast<double2*>(&sm.sb[kk][c4 + 2]) = make_double2(v[2], v[3]);
+    *reinterpret_cast<uint2*>(&sm.wb[kk][c4]) = make_uint2(w[0] | (w[1] << 16), w[2] | (w[3] << 16));
+  }
 }
 
 // f(mi, ni, h) for each of the thread's 32 outputs (rows wr + 8 mi + gr, columns wc + 8 ni + 2 gc + h), unrolled
@@ -179,32 +291,60 @@ __device__ __forceinline__ void ForOutputs(F f) {
       for (int h = 0; h < 2; ++h) f(mi, ni, h);
 }
 
-template <int kStep, bool kPromote>
-__global__ void __launch_bounds__(kDThreads, 2) EngineDmmaKernel(EngineGemmArgs g, EngineDmmaBuffers f) {
-  __shared__ double va[256], vb[256];
-  __shared__ CodeParts pa[256], pb[256];
-  // A's values, row-major (padded against bank conflicts), and B's, k-major; once a step's products are
-  // formed, the same memory holds the steps queued for WarpTileStep: their accumulators and their indices.
-  __shared__ union {
-    double sa[kDTile][kStep + 1];
-    float queued[kDTile][kDTile];
-  } ua;
-  __shared__ union {
-    double sb[kStep][kDTile + 1];
-    uint16_t queue[kDTile * kDTile];
-  } ub;
-  __shared__ int queue_len;
-  auto& sa = ua.sa;
-  auto& sb = ub.sb;
-  __shared__ uint8_t ca[kDTile][kStep], cb[kStep][kDTile];  // their codes
-  __shared__ StepInfo ia[kDTile], ib[kDTile];
+// How a certified step's sum is rounded: kRound24Rz / kRound24Rne, FP32 (24 bits) toward zero or to nearest
+// even, by one conversion; kRoundFused, any other width (RoundFused).
+enum StepRound { kRoundFused = 0, kRound24Rz = 1, kRound24Rne = 2 };
+
+// The step's result for one output where the certificate proves that no term is cut: s the sum of its
+// products (elements times scales) from the FP64 tensor core, w its weights' sum from the BF16 one, c its
+// accumulator, mab and rab its row's plus its column's maxnom and minlsb. True with c updated, else false (c
+// unchanged): a special line (mab above kSpecialSum), a NaN or Inf accumulator (exponent field 255), and an RZ
+// result at FLT_MAX (where the reference may give Inf) never pass.
+template <int kRound>
+__device__ __forceinline__ bool FastStep(int zero_exp, int frac_bits, int out_bits, bool out_rne, int mab, int rab, double s,
+                                         float w, float& c) {
+  const unsigned cb = __float_as_uint(c);
+  const bool czero = (cb << 1) == 0;
+  const int efn = max(static_cast<int>((cb >> 23) & 0xFFu), 1);
+  const int unit = max(max(czero ? zero_exp : efn - 127, mab), zero_exp) - frac_bits;
+  // The products: v <= 0 passes for any w (w <= 32); v >= 22 passes only w = 0 (no nonzero product).
+  const int v = min(max(unit - rab, 0), 22);
+  // The accumulator: its lowest set bit (bit 23 set caps the count at the significand's width) at or above
+  // the unit.
+  const int clsb = efn - 151 + __ffs(static_cast<int>(cb | 0x800000u));
+  bool ok = __float_as_uint(w) + 128u < static_cast<unsigned>(133 - 6 * v) << 23 && (czero || clsb >= unit) &&
+            mab < kSpecialSum && efn != 0xFF;
+  const double d = s + static_cast<double>(c);  // exact where ok
+  float r;
+  if (kRound == kRound24Rz) {
+    r = __double2float_rz(d);
+    ok = ok && fabsf(r) != FLT_MAX;
+    r = __fadd_rn(r, 0.0f);  // -0 + +0 is +0: the reference's zero
+  } else if (kRound == kRound24Rne) {
+    r = __fadd_rn(__double2float_rn(d), 0.0f);  // past FLT_MAX: Inf, as the reference
+  } else {
+    r = d == 0 ? 0.0f : RoundFused(d * Pow2(-unit), unit, out_bits, out_rne);
+  }
+  if (ok) c = r;
+  return ok;
+}
+
+template <int kStep, bool kPromote, bool kVec, int kRound>
+__global__ void __launch_bounds__(kDThreads, 2) EngineDmmaKernel(const __grid_constant__ EngineGemmArgs g,
+                                                                const __grid_constant__ EngineDmmaBuffers f) {
+  using Shared = DmmaShared<kStep>;
+  extern __shared__ __align__(16) unsigned char dmma_smem[];
+  Shared& sm = *reinterpret_cast<Shared*>(dmma_smem);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   for (int t = tid; t < 256; t += kDThreads) {
-    va[t] = g.a.values[t];
-    vb[t] = g.b.values[t];
-    pa[t] = f.a_parts[t];
-    pb[t] = f.b_parts[t];
+    sm.pa[t] = f.a_parts[t];
+    sm.pb[t] = f.b_parts[t];
+    sm.ta[t] = CodeEntry{g.a.values[t], f.a_parts[t].e, f.a_parts[t].m != 0};
+    sm.tb[t] = CodeEntry{g.b.values[t], f.b_parts[t].e, f.b_parts[t].m != 0};
   }
+  const EngineModel& p = g.model;
+  const int zero_exp = p.zero_exp, frac_bits = p.frac_bits, out_bits = p.out_bits;
+  const bool out_rne = p.out_rne;
   const size_t row0 = static_cast<size_t>(blockIdx.y) * kDTile, col0 = static_cast<size_t>(blockIdx.x) * kDTile;
   const int wr = (warp >> 1) * 32, wc = (warp & 1) * 32;  // the warp's 32 x 32 outputs in the tile
   const int gr = lane >> 2, gc = lane & 3;
@@ -216,103 +356,170 @@ __global__ void __launch_bounds__(kDThreads, 2) EngineDmmaKernel(EngineGemmArgs 
     part[mi][ni][h] = 0.0f;
   });
   unsigned fallbacks = 0;
-  const size_t window = kPromote ? static_cast<size_t>(g.model.promote) : 1;
+  const size_t window = kPromote ? static_cast<size_t>(p.promote) : 1;
+  LoadStage<kStep, kVec>(sm.stage[0], g, f, row0, col0, 0, tid);
   for (size_t s = 0, k0 = 0; k0 < g.k; ++s, k0 += kStep) {
     const size_t k1 = k0 + kStep < g.k ? k0 + kStep : g.k;
+    const typename Shared::Stage& st = sm.stage[s & 1];
+    asm volatile("cp.async.wait_group 0;");
+    __syncthreads();  // the stage has arrived, and every warp is done with the previous step's tiles
+    ConvertStage<kStep>(sm, st, tid);
     __syncthreads();
-    for (int t = tid; t < kDTile * kStep; t += kDThreads) {
-      const int r = t / kStep, kk = t % kStep;
-      const size_t i = row0 + r, k = k0 + kk;
-      const uint8_t code = i < g.m && k < k1 ? g.a.codes[i * g.k + k] : 0;
-      ca[r][kk] = code;
-      sa[r][kk] = i < g.m && k < k1 ? va[code] : 0.0;
-    }
-    for (int t = tid; t < kDTile * kStep; t += kDThreads) {
-      const int kk = t / kDTile, c = t % kDTile;
-      const size_t j = col0 + c, k = k0 + kk;
-      const uint8_t code = j < g.n && k < k1 ? g.b.codes[k * g.n + j] : 0;
-      cb[kk][c] = code;
-      sb[kk][c] = j < g.n && k < k1 ? vb[code] : 0.0;
-    }
-    if (tid == 0) queue_len = 0;
-    if (tid < kDTile) {
-      const size_t i = row0 + tid;
-      ia[tid] = i < g.m ? f.a_info[i * f.steps + s] : StepInfo{};
-    } else {
-      const size_t j = col0 + tid - kDTile;
-      ib[tid - kDTile] = j < g.n ? f.b_info[j * f.steps + s] : StepInfo{};
-    }
-    __syncthreads();
+    if (k1 < g.k) LoadStage<kStep, kVec>(sm.stage[(s + 1) & 1], g, f, row0, col0, s + 1, tid);
+    // The step's sums of products on the FP64 tensor core.
     double sum[4][4][2];
-#pragma unroll
-    for (int mi = 0; mi < 4; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < 4; ++ni) sum[mi][ni][0] = sum[mi][ni][1] = 0.0;
+    ForOutputs([&](int mi, int ni, int h) { sum[mi][ni][h] = 0.0; });
 #pragma unroll
     for (int q = 0; q < kStep; q += 4) {
       double a[4], b[4];
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
-        a[x] = sa[wr + 8 * x + gr][q + gc];
-        b[x] = sb[q + gc][wc + 8 * x + gr];
+        a[x] = sm.sa[wr + 8 * x + gr][q + gc];
+        b[x] = sm.sb[q + gc][wc + 8 * x + gr];
       }
 #pragma unroll
-      for (int mi = 0; mi < 4; ++mi)
+      for (int m2 = 0; m2 < 2; ++m2)
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) Dmma(sum[mi][ni], a[mi], b[ni]);
+        for (int ni = 0; ni < 4; ++ni) Dmma(sum[2 * m2][ni], sum[2 * m2 + 1][ni], a[2 * m2], a[2 * m2 + 1], b[ni]);
     }
-    const bool window_end = kPromote && ((k0 + kStep) % window == 0 || k1 == g.k);
-    __syncthreads();  // every warp's products formed: sa and sb now hold the queue
-    // The outputs whose step may cut a term wait in the queue (a lane alone would take the whole step, and
-    // its warp with it); the block's warps then take them one step per warp.
-    unsigned queued = 0;  // bit (mi * 4 + ni) * 2 + h
-    ForOutputs([&](int mi, int ni, int h) {
-      const int r = wr + 8 * mi + gr, c = wc + 8 * ni + 2 * gc + h;
-      const size_t i = row0 + r, j = col0 + c;
-      if (i >= g.m || j >= g.n) return;
-      float& cur = kPromote ? part[mi][ni][h] : acc[mi][ni][h];
-      if (StepOutput(g, va, vb, i, j, k0, k1, cur, sum[mi][ni][h], ia[r], ib[c], fallbacks)) return;
-      ua.queued[r][c] = cur;
-      ub.queue[atomicAdd(&queue_len, 1)] = static_cast<uint16_t>(r * kDTile + c);
-      queued |= 1u << ((mi * 4 + ni) * 2 + h);
-      ++fallbacks;
-    });
-    __syncthreads();
-    for (int q = warp; q < queue_len; q += kDThreads / 32) {
-      const int r = ub.queue[q] / kDTile, c = ub.queue[q] % kDTile;
-      const float out = WarpTileStep(g.model, pa, pb, &ca[r][0], &cb[0][c], static_cast<int>(k1 - k0), ia[r], ib[c],
-                                     ua.queued[r][c], lane);
+    // The certificate's weight sums on the BF16 tensor core: wsum[mi / 2][ni][2 (mi % 2) + h].
+    float wsum[2][4][4];
+#pragma unroll
+    for (int m2 = 0; m2 < 2; ++m2)
+#pragma unroll
+      for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) wsum[m2][ni][x] = 0.0f;
+#pragma unroll
+    for (int k16 = 0; k16 < kStep; k16 += 16) {
+      uint32_t a[2][4], b[4][2];
+#pragma unroll
+      for (int m2 = 0; m2 < 2; ++m2) {
+        const unsigned addr = SharedAddr(&sm.wa[wr + 16 * m2 + lane % 8 + 8 * ((lane / 8) % 2)][k16 + 8 * (lane / 16)]);
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(a[m2][0]), "=r"(a[m2][1]), "=r"(a[m2][2]), "=r"(a[m2][3])
+                     : "r"(addr));
+      }
+#pragma unroll
+      for (int ni = 0; ni < 4; ni += 2) {
+        // Matrix l / 8: k rows k16 + 8 ((l / 8) % 2), columns of n tile ni + l / 16; transposed, each lane gets
+        // B (k 2t..2t+1, n g) as the MMA takes it.
+        const unsigned addr = SharedAddr(&sm.wb[k16 + lane % 8 + 8 * ((lane / 8) % 2)][wc + 8 * (ni + lane / 16)]);
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(b[ni][0]), "=r"(b[ni][1]), "=r"(b[ni + 1][0]), "=r"(b[ni + 1][1])
+                     : "r"(addr));
+      }
+#pragma unroll
+      for (int m2 = 0; m2 < 2; ++m2)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) MmaBf16(wsum[m2][ni], a[m2], b[ni][0], b[ni][1]);
+    }
+    // Each output's step where the certificate holds; the rest wait in the warp's scratch, marked in `queued`
+    // (bit (mi * 4 + ni) * 2 + h), with steps that meet NaN or Inf.
+    unsigned queued = 0;
+    float (&scratch)[32][33] = sm.scratch[warp];
+    int row_max[4], row_lsb[4];
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi) {
+      row_max[mi] = st.ia[wr + 8 * mi + gr].maxnom;
+      row_lsb[mi] = st.ia[wr + 8 * mi + gr].minlsb;
+    }
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int2 ib = *reinterpret_cast<const int2*>(&st.ib[wc + 8 * ni + 2 * gc + h]);  // maxnom, minlsb
+#pragma unroll
+        for (int mi = 0; mi < 4; ++mi) {
+          float& cur = kPromote ? part[mi][ni][h] : acc[mi][ni][h];
+          if (!FastStep<kRound>(zero_exp, frac_bits, out_bits, out_rne, row_max[mi] + ib.x, row_lsb[mi] + ib.y, sum[mi][ni][h],
+                                wsum[mi / 2][ni][2 * (mi % 2) + h], cur)) {
+            queued |= 1u << ((mi * 4 + ni) * 2 + h);
+            scratch[8 * mi + gr][8 * ni + 2 * gc + h] = cur;
+          }
+        }
+      }
+    // The queued steps one at a time, each on the whole warp (a loop, not unrolled: the kernel's code stays
+    // small); rows and columns past the matrix are dropped here.
+    if (__any_sync(0xFFFFFFFFu, queued != 0)) {
+      unsigned mine = queued;
+      for (;;) {
+        const unsigned lanes = __ballot_sync(0xFFFFFFFFu, mine != 0);
+        if (lanes == 0) break;
+        const int src = __ffs(static_cast<int>(lanes)) - 1;
+        const int b = __ffs(static_cast<int>(__shfl_sync(0xFFFFFFFFu, mine, src))) - 1;
+        if (lane == src) mine &= mine - 1;
+        const int rl = 8 * (b >> 3) + src / 4, cl = 8 * ((b >> 1) & 3) + 2 * (src % 4) + (b & 1);
+        const int r = wr + rl, c = wc + cl;
+        const size_t i = row0 + r, j = col0 + c;
+        if (i >= g.m || j >= g.n) continue;
+        ++fallbacks;  // counted once, by lane 0's tally below
+        const float in = scratch[rl][cl];
+        const StepInfo &ia = st.ia[r], &ib = st.ib[c];
+        if (ia.maxnom == kSpecialStep || ib.maxnom == kSpecialStep || !isfinite(in)) {
+          if (lane == 0)
+            scratch[rl][cl] = FusedStep(LineOf(g, g.a.values, g.b.values, g.a.nominal, g.b.nominal, i, j), p, k0, k1,
+                                        in, p.scales_in);
+        } else {
+          const float out = WarpTileStep(p, sm.pa, sm.pb, &st.a[r][0], &st.b[0][c], static_cast<int>(k1 - k0), ia, ib,
+                                         in, lane);
+          if (lane == 0) scratch[rl][cl] = out;
+        }
+        __syncwarp();
+      }
+      ForOutputs([&](int mi, int ni, int h) {
+        float& cur = kPromote ? part[mi][ni][h] : acc[mi][ni][h];
+        if ((queued >> ((mi * 4 + ni) * 2 + h)) & 1u) cur = scratch[8 * mi + gr][8 * ni + 2 * gc + h];
+      });
       __syncwarp();
-      if (lane == 0) ua.queued[r][c] = out;
     }
-    __syncthreads();
-    ForOutputs([&](int mi, int ni, int h) {
-      const int r = wr + 8 * mi + gr, c = wc + 8 * ni + 2 * gc + h;
-      const size_t i = row0 + r, j = col0 + c;
-      if (i >= g.m || j >= g.n) return;
-      float& cur = kPromote ? part[mi][ni][h] : acc[mi][ni][h];
-      if (queued & (1u << ((mi * 4 + ni) * 2 + h))) cur = ua.queued[r][c];
-      if (window_end) {
-        const size_t w0 = k0 / window * window;
-        acc[mi][ni][h] =
-            Promote(g, LineOf(g, va, vb, g.a.nominal, g.b.nominal, i, j), w0, part[mi][ni][h], acc[mi][ni][h]);
+    if (kPromote && ((k0 + kStep) % window == 0 || k1 == g.k)) {
+      const size_t w0 = k0 / window * window;
+      ForOutputs([&](int mi, int ni, int h) {
+        const size_t i = row0 + wr + 8 * mi + gr, j = col0 + wc + 8 * ni + 2 * gc + h;
+        if (i >= g.m || j >= g.n) return;
+        acc[mi][ni][h] = Promote(g, LineOf(g, g.a.values, g.b.values, g.a.nominal, g.b.nominal, i, j), w0,
+                                 part[mi][ni][h], acc[mi][ni][h]);
         part[mi][ni][h] = 0.0f;
-      }
-    });
+      });
+    }
   }
   ForOutputs([&](int mi, int ni, int h) {
     const size_t i = row0 + wr + 8 * mi + gr, j = col0 + wc + 8 * ni + 2 * gc + h;
     if (i < g.m && j < g.n) g.out[i * g.n + j] = Finish(g, i, j, acc[mi][ni][h]);
   });
-  if (fallbacks && f.fallback_steps) atomicAdd(f.fallback_steps, static_cast<unsigned long long>(fallbacks));
+  if (lane == 0 && fallbacks && f.fallback_steps) atomicAdd(f.fallback_steps, static_cast<unsigned long long>(fallbacks));
+}
+
+template <int kStep, bool kPromote, bool kVec, int kRound>
+void LaunchDmma(const EngineGemmArgs& args, const EngineDmmaBuffers& f, cudaStream_t st) {
+  const dim3 grid(static_cast<unsigned>((args.n + kDTile - 1) / kDTile),
+                  static_cast<unsigned>((args.m + kDTile - 1) / kDTile));
+  const auto kernel = EngineDmmaKernel<kStep, kPromote, kVec, kRound>;
+  const int bytes = static_cast<int>(sizeof(DmmaShared<kStep>));
+  Check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+        "engine FP64 tensor-core GEMM: shared memory");
+  kernel<<<grid, kDThreads, bytes, st>>>(args, f);
 }
 
 template <int kStep>
 void LaunchStep(const EngineGemmArgs& args, const EngineDmmaBuffers& f, cudaStream_t st) {
-  const dim3 grid(static_cast<unsigned>((args.n + kDTile - 1) / kDTile),
-                  static_cast<unsigned>((args.m + kDTile - 1) / kDTile));
-  if (args.model.promote != 0) EngineDmmaKernel<kStep, true><<<grid, kDThreads, 0, st>>>(args, f);
-  else EngineDmmaKernel<kStep, false><<<grid, kDThreads, 0, st>>>(args, f);
+  // 16-byte loads where every row of A and of B starts 16 bytes aligned.
+  const bool vec = args.k % 16 == 0 && args.n % 16 == 0 && reinterpret_cast<uintptr_t>(args.a.codes) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(args.b.codes) % 16 == 0;
+  const EngineModel& p = args.model;
+  if (p.promote != 0) {  // hopper-fp8 and its kin, off Hopper (out_bits 24 or F + 1)
+    if (vec) LaunchDmma<kStep, true, true, kRoundFused>(args, f, st);
+    else LaunchDmma<kStep, true, false, kRoundFused>(args, f, st);
+  } else if (p.out_bits == 24 && !p.out_rne) {  // blackwell-mxf8f6f4
+    if (vec) LaunchDmma<kStep, false, true, kRound24Rz>(args, f, st);
+    else LaunchDmma<kStep, false, false, kRound24Rz>(args, f, st);
+  } else if (p.out_bits == 24) {
+    if (vec) LaunchDmma<kStep, false, true, kRound24Rne>(args, f, st);
+    else LaunchDmma<kStep, false, false, kRound24Rne>(args, f, st);
+  } else {
+    LaunchDmma<kStep, false, false, kRoundFused>(args, f, st);
+  }
 }
 
 }  // namespace

@@ -34,6 +34,7 @@
 #include "engine_fused.cuh"
 #include "engine_internal.h"
 #include "gpu_internal.h"
+#include "mma_tile.cuh"
 
 namespace qmx::gpu::detail {
 namespace {
@@ -121,21 +122,8 @@ __global__ void PackFp4Kernel(EngineOperand o, bool is_a, size_t lines, size_t k
   }
 }
 
-// d += a b on the BF16 tensor core, FP32 accumulation: D (16 x 8) = A (16 x 16, row) B (16 x 8, col). Lane l holds
-// g = l / 4, t = l % 4: A (g, 2t..2t+1), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..); B (k 2t..2t+1, column g),
-// (k 2t + 8.., g); D (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
-__device__ inline void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ inline void CpAsync16(void* smem, const void* gmem, bool in) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(in ? 16 : 0));
-}
+using qmx_mma::CpAsync16;
+using qmx_mma::SharedAddr;
 
 struct Stage {
   uint16_t a[kTile][kPitch];  // A' rows, k along the row
@@ -169,7 +157,6 @@ __device__ inline void LoadStage(Stage& st, const EngineGemmArgs& g, const Engin
 // k16..k16+15, by ldmatrix: lane l gives the address of row l % 8 of 8 x 8 matrix l / 8, and register x receives
 // matrix x in the MMA's fragment layout. A's matrices: rows +0 / +8 by k +0 / +8 (a[0..3] as Mma takes them); B's:
 // k +0 / +8 of each n tile.
-__device__ inline unsigned SharedAddr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 __device__ inline void FragA(const Stage& st, int r0, int k16, int lane, uint32_t (&a)[4]) {
   const unsigned addr = SharedAddr(&st.a[r0 + lane % 8 + 8 * ((lane / 8) % 2)][k16 + 8 * (lane / 16)]);
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -219,9 +206,9 @@ __device__ __noinline__ Four ExactTileStep(const EngineGemmArgs& g, const Stage&
     uint32_t a[4], b0, b1;
     FragA(st, r0, 16 * q, lane, a);
     FragB(st, c0, 16 * q, lane, b0, b1);
-    Mma(val[q], a, b0, b1);
+    qmx_mma::MmaBf16(val[q], a, b0, b1);
     AbsA(a);
-    Mma(mag[q], a, b0 & 0x7FFF7FFFu, b1 & 0x7FFF7FFFu);
+    qmx_mma::MmaBf16(mag[q], a, b0 & 0x7FFF7FFFu, b1 & 0x7FFF7FFFu);
   }
 #pragma unroll
   for (int h = 0; h < 4; ++h) {
@@ -302,7 +289,7 @@ __global__ void __launch_bounds__(kF4Threads, 3) EngineFp4Kernel(EngineGemmArgs 
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < kNi; ++ni) Mma(sum[mi][ni], a[mi], b[ni][0], b[ni][1]);
+        for (int ni = 0; ni < kNi; ++ni) qmx_mma::MmaBf16(sum[mi][ni], a[mi], b[ni][0], b[ni][1]);
     }
     // The warp's bounds over its 32 rows and 32 columns (nonnegative floats compare as their bits). Rows and
     // columns past the matrix (zero info) only widen them.
@@ -331,7 +318,7 @@ __global__ void __launch_bounds__(kF4Threads, 3) EngineFp4Kernel(EngineGemmArgs 
             FragA(st, wr + 16 * mi, 16 * q, lane, a);
             FragB(st, wc + 8 * ni, 16 * q, lane, b0, b1);
             AbsA(a);
-            Mma(mag, a, b0 & 0x7FFF7FFFu, b1 & 0x7FFF7FFFu);
+            qmx_mma::MmaBf16(mag, a, b0 & 0x7FFF7FFFu, b1 & 0x7FFF7FFFu);
           }
 #pragma unroll
           for (int h = 0; h < 4; ++h)

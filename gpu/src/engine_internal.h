@@ -79,18 +79,21 @@ void LaunchEngineFp4Gemm(const EngineGemmArgs& args, const EngineFp4Buffers& f, 
 
 // The FP64 tensor-core kernel (engine_dmma.cu) for fused models of single products (group 1) in steps of 16 or
 // 32, without MMA-Sim's zero rule, with F + 8 <= 53, and block scales in the products only as powers of two
-// (UE8M0) whole steps along K. Per step, mma.m8n8k4.f64 sums a 64 x 64 tile's products; where the step's
-// bounds (StepInfo of its row and column) prove that no term is cut at the step's unit, that exact sum is the
-// step's, rounded as the model rounds it. Every other step runs exactly in integers from the tile's codes
-// (TileStep), and a step that meets NaN or Inf runs FusedStep; both counted in *fallback_steps.
-struct StepInfo {
-  int16_t maxnom = 0;  // the largest nominal exponent of a nonzero element, scale's exponent added; kNoTerm: none
-  int16_t minlsb = 0;  // the lowest bit of a nonzero element, scale's exponent added; kNoLsb: none
-  int16_t scale_exp = 0;  // the block scale's exponent when scales enter the products (a power of two), else 0
+// (UE8M0) whole steps along K. Per step, mma.m8n8k4.f64 sums a 64 x 64 tile's products, and a BF16 tensor-core
+// product of the elements' lowest-bit weights certifies, output by output, that no term is cut at the step's
+// unit: then that exact sum is the step's, rounded as the model rounds it. Every other step runs exactly in
+// integers from the tile's codes (WarpTileStep), and a step that meets NaN or Inf runs FusedStep; both counted
+// in *fallback_steps.
+struct alignas(16) StepInfo {
+  int32_t maxnom = 0;  // the largest nominal exponent of a nonzero element, scale's exponent added; kNoTerm: none
+  int32_t minlsb = 0;  // the lowest bit of a nonzero element, scale's exponent added; kNoLsb: none
+  float scale = 1.0f;  // the block scale when scales enter the products, else 1 (16 bytes in all: one cp.async)
+  int16_t scale_exp = 0;  // that scale's exponent (a power of two), else 0
   int16_t zero_scale = 0;  // that scale is zero
-  float scale = 1.0f;  // that scale, else 1
 };
-inline constexpr int16_t kNoTerm = -32000, kNoLsb = 32000, kSpecialStep = 32000;  // maxnom = kSpecialStep: NaN/Inf
+// maxnom = kSpecialStep: the step meets NaN or Inf. A row's maxnom plus a column's is above kSpecialSum exactly
+// when one of them is special (finite nominal exponents stay within +-1,000).
+inline constexpr int32_t kNoTerm = -20000, kNoLsb = 32000, kSpecialStep = 30000, kSpecialSum = 5000;
 // A code's finite value as m * 2^e (m signed, |m| < 2^15) and its nominal exponent (operand emin applied);
 // zero: m = 0, nom = kZeroNom.
 struct CodeParts {

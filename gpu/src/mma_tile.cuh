@@ -1,6 +1,8 @@
 // mma_tile.cuh: one warp's 16 x 8 FP32 tile D = A B + C through a chain of FP8 mma.sync.m16n8k32 instructions
 // (PTX ISA 9.7.14.5), the accumulator in registers between them. The backend's MmaKernel (device.cu) and the
 // standalone probes (gpu/probes) share it, so that what the probes measure is the kernel the backend runs.
+// Also the BF16 MMA and the shared-memory helpers of the engine's tensor-core kernels (engine_fp4.cu,
+// engine_dmma.cu).
 #pragma once
 
 #include <cstddef>
@@ -9,6 +11,24 @@
 namespace qmx_mma {
 
 __device__ inline uint32_t Load4(const uint8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// d += a b on the BF16 tensor core, FP32 accumulation: D (16 x 8) = A (16 x 16, row) B (16 x 8, col). Lane l holds
+// g = l / 4, t = l % 4: A (g, 2t..2t+1), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..); B (k 2t..2t+1, column g),
+// (k 2t + 8.., g); D (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
+__device__ inline void MmaBf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ inline unsigned SharedAddr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+
+// 16 bytes from global to shared memory, asynchronously; zeros where `in` is false.
+__device__ inline void CpAsync16(void* smem, const void* gmem, bool in) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(SharedAddr(smem)), "l"(gmem), "r"(in ? 16 : 0));
+}
 
 // The tile whose A rows start at a (16 rows, k codes each, row stride lda), B columns at bt (8 columns, K
 // contiguous, stride ldb); C (may be null: zeros) and D are 16 x 8 at c and d with row strides ldc, ldd.

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -125,6 +126,27 @@ GemmOperand LoadOperand(const GemmArgs& g, bool is_a) {
   return o;
 }
 
+// FP16 .npy values for the models that accumulate in FP16: an FP16 pattern's value, and the pattern of a
+// value that is an FP16 value (NaN as 0x7FFF, the models' canonical NaN, MMA-Sim's).
+float Fp16Value(uint16_t h) {
+  const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  const float mag = e == 0x1F ? (m ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity())
+                    : e == 0  ? std::ldexp(static_cast<float>(m), -24)
+                              : std::ldexp(static_cast<float>(m | 0x400), e - 25);
+  return (h & 0x8000) ? -mag : mag;
+}
+
+uint16_t Fp16Bits(float v) {
+  if (std::isnan(v)) return 0x7FFF;
+  const uint16_t sign = std::signbit(v) ? 0x8000 : 0;
+  const float a = std::fabs(v);
+  if (std::isinf(a)) return sign | 0x7C00;
+  if (a == 0) return sign;
+  const int e = std::ilogb(a);
+  if (e < -14) return sign | static_cast<uint16_t>(std::ldexp(a, 24));
+  return sign | static_cast<uint16_t>(((e + 15) << 10) | (static_cast<int>(std::ldexp(a, 10 - e)) - 1024));
+}
+
 void Run(const GemmArgs& g) {
   if (g.threads < 0 || g.threads > 1024) throw Error("--threads must be 1..1024");
   CheckOutputs({{"--out", g.out}, {"--json", g.json}}, {g.a, g.b, g.a_scales, g.b_scales, g.c, g.expect});
@@ -146,13 +168,26 @@ void Run(const GemmArgs& g) {
     ValidateAccumModel(model);
   }
   const GemmOperand A = LoadOperand(g, true), B = LoadOperand(g, false);
+  const bool acc16 = model.kind == AccumKind::kFused && model.fused.acc_fp16;  // C and D in FP16
   std::vector<float> c;
   if (!g.c.empty()) {
     NpyArray arr = Load(g.c, "C");
-    if (arr.dtype != DType::kF32 || arr.shape[0] != A.rows || arr.shape[1] != B.cols)
-      throw Error("C (" + g.c + ") must be float32 " + std::to_string(A.rows) + "x" + std::to_string(B.cols));
+    const bool f16 = arr.dtype == DType::kF16;
+    if ((arr.dtype != DType::kF32 && !f16) || arr.shape.size() != 2 || arr.shape[0] != A.rows || arr.shape[1] != B.cols)
+      throw Error("C (" + g.c + ") must be float32" + std::string(acc16 ? " or float16 " : " ") + std::to_string(A.rows) +
+                  "x" + std::to_string(B.cols));
+    if (f16 && !acc16)
+      throw Error("C (" + g.c + ") is float16; model " + model.name + " accumulates in FP32 and takes float32 C");
     c.resize(A.rows * B.cols);
-    std::memcpy(c.data(), arr.data.data(), c.size() * 4);
+    if (f16) {
+      for (size_t i = 0; i < c.size(); ++i) {
+        uint16_t h;
+        std::memcpy(&h, arr.data.data() + 2 * i, 2);
+        c[i] = Fp16Value(h);
+      }
+    } else {
+      std::memcpy(c.data(), arr.data.data(), c.size() * 4);
+    }
   }
   const float* cp = c.empty() ? nullptr : c.data();
   std::vector<float> d;
@@ -199,22 +234,38 @@ void Run(const GemmArgs& g) {
   AtomicFileSet outputs;  // D and the JSON, both or neither
   if (!g.out.empty()) {
     NpyArray o;
-    o.dtype = DType::kF32;
+    o.dtype = acc16 ? DType::kF16 : DType::kF32;
     o.shape = {A.rows, B.cols};
-    o.data.resize(d.size() * 4);
-    std::memcpy(o.data.data(), d.data(), o.data.size());
+    if (acc16) {
+      o.data.resize(d.size() * 2);
+      for (size_t i = 0; i < d.size(); ++i) {
+        const uint16_t h = Fp16Bits(d[i]);
+        std::memcpy(o.data.data() + 2 * i, &h, 2);
+      }
+    } else {
+      o.data.resize(d.size() * 4);
+      std::memcpy(o.data.data(), d.data(), o.data.size());
+    }
     const std::vector<uint8_t> bytes = SerializeNpy(o);
     outputs.Add(g.out, bytes.data(), bytes.size());
   }
   int rc = 0;
   if (!g.expect.empty()) {
     NpyArray e = Load(g.expect, "expected D");
-    if (e.dtype != DType::kF32 || e.shape[0] != A.rows || e.shape[1] != B.cols)
-      throw Error("expected D (" + g.expect + ") must be float32 " + std::to_string(A.rows) + "x" + std::to_string(B.cols));
+    const DType want = acc16 ? DType::kF16 : DType::kF32;
+    if (e.dtype != want || e.shape.size() != 2 || e.shape[0] != A.rows || e.shape[1] != B.cols)
+      throw Error("expected D (" + g.expect + ") must be " + (acc16 ? "float16 " : "float32 ") + std::to_string(A.rows) +
+                  "x" + std::to_string(B.cols) + (acc16 ? " (model " + model.name + " accumulates in FP16)" : ""));
     size_t mismatches = 0;
     for (size_t i = 0; i < d.size(); ++i) {
       float x;
-      std::memcpy(&x, e.data.data() + 4 * i, 4);
+      if (acc16) {
+        uint16_t h;
+        std::memcpy(&h, e.data.data() + 2 * i, 2);
+        x = Fp16Value(h);
+      } else {
+        std::memcpy(&x, e.data.data() + 4 * i, 4);
+      }
       const bool same = hd::F32Bits(x) == hd::F32Bits(d[i]) || (std::isnan(x) && std::isnan(d[i]));
       if (!same) {
         if (mismatches < static_cast<size_t>(g.max_errors))
@@ -282,12 +333,14 @@ void AddGemmCommand(CLI::App& app) {
   cmd->add_option("--nvfp4-bound", g->nvfp4_bound, "the E4M3 bound of the raw operands' NVFP4 rule: 448 (default) "
                   "or 256 (TE's 4over6)")->check(CLI::IsMember({448.0f, 256.0f}));
   cmd->add_option("--quantize", g->quantize, "quantize float32 A (row-wise) and B (column-wise) with this recipe");
-  cmd->add_option("--c", g->c, "C: M x N float32, the accumulator's starting value");
+  cmd->add_option("--c", g->c, "C: M x N float32, the accumulator's starting value (float16 for models that accumulate in FP16)");
   cmd->add_option("--model", g->model, "accumulation model: exact, fp32-seq, block-exact, hopper-fp8, hopper-fp8-fast, "
-                                       "ada-fp8, blackwell-mxf8f6f4, blackwell-mxf4nvf4, fused:KEY=V,...");
+                                       "ada-fp8, blackwell-mxf8f6f4, blackwell-mxf4nvf4, ada-mma-fp8(-f16), hopper-wgmma-fp8-f16, "
+                                       "rtx-blackwell-f8f6f4(-f16), rtx-blackwell-mxf8f6f4, rtx-blackwell-mxf4nvf4, fused:KEY=V,... "
+                                       "(docs/gemm.md lists them all)");
   cmd->add_option("--promote", g->promote, "override the model's FP32 promotion interval (K elements; 0 = never)")->check(CLI::Range(0, 1 << 30));
-  cmd->add_option("--out", g->out, "write D (float32 .npy)");
-  cmd->add_option("--expect", g->expect, "compare D bit for bit with this float32 .npy (exit 1 on a mismatch)");
+  cmd->add_option("--out", g->out, "write D (float32 .npy; float16 for models that accumulate in FP16)");
+  cmd->add_option("--expect", g->expect, "compare D bit for bit with this float32 .npy (float16 for models that accumulate in FP16; exit 1 on a mismatch)");
   cmd->add_option("--max-errors", g->max_errors, "mismatches printed (default 10)");
   cmd->add_option("--compare", g->compare, "print error statistics against another model");
   cmd->add_option("--json", g->json, "write a JSON summary");

@@ -13,21 +13,14 @@
 #include <cstdio>
 #include <cstring>
 
-__device__ inline uint64_t Desc(const void* smem) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  // start address, leading and stride byte offsets of 128 bytes (>> 4), no swizzle.
-  return (static_cast<uint64_t>((addr >> 4) & 0x3FFF)) | (static_cast<uint64_t>(128 >> 4) << 16) |
-         (static_cast<uint64_t>(128 >> 4) << 32);
-}
+#include "../src/mma_tile.cuh"
 
 __global__ void Wgmma(uint8_t a, uint8_t b, float c, float* d) {
   __shared__ __align__(1024) uint8_t sa[8192];
   __shared__ __align__(1024) uint8_t sb[8192];
-  for (int i = threadIdx.x; i < 8192; i += blockDim.x) sa[i] = a, sb[i] = b;
-  __syncthreads();
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  qmx_mma::UniformTiles(sa, sb, a, b);
   float acc[4] = {c, c, c, c};
-  const uint64_t da = Desc(sa), db = Desc(sb);
+  const uint64_t da = qmx_mma::WgmmaDesc(sa), db = qmx_mma::WgmmaDesc(sb);
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"

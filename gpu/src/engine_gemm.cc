@@ -95,6 +95,8 @@ std::string EngineGemmSupport(const GemmOperand& a, const GemmOperand& b, const 
     return "the engine runs the fused models and fp32-seq; '" + model.name + "' (one exact rounding per " +
            (model.kind == AccumKind::kExact ? "dot product" : "scale block") + ") runs on the CPU";
   const FusedParams& p = model.fused;
+  if (p.acc_fp16)
+    return "the engine's accumulators are FP32; '" + model.name + "' accumulates in FP16 and runs on the CPU";
   const bool scales_in = (a.block_rows != 0 || b.block_rows != 0) && p.scale_in_products;
   const ValueBounds ea = ElementBounds(a.elem), eb = ElementBounds(b.elem);
   const int sa = scales_in && a.block_rows != 0 ? ScaleSigBits(a) : 1;

@@ -2,7 +2,7 @@
 // (PTX ISA 9.7.14.5), the accumulator in registers between them. The backend's MmaKernel (device.cu) and the
 // standalone probes (gpu/probes) share it, so that what the probes measure is the kernel the backend runs.
 // Also the BF16 MMA and the shared-memory helpers of the engine's tensor-core kernels (engine_fp4.cu,
-// engine_dmma.cu).
+// engine_dmma.cu), and the wgmma probes' descriptors (gpu/probes).
 #pragma once
 
 #include <cstddef>
@@ -62,6 +62,22 @@ __device__ inline void Fp8Tile(const uint8_t* a, size_t lda, const uint8_t* bt, 
 #undef QMX_MMA
   }
   for (int i = 0; i < 4; ++i) d[rows[i] * ldd + cols[i]] = acc[i];
+}
+
+// A wgmma shared-memory matrix descriptor for the probes' uniform tiles: start address, leading and stride
+// byte offsets of 128 bytes (>> 4), no swizzle.
+__device__ inline uint64_t WgmmaDesc(const void* smem) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  return (static_cast<uint64_t>((addr >> 4) & 0x3FFF)) | (static_cast<uint64_t>(128 >> 4) << 16) |
+         (static_cast<uint64_t>(128 >> 4) << 32);
+}
+
+// Fills both 8 KiB operand tiles with one code each (so the layout the descriptors describe does not matter)
+// and makes them visible to the asynchronous proxy, as the wgmma probes need before they issue.
+__device__ inline void UniformTiles(uint8_t* sa, uint8_t* sb, uint8_t a, uint8_t b) {
+  for (int i = threadIdx.x; i < 8192; i += blockDim.x) sa[i] = a, sb[i] = b;
+  __syncthreads();
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 }  // namespace qmx_mma

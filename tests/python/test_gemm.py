@@ -106,3 +106,36 @@ def test_te_alpha_against_cli(cli, tmp_path, alpha):
         qmx.gemm(qa, qb, alpha="cuda")
     with pytest.raises(ValueError, match="has none"):
         qmx.gemm(qmx.quantize(a, "mxfp4"), qmx.quantize(b, "mxfp4", axis="col"), alpha=alpha)
+
+
+@pytest.mark.parametrize("model", ["ada-mma-fp8-f16", "hopper-wgmma-fp8-f16", "rtx-blackwell-f8f6f4-f16"])
+def test_fp16_accumulating_models_take_and_return_float16(cli, tmp_path, model):
+    """The FP16-output instructions: C in, D out as float16, the CLI's float16 .npy equal to qmx.gemm's array."""
+    rng = np.random.default_rng(7)
+    a = rng.integers(0, 256, (6, 64), dtype=np.uint8)
+    b = rng.integers(0, 256, (64, 5), dtype=np.uint8)
+    a[(a & 0x7F) == 0x7F] = 0x30  # no E4M3 NaN
+    b[(b & 0x7F) == 0x7F] = 0x30
+    c = (rng.standard_normal((6, 5)) * 8).astype(np.float16)
+    d = qmx.gemm(a, b, model, c, a_format="e4m3", b_format="e4m3")
+    assert d.dtype == np.float16 and d.shape == (6, 5)
+    # float32 C holding the same FP16 values gives the same bits; one that is not an FP16 value is refused.
+    assert_bits_equal(d, qmx.gemm(a, b, model, c.astype(np.float32), a_format="e4m3", b_format="e4m3"), model)
+    bad = c.astype(np.float32)
+    bad[1, 2] += np.float32(2.0 ** -20)
+    with pytest.raises(Exception, match=r"accumulates in FP16: C must hold FP16 values, and C\[1, 2\]"):
+        qmx.gemm(a, b, model, bad, a_format="e4m3", b_format="e4m3")
+    for name, x in (("a", a), ("b", b), ("c", c)):
+        np.save(tmp_path / (name + ".npy"), x)
+    cli("gemm", "--a", tmp_path / "a.npy", "--b", tmp_path / "b.npy", "--a-format", "e4m3", "--b-format", "e4m3",
+        "--c", tmp_path / "c.npy", "--model", model, "--out", tmp_path / "d.npy", "--quiet")
+    out = np.load(tmp_path / "d.npy")
+    assert out.dtype == np.float16
+    assert_bits_equal(out, d, model + " (CLI)")
+    stdout = cli("gemm", "--a", tmp_path / "a.npy", "--b", tmp_path / "b.npy", "--a-format", "e4m3", "--b-format",
+                 "e4m3", "--c", tmp_path / "c.npy", "--model", model, "--expect", tmp_path / "d.npy")
+    assert "0 of 30 outputs differ" in stdout
+    # A float16 C for a model that accumulates in FP32 is refused with the reason.
+    with pytest.raises(AssertionError, match="accumulates in FP32 and takes float32 C"):
+        cli("gemm", "--a", tmp_path / "a.npy", "--b", tmp_path / "b.npy", "--a-format", "e4m3", "--b-format", "e4m3",
+            "--c", tmp_path / "c.npy", "--model", "ada-mma-fp8")

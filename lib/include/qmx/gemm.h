@@ -104,6 +104,11 @@ struct FusedParams {
   // added to product exponents); false = applied to the promoted partial sums (Hopper blockwise FP8),
   // which then requires promote to divide the K block.
   bool scale_in_products = false;
+  // The accumulator and each step's result in FP16 ("acc=fp16"): the FP16-output mma and wgmma instructions.
+  // A step's sum is rounded to `out_bits` (at most 11) with its exponent floored at FP16's -14 (subnormals
+  // on FP16's grid) and Inf from 2^16; the accumulator's nominal exponent is floored at -14 too. C must hold
+  // FP16 values; the result's values are FP16 values (returned as FP32). No promotion.
+  bool acc_fp16 = false;
   // How a promoted partial sum p meets the block scales sa, sb (cuBLAS on H200, gpu/README.md): false:
   // acc = fmaf(p, fl32(sa * sb), acc) (1x128 x 128x128 scales); true: acc = fmaf(fl32(p * sa), sb, acc)
   // (1x128 scales on both sides).

@@ -456,20 +456,27 @@ def gemm(a, b, model="exact", c=None, *, a_format=None, b_format=None, reference
     "fused:step=..,F=..,..."). A (M x K) and B (K x N) are QuantizedTensors, A quantized along K
     row-wise and B column-wise (quantize(b, spec, axis="col")), or uint8 codes with a_format/b_format.
     c (float32 M x N) is the accumulator's starting value. reference=True runs the scalar reference.
+    Models that accumulate in FP16 (ada-mma-fp8-f16, hopper-wgmma-fp8-f16, rtx-blackwell-f8f6f4-f16, fused
+    strings with acc=fp16) take c as FP16 values (a float16 array, or float32 holding FP16 values) and
+    return a float16 array.
     CudaQuantizedTensors (qmx.quantize of CUDA tensors) are multiplied on their GPU by the emulation engine,
     bit for bit as on the CPU, into a float32 CUDA tensor (no c; the engine's models: fused and fp32-seq).
     alpha: how NVFP4's factor after accumulation is formed: "decode" (the product of the decode scales),
     "te" (Transformer Engine's cuBLASLt alpha, fl(fl(amax_a amax_b) fl(1/(36 bound_a bound_b)))) or
     "te-ref" (TE's reference GEMM, fl(fl(amax_a amax_b) / (36 bound_a bound_b)), per line when row-scaled)."""
+    import numpy as np
     if isinstance(a, CudaQuantizedTensor) or isinstance(b, CudaQuantizedTensor):
         return _gemm_cuda(a, b, model, c, a_format, b_format, reference, alpha)
     if c is not None:
         c = as_array(c)
+        if c.dtype == np.float16:
+            c = c.astype(np.float32)
     if not isinstance(a, QuantizedTensor):
         a = as_array(a)
     if not isinstance(b, QuantizedTensor):
         b = as_array(b)
-    return _qmx.gemm(a, b, model, c, a_format, b_format, reference, alpha)
+    d = _qmx.gemm(a, b, model, c, a_format, b_format, reference, alpha)
+    return d.astype(np.float16) if _qmx.model_accumulates_fp16(model) else d
 
 
 def _gemm_cuda(a, b, model, c, a_format, b_format, reference, alpha, stats=None):

@@ -39,6 +39,10 @@ void BindGemm(pyb::module_& m) {
   m.def("gemm_models", &AccumModelNames, "Names of the accumulation models (fused:KEY=V,... describes any other).");
   m.def("describe_model", [](const std::string& name) { return DescribeModel(AccumModelByName(name)); },
         pyb::arg("model"), "One line with every parameter of a model.");
+  m.def("model_accumulates_fp16", [](const std::string& name) {
+    const AccumModel am = AccumModelByName(name);
+    return am.kind == AccumKind::kFused && am.fused.acc_fp16;
+  }, pyb::arg("model"), "Whether a model's accumulator and output are FP16 (the FP16-output mma and wgmma).");
   m.def("gemm", [](const pyb::object& a, const pyb::object& b, const std::string& model,
                    const std::optional<pyb::array>& c, const std::optional<std::string>& a_format,
                    const std::optional<std::string>& b_format, bool reference, const std::string& alpha) {

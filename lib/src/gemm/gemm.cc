@@ -74,6 +74,11 @@ AccumModel ParseFused(const std::string& name) {
     else if (key == "zero-exp" && v == "operands") f.zero_operands = true;
     else if (key == "zero-exp") f.zero_exp = ParseInt(key, v);
     else if (key == "promote") f.promote = ParseInt(key, v);
+    else if (key == "acc") {
+      if (v == "fp16") f.acc_fp16 = true;
+      else if (v == "fp32") f.acc_fp16 = false;
+      else throw Error("fused model: 'acc' is fp32 or fp16, got '" + v + "'");
+    }
     else if (key == "split") {
       if (v == "hmma") f.hmma_split = true;
       else if (v == "none") f.hmma_split = false;
@@ -89,7 +94,7 @@ AccumModel ParseFused(const std::string& name) {
       else throw Error("fused model: 'promote-scale' is product or separate, got '" + v + "'");
     } else {
       throw Error("fused model: unknown key '" + key +
-                  "' (keys: step, F, bits, term, out, group, zero-exp, promote, scale, promote-scale, split)");
+                  "' (keys: step, F, bits, term, out, group, zero-exp, promote, scale, promote-scale, split, acc)");
     }
   }
   ValidateAccumModel(m);
@@ -116,7 +121,8 @@ AlphaRule ParseAlphaRule(const std::string& s) {
 std::vector<std::string> AccumModelNames() {
   return {"exact", "fp32-seq", "block-exact", "hopper-fp8", "hopper-fp8-fast", "hopper-fp8-vec", "hopper-mma-sync", "ada-fp8", "blackwell-mxf8f6f4",
           "blackwell-mxf4nvf4", "blackwell-mxf8f6f4-mmasim", "blackwell-mxf4nvf4-mmasim", "hopper-fp8-mmasim",
-          "hopper-fp8-fast-mmasim"};
+          "hopper-fp8-fast-mmasim", "ada-mma-fp8", "ada-mma-fp8-k16", "ada-mma-fp8-f16", "hopper-wgmma-fp8-f16",
+          "rtx-blackwell-f8f6f4", "rtx-blackwell-f8f6f4-f16", "rtx-blackwell-mxf8f6f4", "rtx-blackwell-mxf4nvf4"};
 }
 
 AccumModel AccumModelByName(const std::string& name) {
@@ -171,6 +177,31 @@ AccumModel AccumModelByName(const std::string& name) {
       m.fused.zero_operands = true;
       return m;
     }
+  // Instructions of GPUs not at hand, from MMA-Sim's parameters and its zero rule (arXiv 2511.10909; docs/gemm.md
+  // "The hardware models and their evidence"): Ada's FP8 mma (sm_89: m16n8k32 runs as two fused steps of 16,
+  // F = 13, the result cut to 14 bits or rounded to FP16), Hopper's FP8 wgmma with an FP16 accumulator, and RTX
+  // Blackwell's mma kind::f8f6f4 and mma.block_scale (sm_120a: one step of 32, F = 25; block-scaled as
+  // tcgen05's).
+  if (name == "ada-mma-fp8" || name == "ada-mma-fp8-k16" || name == "ada-mma-fp8-f16" || name == "hopper-wgmma-fp8-f16" ||
+      name == "rtx-blackwell-f8f6f4" || name == "rtx-blackwell-f8f6f4-f16") {
+    FusedParams p;
+    const bool ada = name.rfind("ada-", 0) == 0, hopper = name.rfind("hopper-", 0) == 0;
+    p.step = ada ? 16 : 32;
+    p.frac_bits = ada || hopper ? 13 : 25;
+    p.out_bits = ada ? 14 : 24;
+    p.zero_operands = true;
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, "-f16") == 0) {
+      p.acc_fp16 = true;
+      p.out_bits = 11;
+      p.out_round = FusedRound::kRne;
+    }
+    return Named(name, AccumKind::kFused, p);
+  }
+  if (name == "rtx-blackwell-mxf8f6f4" || name == "rtx-blackwell-mxf4nvf4") {
+    AccumModel m = AccumModelByName(name.substr(4) + "-mmasim");
+    m.name = name;
+    return m;
+  }
   if (name.rfind("fused:", 0) == 0 || name == "fused") return ParseFused(name);
   std::string known;
   for (const std::string& n : AccumModelNames()) known += (known.empty() ? "" : ", ") + n;
@@ -194,6 +225,7 @@ std::string DescribeModel(const AccumModel& m) {
       else if (f.zero_exp <= -1000) os << "none";
       else os << f.zero_exp;
       if (f.hmma_split) os << ", each 32 K split as two HMMA k16 steps (k % 4 in {0,1}, then {2,3})";
+      if (f.acc_fp16) os << ", accumulator and output FP16 (exponent floored at -14, Inf from 2^16)";
       if (f.promote) os << ", FP32 promotion every " << f.promote << " K";
       else os << ", no promotion";
       os << ", block scales " << (f.scale_in_products ? "in products" : "at promotion");
@@ -215,6 +247,9 @@ void ValidateAccumModel(const AccumModel& m) {
   if (f.out_bits < 1 || f.out_bits > 24) throw Error("fused model: bits must be 1..24, got " + std::to_string(f.out_bits));
   if (f.group < 1 || f.step % f.group != 0)
     throw Error("fused model: group (" + std::to_string(f.group) + ") must divide step (" + std::to_string(f.step) + ")");
+  if (f.acc_fp16 && (f.out_bits > 11 || f.promote != 0))
+    throw Error("fused model: acc=fp16 keeps at most 11 bits (bits <= 11) and never promotes, got bits=" +
+                std::to_string(f.out_bits) + ", promote=" + std::to_string(f.promote));
   if (f.promote < 0 || f.promote % f.step != 0)
     throw Error("fused model: promote (" + std::to_string(f.promote) + ") must be 0 or a multiple of step (" +
                 std::to_string(f.step) + ")");
@@ -222,6 +257,23 @@ void ValidateAccumModel(const AccumModel& m) {
 
 namespace detail {
 namespace {
+
+// Whether an FP32 value is an FP16 value: NaN, +-Inf, or finite within 65504 with no bit below FP16's
+// quantum (2^(e - 10), e floored at -14).
+bool IsFp16Value(float v) {
+  if (!std::isfinite(v) || v == 0) return true;
+  if (std::fabs(v) > 65504.0f) return false;
+  const int e = std::max(std::ilogb(v), -14);
+  const double q = std::ldexp(static_cast<double>(v), 10 - e);  // exact
+  return q == std::trunc(q);
+}
+
+std::string FloatText(float v) {
+  std::ostringstream os;
+  os.precision(9);
+  os << v;
+  return os.str();
+}
 
 // Transformer Engine's alpha from the two operands' amax (AlphaRule::kTe, kTeRef).
 void PlanTeAlpha(const GemmOperand& a, const GemmOperand& b, GemmPlan& p) {
@@ -328,6 +380,13 @@ GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in,
     throw Error("gemm: an input C with per-tensor scales (" + std::to_string(a.tensor_scale) + ", " +
                 std::to_string(b.tensor_scale) + (p.rule == AlphaRule::kDecode ? "" : ", alpha=" + std::string(AlphaRuleName(p.rule))) +
                 ") is not modelled: cuBLAS's epilogue order for beta*C is unverified");
+  if (model.kind == AccumKind::kFused && model.fused.acc_fp16 && c_in) {
+    for (size_t i = 0; i < mn; ++i)
+      if (!IsFp16Value(c_in[i]))
+        throw Error("gemm: model '" + model.name + "' accumulates in FP16: C must hold FP16 values, and C[" +
+                    std::to_string(i / p.n) + ", " + std::to_string(i % p.n) + "] = " + FloatText(c_in[i]) +
+                    " is not one (round C to FP16 first)");
+  }
   if (model.kind == AccumKind::kFused) {
     const FusedParams& f = model.fused;
     const bool blocks = p.a_blocks || p.b_blocks;

@@ -189,8 +189,8 @@ bool GemmFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, con
   if (plan.m == 0 || plan.n == 0) return true;
   switch (model.kind) {
     case AccumKind::kFused:
-      // MMA-Sim's zero rule and FP16 operand exponents (split=hmma): the reference path only.
-      if (model.fused.zero_operands || model.fused.operand_emin != 0) return false;
+      // MMA-Sim's zero rule, FP16 operand exponents (split=hmma) and FP16 accumulators: the reference path only.
+      if (model.fused.zero_operands || model.fused.operand_emin != 0 || model.fused.acc_fp16) return false;
       return TryFused(a, b, c_in, model, plan, exec, out);
     case AccumKind::kFp32Seq: return Fp32SeqFast(a, b, c_in, plan, exec, out);
     case AccumKind::kExact:

@@ -177,14 +177,17 @@ inline void CanonicalizeNans(const AccumModel& m, float* out, size_t n) {
 // +-S * 2^lsb rounded to an FP32 container holding `bits` significant bits, the exponent floored at
 // -126 (so subnormal results are quantized at 2^(-126 - bits + 1)), RZ or RNE; a magnitude of 2^128 or
 // more after rounding gives Inf (the tensor cores overflow to Inf also under RZ).
-inline float RoundFused(bool neg, u128 s, int lsb, int bits, bool rne) {
+// emin and inf_exp: the output format's smallest normal exponent and the exponent from which it overflows to
+// Inf (FP32: -126, 128; FP16: -14, 16).
+inline float RoundFused(bool neg, u128 s, int lsb, int bits, bool rne, int emin = -126, int inf_exp = 128) {
   if (s == 0) return 0.0f;
   int e = Msb128(s) + lsb;
-  if (e < -126) e = -126;
+  if (e < emin) e = emin;
   const int q = e - (bits - 1);  // quantum exponent
   const u128 kept = ShiftRound(s, lsb - q, rne);
   const double v = std::ldexp(static_cast<double>(kept), q);  // kept <= 2^bits: exact in double
-  if (v >= 0x1p128) return neg ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+  if (v >= std::ldexp(1.0, inf_exp))
+    return neg ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
   const float f = static_cast<float>(v);
   return neg ? -f : f;
 }

@@ -145,7 +145,8 @@ float FusedSum(const std::vector<Term>& terms, const FusedParams& p) {
     s += t.v.neg ? -static_cast<i128>(q) : static_cast<i128>(q);
   }
   const bool neg = s < 0;
-  return detail::RoundFused(neg, static_cast<u128>(neg ? -s : s), unit, p.out_bits, p.out_round == FusedRound::kRne);
+  return detail::RoundFused(neg, static_cast<u128>(neg ? -s : s), unit, p.out_bits, p.out_round == FusedRound::kRne,
+                            p.acc_fp16 ? -14 : -126, p.acc_fp16 ? 16 : 128);
 }
 
 // MMA-Sim's exponent of an operand: -126 for zero (whatever its format), else the nominal exponent.
@@ -158,7 +159,7 @@ Term AccTerm(float c, const FusedParams& p) {
     return t;
   }
   t.v = ExactOf(c);
-  t.nominal = detail::NominalExp(c, -126);
+  t.nominal = detail::NominalExp(c, p.acc_fp16 ? -14 : -126);
   return t;
 }
 

@@ -335,7 +335,7 @@ void MergeQuantize(const std::string& kind, const std::vector<std::string>& text
 namespace {
 
 struct DequantizeArgs {
-  std::string in, out, json, shard, shard_dir;
+  std::string in, out, json, shard, shard_dir, order = "rule";
   std::vector<std::string> tensors;
   bool quiet = false;
 };
@@ -357,7 +357,7 @@ void RunDequantizeFiles(const DequantizeArgs& a, const SafetensorsReader& r, con
     for (const CheckpointTensorInfo* info : of_file[f]) {
       const CheckpointTensor t = LoadCheckpointTensor(r, *info);
       p.entries.push_back({info->name, F32Array(t.q.shape.empty() ? std::vector<size_t>{1} : t.q.shape,
-                                                DecodeCheckpointTensor(t)), ""});
+                                                DecodeCheckpointTensor(t, ParseDequantOrder(a.order))), ""});
       p.tensors.push_back({{"name", info->name}, {"layout", CheckpointLayoutName(info->layout)},
                            {"block", DescribeBlock(t.q.spec)}, {"shape", t.q.shape}, {"file", base}});
       p.lines += info->name + " (" + CheckpointLayoutName(info->layout) + ", " + DescribeBlock(t.q.spec) + ") -> " +
@@ -371,6 +371,7 @@ void RunDequantizeFiles(const DequantizeArgs& a, const SafetensorsReader& r, con
 
 // Every quantized tensor of the file (or those named), in any layout of qmx/checkpoint.h, decoded to FP32.
 void RunDequantize(const DequantizeArgs& a) {
+  ParseDequantOrder(a.order);  // a bad --order fails before any file is read
   const bool files = SafetensorsReader::IsSharded(a.in);
   if (!EndsWith(a.in, ".safetensors") && !files)
     throw Error("--in must be a .safetensors file (qmx-sim quantize's, or a quantized checkpoint), a directory of them "
@@ -411,7 +412,7 @@ void RunDequantize(const DequantizeArgs& a) {
   for (size_t i = 0; i < picked.size(); ++i) {
     const CheckpointTensorInfo& info = picked[i];
     const CheckpointTensor t = LoadCheckpointTensor(r, info);
-    const std::vector<float> values = DecodeCheckpointTensor(t);
+    const std::vector<float> values = DecodeCheckpointTensor(t, ParseDequantOrder(a.order));
     NpyArray arr = F32Array(t.q.shape.empty() ? std::vector<size_t>{1} : t.q.shape, values);
     if (st_out) {
       outputs.emplace_back(info.name, std::move(arr));
@@ -474,6 +475,10 @@ void AddQuantizeCommand(CLI::App& app) {
   dq->add_option("--tensor", d->tensors, "Logical tensor names (default: every quantized tensor)");
   dq->add_option("--out", d->out, "Output .npy (one tensor), .safetensors (F32 tensors) or directory/ of .npy; for a "
                                   "multi-file checkpoint DIR/: one F32 .safetensors per input file and its index")->required();
+  dq->add_option("--order", d->order, "How qmx-sim NVFP4 tensors' block and tensor scales meet: rule (the scale rule's own), te "
+                                     "(Transformer Engine's kernel), global-div (torchao on the CPU, TE's JAX, vLLM), global-recip "
+                                     "(torchao on CUDA); docs/quantize.md")
+      ->capture_default_str();
   dq->add_option("--json", d->json, "A multi-file checkpoint: the list of decoded tensors (name, layout, block, shape, file)");
   dq->add_option("--shard", d->shard, "I/N: a multi-file checkpoint's files k with k mod N = I only (job arrays)");
   dq->add_option("--shard-dir", d->shard_dir, "Where --shard writes dequantize-shard-I-of-N.json (qmx-sim merge joins them)");

@@ -68,15 +68,15 @@ std::string ParseError(const std::vector<uint8_t>& bytes) {
 }
 
 // A scratch directory removed at scope exit.
-struct TempDir {
+struct NpyTempDir {
   fs::path path;
-  TempDir() {
+  NpyTempDir() {
     path = fs::temp_directory_path() /
            ("qmx_test_npy_" + std::to_string(static_cast<long>(::getpid())));
     fs::remove_all(path);
     fs::create_directories(path);
   }
-  ~TempDir() {
+  ~NpyTempDir() {
     std::error_code ec;
     fs::remove_all(path, ec);
   }
@@ -113,7 +113,7 @@ TEST_CASE("io: npyArray::count", "[io][npy]") {
 }
 
 TEST_CASE("io: round trip of every dtype and shape, in memory and on disk", "[io][npy]") {
-  TempDir dir;
+  NpyTempDir dir;
   const std::vector<std::vector<size_t>> shapes = {{}, {0}, {5}, {2, 3, 4}};
   for (DType dtype : kAllDTypes) {
     for (const auto& shape : shapes) {
@@ -409,7 +409,7 @@ TEST_CASE("io: serializeNpy rejects inconsistent arrays", "[io][npy]") {
 }
 
 TEST_CASE("io: readNpy and WriteNpy report file problems", "[io][npy]") {
-  TempDir dir;
+  NpyTempDir dir;
   const std::string missing = dir.File("missing.npy");
   CHECK_THAT(IoErrorMessage([&] { ReadNpy(missing); }),
              Contains("cannot open '" + missing + "': No such file or directory"));
@@ -430,7 +430,7 @@ TEST_CASE("io: readNpy and WriteNpy report file problems", "[io][npy]") {
 }
 
 TEST_CASE("io: writeFileAtomic replaces content and leaves no temp file", "[io][npy]") {
-  TempDir dir;
+  NpyTempDir dir;
   const std::string path = dir.File("out.csv");
   WriteFileAtomic(path, "first version, longer than the second\n");
   CHECK(ReadText(path) == "first version, longer than the second\n");

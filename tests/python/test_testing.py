@@ -6,6 +6,7 @@ import pytest
 
 import qmx
 import qmx.testing as qt
+from conftest import assert_bits_equal
 
 E4M3_MAX, E4M3_EMAX = 448.0, 8
 
@@ -158,8 +159,10 @@ def test_variants_are_stable_names():
     assert "nvfp4:rule=nvfp4-4over6-mse,nan=block-nan,order=seq-fma" in q
     g = qt.variants("gemm")
     assert "gemm:blackwell-mxf4nvf4,alpha=te" in g and len(g) == 3 * len(qmx.gemm_models())
+    d = qt.variants("dequantizer")
+    assert len(d) == len(set(d)) == 4 * 3 and "dequantizer:order=global-recip,out=bfloat16" in d
     with pytest.raises(ValueError, match="kind must be"):
-        qt.variants("dequantizer")
+        qt.variants("converter")
 
 
 def test_assert_bitwise_reports_bits_values_and_inputs():
@@ -270,3 +273,46 @@ def test_strategy_draws_tensors_of_cases():
     with pytest.raises(ValueError, match="kinds convert and mx-block"):
         qt.strategy("ue8m0", "e4m3")
     assert hypothesis is not None
+
+
+def test_identify_names_the_dequantizer_order_and_output_type():
+    """A dequantizer's outputs name its NVFP4 scale order and its output rounding; MX tensors have one order."""
+    rng = np.random.default_rng(48)
+    x = (rng.standard_normal((16, 64)) * np.exp2(rng.integers(-9, 9, (16, 1)))).astype(np.float32)
+    q = qmx.quantize(x, "nvfp4")
+    assert len(qmx.testing.variants("dequantizer")) == 12
+    for order in ("te", "global-div", "global-recip"):
+        got = q.dequantize(order=order)
+        assert_bits_equal(got, qmx.dequantize(q, order=order), order)
+        found = qmx.testing.identify("dequantizer", q, got)
+        assert "dequantizer:order=%s,out=float32" % order in found.matches, found
+        # What a kernel's float16 output would be: the float32 value rounded to nearest even.
+        assert "dequantizer:order=%s,out=float16" % order in qmx.testing.identify("dequantizer", q, got.astype(np.float16)).matches
+    try:  # a bfloat16 output as torch rounds it (RNE), read back as its bits
+        import torch
+        bf = torch.from_numpy(q.dequantize(order="global-recip")).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+        assert "dequantizer:order=global-recip,out=bfloat16" in qmx.testing.identify("dequantizer", q, bf).matches
+    except ImportError:
+        pass
+    te, div = q.dequantize(order="te"), q.dequantize(order="global-div")
+    assert (te.view(np.uint32) != div.view(np.uint32)).any()  # the orders differ on ordinary data
+    assert "dequantizer:order=global-div,out=float32" not in qmx.testing.identify("dequantizer", q, te).matches
+    mx = qmx.quantize(x, "mxfp8")
+    found = qmx.testing.identify("dequantizer", mx, mx.dequantize())
+    assert found.matches == ["dequantizer:order=rule,out=float32"]
+    assert any("how NVFP4's block and tensor scales meet" in m for m in found.refused.values())
+    with pytest.raises(ValueError, match="rule, te, global-div or global-recip"):
+        q.dequantize(order="torchao")
+
+
+def test_cli_dequantize_order_equals_python(cli, tmp_path):
+    rng = np.random.default_rng(49)
+    x = (rng.standard_normal((8, 64)) * 37).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    cli("quantize", "--in", tmp_path / "x.npy", "--spec", "nvfp4", "--out", tmp_path / "q.safetensors", "--quiet")
+    q = qmx.quantize(x, "nvfp4")
+    for order in ("rule", "global-recip"):
+        cli("dequantize", "--in", tmp_path / "q.safetensors", "--out", tmp_path / ("d-%s.npy" % order), "--order", order)
+        assert_bits_equal(np.load(tmp_path / ("d-%s.npy" % order)).reshape(x.shape), q.dequantize(order=order), order)
+    with pytest.raises(AssertionError, match="rule, te, global-div or global-recip"):
+        cli("dequantize", "--in", tmp_path / "q.safetensors", "--out", tmp_path / "bad.npy", "--order", "fast")

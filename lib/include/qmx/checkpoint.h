@@ -73,6 +73,9 @@ CheckpointTensor LoadCheckpointTensor(const SafetensorsReader& reader, const Che
 //   NVFP4 (compressed-tensors): fl32(decode(code) * fl32(fp32(s8) / global));
 //   FP32 scales: fl32(decode(code) * s); qmx: Dequantize. Frameworks that return BF16 round this result.
 std::vector<float> DecodeCheckpointTensor(const CheckpointTensor& t);
+// The same with NVFP4's scales met in `order` (qmx/scale.h DequantOrder) for qmx-sim's own tensors; a
+// checkpoint's NVFP4 tensors carry their decode scale and its producer's order (any other is an error).
+std::vector<float> DecodeCheckpointTensor(const CheckpointTensor& t, DequantOrder order);
 // Block i's scale as that decoding applies it (row-major over the scale grid): 2^(s - 127) (NaN for 0xFF),
 // the FP32 scale, NVFP4's fl32(s8 * global) or fl32(s8 / global) (qmx's own: its rule's decode scale).
 float CheckpointBlockScale(const CheckpointTensor& t, size_t i);

@@ -192,6 +192,10 @@ float TensorAmaxRef(const TensorView& x, NanPolicy policy);
 // A NaN scale makes its block NaN.
 void Dequantize(const QuantizedTensor& q, float* out, Exec exec = Exec::kParallel);
 void DequantizeRef(const QuantizedTensor& q, float* out);
+// The same with NVFP4's scales met in a given order (qmx/scale.h DequantOrder; kByRule is the above). Other
+// recipes have one order only: any other than kByRule is an error naming NVFP4.
+void Dequantize(const QuantizedTensor& q, float* out, DequantOrder order, Exec exec = Exec::kParallel);
+void DequantizeRef(const QuantizedTensor& q, float* out, DequantOrder order);
 // Quantize then dequantize in one pass (no codes tensor kept): equal to Dequantize(Quantize(x)).
 void FakeQuantize(const TensorView& x, const QuantSpec& spec, float* out, Exec exec = Exec::kParallel);
 

@@ -153,6 +153,22 @@ void Nvfp4EncodeFactors(float s_enc, ScaleRule rule, float* out);
 // * fl32(1/2688))); under nvfp4-torchao fl32(s_g * decode(s8)).
 float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, ScaleRule rule = ScaleRule::kNvfp4);
 
+// How a dequantizer meets NVFP4's two scales (peers differ; docs/quantize.md "Dequantization orders"), with
+// s the E4M3 block scale in FP32, amax the tensor's (or line's) and D = 6 x the E4M3 bound (2688; 1536 for
+// 4over6). Each form ends fl32(q x scale), exact but for that one rounding.
+//  kByRule      the rule's own: kTe for the nvfp4 rules, torchao's g = amax / D (1 where not positive) for
+//               nvfp4-torchao (Nvfp4DecodeScale);
+//  kTe          fl32(fl32(s x amax) x fl32(1 / D)): Transformer Engine's dequantize_fp4_kernel;
+//  kGlobalDiv   fl32(s x fl32(amax / D)): torchao on the CPU, TE's JAX dequantizer, vLLM's emulation (a
+//               checkpoint's global decode scale);
+//  kGlobalRecip fl32(s x fl32(amax x fl32(1 / D))): torchao on CUDA (PyTorch divides a tensor by a scalar as
+//               a multiply by its reciprocal).
+enum class DequantOrder : uint8_t { kByRule, kTe, kGlobalDiv, kGlobalRecip };
+DequantOrder ParseDequantOrder(const std::string& s);  // "rule", "te", "global-div", "global-recip"
+const char* DequantOrderName(DequantOrder o);
+std::vector<std::string> DequantOrderNames();
+float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, ScaleRule rule, DequantOrder order);
+
 // ----------------------------------------------------------------- per-tensor delayed scaling
 enum class AmaxAlgo : uint8_t { kMax, kMostRecent };
 AmaxAlgo ParseAmaxAlgo(const std::string& s);  // "max", "most-recent"; throws qmx::Error naming --amax-algo

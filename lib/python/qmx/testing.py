@@ -83,7 +83,8 @@ def assert_bitwise(actual, expected, *, what="codes", fmt=None, inputs=None, max
 def variants(kind):
     """The stable names of every documented variant of `kind`: "quantizer" (MX and NVFP4 block quantizers:
     scale rule x NaN policy x element scaling, and for the 4over6 rules the order of the error sums, ",order="
-    seq-fma, xor16 or pairs16 where it is not the element order) or "gemm" (accumulation model x alpha rule)."""
+    seq-fma, xor16 or pairs16 where it is not the element order), "gemm" (accumulation model x alpha rule)
+    or "dequantizer" (NVFP4's scale order x the output's type)."""
     if kind == "quantizer":
         mx = ["mx:rule=%s,nan=%s,scaling=%s" % (r, n, s) for r in _MX_RULES for n in _NAN_POLICIES for s in _SCALINGS]
         nv = ["nvfp4:rule=%s,nan=%s" % (r, n) for r in _NVFP4_RULES for n in _NVFP4_NAN_POLICIES]
@@ -93,7 +94,28 @@ def variants(kind):
         return mx + nv
     if kind == "gemm":
         return ["gemm:%s,alpha=%s" % (m, a) for m in gemm_models() for a in _ALPHAS]
-    raise ValueError("identify/variants: kind must be 'quantizer' or 'gemm', not %r" % (kind,))
+    if kind == "dequantizer":
+        return ["dequantizer:order=%s,out=%s" % (o, t) for o in _DEQUANT_ORDERS for t in _DEQUANT_OUTPUTS]
+    raise ValueError("identify/variants: kind must be 'quantizer', 'gemm' or 'dequantizer', not %r" % (kind,))
+
+
+# How NVFP4's two scales meet each element (qmx.dequantize's order) and the output type the FP32 value is
+# rounded to (to nearest even, as a kernel's final cast does).
+_DEQUANT_ORDERS = ("rule", "te", "global-div", "global-recip")
+_DEQUANT_OUTPUTS = ("float32", "bfloat16", "float16")
+
+
+def _round_output(values, out):
+    """float32 values as a dequantizer writes them in `out`: float32 as they are, float16 by NumPy's RNE cast,
+    bfloat16 as uint16 bits rounded to nearest even (NaN kept quiet), as torch.bfloat16 tensors read back."""
+    if out == "float32":
+        return values
+    if out == "float16":
+        return values.astype(np.float16)
+    b = values.astype(np.float32).view(np.uint32)
+    rounded = ((b.astype(np.uint64) + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(values)
+    return np.where(nan, ((b >> 16) | 0x40).astype(np.uint16), rounded)
 
 
 def _parse(name):
@@ -146,6 +168,10 @@ def identify(kind, x, outputs, *, elem=None, block=None, axis="row", rounding="r
     kind "gemm": x = (a, b) as QuantizedTensors or uint8 codes with a_format / b_format (and c, the
     accumulator's start), outputs the float32 D; every accumulation model under every alpha rule is tried.
 
+    kind "dequantizer": x the QuantizedTensor your kernel read (its codes, scales and amax), outputs the
+    values it wrote (float32, float16, or bfloat16 as a torch tensor or its uint16 bits); every NVFP4 scale
+    order under each output rounding is tried (MX and FP8 tensors have one order: "rule").
+
     Returns an Identification: .matches (names as variants(kind) lists them) or, when empty, .closest."""
     names = variants(kind)
     if kind == "quantizer":
@@ -154,6 +180,8 @@ def identify(kind, x, outputs, *, elem=None, block=None, axis="row", rounding="r
         else:
             want = (as_array(outputs.codes), as_array(outputs.scales))
         xs = as_array(x)
+    elif kind == "dequantizer":
+        want = (as_array(outputs),)
     else:
         want = (as_array(outputs),)
         a, b = x
@@ -172,6 +200,8 @@ def identify(kind, x, outputs, *, elem=None, block=None, axis="row", rounding="r
                     kw["error_order"] = f["order"]
                 q = quantize(xs, spec, tensor_amax=tensor_amax, **kw)
                 got = (q.codes, q.scales)
+            elif kind == "dequantizer":
+                got = (_round_output(x.dequantize(order=f["order"]), f["out"]),)
             else:
                 got = (gemm(a, b, head, c, a_format=a_format, b_format=b_format, alpha=f["alpha"]),)
         except (ValueError, TypeError) as err:

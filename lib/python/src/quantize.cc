@@ -62,14 +62,15 @@ TensorView ViewOf(const InArray& in) {
   return v;
 }
 
-pyb::array_t<float> DequantizeTo(const QuantizedTensor& q, bool reference) {
+pyb::array_t<float> DequantizeTo(const QuantizedTensor& q, bool reference, const std::string& order_name) {
+  const DequantOrder order = ParseDequantOrder(order_name);
   pyb::array_t<float> out = NewArray<float>(ShapeOf(q));
   float* o = out.mutable_data();
   pyb::gil_scoped_release nogil;
   if (reference) {
-    DequantizeRef(q, o);
+    DequantizeRef(q, o, order);
   } else {
-    Dequantize(q, o);
+    Dequantize(q, o, order);
   }
   return out;
 }
@@ -121,8 +122,11 @@ void BindQuantizeTypes(pyb::module_& m) {
         if (!q.spec.row_scaled) return pyb::none();
         return pyb::array(pyb::dtype::of<float>(), {static_cast<pyb::ssize_t>(q.line_amax.size())}, {}, q.line_amax.data(), self);
       }, "Row-scaled NVFP4: each line's amax (a row's, or a column's for axis col), float32; None otherwise.")
-      .def("dequantize", [](const QuantizedTensor& q, bool reference) { return DequantizeTo(q, reference); },
-           pyb::arg("reference") = false, "The tensor's FP32 values, in its shape.")
+      .def("dequantize", [](const QuantizedTensor& q, bool reference, const std::string& order) {
+             return DequantizeTo(q, reference, order);
+           }, pyb::arg("reference") = false, pyb::arg("order") = "rule",
+           "The tensor's FP32 values, in its shape. order: how NVFP4's block and tensor scales meet (\"rule\", \"te\",\n"
+           "\"global-div\", \"global-recip\"; qmx.testing.variants(\"dequantizer\")).")
       .def("pack", [](const QuantizedTensor& q) {
         const int bits = q.spec.elem.Bits();
         std::vector<uint8_t> p = PackCodes(q.codes.data(), q.codes.size(), bits == 8 ? 8 : bits);

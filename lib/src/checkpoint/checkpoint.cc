@@ -373,14 +373,20 @@ CheckpointTensor LoadCheckpointTensor(const SafetensorsReader& r, const Checkpoi
   Bad(r, what + ": unknown layout");
 }
 
-std::vector<float> DecodeCheckpointTensor(const CheckpointTensor& t) {
+std::vector<float> DecodeCheckpointTensor(const CheckpointTensor& t) { return DecodeCheckpointTensor(t, DequantOrder::kByRule); }
+
+std::vector<float> DecodeCheckpointTensor(const CheckpointTensor& t, DequantOrder order) {
   const QuantizedTensor& q = t.q;
   std::vector<float> out(q.rows * q.cols);
   const ScaleFormat sf = ScaleFormatOf(q.spec.rule);
   if (sf != ScaleFormat::kE4m3 || t.info.layout == CheckpointLayout::kQmx) {
-    Dequantize(q, out.data());
+    Dequantize(q, out.data(), order);
     return out;
   }
+  if (order != DequantOrder::kByRule)
+    throw Error("tensor '" + t.info.name + "' (" + CheckpointLayoutName(t.info.layout) +
+                "): the checkpoint's NVFP4 scales carry their producer's decode order; dequantization order '" +
+                DequantOrderName(order) + "' applies to qmx-sim's own NVFP4 tensors");
   // NVFP4 with a stored second-level scale: the producer's order.
   const std::vector<float> table = DecodeTableF32(q.spec.elem);
   const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);

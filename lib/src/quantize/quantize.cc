@@ -732,7 +732,8 @@ QuantizedTensor QuantizeDelayed(const TensorView& x, const QuantSpec& spec, Dela
 
 namespace {
 
-void DequantizeRows(const QuantizedTensor& q, size_t r_begin, size_t r_end, const float* table, float* out) {
+void DequantizeRows(const QuantizedTensor& q, size_t r_begin, size_t r_end, const float* table, DequantOrder order,
+                    float* out) {
   const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);
   const ScaleFormat sf = ScaleFormatOf(q.spec.rule);
   for (size_t r = r_begin; r < r_end; ++r) {
@@ -745,7 +746,7 @@ void DequantizeRows(const QuantizedTensor& q, size_t r_begin, size_t r_end, cons
         const uint8_t s = q.scales[sr * q.scale_cols + sc];
         f = s == 0xFF ? std::nanf("") : static_cast<float>(v * std::ldexp(1.0, static_cast<int>(s) - 127));
       } else if (sf == ScaleFormat::kE4m3) {
-        f = static_cast<float>(v * Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.SecondLevelAmax(r, c), q.spec.rule));
+        f = static_cast<float>(v * Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.SecondLevelAmax(r, c), q.spec.rule, order));
       } else {
         f = static_cast<float>(v * q.ScaleAt(sr, sc));
       }
@@ -763,15 +764,26 @@ std::vector<float> CodeTable(const Format& elem) {
 
 }  // namespace
 
-void Dequantize(const QuantizedTensor& q, float* out, Exec exec) {
+void Dequantize(const QuantizedTensor& q, float* out, Exec exec) { Dequantize(q, out, DequantOrder::kByRule, exec); }
+
+void detail::CheckDequantOrder(const QuantizedTensor& q, DequantOrder order) {
+  if (order != DequantOrder::kByRule && ScaleFormatOf(q.spec.rule) != ScaleFormat::kE4m3)
+    throw Error(std::string("dequantization order '") + DequantOrderName(order) +
+                "' is how NVFP4's block and tensor scales meet; this tensor's scale rule " + ScaleRuleName(q.spec.rule) +
+                " has one scale per element (order rule)");
+}
+
+void Dequantize(const QuantizedTensor& q, float* out, DequantOrder order, Exec exec) {
   detail::CheckLineAmax(q);
+  detail::CheckDequantOrder(q, order);
   const std::vector<float> table = CodeTable(q.spec.elem);
   const int64_t rows = static_cast<int64_t>(q.rows);
   if (exec == Exec::kParallel) {
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) DequantizeRows(q, static_cast<size_t>(r), static_cast<size_t>(r) + 1, table.data(), out);
+    for (int64_t r = 0; r < rows; ++r)
+      DequantizeRows(q, static_cast<size_t>(r), static_cast<size_t>(r) + 1, table.data(), order, out);
   } else {
-    DequantizeRows(q, 0, q.rows, table.data(), out);
+    DequantizeRows(q, 0, q.rows, table.data(), order, out);
   }
 }
 

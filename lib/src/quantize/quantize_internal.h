@@ -22,6 +22,8 @@ std::string JoinNames(const std::vector<std::string>& names);
 QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec, bool zero_codes = true);
 // Validates the spec and that a row-scaled tensor holds one amax per line (and no other tensor any).
 void CheckLineAmax(const QuantizedTensor& q);
+// Refuses an NVFP4 dequantization order (DequantOrder other than kByRule) for tensors of other scale rules.
+void CheckDequantOrder(const QuantizedTensor& q, DequantOrder order);
 float TensorAmax(const TensorView& x, NanPolicy policy);  // one element at a time (the reference's)
 float TensorAmaxFast(const TensorView& x, NanPolicy policy, Exec exec);  // the same value, SIMD and threads
 bool TensorAmaxKeepsInf(NanPolicy policy);  // whether TensorAmax counts Inf (it always skips NaN)

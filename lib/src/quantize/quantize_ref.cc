@@ -117,8 +117,11 @@ QuantizedTensor QuantizeNvfp4WithAmaxRef(const TensorView& x, const QuantSpec& s
   return QuantizeRefImpl(x, spec, &tensor_amax);
 }
 
-void DequantizeRef(const QuantizedTensor& q, float* out) {
+void DequantizeRef(const QuantizedTensor& q, float* out) { DequantizeRef(q, out, DequantOrder::kByRule); }
+
+void DequantizeRef(const QuantizedTensor& q, float* out, DequantOrder order) {
   detail::CheckLineAmax(q);
+  detail::CheckDequantOrder(q, order);
   const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);
   const ScaleFormat sf = ScaleFormatOf(q.spec.rule);
   for (size_t r = 0; r < q.rows; ++r) {
@@ -130,7 +133,7 @@ void DequantizeRef(const QuantizedTensor& q, float* out) {
         const int s = q.scales[sr * q.scale_cols + sc];
         scale = s == 0xFF ? std::nan("") : std::ldexp(1.0, s - 127);
       } else if (sf == ScaleFormat::kE4m3) {
-        scale = Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.SecondLevelAmax(r, c), q.spec.rule);
+        scale = Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.SecondLevelAmax(r, c), q.spec.rule, order);
       } else {
         scale = q.ScaleAt(sr, sc);
       }

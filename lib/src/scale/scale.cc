@@ -275,6 +275,35 @@ float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, ScaleRule rule) {
   return (sd * tensor_amax) * (1.0f / 2688.0f);
 }
 
+const char* DequantOrderName(DequantOrder o) {
+  switch (o) {
+    case DequantOrder::kByRule: return "rule";
+    case DequantOrder::kTe: return "te";
+    case DequantOrder::kGlobalDiv: return "global-div";
+    case DequantOrder::kGlobalRecip: return "global-recip";
+  }
+  return "?";
+}
+
+std::vector<std::string> DequantOrderNames() { return {"rule", "te", "global-div", "global-recip"}; }
+
+DequantOrder ParseDequantOrder(const std::string& s) {
+  for (DequantOrder o : {DequantOrder::kByRule, DequantOrder::kTe, DequantOrder::kGlobalDiv, DequantOrder::kGlobalRecip})
+    if (s == DequantOrderName(o)) return o;
+  throw Error("dequantization order must be rule, te, global-div or global-recip, not '" + s + "'");
+}
+
+float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, ScaleRule rule, DequantOrder order) {
+  const float sd = E4m3Value(block_scale), d = IsNvfp4FourOverSix(rule) ? 1536.0f : 2688.0f;
+  switch (order) {
+    case DequantOrder::kByRule: return Nvfp4DecodeScale(block_scale, tensor_amax, rule);
+    case DequantOrder::kTe: return (sd * tensor_amax) * (1.0f / d);
+    case DequantOrder::kGlobalDiv: return sd * (tensor_amax / d);
+    case DequantOrder::kGlobalRecip: return sd * (tensor_amax * (1.0f / d));
+  }
+  return 0.0f;
+}
+
 AmaxAlgo ParseAmaxAlgo(const std::string& s) {
   if (s == "max") return AmaxAlgo::kMax;
   if (s == "most-recent") return AmaxAlgo::kMostRecent;

@@ -28,6 +28,8 @@
 // where the reference may give Inf, takes the exact step); other widths run RoundFused. Any other step is
 // computed exactly from the tile's codes in integers (WarpTileStep: each term cut at the step's unit as
 // FusedStep cuts it) by the whole warp, and a step that meets NaN or Inf runs FusedStep itself.
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cfloat>
@@ -201,6 +203,28 @@ __device__ inline uint32_t Weight(const CodeEntry& e, int base) {
   return e.nonzero ? static_cast<uint32_t>(127 - 6 * r) << 7 : 0u;
 }
 
+// Four FP8 codes (a 32-bit word, code q in byte q) as the table would give them, through the hardware's
+// exact FP8 -> FP16 conversion: values, lowest bits (from the FP16 fields) and whether nonzero (NaN and Inf
+// count as nonzero; their lines run FusedStep). `e5m2` picks the format.
+__device__ inline void Fp8Word(uint32_t word, bool e5m2, CodeEntry (&e)[4]) {
+  const __nv_fp8_interpretation_t kind = e5m2 ? __NV_E5M2 : __NV_E4M3;
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    const __half2_raw h2 = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word >> (16 * p)), kind);
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const unsigned short h = q == 0 ? h2.x : h2.y;
+      __half_raw hr;
+      hr.x = h;
+      CodeEntry& c = e[2 * p + q];
+      c.v = static_cast<double>(__half2float(__half(hr)));
+      const int ef = (h >> 10) & 0x1F;
+      c.lsb = (ef ? ef : 1) - 25 + __ffs((h & 0x3FF) | 0x400) - 1;
+      c.nonzero = (h & 0x7FFF) != 0;
+    }
+  }
+}
+
 // Step s's codes and bounds into stage `st`: 16-byte cp.async where K and N are multiples of 16 (kVec; rows and
 // columns past the matrix zero-filled), else plain loads.
 template <int kStep, bool kVec>
@@ -242,9 +266,20 @@ __device__ inline void LoadStage(typename DmmaShared<kStep>::Stage& st, const En
   asm volatile("cp.async.commit_group;");
 }
 
+// Four codes of a word by the hardware's conversion (fp8: 1 E4M3, 2 E5M2) or the operand's table (0).
+__device__ inline void DecodeWord(uint32_t word, int fp8, const CodeEntry* table, CodeEntry (&e)[4]) {
+  if (fp8) {
+    Fp8Word(word, fp8 == 2, e);
+    return;
+  }
+#pragma unroll
+  for (int q = 0; q < 4; ++q) e[q] = table[(word >> (8 * q)) & 0xFF];
+}
+
 // The stage's codes as FP64 values (sa, sb) and certificate weights (wa, wb), four codes per 32-bit word.
 template <int kStep>
-__device__ inline void ConvertStage(DmmaShared<kStep>& sm, const typename DmmaShared<kStep>::Stage& st, int tid) {
+__device__ inline void ConvertStage(DmmaShared<kStep>& sm, const typename DmmaShared<kStep>::Stage& st, int tid, int a_fp8,
+                                    int b_fp8) {
   for (int x = tid; x < kDTile * kStep / 4; x += kDThreads) {
     const int r = x / (kStep / 4), k4 = 4 * (x % (kStep / 4));
     const uint32_t word = *reinterpret_cast<const uint32_t*>(&st.a[r][k4]);
@@ -252,11 +287,12 @@ __device__ inline void ConvertStage(DmmaShared<kStep>& sm, const typename DmmaSh
     const double scale = st.ia[r].scale;  // exact
     double v[4];
     uint32_t w[4];
+    CodeEntry e[4];
+    DecodeWord(word, a_fp8, sm.ta, e);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const CodeEntry e = sm.ta[(word >> (8 * q)) & 0xFF];
-      v[q] = e.v * scale;  // exact: a power of two, or zero
-      w[q] = Weight(e, base);
+      v[q] = e[q].v * scale;  // exact: a power of two, or zero
+      w[q] = Weight(e[q], base);
     }
     *reinterpret_cast<double2*>(&sm.sa[r][k4]) = make_double2(v[0], v[1]);
     *reinterpret_cast<double2*>(&sm.sa[r][k4 + 2]) = make_double2(v[2], v[3]);
@@ -267,11 +303,12 @@ __device__ inline void ConvertStage(DmmaShared<kStep>& sm, const typename DmmaSh
     const uint32_t word = *reinterpret_cast<const uint32_t*>(&st.b[kk][c4]);
     double v[4];
     uint32_t w[4];
+    CodeEntry e[4];
+    DecodeWord(word, b_fp8, sm.tb, e);
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-      const CodeEntry e = sm.tb[(word >> (8 * q)) & 0xFF];
-      v[q] = e.v * static_cast<double>(st.ib[c4 + q].scale);
-      w[q] = Weight(e, st.ib[c4 + q].minlsb - st.ib[c4 + q].scale_exp);
+      v[q] = e[q].v * static_cast<double>(st.ib[c4 + q].scale);
+      w[q] = Weight(e[q], st.ib[c4 + q].minlsb - st.ib[c4 + q].scale_exp);
     }
     *reinterpret_cast<double2*>(&sm.sb[kk][c4]) = make_double2(v[0], v[1]);
     *reinterpret_cast<double2*>(&sm.sb[kk][c4 + 2]) = make_double2(v[2], v[3]);
@@ -363,7 +400,7 @@ __global__ void __launch_bounds__(kDThreads, 2) EngineDmmaKernel(const __grid_co
     const typename Shared::Stage& st = sm.stage[s & 1];
     asm volatile("cp.async.wait_group 0;");
     __syncthreads();  // the stage has arrived, and every warp is done with the previous step's tiles
-    ConvertStage<kStep>(sm, st, tid);
+    ConvertStage<kStep>(sm, st, tid, f.a_fp8, f.b_fp8);
     __syncthreads();
     if (k1 < g.k) LoadStage<kStep, kVec>(sm.stage[(s + 1) & 1], g, f, row0, col0, s + 1, tid);
     // The step's sums of products on the FP64 tensor core.

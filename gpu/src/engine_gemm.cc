@@ -256,6 +256,11 @@ void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, con
     db.b_info = ib.get();
     db.a_parts = dpa.get();
     db.b_parts = dpb.get();
+    // The hardware's FP8 -> FP16 conversion decodes E4M3 and E5M2 where the tables hold their plain values
+    // (a model's own operand exponent floor changes only the nominal exponents, which the tables keep).
+    auto fp8 = [](const Format& f) { return std::string(f.name) == "e4m3" ? 1 : std::string(f.name) == "e5m2" ? 2 : 0; };
+    db.a_fp8 = fp8(a.elem);
+    db.b_fp8 = fp8(b.elem);
     counted("engine FP64 tensor-core GEMM", [&](unsigned long long* n) {
       db.fallback_steps = n;
       detail::LaunchEngineDmmaGemm(g, db, stream);

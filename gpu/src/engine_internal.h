@@ -107,6 +107,9 @@ struct EngineDmmaBuffers {
   const CodeParts* a_parts = nullptr;  // [256]
   const CodeParts* b_parts = nullptr;
   unsigned long long* fallback_steps = nullptr;  // device counter
+  // How the kernel decodes each operand's codes into its tiles: 0 its 256-entry table, 1 E4M3 and 2 E5M2 by
+  // the hardware's FP8 -> FP16 conversion (exact; no random table reads).
+  int a_fp8 = 0, b_fp8 = 0;
 };
 // Fills the step bounds from args' codes and scales, then runs the kernel (args.model.step 16 or 32).
 void LaunchEngineDmmaGemm(const EngineGemmArgs& args, const EngineDmmaBuffers& f, void* stream);

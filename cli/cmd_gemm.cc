@@ -8,18 +8,19 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "commands.h"
 #include "common/tensor_inputs.h"
+#include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/host_device.h"
 #include "qmx/gemm.h"
 #include "qmx/io.h"
 #include "qmx/quantize.h"
+#include "qmx/round.h"
 #if defined(QMX_HAVE_CUDA)
 #include "qmx/gpu.h"
 #endif
@@ -126,25 +127,13 @@ GemmOperand LoadOperand(const GemmArgs& g, bool is_a) {
   return o;
 }
 
-// FP16 .npy values for the models that accumulate in FP16: an FP16 pattern's value, and the pattern of a
-// value that is an FP16 value (NaN as 0x7FFF, the models' canonical NaN, MMA-Sim's).
-float Fp16Value(uint16_t h) {
-  const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
-  const float mag = e == 0x1F ? (m ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity())
-                    : e == 0  ? std::ldexp(static_cast<float>(m), -24)
-                              : std::ldexp(static_cast<float>(m | 0x400), e - 25);
-  return (h & 0x8000) ? -mag : mag;
-}
-
+// D's FP16 pattern for the models that accumulate in FP16 (D holds FP16 values, so the conversion is exact;
+// the models' canonical NaN becomes CUDA's and MMA-Sim's 0x7FFF).
 uint16_t Fp16Bits(float v) {
-  if (std::isnan(v)) return 0x7FFF;
-  const uint16_t sign = std::signbit(v) ? 0x8000 : 0;
-  const float a = std::fabs(v);
-  if (std::isinf(a)) return sign | 0x7C00;
-  if (a == 0) return sign;
-  const int e = std::ilogb(a);
-  if (e < -14) return sign | static_cast<uint16_t>(std::ldexp(a, 24));
-  return sign | static_cast<uint16_t>(((e + 15) << 10) | (static_cast<int>(std::ldexp(a, 10 - e)) - 1024));
+  CastOptions o;
+  o.saturation = Saturation::kNoSat;
+  o.nan_payload = NanPayload::kAllOnes;
+  return static_cast<uint16_t>(ConvertF32(v, fmt::kFP16, o));
 }
 
 void Run(const GemmArgs& g) {
@@ -180,11 +169,7 @@ void Run(const GemmArgs& g) {
       throw Error("C (" + g.c + ") is float16; model " + model.name + " accumulates in FP32 and takes float32 C");
     c.resize(A.rows * B.cols);
     if (f16) {
-      for (size_t i = 0; i < c.size(); ++i) {
-        uint16_t h;
-        std::memcpy(&h, arr.data.data() + 2 * i, 2);
-        c[i] = Fp16Value(h);
-      }
+      for (size_t i = 0; i < c.size(); ++i) c[i] = SourceValueF32(DType::kF16, arr.data.data(), i);
     } else {
       std::memcpy(c.data(), arr.data.data(), c.size() * 4);
     }
@@ -259,13 +244,8 @@ void Run(const GemmArgs& g) {
     size_t mismatches = 0;
     for (size_t i = 0; i < d.size(); ++i) {
       float x;
-      if (acc16) {
-        uint16_t h;
-        std::memcpy(&h, e.data.data() + 2 * i, 2);
-        x = Fp16Value(h);
-      } else {
-        std::memcpy(&x, e.data.data() + 4 * i, 4);
-      }
+      if (acc16) x = SourceValueF32(DType::kF16, e.data.data(), i);
+      else std::memcpy(&x, e.data.data() + 4 * i, 4);
       const bool same = hd::F32Bits(x) == hd::F32Bits(d[i]) || (std::isnan(x) && std::isnan(d[i]));
       if (!same) {
         if (mismatches < static_cast<size_t>(g.max_errors))

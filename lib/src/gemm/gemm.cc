@@ -12,8 +12,10 @@
 #include "fp_env.h"
 #include "gemm/gemm_internal.h"
 #include "gemm/gemm_simd.h"
+#include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/io.h"
+#include "qmx/round.h"
 #include "qmx/testing.h"
 
 namespace qmx {
@@ -258,14 +260,18 @@ void ValidateAccumModel(const AccumModel& m) {
 namespace detail {
 namespace {
 
-// Whether an FP32 value is an FP16 value: NaN, +-Inf, or finite within 65504 with no bit below FP16's
-// quantum (2^(e - 10), e floored at -14).
+// Whether an FP32 value is an FP16 value (NaN counts): it survives the library's conversion to FP16 and back
+// bit for bit (no saturation, so anything past 65504 becomes Inf and fails).
 bool IsFp16Value(float v) {
-  if (!std::isfinite(v) || v == 0) return true;
-  if (std::fabs(v) > 65504.0f) return false;
-  const int e = std::max(std::ilogb(v), -14);
-  const double q = std::ldexp(static_cast<double>(v), 10 - e);  // exact
-  return q == std::trunc(q);
+  if (std::isnan(v)) return true;
+  CastOptions o;
+  o.saturation = Saturation::kNoSat;
+  const uint16_t h = static_cast<uint16_t>(ConvertF32(v, fmt::kFP16, o));
+  const float back = SourceValueF32(DType::kF16, &h, 0);
+  uint32_t a, b;
+  std::memcpy(&a, &v, 4);
+  std::memcpy(&b, &back, 4);
+  return a == b;
 }
 
 std::string FloatText(float v) {

@@ -271,8 +271,7 @@ void Nvfp4EncodeFactors(float s_enc, ScaleRule rule, float* out) {
 float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, ScaleRule rule) {
   const float sd = E4m3Value(block_scale);
   if (rule == ScaleRule::kNvfp4Torchao) return Nvfp4TensorScale(tensor_amax, rule) * sd;
-  if (IsNvfp4FourOverSix(rule)) return (sd * tensor_amax) * (1.0f / 1536.0f);
-  return (sd * tensor_amax) * (1.0f / 2688.0f);
+  return Nvfp4DecodeScale(block_scale, tensor_amax, rule, DequantOrder::kTe);
 }
 
 const char* DequantOrderName(DequantOrder o) {

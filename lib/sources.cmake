@@ -26,9 +26,10 @@ set(QMX_LIB_SOURCE_LIST
     src/golden/golden.cc src/golden/golden_coverage.cc src/golden/golden_ops.cc src/golden/golden_gen.cc src/golden/golden_gen_conversions.cc
     src/golden/golden_gen_blocks.cc src/golden/golden_gen_gemm.cc)
 # The training recipes' FP64 reference GEMM, the metrics' lane sums (scalar and Highway twins),
-# scaled_mm's epilogue (one FP32 rounding per step, as cuBLASLt) and the 4over6 error sums (scale.cc) keep
-# their order of operations (no FMA contraction) under any -march and SIMD target.
+# scaled_mm's epilogue (one FP32 rounding per step, as cuBLASLt), the 4over6 error sums (scale.cc) and
+# QuEST's group statistics (transform.cc, which the GPU engine's QuestKernel repeats) keep their order of
+# operations (no FMA contraction) under any -march and SIMD target.
 set(QMX_LIB_NO_CONTRACT_LIST
     src/recipe/recipe.cc src/recipe/recipe_step.cc src/recipe/recipe_sequence.cc src/recipe/recipe_reference.cc
     src/recipe/linear_layer.cc src/metrics/metrics.cc src/metrics/metrics_simd.cc src/gemm/scaled_mm.cc
-    src/scale/scale.cc)
+    src/scale/scale.cc src/transform/transform.cc)

@@ -3,7 +3,9 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "gpu_internal.h"
@@ -61,20 +63,87 @@ void Require(const char* what, bool need_sm100a) {
                 std::to_string(d.major * 10 + d.minor) + ")");
 }
 
+namespace detail {
+namespace {
+
+thread_local bool scope_active = false;
+thread_local cudaStream_t scope_stream = nullptr;
+
+// The engine's memory pool on the current device, made once: device memory that stays reserved after a free
+// (release threshold: never), so steady-state calls allocate without the driver.
+cudaMemPool_t EnginePool() {
+  static std::mutex mutex;
+  static std::map<int, cudaMemPool_t> pools;
+  int device = 0;
+  Check(cudaGetDevice(&device), "cudaGetDevice");
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = pools.find(device); it != pools.end()) return it->second;
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  cudaMemPool_t pool = nullptr;
+  Check(cudaMemPoolCreate(&pool, &props), "cudaMemPoolCreate");
+  uint64_t keep = ~uint64_t{0};
+  Check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "cudaMemPoolSetAttribute");
+  pools.emplace(device, pool);
+  return pool;
+}
+
+}  // namespace
+
+StreamScope::StreamScope(cudaStream_t stream) : prev_active_(scope_active), prev_(scope_stream) {
+  scope_active = true;
+  scope_stream = stream;
+}
+StreamScope::~StreamScope() {
+  scope_active = prev_active_;
+  scope_stream = prev_;
+}
+bool StreamScope::Active(cudaStream_t* stream) {
+  if (scope_active && stream != nullptr) *stream = scope_stream;
+  return scope_active;
+}
+
+void* DeviceAlloc(size_t bytes, bool pooled, cudaStream_t stream) {
+  void* p = nullptr;
+  if (pooled) Check(cudaMallocFromPoolAsync(&p, bytes, EnginePool(), stream), "cudaMallocFromPoolAsync");
+  else Check(cudaMalloc(&p, bytes), "cudaMalloc");
+  return p;
+}
+void DeviceFree(void* p, bool pooled, cudaStream_t stream) {
+  if (pooled) cudaFreeAsync(p, stream);
+  else cudaFree(p);
+}
+void DeviceCopy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, bool pooled, cudaStream_t stream) {
+  const char* what = kind == cudaMemcpyHostToDevice ? "copy to device" : "copy to host";
+  if (!pooled) {
+    Check(cudaMemcpy(dst, src, bytes, kind), what);
+    return;
+  }
+  Check(cudaMemcpyAsync(dst, src, bytes, kind, stream), what);
+  Check(cudaStreamSynchronize(stream), what);
+}
+
+}  // namespace detail
+
 DeviceMemory::DeviceMemory(size_t bytes) : bytes_(bytes) {
   Require("device memory");
-  if (bytes > 0) detail::Check(cudaMalloc(&p_, bytes), "cudaMalloc");
+  cudaStream_t s = nullptr;
+  pooled_ = detail::StreamScope::Active(&s);
+  stream_ = s;
+  if (bytes > 0) p_ = detail::DeviceAlloc(bytes, pooled_, s);
 }
 DeviceMemory::~DeviceMemory() {
-  if (p_) cudaFree(p_);
+  if (p_) detail::DeviceFree(p_, pooled_, static_cast<cudaStream_t>(stream_));
 }
 void DeviceMemory::Upload(const void* host, size_t bytes) {
   if (bytes > bytes_) throw Error("DeviceMemory: an upload of " + std::to_string(bytes) + " bytes into " + std::to_string(bytes_));
-  if (bytes > 0) detail::Check(cudaMemcpy(p_, host, bytes, cudaMemcpyHostToDevice), "copy to device");
+  if (bytes > 0) detail::DeviceCopy(p_, host, bytes, cudaMemcpyHostToDevice, pooled_, static_cast<cudaStream_t>(stream_));
 }
 void DeviceMemory::Download(void* host, size_t bytes) const {
   if (bytes > bytes_) throw Error("DeviceMemory: a download of " + std::to_string(bytes) + " bytes from " + std::to_string(bytes_));
-  if (bytes > 0) detail::Check(cudaMemcpy(host, p_, bytes, cudaMemcpyDeviceToHost), "copy to host");
+  if (bytes > 0) detail::DeviceCopy(host, p_, bytes, cudaMemcpyDeviceToHost, pooled_, static_cast<cudaStream_t>(stream_));
 }
 
 namespace {

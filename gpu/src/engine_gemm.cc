@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -281,16 +282,22 @@ void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, con
 
 namespace {
 
-// The cuBLASLt mode that is `model` on this GPU for these operands: hopper-fp8 (per-tensor, or 1x128 by 128x128
-// FP32 scales), hopper-fp8-fast and hopper-fp8-vec on a Hopper GPU, whose models were measured against
-// cuBLASLt's own FP8 GEMM (CublasModeModel; gpu/README.md), run here in one pass over K (numSplitsK = 1). None
-// elsewhere, for shapes or formats cuBLASLt does not take (CublasSupport), or with QMX_ENGINE_CUBLASLT=0.
+// The cuBLASLt mode that is `model` on this GPU for these operands: hopper-fp8 and hopper-fp8-fast with
+// per-tensor scales on a Hopper GPU, whose models were measured against cuBLASLt's own FP8 GEMM
+// (CublasModeModel; gpu/README.md), run here in one pass over K (numSplitsK = 1). The blockwise modes
+// (hopper-fp8 with 1x128 by 128x128 scales, hopper-fp8-vec) only with QMX_ENGINE_CUBLASLT=blockwise: an
+// fp8-blockwise training run through them on the H200 disagreed with the emulation kernels in its first
+// backward and reached NaN weights (gpu/README.md). None elsewhere, for shapes or formats cuBLASLt does not
+// take (CublasSupport), or with QMX_ENGINE_CUBLASLT=0.
 std::optional<CublasMode> HopperLtMode(const GemmOperand& a, const GemmOperand& b, const AccumModel& model) {
   const char* env = std::getenv("QMX_ENGINE_CUBLASLT");
-  if (env != nullptr && std::string(env) == "0") return std::nullopt;
+  const std::string use = env != nullptr ? env : "";
+  if (use == "0") return std::nullopt;
   const DeviceInfo& d = Device();
   if (!d.available || d.major != 9) return std::nullopt;
-  for (CublasMode m : {CublasMode::kTensorwise, CublasMode::kTensorwiseFast, CublasMode::kBlockwise, CublasMode::kBlockwiseVec})
+  std::vector<CublasMode> modes = {CublasMode::kTensorwise, CublasMode::kTensorwiseFast};
+  if (use == "blockwise") modes.insert(modes.end(), {CublasMode::kBlockwise, CublasMode::kBlockwiseVec});
+  for (CublasMode m : modes)
     if (CublasModeModel(m, d) == model.name && CublasSupport(m, a, b).empty()) return m;
   return std::nullopt;
 }
@@ -387,9 +394,23 @@ void EngineGemmOnDevice(const DeviceGemmOperand& a, const DeviceGemmOperand& b, 
   if (plan.m * plan.n == 0) return;
   if (!a.codes || !b.codes || !out || (plan.a_blocks && !a.scales) || (plan.b_blocks && !b.scales))
     throw Error("engine: a device operand lacks its codes or block scales, or the output is null");
+  const detail::StreamScope scope(static_cast<cudaStream_t>(stream));
+  // QMX_ENGINE_TRACE=1: one line per GEMM on stderr (shape, model, kernel, its time, the exact steps).
+  static const bool trace = [] {
+    const char* t = std::getenv("QMX_ENGINE_TRACE");
+    return t != nullptr && *t != '\0' && std::string(t) != "0";
+  }();
+  EngineGemmStats local;
+  EngineGemmStats* st = stats != nullptr ? stats : trace ? &local : nullptr;
+  bool ran = false;
   if (const std::optional<CublasMode> mode = HopperLtMode(a.meta, b.meta, model))
-    if (RunHopperLt(a, b, *mode, plan.n, plan.k, out, stream, stats)) return;
-  RunEngineGemm(a.meta, a.codes, a.scales, b.meta, b.codes, b.scales, nullptr, out, plan, model, stream, stats);
+    ran = RunHopperLt(a, b, *mode, plan.n, plan.k, out, stream, st);
+  if (!ran) RunEngineGemm(a.meta, a.codes, a.scales, b.meta, b.codes, b.scales, nullptr, out, plan, model, stream, st);
+  if (trace)
+    std::fprintf(stderr, "qmx engine: %zu x %zu x %zu %s %s x %s: %s %.3f ms, %llu of %llu steps exact\n", plan.m,
+                 plan.n, plan.k, model.name.c_str(), a.meta.elem.name, b.meta.elem.name, st->kernel.c_str(),
+                 st->kernel_seconds * 1e3, static_cast<unsigned long long>(st->fallback_steps),
+                 static_cast<unsigned long long>(st->steps));
 }
 
 }  // namespace qmx::gpu

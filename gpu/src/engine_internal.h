@@ -5,6 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "qmx/cast_options.h"
+#include "qmx/format.h"
+
 namespace qmx::gpu::detail {
 
 // One GEMM operand on the device: codes, the value and nominal exponent of each of the 256 codes, block
@@ -138,5 +141,36 @@ void LaunchColumnSums(const float* x, size_t m, size_t n, float* out, void* stre
 void LaunchDequantize(const uint8_t* codes, size_t rows, size_t cols, const uint8_t* scales, size_t block_rows,
                       size_t block_cols, size_t scale_cols, int bytes, bool ue8m0, const float* code_table,
                       const double* scale_table, float* out, void* stream);
+
+// Quartet's forward quantizer (qmx::QuestQuantize) on rows x cols FP32 values already in the Hadamard domain,
+// groups of `group` along the rows (cols a multiple of it): codes, each group's decoded scale, the values
+// decode(code) * scale and the trust mask (1: the gradient passes), each as the CPU computes them.
+struct QuestArgs {
+  Format elem;
+  CastOptions cast;     // saturating to the element's largest finite value
+  uint64_t seed = 0;    // stochastic rounding: element i of the tensor draws RandomBitsForElement(seed, i)
+  double ratio = 0;     // alpha / elem max, in double as QuestQuantize forms it
+  float emax = 0;       // the element format's largest finite value
+  int group = 32;
+  bool rms = false;     // QuestStat::kRms, else kStd
+  int scale_rounding = 0;  // QuestScaleRounding: 0 floor, 1 nearest, 2 exact
+  const float* decode = nullptr;  // [256] each code's FP32 value (device memory)
+};
+void LaunchQuest(const float* x, size_t rows, size_t cols, const QuestArgs& a, uint8_t* codes, float* scales,
+                 float* dequant, uint8_t* mask, void* stream);
+// Quartet's backward quantizer (qmx::QuantizeQuartetBackward) on rows x cols (cols a multiple of 32): E2M1
+// codes and each block's X; the GEMM operand's tensor scale is four_thirds.
+struct QuartetSrArgs {
+  CastOptions cast;  // E2M1, stochastic, saturating
+  uint64_t seed = 0;
+  int rule = 0;      // the UE8M0 rule (ScaleRule) and E2M1's limits, as Ue8m0ScaleFromAmax takes them
+  float destmax = 6.0f;
+  int emax = 2, man_bits = 1;
+  float four_thirds = 0;
+};
+void LaunchQuartetSr(const float* x, size_t rows, size_t cols, const QuartetSrArgs& a, uint8_t* codes, float* scales,
+                     void* stream);
+// x[i] = 0 where mask[i] is 0 (Quartet's backward: the QuEST trust mask on the GEMM output).
+void LaunchMask(float* x, const uint8_t* mask, size_t count, void* stream);
 
 }  // namespace qmx::gpu::detail

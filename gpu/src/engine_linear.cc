@@ -26,16 +26,18 @@ namespace {
 using detail::DeviceBuffer;
 
 std::string PlanSupport(const OperandPlan& p) {
-  switch (p.kind) {
-    case OperandKind::kBf16: return "";
-    case OperandKind::kSpec:
-      if (p.delayed) return "delayed scaling (per-tensor scales from an amax history) runs on the CPU";
-      return EngineQuantizeSupport(p.spec);
-    case OperandKind::kQuest: return "QuEST (quartet's forward quantizer) runs on the CPU";
-    case OperandKind::kQuartetSr: return "quartet's backward quantizer runs on the CPU";
-  }
-  return "unknown operand kind";
+  if (p.kind != OperandKind::kSpec) return "";
+  QuantSpec spec = p.spec;
+  spec.delayed = false;  // delayed scaling quantizes with the scale its history gives (EngineQuantizeOnDevice's fixed)
+  return EngineQuantizeSupport(spec);
 }
+
+// Quartet's forward QuEST outputs of X and W on the device, kept from the forward for the backward: the values
+// (in the forward Hadamard domain) the backward re-quantizes, and the trust masks applied to its outputs.
+struct DevQuest {
+  DeviceBuffer<float> dequant[2];
+  DeviceBuffer<uint8_t> mask[2];
+};
 
 // One operand made on the device: BF16 values, or codes with decoded block scales (B^T for the B side).
 struct DevOperand {
@@ -44,6 +46,7 @@ struct DevOperand {
   DeviceBuffer<float> work;  // the transposed or transformed source, then (BF16) the rounded values
   DeviceBuffer<uint8_t> codes, raw_scales;
   std::unique_ptr<DeviceMemory> scales;  // decoded block scales
+  DeviceBuffer<float> group_scales;      // QuEST's and Quartet's backward quantizer's decoded scales
   DeviceGemmOperand op;
 };
 
@@ -61,9 +64,102 @@ std::vector<float> ScaleTable(const QuantSpec& spec) {
   return table;
 }
 
-// BuildOperand of recipe_step.cc on the device: src is the tensor (rows x cols before any transposition).
+// qmx::HadamardForward (or HadamardInverse) in place on `count` device floats, runs of h.block along the rows,
+// with h's signs and the library's norm.
+void HadamardOnDevice(const HadamardSpec& h, float* x, size_t count, bool inverse, cudaStream_t cs) {
+  const std::vector<float> sign = HadamardSigns(h);
+  const std::vector<double> signd(sign.begin(), sign.end());
+  DeviceBuffer<double> dsign(signd.data(), signd.size());
+  detail::LaunchHadamard(x, count / h.block, h.block, dsign.get(), 1.0 / std::sqrt(static_cast<double>(h.block)),
+                         inverse, cs);
+  detail::Check(cudaStreamSynchronize(cs), "engine Hadamard transform");  // before dsign is freed
+}
+
+// The operand shell of codes in row-wise 1 x g blocks of decoded UE8M0-valued scales (QuEST, Quartet's SR).
+GemmOperand GroupOperand(const Format& elem, size_t rows, size_t cols, size_t g, float tensor_scale) {
+  GemmOperand o;
+  o.elem = elem;
+  o.rows = rows;
+  o.cols = cols;
+  o.scale_format = ScaleFormat::kUe8m0;
+  o.block_rows = 1;
+  o.block_cols = g;
+  o.scale_rows = rows;
+  o.scale_cols = cols / g;
+  o.tensor_scale = tensor_scale;
+  return o;
+}
+
+// recipe_step.cc's QuestQuantize call (QuestOptions{}: the std statistic, the floored scale, Quartet's alpha)
+// on the device: the operand, and the values and trust mask into `quest` when it is given (the FPROP's).
+void BuildQuest(DevOperand& b, const QuantSpec& spec, const float* s, DeviceBuffer<float>* dequant,
+                DeviceBuffer<uint8_t>* mask, cudaStream_t cs) {
+  const size_t rows = b.rows, cols = b.cols, n = rows * cols;
+  if (spec.axis != Axis::kRow || spec.block_rows != 1 || spec.block_cols <= 0)
+    throw Error("QuEST needs a row-wise 1xK spec; " + spec.name + " is " + DescribeBlock(spec) + " along " + AxisName(spec.axis));
+  const size_t g = ResolveBlock(spec, rows, cols).cols;
+  if (cols % g != 0)
+    throw Error("QuEST: the row length " + std::to_string(cols) + " is not a multiple of the group size " + std::to_string(g));
+  const QuestOptions qo;
+  detail::QuestArgs a;
+  a.elem = spec.elem;
+  a.cast = spec.cast;
+  a.cast.saturation = Saturation::kSatFinite;  // clipping is part of QuEST
+  ValidateCastOptions(spec.elem, a.cast);
+  a.seed = spec.seed;
+  const double emax = Limits(spec.elem).max_finite;
+  a.ratio = QuestDefaultClip(spec.elem) / emax;
+  a.emax = static_cast<float>(emax);
+  a.group = static_cast<int>(g);
+  a.rms = qo.stat == QuestStat::kRms;
+  a.scale_rounding = static_cast<int>(qo.scale_rounding);
+  const std::vector<float> elem = DecodeTableF32(spec.elem);
+  std::vector<float> table(256);
+  for (unsigned c = 0; c < 256; ++c) table[c] = elem[c & spec.elem.CodeMask()];
+  DeviceBuffer<float> dtable(table.data(), table.size());
+  a.decode = dtable.get();
+  DeviceBuffer<float> own_dequant;
+  DeviceBuffer<uint8_t> own_mask;
+  if (dequant == nullptr) dequant = &own_dequant, mask = &own_mask;
+  *dequant = DeviceBuffer<float>(n);
+  *mask = DeviceBuffer<uint8_t>(n);
+  b.codes = DeviceBuffer<uint8_t>(n);
+  b.group_scales = DeviceBuffer<float>(n / g);
+  detail::LaunchQuest(s, rows, cols, a, b.codes.get(), b.group_scales.get(), dequant->get(), mask->get(), cs);
+  detail::Check(cudaStreamSynchronize(cs), "engine QuEST quantizer");  // before the table is freed
+  b.op.meta = GroupOperand(spec.elem, rows, cols, g, 1.0f);
+  b.op.codes = b.codes.get();
+  b.op.scales = b.group_scales.get();
+}
+
+// recipe_step.cc's QuartetSr on the device.
+void BuildQuartetSr(DevOperand& b, const QuantSpec& spec, const float* s, cudaStream_t cs) {
+  const size_t rows = b.rows, cols = b.cols;
+  if (cols % 32 != 0) throw Error("quartet: K = " + std::to_string(cols) + " is not a multiple of the MXFP4 group of 32");
+  detail::QuartetSrArgs a;
+  a.cast = spec.cast;
+  a.cast.saturation = Saturation::kSatFinite;
+  a.seed = spec.seed;
+  a.rule = static_cast<int>(ScaleRule::kOcpFloor);
+  const FormatLimits lim = Limits(fmt::kE2M1);
+  a.destmax = static_cast<float>(lim.max_finite);
+  a.emax = lim.emax;
+  a.man_bits = fmt::kE2M1.man_bits;
+  a.four_thirds = static_cast<float>(4.0 / 3.0);
+  b.codes = DeviceBuffer<uint8_t>(rows * cols);
+  b.group_scales = DeviceBuffer<float>(rows * cols / 32);
+  detail::LaunchQuartetSr(s, rows, cols, a, b.codes.get(), b.group_scales.get(), cs);
+  b.op.meta = GroupOperand(fmt::kE2M1, rows, cols, 32, a.four_thirds);
+  b.op.codes = b.codes.get();
+  b.op.scales = b.group_scales.get();
+}
+
+// BuildOperand of recipe_step.cc on the device: src is the tensor (rows x cols before any transposition);
+// `delayed` the tensor's scale from its amax history; quest_dequant/quest_mask (FPROP's QuEST operands) keep
+// QuEST's values and mask for the backward.
 DevOperand Build(const OperandPlan& p, const float* src, size_t rows, size_t cols, uint64_t rht_seed, uint64_t sr_seed,
-                 const std::string& what, cudaStream_t cs) {
+                 const std::optional<Fp32Scale>& delayed, DeviceBuffer<float>* quest_dequant,
+                 DeviceBuffer<uint8_t>* quest_mask, const std::string& what, cudaStream_t cs) {
   DevOperand b;
   const float* s = src;
   if (p.transposed) {
@@ -86,28 +182,33 @@ DevOperand Build(const OperandPlan& p, const float* src, size_t rows, size_t col
                     "copy on device");
       s = b.work.get();
     }
-    const std::vector<float> sign = HadamardSigns(h);
-    const std::vector<double> signd(sign.begin(), sign.end());
-    DeviceBuffer<double> dsign(signd.data(), signd.size());
-    detail::LaunchHadamard(b.work.get(), rows * cols / h.block, h.block, dsign.get(),
-                           1.0 / std::sqrt(static_cast<double>(h.block)), false, cs);
-    detail::Check(cudaStreamSynchronize(cs), "engine Hadamard transform");  // before dsign is freed
-  }
-  if (p.kind == OperandKind::kBf16) {
-    b.bf16 = true;
-    if (!b.work.get()) b.work = DeviceBuffer<float>(rows * cols);
-    detail::LaunchBf16Round(s, rows * cols, b.work.get(), cs);
-    return b;
+    HadamardOnDevice(h, b.work.get(), rows * cols, false, cs);
   }
   QuantSpec spec = p.spec;
   spec.seed = sr_seed;
+  switch (p.kind) {
+    case OperandKind::kBf16:
+      b.bf16 = true;
+      if (!b.work.get()) b.work = DeviceBuffer<float>(rows * cols);
+      detail::LaunchBf16Round(s, rows * cols, b.work.get(), cs);
+      return b;
+    case OperandKind::kQuest:
+      BuildQuest(b, spec, s, quest_dequant, quest_mask, cs);
+      return b;
+    case OperandKind::kQuartetSr:
+      BuildQuartetSr(b, spec, s, cs);
+      return b;
+    case OperandKind::kSpec: break;
+  }
   const BlockExtent be = ResolveBlock(spec, rows, cols);
   const size_t scale_count = ((rows + be.rows - 1) / be.rows) * ((cols + be.cols - 1) / be.cols);
   const size_t bytes = ScaleBytes(ScaleFormatOf(spec.rule));
   b.codes = DeviceBuffer<uint8_t>(rows * cols);
   b.raw_scales = DeviceBuffer<uint8_t>(scale_count * bytes);
+  const Fp32Scale* fixed = p.delayed && delayed ? &*delayed : nullptr;
+  if (p.delayed && !fixed) throw Error(what + ": " + qmx::detail::OperandName(p) + " has no delayed scale for this step");
   QuantizedTensor q = EngineQuantizeOnDevice(TensorView{DType::kF32, s, rows, cols}, spec, b.codes.get(),
-                                             b.raw_scales.get(), cs);
+                                             b.raw_scales.get(), cs, fixed);
   if (q.scale_rows * q.scale_cols != scale_count) throw Error(what + ": the engine's scale grid differs from the plan's");
   b.op = DeviceOperandFromQuantized(std::move(q), b.codes.get(), b.raw_scales.get(), b.scales, cs);
   return b;
@@ -152,15 +253,28 @@ DevTensors MakeTensors(const float* x, const float* w, const float* dy, size_t m
   return t;
 }
 
-// RunStepGemm of recipe_step.cc: GEMM gi's output (this GEMM's m x n) into out.
-void RunGemm(const TrainingRecipe& recipe, size_t gi, const DevTensors& st, const RecipeOptions& opt, uint64_t step,
-             float* out, cudaStream_t cs) {
+// RunStepGemm of recipe_step.cc: GEMM gi's output (this GEMM's m x n) into out. dscale: the step's delayed
+// scales; quest: Quartet's forward QuEST outputs (filled by FPROP, read by DGRAD and WGRAD), or null.
+void RunGemm(const TrainingRecipe& recipe, size_t gi, const DevTensors& st, const std::optional<Fp32Scale> (&dscale)[3],
+             DevQuest* quest, const RecipeOptions& opt, uint64_t step, float* out, cudaStream_t cs) {
   const RecipeGemm& g = recipe.gemms[gi];
   const std::string what = std::string(recipe.name) + " " + LinearGemmName(g.which);
   const uint64_t gseed = qmx::detail::Mix(opt.seed, step, gi + 1);
-  const int ta = static_cast<int>(g.a.tensor), tb = static_cast<int>(g.b.tensor);
-  DevOperand a = Build(g.a, st.src[ta], st.rows[ta], st.cols[ta], gseed, qmx::detail::Mix(gseed, 1), what, cs);
-  DevOperand b = Build(g.b, st.src[tb], st.rows[tb], st.cols[tb], gseed, qmx::detail::Mix(gseed, 2), what, cs);
+  const bool fprop = g.which == LinearGemm::kFprop;
+  auto make = [&](const OperandPlan& p, uint64_t sr_seed) {
+    const int t = static_cast<int>(p.tensor);
+    const float* src = st.src[t];
+    if (p.from_forward) {
+      if (quest == nullptr || t > 1 || !quest->dequant[t].get())
+        throw Error(what + ": " + qmx::detail::OperandName(p) + " needs the forward's QuEST output of " + LinearTensorName(p.tensor));
+      src = quest->dequant[t].get();
+    }
+    const bool keep = fprop && p.kind == OperandKind::kQuest && quest != nullptr && t <= 1;
+    return Build(p, src, st.rows[t], st.cols[t], gseed, sr_seed, dscale[t], keep ? &quest->dequant[t] : nullptr,
+                 keep ? &quest->mask[t] : nullptr, what, cs);
+  };
+  DevOperand a = make(g.a, qmx::detail::Mix(gseed, 1));
+  DevOperand b = make(g.b, qmx::detail::Mix(gseed, 2));
   if (a.cols != b.cols) throw Error(what + ": the operands' K differ");
   AccumModel model = AccumModelByName(opt.accum == "auto" ? g.accum : opt.accum);
   if (a.bf16 || b.bf16) {
@@ -176,6 +290,17 @@ void RunGemm(const TrainingRecipe& recipe, size_t gi, const DevTensors& st, cons
   const auto nvfp4 = [](const GemmOperand& o) { return o.scale_format == ScaleFormat::kE4m3 && o.te_alpha.amax >= 0; };
   if (nvfp4(a.op.meta) && nvfp4(bt.meta)) model.alpha = opt.alpha;
   EngineGemmOnDevice(a.op, bt, model, out, cs);
+  if (g.quest_backward) {
+    // The output lives in the forward Hadamard domain of X (DGRAD, m x k) or W (WGRAD, n x k): QuEST's trust
+    // mask of that tensor, then the inverse of the forward's Hadamard transform along k.
+    const int t = g.which == LinearGemm::kDgrad ? 0 : 1;
+    const size_t count = a.rows * b.rows;
+    if (quest == nullptr || !quest->mask[t].get() || st.rows[t] * st.cols[t] != count)
+      throw Error(what + ": the QuEST mask does not match the output");
+    const HadamardSpec h = *recipe.gemms[0].a.hadamard;
+    detail::LaunchMask(out, quest->mask[t].get(), count, cs);
+    HadamardOnDevice(h, out, count, true, cs);
+  }
 }
 
 // recipe_step.cc's AmaxOf and CheckFinite on a device tensor: max |x|, or qmx::Error naming the first NaN or Inf.
@@ -241,6 +366,7 @@ void EngineDequantizeOnDevice(const QuantizedTensor& q, const uint8_t* codes, co
   Require("the engine's dequantization");
   if (!codes || !raw_scales || !out) throw Error("engine: dequantization needs the codes, the scales and the output");
   const cudaStream_t cs = static_cast<cudaStream_t>(stream);
+  const detail::StreamScope scope(cs);
   const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);
   const ScaleFormat sf = ScaleFormatOf(q.spec.rule);
   if (q.scale_rows != (q.rows + be.rows - 1) / be.rows || q.scale_cols != (q.cols + be.cols - 1) / be.cols)
@@ -269,7 +395,6 @@ std::string EngineLinearSupport(const TrainingRecipe& recipe, const RecipeOption
       const std::string why = PlanSupport(*p);
       if (!why.empty()) return what + why;
     }
-    if (g.quest_backward) return what + "quartet's backward (QuEST mask, inverse Hadamard) runs on the CPU";
     const AccumModel model = AccumModelByName(opt.accum == "auto" ? g.accum : opt.accum);
     if (model.kind == AccumKind::kExact || model.kind == AccumKind::kBlockExact)
       return what + "'" + model.name + "' (one exact rounding per dot product or scale block) runs on the CPU";
@@ -283,10 +408,13 @@ void EngineLinearForward(const TrainingRecipe& recipe, const float* x, const flo
   CheckRecipeShape(recipe, m, n, k, "linear layer");
   CheckSupport(recipe, opt);
   const cudaStream_t cs = static_cast<cudaStream_t>(stream);
+  const detail::StreamScope scope(cs);
   saved = LinearSaved{};
   saved.amax = {AmaxChecked(x, m * k, "X", cs), AmaxChecked(w, n * k, "W", cs), 0.0f};
   qmx::detail::SetupDelayed(recipe, 0, 1, saved.amax, state, opt, saved.dscale);
-  RunGemm(recipe, 0, MakeTensors(x, w, nullptr, m, n, k), opt, state.step, y, cs);
+  auto quest = std::make_shared<DevQuest>();
+  RunGemm(recipe, 0, MakeTensors(x, w, nullptr, m, n, k), saved.dscale, quest.get(), opt, state.step, y, cs);
+  if (quest->mask[0].get() || quest->mask[1].get()) saved.device = std::move(quest);
   saved.m = m;
   saved.n = n;
   saved.k = k;
@@ -301,12 +429,16 @@ void EngineLinearBackward(const TrainingRecipe& recipe, const float* x, const fl
     throw Error("recipe: LinearBackward needs the LinearForward of the same step (one backward per forward)");
   CheckSupport(recipe, opt);
   const cudaStream_t cs = static_cast<cudaStream_t>(stream);
+  const detail::StreamScope scope(cs);
   const size_t m = saved.m, n = saved.n, k = saved.k;
   saved.amax[2] = AmaxChecked(dy, m * n, "dY", cs);
   qmx::detail::SetupDelayed(recipe, 1, 3, saved.amax, state, opt, saved.dscale);
   const DevTensors st = MakeTensors(x, w, dy, m, n, k);
-  RunGemm(recipe, 1, st, opt, state.step, dx, cs);
-  RunGemm(recipe, 2, st, opt, state.step, dw, cs);
+  DevQuest* quest = static_cast<DevQuest*>(saved.device.get());
+  RunGemm(recipe, 1, st, saved.dscale, quest, opt, state.step, dx, cs);
+  RunGemm(recipe, 2, st, saved.dscale, quest, opt, state.step, dw, cs);
+  detail::Check(cudaStreamSynchronize(cs), "engine linear backward");  // the forward's buffers are freed after
+  saved.device.reset();
   saved.valid = false;
   qmx::detail::EndStep(state, saved.dscale, saved.amax);
 }

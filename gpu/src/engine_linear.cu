@@ -1,14 +1,17 @@
 // engine_linear.cu: the device kernels of the engine's linear layer (engine_linear.cc): transposition of the
 // FP32 sources and of the quantized codes and scales, block-scale decoding, the block Hadamard transform as
 // lib/src/transform/transform.cc computes it, max |x| with the first non-finite element, RNE to BF16, and the
-// fp32-seq GEMM of the bf16 recipe. Compiled with -fmad=false: every double and float operation rounds where
-// the library's does.
+// fp32-seq GEMM of the bf16 recipe, and Quartet's quantizers (QuEST forward, SR backward) with the trust mask.
+// Compiled with -fmad=false: every double and float operation rounds where the library's does.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "engine_internal.h"
 #include "gpu_internal.h"
+#include "qmx/host_device.h"
+#include "qmx/rng.h"
+#include "round/round_core.h"
 
 namespace qmx::gpu::detail {
 namespace {
@@ -132,11 +135,22 @@ __global__ void GemmF32SeqKernel(const float* __restrict__ a, const float* __res
   }
 }
 
+// One thread per column, rows in ascending order from +0; 16 rows' loads issued ahead of their adds (the
+// sum's order is the library's; only the memory latency overlaps).
 __global__ void ColumnSumsKernel(const float* __restrict__ x, size_t m, size_t n, float* __restrict__ out) {
   const size_t j = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   if (j >= n) return;
+  constexpr int kAhead = 16;
   float acc = 0.0f;
-  for (size_t i = 0; i < m; ++i) acc += x[i * n + j];
+  size_t i = 0;
+  for (; i + kAhead <= m; i += kAhead) {
+    float v[kAhead];
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) v[u] = x[(i + u) * n + j];
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) acc += v[u];
+  }
+  for (; i < m; ++i) acc += x[i * n + j];
   out[j] = acc;
 }
 
@@ -178,6 +192,92 @@ __global__ void DequantizeKernel(const uint8_t* __restrict__ codes, size_t rows,
     }
     out[i] = HostProductF32(static_cast<double>(code_table[codes[i]]), s, ue8m0);
   }
+}
+
+// QuestQuantize of transform.cc, one group of a.group elements per thread (the sums in double in index order,
+// as the CPU forms them): the group's statistic, its scale (floored or rounded to a power of two, or exact),
+// then per element v = fl32(x / scale), the trust mask |v| < elem max, the code by the library's conversion
+// routine (SR bits from element r * cols + c of the seed's stream) and the value decode(code) * scale.
+__global__ void QuestKernel(const float* __restrict__ x, size_t groups, QuestArgs a, uint8_t* __restrict__ codes,
+                            float* __restrict__ scales, float* __restrict__ dequant, uint8_t* __restrict__ mask) {
+  constexpr Format kF32 = fmt::kFP32;
+  const bool stochastic = qmx::detail::IsStochasticCore(a.cast.rounding);
+  const double g = static_cast<double>(a.group);
+  for (size_t gi = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; gi < groups;
+       gi += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t base = gi * a.group;
+    const float* xg = x + base;
+    double sum = 0, sq = 0;
+    bool finite = true;
+    for (int i = 0; i < a.group; ++i) {
+      const float v = xg[i];
+      finite = finite && isfinite(v);
+      sum += v;
+      sq += static_cast<double>(v) * v;
+    }
+    double stat;
+    if (a.rms) {
+      stat = sqrt(sq / g);
+    } else {
+      const double mean = sum / g;
+      double var = 0;
+      for (int i = 0; i < a.group; ++i) var += (xg[i] - mean) * (xg[i] - mean);
+      stat = sqrt(var / g);
+    }
+    float scale = static_cast<float>(stat * a.ratio + 1e-8);
+    if (!finite || !isfinite(scale)) scale = __uint_as_float(0x7FC00000u);
+    if (isfinite(scale) && a.scale_rounding != 2) {
+      uint32_t bits = __float_as_uint(scale);
+      const bool up = a.scale_rounding == 1 && (bits & 0x7FFFFFu) >= 0x3504F4u;
+      bits &= 0x7F800000u;
+      if (up) bits += 0x800000u;
+      scale = __uint_as_float(bits);
+    }
+    scales[gi] = scale;
+    for (int i = 0; i < a.group; ++i) {
+      const float v = xg[i] / scale;
+      mask[base + i] = fabsf(v) < a.emax ? 1 : 0;
+      const uint32_t r = stochastic ? RandomBitsForElement(a.seed, base + i) : 0u;
+      const uint8_t c = static_cast<uint8_t>(qmx::detail::ConvertCore(kF32, __float_as_uint(v), a.elem, a.cast, r).code);
+      codes[base + i] = c;
+      dequant[base + i] = scale != scale ? scale : a.decode[c] * scale;
+    }
+  }
+}
+
+// Quartet's backward quantizer (recipe_step.cc's QuartetSr), one block of 32 per thread: the block's amax,
+// X = 2^(byte - 127) of the OCP floor rule for E2M1, s = fl32(X * fl32(4/3)), each element SR(fl32(x / s)).
+__global__ void QuartetSrKernel(const float* __restrict__ x, size_t blocks, QuartetSrArgs a,
+                                uint8_t* __restrict__ codes, float* __restrict__ scales) {
+  constexpr Format kF32 = fmt::kFP32;
+  constexpr Format kE2m1 = fmt::kE2M1;
+  const bool stochastic = qmx::detail::IsStochasticCore(a.cast.rounding);
+  for (size_t b = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; b < blocks;
+       b += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t base = b * 32;
+    uint32_t amax = 0;
+    for (int i = 0; i < 32; ++i) {
+      const uint32_t m = __float_as_uint(x[base + i]) & 0x7FFFFFFFu;
+      if (m <= 0x7F800000u && m > amax) amax = m;
+    }
+    const uint8_t byte = hd::ScaleByteFromAmaxBits(amax, a.rule, a.destmax, a.emax, a.man_bits);
+    const float X = byte == 255 ? __uint_as_float(0x7FC00000u)
+                    : byte == 0 ? __uint_as_float(0x00400000u)
+                                : __uint_as_float(static_cast<uint32_t>(byte) << 23);
+    scales[b] = X;
+    const float s = X * a.four_thirds;
+    for (int i = 0; i < 32; ++i) {
+      const float v = x[base + i] / s;
+      const uint32_t r = stochastic ? RandomBitsForElement(a.seed, base + i) : 0u;
+      codes[base + i] = static_cast<uint8_t>(qmx::detail::ConvertCore(kF32, __float_as_uint(v), kE2m1, a.cast, r).code);
+    }
+  }
+}
+
+__global__ void MaskKernel(float* __restrict__ x, const uint8_t* __restrict__ mask, size_t count) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    if (!mask[i]) x[i] = 0.0f;
 }
 
 unsigned GridFor(size_t count, unsigned threads) {
@@ -232,7 +332,7 @@ void LaunchGemmF32Seq(const float* a, const float* bt, size_t m, size_t n, size_
 
 void LaunchColumnSums(const float* x, size_t m, size_t n, float* out, void* stream) {
   if (n == 0) return;
-  ColumnSumsKernel<<<Blocks(n, 128), 128, 0, static_cast<cudaStream_t>(stream)>>>(x, m, n, out);
+  ColumnSumsKernel<<<Blocks(n, 32), 32, 0, static_cast<cudaStream_t>(stream)>>>(x, m, n, out);
   Check(cudaGetLastError(), "engine column sums");
 }
 
@@ -243,6 +343,29 @@ void LaunchDequantize(const uint8_t* codes, size_t rows, size_t cols, const uint
   DequantizeKernel<<<GridFor(rows * cols, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(
       codes, rows, cols, scales, block_rows, block_cols, scale_cols, bytes, ue8m0, code_table, scale_table, out);
   Check(cudaGetLastError(), "engine dequantization");
+}
+
+void LaunchQuest(const float* x, size_t rows, size_t cols, const QuestArgs& a, uint8_t* codes, float* scales,
+                 float* dequant, uint8_t* mask, void* stream) {
+  const size_t groups = rows * cols / static_cast<size_t>(a.group);
+  if (groups == 0) return;
+  QuestKernel<<<GridFor(groups, 128), 128, 0, static_cast<cudaStream_t>(stream)>>>(x, groups, a, codes, scales, dequant,
+                                                                                   mask);
+  Check(cudaGetLastError(), "engine QuEST quantizer");
+}
+
+void LaunchQuartetSr(const float* x, size_t rows, size_t cols, const QuartetSrArgs& a, uint8_t* codes, float* scales,
+                     void* stream) {
+  const size_t blocks = rows * cols / 32;
+  if (blocks == 0) return;
+  QuartetSrKernel<<<GridFor(blocks, 128), 128, 0, static_cast<cudaStream_t>(stream)>>>(x, blocks, a, codes, scales);
+  Check(cudaGetLastError(), "engine Quartet backward quantizer");
+}
+
+void LaunchMask(float* x, const uint8_t* mask, size_t count, void* stream) {
+  if (count == 0) return;
+  MaskKernel<<<GridFor(count, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(x, mask, count);
+  Check(cudaGetLastError(), "engine QuEST mask");
 }
 
 }  // namespace qmx::gpu::detail

@@ -511,7 +511,7 @@ namespace {
 // (MakeShell's sizes), whose tensor_amax, tensor_decode and line_amax this fills in. Returns when the kernel
 // is done (the amax decides S_enc on the host, and the tables the kernel reads are freed after it).
 void RunQuantize(const TensorView& x, const QuantSpec& spec, QuantizedTensor& q, uint8_t* codes, uint8_t* scales,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, const Fp32Scale* fixed = nullptr) {
   const Format& sf = FormatOfSource(x.dtype);
   const BlockExtent be = ResolveBlock(spec, x.rows, x.cols);
   const ScaleFormat scale_format = ScaleFormatOf(spec.rule);
@@ -592,21 +592,30 @@ void RunQuantize(const TensorView& x, const QuantSpec& spec, QuantizedTensor& q,
   a.mx.buckets = a.buckets;
   a.mx_nan_code = static_cast<uint8_t>(qmx::detail::ConvertCore(fmt::kFP32, 0x7FC00000u, spec.elem, spec.cast, 0).code);
   a.mx_block_nan_code = spec.elem.HasNan() ? static_cast<uint8_t>(spec.elem.CanonicalNan()) : uint8_t{0};
-  if (scale_format == ScaleFormat::kFp32 && be.rows * be.cols >= kLargeBlock) {
+  if (scale_format == ScaleFormat::kFp32 && (be.rows * be.cols >= kLargeBlock || fixed != nullptr)) {
     // One warp per block would leave a per-tensor scale to a single warp (0.25 s for 4096 x 512 on an H200).
     detail::DeviceBuffer<unsigned int> amax(nb), flags(nb);
     detail::DeviceBuffer<qmx::detail::MultiplyScale> ms(nb);
-    detail::Check(cudaMemsetAsync(amax.get(), 0, nb * sizeof(unsigned int), stream), "cudaMemsetAsync");
-    detail::Check(cudaMemsetAsync(flags.get(), 0, nb * sizeof(unsigned int), stream), "cudaMemsetAsync");
-    const uint64_t per_block = (be.rows * be.cols + 255) / 256, gy = nb < 65535 ? nb : 65535;
-    const uint64_t gx = std::max<uint64_t>(1, std::min<uint64_t>(per_block, (2048 + gy - 1) / gy));
-    const dim3 stats_grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
     const uint64_t elems = (n + 255) / 256;
     const unsigned elem_grid = static_cast<unsigned>(elems < 132 * 64 ? elems : 132 * 64);
-    const unsigned scale_grid = static_cast<unsigned>((nb + 127) / 128 < 1024 ? (nb + 127) / 128 : 1024);
-    if (x.dtype == DType::kF32) BlockStatsKernel<uint32_t><<<stats_grid, 256, 0, stream>>>(x.data, a, amax.get(), flags.get());
-    else BlockStatsKernel<uint16_t><<<stats_grid, 256, 0, stream>>>(x.data, a, amax.get(), flags.get());
-    BlockScalesKernel<<<scale_grid, 128, 0, stream>>>(a, amax.get(), flags.get(), ms.get(), scales);
+    if (fixed != nullptr) {  // QuantizeWithScale: every block takes the given scale (Fp32BlockScale of quantize.cc)
+      const qmx::detail::MultiplyScale given{hd::F32Bits(fixed->decode), fixed->encode, false};
+      const std::vector<qmx::detail::MultiplyScale> host_ms(nb, given);
+      std::vector<uint8_t> host_scales(nb * 4);
+      for (size_t b = 0; b < nb; ++b) qmx::detail::StoreScaleCore(ScaleFormat::kFp32, host_scales.data(), b, given.stored, false);
+      upload(ms.get(), host_ms.data(), nb * sizeof(given));
+      upload(scales, host_scales.data(), host_scales.size());
+    } else {
+      detail::Check(cudaMemsetAsync(amax.get(), 0, nb * sizeof(unsigned int), stream), "cudaMemsetAsync");
+      detail::Check(cudaMemsetAsync(flags.get(), 0, nb * sizeof(unsigned int), stream), "cudaMemsetAsync");
+      const uint64_t per_block = (be.rows * be.cols + 255) / 256, gy = nb < 65535 ? nb : 65535;
+      const uint64_t gx = std::max<uint64_t>(1, std::min<uint64_t>(per_block, (2048 + gy - 1) / gy));
+      const dim3 stats_grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+      const unsigned scale_grid = static_cast<unsigned>((nb + 127) / 128 < 1024 ? (nb + 127) / 128 : 1024);
+      if (x.dtype == DType::kF32) BlockStatsKernel<uint32_t><<<stats_grid, 256, 0, stream>>>(x.data, a, amax.get(), flags.get());
+      else BlockStatsKernel<uint16_t><<<stats_grid, 256, 0, stream>>>(x.data, a, amax.get(), flags.get());
+      BlockScalesKernel<<<scale_grid, 128, 0, stream>>>(a, amax.get(), flags.get(), ms.get(), scales);
+    }
     if (x.dtype == DType::kF32) BlockElementsKernel<uint32_t><<<elem_grid, 256, 0, stream>>>(x.data, a, spec.elem, ms.get(), codes);
     else BlockElementsKernel<uint16_t><<<elem_grid, 256, 0, stream>>>(x.data, a, spec.elem, ms.get(), codes);
     detail::Check(cudaGetLastError(), "engine quantize kernel launch");
@@ -635,9 +644,13 @@ void RunQuantize(const TensorView& x, const QuantSpec& spec, QuantizedTensor& q,
 
 // The checks both entry points make, and the tensor's shell (MakeShell: the spec and the source type
 // validated, the outputs sized); the device's presence is required unless the tensor is empty.
-QuantizedTensor Shell(const TensorView& x, const QuantSpec& spec, bool zero_codes) {
-  const std::string why = EngineQuantizeSupport(spec);
-  if (!why.empty()) throw Error("engine: " + why);
+QuantizedTensor Shell(const TensorView& x, const QuantSpec& spec, bool zero_codes, const Fp32Scale* fixed = nullptr) {
+  if (fixed != nullptr) {  // QuantizeWithScale's check; a delayed spec is quantized this way
+    if (ScaleFormatOf(spec.rule) != ScaleFormat::kFp32 || spec.block_rows != 0 || spec.block_cols != 0)
+      throw Error("a given scale needs a per-tensor spec with an FP32 scale rule, not '" + spec.name + "'");
+  } else if (const std::string why = EngineQuantizeSupport(spec); !why.empty()) {
+    throw Error("engine: " + why);
+  }
   QuantizedTensor q = qmx::detail::MakeShell(x, spec, zero_codes);
   if (x.rows != 0 && x.cols != 0) Require("the engine's quantization");
   return q;
@@ -646,12 +659,13 @@ QuantizedTensor Shell(const TensorView& x, const QuantSpec& spec, bool zero_code
 }  // namespace
 
 QuantizedTensor EngineQuantizeOnDevice(const TensorView& x, const QuantSpec& spec, uint8_t* codes, uint8_t* scales,
-                                       void* stream) {
-  QuantizedTensor q = Shell(x, spec, false);
+                                       void* stream, const Fp32Scale* fixed) {
+  QuantizedTensor q = Shell(x, spec, false, fixed);
   q.codes = CodeVector();  // the codes and scales are the caller's device buffers
   q.scales.clear();
   if (x.rows == 0 || x.cols == 0) return q;
-  RunQuantize(x, spec, q, codes, scales, static_cast<cudaStream_t>(stream));
+  const detail::StreamScope scope(static_cast<cudaStream_t>(stream));
+  RunQuantize(x, spec, q, codes, scales, static_cast<cudaStream_t>(stream), fixed);
   return q;
 }
 

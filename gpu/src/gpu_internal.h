@@ -20,40 +20,72 @@ inline void CheckLaunch(const char* what) {
   Check(cudaDeviceSynchronize(), what);
 }
 
-// A device allocation freed on scope exit.
+// The stream an engine call's work runs on, set for the call by a StreamScope at its entry point. Inside a
+// scope, device buffers come from the engine's own memory pool (cudaMallocFromPoolAsync on that stream; the
+// pool keeps freed memory for the next call instead of returning it to the system) and are freed in the
+// stream's order (cudaFreeAsync), their copies queued on it: a call's many short-lived buffers then cost
+// neither cudaMalloc's time nor cudaFree's device-wide synchronization, and a buffer is reused only after
+// the stream's earlier work on it. Outside a scope, cudaMalloc and cudaFree. Scopes nest (the innermost wins).
+class StreamScope {
+ public:
+  explicit StreamScope(cudaStream_t stream);
+  ~StreamScope();
+  StreamScope(const StreamScope&) = delete;
+  StreamScope& operator=(const StreamScope&) = delete;
+  // Whether a scope is active on this thread, and its stream.
+  static bool Active(cudaStream_t* stream);
+
+ private:
+  bool prev_active_;
+  cudaStream_t prev_;
+};
+// bytes from the pool on `stream` (stream order), or cudaMalloc when pooled is false; and the matching free.
+void* DeviceAlloc(size_t bytes, bool pooled, cudaStream_t stream);
+void DeviceFree(void* p, bool pooled, cudaStream_t stream);
+// A copy between host and device memory, ordered on `stream` and waited for when pooled, else cudaMemcpy.
+void DeviceCopy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, bool pooled, cudaStream_t stream);
+
+// A device allocation freed on scope exit (pooled inside a StreamScope).
 template <typename T>
 class DeviceBuffer {
  public:
   DeviceBuffer() : n_(0) {}
   explicit DeviceBuffer(size_t n) : n_(n) {
-    if (n > 0) Check(cudaMalloc(&p_, n * sizeof(T)), "cudaMalloc");
+    pooled_ = StreamScope::Active(&stream_);
+    if (n > 0) p_ = static_cast<T*>(DeviceAlloc(n * sizeof(T), pooled_, stream_));
   }
   DeviceBuffer(const T* host, size_t n) : DeviceBuffer(n) { Upload(host, n); }
-  ~DeviceBuffer() {
-    if (p_) cudaFree(p_);
-  }
+  ~DeviceBuffer() { Release(); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(o.p_), n_(o.n_), pooled_(o.pooled_), stream_(o.stream_) {
+    o.p_ = nullptr, o.n_ = 0;
+  }
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
-      if (p_) cudaFree(p_);
-      p_ = o.p_, n_ = o.n_;
+      Release();
+      p_ = o.p_, n_ = o.n_, pooled_ = o.pooled_, stream_ = o.stream_;
       o.p_ = nullptr, o.n_ = 0;
     }
     return *this;
   }
   T* get() const { return p_; }
   void Upload(const T* host, size_t n) {
-    if (n > 0) Check(cudaMemcpy(p_, host, n * sizeof(T), cudaMemcpyHostToDevice), "copy to device");
+    if (n > 0) DeviceCopy(p_, host, n * sizeof(T), cudaMemcpyHostToDevice, pooled_, stream_);
   }
   void Download(T* host, size_t n) const {
-    if (n > 0) Check(cudaMemcpy(host, p_, n * sizeof(T), cudaMemcpyDeviceToHost), "copy to host");
+    if (n > 0) DeviceCopy(host, p_, n * sizeof(T), cudaMemcpyDeviceToHost, pooled_, stream_);
   }
 
  private:
+  void Release() noexcept {
+    if (p_) DeviceFree(p_, pooled_, stream_);
+    p_ = nullptr;
+  }
   T* p_ = nullptr;
   size_t n_;
+  bool pooled_ = false;
+  cudaStream_t stream_ = nullptr;
 };
 
 // Two CUDA events destroyed on scope exit (an exception between them leaks neither); Seconds() is the time

@@ -322,13 +322,16 @@ TEST_CASE("gpu engine: Hopper models run on a Hopper GPU through cuBLASLt, equal
     const GemmOperand b = OperandFromQuantized(Quantize(TensorView{DType::kF32, y.data(), c.k, c.n}, sb));
     const AccumModel model = AccumModelByName(c.model);
     const std::vector<float> want = Gemm(a, b, nullptr, model);
-    for (bool lt : {true, false}) {
-      if (!lt) setenv("QMX_ENGINE_CUBLASLT", "0", 1);
+    // cuBLASLt by default for per-tensor scales, and for blockwise ones only when asked for (engine_gemm.cc).
+    const bool blockwise = sa.block_cols == 128;
+    for (const char* env : {"", "blockwise", "0"}) {
+      const std::string use = env;
+      if (!use.empty()) setenv("QMX_ENGINE_CUBLASLT", env, 1);
       gpu::EngineGemmStats stats;
       const std::vector<float> got = gpu::EngineGemm(a, b, nullptr, model, &stats);
       unsetenv("QMX_ENGINE_CUBLASLT");
-      INFO("kernel " << stats.kernel);
-      CHECK((stats.kernel == "cublaslt") == (lt && hopper));
+      INFO("kernel " << stats.kernel << " with QMX_ENGINE_CUBLASLT='" << use << "'");
+      CHECK((stats.kernel == "cublaslt") == (hopper && use != "0" && (!blockwise || use == "blockwise")));
       size_t bad = 0;
       for (size_t i = 0; i < got.size(); ++i)
         if (FloatBits(got[i]) != FloatBits(want[i]) && bad++ < 3)

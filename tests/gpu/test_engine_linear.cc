@@ -1,7 +1,8 @@
 // test_engine_linear.cc: the engine's linear layer (gpu/src/engine_linear.cc) against qmx::LinearForward and
-// LinearBackward, bit for bit, over several steps of every recipe the engine runs (the step's SR streams and
-// Hadamard signs, the state's step count), odd token counts, outlier channels, and the device GEMM on
-// quantized device operands against qmx::Gemm. Without a GPU only the support messages are checked.
+// LinearBackward, bit for bit, over several steps of every recipe (the step's SR streams and Hadamard signs,
+// delayed scaling's histories, Quartet's QuEST values and masks kept from forward to backward, the state's step
+// count), odd token counts, outlier channels, and the device GEMM on quantized device operands against
+// qmx::Gemm. Without a GPU only the support messages are checked.
 #if defined(QMX_HAVE_CUDA)
 #include <catch2/catch.hpp>
 
@@ -49,12 +50,9 @@ struct Dev {
   }
 };
 
-TEST_CASE("gpu engine: the linear layer names the recipes it does not run", "[gpu]") {
+TEST_CASE("gpu engine: the linear layer runs every recipe and names the models it does not", "[gpu]") {
   const RecipeOptions opt;
-  for (const char* r : {"bf16", "fp8-current", "fp8-blockwise", "mxfp8", "mxfp8-ocp", "mxfp8-e5m2-grads", "nvfp4"})
-    CHECK(gpu::EngineLinearSupport(TrainingRecipeByName(r), opt).empty());
-  CHECK_THAT(gpu::EngineLinearSupport(TrainingRecipeByName("quartet"), opt), Catch::Contains("QuEST"));
-  CHECK_THAT(gpu::EngineLinearSupport(TrainingRecipeByName("fp8-delayed"), opt), Catch::Contains("delayed scaling"));
+  for (const std::string& r : TrainingRecipeNames()) CHECK(gpu::EngineLinearSupport(TrainingRecipeByName(r), opt).empty());
   RecipeOptions exact = opt;
   exact.accum = "exact";
   CHECK_THAT(gpu::EngineLinearSupport(TrainingRecipeByName("mxfp8"), exact), Catch::Contains("runs on the CPU"));
@@ -62,9 +60,9 @@ TEST_CASE("gpu engine: the linear layer names the recipes it does not run", "[gp
   RecipeState state;
   LinearSaved saved;
   Dev x(std::vector<float>(32 * 64, 1.0f)), w(std::vector<float>(32 * 64, 1.0f)), y(32 * 32);
-  CHECK_THROWS_WITH(gpu::EngineLinearForward(TrainingRecipeByName("quartet"), x.get(), w.get(), 32, 32, 64, state, opt,
+  CHECK_THROWS_WITH(gpu::EngineLinearForward(TrainingRecipeByName("mxfp8"), x.get(), w.get(), 32, 32, 64, state, exact,
                                              saved, y.get(), nullptr),
-                    Catch::StartsWith("engine: quartet fprop: QuEST"));
+                    Catch::StartsWith("engine: mxfp8 fprop: 'exact'"));
   // A NaN in X is named as the CPU names it.
   std::vector<float> bad(32 * 64, 1.0f);
   bad[100] = std::nanf("");
@@ -82,7 +80,8 @@ TEST_CASE("gpu engine: the linear layer equals LinearForward and LinearBackward 
   const LinearTensors t = GenerateLinearLayer(DefaultLayerGen(), 7, m, n, k);
   Dev x(t.x), w(t.w), dy(t.dy), y(m * n), dx(m * k), dw(n * k), db(n);
   size_t layers = 0;
-  for (const char* recipe : {"bf16", "fp8-current", "fp8-blockwise", "mxfp8", "mxfp8-ocp", "mxfp8-e5m2-grads", "nvfp4"}) {
+  for (const char* recipe :
+       {"bf16", "fp8-delayed", "fp8-current", "fp8-blockwise", "mxfp8", "mxfp8-ocp", "mxfp8-e5m2-grads", "nvfp4", "quartet"}) {
     for (const char* rule : {"decode", "te"}) {
       const std::string name = recipe, alpha = rule;
       if (alpha == "te" && name != "nvfp4") continue;
@@ -112,7 +111,7 @@ TEST_CASE("gpu engine: the linear layer equals LinearForward and LinearBackward 
       ++layers;
     }
   }
-  CHECK(layers == 8);
+  CHECK(layers == 10);
   std::vector<float> want_db(n);
   BiasGradient(t.dy.data(), m, n, want_db.data());
   gpu::EngineBiasGradient(dy.get(), m, n, db.get(), nullptr);

@@ -136,8 +136,8 @@ def _bits_equal(a, b):
 
 
 @needs_gpu
-@pytest.mark.parametrize("recipe", ["bf16", "fp8-current", "fp8-blockwise", "mxfp8", "mxfp8-ocp", "mxfp8-e5m2-grads",
-                                    "nvfp4"])
+@pytest.mark.parametrize("recipe", ["bf16", "fp8-delayed", "fp8-current", "fp8-blockwise", "mxfp8", "mxfp8-ocp",
+                                    "mxfp8-e5m2-grads", "nvfp4", "quartet"])
 def test_cuda_linear_equals_the_cpu_layer_forward_and_backward(recipe):
     cpu, gpu = _layer_pair(recipe)
     g = torch.Generator().manual_seed(9)
@@ -165,12 +165,12 @@ def test_cuda_linear_bf16_inputs_and_refusals():
     x = torch.randn(64, 256).to(torch.bfloat16)
     _bits_equal(cpu(x), gpu(x.cuda()))
     assert gpu(x.cuda()).dtype == torch.bfloat16
+    e = qt.Linear(256, 64, recipe="mxfp8", accum="exact").cuda()
+    with pytest.raises(NotImplementedError, match="runs on the CPU"):
+        e(torch.randn(32, 256, device="cuda"))
     q = qt.Linear(256, 64, recipe="quartet").cuda()
-    with pytest.raises(NotImplementedError, match="QuEST"):
-        q(torch.randn(32, 256, device="cuda"))
-    d = qt.Linear(256, 64, recipe="fp8-delayed").cuda()
-    with pytest.raises(NotImplementedError, match="delayed scaling"):
-        d(torch.randn(32, 256, device="cuda"))
+    with pytest.raises(ValueError, match="not a multiple of 32"):
+        q(torch.randn(40, 256, device="cuda")).sum().backward()
     with pytest.raises(ValueError, match="weight"):
         qt.linear(torch.randn(32, 256, device="cuda"), torch.randn(64, 256), recipe="mxfp8")
     bad = torch.randn(32, 256, device="cuda")

@@ -39,7 +39,8 @@ const DeviceInfo& Device();
 void Require(const char* what, bool need_sm100a = false);
 
 // Device memory for callers that include no CUDA header (tests, tools): `bytes` bytes allocated on device 0
-// and freed on destruction; copies wait for the device. Throws qmx::Error naming the failure.
+// and freed on destruction; copies wait for the device. Made inside one of the engine's calls, it comes from
+// the engine's memory pool in the order of the call's stream. Throws qmx::Error naming the failure.
 class DeviceMemory {
  public:
   explicit DeviceMemory(size_t bytes);
@@ -54,6 +55,8 @@ class DeviceMemory {
  private:
   void* p_ = nullptr;
   size_t bytes_ = 0;
+  bool pooled_ = false;     // made inside an engine call: the engine's pool, in its stream's order
+  void* stream_ = nullptr;  // that stream (a cudaStream_t)
 };
 
 // How a conversion is computed on the device.
@@ -198,9 +201,10 @@ QuantizedTensor EngineQuantize(const TensorView& x, const QuantSpec& spec, doubl
 // scale_cols * ScaleBytes bytes) device buffers; the work queued on `stream` (a cudaStream_t; null: the
 // default stream), and waited for, since the tensor amax decides S_enc on the host. Returns the tensor's
 // description (spec, shape, scale grid, tensor_amax, tensor_decode, line_amax) with codes and scales empty:
-// they are in the caller's buffers.
+// they are in the caller's buffers. `fixed`: qmx::QuantizeWithScale's given FP32 scale (a per-tensor FP32
+// spec; delayed scaling's scale from its amax history), else null.
 QuantizedTensor EngineQuantizeOnDevice(const TensorView& x, const QuantSpec& spec, uint8_t* codes, uint8_t* scales,
-                                       void* stream);
+                                       void* stream, const Fp32Scale* fixed = nullptr);
 // The GEMM operand of a tensor EngineQuantizeOnDevice made: q its description (codes and scales empty),
 // codes and raw_scales its device buffers. meta is OperandFromQuantized's without codes and scales (a
 // per-tensor FP32 scale is read from raw_scales); the block scales are decoded on `stream` into `scales`,

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -194,6 +195,7 @@ struct LinearSaved {
   std::array<float, 3> amax{};
   std::optional<Fp32Scale> dscale[3];
   QuestResult quest_x, quest_w;  // Quartet: the forward's QuEST outputs
+  std::shared_ptr<void> device;  // the GPU engine's counterpart of quest_x and quest_w (device buffers)
   size_t m = 0, n = 0, k = 0;
   uint64_t step = 0;
   bool valid = false;

@@ -12,7 +12,8 @@ nn.Linear of a model with one.
 
 On CUDA tensors the layer's three GEMMs run on the device (qmx::gpu::EngineLinearForward/Backward: the
 operands quantized and multiplied by the emulation engine), bit for bit as on the CPU, never copied to the
-host; recipes the engine does not run yet (quartet, fp8-delayed) raise NotImplementedError naming why. The
+host, under every recipe; the accumulation models the engine does not run (accum="exact", "block-exact")
+raise NotImplementedError naming why. The
 bias gradient is the column sums of dY in FP32, rows in ascending order, on either device (the same bits).
 
 fake_quantize(t, spec, **overrides) quantizes and dequantizes a tensor under a recipe, bit for bit as

@@ -11,10 +11,12 @@ its losses, per-layer GEMM SQNR, activation kurtosis and scale-saturation counts
                          fp8-delayed, nvfp4, quartet, ...): every Linear is qmx.torch.Linear, its three GEMMs
                          bit for bit as the recipe's hardware computes them (on CUDA tensors through the
                          emulation engine: the recipes it runs, gpu/README.md)
-  fake:RECIPE            the fake-quant emulation of mxfp8, mxfp8-ocp or nvfp4, as torchao's and vLLM's emulation
-                         run it: each GEMM operand quantized along its K by the recipe's quantizer (the same
-                         element, scale rule and stochastic rounding; no Hadamard), dequantized, and multiplied
-                         by PyTorch in BF16 with FP32 accumulation
+  fake:RECIPE            the fake-quant emulation of mxfp8, mxfp8-ocp, nvfp4 or quartet, as torchao's and vLLM's
+                         emulation run it: each GEMM operand made as the recipe makes it (its quantizer along K, with
+                         the same element, scale rule and stochastic rounding; nvfp4's random Hadamard-16 on the
+                         WGRAD operands; quartet's Hadamard-32 + QuEST forward, random Hadamard-32 + SR backward,
+                         trust mask and inverse transform, written in PyTorch), dequantized, and multiplied by
+                         PyTorch in BF16 with FP32 accumulation
 
 The corpus is the text of Debian's `fortunes` package (/usr/share/games/fortunes: every file without an
 extension, in name order, concatenated), read as bytes (vocabulary 256). The first 90 % of the bytes are the
@@ -70,7 +72,7 @@ FORWARD_SPECS = {
                       ("fp8-block1x128", {"profile": "transformer-engine", "rule": "fp32-pow2"})),
     "quartet": (("mxfp4", {"profile": "ocp"}), ("mxfp4", {"profile": "ocp"}), ("mxfp4", {"profile": "ocp"})),
 }
-FAKE_RECIPES = ("mxfp8", "mxfp8-ocp", "nvfp4")
+FAKE_RECIPES = ("mxfp8", "mxfp8-ocp", "nvfp4", "quartet")
 
 
 def load_corpus(path):
@@ -162,14 +164,76 @@ def bf16_mm(a, b):
     return (a.to(torch.bfloat16) @ b.to(torch.bfloat16)).float()
 
 
+def hadamard_matrix(n, device):
+    """The n x n Sylvester Hadamard matrix over sqrt(n), in FP64 (symmetric and orthonormal)."""
+    h = torch.ones(1, 1, dtype=torch.float64)
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return (h / math.sqrt(n)).to(device)
+
+
+def block_hadamard(t, block, signs=None, inverse=False):
+    """Each run of `block` elements along t's rows times H D (inverse: D H), in FP64, rounded to FP32."""
+    v = t.detach().double().reshape(-1, block)
+    if signs is not None and not inverse:
+        v = v * signs
+    v = v @ hadamard_matrix(block, t.device)
+    if signs is not None and inverse:
+        v = v * signs
+    return v.reshape(t.shape).float()
+
+
+def random_signs(block, seed, device):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randint(0, 2, (block,), generator=g) * 2 - 1).double().to(device)
+
+
+def e2m1_round(v, u=None):
+    """v (within +-6) onto the E2M1 grid: to nearest, ties to even, or stochastically with uniforms u."""
+    a = v.abs()
+    step = torch.where(a < 2, 0.5, torch.where(a < 4, 1.0, 2.0))
+    q = torch.round(a / step) if u is None else torch.floor(a / step + u)
+    return torch.sign(v) * torch.clamp(q * step, max=6.0)
+
+
+def quest_fake(t, group=32, alpha=2.92247856):
+    """QuEST as Quartet's forward runs it (scale = std * alpha / 6 + 1e-8 floored to a power of two, RNE with
+    clipping), dequantized, and the trust mask |x / scale| < 6."""
+    g = t.reshape(-1, group)
+    std = g.double().std(dim=1, unbiased=False, keepdim=True)
+    scale = torch.exp2(torch.floor(torch.log2((std * (alpha / 6.0) + 1e-8).float())))
+    v = g / scale
+    return (e2m1_round(v.clamp(-6.0, 6.0)) * scale).reshape(t.shape), (v.abs() < 6.0).reshape(t.shape)
+
+
+def quartet_sr_fake(t, gen):
+    """Quartet's backward quantizer (per 32: X = 2^(floor(log2 amax) - 2), s = X * 4/3, SR to E2M1), dequantized."""
+    g = t.reshape(-1, 32)
+    amax = g.abs().amax(dim=1, keepdim=True)
+    x = torch.where(amax > 0, torch.exp2(torch.floor(torch.log2(amax)) - 2), torch.ones_like(amax))
+    s = x * (4.0 / 3.0)
+    u = torch.rand(g.shape, generator=gen, device=t.device)
+    return (e2m1_round((g / s).clamp(-6.0, 6.0), u) * s).reshape(t.shape)
+
+
 class _FakeLinearFn(torch.autograd.Function):
+    """The recipe's three GEMMs as fake-quant: each operand made as the faithful recipe makes it (the same
+    quantizer, transforms and masks), dequantized, and multiplied by PyTorch in BF16 with FP32 accumulation."""
+
     @staticmethod
     def forward(ctx, x, weight, bias, layer):
         n, k = weight.shape
         x2 = x.detach().reshape(-1, k).float()
-        sx, sw, _ = FORWARD_SPECS[layer.recipe]
-        y = bf16_mm(fake_quantize(x2, sx), fake_quantize(weight, sw).t())
-        ctx.save_for_backward(x2, weight.detach().float())
+        w = weight.detach().float()
+        if layer.recipe == "quartet":  # Hadamard-32 along K, then QuEST; the backward reuses both outputs
+            xq, mx = quest_fake(block_hadamard(x2, 32))
+            wq, mw = quest_fake(block_hadamard(w, 32))
+            y = bf16_mm(xq, wq.t())
+            ctx.save_for_backward(xq, wq, mx, mw)
+        else:
+            sx, sw, _ = FORWARD_SPECS[layer.recipe]
+            y = bf16_mm(fake_quantize(x2, sx), fake_quantize(w, sw).t())
+            ctx.save_for_backward(x2, w)
         ctx.layer, ctx.x_shape, ctx.has_bias = layer, x.shape, bias is not None
         if bias is not None:
             y = y + bias.detach().float()
@@ -177,15 +241,34 @@ class _FakeLinearFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        x2, w = ctx.saved_tensors
         layer = ctx.layer
-        _, sw, sg = FORWARD_SPECS[layer.recipe]
-        dy = grad.detach().reshape(-1, w.shape[0]).float()
         seed = layer.seed * 1000003 + layer.step
         layer.step += 1
-        # DGRAD: dY along N with W column-wise (W^T's rows); WGRAD: dY^T and X^T along the tokens.
-        dx = bf16_mm(fake_quantize(dy, sg, seed), fake_quantize(w.t(), sw).t())
-        dw = bf16_mm(fake_quantize(dy.t(), sg, seed + 1), fake_quantize(x2.t(), FORWARD_SPECS[layer.recipe][0]).t())
+        if layer.recipe == "quartet":
+            xq, wq, mx, mw = ctx.saved_tensors
+            dy = grad.detach().reshape(-1, wq.shape[0]).float()
+            gen = torch.Generator(device=dy.device).manual_seed(seed)
+            # DGRAD along N and WGRAD along the tokens: random Hadamard-32 (the same signs on both operands),
+            # SR quantization, the product in the forward's Hadamard domain, QuEST's mask, the inverse transform.
+            sn, sm = random_signs(32, 2 * seed, dy.device), random_signs(32, 2 * seed + 1, dy.device)
+            dxh = bf16_mm(quartet_sr_fake(block_hadamard(dy, 32, sn), gen),
+                          quartet_sr_fake(block_hadamard(wq.t().contiguous(), 32, sn), gen).t())
+            dwh = bf16_mm(quartet_sr_fake(block_hadamard(dy.t().contiguous(), 32, sm), gen),
+                          quartet_sr_fake(block_hadamard(xq.t().contiguous(), 32, sm), gen).t())
+            dx = block_hadamard(dxh * mx, 32, inverse=True)
+            dw = block_hadamard(dwh * mw, 32, inverse=True)
+        else:
+            x2, w = ctx.saved_tensors
+            _, sw, sg = FORWARD_SPECS[layer.recipe]
+            dy = grad.detach().reshape(-1, w.shape[0]).float()
+            # DGRAD: dY along N with W column-wise (W^T's rows); WGRAD: dY^T and X^T along the tokens, after
+            # NVFP4's random Hadamard-16 (the same signs on both operands).
+            dx = bf16_mm(fake_quantize(dy, sg, seed), fake_quantize(w.t(), sw).t())
+            gt, xt = dy.t().contiguous(), x2.t().contiguous()
+            if layer.recipe == "nvfp4":
+                signs = random_signs(16, seed, dy.device)
+                gt, xt = block_hadamard(gt, 16, signs), block_hadamard(xt, 16, signs)
+            dw = bf16_mm(fake_quantize(gt, sg, seed + 1), fake_quantize(xt, FORWARD_SPECS[layer.recipe][0]).t())
         db = dy.sum(0) if ctx.has_bias else None
         return dx.reshape(ctx.x_shape), dw, db, None
 
@@ -232,11 +315,14 @@ def sqnr_db(ref, out):
 
 
 def quant_counts(t, spec):
-    """Saturated and flushed elements of t under a qmx spec, counted on the host (qmx.quantize_stats)."""
+    """Saturated and flushed elements of t under a qmx spec (qmx.quantize_stats on the host; a CUDA tensor is
+    quantized by the engine first, bit for bit the host's codes, and only the counting runs on the host)."""
     name, kw = spec
     kw = {k: v for k, v in kw.items() if k != "rounding"}
-    a = t.detach().float().cpu().contiguous().numpy()
-    s = qmx.quantize_stats(a, qmx.quantize(a, name, **kw))
+    x = t.detach().float().contiguous()
+    a = x.cpu().numpy()
+    q = qmx.quantize(x, name, **kw).cpu() if x.is_cuda else qmx.quantize(a, name, **kw)
+    s = qmx.quantize_stats(a, q)
     return s["saturated"], s["flushed_to_zero"]
 
 
@@ -385,7 +471,8 @@ def main(argv=None):
     meta = {
         "command": "python3 notebooks-data/training/train.py " + " ".join(
             _repo_relative(v) for v in (argv if argv is not None else sys.argv[1:])),
-        "recipe": recipe, "seed": a.seed, "config": {k: v for k, v in vars(a).items() if k not in ("out",)},
+        "recipe": recipe, "seed": a.seed,
+        "config": {k: _repo_relative(v) if k == "corpus" else v for k, v in vars(a).items() if k not in ("out",)},
         "parameters": params, "corpus": {"path": _repo_relative(a.corpus), "files": files, "bytes": int(len(data)),
                                          "train_bytes": int(split), "package": "fortunes (Debian)"},
         "steps": step, "tokens": step * a.batch * a.context, "seconds": time.perf_counter() - t0,

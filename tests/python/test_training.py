@@ -78,6 +78,44 @@ def test_bad_arguments_fail_clearly(tmp_path, corpus):
     with pytest.raises(SystemExit, match="unknown recipe"):
         train.main(["--recipe", "mxfp9", "--corpus", corpus, "--out", str(tmp_path)] + TINY)
     with pytest.raises(SystemExit, match="fake-quant emulation covers"):
-        train.main(["--recipe", "fake:quartet", "--corpus", corpus, "--out", str(tmp_path)] + TINY)
+        train.main(["--recipe", "fake:fp8-current", "--corpus", corpus, "--out", str(tmp_path)] + TINY)
     with pytest.raises(SystemExit, match="no corpus"):
         train.main(["--recipe", "fp32", "--corpus", str(tmp_path / "none"), "--out", str(tmp_path)] + TINY)
+
+
+def test_fake_quant_pieces_match_the_library():
+    # The fake-quant emulation's PyTorch quantizers against qmx's own: the E2M1 grid under RNE, the block
+    # Hadamard transform, and QuEST (values and trust mask) on Gaussian rows with outliers.
+    import numpy as np
+    import qmx
+    g = torch.Generator().manual_seed(3)
+    v = torch.linspace(-6, 6, 24001)
+    want = qmx.decode(qmx.convert(v.numpy(), "e2m1"), "e2m1")
+    np.testing.assert_array_equal(train.e2m1_round(v).numpy(), want)
+    x = torch.randn(64, 128, generator=g)
+    x[:, 5] *= 40
+    h = train.block_hadamard(x, 32)
+    assert float((h.double() - torch.from_numpy(qmx.hadamard(x.numpy(), 32)).double()).abs().max()) < 1e-6
+    assert torch.allclose(train.block_hadamard(h, 32, inverse=True), x, atol=1e-5)
+    s = train.random_signs(32, 7, "cpu")
+    assert torch.allclose(train.block_hadamard(train.block_hadamard(x, 32, s), 32, s, inverse=True), x, atol=1e-5)
+    deq, mask = train.quest_fake(h)
+    ref = qmx.quest(h.numpy(), "mxfp4", block=None)
+    assert float((deq.numpy() == ref["dequant"]).mean()) > 0.999
+    assert float((mask.numpy() == ref["mask"].astype(bool)).mean()) > 0.999
+    assert 0 < int((~mask).sum()) < mask.numel() // 10  # the outlier channel clips some groups
+    # SR: unbiased on average, and only the two neighbouring grid values.
+    t = torch.full((4096, 32), 0.3)
+    t[:, 0] = 4.0  # amax 4: X = 1, s = 4/3; 0.3 / s = 0.225 lies between 0 and 0.5
+    q = train.quartet_sr_fake(t, torch.Generator().manual_seed(1))
+    vals = set((q[:, 1:] / (4.0 / 3.0)).flatten().tolist())
+    assert vals == {0.0, 0.5}
+    assert abs(float(q[:, 1:].mean()) - 0.3) < 0.01
+
+
+def test_fake_quartet_trains_and_differs_from_the_faithful_recipe(tmp_path, corpus):
+    _, fake, _, _ = run(tmp_path, corpus, "fake:quartet")
+    _, faithful, _, _ = run(tmp_path, corpus, "quartet")
+    assert len(fake) == len(faithful) == 4
+    assert all(abs(float(a["train_loss"]) - float(b["train_loss"])) < 0.5 for a, b in zip(fake, faithful))
+    assert [r["train_loss"] for r in fake] != [r["train_loss"] for r in faithful]

@@ -98,6 +98,8 @@ std::string EngineGemmSupport(const GemmOperand& a, const GemmOperand& b, const 
   const FusedParams& p = model.fused;
   if (p.acc_fp16)
     return "the engine's accumulators are FP32; '" + model.name + "' accumulates in FP16 and runs on the CPU";
+  if (p.cdna3_halves)
+    return "'" + model.name + "' (AMD CDNA3's interleaved half sums) runs on the CPU";
   const bool scales_in = (a.block_rows != 0 || b.block_rows != 0) && p.scale_in_products;
   const ValueBounds ea = ElementBounds(a.elem), eb = ElementBounds(b.elem);
   const int sa = scales_in && a.block_rows != 0 ? ScaleSigBits(a) : 1;

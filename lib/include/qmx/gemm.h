@@ -113,6 +113,13 @@ struct FusedParams {
   // acc = fmaf(p, fl32(sa * sb), acc) (1x128 x 128x128 scales); true: acc = fmaf(fl32(p * sa), sb, acc)
   // (1x128 scales on both sides).
   bool promote_scale_separately = false;
+  // AMD CDNA3's FP8 MFMA step ("halves=cdna3"; MMA-Sim's amd_fused_dot_rd_add for FP8 and BF8, arXiv
+  // 2511.10909): the step's products in two interleaved halves (even and odd k from the step's start), each
+  // summed with its terms cut toward zero to F bits below the half's largest exponent; the two sums floored
+  // to F bits below their common largest exponent E and added; that sum floored to 31 fractional bits and
+  // C to 24 below max(E, C's exponent), C dropped when its exponent lies more than 25 below; the exact sum
+  // rounded to FP32 (out_round). Zero elements take exponent -126 (zero_operands). Reference path only.
+  bool cdna3_halves = false;
 };
 
 // How the factor applied after accumulation (alpha) is formed from the operands' second-level scales.
@@ -140,7 +147,8 @@ struct AccumModel {
 // output RZ to 14 bits, promoted to FP32 every 128 K, block scales at promotion as fma(p, sa * sb):
 // cuBLAS without fast accumulation, per-tensor and 1x128 x 128x128 scales), hopper-fp8-fast (no
 // promotion: cuBLAS fast accumulation), hopper-fp8-vec (1x128 scales on both sides: fma(p * sa, sb)),
-// ada-fp8 (16 products per step), blackwell-mxf8f6f4 (32 products, F = 25, RZ to FP32, scale exponents
+// ada-fp8 (16 products per step), cdna3-fp8 (AMD MI300 v_mfma_f32_*_{fp8,bf8}_{fp8,bf8} on E4M3FNUZ / E5M2FNUZ
+// operands: steps of 16 as FusedParams::cdna3_halves, F = 24, RNE to FP32), blackwell-mxf8f6f4 (32 products, F = 25, RZ to FP32, scale exponents
 // added to the products), blackwell-mxf4nvf4 (exact groups of 16 scaled, 64 per step, F = 35). "fused:KEY=V,..." sets every
 // FusedParams field (keys: step, F, term, out, group, zero-exp, promote, scale; e.g.
 // "fused:step=32,F=13,term=rz,out=rz,promote=128,scale=promotion"). Throws qmx::Error listing them.

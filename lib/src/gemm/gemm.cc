@@ -81,6 +81,11 @@ AccumModel ParseFused(const std::string& name) {
       else if (v == "fp32") f.acc_fp16 = false;
       else throw Error("fused model: 'acc' is fp32 or fp16, got '" + v + "'");
     }
+    else if (key == "halves") {
+      if (v == "cdna3") f.cdna3_halves = true;
+      else if (v == "none") f.cdna3_halves = false;
+      else throw Error("fused model: 'halves' is cdna3 or none, got '" + v + "'");
+    }
     else if (key == "split") {
       if (v == "hmma") f.hmma_split = true;
       else if (v == "none") f.hmma_split = false;
@@ -96,7 +101,7 @@ AccumModel ParseFused(const std::string& name) {
       else throw Error("fused model: 'promote-scale' is product or separate, got '" + v + "'");
     } else {
       throw Error("fused model: unknown key '" + key +
-                  "' (keys: step, F, bits, term, out, group, zero-exp, promote, scale, promote-scale, split, acc)");
+                  "' (keys: step, F, bits, term, out, group, zero-exp, promote, scale, promote-scale, split, acc, halves)");
     }
   }
   ValidateAccumModel(m);
@@ -124,7 +129,8 @@ std::vector<std::string> AccumModelNames() {
   return {"exact", "fp32-seq", "block-exact", "hopper-fp8", "hopper-fp8-fast", "hopper-fp8-vec", "hopper-mma-sync", "ada-fp8", "blackwell-mxf8f6f4",
           "blackwell-mxf4nvf4", "blackwell-mxf8f6f4-mmasim", "blackwell-mxf4nvf4-mmasim", "hopper-fp8-mmasim",
           "hopper-fp8-fast-mmasim", "ada-mma-fp8", "ada-mma-fp8-k16", "ada-mma-fp8-f16", "hopper-wgmma-fp8-f16",
-          "rtx-blackwell-f8f6f4", "rtx-blackwell-f8f6f4-f16", "rtx-blackwell-mxf8f6f4", "rtx-blackwell-mxf4nvf4"};
+          "rtx-blackwell-f8f6f4", "rtx-blackwell-f8f6f4-f16", "rtx-blackwell-mxf8f6f4", "rtx-blackwell-mxf4nvf4",
+          "cdna3-fp8"};
 }
 
 AccumModel AccumModelByName(const std::string& name) {
@@ -199,6 +205,19 @@ AccumModel AccumModelByName(const std::string& name) {
     }
     return Named(name, AccumKind::kFused, p);
   }
+  if (name == "cdna3-fp8") {
+    // AMD MI300's v_mfma_f32_16x16x32 / 32x32x16 with FP8 (E4M3FNUZ) and BF8 (E5M2FNUZ) operands, after MMA-Sim's
+    // CDNA3 model (its simulator/amd.py: groups of 16, amd_fused_dot_rd_add with 24 fractional bits, the
+    // accumulator rounded to FP32 after each group). Not measured on hardware here.
+    FusedParams p;
+    p.step = 16;
+    p.frac_bits = 24;
+    p.out_bits = 24;
+    p.out_round = FusedRound::kRne;
+    p.zero_operands = true;
+    p.cdna3_halves = true;
+    return Named(name, AccumKind::kFused, p);
+  }
   if (name == "rtx-blackwell-mxf8f6f4" || name == "rtx-blackwell-mxf4nvf4") {
     AccumModel m = AccumModelByName(name.substr(4) + "-mmasim");
     m.name = name;
@@ -227,9 +246,16 @@ std::string DescribeModel(const AccumModel& m) {
       else if (f.zero_exp <= -1000) os << "none";
       else os << f.zero_exp;
       if (f.hmma_split) os << ", each 32 K split as two HMMA k16 steps (k % 4 in {0,1}, then {2,3})";
+      if (f.cdna3_halves)
+        os << ", CDNA3 halves (even and odd k summed apart, floored to F bits at their common exponent; the sum "
+              "floored to 31 and C to 24 fractional bits, C dropped more than 25 binades below)";
       if (f.acc_fp16) os << ", accumulator and output FP16 (exponent floored at -14, Inf from 2^16)";
       if (f.promote) os << ", FP32 promotion every " << f.promote << " K";
       else os << ", no promotion";
+      if (f.cdna3_halves) {
+        os << ", no block scales";
+        break;
+      }
       os << ", block scales " << (f.scale_in_products ? "in products" : "at promotion");
       if (!f.scale_in_products) os << (f.promote_scale_separately ? " (fma(p*sa, sb))" : " (fma(p, sa*sb))");
       break;
@@ -252,6 +278,9 @@ void ValidateAccumModel(const AccumModel& m) {
   if (f.acc_fp16 && (f.out_bits > 11 || f.promote != 0))
     throw Error("fused model: acc=fp16 keeps at most 11 bits (bits <= 11) and never promotes, got bits=" +
                 std::to_string(f.out_bits) + ", promote=" + std::to_string(f.promote));
+  if (f.cdna3_halves && (f.group != 1 || f.promote != 0 || f.acc_fp16 || f.hmma_split || f.out_bits != 24))
+    throw Error("fused model: halves=cdna3 sums single products (group=1) into an FP32 accumulator (bits=24), "
+                "without promotion, split or acc=fp16");
   if (f.promote < 0 || f.promote % f.step != 0)
     throw Error("fused model: promote (" + std::to_string(f.promote) + ") must be 0 or a multiple of step (" +
                 std::to_string(f.step) + ")");
@@ -364,6 +393,9 @@ GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in,
                 ": they must be equal");
   p.kb = std::min(ka, kbb);
   if (p.k == 0) p.kb = 1;
+  if (model.kind == AccumKind::kFused && model.fused.cdna3_halves && (p.a_blocks || p.b_blocks))
+    throw Error("gemm: model '" + model.name + "' is CDNA3's unscaled FP8 MFMA: block scales are not modelled (per-tensor "
+                "scales are, as alpha after accumulation)");
   if (!a.col_scales.empty() || (!a.row_scales.empty() && a.row_scales.size() != a.rows))
     throw Error("gemm: A's second-level scales must be one per row (" + std::to_string(a.rows) + "), as row-wise "
                 "row-scaled NVFP4 gives; it has " + std::to_string(a.row_scales.size()) + " per row and " +

@@ -190,7 +190,8 @@ bool GemmFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, con
   switch (model.kind) {
     case AccumKind::kFused:
       // MMA-Sim's zero rule, FP16 operand exponents (split=hmma) and FP16 accumulators: the reference path only.
-      if (model.fused.zero_operands || model.fused.operand_emin != 0 || model.fused.acc_fp16) return false;
+      if (model.fused.zero_operands || model.fused.operand_emin != 0 || model.fused.acc_fp16 || model.fused.cdna3_halves)
+        return false;
       return TryFused(a, b, c_in, model, plan, exec, out);
     case AccumKind::kFp32Seq: return Fp32SeqFast(a, b, c_in, plan, exec, out);
     case AccumKind::kExact:

@@ -160,10 +160,11 @@ inline float CanonicalNanF() {
 
 // A NaN output is one canonical NaN per model, whatever FP32 operation made it and whatever the CPU's own
 // NaN rules (x86 gives 0xFFC00000 for Inf - Inf and keeps an operand's payload; Arm gives 0x7FC00000):
-// 0x7FFFFFFF for the fused tensor-core models, as NVIDIA's tensor cores and FP32 units give it, and
-// 0x7FC00000, IEEE's default quiet NaN, for exact, block-exact and fp32-seq.
+// 0x7FFFFFFF for NVIDIA's fused tensor-core models, as NVIDIA's tensor cores and FP32 units give it, and
+// 0x7FC00000, IEEE's default quiet NaN, for exact, block-exact, fp32-seq and AMD's cdna3-fp8.
 inline float ModelNan(const AccumModel& m) {
-  const uint32_t b = m.kind == AccumKind::kFused ? 0x7FFFFFFFu : 0x7FC00000u;
+  // cdna3-fp8: IEEE's default quiet NaN, as MMA-Sim's CDNA3 model converts its double NaN (not measured).
+  const uint32_t b = m.kind == AccumKind::kFused && !m.fused.cdna3_halves ? 0x7FFFFFFFu : 0x7FC00000u;
   float f;
   std::memcpy(&f, &b, 4);
   return f;

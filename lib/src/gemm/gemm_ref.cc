@@ -1,7 +1,9 @@
 // gemm_ref.cc: the reference GEMM, one dot product at a time, each model written as its definition
 // (docs/gemm.md "GEMM accumulation models"; docs/REFERENCES.md section 4; MMA-Sim's T-, ST- and GST-FDPA).
 #include <cmath>
+#include <algorithm>
 #include <initializer_list>
+#include <limits>
 #include <vector>
 
 #include "gemm/exact_sum.h"
@@ -163,6 +165,68 @@ Term AccTerm(float c, const FusedParams& p) {
   return t;
 }
 
+// floor(v / 2^d) for d >= 0 (an arithmetic shift toward minus infinity).
+i128 FloorShift(i128 v, int d) {
+  if (d <= 0) return v;
+  if (d >= 126) return v < 0 ? -1 : 0;
+  return v >= 0 ? v >> d : -((-v + ((static_cast<i128>(1) << d) - 1)) >> d);
+}
+
+// AMD CDNA3's FP8 step (FusedParams::cdna3_halves), MMA-Sim's amd_fused_dot_rd_add with is_fp8 written
+// in integers: each half (even and odd k) sums its products cut toward zero to F bits below the half's
+// largest exponent (a zero element's exponent -126); the half sums are floored to F bits below their common
+// exponent E and added; that sum floored to 31 fractional bits and C (floored to 24, or dropped when its
+// exponent is below max(E, ec) - 25) are added at max(E, ec) and rounded to FP32. NaN or Inf anywhere
+// (FNUZ NaN codes, C) decide the result as the double sum would.
+float Cdna3Step(const Dot& d, size_t k0, size_t k1, float c) {
+  const FusedParams& p = d.plan_model->fused;
+  const int F = p.frac_bits;
+  Specials sp;
+  sp.Add(c);
+  const int ea = detail::FormatEmin(d.a.elem), eb = detail::FormatEmin(d.b.elem);
+  std::vector<Exact> v[2];
+  std::vector<int> e[2];
+  for (size_t k = k0; k < k1; ++k) {
+    const double x = d.A(k), y = d.B(k);
+    if (!std::isfinite(x) || !std::isfinite(y)) {
+      sp.Add(x * y);
+      continue;
+    }
+    const int h = static_cast<int>((k - k0) % 2);
+    v[h].push_back(x == 0 || y == 0 ? Exact{} : Mul(ExactOf(x), ExactOf(y)));
+    e[h].push_back(ZeroRuleExp(x, ea) + ZeroRuleExp(y, eb));
+  }
+  if (sp.Any()) return sp.Result();
+  // Each half: S_h = sum of trunc(v / 2^(e_h - F)), e_h its largest exponent.
+  i128 sum[2] = {0, 0};
+  int top[2] = {std::numeric_limits<int>::min(), std::numeric_limits<int>::min()};
+  for (int h = 0; h < 2; ++h) {
+    for (int x : e[h]) top[h] = std::max(top[h], x);
+    for (const Exact& t : v[h]) {
+      const u128 q = detail::ShiftRound(t.mag, t.lsb - (top[h] - F), false);
+      sum[h] += t.neg ? -static_cast<i128>(q) : static_cast<i128>(q);
+    }
+  }
+  const int E = std::max(top[0], top[1]);
+  i128 s = 0;  // in units of 2^(E - F)
+  for (int h = 0; h < 2; ++h)
+    if (!v[h].empty()) s += FloorShift(sum[h], E - top[h]);
+  // C at max(E, ec): the products' sum floored to 31 fractional bits, C to 24.
+  const int ec = c == 0 ? -126 : detail::NominalExp(c, -126);
+  const int M = std::max(E, ec);
+  const i128 t = 31 - F >= M - E ? s * (static_cast<i128>(1) << (31 - F - (M - E))) : FloorShift(s, M - E - (31 - F));
+  i128 cq = 0;  // in units of 2^(M - 24)
+  if (c != 0 && ec >= M - 25) {
+    const Exact cx = ExactOf(c);
+    const int shift = cx.lsb - (M - 24);
+    const i128 signed_c = cx.neg ? -static_cast<i128>(cx.mag) : static_cast<i128>(cx.mag);
+    cq = shift >= 0 ? signed_c * (static_cast<i128>(1) << shift) : FloorShift(signed_c, -shift);
+  }
+  const i128 total = t + cq * 128;  // in units of 2^(M - 31)
+  const bool neg = total < 0;
+  return detail::RoundFused(neg, static_cast<u128>(neg ? -total : total), M - 31, 24, p.out_round == FusedRound::kRne);
+}
+
 // One fused step over products k0..k1 with the accumulator c. Block scales enter the products when
 // the model says so: per product (group == 1: exponents added, significands multiplied) or per exact
 // group sum (group > 1: aligned at the scale exponents only). `terms` and `prods` are the caller's
@@ -173,6 +237,7 @@ struct StepScratch {
 };
 float FusedStep(const Dot& d, size_t k0, size_t k1, float c, bool scales_in, StepScratch& scratch) {
   const FusedParams& p = d.plan_model->fused;
+  if (p.cdna3_halves) return Cdna3Step(d, k0, k1, c);
   Specials sp;
   sp.Add(c);
   std::vector<Term>& terms = scratch.terms;

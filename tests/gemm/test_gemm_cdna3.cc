@@ -1,0 +1,130 @@
+// test_gemm_cdna3.cc: cdna3-fp8, AMD MI300's FP8 MFMA (v_mfma_f32_16x16x32 / 32x32x16 on E4M3FNUZ and
+// E5M2FNUZ, every mix), against MMA-Sim's CDNA3 model (golden/gemm-mmasim/cdna3, its README says how the
+// outputs were made) bit for bit, NaN outputs by class; and the step's rules on hand-made rows whose results
+// follow from the definition (the half sums' floor, the in-half cut toward zero, C's drop below 25 binades).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "gemm/gemm_cases.h"
+#include "qmx/error.h"
+#include "qmx/format.h"
+#include "qmx/gemm.h"
+#include "qmx/io.h"
+#include "support/hex.h"
+
+namespace cdna3_test {
+
+using namespace qmx;
+
+const std::string kDir = std::string(QMX_SOURCE_DIR) + "/golden/gemm-mmasim/cdna3/";
+
+// The outputs that differ from MMA-Sim's by bits (a NaN matches any NaN: MMA-Sim's is the host's double NaN
+// narrowed, the model's 0x7FC00000); the first three reported.
+size_t Differ(const std::vector<float>& got, const std::vector<float>& want, size_t cols, const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool same = test::FloatBits(got[i]) == test::FloatBits(want[i]) || (std::isnan(got[i]) && std::isnan(want[i]));
+    if (!same && bad++ < 3)
+      UNSCOPED_INFO(what << " (" << i / cols << ", " << i % cols << "): model " << test::Hex(test::FloatBits(got[i]), 8)
+                         << ", MMA-Sim " << test::Hex(test::FloatBits(want[i]), 8));
+  }
+  return bad;
+}
+
+TEST_CASE("gemm cdna3: cdna3-fp8 reproduces MMA-Sim's CDNA3 FP8 MFMA outputs bit for bit", "[gemm][mmasim]") {
+  std::ifstream in(kDir + "cases.json");
+  REQUIRE(in.good());
+  const nlohmann::json js = nlohmann::json::parse(in);
+  const AccumModel model = AccumModelByName("cdna3-fp8");
+  size_t cases = 0, outputs = 0, nans = 0;
+  for (const auto& cj : js["cases"]) {
+    const std::string name = cj["name"];
+    INFO(name);
+    const NpyArray a = ReadNpy(kDir + name + "_a.npy"), b = ReadNpy(kDir + name + "_b.npy");
+    const GemmOperand ga = OperandFromCodes(GetFormat(cj["a_format"].get<std::string>()), a.shape[0], a.shape[1], a.data.data());
+    const GemmOperand gb = OperandFromCodes(GetFormat(cj["b_format"].get<std::string>()), b.shape[0], b.shape[1], b.data.data());
+    const std::vector<float> c = test::FloatsOf(ReadNpy(kDir + name + "_c.npy"));
+    const std::vector<float> d = test::FloatsOf(ReadNpy(kDir + name + "_d.npy"));
+    const std::vector<float> got = Gemm(ga, gb, c.data(), model);
+    CHECK(Differ(got, d, gb.cols, "Gemm") == 0);
+    CHECK(Differ(GemmRef(ga, gb, c.data(), model), d, gb.cols, "GemmRef") == 0);
+    for (float x : got) nans += std::isnan(x);
+    outputs += d.size();
+    ++cases;
+  }
+  CHECK(cases == 29);  // 4 format pairs x 7 sets, and the rules' probe
+  CHECK(outputs == 4 * (6 * 256 + 1024) + 256);  // 16 x 16 outputs, and the 32 x 32 set of each pair
+  CHECK(nans > 0);     // the special sets' NaN codes and NaN C reach the outputs
+}
+
+// A 1 x K by K x 2 product of E5M2FNUZ values under cdna3-fp8, C given.
+std::vector<float> Row(const std::vector<std::pair<size_t, double>>& a, const std::vector<std::pair<size_t, double>>& b0,
+                       const std::vector<std::pair<size_t, double>>& b1, float c0, float c1) {
+  const Format& f = fmt::kE5M2Fnuz;
+  auto code = [&](double v) {
+    for (uint32_t c = 0; c < 256; ++c)
+      if (c != 0x80 && DecodeToDouble(f, c) == v) return static_cast<uint8_t>(c);
+    FAIL("no E5M2FNUZ code for " << v);
+    return uint8_t{0};
+  };
+  std::vector<uint8_t> ac(32, 0), bc(64, 0);
+  for (const auto& [k, v] : a) ac[k] = code(v);
+  for (const auto& [k, v] : b0) bc[k * 2] = code(v);
+  for (const auto& [k, v] : b1) bc[k * 2 + 1] = code(v);
+  const float c[2] = {c0, c1};
+  return Gemm(OperandFromCodes(f, 1, 32, ac.data()), OperandFromCodes(f, 32, 2, bc.data()), c, AccumModelByName("cdna3-fp8"));
+}
+
+TEST_CASE("gemm cdna3: the halves floor across, cut within, and C is dropped more than 25 binades down", "[gemm]") {
+  const float big = std::ldexp(1.0f, 26);
+  // Column 0: 2^26 (k = 0) + 8 (k = 2, the same half): the exact value 2^26 + 8. C = -2^-10 lies 36 binades
+  // below: dropped, so 2^26 + 8 (exact arithmetic would round 2^26 + 8 - 2^-10 to 2^26 + 8 as well; floored
+  // at 24 bits it would be -4 and give the tie 2^26 + 4 -> 2^26). C = -2, exponent 1 = 26 - 25: kept and
+  // floored to -4 -> 2^26 + 4 -> RNE 2^26.
+  const std::vector<float> r0 = Row({{0, 8192}, {2, 2}}, {{0, 8192}, {2, 4}}, {{0, 8192}, {2, 4}}, -std::ldexp(1.0f, -10), -2.0f);
+  CHECK(r0[0] == big + 8);
+  CHECK(r0[1] == big);
+  // Column 0: -1 at k = 1 (the other half) is floored to -4 at the halves' common exponent: 2^26 - 4 (exact:
+  // 2^26 - 1 -> 2^26). Column 1: -1 at k = 2 (the same half as 2^26) is cut toward zero: 2^26.
+  const std::vector<float> r1 = Row({{0, 8192}, {1, -1}, {2, -1}}, {{0, 8192}, {1, 1}}, {{0, 8192}, {2, 1}}, 0.0f, 0.0f);
+  CHECK(r1[0] == big - 4);
+  CHECK(r1[1] == big);
+  // A zero sum is +0, even from -0 parts; a NaN code gives IEEE's default NaN.
+  const std::vector<float> r2 = Row({{0, 2}}, {{0, -2}}, {}, 4.0f, -0.0f);
+  CHECK(test::FloatBits(r2[0]) == 0);
+  CHECK(test::FloatBits(r2[1]) == 0);
+  std::vector<uint8_t> ac(32, 0x40), bc(32, 0x40);
+  ac[5] = 0x80;
+  const std::vector<float> n = Gemm(OperandFromCodes(fmt::kE4M3Fnuz, 1, 32, ac.data()), OperandFromCodes(fmt::kE4M3Fnuz, 32, 1, bc.data()),
+                                    nullptr, AccumModelByName("cdna3-fp8"));
+  CHECK(test::FloatBits(n[0]) == 0x7FC00000u);
+}
+
+TEST_CASE("gemm cdna3: the model's parameters, name and refusals", "[gemm]") {
+  const AccumModel m = AccumModelByName("cdna3-fp8");
+  CHECK(m.fused.step == 16);
+  CHECK(m.fused.frac_bits == 24);
+  CHECK(m.fused.cdna3_halves);
+  CHECK_THAT(DescribeModel(m), Catch::Contains("CDNA3 halves"));
+  CHECK(AccumModelByName("fused:step=16,F=24,out=rne,zero-exp=operands,halves=cdna3").fused.cdna3_halves);
+  CHECK_THROWS_WITH(AccumModelByName("fused:halves=cdna3,group=16,step=32"), Catch::Contains("halves=cdna3 sums single products"));
+  CHECK_THROWS_WITH(AccumModelByName("fused:halves=amd"), Catch::Contains("'halves' is cdna3 or none"));
+  // Block scales are not part of the instruction: refused; a tensor scale is alpha after accumulation.
+  std::vector<uint8_t> codes(64, 0x40);
+  GemmOperand a = OperandFromCodes(fmt::kE4M3Fnuz, 2, 32, codes.data()), b = OperandFromCodes(fmt::kE4M3Fnuz, 32, 2, codes.data());
+  a.tensor_scale = 0.5f;
+  const std::vector<float> d = Gemm(a, b, nullptr, m);
+  CHECK(d[0] == 16.0f);  // 32 products of 1, times 0.5
+  const std::vector<uint32_t> raw(2, 127);
+  SetBlockScales(a, ScaleFormat::kUe8m0, 1, 32, raw.data());
+  a.tensor_scale = 1.0f;
+  CHECK_THROWS_WITH(Gemm(a, b, nullptr, m), Catch::Contains("block scales are not modelled"));
+}
+
+}  // namespace cdna3_test

@@ -160,7 +160,8 @@ def test_variants_are_stable_names():
     g = qt.variants("gemm")
     assert "gemm:blackwell-mxf4nvf4,alpha=te" in g and len(g) == 3 * len(qmx.gemm_models())
     d = qt.variants("dequantizer")
-    assert len(d) == len(set(d)) == 4 * 3 and "dequantizer:order=global-recip,out=bfloat16" in d
+    assert len(d) == len(set(d)) == 4 * 3 * 2 and "dequantizer:order=global-recip,out=bfloat16" in d
+    assert "dequantizer:order=te,out=float16,ftz=on" in d
     with pytest.raises(ValueError, match="kind must be"):
         qt.variants("converter")
 
@@ -280,12 +281,13 @@ def test_identify_names_the_dequantizer_order_and_output_type():
     rng = np.random.default_rng(48)
     x = (rng.standard_normal((16, 64)) * np.exp2(rng.integers(-9, 9, (16, 1)))).astype(np.float32)
     q = qmx.quantize(x, "nvfp4")
-    assert len(qmx.testing.variants("dequantizer")) == 12
+    assert len(qmx.testing.variants("dequantizer")) == 24
     for order in ("te", "global-div", "global-recip"):
         got = q.dequantize(order=order)
         assert_bits_equal(got, qmx.dequantize(q, order=order), order)
         found = qmx.testing.identify("dequantizer", q, got)
         assert "dequantizer:order=%s,out=float32" % order in found.matches, found
+        assert "dequantizer:order=%s,out=float32,ftz=on" % order in found.matches  # nothing here is subnormal
         # What a kernel's float16 output would be: the float32 value rounded to nearest even.
         assert "dequantizer:order=%s,out=float16" % order in qmx.testing.identify("dequantizer", q, got.astype(np.float16)).matches
     try:  # a bfloat16 output as torch rounds it (RNE), read back as its bits
@@ -299,7 +301,8 @@ def test_identify_names_the_dequantizer_order_and_output_type():
     assert "dequantizer:order=global-div,out=float32" not in qmx.testing.identify("dequantizer", q, te).matches
     mx = qmx.quantize(x, "mxfp8")
     found = qmx.testing.identify("dequantizer", mx, mx.dequantize())
-    assert found.matches == ["dequantizer:order=rule,out=float32"]
+    # Ordinary MXFP8 data meets no subnormal scale or result: the flush-to-zero twin gives the same bits.
+    assert found.matches == ["dequantizer:order=rule,out=float32", "dequantizer:order=rule,out=float32,ftz=on"]
     assert any("how NVFP4's block and tensor scales meet" in m for m in found.refused.values())
     with pytest.raises(ValueError, match="rule, te, global-div or global-recip"):
         q.dequantize(order="torchao")
@@ -316,3 +319,38 @@ def test_cli_dequantize_order_equals_python(cli, tmp_path):
         assert_bits_equal(np.load(tmp_path / ("d-%s.npy" % order)).reshape(x.shape), q.dequantize(order=order), order)
     with pytest.raises(AssertionError, match="rule, te, global-div or global-recip"):
         cli("dequantize", "--in", tmp_path / "q.safetensors", "--out", tmp_path / "bad.npy", "--order", "fast")
+
+
+def _e4m3_by_fields(codes):
+    """E4M3 (OCP) values from their fields, in float32 (NaN for 0x7F and 0xFF)."""
+    c = codes.astype(np.int64)
+    e, m = (c >> 3) & 15, c & 7
+    mag = np.where(e == 0, m * 2.0 ** -9, (8 + m) * np.exp2(e - 10.0))
+    v = np.where(c & 0x80, -mag, mag)
+    return np.where((c & 0x7F) == 0x7F, np.nan, v).astype(np.float32)
+
+
+def test_identify_names_a_flush_to_zero_dequantizer():
+    """A NumPy MXFP8 dequantizer that flushes a subnormal scale and a subnormal result to signed zeros, as a
+    kernel built with -ftz=true does, is named ftz=on; the exact one is not, and vice versa."""
+    rng = np.random.default_rng(50)
+    x = (rng.standard_normal((4, 64)) * 30).astype(np.float32)
+    q = qmx.quantize(x, "mxfp8")
+    codes = np.array(q.codes)
+    scales = np.resize(np.array([0, 1, 2, 10], np.uint8), np.array(q.scales).shape)  # 2^-127, 2^-126, 2^-125, 2^-117
+    t = qmx._qmx.assemble(codes, scales, "mxfp8", 0.0, None)
+    s = np.repeat(np.exp2(scales.astype(np.float64) - 127).astype(np.float32), 32, axis=1)
+    v = _e4m3_by_fields(codes)
+    tiny = np.float32(2.0 ** -126)
+    flush = lambda a: np.where(np.abs(a) < tiny, np.copysign(np.float32(0), a), a).astype(np.float32)
+    plain = (v * s).astype(np.float32)
+    ftz = flush(v * flush(s))
+    assert (plain.view(np.uint32) != ftz.view(np.uint32)).sum() > 64
+    assert_bits_equal(qmx.dequantize(t, ftz=True), ftz, "qmx.dequantize(ftz=True)")
+    assert_bits_equal(qmx.dequantize(t), plain, "qmx.dequantize")
+    assert qmx.testing.identify("dequantizer", t, ftz).matches == ["dequantizer:order=rule,out=float32,ftz=on"]
+    assert qmx.testing.identify("dequantizer", t, plain).matches == ["dequantizer:order=rule,out=float32"]
+    flipped = ftz.copy()
+    flipped.view(np.uint32)[0, 40] ^= 1
+    found = qmx.testing.identify("dequantizer", t, flipped)
+    assert found.matches == [] and found.closest[0][1] == 1

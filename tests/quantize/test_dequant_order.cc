@@ -121,3 +121,73 @@ TEST_CASE("quantize: dequantization orders are NVFP4's and parse by name", "[qua
   for (const std::string& n : DequantOrderNames()) CHECK(DequantOrderName(ParseDequantOrder(n)) == n);
   CHECK_THROWS_WITH(ParseDequantOrder("torchao"), Catch::Contains("rule, te, global-div or global-recip"));
 }
+
+namespace {
+
+// Flush-to-zero as written in the header: a magnitude below 2^-126 becomes a zero of its sign.
+float FlushF(float v) { return v != 0 && std::fabs(v) < 0x1p-126f ? std::copysign(0.0f, v) : v; }
+
+}  // namespace
+
+TEST_CASE("quantize: flush-to-zero dequantization flushes the decode scale and the result", "[quantize]") {
+  // MXFP8 blocks with the scale bytes 0 (2^-127, an FP32 subnormal), 1, 2 and 10: under FTZ byte 0's block
+  // decodes to signed zeros, and products below 2^-126 of the others to signed zeros too.
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(4 * 64);
+  for (float& v : x) v = nd(rng) * 30.0f;
+  QuantizedTensor q = Quantize(TensorView{DType::kF32, x.data(), 4, 64}, QuantSpecByName("mxfp8"));
+  const uint8_t bytes[4] = {0, 1, 2, 10};
+  for (size_t b = 0; b < q.scales.size(); ++b) q.scales[b] = bytes[b % 4];
+  std::vector<float> plain(x.size()), ftz(x.size()), ref(x.size());
+  Dequantize(q, plain.data(), DequantOrder::kByRule, false);
+  Dequantize(q, ftz.data(), DequantOrder::kByRule, true);
+  DequantizeRef(q, ref.data(), DequantOrder::kByRule, true);
+  size_t flushed = 0, subnormal_plain = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const size_t r = i / 64, c = i % 64;
+    const uint8_t byte = q.scales[r * q.scale_cols + c / 32];
+    const float s = std::ldexp(1.0f, static_cast<int>(byte) - 127);
+    const float v = DecodeToFloat(fmt::kE4M3, q.codes[i]);
+    volatile float p = v * FlushF(s);
+    const float want = FlushF(p);
+    INFO("element " << i << " code " << int(q.codes[i]) << " scale byte " << int(byte));
+    CHECK(Bits(ftz[i]) == Bits(want));
+    CHECK(Bits(ref[i]) == Bits(want));
+    CHECK(Bits(plain[i]) == Bits(v * s));
+    flushed += Bits(ftz[i]) != Bits(plain[i]);
+    // byte 0's nonzero elements (their scale flushed), and the other blocks' subnormal results
+    subnormal_plain += byte == 0 ? v != 0 : plain[i] != 0 && std::fabs(plain[i]) < 0x1p-126f;
+    if (byte == 0) CHECK(ftz[i] == 0.0f);
+    if (byte == 0) CHECK(std::signbit(ftz[i]) == std::signbit(v));
+  }
+  CHECK(flushed == subnormal_plain);  // FTZ changes exactly those
+  CHECK(flushed > 64);                // byte 0's whole blocks, and part of bytes 1 and 2
+
+  // NVFP4 with a tiny tensor amax: decode scales near the bottom of FP32, each order's scale flushed as it is
+  // formed, then the product.
+  std::vector<float> y(8 * 64);
+  for (size_t i = 0; i < y.size(); ++i) y[i] = nd(rng) * std::ldexp(1.0f, -118 - static_cast<int>(i / 64) % 4 * 3);
+  for (const char* rule : {"nvfp4", "nvfp4-torchao"}) {
+    QuantSpec spec = QuantSpecByName("nvfp4");
+    spec.rule = ParseScaleRule(rule);
+    const QuantizedTensor n = Quantize(TensorView{DType::kF32, y.data(), 8, 64}, spec);
+    for (DequantOrder order : {DequantOrder::kTe, DequantOrder::kGlobalDiv, DequantOrder::kGlobalRecip}) {
+      std::vector<float> got(y.size()), got_ref(y.size()), base(y.size());
+      Dequantize(n, got.data(), order, true);
+      DequantizeRef(n, got_ref.data(), order, true);
+      Dequantize(n, base.data(), order, false);
+      size_t changed = 0;
+      for (size_t i = 0; i < y.size(); ++i) {
+        const size_t r = i / 64, c = i % 64;
+        const float scale = Nvfp4DecodeScale(n.scales[r * n.scale_cols + c / 16], n.tensor_amax, n.spec.rule, order);
+        volatile float p = E2m1FromFields(n.codes[i]) * FlushF(scale);
+        INFO(rule << " order " << DequantOrderName(order) << " element " << i);
+        CHECK(Bits(got[i]) == Bits(FlushF(p)));
+        CHECK(Bits(got_ref[i]) == Bits(got[i]));
+        changed += Bits(got[i]) != Bits(base[i]);
+      }
+      CHECK(changed > 0);
+    }
+  }
+}

@@ -196,6 +196,13 @@ void DequantizeRef(const QuantizedTensor& q, float* out);
 // recipes have one order only: any other than kByRule is an error naming NVFP4.
 void Dequantize(const QuantizedTensor& q, float* out, DequantOrder order, Exec exec = Exec::kParallel);
 void DequantizeRef(const QuantizedTensor& q, float* out, DequantOrder order);
+// The same as a kernel compiled with flush-to-zero computes it when `ftz` (CUDA's -ftz=true or
+// --use_fast_math, x86's FTZ and DAZ): an FP32 decode scale below 2^-126 in magnitude (UE8M0's 2^-127, a
+// tiny FP32 or NVFP4 scale) is read as a zero of its sign, and a result below 2^-126 is written as a zero of
+// its sign; NaN and Inf pass unchanged. The element values of the registry's formats are never FP32
+// subnormals, and no addition takes part (so FMA contraction cannot change a bit). ftz = false is the above.
+void Dequantize(const QuantizedTensor& q, float* out, DequantOrder order, bool ftz, Exec exec = Exec::kParallel);
+void DequantizeRef(const QuantizedTensor& q, float* out, DequantOrder order, bool ftz);
 // Quantize then dequantize in one pass (no codes tensor kept): equal to Dequantize(Quantize(x)).
 void FakeQuantize(const TensorView& x, const QuantSpec& spec, float* out, Exec exec = Exec::kParallel);
 

@@ -421,23 +421,25 @@ def _quantize_cuda(x, spec_json, state, tensor_amax, src, reference):
                                list(info["line_amax"]))
 
 
-def dequantize(q, scales=None, spec=None, tensor_amax=0.0, line_amax=None, order="rule"):
+def dequantize(q, scales=None, spec=None, tensor_amax=0.0, line_amax=None, order="rule", ftz=False):
     """FP32 values of a QuantizedTensor, or of stored parts: dequantize(codes, scales, spec,
     tensor_amax=...) with uint8 codes in the tensor's shape, the scale grid's scales (uint8, or float32
     for FP32-scale recipes) and the spec (a recipe name, a dict or JSON text); a row-scaled NVFP4 spec
     also takes line_amax, each line's amax. order: how NVFP4's two scales meet each element: "rule" (the
     scale rule's own), "te" (Transformer Engine's kernel), "global-div" (torchao on the CPU, TE's JAX, vLLM),
-    "global-recip" (torchao on CUDA); docs/quantize.md "Dequantization orders"."""
+    "global-recip" (torchao on CUDA); docs/numerics.md "Dequantization orders". ftz=True: as a kernel built
+    with flush-to-zero (CUDA's -ftz=true or --use_fast_math) computes it: a decode scale or a result below
+    2^-126 in magnitude is read or written as a zero of its sign."""
     if isinstance(q, QuantizedTensor):
         if scales is not None or spec is not None:
             raise TypeError("dequantize(QuantizedTensor) takes no scales or spec")
-        return q.dequantize(order=order)
+        return q.dequantize(order=order, ftz=ftz)
     if scales is None or spec is None:
         raise TypeError("dequantize(codes, scales, spec): give the scales and the spec")
     import json
     spec_arg = spec if isinstance(spec, str) else json.dumps(spec)
     lines = None if line_amax is None else [float(v) for v in line_amax]
-    return _qmx.assemble(as_array(q), as_array(scales), spec_arg, tensor_amax, lines).dequantize(order=order)
+    return _qmx.assemble(as_array(q), as_array(scales), spec_arg, tensor_amax, lines).dequantize(order=order, ftz=ftz)
 
 
 def fake_quantize(x, spec="mxfp8", *, src="", **overrides):

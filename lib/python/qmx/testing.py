@@ -84,7 +84,8 @@ def variants(kind):
     """The stable names of every documented variant of `kind`: "quantizer" (MX and NVFP4 block quantizers:
     scale rule x NaN policy x element scaling, and for the 4over6 rules the order of the error sums, ",order="
     seq-fma, xor16 or pairs16 where it is not the element order), "gemm" (accumulation model x alpha rule)
-    or "dequantizer" (NVFP4's scale order x the output's type)."""
+    or "dequantizer" (NVFP4's scale order x the output's type, and the same computed with flush-to-zero,
+    ",ftz=on")."""
     if kind == "quantizer":
         mx = ["mx:rule=%s,nan=%s,scaling=%s" % (r, n, s) for r in _MX_RULES for n in _NAN_POLICIES for s in _SCALINGS]
         nv = ["nvfp4:rule=%s,nan=%s" % (r, n) for r in _NVFP4_RULES for n in _NVFP4_NAN_POLICIES]
@@ -95,7 +96,8 @@ def variants(kind):
     if kind == "gemm":
         return ["gemm:%s,alpha=%s" % (m, a) for m in gemm_models() for a in _ALPHAS]
     if kind == "dequantizer":
-        return ["dequantizer:order=%s,out=%s" % (o, t) for o in _DEQUANT_ORDERS for t in _DEQUANT_OUTPUTS]
+        plain = ["dequantizer:order=%s,out=%s" % (o, t) for o in _DEQUANT_ORDERS for t in _DEQUANT_OUTPUTS]
+        return plain + [p + ",ftz=on" for p in plain]
     raise ValueError("identify/variants: kind must be 'quantizer', 'gemm' or 'dequantizer', not %r" % (kind,))
 
 
@@ -201,7 +203,7 @@ def identify(kind, x, outputs, *, elem=None, block=None, axis="row", rounding="r
                 q = quantize(xs, spec, tensor_amax=tensor_amax, **kw)
                 got = (q.codes, q.scales)
             elif kind == "dequantizer":
-                got = (_round_output(x.dequantize(order=f["order"]), f["out"]),)
+                got = (_round_output(x.dequantize(order=f["order"], ftz=f.get("ftz") == "on"), f["out"]),)
             else:
                 got = (gemm(a, b, head, c, a_format=a_format, b_format=b_format, alpha=f["alpha"]),)
         except (ValueError, TypeError) as err:

@@ -62,15 +62,15 @@ TensorView ViewOf(const InArray& in) {
   return v;
 }
 
-pyb::array_t<float> DequantizeTo(const QuantizedTensor& q, bool reference, const std::string& order_name) {
+pyb::array_t<float> DequantizeTo(const QuantizedTensor& q, bool reference, const std::string& order_name, bool ftz) {
   const DequantOrder order = ParseDequantOrder(order_name);
   pyb::array_t<float> out = NewArray<float>(ShapeOf(q));
   float* o = out.mutable_data();
   pyb::gil_scoped_release nogil;
   if (reference) {
-    DequantizeRef(q, o, order);
+    DequantizeRef(q, o, order, ftz);
   } else {
-    Dequantize(q, o, order);
+    Dequantize(q, o, order, ftz);
   }
   return out;
 }
@@ -122,11 +122,12 @@ void BindQuantizeTypes(pyb::module_& m) {
         if (!q.spec.row_scaled) return pyb::none();
         return pyb::array(pyb::dtype::of<float>(), {static_cast<pyb::ssize_t>(q.line_amax.size())}, {}, q.line_amax.data(), self);
       }, "Row-scaled NVFP4: each line's amax (a row's, or a column's for axis col), float32; None otherwise.")
-      .def("dequantize", [](const QuantizedTensor& q, bool reference, const std::string& order) {
-             return DequantizeTo(q, reference, order);
-           }, pyb::arg("reference") = false, pyb::arg("order") = "rule",
+      .def("dequantize", [](const QuantizedTensor& q, bool reference, const std::string& order, bool ftz) {
+             return DequantizeTo(q, reference, order, ftz);
+           }, pyb::arg("reference") = false, pyb::arg("order") = "rule", pyb::arg("ftz") = false,
            "The tensor's FP32 values, in its shape. order: how NVFP4's block and tensor scales meet (\"rule\", \"te\",\n"
-           "\"global-div\", \"global-recip\"; qmx.testing.variants(\"dequantizer\")).")
+           "\"global-div\", \"global-recip\"; qmx.testing.variants(\"dequantizer\")). ftz: as a kernel built with\n"
+           "flush-to-zero computes it (a decode scale or result below 2^-126 read or written as a signed zero).")
       .def("pack", [](const QuantizedTensor& q) {
         const int bits = q.spec.elem.Bits();
         std::vector<uint8_t> p = PackCodes(q.codes.data(), q.codes.size(), bits == 8 ? 8 : bits);

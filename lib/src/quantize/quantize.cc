@@ -732,8 +732,11 @@ QuantizedTensor QuantizeDelayed(const TensorView& x, const QuantSpec& spec, Dela
 
 namespace {
 
+// A value below FP32's smallest normal in magnitude as flush-to-zero reads or writes it: a zero of its sign.
+inline double Flush(double x, bool ftz) { return ftz && x != 0 && std::fabs(x) < 0x1p-126 ? std::copysign(0.0, x) : x; }
+
 void DequantizeRows(const QuantizedTensor& q, size_t r_begin, size_t r_end, const float* table, DequantOrder order,
-                    float* out) {
+                    bool ftz, float* out) {
   const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);
   const ScaleFormat sf = ScaleFormatOf(q.spec.rule);
   for (size_t r = r_begin; r < r_end; ++r) {
@@ -744,13 +747,14 @@ void DequantizeRows(const QuantizedTensor& q, size_t r_begin, size_t r_end, cons
       float f;
       if (sf == ScaleFormat::kUe8m0) {
         const uint8_t s = q.scales[sr * q.scale_cols + sc];
-        f = s == 0xFF ? std::nanf("") : static_cast<float>(v * std::ldexp(1.0, static_cast<int>(s) - 127));
+        f = s == 0xFF ? std::nanf("") : static_cast<float>(v * Flush(std::ldexp(1.0, static_cast<int>(s) - 127), ftz));
       } else if (sf == ScaleFormat::kE4m3) {
-        f = static_cast<float>(v * Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.SecondLevelAmax(r, c), q.spec.rule, order));
+        f = static_cast<float>(
+            v * Flush(Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.SecondLevelAmax(r, c), q.spec.rule, order), ftz));
       } else {
-        f = static_cast<float>(v * q.ScaleAt(sr, sc));
+        f = static_cast<float>(v * Flush(q.ScaleAt(sr, sc), ftz));
       }
-      out[i] = f;
+      out[i] = static_cast<float>(Flush(f, ftz));
     }
   }
 }
@@ -774,6 +778,10 @@ void detail::CheckDequantOrder(const QuantizedTensor& q, DequantOrder order) {
 }
 
 void Dequantize(const QuantizedTensor& q, float* out, DequantOrder order, Exec exec) {
+  Dequantize(q, out, order, false, exec);
+}
+
+void Dequantize(const QuantizedTensor& q, float* out, DequantOrder order, bool ftz, Exec exec) {
   detail::CheckLineAmax(q);
   detail::CheckDequantOrder(q, order);
   const std::vector<float> table = CodeTable(q.spec.elem);
@@ -781,9 +789,9 @@ void Dequantize(const QuantizedTensor& q, float* out, DequantOrder order, Exec e
   if (exec == Exec::kParallel) {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r)
-      DequantizeRows(q, static_cast<size_t>(r), static_cast<size_t>(r) + 1, table.data(), order, out);
+      DequantizeRows(q, static_cast<size_t>(r), static_cast<size_t>(r) + 1, table.data(), order, ftz, out);
   } else {
-    DequantizeRows(q, 0, q.rows, table.data(), order, out);
+    DequantizeRows(q, 0, q.rows, table.data(), order, ftz, out);
   }
 }
 

@@ -119,7 +119,11 @@ QuantizedTensor QuantizeNvfp4WithAmaxRef(const TensorView& x, const QuantSpec& s
 
 void DequantizeRef(const QuantizedTensor& q, float* out) { DequantizeRef(q, out, DequantOrder::kByRule); }
 
-void DequantizeRef(const QuantizedTensor& q, float* out, DequantOrder order) {
+void DequantizeRef(const QuantizedTensor& q, float* out, DequantOrder order) { DequantizeRef(q, out, order, false); }
+
+void DequantizeRef(const QuantizedTensor& q, float* out, DequantOrder order, bool ftz) {
+  // Flush-to-zero: a magnitude below 2^-126 read or written as a zero of its sign.
+  const auto flush = [ftz](double x) { return ftz && x != 0 && std::fabs(x) < std::ldexp(1.0, -126) ? std::copysign(0.0, x) : x; };
   detail::CheckLineAmax(q);
   detail::CheckDequantOrder(q, order);
   const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);
@@ -137,7 +141,7 @@ void DequantizeRef(const QuantizedTensor& q, float* out, DequantOrder order) {
       } else {
         scale = q.ScaleAt(sr, sc);
       }
-      out[i] = static_cast<float>(v * scale);
+      out[i] = static_cast<float>(flush(static_cast<float>(v * flush(scale))));
     }
   }
 }

@@ -337,7 +337,7 @@ namespace {
 struct DequantizeArgs {
   std::string in, out, json, shard, shard_dir, order = "rule";
   std::vector<std::string> tensors;
-  bool quiet = false;
+  bool quiet = false, ftz = false;
 };
 
 // A multi-file quantized checkpoint (file_jobs.h): file f's quantized tensors decoded to --out DIR/<f's name>.
@@ -357,7 +357,7 @@ void RunDequantizeFiles(const DequantizeArgs& a, const SafetensorsReader& r, con
     for (const CheckpointTensorInfo* info : of_file[f]) {
       const CheckpointTensor t = LoadCheckpointTensor(r, *info);
       p.entries.push_back({info->name, F32Array(t.q.shape.empty() ? std::vector<size_t>{1} : t.q.shape,
-                                                DecodeCheckpointTensor(t, ParseDequantOrder(a.order))), ""});
+                                                DecodeCheckpointTensor(t, ParseDequantOrder(a.order), a.ftz)), ""});
       p.tensors.push_back({{"name", info->name}, {"layout", CheckpointLayoutName(info->layout)},
                            {"block", DescribeBlock(t.q.spec)}, {"shape", t.q.shape}, {"file", base}});
       p.lines += info->name + " (" + CheckpointLayoutName(info->layout) + ", " + DescribeBlock(t.q.spec) + ") -> " +
@@ -412,7 +412,7 @@ void RunDequantize(const DequantizeArgs& a) {
   for (size_t i = 0; i < picked.size(); ++i) {
     const CheckpointTensorInfo& info = picked[i];
     const CheckpointTensor t = LoadCheckpointTensor(r, info);
-    const std::vector<float> values = DecodeCheckpointTensor(t, ParseDequantOrder(a.order));
+    const std::vector<float> values = DecodeCheckpointTensor(t, ParseDequantOrder(a.order), a.ftz);
     NpyArray arr = F32Array(t.q.shape.empty() ? std::vector<size_t>{1} : t.q.shape, values);
     if (st_out) {
       outputs.emplace_back(info.name, std::move(arr));
@@ -477,8 +477,10 @@ void AddQuantizeCommand(CLI::App& app) {
                                   "multi-file checkpoint DIR/: one F32 .safetensors per input file and its index")->required();
   dq->add_option("--order", d->order, "How qmx-sim NVFP4 tensors' block and tensor scales meet: rule (the scale rule's own), te "
                                      "(Transformer Engine's kernel), global-div (torchao on the CPU, TE's JAX, vLLM), global-recip "
-                                     "(torchao on CUDA); docs/quantize.md")
+                                     "(torchao on CUDA); docs/numerics.md")
       ->capture_default_str();
+  dq->add_flag("--ftz", d->ftz, "Decode as a kernel built with flush-to-zero does (-ftz=true, --use_fast_math): a decode scale "
+                                "or a value below 2^-126 in magnitude becomes a zero of its sign");
   dq->add_option("--json", d->json, "A multi-file checkpoint: the list of decoded tensors (name, layout, block, shape, file)");
   dq->add_option("--shard", d->shard, "I/N: a multi-file checkpoint's files k with k mod N = I only (job arrays)");
   dq->add_option("--shard-dir", d->shard_dir, "Where --shard writes dequantize-shard-I-of-N.json (qmx-sim merge joins them)");

@@ -162,6 +162,25 @@ TEST_CASE("checkpoint: NVFP4 as ModelOpt (multiplier) and compressed-tensors (di
     CheckValues(l.values, want_ct);
     std::remove(path.c_str());
   }
+  {  // a tiny weight_scale_2: with flush-to-zero, a decode scale or value below 2^-126 is a zero of its sign
+    const float tiny = 0x1p-130f;
+    const std::string path = Write({{"l.weight", U8Array({O, I / 2}, Nibbles(codes)), ""},
+                                    {"l.weight_scale", U8Array({O, I / 16}, s8), "F8_E4M3"},
+                                    {"l.weight_scale_2", F32Array({}, {tiny}), ""}});
+    const Loaded l = LoadOnly(path);
+    const std::vector<float> ftz = DecodeCheckpointTensor(l.t, DequantOrder::kByRule, true);
+    const auto flush = [](float x) { return x != 0 && std::fabs(x) < 0x1p-126f ? std::copysign(0.0f, x) : x; };
+    size_t changed = 0;
+    for (size_t i = 0; i < codes.size(); ++i) {
+      volatile float scale = E4m3(s8[i / 16]) * tiny;
+      const float want = flush(kE2M1[codes[i]] * flush(scale));
+      CHECK(SameBits(ftz[i], want));
+      CHECK(SameBits(l.values[i], kE2M1[codes[i]] * static_cast<float>(scale)));
+      changed += !SameBits(ftz[i], l.values[i]);
+    }
+    CHECK(changed > 0);
+    std::remove(path.c_str());
+  }
   {  // a scale grid that does not fit the weight
     const std::string path = Write({{"l.weight", U8Array({O, I / 2}, Nibbles(codes)), ""},
                                     {"l.weight_scale", U8Array({O, I / 32}, std::vector<uint8_t>(O * I / 32, 0x38)), "F8_E4M3"},

@@ -319,6 +319,16 @@ def test_cli_dequantize_order_equals_python(cli, tmp_path):
         assert_bits_equal(np.load(tmp_path / ("d-%s.npy" % order)).reshape(x.shape), q.dequantize(order=order), order)
     with pytest.raises(AssertionError, match="rule, te, global-div or global-recip"):
         cli("dequantize", "--in", tmp_path / "q.safetensors", "--out", tmp_path / "bad.npy", "--order", "fast")
+    # --ftz on a tensor near the bottom of FP32: the same bits as qmx.dequantize(ftz=True), which differ from
+    # the exact decode.
+    tiny = (rng.standard_normal((8, 64)) * 2.0 ** -120).astype(np.float32)
+    np.save(tmp_path / "t.npy", tiny)
+    cli("quantize", "--in", tmp_path / "t.npy", "--spec", "mxfp8", "--out", tmp_path / "t.safetensors", "--quiet")
+    qt8 = qmx.quantize(tiny, "mxfp8")
+    cli("dequantize", "--in", tmp_path / "t.safetensors", "--out", tmp_path / "t-ftz.npy", "--ftz")
+    got = np.load(tmp_path / "t-ftz.npy").reshape(tiny.shape)
+    assert_bits_equal(got, qt8.dequantize(ftz=True), "--ftz")
+    assert (got.view(np.uint32) != qt8.dequantize().view(np.uint32)).any()
 
 
 def _e4m3_by_fields(codes):

@@ -76,6 +76,9 @@ std::vector<float> DecodeCheckpointTensor(const CheckpointTensor& t);
 // The same with NVFP4's scales met in `order` (qmx/scale.h DequantOrder) for qmx-sim's own tensors; a
 // checkpoint's NVFP4 tensors carry their decode scale and its producer's order (any other is an error).
 std::vector<float> DecodeCheckpointTensor(const CheckpointTensor& t, DequantOrder order);
+// And as a kernel built with flush-to-zero decodes it when `ftz` (qmx/quantize.h Dequantize's ftz): each block's
+// decode scale, then each value, below 2^-126 in magnitude taken as a zero of its sign.
+std::vector<float> DecodeCheckpointTensor(const CheckpointTensor& t, DequantOrder order, bool ftz);
 // Block i's scale as that decoding applies it (row-major over the scale grid): 2^(s - 127) (NaN for 0xFF),
 // the FP32 scale, NVFP4's fl32(s8 * global) or fl32(s8 / global) (qmx's own: its rule's decode scale).
 float CheckpointBlockScale(const CheckpointTensor& t, size_t i);

@@ -376,11 +376,15 @@ CheckpointTensor LoadCheckpointTensor(const SafetensorsReader& r, const Checkpoi
 std::vector<float> DecodeCheckpointTensor(const CheckpointTensor& t) { return DecodeCheckpointTensor(t, DequantOrder::kByRule); }
 
 std::vector<float> DecodeCheckpointTensor(const CheckpointTensor& t, DequantOrder order) {
+  return DecodeCheckpointTensor(t, order, false);
+}
+
+std::vector<float> DecodeCheckpointTensor(const CheckpointTensor& t, DequantOrder order, bool ftz) {
   const QuantizedTensor& q = t.q;
   std::vector<float> out(q.rows * q.cols);
   const ScaleFormat sf = ScaleFormatOf(q.spec.rule);
   if (sf != ScaleFormat::kE4m3 || t.info.layout == CheckpointLayout::kQmx) {
-    Dequantize(q, out.data(), order);
+    Dequantize(q, out.data(), order, ftz);
     return out;
   }
   if (order != DequantOrder::kByRule)
@@ -390,12 +394,14 @@ std::vector<float> DecodeCheckpointTensor(const CheckpointTensor& t, DequantOrde
   // NVFP4 with a stored second-level scale: the producer's order.
   const std::vector<float> table = DecodeTableF32(q.spec.elem);
   const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);
+  // Flush-to-zero: a magnitude below 2^-126 read or written as a zero of its sign.
+  const auto flush = [ftz](float x) { return ftz && x != 0 && std::fabs(x) < 0x1p-126f ? std::copysign(0.0f, x) : x; };
   std::vector<float> scale(q.scale_rows * q.scale_cols);
-  for (size_t i = 0; i < scale.size(); ++i) scale[i] = CheckpointBlockScale(t, i);
+  for (size_t i = 0; i < scale.size(); ++i) scale[i] = flush(CheckpointBlockScale(t, i));
   for (size_t r = 0; r < q.rows; ++r)
     for (size_t c = 0; c < q.cols; ++c)
-      out[r * q.cols + c] = table[q.codes[r * q.cols + c] & q.spec.elem.CodeMask()] *
-                            scale[(r / be.rows) * q.scale_cols + c / be.cols];
+      out[r * q.cols + c] = flush(table[q.codes[r * q.cols + c] & q.spec.elem.CodeMask()] *
+                                  scale[(r / be.rows) * q.scale_cols + c / be.cols]);
   return out;
 }
 

@@ -18,6 +18,7 @@
 #include "qmx/error.h"
 #include "qmx/gpu.h"
 #include "qmx/transform.h"
+#include "quantize/quantize_internal.h"
 #include "recipe/recipe_internal.h"
 
 namespace qmx::gpu {
@@ -113,9 +114,7 @@ void BuildQuest(DevOperand& b, const QuantSpec& spec, const float* s, DeviceBuff
   a.group = static_cast<int>(g);
   a.rms = qo.stat == QuestStat::kRms;
   a.scale_rounding = static_cast<int>(qo.scale_rounding);
-  const std::vector<float> elem = DecodeTableF32(spec.elem);
-  std::vector<float> table(256);
-  for (unsigned c = 0; c < 256; ++c) table[c] = elem[c & spec.elem.CodeMask()];
+  const std::vector<float> table = qmx::detail::CodeTable(spec.elem);
   DeviceBuffer<float> dtable(table.data(), table.size());
   a.decode = dtable.get();
   DeviceBuffer<float> own_dequant;
@@ -372,9 +371,7 @@ void EngineDequantizeOnDevice(const QuantizedTensor& q, const uint8_t* codes, co
   if (q.scale_rows != (q.rows + be.rows - 1) / be.rows || q.scale_cols != (q.cols + be.cols - 1) / be.cols)
     throw Error("engine: the quantized tensor's scale grid does not match its shape and block");
   // The tables of Dequantize (quantize.cc): each code's value, and each scale byte's decode scale in double.
-  const std::vector<float> elem = DecodeTableF32(q.spec.elem);
-  std::vector<float> code_table(256);
-  for (unsigned c = 0; c < 256; ++c) code_table[c] = elem[c & q.spec.elem.CodeMask()];
+  const std::vector<float> code_table = qmx::detail::CodeTable(q.spec.elem);
   std::vector<double> scale_table(256, 0.0);
   for (unsigned b = 0; b < 256 && sf != ScaleFormat::kFp32; ++b)
     scale_table[b] = sf == ScaleFormat::kUe8m0

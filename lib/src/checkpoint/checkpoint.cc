@@ -9,6 +9,7 @@
 
 #include "qmx/convert.h"
 #include "qmx/error.h"
+#include "quantize/quantize_internal.h"
 
 namespace qmx {
 namespace {
@@ -394,8 +395,7 @@ std::vector<float> DecodeCheckpointTensor(const CheckpointTensor& t, DequantOrde
   // NVFP4 with a stored second-level scale: the producer's order.
   const std::vector<float> table = DecodeTableF32(q.spec.elem);
   const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);
-  // Flush-to-zero: a magnitude below 2^-126 read or written as a zero of its sign.
-  const auto flush = [ftz](float x) { return ftz && x != 0 && std::fabs(x) < 0x1p-126f ? std::copysign(0.0f, x) : x; };
+  const auto flush = [ftz](float x) { return static_cast<float>(detail::FlushSubnormal(x, ftz)); };
   std::vector<float> scale(q.scale_rows * q.scale_cols);
   for (size_t i = 0; i < scale.size(); ++i) scale[i] = flush(CheckpointBlockScale(t, i));
   for (size_t r = 0; r < q.rows; ++r)

@@ -732,9 +732,6 @@ QuantizedTensor QuantizeDelayed(const TensorView& x, const QuantSpec& spec, Dela
 
 namespace {
 
-// A value below FP32's smallest normal in magnitude as flush-to-zero reads or writes it: a zero of its sign.
-inline double Flush(double x, bool ftz) { return ftz && x != 0 && std::fabs(x) < 0x1p-126 ? std::copysign(0.0, x) : x; }
-
 void DequantizeRows(const QuantizedTensor& q, size_t r_begin, size_t r_end, const float* table, DequantOrder order,
                     bool ftz, float* out) {
   const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);
@@ -747,26 +744,27 @@ void DequantizeRows(const QuantizedTensor& q, size_t r_begin, size_t r_end, cons
       float f;
       if (sf == ScaleFormat::kUe8m0) {
         const uint8_t s = q.scales[sr * q.scale_cols + sc];
-        f = s == 0xFF ? std::nanf("") : static_cast<float>(v * Flush(std::ldexp(1.0, static_cast<int>(s) - 127), ftz));
+        f = s == 0xFF ? std::nanf("")
+                      : static_cast<float>(v * detail::FlushSubnormal(std::ldexp(1.0, static_cast<int>(s) - 127), ftz));
       } else if (sf == ScaleFormat::kE4m3) {
-        f = static_cast<float>(
-            v * Flush(Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.SecondLevelAmax(r, c), q.spec.rule, order), ftz));
+        const float scale = Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.SecondLevelAmax(r, c), q.spec.rule, order);
+        f = static_cast<float>(v * detail::FlushSubnormal(scale, ftz));
       } else {
-        f = static_cast<float>(v * Flush(q.ScaleAt(sr, sc), ftz));
+        f = static_cast<float>(v * detail::FlushSubnormal(q.ScaleAt(sr, sc), ftz));
       }
-      out[i] = static_cast<float>(Flush(f, ftz));
+      out[i] = static_cast<float>(detail::FlushSubnormal(f, ftz));
     }
   }
 }
 
-std::vector<float> CodeTable(const Format& elem) {
+}  // namespace
+
+std::vector<float> detail::CodeTable(const Format& elem) {
   const std::vector<float> t = DecodeTableF32(elem);
   std::vector<float> table(256);
   for (int c = 0; c < 256; ++c) table[static_cast<size_t>(c)] = t[static_cast<size_t>(c) & elem.CodeMask()];
   return table;
 }
-
-}  // namespace
 
 void Dequantize(const QuantizedTensor& q, float* out, Exec exec) { Dequantize(q, out, DequantOrder::kByRule, exec); }
 
@@ -784,7 +782,7 @@ void Dequantize(const QuantizedTensor& q, float* out, DequantOrder order, Exec e
 void Dequantize(const QuantizedTensor& q, float* out, DequantOrder order, bool ftz, Exec exec) {
   detail::CheckLineAmax(q);
   detail::CheckDequantOrder(q, order);
-  const std::vector<float> table = CodeTable(q.spec.elem);
+  const std::vector<float> table = detail::CodeTable(q.spec.elem);
   const int64_t rows = static_cast<int64_t>(q.rows);
   if (exec == Exec::kParallel) {
 #pragma omp parallel for schedule(static)

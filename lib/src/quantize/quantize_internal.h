@@ -3,6 +3,7 @@
 // tensor amax, the FP32 / NVFP4 block scale of a block amax, and where a scale is stored.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,6 +25,13 @@ QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec, bool zero_
 void CheckLineAmax(const QuantizedTensor& q);
 // Refuses an NVFP4 dequantization order (DequantOrder other than kByRule) for tensors of other scale rules.
 void CheckDequantOrder(const QuantizedTensor& q, DequantOrder order);
+// Dequantize's flush-to-zero (ftz): a magnitude below FP32's smallest normal, 2^-126, read or written as a
+// zero of its sign; x itself otherwise (and always when ftz is false).
+inline double FlushSubnormal(double x, bool ftz) {
+  return ftz && x != 0 && std::fabs(x) < 0x1p-126 ? std::copysign(0.0, x) : x;
+}
+// Each of the 256 byte values' element value in FP32 (DecodeTableF32 of the code the byte's low bits hold).
+std::vector<float> CodeTable(const Format& elem);
 float TensorAmax(const TensorView& x, NanPolicy policy);  // one element at a time (the reference's)
 float TensorAmaxFast(const TensorView& x, NanPolicy policy, Exec exec);  // the same value, SIMD and threads
 bool TensorAmaxKeepsInf(NanPolicy policy);  // whether TensorAmax counts Inf (it always skips NaN)

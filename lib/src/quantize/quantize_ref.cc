@@ -122,8 +122,7 @@ void DequantizeRef(const QuantizedTensor& q, float* out) { DequantizeRef(q, out,
 void DequantizeRef(const QuantizedTensor& q, float* out, DequantOrder order) { DequantizeRef(q, out, order, false); }
 
 void DequantizeRef(const QuantizedTensor& q, float* out, DequantOrder order, bool ftz) {
-  // Flush-to-zero: a magnitude below 2^-126 read or written as a zero of its sign.
-  const auto flush = [ftz](double x) { return ftz && x != 0 && std::fabs(x) < std::ldexp(1.0, -126) ? std::copysign(0.0, x) : x; };
+  const auto flush = [ftz](double x) { return detail::FlushSubnormal(x, ftz); };
   detail::CheckLineAmax(q);
   detail::CheckDequantOrder(q, order);
   const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);

@@ -45,6 +45,9 @@ class CMakeBuild(build_ext):
         dest = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         shutil.copy2(built[0], dest)
+        # qmx/_build.py (written by CMake) says whether the extension links the CUDA runtime, so that qmx loads
+        # torch's copy of it first; without it a CUDA build imported before torch aborts the process.
+        shutil.copy2(os.path.join(build_dir, "python", "qmx", "_build.py"), os.path.dirname(dest))
 
 
 setup(

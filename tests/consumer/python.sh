@@ -7,11 +7,13 @@ set -euo pipefail
 src=$1 build=$2 py=$3
 work=$build/python-install-test
 rm -rf "$work" && mkdir -p "$work"
-check() {  # PYTHONPATH: qmx must load from there and compute
+check() {  # PYTHONPATH: qmx must load from there, know how it was built, and compute
   PYTHONPATH=$1 "$py" -c "
 import os, sys, numpy as np
 import qmx
 assert os.path.realpath(qmx.__file__).startswith(os.path.realpath('$1')), qmx.__file__
+from qmx import _build  # whether the extension links CUDA: a CUDA build must load torch's runtime first
+assert open(_build.__file__).read() == open('$build/python/qmx/_build.py').read(), _build.__file__
 codes = qmx.convert(np.array([1.0, 448.0, 1000.0, -0.0], dtype=np.float32), 'e4m3')
 assert codes.tolist() == [0x38, 0x7E, 0x7E, 0x80], codes
 print('qmx', qmx.__version__, 'from', os.path.dirname(qmx.__file__))

@@ -508,8 +508,9 @@ std::string EngineQuantizeSupport(const QuantSpec& spec) {
 namespace {
 
 // The amax passes and the block kernel on `stream`, x.data, codes and scales on the device; q is the shell
-// (MakeShell's sizes), whose tensor_amax, tensor_decode and line_amax this fills in. Returns when the kernel
-// is done (the amax decides S_enc on the host, and the tables the kernel reads are freed after it).
+// (MakeShell's sizes), whose tensor_amax, tensor_decode and line_amax this fills in. Inside a StreamScope it
+// returns once the kernels are queued (the buffers they read are freed in stream order), otherwise when they
+// are done; the NVFP4 and per-tensor amax is waited for either way, since it decides S_enc on the host.
 void RunQuantize(const TensorView& x, const QuantSpec& spec, QuantizedTensor& q, uint8_t* codes, uint8_t* scales,
                  cudaStream_t stream, const Fp32Scale* fixed = nullptr) {
   const Format& sf = FormatOfSource(x.dtype);
@@ -522,6 +523,10 @@ void RunQuantize(const TensorView& x, const QuantSpec& spec, QuantizedTensor& q,
   };
   const auto upload = [&](void* dev, const void* host, size_t bytes) {
     detail::Check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, stream), "copy to device");
+  };
+  const auto finish = [&] {
+    detail::Check(cudaGetLastError(), "engine quantize kernel launch");
+    if (!detail::StreamScope::Active(nullptr)) detail::Check(cudaStreamSynchronize(stream), "engine quantize kernel");
   };
   // The tensor amax (NVFP4, per-tensor FP32), and each line's (row-scaled), as TensorAmax takes them.
   const uint32_t limit = qmx::detail::TensorAmaxKeepsInf(spec.nan) ? 0x7F800001u : 0x7F800000u;
@@ -618,13 +623,11 @@ void RunQuantize(const TensorView& x, const QuantSpec& spec, QuantizedTensor& q,
     }
     if (x.dtype == DType::kF32) BlockElementsKernel<uint32_t><<<elem_grid, 256, 0, stream>>>(x.data, a, spec.elem, ms.get(), codes);
     else BlockElementsKernel<uint16_t><<<elem_grid, 256, 0, stream>>>(x.data, a, spec.elem, ms.get(), codes);
-    detail::Check(cudaGetLastError(), "engine quantize kernel launch");
-    detail::Check(cudaStreamSynchronize(stream), "engine quantize kernel");
+    finish();
     return;
   }
   if (LaunchRowBlocks(x, a, codes, scales, stream)) {
-    detail::Check(cudaGetLastError(), "engine quantize kernel launch");
-    detail::Check(cudaStreamSynchronize(stream), "engine quantize kernel");
+    finish();
     return;
   }
   constexpr int kThreads = kQuantizeThreads;  // 8 warps
@@ -638,20 +641,20 @@ void RunQuantize(const TensorView& x, const QuantSpec& spec, QuantizedTensor& q,
   else if (x.dtype == DType::kF32) QuantizeBlocksKernel<uint32_t><<<grid, kThreads, 0, stream>>>(x.data, a, codes, scales);
   else QuantizeBlocksKernel<uint16_t><<<grid, kThreads, 0, stream>>>(x.data, a, codes, scales);
 #undef QMX_ENGINE_Q
-  detail::Check(cudaGetLastError(), "engine quantize kernel launch");
-  detail::Check(cudaStreamSynchronize(stream), "engine quantize kernel");
+  finish();
 }
 
 // The checks both entry points make, and the tensor's shell (MakeShell: the spec and the source type
 // validated, the outputs sized); the device's presence is required unless the tensor is empty.
-QuantizedTensor Shell(const TensorView& x, const QuantSpec& spec, bool zero_codes, const Fp32Scale* fixed = nullptr) {
+QuantizedTensor Shell(const TensorView& x, const QuantSpec& spec, bool zero_codes, const Fp32Scale* fixed = nullptr,
+                      bool host_buffers = true) {
   if (fixed != nullptr) {  // QuantizeWithScale's check; a delayed spec is quantized this way
     if (ScaleFormatOf(spec.rule) != ScaleFormat::kFp32 || spec.block_rows != 0 || spec.block_cols != 0)
       throw Error("a given scale needs a per-tensor spec with an FP32 scale rule, not '" + spec.name + "'");
   } else if (const std::string why = EngineQuantizeSupport(spec); !why.empty()) {
     throw Error("engine: " + why);
   }
-  QuantizedTensor q = qmx::detail::MakeShell(x, spec, zero_codes);
+  QuantizedTensor q = qmx::detail::MakeShell(x, spec, zero_codes, host_buffers);
   if (x.rows != 0 && x.cols != 0) Require("the engine's quantization");
   return q;
 }
@@ -660,9 +663,7 @@ QuantizedTensor Shell(const TensorView& x, const QuantSpec& spec, bool zero_code
 
 QuantizedTensor EngineQuantizeOnDevice(const TensorView& x, const QuantSpec& spec, uint8_t* codes, uint8_t* scales,
                                        void* stream, const Fp32Scale* fixed) {
-  QuantizedTensor q = Shell(x, spec, false, fixed);
-  q.codes = CodeVector();  // the codes and scales are the caller's device buffers
-  q.scales.clear();
+  QuantizedTensor q = Shell(x, spec, false, fixed, false);  // the codes and scales are the caller's device buffers
   if (x.rows == 0 || x.cols == 0) return q;
   const detail::StreamScope scope(static_cast<cudaStream_t>(stream));
   RunQuantize(x, spec, q, codes, scales, static_cast<cudaStream_t>(stream), fixed);

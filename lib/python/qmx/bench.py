@@ -8,7 +8,9 @@ baseline. --json FILE writes the rows.
 the recipe's three GEMMs bit for bit) on CUDA tensors beside BF16 nn.Linear's step, a fake-quant emulation
 of the same forward (quantize, dequantize, BF16 matmul: what torchao's and vLLM's emulation run) with the
 SQNR of its output against the faithful one, qmx.quantize of a CUDA tensor beside a device copy, and the
-GEMM models (--gemm-size, 8192 by default) beside BF16 torch.matmul."""
+GEMM models (--gemm-size, 8192 by default) beside BF16 torch.matmul. Where torchao imports, its own MX and
+NVFP4 quantizers (eager and under torch.compile) run on the same input, their codes and scales compared
+with qmx's under the matching profile, and its fake-quant forward beside qmx's with its SQNR."""
 import argparse
 import json
 import platform
@@ -79,6 +81,7 @@ def cuda_main(a):
     print("qmx %s bench on %s (torch %s): one training step of a linear layer, median of %d runs" % (
         qmx.__version__, name, torch.__version__, a.reps))
     rows = []
+    ao = load_torchao() if a.torchao else None
     g = torch.Generator(device=dev).manual_seed(0)
     for s in a.sizes:
         x = torch.randn(s, s, device=dev, generator=g)
@@ -113,14 +116,23 @@ def cuda_main(a):
                 with torch.no_grad():
                     yf = lin(x).float()
                     yk = fake()
-                    err = (yf - yk).double()
-                    row["fake_sqnr_db"] = float(10 * torch.log10((yf.double() ** 2).sum() / (err ** 2).sum()))
+                    row["fake_sqnr_db"] = sqnr_db(yf, yk)
                     row["fake_forward_ratio"] = row["fake_forward_seconds"] / t_bf16
+                if ao is not None and recipe in TORCHAO_FAKE:
+                    ao_fake = TORCHAO_FAKE[recipe](ao)
+
+                    def ao_forward():
+                        return (ao_fake(x) @ ao_fake(w).t()).float()
+                    row["torchao_fake_forward_seconds"] = cuda_seconds(ao_forward, a.reps)
+                    with torch.no_grad():
+                        row["torchao_fake_sqnr_db"] = sqnr_db(yf, ao_forward())
             rows.append(row)
-            print("%-44s %6d %10.1f ms %8.0fx BF16%s" % (
+            print("%-44s %6d %10.1f ms %8.0fx BF16%s%s" % (
                 row["call"], s, t * 1e3, t / t_bf16,
                 "" if "fake_sqnr_db" not in row else "   fake-quant forward %.2f ms, its SQNR vs faithful %.1f dB" % (
-                    row["fake_forward_seconds"] * 1e3, row["fake_sqnr_db"])))
+                    row["fake_forward_seconds"] * 1e3, row["fake_sqnr_db"]),
+                "" if "torchao_fake_sqnr_db" not in row else "; torchao's %.2f ms, %.1f dB" % (
+                    row["torchao_fake_forward_seconds"] * 1e3, row["torchao_fake_sqnr_db"])))
     n = 1 << a.log2n
     xs = torch.randn(n // 4096, 4096, device=dev, generator=g)
     t_copy = cuda_seconds(lambda: xs.clone(), a.reps)
@@ -130,11 +142,110 @@ def cuda_main(a):
         t = cuda_seconds(lambda: qmx.quantize(xs, spec), a.reps)
         rows.append({"call": "qmx.quantize(x_cuda, %r)" % spec, "size": n, "seconds": t, "ratio": t_copy / t})
         print("%-44s %6s %10.3f ms %8.2fx copy speed" % ("qmx.quantize(x_cuda, %r)" % spec, "", t * 1e3, t_copy / t))
+    if ao is not None:
+        torchao_quantizers(a, ao, xs, t_copy, rows)
     if a.gemm_size > 0:
         cuda_gemms(a, dev, g, rows)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"gpu": name, "torch": torch.__version__, "reps": a.reps, "rows": rows}, f, indent=1)
+            json.dump({"gpu": name, "torch": torch.__version__, "reps": a.reps, "rows": rows,
+                       "torchao": None if ao is None else ao["version"]}, f, indent=1)
+
+
+def sqnr_db(ref, y):
+    """10 log10(sum ref^2 / sum (ref - y)^2), in double."""
+    import torch
+    err = (ref.double() - y.double())
+    return float(10 * torch.log10((ref.double() ** 2).sum() / (err ** 2).sum()))
+
+
+def load_torchao():
+    """torchao's MX and NVFP4 quantizers (its prototype.mx_formats, pure PyTorch), or None with the reason
+    printed. Its compiled extensions are not needed (TORCHAO_FORCE_SKIP_LOADING_SO_FILES=1 where unset)."""
+    import os
+    os.environ.setdefault("TORCHAO_FORCE_SKIP_LOADING_SO_FILES", "1")
+    try:
+        import torchao
+        from torchao.prototype.mx_formats.config import ScaleCalculationMode
+        from torchao.prototype.mx_formats.mx_tensor import MXTensor, to_mx
+        from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor, nvfp4_quantize, per_tensor_amax_to_scale
+    except Exception as e:  # noqa: BLE001 (any import failure: the rows are skipped, saying why)
+        print("torchao rows skipped: %s: %s" % (type(e).__name__, e))
+        return None
+    return {"version": getattr(torchao, "__version__", "unknown"), "floor": ScaleCalculationMode.FLOOR,
+            "to_mx": to_mx, "MXTensor": MXTensor, "NVFP4Tensor": NVFP4Tensor, "nvfp4_quantize": nvfp4_quantize,
+            "tensor_scale": per_tensor_amax_to_scale}
+
+
+def _ao_mx_fake(ao):
+    import torch
+    return lambda t: ao["MXTensor"].to_mx(t.contiguous(), torch.float8_e4m3fn, 32).dequantize(torch.bfloat16)
+
+
+def _ao_nvfp4_fake(ao):
+    import torch
+
+    def fake(t):
+        t = t.contiguous()
+        scale = ao["tensor_scale"](torch.max(torch.abs(t)))
+        return ao["NVFP4Tensor"].to_nvfp4(t, per_tensor_scale=scale).dequantize(torch.bfloat16)
+    return fake
+
+
+# torchao's fake-quant emulation of a recipe's forward operands (its default FLOOR scales for MXFP8; NVFP4
+# with the tensor scale from the amax), beside qmx's in the step rows.
+TORCHAO_FAKE = {"mxfp8": _ao_mx_fake, "nvfp4": _ao_nvfp4_fake}
+
+
+def _unpack_fp4(packed):
+    """torchao's packed FP4 (element 2i in the low nibble) as one code per byte."""
+    import torch
+    return torch.stack((packed & 0xF, packed >> 4), dim=-1).reshape(*packed.shape[:-1], -1)
+
+
+def torchao_quantizers(a, ao, xs, t_copy, rows):
+    """torchao's own quantizers on the same 2^log2n input, eager and under torch.compile, timed beside the
+    device copy, and their codes and scales compared with qmx's under the matching profile or rule."""
+    import torch
+    to_mx, floor = ao["to_mx"], ao["floor"]
+
+    def ao_nvfp4(t):
+        return ao["nvfp4_quantize"](t, 16, ao["tensor_scale"](torch.max(torch.abs(t))))
+    cases = [
+        ("mxfp8", dict(profile="torchao-floor"), lambda t: to_mx(t, torch.float8_e4m3fn, 32, floor), False),
+        ("mxfp4", dict(profile="torchao-floor"), lambda t: to_mx(t, torch.float4_e2m1fn_x2, 32, floor), True),
+        ("nvfp4", dict(rule="nvfp4-torchao"), ao_nvfp4, True),  # each returns (scales, codes)
+    ]
+    for spec, overrides, fn, packed in cases:
+        for mode in ("eager", "torch.compile"):
+            run = fn
+            if mode == "torch.compile":
+                try:
+                    run = torch.compile(fn)
+                    run(xs)
+                except Exception as e:  # noqa: BLE001 (Triton missing, an unsupported op: say so, go on)
+                    print("torchao %s under torch.compile skipped: %s: %s" % (spec, type(e).__name__, str(e)[:200]))
+                    continue
+            t = cuda_seconds(lambda: run(xs), a.reps)
+            row = {"call": "torchao %s quantize (%s)" % (spec, mode), "size": xs.numel(), "seconds": t,
+                   "ratio": t_copy / t}
+            if mode == "eager":
+                try:
+                    scales, codes = run(xs)
+                    codes = codes.view(torch.uint8)
+                    codes = _unpack_fp4(codes) if packed else codes
+                    q = qmx.quantize(xs, spec, **overrides)
+                    row["codes_differ"] = int((codes.reshape(q.codes.shape) != q.codes).sum())
+                    row["scales_differ"] = int((scales.view(torch.uint8).reshape(q.scales.shape) != q.scales).sum())
+                    row["compared_with"] = "qmx.quantize(x, %r, %s)" % (spec, ", ".join(
+                        "%s=%r" % kv for kv in overrides.items()))
+                except Exception as e:  # noqa: BLE001 (a spec the engine refuses: the row says so)
+                    row["compared_with"] = "not compared: %s: %s" % (type(e).__name__, e)
+            rows.append(row)
+            print("%-44s %6s %10.3f ms %8.2fx copy speed%s" % (
+                row["call"], "", t * 1e3, t_copy / t, "" if "codes_differ" not in row else
+                "   vs %s: %d codes, %d scales differ" % (row["compared_with"], row["codes_differ"],
+                                                       row["scales_differ"])))
 
 
 # The engine's GEMM models beside BF16 cuBLAS (the issue's speed rows), as qmx.quantize spells the operands.
@@ -178,6 +289,9 @@ def main(argv=None):
                    help="--device cuda: M = N = K of the GEMM models beside BF16 torch.matmul (0: skip them)")
     p.add_argument("--recipes", nargs="+", default=["mxfp8", "nvfp4", "fp8-current"],
                    help="--device cuda: training recipes to time")
+    p.add_argument("--no-torchao", dest="torchao", action="store_false",
+                   help="--device cuda: leave out torchao's quantizers and fake-quant forward (by default timed "
+                        "beside qmx's where torchao imports)")
     a = p.parse_args(argv)
     if a.device == "cuda":
         a.log2n = max(a.log2n, 28) if a.log2n == 24 else a.log2n

@@ -25,7 +25,7 @@ namespace qmx {
 
 namespace detail {
 
-QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec, bool zero_codes) {
+QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec, bool zero_codes, bool host_buffers) {
   ValidateQuantSpec(spec);
   if (!IsFastSource(x.dtype))
     throw Error(std::string("quantization reads fp32, bf16 or fp16 tensors, not ") + DTypeName(x.dtype) +
@@ -38,9 +38,11 @@ QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec, bool zero_
   const BlockExtent be = ResolveBlock(spec, x.rows, x.cols);
   q.scale_rows = (x.rows + be.rows - 1) / be.rows;
   q.scale_cols = (x.cols + be.cols - 1) / be.cols;
-  if (zero_codes) q.codes.assign(x.rows * x.cols, 0);
-  else q.codes.resize(x.rows * x.cols);
-  q.scales.assign(q.scale_rows * q.scale_cols * ScaleBytes(ScaleFormatOf(spec.rule)), 0);
+  if (host_buffers) {
+    if (zero_codes) q.codes.assign(x.rows * x.cols, 0);
+    else q.codes.resize(x.rows * x.cols);
+    q.scales.assign(q.scale_rows * q.scale_cols * ScaleBytes(ScaleFormatOf(spec.rule)), 0);
+  }
   if (spec.row_scaled) q.line_amax.assign(spec.axis == Axis::kCol ? x.cols : x.rows, 0.0f);
   return q;
 }

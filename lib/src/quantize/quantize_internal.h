@@ -19,8 +19,10 @@ namespace qmx::detail {
 std::string JoinNames(const std::vector<std::string>& names);
 
 // Validated and sized; the scales zeroed, the codes zeroed too unless `zero_codes` is false (the fast path,
-// whose every route writes each code: see CodeVector in qmx/quantize.h).
-QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec, bool zero_codes = true);
+// whose every route writes each code: see CodeVector in qmx/quantize.h). host_buffers false leaves codes and
+// scales empty (the sizes still set): the GPU engine's callers hold them in device memory, and zeroing a
+// host copy of the scales took as long as the quantization kernel itself.
+QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec, bool zero_codes = true, bool host_buffers = true);
 // Validates the spec and that a row-scaled tensor holds one amax per line (and no other tensor any).
 void CheckLineAmax(const QuantizedTensor& q);
 // Refuses an NVFP4 dequantization order (DequantOrder other than kByRule) for tensors of other scale rules.

@@ -576,7 +576,7 @@ TEST_CASE("gpu engine: tensor quantization equals Quantize for every recipe, rul
             variants.push_back(s);
           }
       if (ScaleFormatOf(base.rule) == ScaleFormat::kE4m3)
-        for (ScaleRule rule : {ScaleRule::kNvfp4Div, ScaleRule::kNvfp4Torchao}) {
+        for (ScaleRule rule : {ScaleRule::kNvfp4Div, ScaleRule::kNvfp4Torchao, ScaleRule::kNvfp4TorchaoCuda}) {
           QuantSpec s = base;
           s.rule = rule;
           variants.push_back(s);

@@ -77,7 +77,8 @@ def test_cuda_random_bits_out_stream_and_errors():
 @pytest.mark.parametrize("spec,kw", [("mxfp8", {}), ("mxfp4", {"rounding": "sr", "seed": 3}), ("nvfp4", {}),
                                      ("nvfp4", {"axis": "col"}), ("nvfp4-row", {}), ("nvfp4-2d", {}),
                                      ("fp8-tensor-current", {}), ("fp8-block128x128", {}),
-                                     ("nvfp4", {"rule": "nvfp4-torchao"}), ("mxfp6_e3m2", {"nan_policy": "ignore"})])
+                                     ("nvfp4", {"rule": "nvfp4-torchao"}), ("nvfp4", {"rule": "nvfp4-torchao-cuda"}),
+                                     ("mxfp6_e3m2", {"nan_policy": "ignore"})])
 def test_cuda_tensor_quantizes_as_the_cpu(spec, kw):
     x = _inputs(96 * 200, 5).reshape(96, 200)
     for dtype in (torch.float32, torch.bfloat16):

@@ -153,7 +153,7 @@ std::string Name(const QuantSpec& s, DType t, float scale, size_t rows, size_t c
 // and two that make 1 / s_enc inexact.
 const float kScales[] = {1.0f, 0x1p-140f, 0x1p-100f, 0x1p100f, 0.7123f, 3.3e-5f};
 
-constexpr ScaleRule kRules[] = {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div, ScaleRule::kNvfp4Torchao};
+constexpr ScaleRule kRules[] = {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div, ScaleRule::kNvfp4Torchao, ScaleRule::kNvfp4TorchaoCuda};
 
 }  // namespace
 

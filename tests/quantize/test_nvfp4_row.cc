@@ -66,7 +66,8 @@ void RequireSameQ(const QuantizedTensor& got, const QuantizedTensor& want, const
 }  // namespace
 
 TEST_CASE("row-scaled NVFP4: each line quantizes as that line alone under the per-tensor rule", "[quantize][nvfp4]") {
-  for (ScaleRule rule : {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div, ScaleRule::kNvfp4Torchao, ScaleRule::kNvfp4FourOverSix,
+  for (ScaleRule rule : {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div, ScaleRule::kNvfp4Torchao, ScaleRule::kNvfp4TorchaoCuda,
+                         ScaleRule::kNvfp4FourOverSix,
                          ScaleRule::kNvfp4FourOverSixMse}) {
     for (Axis axis : {Axis::kRow, Axis::kCol}) {
       for (size_t len : {size_t{64}, size_t{40}}) {  // 40: a partial last block of 8

@@ -285,7 +285,8 @@ TEST_CASE("scale: Nvfp4EncodeFactors equals Nvfp4EncodeFactor on every byte, rul
     s_encs.push_back(BitsFloat(state));
   }
   size_t checked = 0, mismatches = 0;
-  for (ScaleRule rule : {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div, ScaleRule::kNvfp4Torchao, ScaleRule::kNvfp4FourOverSix}) {
+  for (ScaleRule rule : {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div, ScaleRule::kNvfp4Torchao, ScaleRule::kNvfp4TorchaoCuda,
+                         ScaleRule::kNvfp4FourOverSix}) {
     for (float s_enc : s_encs) {
       float table[128];
       Nvfp4EncodeFactors(s_enc, rule, table);
@@ -298,7 +299,7 @@ TEST_CASE("scale: Nvfp4EncodeFactors equals Nvfp4EncodeFactor on every byte, rul
       }
     }
   }
-  CHECK(checked == 4 * s_encs.size() * 128);
+  CHECK(checked == 5 * s_encs.size() * 128);
   CHECK(mismatches == 0);
 }
 

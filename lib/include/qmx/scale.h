@@ -32,6 +32,7 @@ enum class ScaleRule : uint8_t {
   kNvfp4,     // "nvfp4": Transformer Engine's kernel order (below)
   kNvfp4Div,  // "nvfp4-div": the divide-first order of TE's older reference (below)
   kNvfp4Torchao,  // "nvfp4-torchao": torchao's nvfp4_quantize (below)
+  kNvfp4TorchaoCuda,  // "nvfp4-torchao-cuda": the same on CUDA tensors (below)
   kNvfp4FourOverSix,     // "nvfp4-4over6": Transformer Engine's 4over6, MAE (below)
   kNvfp4FourOverSixMse,  // "nvfp4-4over6-mse": the same with MSE
 };
@@ -112,6 +113,9 @@ void Fp32ScalesFromAmaxes(const float* amax, size_t n, float destmax, bool pow2,
 //   amax is 0 or not finite, where torchao itself gives NaN scales);
 //   s8 = e4m3_rne(clamp(fl32(fl32(block_amax / 6) / s_g), 2^-6, 448)) (never subnormal or zero);
 //   element multiplier = fl32(fl32(1 / s_g) / decode(s8)); dequantization fl32(code * fl32(s_g * decode(s8))).
+// nvfp4-torchao-cuda (the same code on CUDA tensors, where PyTorch divides a tensor by a Python scalar as a
+// multiply by the scalar's FP32 reciprocal, div_true_kernel_cuda): s_g = fl32(tensor_amax * fl32(1/2688)),
+//   s8 = e4m3_rne(clamp(fl32(fl32(block_amax * fl32(1/6)) / s_g), 2^-6, 448)); the rest as nvfp4-torchao.
 // nvfp4-4over6 / nvfp4-4over6-mse (TE's NVTE_NVFP4_4OVER6 with its default E4M3 bound 256; reference_nvfp4.py
 // _quantize_blockwise_4over6_reference, 1x16 blocks, the input-domain error):
 //   S_enc = min(fl32(1536 / tensor_amax), FLT_MAX), 1 for amax 0; S_dec = fl32(1 / S_enc);
@@ -141,7 +145,8 @@ std::vector<ErrorOrder> AllErrorOrders();
 // codes; the candidates' errors summed in `order` (missing lanes of a short block add +0).
 uint8_t Nvfp4FourOverSixBlock(const float* x, size_t n, float block_amax, float s_enc, float tensor_amax, ScaleRule rule,
                               const CastOptions& cast, uint8_t* codes, ErrorOrder order = ErrorOrder::kSeq);
-// The tensor-level factor the block functions take: S_enc for nvfp4 and nvfp4-div, s_g for nvfp4-torchao.
+// The tensor-level factor the block functions take: S_enc for nvfp4 and nvfp4-div, s_g for the torchao rules.
+bool IsNvfp4Torchao(ScaleRule rule);  // nvfp4-torchao or nvfp4-torchao-cuda
 float Nvfp4TensorScale(float tensor_amax, ScaleRule rule);
 // The second-level decode factor a QuantizedTensor keeps (tensor_decode): fl32(1 / S_enc), or s_g.
 float Nvfp4TensorDecode(float tensor_scale, ScaleRule rule);
@@ -150,14 +155,14 @@ float Nvfp4EncodeFactor(uint8_t block_scale, float s_enc, ScaleRule rule);
 // out[b] = Nvfp4EncodeFactor(b, s_enc, rule) for the 128 block-scale bytes b < 128, in one call.
 void Nvfp4EncodeFactors(float s_enc, ScaleRule rule, float* out);
 // TE's dequantization (dequantize_nvfp4.cuh): value = fl32(decode(code) * fl32(fl32(decode(s8) * tensor_amax)
-// * fl32(1/2688))); under nvfp4-torchao fl32(s_g * decode(s8)).
+// * fl32(1/2688))); under the torchao rules fl32(s_g * decode(s8)).
 float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, ScaleRule rule = ScaleRule::kNvfp4);
 
 // How a dequantizer meets NVFP4's two scales (peers differ; docs/quantize.md "Dequantization orders"), with
 // s the E4M3 block scale in FP32, amax the tensor's (or line's) and D = 6 x the E4M3 bound (2688; 1536 for
 // 4over6). Each form ends fl32(q x scale), exact but for that one rounding.
 //  kByRule      the rule's own: kTe for the nvfp4 rules, torchao's g = amax / D (1 where not positive) for
-//               nvfp4-torchao (Nvfp4DecodeScale);
+//               nvfp4-torchao, fl32(amax * fl32(1 / D)) for nvfp4-torchao-cuda (Nvfp4DecodeScale);
 //  kTe          fl32(fl32(s x amax) x fl32(1 / D)): Transformer Engine's dequantize_fp4_kernel;
 //  kGlobalDiv   fl32(s x fl32(amax / D)): torchao on the CPU, TE's JAX dequantizer, vLLM's emulation (a
 //               checkpoint's global decode scale);

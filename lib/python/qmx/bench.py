@@ -214,7 +214,7 @@ def torchao_quantizers(a, ao, xs, t_copy, rows):
     cases = [
         ("mxfp8", dict(profile="torchao-floor"), lambda t: to_mx(t, torch.float8_e4m3fn, 32, floor), False),
         ("mxfp4", dict(profile="torchao-floor"), lambda t: to_mx(t, torch.float4_e2m1fn_x2, 32, floor), True),
-        ("nvfp4", dict(rule="nvfp4-torchao"), ao_nvfp4, True),  # each returns (scales, codes)
+        ("nvfp4", dict(rule="nvfp4-torchao-cuda"), ao_nvfp4, True),  # each returns (scales, codes)
     ]
     for spec, overrides, fn, packed in cases:
         for mode in ("eager", "torch.compile"):

@@ -21,7 +21,7 @@ __all__ = ["assert_bitwise", "identify", "variants", "Identification", "cases", 
 # The documented choices of a block quantizer, by family: UE8M0 power-of-two scales (MX) and E4M3 block
 # scales with an FP32 tensor scale (NVFP4).
 _MX_RULES = ("ocp-floor", "round-up", "ceil", "even", "max-finite")
-_NVFP4_RULES = ("nvfp4", "nvfp4-div", "nvfp4-torchao", "nvfp4-4over6", "nvfp4-4over6-mse")
+_NVFP4_RULES = ("nvfp4", "nvfp4-div", "nvfp4-torchao", "nvfp4-torchao-cuda", "nvfp4-4over6", "nvfp4-4over6-mse")
 _NAN_POLICIES = ("block-nan", "scale-nan", "te", "ignore-nan", "ignore")
 _NVFP4_NAN_POLICIES = ("block-nan", "ignore-nan", "ignore")
 _SCALINGS = ("exact", "fp32", "te-rcp")

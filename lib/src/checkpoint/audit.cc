@@ -34,7 +34,8 @@ std::vector<Candidate> CandidatesFor(const QuantSpec& stored) {
       }
       break;
     case ScaleFormat::kE4m3:
-      for (ScaleRule r : {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div, ScaleRule::kNvfp4Torchao}) with_rule(r);
+      for (ScaleRule r : {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div, ScaleRule::kNvfp4Torchao, ScaleRule::kNvfp4TorchaoCuda})
+        with_rule(r);
       if (stored.block_rows == 1 && stored.block_cols == 16 && stored.cast.rounding == Rounding::kRne)
         for (ScaleRule r : {ScaleRule::kNvfp4FourOverSix, ScaleRule::kNvfp4FourOverSixMse}) with_rule(r);
       break;

@@ -197,10 +197,11 @@ HWY_INLINE VU Nvfp4BytesOf(const MxKernelArgs& a, const Consts& ke, VU amax, VU*
   const DI di;
   const DF df;
   const auto am = hn::BitCast(df, amax);
-  // nvfp4-torchao: finite lanes only reach here, so the clamp sees no NaN (std::min/max and hn::Min/Max agree).
-  const auto tv = hn::Min(hn::Max(hn::Div(hn::Div(am, hn::Set(df, 6.0f)), hn::Set(df, a.s_enc)), hn::Set(df, 0.015625f)),
-                          hn::Set(df, 448.0f));
-  const VU v = hn::BitCast(du, a.rule == ScaleRule::kNvfp4Torchao ? tv
+  // The torchao rules: finite lanes only reach here, so the clamp sees no NaN (std::min/max and hn::Min/Max
+  // agree); on CUDA its division by 6 is a multiply by fl(1/6).
+  const auto by6 = a.rule == ScaleRule::kNvfp4TorchaoCuda ? hn::Mul(am, hn::Set(df, 1.0f / 6.0f)) : hn::Div(am, hn::Set(df, 6.0f));
+  const auto tv = hn::Min(hn::Max(hn::Div(by6, hn::Set(df, a.s_enc)), hn::Set(df, 0.015625f)), hn::Set(df, 448.0f));
+  const VU v = hn::BitCast(du, IsNvfp4Torchao(a.rule) ? tv
                                : a.rule == ScaleRule::kNvfp4Div     ? hn::Mul(hn::Div(am, hn::Set(df, 6.0f)), hn::Set(df, a.s_enc))
                                               : hn::Mul(am, hn::Set(df, a.s_m)));
   const VU code = ke.fused && ke.f.sat && ke.f.neg_zero ? FusedVec<Rounding::kRne, true>(ke.f, v, hn::Zero(du))

@@ -17,7 +17,7 @@ namespace qmx::simd {
 struct MxKernelArgs {
   const ConvertParams* p;
   int block;
-  ScaleRule rule;    // a UE8M0 rule; NVFP4 blocks (nvfp4): kNvfp4, kNvfp4Div or kNvfp4Torchao
+  ScaleRule rule;    // a UE8M0 rule; NVFP4 blocks (nvfp4): kNvfp4, kNvfp4Div or a torchao rule
   float destmax;     // largest finite element value
   int emax;          // exponent of the largest element binade
   int elem_man;      // element mantissa bits (the EVEN rule rounds amax there)

@@ -140,7 +140,7 @@ struct Nvfp4Kernel {
     args.scaling = ElementScaling::kFp32;  // fl32(x * multiplier)
     args.elem_nan = detail::BlockNanCode(spec.elem);
     args.nvfp4 = true;  // the kernel's own NVFP4 scale: the plain rule's unless -div or -torchao
-    args.rule = spec.rule == ScaleRule::kNvfp4Div || spec.rule == ScaleRule::kNvfp4Torchao ? spec.rule : ScaleRule::kNvfp4;
+    args.rule = spec.rule == ScaleRule::kNvfp4Div || IsNvfp4Torchao(spec.rule) ? spec.rule : ScaleRule::kNvfp4;
     args.p_e4m3 = &p_e4m3;
     args.mult = mult.data();
     SetEncodeScale(s_enc);
@@ -702,7 +702,7 @@ QuantizedTensor QuantizeWithScale(const TensorView& x, const QuantSpec& spec, Fp
 
 void CheckNvfp4Spec(const QuantSpec& spec) {
   if (ScaleFormatOf(spec.rule) != ScaleFormat::kE4m3)
-    throw Error("a given tensor amax needs an NVFP4 scale rule (nvfp4, nvfp4-div, nvfp4-torchao, nvfp4-4over6[-mse]), not '" +
+    throw Error("a given tensor amax needs an NVFP4 scale rule (nvfp4, nvfp4-div, nvfp4-torchao[-cuda], nvfp4-4over6[-mse]), not '" +
                 std::string(ScaleRuleName(spec.rule)) + "'");
 }
 

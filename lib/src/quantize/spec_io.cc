@@ -20,7 +20,7 @@ const std::vector<SpecOverrideField>& SpecOverrideFields() {
       {"elem", "--elem", "Override the element format (e4m3, e5m2, e3m2, e2m3, e2m1, int8, ...)", &SpecOverrides::elem},
       {"rule", "--rule,--scale-rule",
        "Override the scale rule (--scale-rule: the older spelling): ocp-floor, round-up, ceil, even, max-finite, "
-       "fp32, fp32-pow2, nvfp4, nvfp4-div, nvfp4-torchao, nvfp4-4over6, nvfp4-4over6-mse",
+       "fp32, fp32-pow2, nvfp4, nvfp4-div, nvfp4-torchao, nvfp4-torchao-cuda, nvfp4-4over6, nvfp4-4over6-mse",
        &SpecOverrides::rule},
       {"block", "--block", "Override the block: 1x32, 1x16, 1x128, 16x16, 32x32, 128x128, per-row, per-tensor",
        &SpecOverrides::block},

@@ -40,7 +40,8 @@ constexpr RuleName kRuleNames[] = {
     {ScaleRule::kOcpFloor, "ocp-floor"}, {ScaleRule::kRoundUp, "round-up"}, {ScaleRule::kCeil, "ceil"},
     {ScaleRule::kEven, "even"},          {ScaleRule::kMaxFinite, "max-finite"}, {ScaleRule::kFp32, "fp32"},
     {ScaleRule::kFp32Pow2, "fp32-pow2"}, {ScaleRule::kNvfp4, "nvfp4"},         {ScaleRule::kNvfp4Div, "nvfp4-div"},
-    {ScaleRule::kNvfp4Torchao, "nvfp4-torchao"}, {ScaleRule::kNvfp4FourOverSix, "nvfp4-4over6"},
+    {ScaleRule::kNvfp4Torchao, "nvfp4-torchao"}, {ScaleRule::kNvfp4TorchaoCuda, "nvfp4-torchao-cuda"},
+    {ScaleRule::kNvfp4FourOverSix, "nvfp4-4over6"},
     {ScaleRule::kNvfp4FourOverSixMse, "nvfp4-4over6-mse"},
 };
 
@@ -156,6 +157,8 @@ float TeEncodeScale(float tensor_amax, float six_times_bound) {
 
 float Nvfp4TensorEncodeScale(float tensor_amax) { return TeEncodeScale(tensor_amax, 2688.0f); }
 
+bool IsNvfp4Torchao(ScaleRule rule) { return rule == ScaleRule::kNvfp4Torchao || rule == ScaleRule::kNvfp4TorchaoCuda; }
+
 bool IsNvfp4FourOverSix(ScaleRule rule) {
   return rule == ScaleRule::kNvfp4FourOverSix || rule == ScaleRule::kNvfp4FourOverSixMse;
 }
@@ -232,13 +235,13 @@ uint8_t Nvfp4FourOverSixBlock(const float* x, size_t n, float block_amax, float 
 
 float Nvfp4TensorScale(float tensor_amax, ScaleRule rule) {
   if (IsNvfp4FourOverSix(rule)) return TeEncodeScale(tensor_amax, 1536.0f);
-  if (rule != ScaleRule::kNvfp4Torchao) return Nvfp4TensorEncodeScale(tensor_amax);
-  const float s = tensor_amax / 2688.0f;
+  if (!IsNvfp4Torchao(rule)) return Nvfp4TensorEncodeScale(tensor_amax);
+  const float s = rule == ScaleRule::kNvfp4Torchao ? tensor_amax / 2688.0f : tensor_amax * (1.0f / 2688.0f);
   return std::isfinite(s) && s > 0.0f ? s : 1.0f;
 }
 
 float Nvfp4TensorDecode(float tensor_scale, ScaleRule rule) {
-  return rule == ScaleRule::kNvfp4Torchao ? tensor_scale : 1.0f / tensor_scale;
+  return IsNvfp4Torchao(rule) ? tensor_scale : 1.0f / tensor_scale;
 }
 
 uint8_t Nvfp4BlockScale(float block_amax, float s_enc, ScaleRule rule) {
@@ -263,14 +266,14 @@ void Nvfp4EncodeFactors(float s_enc, ScaleRule rule, float* out) {
   const auto fill = [&](auto r) {
     for (int b = 0; b < 128; ++b) out[b] = Nvfp4EncodeFactorOf(sd[b], s_enc, decltype(r)::value);
   };
-  if (rule == ScaleRule::kNvfp4Torchao) fill(std::integral_constant<ScaleRule, ScaleRule::kNvfp4Torchao>{});
+  if (IsNvfp4Torchao(rule)) fill(std::integral_constant<ScaleRule, ScaleRule::kNvfp4Torchao>{});  // one factor for both
   else if (rule == ScaleRule::kNvfp4Div) fill(std::integral_constant<ScaleRule, ScaleRule::kNvfp4Div>{});
   else fill(std::integral_constant<ScaleRule, ScaleRule::kNvfp4>{});
 }
 
 float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, ScaleRule rule) {
   const float sd = E4m3Value(block_scale);
-  if (rule == ScaleRule::kNvfp4Torchao) return Nvfp4TensorScale(tensor_amax, rule) * sd;
+  if (IsNvfp4Torchao(rule)) return Nvfp4TensorScale(tensor_amax, rule) * sd;
   return Nvfp4DecodeScale(block_scale, tensor_amax, rule, DequantOrder::kTe);
 }
 

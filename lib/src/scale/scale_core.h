@@ -40,10 +40,10 @@ QMX_HOST_DEVICE inline Fp32Scale Fp32ScaleCore(float amax, float destmax, bool p
 }
 
 // The FP32 value NVFP4's block scale rounds to E4M3 (RNE): amax * fl(S_enc * fl(1/6)) (nvfp4), fl(amax / 6)
-// * S_enc (nvfp4-div), or torchao's clamp(fl(amax / 6) / s, 2^-6, 448).
+// * S_enc (nvfp4-div), or torchao's clamp(fl(amax / 6) / s, 2^-6, 448) (on CUDA fl(amax * fl(1/6)) / s).
 QMX_HOST_DEVICE inline float Nvfp4BlockScaleValueCore(float block_amax, float s_enc, ScaleRule rule) {
-  if (rule == ScaleRule::kNvfp4Torchao) {
-    float v = (block_amax / 6.0f) / s_enc;
+  if (rule == ScaleRule::kNvfp4Torchao || rule == ScaleRule::kNvfp4TorchaoCuda) {
+    float v = (rule == ScaleRule::kNvfp4Torchao ? block_amax / 6.0f : block_amax * (1.0f / 6.0f)) / s_enc;
     v = v < 0.015625f ? 0.015625f : v;  // std::max(v, lo), std::min(v, hi): a NaN stays NaN
     v = 448.0f < v ? 448.0f : v;
     return v;
@@ -69,7 +69,7 @@ QMX_HOST_DEVICE inline uint8_t Nvfp4BlockScaleCore(float block_amax, float s_enc
 
 // Nvfp4EncodeFactor of the block scale's value sd.
 QMX_HOST_DEVICE inline float Nvfp4EncodeFactorCore(float sd, float s_enc, ScaleRule rule) {
-  if (rule == ScaleRule::kNvfp4Torchao) return (1.0f / s_enc) / sd;
+  if (rule == ScaleRule::kNvfp4Torchao || rule == ScaleRule::kNvfp4TorchaoCuda) return (1.0f / s_enc) / sd;
   if (rule == ScaleRule::kNvfp4Div) {
     if (sd == 0.0f) return 0.0f;
     return CapFltMaxCore(s_enc / sd);
@@ -90,6 +90,7 @@ QMX_HOST_DEVICE inline ScaleFormat ScaleFormatOfCore(ScaleRule r) {
     case ScaleRule::kNvfp4:
     case ScaleRule::kNvfp4Div:
     case ScaleRule::kNvfp4Torchao:
+    case ScaleRule::kNvfp4TorchaoCuda:
     case ScaleRule::kNvfp4FourOverSix:
     case ScaleRule::kNvfp4FourOverSixMse: return ScaleFormat::kE4m3;
     default: return ScaleFormat::kFp32;

@@ -154,7 +154,7 @@ def test_identify_gemm_model():
 
 def test_variants_are_stable_names():
     q = qt.variants("quantizer")
-    assert len(q) == len(set(q)) == 5 * 5 * 3 + 5 * 3 + 2 * 3 * 3  # MX, NVFP4, 4over6 under three more orders
+    assert len(q) == len(set(q)) == 5 * 5 * 3 + 6 * 3 + 2 * 3 * 3  # MX, NVFP4, 4over6 under three more orders
     assert "mx:rule=round-up,nan=te,scaling=te-rcp" in q and "nvfp4:rule=nvfp4-4over6,nan=ignore" in q
     assert "nvfp4:rule=nvfp4-4over6-mse,nan=block-nan,order=seq-fma" in q
     g = qt.variants("gemm")
@@ -364,3 +364,22 @@ def test_identify_names_a_flush_to_zero_dequantizer():
     flipped.view(np.uint32)[0, 40] ^= 1
     found = qmx.testing.identify("dequantizer", t, flipped)
     assert found.matches == [] and found.closest[0][1] == 1
+
+
+def test_identify_names_torchao_nvfp4_on_each_device(repo):
+    # torchao's own NVFP4 outputs (golden/nvfp4-torchao from CPU tensors, golden/nvfp4-torchao-cuda from an
+    # H200): identify names the rule of the device that wrote them, and on the cases built to split the two
+    # orders, only that one.
+    def load(d, name):
+        g = repo / "golden" / d
+        return (np.load(g / (name + "_x.npy")), np.load(g / (name + "_codes.npy")), np.load(g / (name + "_scales.npy")))
+    cpu, cuda = "nvfp4:rule=nvfp4-torchao,nan=block-nan", "nvfp4:rule=nvfp4-torchao-cuda,nan=block-nan"
+    for name in ("normal", "logmag", "heavy"):
+        x, codes, scales = load("nvfp4-torchao", name)
+        assert cpu in qt.identify("quantizer", x, (codes, scales), elem="e2m1", block=16).matches, name
+        x, codes, scales = load("nvfp4-torchao-cuda", name)
+        assert cuda in qt.identify("quantizer", x, (codes, scales), elem="e2m1", block=16).matches, name
+    for name in ("cuda_scales", "cuda_codes"):
+        x, codes, scales = load("nvfp4-torchao-cuda", name)
+        found = qt.identify("quantizer", x, (codes, scales), elem="e2m1", block=16)
+        assert cuda in found.matches and cpu not in found.matches, (name, found.matches)

@@ -17,6 +17,7 @@
 #include "gpu_internal.h"
 #include "qmx/error.h"
 #include "qmx/gpu.h"
+#include "qmx/host_device.h"
 
 namespace qmx::gpu {
 namespace {
@@ -286,19 +287,21 @@ namespace {
 
 // The cuBLASLt mode that is `model` on this GPU for these operands: hopper-fp8 and hopper-fp8-fast with
 // per-tensor scales on a Hopper GPU, whose models were measured against cuBLASLt's own FP8 GEMM
-// (CublasModeModel; gpu/README.md), run here in one pass over K (numSplitsK = 1). The blockwise modes
-// (hopper-fp8 with 1x128 by 128x128 scales, hopper-fp8-vec) only with QMX_ENGINE_CUBLASLT=blockwise: an
-// fp8-blockwise training run through them on the H200 disagreed with the emulation kernels in its first
-// backward and reached NaN weights (gpu/README.md). None elsewhere, for shapes or formats cuBLASLt does not
-// take (CublasSupport), or with QMX_ENGINE_CUBLASLT=0.
+// (CublasModeModel; gpu/README.md), run here in one pass over K (numSplitsK = 1), and the blockwise modes
+// (hopper-fp8 with 1x128 by 128x128 scales, hopper-fp8-vec). QMX_ENGINE_CUBLASLT=tensorwise keeps the blockwise
+// ones on the emulation kernels, =0 every one; unset (or blockwise) takes cuBLASLt for both. None elsewhere,
+// or for shapes or formats cuBLASLt does not take (CublasSupport).
 std::optional<CublasMode> HopperLtMode(const GemmOperand& a, const GemmOperand& b, const AccumModel& model) {
   const char* env = std::getenv("QMX_ENGINE_CUBLASLT");
   const std::string use = env != nullptr ? env : "";
+  if (use != "" && use != "0" && use != "tensorwise" && use != "blockwise")
+    throw Error("QMX_ENGINE_CUBLASLT is 0 (the emulation kernels only), tensorwise (cuBLASLt for per-tensor "
+                "scales only) or blockwise (the default: per-tensor and blockwise), not '" + use + "'");
   if (use == "0") return std::nullopt;
   const DeviceInfo& d = Device();
   if (!d.available || d.major != 9) return std::nullopt;
   std::vector<CublasMode> modes = {CublasMode::kTensorwise, CublasMode::kTensorwiseFast};
-  if (use == "blockwise") modes.insert(modes.end(), {CublasMode::kBlockwise, CublasMode::kBlockwiseVec});
+  if (use != "tensorwise") modes.insert(modes.end(), {CublasMode::kBlockwise, CublasMode::kBlockwiseVec});
   for (CublasMode m : modes)
     if (CublasModeModel(m, d) == model.name && CublasSupport(m, a, b).empty()) return m;
   return std::nullopt;
@@ -382,6 +385,44 @@ std::vector<float> EngineGemm(const GemmOperand& a, const GemmOperand& b, const 
   return out;
 }
 
+namespace {
+
+// QMX_ENGINE_CHECK=1: a device GEMM's operands and output copied to the host and compared with qmx::Gemm of
+// the same operands, bit for bit; one line on stderr per GEMM that differs (the shape, the model, the kernel
+// and the first differing output), or per GEMM with QMX_ENGINE_CHECK=all. Slow (the CPU model runs each
+// product): for finding which GEMM of a model departs, not for training.
+void CheckOnHost(const DeviceGemmOperand& a, const DeviceGemmOperand& b, const AccumModel& model, const float* out,
+                 size_t m, size_t n, size_t k, const std::string& kernel, bool print_all, cudaStream_t stream) {
+  detail::Check(cudaStreamSynchronize(stream), "engine check");
+  const auto host = [](const DeviceGemmOperand& d) {
+    GemmOperand h = d.meta;
+    h.codes.resize(h.rows * h.cols);
+    detail::Check(cudaMemcpy(h.codes.data(), d.codes, h.codes.size(), cudaMemcpyDeviceToHost), "engine check copy");
+    if (h.block_rows != 0) {
+      h.scales.resize(h.scale_rows * h.scale_cols);
+      detail::Check(cudaMemcpy(h.scales.data(), d.scales, h.scales.size() * 4, cudaMemcpyDeviceToHost), "engine check copy");
+    }
+    return h;
+  };
+  const GemmOperand ha = host(a), hb = host(b);
+  std::vector<float> got(m * n);
+  detail::Check(cudaMemcpy(got.data(), out, got.size() * 4, cudaMemcpyDeviceToHost), "engine check copy");
+  const std::vector<float> want = Gemm(ha, hb, nullptr, model);
+  size_t differ = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (hd::F32Bits(got[i]) != hd::F32Bits(want[i]) && differ++ == 0) first = i;
+  if (differ == 0 && !print_all) return;
+  std::fprintf(stderr, "qmx engine check: %zu x %zu x %zu %s %s x %s (%s): %zu of %zu outputs differ from qmx::Gemm", m, n, k,
+               model.name.c_str(), ha.elem.name, hb.elem.name, kernel.c_str(), differ, got.size());
+  if (differ != 0)
+    std::fprintf(stderr, "; first (%zu, %zu): engine %08x (%.9g) cpu %08x (%.9g)", first / n, first % n,
+                 hd::F32Bits(got[first]), static_cast<double>(got[first]), hd::F32Bits(want[first]),
+                 static_cast<double>(want[first]));
+  std::fprintf(stderr, "\n");
+}
+
+}  // namespace
+
 void EngineGemmOnDevice(const DeviceGemmOperand& a, const DeviceGemmOperand& b, const AccumModel& model, float* out,
                         void* stream, EngineGemmStats* stats) {
   if (model.kind == AccumKind::kFused && model.fused.hmma_split)
@@ -402,8 +443,13 @@ void EngineGemmOnDevice(const DeviceGemmOperand& a, const DeviceGemmOperand& b, 
     const char* t = std::getenv("QMX_ENGINE_TRACE");
     return t != nullptr && *t != '\0' && std::string(t) != "0";
   }();
+  static const int check = [] {  // QMX_ENGINE_CHECK: 1 (print the GEMMs that differ), all (print every GEMM)
+    const char* t = std::getenv("QMX_ENGINE_CHECK");
+    if (t == nullptr || *t == '\0' || std::string(t) == "0") return 0;
+    return std::string(t) == "all" ? 2 : 1;
+  }();
   EngineGemmStats local;
-  EngineGemmStats* st = stats != nullptr ? stats : trace ? &local : nullptr;
+  EngineGemmStats* st = stats != nullptr ? stats : trace || check ? &local : nullptr;
   bool ran = false;
   if (const std::optional<CublasMode> mode = HopperLtMode(a.meta, b.meta, model))
     ran = RunHopperLt(a, b, *mode, plan.n, plan.k, out, stream, st);
@@ -413,6 +459,7 @@ void EngineGemmOnDevice(const DeviceGemmOperand& a, const DeviceGemmOperand& b, 
                  plan.n, plan.k, model.name.c_str(), a.meta.elem.name, b.meta.elem.name, st->kernel.c_str(),
                  st->kernel_seconds * 1e3, static_cast<unsigned long long>(st->fallback_steps),
                  static_cast<unsigned long long>(st->steps));
+  if (check) CheckOnHost(a, b, model, out, plan.m, plan.n, plan.k, st->kernel, check == 2, static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace qmx::gpu

@@ -238,10 +238,13 @@ void CublasLtMatmulOn(const GemmOperand& a, const GemmOperand& b, CublasMode mod
       for (size_t r = 0; r < m; ++r)
         for (size_t j = 0; j < kb; ++j) sa[j * m + r] = a.scales[r * a.scale_cols + j];  // outer (M) contiguous
       if (mode == CublasMode::kBlockwise) {
-        const size_t nb = n / 128;
-        sb.resize(nb * kb);
+        // K blocks contiguous, each N block's run padded to a multiple of 4 (what cuBLASLt reads: PyTorch's
+        // _scaled_mm pads them so). Unpadded, the N blocks past the first few read the wrong scales, or past
+        // the buffer, wherever K / 128 is not a multiple of 4 (found by QMX_ENGINE_CHECK at K = 256).
+        const size_t nb = n / 128, kb4 = (kb + 3) / 4 * 4;
+        sb.assign(nb * kb4, 0.0f);
         for (size_t j = 0; j < kb; ++j)
-          for (size_t c = 0; c < nb; ++c) sb[c * kb + j] = b.scales[j * b.scale_cols + c];  // K blocks contiguous
+          for (size_t c = 0; c < nb; ++c) sb[c * kb4 + j] = b.scales[j * b.scale_cols + c];
       } else {
         sb.resize(kb * n);
         for (size_t j = 0; j < kb; ++j)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The emulation engine's checks on a GPU machine without Debian's packages (gpu/README.md "The emulation
 # engine"), in one command: build qmx-sim, qmx_tests and the Python module against the machine's own
-# pybind11 (Debian's 2.10 predates NumPy 2), then the [gpu] tests, the CUDA Python tests and the CUDA bench.
+# pybind11 (Debian's 2.10 predates NumPy 2), then the [gpu] tests, `xval --engine --quick`, the CUDA Python tests and the CUDA bench.
 # Usage, from the repository root with build-deps/ carried: bash gpu/scripts/engine-check.sh [OUT_DIR]
 # Logs go to OUT_DIR (default build-gpu-logs/); the exit status is the first failing step's.
 # QMX_PIP=1: the Python steps import the package as `pip install .` builds it (setup.py, a fresh CMake tree
@@ -52,6 +52,7 @@ fi
 source build-deps/env.sh
 export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} QMX_CLI=$PWD/build-gpu/cli/qmx-sim PYTHONUNBUFFERED=1
 step gpu-tests build-gpu/tests/qmx_tests "[gpu]"
+step xval-engine build-gpu/cli/qmx-sim xval --no-golden --engine --quick --json "$out/xval-engine.json"
 step python python3 -m pytest -q -p no:cacheprovider -rs tests/python/test_cuda.py tests/python/test_torch.py \
   tests/python/test_torch_compile.py tests/python/test_quantize.py
 step bench python3 -m qmx.bench --device cuda --json "$out/bench.json"

@@ -137,9 +137,10 @@ void LaunchGemmF32Seq(const float* a, const float* bt, size_t m, size_t n, size_
 void LaunchColumnSums(const float* x, size_t m, size_t n, float* out, void* stream);
 // out (rows x cols) = fl32(code_table[code] * S) per element, S of the element's block (scale grid of
 // scale_cols columns, blocks block_rows x block_cols): scale_table[byte] for 1-byte scales, the FP32 scale for 4;
-// NaNs with the host's payloads (ue8m0: the NaN scale byte gives +NaN whatever the code).
+// NaNs with the host's payloads (ue8m0: the NaN scale byte gives +NaN whatever the code). ftz: an FP32 scale
+// and each result below 2^-126 become zeros of their sign (detail::FlushSubnormal; the table is flushed already).
 void LaunchDequantize(const uint8_t* codes, size_t rows, size_t cols, const uint8_t* scales, size_t block_rows,
-                      size_t block_cols, size_t scale_cols, int bytes, bool ue8m0, const float* code_table,
+                      size_t block_cols, size_t scale_cols, int bytes, bool ue8m0, bool ftz, const float* code_table,
                       const double* scale_table, float* out, void* stream);
 
 // Quartet's forward quantizer (qmx::QuestQuantize) on rows x cols FP32 values already in the Hadamard domain,

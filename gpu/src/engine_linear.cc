@@ -358,7 +358,8 @@ DeviceGemmOperand DeviceOperandFromQuantized(QuantizedTensor q, const uint8_t* c
 }
 
 void EngineDequantizeOnDevice(const QuantizedTensor& q, const uint8_t* codes, const uint8_t* raw_scales, float* out,
-                              void* stream) {
+                              void* stream, DequantOrder order, bool ftz) {
+  qmx::detail::CheckDequantOrder(q, order);
   if (q.spec.row_scaled) throw Error("engine: dequantizing row-scaled NVFP4 runs on the CPU (q.cpu().dequantize())");
   const size_t n = q.rows * q.cols;
   if (n == 0) return;
@@ -370,17 +371,20 @@ void EngineDequantizeOnDevice(const QuantizedTensor& q, const uint8_t* codes, co
   const ScaleFormat sf = ScaleFormatOf(q.spec.rule);
   if (q.scale_rows != (q.rows + be.rows - 1) / be.rows || q.scale_cols != (q.cols + be.cols - 1) / be.cols)
     throw Error("engine: the quantized tensor's scale grid does not match its shape and block");
-  // The tables of Dequantize (quantize.cc): each code's value, and each scale byte's decode scale in double.
+  // The tables of Dequantize (quantize.cc): each code's value, and each scale byte's decode scale in double
+  // (NVFP4's in the given order), flushed under ftz as DequantizeRows flushes it.
   const std::vector<float> code_table = qmx::detail::CodeTable(q.spec.elem);
   std::vector<double> scale_table(256, 0.0);
   for (unsigned b = 0; b < 256 && sf != ScaleFormat::kFp32; ++b)
-    scale_table[b] = sf == ScaleFormat::kUe8m0
-                         ? (b == 0xFF ? std::nan("") : std::ldexp(1.0, static_cast<int>(b) - 127))
-                         : static_cast<double>(Nvfp4DecodeScale(static_cast<uint8_t>(b), q.tensor_amax, q.spec.rule));
+    scale_table[b] = qmx::detail::FlushSubnormal(
+        sf == ScaleFormat::kUe8m0
+            ? (b == 0xFF ? std::nan("") : std::ldexp(1.0, static_cast<int>(b) - 127))
+            : static_cast<double>(Nvfp4DecodeScale(static_cast<uint8_t>(b), q.tensor_amax, q.spec.rule, order)),
+        ftz);
   DeviceBuffer<float> dcodes(code_table.data(), 256);
   DeviceBuffer<double> dscales(scale_table.data(), 256);
   detail::LaunchDequantize(codes, q.rows, q.cols, raw_scales, be.rows, be.cols, q.scale_cols,
-                           static_cast<int>(ScaleBytes(sf)), sf == ScaleFormat::kUe8m0, dcodes.get(), dscales.get(),
+                           static_cast<int>(ScaleBytes(sf)), sf == ScaleFormat::kUe8m0, ftz, dcodes.get(), dscales.get(),
                            out, cs);
   detail::Check(cudaStreamSynchronize(cs), "engine dequantization");  // before the tables are freed
 }

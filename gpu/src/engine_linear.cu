@@ -172,11 +172,17 @@ __device__ __forceinline__ float HostProductF32(double v, double s, bool scale_n
   return p != p ? __uint_as_float(0xFFC00000u) : static_cast<float>(p);
 }
 
+// FlushSubnormal of quantize_internal.h: below 2^-126 in magnitude, a zero of x's sign (NaN passes).
+__device__ __forceinline__ double FlushSubnormalDev(double x) {
+  return x != 0 && fabs(x) < 0x1p-126 ? copysign(0.0, x) : x;
+}
+
 // Dequantize of quantize.cc per element: f = fl32(value(code) * S) in double, S the block's decode scale
-// (1-byte scales: scale_table[byte]; FP32: the scale itself).
+// (1-byte scales: scale_table[byte], already flushed under ftz; FP32: the scale itself), and under ftz the
+// FP32 scale and the result flushed as DequantizeRows flushes them.
 __global__ void DequantizeKernel(const uint8_t* __restrict__ codes, size_t rows, size_t cols,
                                  const uint8_t* __restrict__ scales, size_t block_rows, size_t block_cols,
-                                 size_t scale_cols, int bytes, bool ue8m0, const float* __restrict__ code_table,
+                                 size_t scale_cols, int bytes, bool ue8m0, bool ftz, const float* __restrict__ code_table,
                                  const double* __restrict__ scale_table, float* __restrict__ out) {
   const size_t n = rows * cols;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
@@ -187,10 +193,12 @@ __global__ void DequantizeKernel(const uint8_t* __restrict__ codes, size_t rows,
       const uint32_t u = scales[4 * b] | (scales[4 * b + 1] << 8) | (scales[4 * b + 2] << 16) |
                          (static_cast<uint32_t>(scales[4 * b + 3]) << 24);
       s = static_cast<double>(__uint_as_float(u));
+      if (ftz) s = FlushSubnormalDev(s);
     } else {
       s = scale_table[scales[b]];
     }
-    out[i] = HostProductF32(static_cast<double>(code_table[codes[i]]), s, ue8m0);
+    const float f = HostProductF32(static_cast<double>(code_table[codes[i]]), s, ue8m0);
+    out[i] = ftz ? static_cast<float>(FlushSubnormalDev(f)) : f;
   }
 }
 
@@ -337,11 +345,11 @@ void LaunchColumnSums(const float* x, size_t m, size_t n, float* out, void* stre
 }
 
 void LaunchDequantize(const uint8_t* codes, size_t rows, size_t cols, const uint8_t* scales, size_t block_rows,
-                      size_t block_cols, size_t scale_cols, int bytes, bool ue8m0, const float* code_table,
+                      size_t block_cols, size_t scale_cols, int bytes, bool ue8m0, bool ftz, const float* code_table,
                       const double* scale_table, float* out, void* stream) {
   if (rows * cols == 0) return;
   DequantizeKernel<<<GridFor(rows * cols, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      codes, rows, cols, scales, block_rows, block_cols, scale_cols, bytes, ue8m0, code_table, scale_table, out);
+      codes, rows, cols, scales, block_rows, block_cols, scale_cols, bytes, ue8m0, ftz, code_table, scale_table, out);
   Check(cudaGetLastError(), "engine dequantization");
 }
 

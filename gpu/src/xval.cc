@@ -19,6 +19,7 @@
 #include "qmx/gpu.h"
 #include "qmx/host_device.h"
 #include "qmx/quantize.h"
+#include "qmx/recipe.h"
 #include "qmx/scaled_mm.h"
 
 namespace qmx::gpu {
@@ -823,6 +824,8 @@ void EngineConvertRows(const XvalOptions& opt, const std::function<void(XvalRow&
 // The engine's tensor quantizer against the CPU's Quantize: every recipe the engine runs, along rows and
 // columns, under RNE and SR, from FP32 and BF16, on a 257 x 600 tensor (--quick: 67 x 200) of rows at
 // powers of two across FP32's range with zero rows, NaN, Inf and a value near FP32's max: one row per recipe.
+// Each row also dequantizes the CPU's tensor on the device (every NVFP4 order, with and without
+// flush-to-zero: the rows near FP32's bottom have subnormal scales and results) against Dequantize.
 void EngineQuantizeRows(const XvalOptions& opt, const std::function<void(XvalRow&&)>& emit) {
   const size_t rows = opt.quick ? 67 : 257, cols = opt.quick ? 200 : 600;
   std::mt19937_64 g(opt.seed);
@@ -870,10 +873,88 @@ void EngineQuantizeRows(const XvalOptions& opt, const std::function<void(XvalRow
                                         " cpu " + Hex(want.scales[i], 2));
           if (hd::F32Bits(got.tensor_amax) != hd::F32Bits(want.tensor_amax) || got.line_amax != want.line_amax)
             Note(r, opt.max_show, what + ": the tensor or line amax differs");
+          if (s.row_scaled) continue;  // the engine refuses to dequantize it (the CPU does)
+          // The engine's dequantization of the CPU's tensor: every NVFP4 order, with and without flush-to-zero.
+          DeviceMemory codes(want.codes.size()), scales(want.scales.size() + 4), out(want.codes.size() * 4 + 4);
+          codes.Upload(want.codes.data(), want.codes.size());
+          scales.Upload(want.scales.data(), want.scales.size());
+          std::vector<DequantOrder> orders{DequantOrder::kByRule};
+          if (ScaleFormatOf(s.rule) == ScaleFormat::kE4m3)
+            orders = {DequantOrder::kByRule, DequantOrder::kTe, DequantOrder::kGlobalDiv, DequantOrder::kGlobalRecip};
+          for (DequantOrder order : orders)
+            for (bool ftz : {false, true}) {
+              std::vector<float> dw(want.codes.size()), dg(want.codes.size());
+              Dequantize(want, dw.data(), order, ftz);
+              EngineDequantizeOnDevice(want, static_cast<const uint8_t*>(codes.get()),
+                                       static_cast<const uint8_t*>(scales.get()), static_cast<float*>(out.get()), nullptr,
+                                       order, ftz);
+              out.Download(dg.data(), dg.size() * 4);
+              r.cases += dw.size();
+              for (size_t i = 0; i < dw.size(); ++i)
+                if (hd::F32Bits(dg[i]) != hd::F32Bits(dw[i]))
+                  Note(r, opt.max_show, what + " dequantize order=" + DequantOrderName(order) + (ftz ? " ftz" : "") +
+                                            " element " + std::to_string(i) + ": engine " + Hex(hd::F32Bits(dg[i]), 8) +
+                                            " cpu " + Hex(hd::F32Bits(dw[i]), 8));
+            }
         }
     r.seconds = Seconds(t0);
     emit(std::move(r));
   }
+}
+
+// The engine's linear layer against LinearForward / LinearBackward: every training recipe the engine runs
+// (and NVFP4 under TE's alpha), two steps each of Y, dX and dW on a 96 x 160 x 256 layer with outlier
+// channels (ragged 128 x 128 weight blocks): one row per recipe.
+void EngineLinearRows(const XvalOptions& opt, const std::function<void(XvalRow&&)>& emit) {
+  const size_t m = 96, n = 160, k = 256;
+  const LinearTensors t = GenerateLinearLayer(DefaultLayerGen(), opt.seed, m, n, k);
+  for (const std::string& name : TrainingRecipeNames())
+    for (const char* alpha : {"decode", "te"}) {
+      if (std::string(alpha) == "te" && name != "nvfp4") continue;
+      XvalRow r;
+      r.group = "engine";
+      r.op = "linear " + name + (std::string(alpha) == "te" ? " alpha=te" : "") + " (Y, dX, dW over 2 steps)";
+      if (!opt.only.empty() && r.op.find(opt.only) == std::string::npos) continue;
+      r.reference = "LinearForward / LinearBackward (CPU)";
+      const TrainingRecipe recipe = TrainingRecipeByName(name);
+      RecipeOptions ro;
+      ro.seed = opt.seed;
+      ro.prime_history = false;
+      ro.alpha = ParseAlphaRule(alpha);
+      if (const std::string why = EngineLinearSupport(recipe, ro); !why.empty()) r.skipped = why;
+      else if (!Device().available) r.skipped = Device().reason;
+      const auto t0 = std::chrono::steady_clock::now();
+      if (r.skipped.empty()) {
+        DeviceMemory x(m * k * 4), w(n * k * 4), dy(m * n * 4), y(m * n * 4), dx(m * k * 4), dw(n * k * 4);
+        x.Upload(t.x.data(), m * k * 4);
+        w.Upload(t.w.data(), n * k * 4);
+        dy.Upload(t.dy.data(), m * n * 4);
+        const auto f = [](const DeviceMemory& d) { return static_cast<float*>(d.get()); };
+        RecipeState cpu_state, gpu_state;
+        for (int step = 0; step < 2; ++step) {
+          LinearSaved cs, gs;
+          const std::vector<float> want_y = LinearForward(recipe, t.x.data(), t.w.data(), m, n, k, cpu_state, ro, cs);
+          EngineLinearForward(recipe, f(x), f(w), m, n, k, gpu_state, ro, gs, f(y), nullptr);
+          std::vector<float> want_dx(m * k), want_dw(n * k);
+          LinearBackward(recipe, t.x.data(), t.w.data(), t.dy.data(), cpu_state, ro, cs, want_dx.data(), want_dw.data());
+          EngineLinearBackward(recipe, f(x), f(w), f(dy), gpu_state, ro, gs, f(dx), f(dw), nullptr);
+          const std::pair<const char*, std::pair<const DeviceMemory*, const std::vector<float>*>> outs[] = {
+              {"Y", {&y, &want_y}}, {"dX", {&dx, &want_dx}}, {"dW", {&dw, &want_dw}}};
+          for (const auto& [what, pair] : outs) {
+            const std::vector<float>& want = *pair.second;
+            std::vector<float> got(want.size());
+            pair.first->Download(got.data(), got.size() * 4);
+            r.cases += want.size();
+            for (size_t i = 0; i < want.size(); ++i)
+              if (hd::F32Bits(got[i]) != hd::F32Bits(want[i]))
+                Note(r, opt.max_show, "step " + std::to_string(step) + " " + what + " element " + std::to_string(i) +
+                                          ": engine " + Hex(hd::F32Bits(got[i]), 8) + " cpu " + Hex(hd::F32Bits(want[i]), 8));
+          }
+        }
+      }
+      r.seconds = Seconds(t0);
+      emit(std::move(r));
+    }
 }
 
 }  // namespace
@@ -924,6 +1005,7 @@ std::vector<XvalRow> Xval(const XvalOptions& opt, const std::function<void(const
   if (opt.engine) {
     EngineConvertRows(opt, emit);
     EngineQuantizeRows(opt, emit);
+    EngineLinearRows(opt, emit);
     EngineRows(opt, emit);
   }
   return rows;

@@ -103,6 +103,33 @@ def test_cuda_tensor_quantizes_as_the_cpu(spec, kw):
 
 
 @needs_gpu
+@pytest.mark.parametrize("spec,kw", [("nvfp4", {}), ("nvfp4", {"rule": "nvfp4-torchao-cuda"}), ("mxfp8", {}),
+                                     ("mxfp4", {}), ("fp8-block1x128", {})])
+def test_cuda_dequantize_takes_every_order_and_flushes_as_the_cpu(spec, kw):
+    """Each NVFP4 order and flush-to-zero on the device, bit for bit as the CPU's dequantize; the inputs sit
+    near FP32's bottom, where the decode scales and results are subnormal, so ftz changes them."""
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(64, 256, generator=g) * 2.0 ** -130  # subnormal inputs: scales and results below 2^-126
+    x[0, :4] = torch.tensor([0.0, -0.0, float("nan"), 2.0 ** -149])
+    orders = ["rule", "te", "global-div", "global-recip"] if spec == "nvfp4" else ["rule"]
+    want_q = qmx.quantize(x, spec, **kw)
+    got_q = qmx.quantize(x.cuda(), spec, **kw)
+    for order in orders:
+        for ftz in (False, True):
+            want = qmx.dequantize(want_q, order=order, ftz=ftz)
+            got = qmx.dequantize(got_q, order=order, ftz=ftz)
+            assert got.is_cuda
+            np.testing.assert_array_equal(got.cpu().numpy().view(np.uint32), want.view(np.uint32),
+                                          err_msg=f"{spec} {kw} order={order} ftz={ftz}")
+        flushed = int((want_q.dequantize(order=order).view(np.uint32) !=
+                       want_q.dequantize(order=order, ftz=True).view(np.uint32)).sum())
+        assert flushed > 0, f"{order}: no element changed under ftz: the test does not reach the flush"
+    if spec != "nvfp4":
+        with pytest.raises(ValueError, match="order"):
+            got_q.dequantize(order="te")
+
+
+@needs_gpu
 def test_cuda_quantize_refuses_what_the_engine_does_not_run():
     x = torch.randn(4, 64, device="cuda")
     with pytest.raises(ValueError, match="delayed scaling"):

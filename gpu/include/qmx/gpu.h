@@ -212,10 +212,10 @@ QuantizedTensor EngineQuantizeOnDevice(const TensorView& x, const QuantSpec& spe
 DeviceGemmOperand DeviceOperandFromQuantized(QuantizedTensor q, const uint8_t* codes, const uint8_t* raw_scales,
                                              std::unique_ptr<DeviceMemory>& scales, void* stream);
 // qmx::Dequantize on the device, for a tensor EngineQuantizeOnDevice made (q its description; codes and
-// raw_scales its device buffers): out (rows x cols FP32, device memory) equal bit for bit, on `stream`, waited
-// for. Row-scaled NVFP4 is refused.
+// raw_scales its device buffers): out (rows x cols FP32, device memory) equal bit for bit to
+// Dequantize(q, out, order, ftz), on `stream`, waited for. Row-scaled NVFP4 is refused.
 void EngineDequantizeOnDevice(const QuantizedTensor& q, const uint8_t* codes, const uint8_t* raw_scales, float* out,
-                              void* stream);
+                              void* stream, DequantOrder order = DequantOrder::kByRule, bool ftz = false);
 // A training recipe's linear layer on the device (qmx::LinearForward and LinearBackward, qmx/recipe.h): X (m x
 // k), W (n x k), dY (m x n), Y, dX and dW FP32 row-major in device memory, on `stream`, waited for. Every
 // operand is made on the device as the CPU makes it (transposed copies, Hadamard transforms with the same

@@ -371,13 +371,14 @@ class CudaQuantizedTensor:
         return _qmx.assemble(self.codes.cpu().numpy(), self.scales.cpu().numpy(), json.dumps(self.spec),
                              self.tensor_amax, self.line_amax or None)
 
-    def dequantize(self):
+    def dequantize(self, order="rule", ftz=False):
         """The values (float32, the source's shape) on the same device, bit for bit as QuantizedTensor.dequantize
-        (row-scaled NVFP4: q.cpu().dequantize())."""
+        with the same order and ftz (row-scaled NVFP4: q.cpu().dequantize())."""
         import torch
         out = torch.empty(self.shape, dtype=torch.float32, device=self.device)
         with torch.cuda.device(self.device):
-            _qmx.dequantize_cuda(self._desc(), out.data_ptr(), torch.cuda.current_stream(self.device).cuda_stream)
+            _qmx.dequantize_cuda(self._desc(), out.data_ptr(), torch.cuda.current_stream(self.device).cuda_stream,
+                                 order, bool(ftz))
         return out
 
     def _desc(self):
@@ -429,10 +430,11 @@ def dequantize(q, scales=None, spec=None, tensor_amax=0.0, line_amax=None, order
     scale rule's own), "te" (Transformer Engine's kernel), "global-div" (torchao on the CPU, TE's JAX, vLLM),
     "global-recip" (torchao on CUDA); docs/numerics.md "Dequantization orders". ftz=True: as a kernel built
     with flush-to-zero (CUDA's -ftz=true or --use_fast_math) computes it: a decode scale or a result below
-    2^-126 in magnitude is read or written as a zero of its sign."""
-    if isinstance(q, QuantizedTensor):
+    2^-126 in magnitude is read or written as a zero of its sign. A CudaQuantizedTensor is dequantized on its
+    GPU into a CUDA tensor (the same bits)."""
+    if isinstance(q, (QuantizedTensor, CudaQuantizedTensor)):
         if scales is not None or spec is not None:
-            raise TypeError("dequantize(QuantizedTensor) takes no scales or spec")
+            raise TypeError("dequantize(%s) takes no scales or spec" % type(q).__name__)
         return q.dequantize(order=order, ftz=ftz)
     if scales is None or spec is None:
         raise TypeError("dequantize(codes, scales, spec): give the scales and the spec")

@@ -287,7 +287,7 @@ def main(argv=None):
     p.add_argument("--sizes", type=int, nargs="+", default=[4096], help="--device cuda: the layer's M = N = K")
     p.add_argument("--gemm-size", type=int, default=8192,
                    help="--device cuda: M = N = K of the GEMM models beside BF16 torch.matmul (0: skip them)")
-    p.add_argument("--recipes", nargs="+", default=["mxfp8", "nvfp4", "fp8-current"],
+    p.add_argument("--recipes", nargs="+", default=["mxfp8", "nvfp4", "quartet", "fp8-current"],
                    help="--device cuda: training recipes to time")
     p.add_argument("--no-torchao", dest="torchao", action="store_false",
                    help="--device cuda: leave out torchao's quantizers and fake-quant forward (by default timed "

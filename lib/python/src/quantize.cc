@@ -264,20 +264,23 @@ void BindQuantizeCuda(pyb::module_& m) {
         "qmx::gpu::EngineGemmOnDevice of two quantized CUDA tensors, each a dict of spec, rows, cols, tensor_amax,\n"
         "tensor_decode, line_amax and the device addresses codes and scales, into the M x N float32 device buffer\n"
         "out on CUDA stream `stream`; returns the kernel that ran and its step counts.");
-  m.def("dequantize_cuda", [](const pyb::dict& q, uintptr_t out, uintptr_t stream) {
+  m.def("dequantize_cuda", [](const pyb::dict& q, uintptr_t out, uintptr_t stream, const std::string& order_name,
+                              bool ftz) {
     const QuantizedTensor shell = CudaShell(q, "dequantize");
+    const DequantOrder order = ParseDequantOrder(order_name);
     const auto codes = reinterpret_cast<const uint8_t*>(q["codes"].cast<uintptr_t>());
     const auto scales = reinterpret_cast<const uint8_t*>(q["scales"].cast<uintptr_t>());
 #if defined(QMX_HAVE_CUDA)
     pyb::gil_scoped_release nogil;
-    gpu::EngineDequantizeOnDevice(shell, codes, scales, reinterpret_cast<float*>(out), reinterpret_cast<void*>(stream));
+    gpu::EngineDequantizeOnDevice(shell, codes, scales, reinterpret_cast<float*>(out), reinterpret_cast<void*>(stream),
+                                  order, ftz);
 #else
-    (void)shell, (void)codes, (void)scales, (void)out, (void)stream;
+    (void)shell, (void)order, (void)codes, (void)scales, (void)out, (void)stream, (void)ftz;
     throw Error(kNoCuda);
 #endif
-  }, pyb::arg("q"), pyb::arg("out"), pyb::arg("stream"),
+  }, pyb::arg("q"), pyb::arg("out"), pyb::arg("stream"), pyb::arg("order") = "rule", pyb::arg("ftz") = false,
         "qmx::gpu::EngineDequantizeOnDevice of a quantized CUDA tensor (gemm_cuda's dict) into the float32 device\n"
-        "buffer out (rows x cols) on CUDA stream `stream`.");
+        "buffer out (rows x cols) on CUDA stream `stream`, NVFP4's scales met in `order`, flushed under ftz.");
 }
 
 // The quantizers and what goes with them (statistics, amax, QuEST, reassembly).

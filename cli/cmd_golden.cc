@@ -36,6 +36,7 @@ struct GenArgs {
   std::string shard, shard_dir;  // --shard I/N into --shard-dir (job arrays; qmx-sim merge)
   std::string layout = "text";
   uint64_t min_per_class = 0;
+  std::vector<std::string> units;  // --unit: a design's own dot-product units (GenOptions::units)
   bool quiet = false;
 };
 
@@ -55,7 +56,7 @@ bool GoldenShardDone(const std::filesystem::path& record, const golden::GenOptio
     golden::GenOptions p;
     const std::vector<golden::ManifestEntry> entries = golden::PartFromJson(*text, p);
     if (p.suites != o.suites || p.level != o.level || p.seed != o.seed || p.exhaustive != o.exhaustive ||
-        p.min_per_class != o.min_per_class || p.part != o.part || p.parts != o.parts)
+        p.min_per_class != o.min_per_class || p.units != o.units || p.part != o.part || p.parts != o.parts)
       return false;
     for (const golden::ManifestEntry& e : entries)
       if (Sha256Hex(ReadText((std::filesystem::path(out) / e.path).string())) != e.sha256) return false;
@@ -72,10 +73,12 @@ void RunGen(const GenArgs& a) {
   o.seed = a.seed;
   o.exhaustive = a.exhaustive;
   o.min_per_class = a.min_per_class;
+  o.units = a.units;
   if (a.layout != "text" && a.layout != "memh") throw Error("--layout is text or memh, not '" + a.layout + "'");
   o.memh = a.layout == "memh";
   // Before anything is written: a gemm suite without its measured data would be a partial set.
-  o.hopper_dir = golden::ResolveHopperDir(a.suites, a.hopper_dir);
+  const bool units_only = !o.units.empty() && o.suites == std::vector<std::string>{"all"};
+  o.hopper_dir = golden::ResolveHopperDir(units_only ? std::vector<std::string>{"unit"} : a.suites, a.hopper_dir);
   const WorkPart wp = ResolveWorkPart("golden gen", a.shard, a.shard_dir, "files");
   const Shard& shard = wp.shard;
   const Ranks& ranks = CurrentRanks();
@@ -343,6 +346,11 @@ void AddGoldenCommand(CLI::App& app) {
   g->add_option("--min-per-class", gen.min_per_class,
                  "conversion files: add cases until each coverage class (golden coverage) holds N, where N distinct "
                  "inputs exist");
+  g->add_option("--unit", gen.units,
+                "a dot-product / MMA unit of your design: \"name=N a=FMT b=FMT k=K model=M [scale=S block=B]\" "
+                "(M any accumulation model, fused:... included): writes unit/N.txt; repeatable; alone, only those files")
+      ->take_all()
+      ->allow_extra_args(false);
   g->add_flag("--quiet", gen.quiet, "print only the summary");
   g->callback([] { RunGen(gen); });
 

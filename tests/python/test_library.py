@@ -179,6 +179,26 @@ def test_golden_arrays_drive_a_model_as_a_bench_would():
     assert g["a"].shape[1] == 256 and not g["sa_present"].any() and g["d"].dtype == np.uint32
 
 
+def test_golden_units_drive_qmx_gemm(tmp_path):
+    """A design's own unit (generate(units=...)): its file's cases through qmx.gemm under the unit's model
+    give the file's outputs, as a cocotb bench would check its unit against them; bad units are refused
+    before anything is written."""
+    model = "fused:step=16,F=18,term=rz,out=rne,bits=11"
+    entries = qmx.golden.generate(tmp_path / "u", units=["name=mine a=e5m2 b=e4m3 k=32 model=" + model])
+    assert [e["path"] for e in entries] == ["unit/mine.txt"]
+    header, a = qmx.golden.arrays(tmp_path / "u" / "unit" / "mine.txt")
+    assert header["unit"] == "mine" and header["model"] == model and a["a"].shape[1] == 32
+    assert a["a"].shape[0] > 40
+    for i in range(a["a"].shape[0]):
+        c = a["c"][i:i + 1].view(np.float32).reshape(1, 1) if a["c_present"][i] else None
+        d = qmx.gemm(a["a"][i:i + 1].astype(np.uint8), a["b"][i].astype(np.uint8).reshape(32, 1), model, c=c,
+                     a_format="e5m2", b_format="e4m3")
+        assert d.view(np.uint32)[0, 0] == a["d"][i], i
+    with pytest.raises(ValueError, match="unknown key 'colour'"):
+        qmx.golden.generate(tmp_path / "bad", units="name=x a=e4m3 b=e4m3 k=32 model=exact colour=red")
+    assert not (tmp_path / "bad").exists()
+
+
 def test_golden_generate_checks_the_hopper_data_before_writing(tmp_path):
     with pytest.raises(ValueError, match="cases.json not found"):
         qmx.golden.generate(tmp_path / "g", suites=["gemm"], hopper_dir=tmp_path / "nowhere")

@@ -51,6 +51,11 @@ struct GenOptions {
   // extremes and NaN payloads) have that many distinct inputs in the class; 0: none added. Recorded in the
   // manifest when nonzero.
   uint64_t min_per_class = 0;
+  // A design's own dot-product / MMA units, each "name=N a=FMT b=FMT k=K model=M [scale=S block=B]" (any
+  // accumulation model, `fused:` strings included): the unit suite writes unit/N.txt for each (op=dot: the
+  // alignment-shift cases of the model's F, then the gemm suite's adversarial and random cases). With units
+  // and suites {"all"} only the unit suite is written; name other suites to write them too.
+  std::vector<std::string> units{};
 };
 
 struct ManifestEntry {

@@ -11,20 +11,24 @@ def suites():
 
 
 def generate(out_dir, suites=("all",), level=1, seed=1, exhaustive=False, hopper_dir=None, layout="text",
-             min_per_class=0):
+             min_per_class=0, units=()):
     """Writes out_dir/SUITE/*.txt and out_dir/manifest.json (the same bytes as `qmx-sim golden gen`;
     layout="memh" also writes each file's $readmemh image, NAME.memh, beside it);
     returns the manifest entries. hopper_dir: the GEMM outputs measured on a Hopper GPU (cases.json);
     None finds golden/gemm-hopper in the working directory, the source tree or the installed data, and
     raises ValueError before writing anything when the suites include gemm and none holds it; ""
     leaves those files out. min_per_class=N adds conversion cases until each coverage class holds N
-    (`golden gen --min-per-class`)."""
+    (`golden gen --min-per-class`). units: a design's own dot-product units, each "name=N a=FMT b=FMT k=K
+    model=M [scale=S block=B]" (`golden gen --unit`): unit/N.txt each; with suites ("all",) only those."""
+    units = [units] if isinstance(units, str) else list(units)
+    only_units = bool(units) and list(suites) == ["all"]
     if hopper_dir != "":  # checked (or found) before anything is written
-        hopper_dir = _qmx.golden_hopper_dir(list(suites), "" if hopper_dir is None else str(hopper_dir))
+        hopper_dir = _qmx.golden_hopper_dir(["unit"] if only_units else list(suites),
+                                            "" if hopper_dir is None else str(hopper_dir))
     if layout not in ("text", "memh"):
         raise ValueError("layout is text or memh, not %r" % (layout,))
     return _qmx.golden_generate(str(out_dir), list(suites), level, seed, exhaustive, str(hopper_dir), layout == "memh",
-                                int(min_per_class))
+                                int(min_per_class), units)
 
 
 def read_memh(path):

@@ -153,10 +153,11 @@ void BindGolden(pyb::module_& m) {
   m.def("golden_hopper_dir", &golden::ResolveHopperDir, pyb::arg("suites"), pyb::arg("given") = "");
   m.def("golden_generate", [](const std::string& out, const std::vector<std::string>& suites, int level,
                               uint64_t seed, bool exhaustive, const std::string& hopper_dir, bool memh,
-                              uint64_t min_per_class) {
+                              uint64_t min_per_class, const std::vector<std::string>& units) {
     golden::GenOptions o;
     o.memh = memh;
     o.min_per_class = min_per_class;
+    o.units = units;
     o.suites = suites;
     o.level = level;
     o.seed = seed;
@@ -179,7 +180,8 @@ void BindGolden(pyb::module_& m) {
     }
     return l;
   }, pyb::arg("out"), pyb::arg("suites"), pyb::arg("level"), pyb::arg("seed"), pyb::arg("exhaustive"),
-        pyb::arg("hopper_dir"), pyb::arg("memh") = false, pyb::arg("min_per_class") = 0);
+        pyb::arg("hopper_dir"), pyb::arg("memh") = false, pyb::arg("min_per_class") = 0,
+        pyb::arg("units") = std::vector<std::string>{});
   m.def("golden_memh_fields", [](const std::string& text) { return golden::MemhFields(text); }, pyb::arg("text"),
         "The hex fields of each case of a $readmemh image written by golden gen --layout memh.");
   m.def("golden_verify", [](const std::string& dir, const std::string& backend, uint64_t max_errors,

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "golden/golden_gen.h"
 #include "golden/golden_internal.h"
 #include "json_int.h"
 #include "qmx/error.h"
@@ -185,6 +186,11 @@ namespace {
 // The options' suites, resolved and sorted (Generate's order).
 std::vector<std::string> ResolveSuites(const GenOptions& opt) {
   std::vector<std::string> suites;
+  if (!opt.units.empty()) {
+    detail::ParseUnits(opt.units);  // every entry checked before anything is written
+    suites.push_back("unit");
+    if (opt.suites == std::vector<std::string>{"all"}) return suites;
+  }
   for (const auto& s : opt.suites) {
     if (s == "all") {
       for (const auto& info : Suites()) suites.push_back(info.name);
@@ -343,6 +349,7 @@ void WriteManifest(const GenOptions& opt, std::vector<ManifestEntry> entries, co
   j["seed"] = opt.seed;
   j["exhaustive"] = opt.exhaustive;
   if (opt.min_per_class != 0) j["min_per_class"] = opt.min_per_class;
+  if (!opt.units.empty()) j["units"] = opt.units;
   j["suites"] = ResolveSuites(opt);
   j["files"] = nlohmann::ordered_json::array();
   for (const auto& e : entries) j["files"].push_back(EntryJson(e));
@@ -357,6 +364,7 @@ std::string PartToJson(const GenOptions& opt, const std::vector<ManifestEntry>& 
   j["seed"] = opt.seed;
   j["exhaustive"] = opt.exhaustive;
   if (opt.min_per_class != 0) j["min_per_class"] = opt.min_per_class;
+  if (!opt.units.empty()) j["units"] = opt.units;
   j["part"] = opt.part;
   j["parts"] = opt.parts;
   j["files"] = nlohmann::ordered_json::array();
@@ -378,6 +386,7 @@ std::vector<ManifestEntry> PartFromJson(const std::string& text, GenOptions& opt
     opt.seed = qmx::detail::JsonInteger<uint64_t>(j.at("seed"), what + " seed");
     opt.exhaustive = j.at("exhaustive").get<bool>();
     opt.min_per_class = j.contains("min_per_class") ? j.at("min_per_class").get<uint64_t>() : 0;
+    opt.units = j.contains("units") ? j.at("units").get<std::vector<std::string>>() : std::vector<std::string>{};
     opt.part = qmx::detail::JsonInteger<uint64_t>(j.at("part"), what + " part");
     opt.parts = qmx::detail::JsonInteger<uint64_t>(j.at("parts"), what + " parts");
     std::vector<ManifestEntry> out;

@@ -174,6 +174,7 @@ void GenerateSuite(const std::string& suite, const GenOptions& opt, const std::f
   if (suite == "nvfp4-block") return GenNvfp4Block(opt, emit);
   if (suite == "sr") return GenSr(opt, emit);
   if (suite == "gemm") return GenGemm(opt, emit);
+  if (suite == "unit") return GenUnits(opt, emit);
   throw Error("unknown suite '" + suite + "'");
 }
 

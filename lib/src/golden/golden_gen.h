@@ -68,5 +68,16 @@ void GenMxBlock(const GenOptions& opt, const std::function<void(PlannedFile&&)>&
 void GenNvfp4Block(const GenOptions& opt, const std::function<void(PlannedFile&&)>& emit);
 void GenSr(const GenOptions& opt, const std::function<void(PlannedFile&&)>& emit);
 void GenGemm(const GenOptions& opt, const std::function<void(PlannedFile&&)>& emit);
+// The unit suite: a file per GenOptions::units entry, unit/NAME.txt (op=dot under the unit's own model).
+void GenUnits(const GenOptions& opt, const std::function<void(PlannedFile&&)>& emit);
+
+// One GenOptions::units entry: "name=N a=FMT b=FMT k=K model=M [scale=ue8m0|e4m3|fp32 block=B]".
+struct UnitSpec {
+  std::string name, a, b, model, scale;
+  size_t k = 0, block = 0;
+};
+// Parses and checks every entry (formats, model, k, block, file-safe and distinct names): qmx::Error
+// naming the entry and the problem.
+std::vector<UnitSpec> ParseUnits(const std::vector<std::string>& texts);
 
 }  // namespace qmx::golden::detail

@@ -7,12 +7,17 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
+#include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/format.h"
+#include "qmx/gemm.h"
 #include "qmx/io.h"
+#include "qmx/round.h"
 
 namespace qmx::golden::detail {
 namespace {
@@ -212,7 +217,157 @@ void GenHopperObserved(const GenOptions& opt, const std::function<void(PlannedFi
   }
 }
 
+// ------------------------------------------------------------------ a unit's own parameters
+
+// Each alignment shift a step can take: a largest product and a second one d binades below it (d = 0 ..
+// F + 3, where the element formats reach), the second with either sign (cancellation at d = 0), one pair of
+// each; then a C d binades above and below the largest product, its significand odd in its last bit. Scales
+// are 1. F is the model's (fused), else 24.
+std::vector<Fields> AlignmentCases(const DotConfig& cfg, const AccumModel& model, CaseRng& rng) {
+  const Format& fa = GetFormat(cfg.a);
+  const Format& fb = GetFormat(cfg.b);
+  const int f_bits = model.kind == AccumKind::kFused ? model.fused.frac_bits : 24;
+  // The nonzero finite products of the two formats' codes, by the binade of the product.
+  std::map<int, std::vector<std::pair<uint8_t, uint8_t>>> by_exp;
+  for (uint32_t ca = 0; ca <= fa.CodeMask(); ++ca)
+    for (uint32_t cb = 0; cb <= fb.CodeMask(); ++cb) {
+      const double va = DecodeToDouble(fa, ca), vb = DecodeToDouble(fb, cb);
+      if (!std::isfinite(va) || !std::isfinite(vb) || va <= 0 || vb <= 0) continue;  // positive: the signs are set below
+      by_exp[std::ilogb(va * vb)].emplace_back(static_cast<uint8_t>(ca), static_cast<uint8_t>(cb));
+    }
+  std::vector<Fields> out;
+  if (by_exp.empty()) return out;
+  const auto pick = [&](int e) {
+    const auto& v = by_exp.at(e);
+    return v[rng.Below(v.size())];
+  };
+  const size_t nscales = cfg.scale == "none" ? 0 : cfg.k / cfg.block;
+  std::string one;
+  for (size_t i = 0; i < nscales; ++i)
+    one += cfg.scale == "ue8m0" ? Hex(127, 2) : cfg.scale == "e4m3" ? Hex(0x38, 2) : Hex(F32Bits(1.0f), 8);
+  if (nscales == 0) one = "-";
+  const int top = by_exp.rbegin()->first;
+  const auto [ta, tb] = pick(top);
+  const uint8_t sign_a = static_cast<uint8_t>(1u << (fa.Bits() - 1));
+  for (int d = 0; d <= f_bits + 3; ++d) {
+    if (!by_exp.count(top - d) || cfg.k < 2) continue;
+    const auto [sa, sb] = pick(top - d);
+    std::vector<uint8_t> a(cfg.k, 0), b(cfg.k, 0);
+    a[0] = ta, b[0] = tb;
+    a[1] = sa, b[1] = sb;
+    out.push_back({CodesHex(a), CodesHex(b), one, one, "-"});
+    a[1] = static_cast<uint8_t>(sa | sign_a);
+    out.push_back({CodesHex(a), CodesHex(b), one, one, "-"});
+  }
+  for (int d = -(f_bits + 3); d <= f_bits + 3; ++d) {
+    std::vector<uint8_t> a(cfg.k, 0), b(cfg.k, 0);
+    a[0] = ta, b[0] = tb;
+    const float c = std::ldexp(1.0f + std::ldexp(static_cast<float>(2 * rng.Below(1u << 10) + 1), -11), top + d);
+    if (!std::isfinite(c) || c == 0) continue;
+    out.push_back({CodesHex(a), CodesHex(b), one, one, Hex(F32Bits(rng.Below(2) ? -c : c), 8)});
+  }
+  return out;
+}
+
 }  // namespace
+
+std::vector<UnitSpec> ParseUnits(const std::vector<std::string>& texts) {
+  std::vector<UnitSpec> units;
+  std::set<std::string> names;
+  for (const std::string& text : texts) {
+    const std::string what = "--unit '" + text + "'";
+    std::map<std::string, std::string> kv;
+    std::istringstream in(text);
+    std::string tok;
+    while (in >> tok) {
+      const size_t eq = tok.find('=');
+      if (eq == std::string::npos || eq == 0)
+        throw Error(what + ": each part is KEY=VALUE, not '" + tok + "' (keys: name a b k model scale block)");
+      const std::string key = tok.substr(0, eq);
+      if (key != "name" && key != "a" && key != "b" && key != "k" && key != "model" && key != "scale" && key != "block")
+        throw Error(what + ": unknown key '" + key + "' (keys: name a b k model scale block)");
+      if (!kv.emplace(key, tok.substr(eq + 1)).second) throw Error(what + ": '" + key + "' is given twice");
+    }
+    for (const char* key : {"name", "a", "b", "k", "model"})
+      if (!kv.count(key)) throw Error(what + ": '" + key + "' is missing (name a b k model, and scale block for block scales)");
+    UnitSpec u;
+    u.name = kv["name"];
+    if (u.name.empty() || u.name.size() > 64 || u.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != std::string::npos || u.name[0] == '.')
+      throw Error(what + ": name must be 1..64 of letters, digits, '.', '_' and '-' (a file name), not '" + u.name + "'");
+    if (!names.insert(u.name).second) throw Error(what + ": a unit named '" + u.name + "' is given twice");
+    for (const char* key : {"a", "b"}) {
+      const Format& f = GetFormat(kv[key]);  // throws naming the format
+      if (f.Bits() > 8)
+        throw Error(what + ": " + key + "=" + kv[key] + " is not an element format of 8 bits or fewer");
+    }
+    u.a = kv["a"];
+    u.b = kv["b"];
+    const std::string& ks = kv["k"];
+    if (ks.empty() || ks.size() > 7 || ks.find_first_not_of("0123456789") != std::string::npos || std::stoul(ks) < 1 ||
+        std::stoul(ks) > (1u << 20))
+      throw Error(what + ": k must be 1..1048576, not '" + ks + "'");
+    u.k = std::stoul(ks);
+    u.model = kv["model"];
+    AccumModelByName(u.model);  // throws naming the problem
+    u.scale = kv.count("scale") ? kv["scale"] : "none";
+    if (u.scale != "none" && u.scale != "ue8m0" && u.scale != "e4m3" && u.scale != "fp32")
+      throw Error(what + ": scale must be none, ue8m0, e4m3 or fp32, not '" + u.scale + "'");
+    if (u.scale == "none") {
+      if (kv.count("block")) throw Error(what + ": block is the block scales' length; scale=none has none");
+    } else {
+      const std::string bs = kv.count("block") ? kv["block"] : "";
+      if (bs.empty() || bs.size() > 7 || bs.find_first_not_of("0123456789") != std::string::npos || std::stoul(bs) < 1 ||
+          u.k % std::stoul(bs) != 0)
+        throw Error(what + ": block must be a length that divides k=" + std::to_string(u.k) + ", not '" + bs + "'");
+      u.block = std::stoul(bs);
+    }
+    // The model with these operands (block scales where it applies them, K against its step): one zero
+    // dot product, so an unfit combination fails here, before any file is written.
+    try {
+      const std::vector<uint8_t> zeros(u.k, 0);
+      GemmOperand a = OperandFromCodes(GetFormat(u.a), 1, u.k, zeros.data());
+      GemmOperand b = OperandFromCodes(GetFormat(u.b), u.k, 1, zeros.data());
+      if (u.scale != "none") {
+        const ScaleFormat sf = ParseScaleFormat(u.scale);
+        const std::vector<uint32_t> one(u.k / u.block, sf == ScaleFormat::kUe8m0 ? 127u : sf == ScaleFormat::kE4m3 ? 0x38u : F32Bits(1.0f));
+        SetBlockScales(a, sf, 1, u.block, one.data());
+        SetBlockScales(b, sf, u.block, 1, one.data());
+      }
+      GemmRef(a, b, nullptr, AccumModelByName(u.model));
+    } catch (const Error& e) {
+      throw Error(what + ": " + e.what());
+    }
+    units.push_back(u);
+  }
+  return units;
+}
+
+void GenUnits(const GenOptions& opt, const std::function<void(PlannedFile&&)>& emit) {
+  for (const UnitSpec& u : ParseUnits(opt.units)) {
+    const DotConfig cfg{u.name, u.a, u.b, u.scale, u.k, u.block, {u.model}};
+    const AccumModel model = AccumModelByName(u.model);
+    CaseRng rng(opt.seed, "unit/" + u.name);
+    std::vector<Fields> cases = AlignmentCases(cfg, model, rng);
+    for (Fields& f : DotCases(cfg, opt.level, rng)) cases.push_back(std::move(f));
+    if (model.kind == AccumKind::kFused && model.fused.acc_fp16)  // C holds FP16 values: each C rounded to FP16
+      for (Fields& f : cases) {
+        if (f[4] == "-") continue;
+        CastOptions o;
+        o.saturation = Saturation::kSatFinite;
+        const uint16_t h = static_cast<uint16_t>(ConvertF32(F32FromBits(static_cast<uint32_t>(std::stoull(f[4], nullptr, 16))), fmt::kFP16, o));
+        f[4] = Hex(F32Bits(SourceValueF32(DType::kF16, &h, 0)), 8);
+      }
+    PlannedFile f;
+    f.path = "unit/" + u.name + ".txt";
+    f.header.op = "dot";
+    f.header.Set("a", u.a).Set("b", u.b).Set("k", std::to_string(u.k)).Set("scale", u.scale);
+    if (u.scale != "none") f.header.Set("block", std::to_string(u.block));
+    f.header.Set("model", u.model).Set("unit", u.name);
+    f.header.Set("level", std::to_string(opt.level)).Set("seed", std::to_string(opt.seed));
+    f.inputs = std::move(cases);
+    emit(std::move(f));
+  }
+}
 
 void GenGemm(const GenOptions& opt, const std::function<void(PlannedFile&&)>& emit) {
   const std::vector<DotConfig> configs = {

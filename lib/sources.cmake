@@ -9,7 +9,7 @@ set(QMX_LIB_SOURCE_LIST
     src/rng/distributions.cc
     src/scale/scale.cc src/scale/scale_ref.cc
     src/quantize/quantize.cc src/quantize/quantize_ref.cc src/quantize/quantize_pack.cc
-    src/quantize/quantize_spec.cc src/quantize/spec_io.cc src/quantize/mx.cc src/quantize/mx_ref.cc
+    src/quantize/quantize_spec.cc src/quantize/spec_io.cc src/quantize/mx.cc src/quantize/mx_ref.cc src/quantize/bfp.cc
     src/quantize/amax_simd.cc
     src/quantize/mx_simd.cc
     src/quantize/nvfp4_strip_simd.cc

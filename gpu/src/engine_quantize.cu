@@ -502,6 +502,7 @@ void LineAmax(DType t, const Format& sf, const void* src, uint64_t lines, uint64
 std::string EngineQuantizeSupport(const QuantSpec& spec) {
   if (spec.delayed) return "delayed scaling (fp8-delayed) keeps its state on the host";
   if (IsNvfp4FourOverSix(spec.rule)) return std::string("the rule '") + ScaleRuleName(spec.rule) + "' is not on the engine yet";
+  if (spec.rule == ScaleRule::kBfp) return "Tenstorrent's bfp blocks run on the CPU (qmx::Quantize), not on the engine yet";
   return "";
 }
 

@@ -9,7 +9,7 @@ import qmx
 from conftest import assert_bits_equal
 
 SPECS = ["mxfp8", "mxfp8-ocp", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4", "mxint8", "nvfp4", "nvfp4-2d",
-         "fp8-tensor-current", "fp8-rowwise", "fp8-block1x128", "fp8-block128x128"]
+         "fp8-tensor-current", "fp8-rowwise", "fp8-block1x128", "fp8-block128x128", "bfp8_b", "bfp4_b", "bfp2_b"]
 # (spec, overrides as the CLI spells them, the same for Python)
 VARIANTS = [
     ("mxfp8", ["--profile", "torchao-rceil"], {"profile": "torchao-rceil"}),
@@ -19,7 +19,48 @@ VARIANTS = [
     ("nvfp4", ["--scale-rule", "nvfp4-div", "--axis", "col"], {"rule": "nvfp4-div", "axis": "col"}),
     ("fp8-block1x128", ["--elem", "e5m2", "--margin", "1"], {"elem": "e5m2", "margin": 1}),
     ("mxfp8", ["--block", "32x32", "--nan-policy", "scale-nan"], {"block": "32x32", "nan_policy": "scale-nan"}),
+    ("bfp4_b", ["--round", "rz", "--axis", "col"], {"rounding": "rz", "axis": "col"}),
 ]
+
+
+def _bfp_oracle(x, w, truncate=False):
+    """tt-metal's vectorised BFP packer on rows of 16 (NumPy): the largest exponent field, the truncating
+    shift, "add half minus one plus the kept bit" for ties to even, the clamp, no sign on a zero."""
+    b = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).reshape(-1, 16).astype(np.int64)
+    exp = (b >> 23) & 0xFF
+    shared = exp.max(axis=1, keepdims=True)
+    sig = (b & 0x7FFFFF) | 0x800000
+    diff = shared - exp
+    m = np.where(diff >= 32, 0, sig >> np.minimum(diff, 31))
+    s = 24 - w
+    m = (m >> s) if truncate else (m + (1 << (s - 1)) - 1 + ((m >> s) & 1)) >> s
+    m = np.where(exp != 0, np.minimum(m, (1 << w) - 1), 0)
+    return np.where(m != 0, m | ((b >> 31) << w), 0).astype(np.uint8).reshape(x.shape), shared.reshape(-1)
+
+
+@pytest.mark.parametrize("spec,w", [("bfp8_b", 7), ("bfp4_b", 3), ("bfp2_b", 1)])
+def test_bfp_equals_tt_metal_packer(spec, w):
+    rng = np.random.default_rng(w)
+    x = (rng.standard_normal((512, 64)) * np.exp2(rng.integers(-20, 20, (512, 64)))).astype(np.float32)
+    x[::7] = rng.integers(0, 2 ** 32, (x[::7].size,), dtype=np.uint64).astype(np.uint32).view(np.float32).reshape(x[::7].shape)
+    for truncate in (False, True):
+        q = qmx.quantize(x, spec, rounding="rz" if truncate else "rne")
+        codes, shared = _bfp_oracle(x, w, truncate)
+        np.testing.assert_array_equal(q.codes, codes)
+        np.testing.assert_array_equal(q.scales.reshape(-1), shared.astype(np.uint8))
+    # Dequantized: m * 2^(E - 127 - (w - 1)) where that is an FP32 normal or zero (blocks without Inf or NaN).
+    x = (rng.standard_normal((512, 64)) * np.exp2(rng.integers(-120, 120, (512, 1)))).astype(np.float32)
+    q = qmx.quantize(x, spec)
+    d = q.dequantize()
+    m = (q.codes & ((1 << w) - 1)).astype(np.float64)
+    sign = np.where(q.codes >> w, -1.0, 1.0)
+    e = np.repeat(q.scales.reshape(-1).astype(np.int64), 16).reshape(x.shape)
+    want = sign * m * np.exp2(e - 127 - (w - 1))
+    ok = (e < 255) & ((np.abs(want) >= 2.0 ** -126) | (m == 0))
+    assert ok.sum() > x.size // 2
+    np.testing.assert_array_equal(d[ok], want[ok].astype(np.float32))
+    with pytest.raises(ValueError, match="rne .its default. or rz"):
+        qmx.quantize(x, spec, rounding="sr")
 
 
 def tensor(rows=256, cols=512, seed=0):

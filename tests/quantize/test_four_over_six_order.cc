@@ -47,7 +47,7 @@ Candidate Make(const float* x, float s_enc, float tensor_amax, float scale_input
 }
 
 // A candidate's error under `order`, each order's sum written out.
-float Error(const Candidate& k, const float* x, bool mse, ErrorOrder order) {
+float CandidateError(const Candidate& k, const float* x, bool mse, ErrorOrder order) {
   float t[16], d[16];
   for (int i = 0; i < 16; ++i) {
     d[i] = k.c[i] - x[i];
@@ -84,7 +84,7 @@ Pick Reference(const float* x, float tensor_amax, bool mse, ErrorOrder order) {
   if (tensor_amax == 0.0f || s_enc == 0.0f) s_enc = 1.0f;
   const float base = (amax / 6.0f) * s_enc;
   const Candidate four = Make(x, s_enc, tensor_amax, base * 1.5f), six = Make(x, s_enc, tensor_amax, base);
-  const bool pick4 = Error(four, x, mse, order) < Error(six, x, mse, order);  // a tie keeps six
+  const bool pick4 = CandidateError(four, x, mse, order) < CandidateError(six, x, mse, order);  // a tie keeps six
   const Candidate& k = pick4 ? four : six;
   Pick p{k.byte, {}, pick4};
   for (int i = 0; i < 16; ++i) p.code[i] = k.code[i];

@@ -92,7 +92,9 @@ TEST_CASE("quantize: quantize equals the reference for every recipe, axis, sourc
           QuantSpec spec = QuantSpecByName(name);
           spec.axis = axis;
           spec.seed = 99;
-          if (variant == 1) spec.cast.rounding = Rounding::kSrA;
+          const bool bfp = spec.rule == ScaleRule::kBfp;  // tt-metal's packer: rne or rz, no NaN policy
+          if (variant == 1) spec.cast.rounding = bfp ? Rounding::kRz : Rounding::kSrA;
+          if (variant == 2 && bfp) continue;
           if (variant == 2) spec.nan = IsPow2Rule(spec.rule) ? NanPolicy::kTe : NanPolicy::kIgnoreNan;
           for (DType t : {DType::kF32, DType::kBF16}) {
             const TensorView x{t, t == DType::kF32 ? static_cast<const void*>(xf.data()) : xb.data(), rows, cols};

@@ -60,7 +60,8 @@ struct QuantSpec {
 
 // The recipes' short names: mxfp8 (e4m3, round-up), mxfp8-ocp (ocp-floor), mxfp8_e5m2, mxfp6_e2m3,
 // mxfp6_e3m2, mxfp4 (round-up), mxfp4-ocp, mxint8 (ocp-floor), nvfp4, nvfp4-2d (16x16), nvfp4-row (row-scaled), fp8-tensor-current,
-// fp8-delayed, fp8-rowwise, fp8-block1x128, fp8-block128x128. Throws qmx::Error listing them.
+// fp8-delayed, fp8-rowwise, fp8-block1x128, fp8-block128x128, and Tenstorrent's bfp8_b, bfp4_b, bfp2_b (ScaleRule::kBfp).
+// Throws qmx::Error listing them.
 QuantSpec QuantSpecByName(const std::string& name);
 std::vector<std::string> QuantSpecNames();
 // Library profiles: the rule, NaN policy, element scaling and rounding that reproduce a library's MX

@@ -35,6 +35,11 @@ enum class ScaleRule : uint8_t {
   kNvfp4TorchaoCuda,  // "nvfp4-torchao-cuda": the same on CUDA tensors (below)
   kNvfp4FourOverSix,     // "nvfp4-4over6": Transformer Engine's 4over6, MAE (below)
   kNvfp4FourOverSixMse,  // "nvfp4-4over6-mse": the same with MSE
+  // Tenstorrent's block floating point ("bfp": BFP8_b, BFP4_b, BFP2_b as tt-metal's host packer makes them):
+  // the scale byte is the block's largest FP32 exponent field (0 for zeros and subnormals, 255 for Inf and
+  // NaN), the value 2^(byte - 127); each element a sign and a magnitude of w bits (e1m6 / e1m2 / e1m0, bias 1)
+  // from its significand shifted by the exponent difference, then rounded (docs/numerics.md).
+  kBfp,
 };
 
 enum class ScaleFormat : uint8_t { kUe8m0, kE4m3, kFp32 };
@@ -60,7 +65,7 @@ ScaleFormat ScaleFormatOf(ScaleRule r);
 const char* ScaleFormatName(ScaleFormat f);  // "ue8m0", "e4m3", "fp32"
 ScaleFormat ParseScaleFormat(const std::string& s);  // ScaleFormatName's names; qmx::Error listing them
 size_t ScaleBytes(ScaleFormat f);            // 1, 1, 4
-bool IsPow2Rule(ScaleRule r);                // the UE8M0 rules
+bool IsPow2Rule(ScaleRule r);                // the UE8M0 (MX) rules; not bfp, whose byte is an exponent too
 const char* NanPolicyName(NanPolicy p);      // "block-nan", "scale-nan", "te", "ignore-nan", "ignore"
 NanPolicy ParseNanPolicy(const std::string& s);
 

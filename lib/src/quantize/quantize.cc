@@ -637,6 +637,7 @@ QuantizedTensor QuantizeImpl(const TensorView& x, const QuantSpec& spec, Exec ex
   // is the reference (each block is independent; the thread count cannot change a bit).
   if (IsNvfp4FourOverSix(spec.rule) && fixed == nullptr)
     return given_amax ? QuantizeNvfp4WithAmaxRef(x, spec, *given_amax) : QuantizeRef(x, spec);
+  if (spec.rule == ScaleRule::kBfp) return detail::QuantizeBfp(x, spec);  // tt-metal's packer, one definition
   QuantizedTensor q = detail::MakeShell(x, spec, false);  // every route below writes each code
   if (x.rows == 0 || x.cols == 0) return q;
   Ctx c{&x, &spec, ResolveBlock(spec, x.rows, x.cols), q.scale_cols, 1.0f, fixed != nullptr, fixed ? *fixed : Fp32Scale{}, nullptr,
@@ -744,7 +745,9 @@ void DequantizeRows(const QuantizedTensor& q, size_t r_begin, size_t r_end, cons
       const size_t sc = c / be.cols, i = r * q.cols + c;
       const double v = table[q.codes[i]];
       float f;
-      if (sf == ScaleFormat::kUe8m0) {
+      if (q.spec.rule == ScaleRule::kBfp) {  // tt-metal's unpacker on the shared exponent
+        f = detail::BfpDecode(q.codes[i], q.scales[sr * q.scale_cols + sc], detail::BfpMagnitudeBits(q.spec.elem));
+      } else if (sf == ScaleFormat::kUe8m0) {
         const uint8_t s = q.scales[sr * q.scale_cols + sc];
         f = s == 0xFF ? std::nanf("")
                       : static_cast<float>(v * detail::FlushSubnormal(std::ldexp(1.0, static_cast<int>(s) - 127), ftz));

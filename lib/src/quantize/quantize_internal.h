@@ -34,6 +34,18 @@ inline double FlushSubnormal(double x, bool ftz) {
 }
 // Each of the 256 byte values' element value in FP32 (DecodeTableF32 of the code the byte's low bits hold).
 std::vector<float> CodeTable(const Format& elem);
+// Tenstorrent's block floating point (ScaleRule::kBfp, bfp.cc). w: the element's magnitude bits (7, 3 or 1:
+// BFP8_b, BFP4_b, BFP2_b; elem e1m6 / e1m2 / e1m0 bias 1, sign-magnitude fixed point m / 2^(w-1)).
+int BfpMagnitudeBits(const Format& elem);
+// tt-metal's host packer on one FP32 pattern under the block's shared exponent field (the largest of the
+// block's): the significand with its hidden bit shifted right by the exponent difference (truncating), then
+// rounded to w bits to nearest even on the bits left (truncate: toward zero), saturated, the sign dropped
+// from a zero magnitude; FP32 zeros and subnormals give 0.
+uint8_t BfpElementCode(uint32_t bits, uint32_t shared_exp, int w, bool truncate);
+// tt-metal's host unpacker: sign, the magnitude normalised (its shift count s), the exponent field
+// shared_exp - s written as it is (0: read as an FP32 subnormal; 255: Inf or NaN), +0 where s > shared_exp.
+float BfpDecode(uint8_t code, uint32_t shared_exp, int w);
+QuantizedTensor QuantizeBfp(const TensorView& x, const QuantSpec& spec);
 float TensorAmax(const TensorView& x, NanPolicy policy);  // one element at a time (the reference's)
 float TensorAmaxFast(const TensorView& x, NanPolicy policy, Exec exec);  // the same value, SIMD and threads
 bool TensorAmaxKeepsInf(NanPolicy policy);  // whether TensorAmax counts Inf (it always skips NaN)

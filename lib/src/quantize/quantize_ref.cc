@@ -19,6 +19,7 @@ namespace {
 
 QuantizedTensor QuantizeRefImpl(const TensorView& x, const QuantSpec& spec, const float* given_amax) {
   if (spec.delayed) throw Error("spec '" + spec.name + "' uses delayed scaling");
+  if (spec.rule == ScaleRule::kBfp) return detail::QuantizeBfp(x, spec);  // one definition: tt-metal's packer
   QuantizedTensor q = detail::MakeShell(x, spec);
   if (x.rows == 0 || x.cols == 0) return q;
   const BlockExtent be = ResolveBlock(spec, x.rows, x.cols);
@@ -130,6 +131,11 @@ void DequantizeRef(const QuantizedTensor& q, float* out, DequantOrder order, boo
   for (size_t r = 0; r < q.rows; ++r) {
     for (size_t c = 0; c < q.cols; ++c) {
       const size_t i = r * q.cols + c, sr = r / be.rows, sc = c / be.cols;
+      if (q.spec.rule == ScaleRule::kBfp) {  // tt-metal's unpacker on the shared exponent
+        out[i] = static_cast<float>(flush(detail::BfpDecode(q.codes[i], q.scales[sr * q.scale_cols + sc],
+                                                            detail::BfpMagnitudeBits(q.spec.elem))));
+        continue;
+      }
       const double v = DecodeToDouble(q.spec.elem, q.codes[i]);
       double scale;
       if (sf == ScaleFormat::kUe8m0) {

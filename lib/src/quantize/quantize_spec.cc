@@ -27,11 +27,12 @@ namespace {
 
 struct Recipe {
   const char* name;
-  const Format* elem;
+  const Format* elem;  // null: elem_spec, a user format
   ScaleRule rule;
   int br, bc;
   bool delayed;
   bool row_scaled = false;
+  const char* elem_spec = nullptr;
 };
 const Recipe kRecipes[] = {
     {"mxfp8", &fmt::kE4M3, ScaleRule::kRoundUp, 1, 32, false},
@@ -50,6 +51,10 @@ const Recipe kRecipes[] = {
     {"fp8-rowwise", &fmt::kE4M3, ScaleRule::kFp32, 1, 0, false},
     {"fp8-block1x128", &fmt::kE4M3, ScaleRule::kFp32, 1, 128, false},
     {"fp8-block128x128", &fmt::kE4M3, ScaleRule::kFp32, 128, 128, false},
+    // Tenstorrent's BFP8_b, BFP4_b, BFP2_b: 16 values along a row share an exponent; sign-magnitude elements.
+    {"bfp8_b", nullptr, ScaleRule::kBfp, 1, 16, false, false, "e1m6:special=finite:bias=1"},
+    {"bfp4_b", nullptr, ScaleRule::kBfp, 1, 16, false, false, "e1m2:special=finite:bias=1"},
+    {"bfp2_b", nullptr, ScaleRule::kBfp, 1, 16, false, false, "e1m0:special=finite:bias=1"},
 };
 
 struct Profile {
@@ -87,7 +92,7 @@ QuantSpec QuantSpecByName(const std::string& name) {
     if (name != r.name) continue;
     QuantSpec s;
     s.name = r.name;
-    s.elem = *r.elem;
+    s.elem = r.elem != nullptr ? *r.elem : ParseFormat(r.elem_spec);
     s.rule = r.rule;
     s.block_rows = r.br;
     s.block_cols = r.bc;
@@ -169,6 +174,21 @@ void ValidateQuantSpec(const QuantSpec& spec) {
     throw Error("block extents must be 0 (whole dimension) or 1..65536, not " + std::to_string(spec.block_rows) + "x" +
                 std::to_string(spec.block_cols));
   const ScaleFormat sf = ScaleFormatOf(spec.rule);
+  if (spec.rule == ScaleRule::kBfp) {
+    const Format& e = spec.elem;
+    if (e.exp_bits != 1 || e.bias != 1 || e.encoding != Encoding::kFinite || !e.is_signed || e.man_bits > 6)
+      throw Error(std::string("the bfp rule (Tenstorrent's shared exponent) takes sign-magnitude elements of 1 to 7 magnitude ") +
+                  "bits, e1mY:special=finite:bias=1 with Y <= 6 (bfp8_b e1m6, bfp4_b e1m2, bfp2_b e1m0), not " + e.name);
+    if (spec.cast.rounding != Rounding::kRne && spec.cast.rounding != Rounding::kRz)
+      throw Error(std::string("bfp elements round as tt-metal's packer does: rne (its default) or rz (truncate_bfp_mantissa), not ") +
+                  RoundingName(spec.cast.rounding));
+    if (spec.nan != NanPolicy::kBlockNan || spec.scaling != ElementScaling::kExact || spec.margin != 0 || spec.row_scaled ||
+        spec.delayed || spec.cast.subnormals == Subnormals::kFlush)
+      throw Error("bfp blocks follow tt-metal's packer alone (Inf and NaN give the shared exponent 255, subnormal inputs "
+                  "code 0): NaN policies, element scaling, margins, row scaling, delayed scaling and subnormal flushing do not apply");
+    ValidateCastOptions(spec.elem, spec.cast);
+    return;
+  }
   if (sf == ScaleFormat::kE4m3 && spec.elem.Bits() != 4)
     throw Error(std::string("the ") + ScaleRuleName(spec.rule) + " rule (E4M3 block scales under an FP32 tensor scale) is NVFP4's: " +
                 "its elements are e2m1, not " + spec.elem.name);

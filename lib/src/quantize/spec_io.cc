@@ -105,8 +105,10 @@ QuantSpec QuantSpecFromJson(const std::string& text) {
   QuantSpec s;
   try {
     s.name = j.at("name").get<std::string>();
-    s.elem = GetFormat(j.at("elem").get<std::string>());
     s.rule = ParseScaleRule(j.at("rule").get<std::string>());
+    // The registry's formats; bfp's sign-magnitude elements are user formats (e1m6:special=finite:bias=1).
+    const std::string elem = j.at("elem").get<std::string>();
+    s.elem = s.rule == ScaleRule::kBfp ? ParseFormat(elem) : GetFormat(elem);
     s.block_rows = detail::JsonInteger<int>(j.at("block").at(0), "qmx.spec block[0]");
     s.block_cols = detail::JsonInteger<int>(j.at("block").at(1), "qmx.spec block[1]");
     s.axis = ParseAxis(j.at("axis").get<std::string>());

@@ -43,6 +43,7 @@ constexpr RuleName kRuleNames[] = {
     {ScaleRule::kNvfp4Torchao, "nvfp4-torchao"}, {ScaleRule::kNvfp4TorchaoCuda, "nvfp4-torchao-cuda"},
     {ScaleRule::kNvfp4FourOverSix, "nvfp4-4over6"},
     {ScaleRule::kNvfp4FourOverSixMse, "nvfp4-4over6-mse"},
+    {ScaleRule::kBfp, "bfp"},
 };
 
 }  // namespace
@@ -69,7 +70,7 @@ std::vector<ScaleRule> AllScaleRules() {
   return v;
 }
 
-bool IsPow2Rule(ScaleRule r) { return detail::ScaleFormatOfCore(r) == ScaleFormat::kUe8m0; }
+bool IsPow2Rule(ScaleRule r) { return detail::ScaleFormatOfCore(r) == ScaleFormat::kUe8m0 && r != ScaleRule::kBfp; }
 
 ScaleFormat ScaleFormatOf(ScaleRule r) { return detail::ScaleFormatOfCore(r); }
 

@@ -86,7 +86,8 @@ QMX_HOST_DEVICE inline ScaleFormat ScaleFormatOfCore(ScaleRule r) {
     case ScaleRule::kRoundUp:
     case ScaleRule::kCeil:
     case ScaleRule::kEven:
-    case ScaleRule::kMaxFinite: return ScaleFormat::kUe8m0;
+    case ScaleRule::kMaxFinite:
+    case ScaleRule::kBfp: return ScaleFormat::kUe8m0;  // BFP: the byte is an exponent, 2^(b - 127)
     case ScaleRule::kNvfp4:
     case ScaleRule::kNvfp4Div:
     case ScaleRule::kNvfp4Torchao:

@@ -307,6 +307,15 @@ std::optional<CublasMode> HopperLtMode(const GemmOperand& a, const GemmOperand& 
   return std::nullopt;
 }
 
+// A device operand's block scales into `scales` on the host (none where it has none), queued on `stream`.
+void ReadScales(const DeviceGemmOperand& d, std::vector<float>& scales, cudaStream_t stream) {
+  const GemmOperand& m = d.meta;
+  scales.resize(m.block_rows == 0 ? 0 : (m.rows + m.block_rows - 1) / m.block_rows * m.scale_cols);
+  if (!scales.empty())
+    detail::Check(cudaMemcpyAsync(scales.data(), d.scales, scales.size() * sizeof(float), cudaMemcpyDeviceToHost, stream),
+                  "copy to host");
+}
+
 // The GEMM through cuBLASLt (HopperLtMode): B transposed to N x K on the device, the block scales read back to
 // the host for cuBLASLt's layouts. False when cuBLASLt refuses the configuration (the caller then runs the
 // emulation kernels).
@@ -314,13 +323,8 @@ bool RunHopperLt(const DeviceGemmOperand& a, const DeviceGemmOperand& b, CublasM
                  float* out, void* stream, EngineGemmStats* stats) {
   const cudaStream_t cs = static_cast<cudaStream_t>(stream);
   GemmOperand ma = a.meta, mb = b.meta;
-  for (auto [o, meta] : {std::pair{&a, &ma}, std::pair{&b, &mb}}) {
-    if (meta->block_rows == 0) continue;
-    meta->scales.resize((meta->rows + meta->block_rows - 1) / meta->block_rows * meta->scale_cols);
-    detail::Check(cudaMemcpyAsync(meta->scales.data(), o->scales, meta->scales.size() * sizeof(float),
-                                  cudaMemcpyDeviceToHost, cs),
-                  "copy to host");
-  }
+  ReadScales(a, ma.scales, cs);
+  ReadScales(b, mb.scales, cs);
   detail::Check(cudaStreamSynchronize(cs), "engine: reading the block scales");  // cuBLASLt's layouts read them now
   DeviceBuffer<uint8_t> bt(n * k);
   detail::LaunchTransposeU8(b.codes, k, n, bt.get(), stream);
@@ -398,10 +402,8 @@ void CheckOnHost(const DeviceGemmOperand& a, const DeviceGemmOperand& b, const A
     GemmOperand h = d.meta;
     h.codes.resize(h.rows * h.cols);
     detail::Check(cudaMemcpy(h.codes.data(), d.codes, h.codes.size(), cudaMemcpyDeviceToHost), "engine check copy");
-    if (h.block_rows != 0) {
-      h.scales.resize(h.scale_rows * h.scale_cols);
-      detail::Check(cudaMemcpy(h.scales.data(), d.scales, h.scales.size() * 4, cudaMemcpyDeviceToHost), "engine check copy");
-    }
+    ReadScales(d, h.scales, nullptr);
+    detail::Check(cudaStreamSynchronize(nullptr), "engine check copy");
     return h;
   };
   const GemmOperand ha = host(a), hb = host(b);

@@ -3,6 +3,7 @@
 // per block of the scale grid. UE8M0 blocks run QuantizeMxRef's steps (engine_blocks.cuh); FP32 and NVFP4
 // (E4M3) blocks take their scale from the library's own scale functions (lib/src/scale/scale_core.h) and
 // round fl32(x * multiplier) by the reference routine (lib/src/round/round_core.h).
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -129,6 +130,8 @@ struct BlockArgs {
   uint8_t mx_nan_code, mx_block_nan_code;  // UE8M0 blocks: MxBlockAt's nan_code and block_nan_code
   uint64_t seed;
   MxArgs mx;                 // UE8M0 blocks
+  int hw_fp8;                // 1 E4M3, 2 E5M2 where the element conversion is cvt.rn.satfinite's (HwFp8Kind), else 0
+  bool hw_scale;             // NVFP4's E4M3 block scales by the hardware's conversions (sm_89 and later)
 };
 
 // The maximum (any) over the kGroup lanes of the calling lane's group (aligned groups of 16 or 32 lanes); every
@@ -150,12 +153,32 @@ __device__ __forceinline__ bool GroupAny(bool v) {
   return GroupMax<kGroup>(v ? 1u : 0u) != 0;
 }
 
+// An FP8 code by the hardware's conversion (cvt.rn.satfinite.{e4m3,e5m2}x2.f32 on sm_89 and later): kind 1
+// E4M3, 2 E5M2. For finite inputs it is ConvertToCodes under RNE with saturation to the largest finite value
+// (all 2^32 FP32 inputs, xval --conversions --exhaustive), so the row kernel takes it wherever the element
+// conversion is exactly that (HwFp8Kind) instead of the bucket table's dependent load.
+__device__ __forceinline__ uint8_t HwFp8(float y, int kind) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(y, __NV_SATFINITE, kind == 1 ? __NV_E4M3 : __NV_E5M2));
+}
+
+// E4m3ValueCore by the hardware's exact E4M3 -> FP16 conversion (NaN bytes: the quiet +NaN, as it gives).
+__device__ __forceinline__ float HwE4m3Value(uint8_t byte) {
+  if ((byte & 0x7F) == 0x7F) return __int_as_float(0x7FC00000);
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(byte, __NV_E4M3)));
+}
+
 // Block b's scale (FP32 or NVFP4's E4M3) from its finite elements' amax bits and whether it holds NaN or Inf.
 __device__ __forceinline__ qmx::detail::MultiplyScale BlockScale(const BlockArgs& a, uint64_t b, uint32_t amax,
                                                                  bool has_nan, bool has_inf) {
   float block_amax = hd::F32FromBits(amax);
   if (has_inf && a.nan == NanPolicy::kIgnoreNan) block_amax = HUGE_VALF;
   const float s_enc = a.row_scaled ? a.line_enc[a.by_col ? b % a.scale_cols : b / a.scale_cols] : a.s_enc;
+  if (a.hw_scale && !((has_nan || has_inf) && a.nan == NanPolicy::kBlockNan)) {
+    // BlockMultiplyScaleWith's E4M3 steps with both conversions by the hardware (HwFp8: the default
+    // CastOptions' RNE with saturation, which the table holds; HwE4m3Value: E4m3ValueCore).
+    const uint8_t s8 = HwFp8(qmx::detail::Nvfp4BlockScaleValueCore(block_amax, s_enc, a.rule), 1);
+    return {s8, qmx::detail::Nvfp4EncodeFactorCore(HwE4m3Value(s8), s_enc, a.rule), false};
+  }
   // NVFP4's E4M3 scale byte from the RNE step table where there is one (the same function as the routine).
   const StepTable* scale_steps = a.scale_steps;
   const uint32_t* scale_buckets = a.scale_buckets;
@@ -317,15 +340,10 @@ __device__ __forceinline__ void QuantizeBlock(const void* src, const BlockArgs& 
 // blocks, and each lane takes 8 consecutive elements in 16-byte loads, kLanes lanes a block (a warp reads
 // 1 KiB of FP32 at once: the single-element warp path keeps too few bytes in flight to reach the GPU's
 // bandwidth). Every value is the warp path's: the same amax (a maximum), the same scale functions, and each
-// element's code from the bucket table where the FP32 input of the conversion is formed exactly as the
-// reference forms it (V_i / X when the FP32 multiply by 2^-k is exact; fl32(x * multiplier), one FP32
+// element's code from the bucket table (or HwFp8) where the FP32 input of the conversion is formed exactly as
+// the reference forms it (V_i / X when the FP32 multiply by 2^-k is exact; fl32(x * multiplier), one FP32
 // multiply being one rounding of the exact product); NaN and Inf inputs, and inexact V_i / X, take the
-// reference routine itself.
-template <typename Word>
-__device__ __noinline__ uint8_t ElementCodeOutOfLine(const void* src, const BlockArgs& a,
-                                                     const qmx::detail::MultiplyScale& ms, uint64_t i) {
-  return ElementCode<Word>(src, a, a.elem, ms, i);
-}
+// reference routine itself (RowChunkSlow).
 
 // 2^e as FP32 for e in [-149, 128] (2^128: Inf), from its bits.
 __device__ __forceinline__ float Pow2f(int e) {
@@ -349,70 +367,144 @@ __device__ __forceinline__ void LoadChunk(const void* src, uint64_t c, uint32_t 
   }
 }
 
+// A chunk's codes element by element, for blocks the fast path of RowChunk does not take (NaN or Inf
+// elements, fills, inexact V_i / X): out of line, so that the reference routine's calls do not spill the fast
+// path's registers.
+template <typename Word>
+__device__ __noinline__ uint2 RowChunkSlow(const void* src, const BlockArgs& a, uint64_t first, uint4 lo, uint4 hi,
+                                           int scale, int fill, float mult, float up,
+                                           qmx::detail::MultiplyScale ms) {
+  const uint32_t v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  const int hw = a.hw_fp8;
+  uint8_t out[8];
+  if (a.scale_format == ScaleFormat::kUe8m0) {
+    const bool exact = a.mx.scaling == ElementScaling::kExact;
+    for (int j = 0; j < 8; ++j) {
+      const float x = hd::F32FromBits(v[j]);
+      const float y = x * mult;
+      if (fill >= 0) out[j] = static_cast<uint8_t>(fill);
+      else if (isfinite(x) && (!exact || y * up == x)) out[j] = hw ? HwFp8(y, hw) : BucketCode(a.mx.buckets, hd::F32Bits(y));
+      else out[j] = detail::MxElementCode<Word>(src, first + j, a.mx, a.elem, scale);
+    }
+  } else {
+    for (int j = 0; j < 8; ++j) {
+      const float x = hd::F32FromBits(v[j]);
+      const float y = x * ms.multiplier;
+      if (ms.nan_block) out[j] = a.block_nan_code;
+      else if (isfinite(x) && isfinite(y) && hw) out[j] = HwFp8(y, hw);
+      else if (isfinite(x) && y == y) out[j] = BucketCode(a.buckets, hd::F32Bits(y));
+      else out[j] = ElementCode<Word>(src, a, a.elem, ms, first + j);
+    }
+  }
+  return make_uint2(out[0] | out[1] << 8 | out[2] << 16 | static_cast<uint32_t>(out[3]) << 24,
+                    out[4] | out[5] << 8 | out[6] << 16 | static_cast<uint32_t>(out[7]) << 24);
+}
+
+// Two codes by HwFp8 in one conversion (cvt ...x2), y0 in the low byte.
+__device__ __forceinline__ uint32_t HwFp8x2(float y0, float y1, int kind) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(y0, y1), __NV_SATFINITE, kind == 1 ? __NV_E4M3 : __NV_E5M2);
+}
+
+// One chunk of the row-block kernel: 8 elements of lane `lane`, chunk c (in says whether it is in the tensor;
+// the reductions run on every lane). A block of finite elements whose scaled values are formed exactly takes
+// the fast path: HwFp8 two at a time, or the bucket table; any other block RowChunkSlow.
+template <typename Word, int kLanes>
+__device__ __forceinline__ void RowChunk(const void* src, const BlockArgs& a, uint64_t c, bool in, const uint32_t (&v)[8],
+                                         int lane, uint8_t* codes, uint8_t* scales) {
+  uint32_t amax = 0, flags = 0;  // flags: 1 NaN, 2 Inf
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t m = v[j] & 0x7FFFFFFFu;
+    flags |= m > 0x7F800000u ? 1u : m == 0x7F800000u ? 2u : 0u;
+    if (m < 0x7F800000u && m > amax) amax = m;
+  }
+#pragma unroll
+  for (int o = 1; o < kLanes; o <<= 1) {
+    amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+    flags |= __shfl_xor_sync(0xFFFFFFFFu, flags, o);
+  }
+  if (!in) return;
+  const uint64_t b = c / kLanes, first = 8 * c;
+  const bool has_nan = (flags & 1u) != 0, has_inf = (flags & 2u) != 0;
+  const int hw = a.hw_fp8;
+  float y[8];
+  bool fast = !has_nan && !has_inf;  // every x finite
+  int scale = 0, fill = -1;
+  float mult = 0.0f, up = 0.0f;
+  qmx::detail::MultiplyScale ms{0, 0.0f, false};
+  if (a.scale_format == ScaleFormat::kUe8m0) {
+    const MxArgs& m = a.mx;
+    qmx::detail::MxPolicyScale(m.policy, has_nan, has_inf,
+                               hd::ScaleByteFromAmaxBits(amax, static_cast<int>(m.rule), m.destmax, m.emax,
+                                                         a.elem.man_bits),
+                               a.mx_nan_code, a.mx_block_nan_code, &scale, &fill);
+    if (lane % kLanes == 0) scales[b] = static_cast<uint8_t>(scale);
+    const int k = scale - 127;
+    const bool te = m.scaling == ElementScaling::kTeRcp, exact = m.scaling == ElementScaling::kExact;
+    up = Pow2f(k);
+    mult = te && scale == 0 ? 1.0f : te && scale == 254 ? 0.0f : Pow2f(-k);
+    fast = fast && fill < 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float x = hd::F32FromBits(v[j]);
+      y[j] = x * mult;
+      if (exact) fast = fast && y[j] * up == x;  // V_i / X is exact unless it is an FP32 subnormal with bits lost
+    }
+  } else {
+    ms = BlockScale(a, b, amax, has_nan, has_inf);
+    if (lane % kLanes == 0) qmx::detail::StoreScaleCore(a.scale_format, scales, b, ms.stored, ms.nan_block);
+    fast = fast && !ms.nan_block;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      y[j] = hd::F32FromBits(v[j]) * ms.multiplier;
+      fast = fast && isfinite(y[j]);  // HwFp8 and the table alike; an overflow or 0 x Inf goes the slow way
+    }
+  }
+  uint2 packed;
+  if (!fast) {
+    packed = RowChunkSlow<Word>(src, a, first, make_uint4(v[0], v[1], v[2], v[3]), make_uint4(v[4], v[5], v[6], v[7]),
+                                scale, fill, mult, up, ms);
+  } else if (hw) {
+    packed.x = HwFp8x2(y[0], y[1], hw) | HwFp8x2(y[2], y[3], hw) << 16;
+    packed.y = HwFp8x2(y[4], y[5], hw) | HwFp8x2(y[6], y[7], hw) << 16;
+  } else {
+    const uint32_t* buckets = a.scale_format == ScaleFormat::kUe8m0 ? a.mx.buckets : a.buckets;
+    uint8_t out[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) out[j] = BucketCode(buckets, hd::F32Bits(y[j]));
+    packed.x = out[0] | out[1] << 8 | out[2] << 16 | static_cast<uint32_t>(out[3]) << 24;
+    packed.y = out[4] | out[5] << 8 | out[6] << 16 | static_cast<uint32_t>(out[7]) << 24;
+  }
+  reinterpret_cast<uint2*>(codes)[c] = packed;
+}
+
+// Two chunks a lane per pass, both loaded before either is converted: 64 bytes of FP32 in flight per thread
+// (one chunk alone left the kernel short of the GPU's bandwidth).
 template <typename Word, int kLanes>
 __global__ void __launch_bounds__(256) QuantizeRowBlocksKernel(const void* src, BlockArgs a, uint64_t chunks,
                                                                uint8_t* codes, uint8_t* scales) {
-  const bool mx = a.scale_format == ScaleFormat::kUe8m0;
   const uint64_t warps = static_cast<uint64_t>(gridDim.x) * blockDim.x / 32;
   const int lane = threadIdx.x % 32;
-  for (uint64_t w = (blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x) / 32; w * 32 < chunks; w += warps) {
-    const uint64_t c = w * 32 + lane;  // chunks is a multiple of kLanes: a block's lanes are all in or all out
-    const bool in = c < chunks;
-    uint32_t v[8] = {};
-    if (in) LoadChunk<Word>(src, c, v);
-    uint32_t amax = 0, flags = 0;  // flags: 1 NaN, 2 Inf
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const uint32_t m = v[j] & 0x7FFFFFFFu;
-      flags |= m > 0x7F800000u ? 1u : m == 0x7F800000u ? 2u : 0u;
-      if (m < 0x7F800000u && m > amax) amax = m;
-    }
-#pragma unroll
-    for (int o = 1; o < kLanes; o <<= 1) {
-      amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-      flags |= __shfl_xor_sync(0xFFFFFFFFu, flags, o);
-    }
-    if (!in) continue;
-    const uint64_t b = c / kLanes, first = 8 * c;
-    const bool has_nan = (flags & 1u) != 0, has_inf = (flags & 2u) != 0;
-    uint8_t out[8];
-    if (mx) {
-      const MxArgs& m = a.mx;
-      int scale, fill;
-      qmx::detail::MxPolicyScale(m.policy, has_nan, has_inf,
-                                 hd::ScaleByteFromAmaxBits(amax, static_cast<int>(m.rule), m.destmax, m.emax,
-                                                           a.elem.man_bits),
-                                 a.mx_nan_code, a.mx_block_nan_code, &scale, &fill);
-      if (lane % kLanes == 0) scales[b] = static_cast<uint8_t>(scale);
-      const int k = scale - 127;
-      const bool te = m.scaling == ElementScaling::kTeRcp, exact = m.scaling == ElementScaling::kExact;
-      const float down = Pow2f(-k), up = Pow2f(k);
-      const float mult = te && scale == 0 ? 1.0f : te && scale == 254 ? 0.0f : down;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float x = hd::F32FromBits(v[j]);
-        const float y = x * mult;
-        if (fill >= 0) out[j] = static_cast<uint8_t>(fill);
-        else if (isfinite(x) && (!exact || y * up == x)) out[j] = BucketCode(m.buckets, hd::F32Bits(y));
-        else out[j] = detail::MxElementCode<Word>(src, first + j, m, a.elem, scale);
-      }
-    } else {
-      const qmx::detail::MultiplyScale ms = BlockScale(a, b, amax, has_nan, has_inf);
-      if (lane % kLanes == 0) qmx::detail::StoreScaleCore(a.scale_format, scales, b, ms.stored, ms.nan_block);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float x = hd::F32FromBits(v[j]);
-        const float y = x * ms.multiplier;
-        if (ms.nan_block) out[j] = a.block_nan_code;
-        else if (isfinite(x) && y == y) out[j] = BucketCode(a.buckets, hd::F32Bits(y));
-        else out[j] = ElementCodeOutOfLine<Word>(src, a, ms, first + j);
-      }
-    }
-    uint2 packed;
-    packed.x = out[0] | out[1] << 8 | out[2] << 16 | static_cast<uint32_t>(out[3]) << 24;
-    packed.y = out[4] | out[5] << 8 | out[6] << 16 | static_cast<uint32_t>(out[7]) << 24;
-    reinterpret_cast<uint2*>(codes)[c] = packed;
+  // chunks is a multiple of kLanes: a block's lanes are all in or all out.
+  for (uint64_t w = (blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x) / 32; w * 32 < chunks; w += 2 * warps) {
+    const uint64_t c0 = w * 32 + lane, c1 = (w + warps) * 32 + lane;
+    const bool in0 = c0 < chunks, in1 = c1 < chunks;
+    uint32_t v0[8] = {}, v1[8] = {};
+    if (in0) LoadChunk<Word>(src, c0, v0);
+    if (in1) LoadChunk<Word>(src, c1, v1);
+    RowChunk<Word, kLanes>(src, a, c0, in0, v0, lane, codes, scales);
+    RowChunk<Word, kLanes>(src, a, c1, in1, v1, lane, codes, scales);
   }
+}
+
+// HwFp8's kind for an element conversion, or 0: E4M3 or E5M2 under RNE, saturating finite values, keeping
+// subnormals (the options of the exhaustive check), on a GPU with the instruction (sm_89 and later).
+int HwFp8Kind(const Format& elem, const CastOptions& cast) {
+  if (cast.rounding != Rounding::kRne || cast.saturation != Saturation::kSatFinite || cast.subnormals != Subnormals::kKeep)
+    return 0;
+  const DeviceInfo& d = Device();
+  if (d.major * 10 + d.minor < 89) return 0;
+  return elem == fmt::kE4M3 ? 1 : elem == fmt::kE5M2 ? 2 : 0;
 }
 
 // The row-block kernel when it applies (above): true when it ran.
@@ -598,6 +690,8 @@ void RunQuantize(const TensorView& x, const QuantSpec& spec, QuantizedTensor& q,
   a.mx.buckets = a.buckets;
   a.mx_nan_code = static_cast<uint8_t>(qmx::detail::ConvertCore(fmt::kFP32, 0x7FC00000u, spec.elem, spec.cast, 0).code);
   a.mx_block_nan_code = spec.elem.HasNan() ? static_cast<uint8_t>(spec.elem.CanonicalNan()) : uint8_t{0};
+  a.hw_fp8 = HwFp8Kind(spec.elem, spec.cast);
+  a.hw_scale = scale_format == ScaleFormat::kE4m3 && HwFp8Kind(fmt::kE4M3, CastOptions{}) == 1;
   if (scale_format == ScaleFormat::kFp32 && (be.rows * be.cols >= kLargeBlock || fixed != nullptr)) {
     // One warp per block would leave a per-tensor scale to a single warp (0.25 s for 4096 x 512 on an H200).
     detail::DeviceBuffer<unsigned int> amax(nb), flags(nb);

@@ -188,6 +188,18 @@ def random_signs(block, seed, device):
     return (torch.randint(0, 2, (block,), generator=g) * 2 - 1).double().to(device)
 
 
+def floor_log2(v):
+    """floor(log2 v) of positive FP32 values, exactly, as an int64 tensor. FP32's own log2 rounds a value just
+    below a power of two up to the power's exponent (log2(0.12499999) is -3.0 in FP32), so it runs in FP64,
+    where log2 of an FP32 value is never that close to an integer it does not equal."""
+    return torch.floor(torch.log2(v.double())).long()
+
+
+def pow2(e):
+    """2^e as FP32, exactly, for an integer tensor e in [-149, 127] (built as FP64 from its bits)."""
+    return ((e + 1023) * (1 << 52)).view(torch.float64).float()
+
+
 def e2m1_round(v, u=None):
     """v (within +-6) onto the E2M1 grid: to nearest, ties to even, or stochastically with uniforms u."""
     a = v.abs()
@@ -201,17 +213,19 @@ def quest_fake(t, group=32, alpha=2.92247856):
     clipping), dequantized, and the trust mask |x / scale| < 6."""
     g = t.reshape(-1, group)
     std = g.double().std(dim=1, unbiased=False, keepdim=True)
-    scale = torch.exp2(torch.floor(torch.log2((std * (alpha / 6.0) + 1e-8).float())))
+    scale = pow2(floor_log2((std * (alpha / 6.0) + 1e-8).float()))
     v = g / scale
     return (e2m1_round(v.clamp(-6.0, 6.0)) * scale).reshape(t.shape), (v.abs() < 6.0).reshape(t.shape)
 
 
 def quartet_sr_fake(t, gen):
-    """Quartet's backward quantizer (per 32: X = 2^(floor(log2 amax) - 2), s = X * 4/3, SR to E2M1), dequantized."""
+    """Quartet's backward quantizer (per 32: X = 2^(floor(log2 amax) - 2), a UE8M0 scale, so at least 2^-127;
+    s = X * 4/3, SR to E2M1), dequantized."""
     g = t.reshape(-1, 32)
     amax = g.abs().amax(dim=1, keepdim=True)
-    x = torch.where(amax > 0, torch.exp2(torch.floor(torch.log2(amax)) - 2), torch.ones_like(amax))
-    s = x * (4.0 / 3.0)
+    # Clamped to UE8M0's range: 2^(e - 2) of an amax below 2^-147 is 0 in FP32, and g / 0 is NaN.
+    e = torch.clamp(floor_log2(torch.where(amax > 0, amax, torch.ones_like(amax))) - 2, min=-127)
+    s = pow2(e) * (4.0 / 3.0)
     u = torch.rand(g.shape, generator=gen, device=t.device)
     return (e2m1_round((g / s).clamp(-6.0, 6.0), u) * s).reshape(t.shape)
 

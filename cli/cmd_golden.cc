@@ -370,7 +370,7 @@ void AddGoldenCommand(CLI::App& app) {
   static CoverageArgs cov;
   auto* c = cmd->add_subcommand("coverage", "Which classes of cases golden files (or a simulator's log) hit and miss");
   c->add_option("paths", cov.paths, "golden .txt files or directories (searched recursively)");
-  c->add_option("--log", cov.log, "a simulator's log: one case per line, its first input field in hex");
+  c->add_option("--log", cov.log, "a simulator's log: one case per line, its input fields in hex as the golden file has them");
   c->add_option("--like", cov.like, "the golden file whose header (operation and options) the --log cases follow");
   c->add_option("--json", cov.json, "also write every file's class counts as JSON here");
   c->add_flag("--require-all", cov.require_all, "exit 1 when any class of a modelled operation is missed");

@@ -23,7 +23,7 @@ set(QMX_LIB_SOURCE_LIST
     src/study/study.cc src/study/sweeps.cc
     src/io/atomic_file.cc src/io/limits.cc src/io/npy.cc src/io/packing.cc src/io/safetensors.cc src/io/sha256.cc
     src/checkpoint/checkpoint.cc src/checkpoint/audit.cc src/checkpoint/convert_audit.cc
-    src/golden/golden.cc src/golden/golden_coverage.cc src/golden/golden_ops.cc src/golden/golden_gen.cc src/golden/golden_gen_conversions.cc
+    src/golden/golden.cc src/golden/golden_coverage.cc src/golden/golden_coverage_ops.cc src/golden/golden_ops.cc src/golden/golden_gen.cc src/golden/golden_gen_conversions.cc
     src/golden/golden_gen_blocks.cc src/golden/golden_gen_gemm.cc)
 # The training recipes' FP64 reference GEMM, the metrics' lane sums (scalar and Highway twins),
 # scaled_mm's epilogue (one FP32 rounding per step, as cuBLASLt), the 4over6 error sums (scale.cc) and

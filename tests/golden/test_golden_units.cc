@@ -109,6 +109,14 @@ TEST_CASE("golden units: a design's own fused unit, every alignment shift, again
   }
   CHECK(checked >= 30);
   for (int s = 0; s <= 15; ++s) CHECK(shifts.count(s) == 1);
+  // The coverage model finds every class of both units' files hit (its shift classes among them).
+  for (const auto& r : golden::Coverage({dir})) {
+    CHECK(r.modelled);
+    for (const auto& c : r.classes) {
+      INFO(r.file << ": " << c.name);
+      CHECK(c.hits > 0);
+    }
+  }
 }
 
 TEST_CASE("golden units: an FP16-accumulating unit gets FP16 C values; a changed output fails", "[golden]") {

@@ -1,6 +1,8 @@
 # qmx.testing: assert_bitwise's report, and identify against small independent NumPy quantizers whose
 # scale rule is known (OCP MX's floor rule and the round-up rule of the MXFP8 recipes), written here from
 # the definitions (docs/numerics.md "UE8M0 scale rules"), not from the library.
+import os
+
 import numpy as np
 import pytest
 
@@ -237,6 +239,39 @@ def test_cases_are_the_golden_generators_inputs(repo):
     assert sr["x"].shape == (len(sr["rbits"]), 4) and sr["rbits"].dtype == np.uint32
     # Fed to the library, the conversion cases give the checked-in expected codes (their source files agree).
     np.testing.assert_array_equal(qmx.convert(x, "e4m3"), qmx.convert(x, "e4m3", reference=True))
+
+
+def test_cases_hit_every_class_of_the_golden_coverage_model(repo, tmp_path):
+    # Each kind's cases, written as a golden file under a level-1 file's header, reach every class of the
+    # coverage model for that header (qmx-sim golden coverage).
+    import qmx.golden as qg
+
+    def hex32(a):
+        return ["%08x" % v for v in np.asarray(a, dtype=np.float32).reshape(-1).view(np.uint32)]
+
+    def rows(kind, spec):
+        c = qt.cases(kind, spec)
+        if kind == "convert" or kind == "ue8m0":
+            return [[h] for h in hex32(c)]
+        if kind == "mx-block":
+            return [hex32(b) for b in c]
+        if kind == "nvfp4-block":
+            return [hex32([t]) + hex32(b) for t, b in zip(c["tensor_amax"], c["blocks"])]
+        return [hex32(x) + ["%08x" % r] for x, r in zip(c["x"], c["rbits"])]
+
+    picks = [("convert", "e4m3", "conversions/f32_e4m3_rne_satfinite.txt"),
+             ("ue8m0", "e4m3", "ue8m0/e4m3_even.txt"),
+             ("mx-block", "e2m1", "mx-block/e2m1_ocp-floor_block-nan.txt"),
+             ("nvfp4-block", "e2m1", "nvfp4-block/e2m1_nvfp4.txt"),
+             ("sr", "e4m3", "sr/e4m3_sr-a.txt")]
+    for kind, spec, like in picks:
+        path = os.path.join(repo, "golden", "level1", like)
+        header = next(line for line in open(path) if line.startswith("# op="))
+        f = tmp_path / (kind + ".txt")
+        f.write_text("# qmx-golden v1\n" + header + "".join(" ".join(r) + "\n" for r in rows(kind, spec)))
+        rep = qg.coverage(str(f))[0]
+        assert rep["modelled"] and rep["classes"], kind
+        assert rep["missed"] == [], (kind, rep["missed"])
 
 
 def test_cases_refuse_unknown_kinds_specs_and_levels():

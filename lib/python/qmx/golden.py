@@ -49,8 +49,9 @@ def coverage(*paths, log=None, like=None):
     """The coverage model of golden vectors (qmx-sim golden coverage): one dict per golden file of `paths`
     (files, or directories searched recursively), each {"file", "op", "header", "cases", "modelled",
     "classes": {class: cases in it}, "missed": [classes with none]}; operations without a model have
-    modelled False. log=FILE with like=GOLDEN_FILE measures a simulator's log of inputs (one hex case per
-    line) under that file's header instead, and returns one dict."""
+    modelled False. log=FILE with like=GOLDEN_FILE measures a simulator's log of inputs (one case per line:
+    its input fields in hex as the golden file writes them, anything after them ignored) under that file's
+    header instead, and returns one dict."""
     if log is not None or like is not None:
         if log is None or like is None or paths:
             raise ValueError("coverage(log=LOG, like=GOLDEN_FILE) measures a log; give both, and no paths")

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -25,24 +26,7 @@ using detail::Header;
 
 namespace fs = std::filesystem;
 
-// Builds a report's class list once (name, description) and counts hits by name.
-class Classes {
- public:
-  void Add(const std::string& name, const std::string& what) {
-    index_[name] = list_.size();
-    list_.push_back({name, what, 0});
-  }
-  void Hit(const std::string& name) {
-    const auto it = index_.find(name);
-    if (it != index_.end()) ++list_[it->second].hits;
-  }
-  std::vector<CoverageClass> Take() { return std::move(list_); }
-  const std::vector<CoverageClass>& List() const { return list_; }
-
- private:
-  std::vector<CoverageClass> list_;
-  std::map<std::string, size_t> index_;
-};
+using Classes = detail::CoverageClasses;
 
 const Format& SourceOf(const std::string& src) {
   if (src == "f32") return fmt::kFP32;
@@ -340,14 +324,15 @@ class DecodeModel {
   Classes cls_;
 };
 
-// The report of one file's header over its cases' first input fields.
-CoverageReport Measure(const Header& h, const std::vector<std::string>& first_fields, const std::string& name) {
+// The report of one file's header over its cases' input fields (each case checked as the operation
+// checks it, so a malformed log line is named rather than misread).
+CoverageReport Measure(const Header& h, const std::vector<Fields>& cases, const std::string& name) {
   CoverageReport rep;
   rep.op = h.op;
   rep.file = name;
-  rep.cases = first_fields.size();
+  rep.cases = cases.size();
   rep.header = h.Line();
-  // A case's input: hex of at most the input's width (a log may drop leading zeros).
+  // A conversion's or decoding's input: hex of at most the input's width (a log may drop leading zeros).
   const auto parse = [&](const std::string& field, int bits) {
     uint64_t v = 0;
     const int digits = static_cast<int>(field.size());
@@ -358,36 +343,52 @@ CoverageReport Measure(const Header& h, const std::vector<std::string>& first_fi
   if (h.op == "convert") {
     const Format& s = SourceOf(h.Get("src"));
     ConvertModel m(s, ParseFormat(h.Get("dst")), CastOptionsOf(h.keys));
-    for (const std::string& f : first_fields) m.Case(parse(f, s.Bits()));
+    for (const Fields& c : cases) m.Case(parse(c[0], s.Bits()));
     rep.classes = m.Take();
   } else if (h.op == "decode") {
     const Format f = ParseFormat(h.Get("fmt"));
     DecodeModel m(f);
-    for (const std::string& fld : first_fields) m.Case(parse(fld, f.Bits()));
+    for (const Fields& c : cases) m.Case(parse(c[0], f.Bits()));
     rep.classes = m.Take();
   } else {
-    rep.modelled = false;
+    const std::unique_ptr<detail::Op> op = detail::MakeOp(h);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      std::string why = cases[i].size() != op->InputFields()
+                            ? "has " + std::to_string(cases[i].size()) + " input fields, not " + std::to_string(op->InputFields())
+                            : op->CheckInputs(cases[i]);
+      if (!why.empty()) throw Error(name + ": case " + std::to_string(i + 1) + ": " + why);
+    }
+    rep.modelled = detail::MeasureOperation(h, cases, rep.classes);
   }
   return rep;
 }
 
-// A golden file's header and its cases' first fields.
-void ReadGolden(const std::string& path, Header& h, std::vector<std::string>& first) {
+// How many input fields a case of the header's operation has (its outputs follow them on a line).
+size_t InputCount(const Header& h) {
+  return h.op == "convert" || h.op == "decode" ? 1 : detail::MakeOp(h)->InputFields();
+}
+
+// A golden file's header and its cases' input fields.
+void ReadGolden(const std::string& path, Header& h, std::vector<Fields>& cases) {
   std::ifstream in(path);
   if (!in) throw Error("coverage: cannot read " + path);
   std::string line;
   bool have_header = false;
+  size_t inputs = 1;
   while (std::getline(in, line)) {
     if (line.rfind("# op=", 0) == 0) {
       h = Header::Parse(line);
       have_header = true;
+      inputs = InputCount(h);
       continue;
     }
     if (line.empty() || line[0] == '#') continue;
     if (!have_header) throw Error("coverage: " + path + ": a case before the '# op=' header");
     std::istringstream ls(line);
-    std::string f;
-    if (ls >> f) first.push_back(f);
+    Fields f;
+    std::string t;
+    while (f.size() < inputs && ls >> t) f.push_back(t);
+    if (!f.empty()) cases.push_back(std::move(f));
   }
   if (!have_header) throw Error("coverage: " + path + " has no '# op=' header line (not a golden file)");
 }
@@ -414,29 +415,34 @@ std::vector<CoverageReport> Coverage(const std::vector<std::string>& paths) {
   std::vector<CoverageReport> out;
   for (const std::string& f : files) {
     Header h;
-    std::vector<std::string> first;
-    ReadGolden(f, h, first);
-    out.push_back(Measure(h, first, f));
+    std::vector<Fields> cases;
+    ReadGolden(f, h, cases);
+    out.push_back(Measure(h, cases, f));
   }
   return out;
 }
 
 CoverageReport CoverageOfLog(const std::string& like_file, const std::string& log_path) {
   Header h;
-  std::vector<std::string> unused;
+  std::vector<Fields> unused;
   ReadGolden(like_file, h, unused);
   std::ifstream in(log_path);
   if (!in) throw Error("coverage: cannot read the log " + log_path);
-  std::vector<std::string> first;
+  std::vector<Fields> cases;
   std::string line;
+  const size_t inputs = InputCount(h);  // a line may go on with the outputs the simulator saw
   while (std::getline(in, line)) {
     std::istringstream ls(line);
-    std::string f;
-    if (!(ls >> f) || f[0] == '#') continue;  // blank and comment lines
-    if (f.rfind("0x", 0) == 0 || f.rfind("0X", 0) == 0) f = f.substr(2);
-    first.push_back(f);
+    Fields f;
+    std::string t;
+    while (f.size() < inputs && ls >> t) {
+      if (t[0] == '#') break;  // a comment to the end of the line
+      if (t.rfind("0x", 0) == 0 || t.rfind("0X", 0) == 0) t = t.substr(2);
+      f.push_back(t);
+    }
+    if (!f.empty()) cases.push_back(std::move(f));  // blank and comment lines hold none
   }
-  return Measure(h, first, log_path);
+  return Measure(h, cases, log_path);
 }
 
 }  // namespace qmx::golden

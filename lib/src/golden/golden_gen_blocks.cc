@@ -11,6 +11,7 @@
 #include "qmx/error.h"
 #include "qmx/format.h"
 #include "qmx/mx.h"
+#include "qmx/round.h"
 #include "qmx/scale.h"
 
 namespace qmx::golden::detail {
@@ -73,6 +74,11 @@ std::vector<std::vector<float>> EdgeBlocks(const Format& el, size_t n, int rando
     const int base = -130 + static_cast<int>(rng.Below(250)), spread = 1 + static_cast<int>(rng.Below(12));
     blocks.push_back(filled(base - spread, std::min(base, 127) + 1));
   }
+  // A staircase, 1 and every power of two below it (each binade of the elements and under): last, so that
+  // the blocks before it keep their random draws.
+  b.assign(n, 0.0f);
+  for (size_t i = 0; i < n; ++i) b[i] = std::ldexp(i % 2 ? -1.0f : 1.0f, -static_cast<int>(i));
+  blocks.push_back(b);
   return blocks;
 }
 
@@ -200,10 +206,24 @@ void GenSr(const GenOptions& opt, const std::function<void(PlannedFile&&)>& emit
       e.header.Set("level", std::to_string(opt.level)).Set("seed", std::to_string(opt.seed));
       CaseRng erng(opt.seed, e.path);
       const uint32_t top = nbits == 32 ? 0xFFFFFFFFu : (1u << nbits) - 1;
+      CastOptions cast;
+      cast.rounding = ParseRounding(mode);
+      cast.sr_bits = nbits;
       for (uint64_t v : values) {
-        // R at its edges (0, all ones, the half point; level 2 also just below it) and a random draw.
+        // R at its edges (0, all ones, the half point; level 2 also just below it), a random draw, and the
+        // input's own boundary: the smallest R that rounds it up and the one below (the draw is monotone in R).
         std::vector<uint32_t> rs = {0u, top, (top >> 1) + 1, erng.Next() & top};
         if (opt.level >= 2) rs.push_back(top >> 1);
+        const auto code = [&](uint32_t r) { return Convert(fmt::kFP32, v, d, cast, r).code; };
+        if (code(0) != code(top)) {
+          uint32_t below = 0, at = top;
+          while (at - below > 1) {
+            const uint32_t mid = below + (at - below) / 2;
+            (code(mid) == code(0) ? below : at) = mid;
+          }
+          for (uint32_t r : {below, at})
+            if (std::find(rs.begin(), rs.end(), r) == rs.end()) rs.push_back(r);
+        }
         for (uint32_t r : rs) e.inputs.push_back({Hex(v, 8), Hex(r, 8)});
       }
       emit(std::move(e));

@@ -147,6 +147,21 @@ void GenUe8m0(const GenOptions& opt, const std::function<void(PlannedFile&&)>& e
           if (std::isfinite(std::nextafter(f, INFINITY))) out.Add(F32Bits(std::nextafter(f, INFINITY)));
         }
       }
+      // The rule's steps: in each binade, the smallest amax whose scale is above that of the binade's first
+      // value, and one ulp below it (the even rule steps inside a binade, the others at its edges).
+      const auto byte = [&](uint32_t b) { return Ue8m0ScaleFromAmaxRef(F32FromBits(b), el, rule); };
+      for (int e = -149; e <= 127; ++e) {
+        if (!in_range(e)) continue;
+        const uint32_t lo = F32Bits(std::ldexp(1.0f, e)), hi = e == 127 ? 0x7F7FFFFFu : F32Bits(std::ldexp(1.0f, e + 1));
+        if (byte(hi) == byte(lo)) continue;
+        uint32_t below = lo, at = hi;  // byte(below) is the binade's, byte(at) above it
+        while (at - below > 1) {
+          const uint32_t mid = below + (at - below) / 2;
+          (byte(mid) == byte(lo) ? below : at) = mid;
+        }
+        out.Add(at);
+        out.Add(below);
+      }
       for (int i = 0, n = opt.level >= 2 ? 4000 : 32; i < n; ++i) {
         const uint32_t b = static_cast<uint32_t>(rng.Below(0x7F800000u));  // every finite value >= 0
         out.Add(b);

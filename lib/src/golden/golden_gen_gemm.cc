@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -115,6 +116,84 @@ std::vector<Fields> DotCases(const DotConfig& cfg, int level, CaseRng& rng) {
     for (size_t j = 0; j < cfg.k; ++j) a[j] = finite_code(fa), b[j] = finite_code(fb);
     const std::string c = rng.Below(4) == 0 ? "-" : c_field(RandomValue(rng, -10, 10));
     out.push_back({CodesHex(a), CodesHex(b), scales(-8, 8), scales(-8, 8), c});
+  }
+  // Cases for the coverage model's classes (golden_coverage_ops.cc), after the random ones so that those keep
+  // their draws.
+  // Exact cancellation with nothing left (D = 0 from nonzero products), a NaN and an infinite C.
+  {
+    std::vector<uint8_t> a(cfg.k), b(cfg.k);
+    for (size_t i = 0; i + 1 < cfg.k; i += 2) {
+      a[i] = a[i + 1] = finite_code(fa);
+      b[i] = finite_code(fb);
+      b[i + 1] = static_cast<uint8_t>(b[i] ^ (uint8_t{1} << (fb.Bits() - 1)));
+    }
+    if (cfg.k % 2) a[cfg.k - 1] = b[cfg.k - 1] = 0;
+    const std::string s = scales(0, 0);
+    out.push_back({CodesHex(a), CodesHex(b), s, s, "-"});
+    for (size_t i = 0; i < cfg.k; ++i) a[i] = finite_code(fa), b[i] = finite_code(fb);
+    out.push_back({CodesHex(a), CodesHex(b), s, s, c_field(INFINITY)});
+    out.push_back({CodesHex(a), CodesHex(b), s, s, c_field(std::numeric_limits<float>::quiet_NaN())});
+  }
+  // The smallest codes under scales that put their product near 2^-140: a subnormal FP32 result, where the
+  // scales reach (UE8M0, FP32).
+  if (cfg.scale == "ue8m0" || cfg.scale == "fp32") {
+    std::vector<uint8_t> a(cfg.k, 0), b(cfg.k, 0);
+    a[0] = b[0] = 1;  // the smallest positive code of the registry's formats
+    const int e = (-140 - std::ilogb(DecodeToDouble(fa, 1) * DecodeToDouble(fb, 1))) / 2;
+    std::string sc;
+    for (size_t i = 0; i < nscales; ++i) sc += cfg.scale == "ue8m0" ? Hex(127 + e, 2) : Hex(F32Bits(std::ldexp(1.0f, e)), 8);
+    out.push_back({CodesHex(a), CodesHex(b), sc, sc, "-"});
+  }
+  // A zero and a NaN block scale, where the scale format has them (E4M3, FP32; UE8M0's NaN is above).
+  if (cfg.scale == "e4m3" || cfg.scale == "fp32") {
+    for (const std::string& special : {cfg.scale == "e4m3" ? std::string("00") : Hex(0, 8),
+                                       cfg.scale == "e4m3" ? std::string("7f") : Hex(0x7FC00000u, 8)}) {
+      std::vector<uint8_t> a(cfg.k), b(cfg.k);
+      for (size_t i = 0; i < cfg.k; ++i) a[i] = finite_code(fa), b[i] = finite_code(fb);
+      std::string sa = scales(-2, 2);
+      sa.replace(0, special.size(), special);
+      out.push_back({CodesHex(a), CodesHex(b), sa, scales(-2, 2), "-"});
+    }
+  }
+  // Two blocks of one step whose scales put the second's product d binades below the first's (d = 0 .. 40):
+  // the alignment shifts that block scales open beyond the elements' own range (NVFP4, MXFP4 in steps of 64).
+  if (nscales >= 2) {
+    const uint8_t ta = static_cast<uint8_t>(fa.MaxFiniteCode()), tb = static_cast<uint8_t>(fb.MaxFiniteCode());
+    std::vector<uint8_t> a(cfg.k, 0), b(cfg.k, 0);
+    a[0] = a[cfg.block] = ta;
+    b[0] = b[cfg.block] = tb;
+    for (int d = 0; d <= 40; ++d) {
+      // The scales of the two blocks: (1, 1) and (2^-ceil(d/2), 2^-floor(d/2)); E4M3 from 448 down, by search.
+      std::string sa, sb;
+      const auto put = [&](double va, double vb) {
+        for (size_t i = 0; i < nscales; ++i) {
+          const double x = i == 1 ? va : 1.0, y = i == 1 ? vb : 1.0;
+          if (cfg.scale == "ue8m0") sa += Hex(127 + std::ilogb(x), 2), sb += Hex(127 + std::ilogb(y), 2);
+          else sa += Hex(F32Bits(static_cast<float>(x)), 8), sb += Hex(F32Bits(static_cast<float>(y)), 8);
+        }
+      };
+      b[cfg.block] = tb;
+      if (cfg.scale == "e4m3") {
+        // 448 on both sides of block 0; in block 1 the first pair of E4M3 scales (and B's largest or smallest
+        // positive code) that puts the product d binades down.
+        const double p0 = DecodeToDouble(fa, ta) * DecodeToDouble(fb, tb) * 448.0 * 448.0;
+        bool found = false;
+        for (uint8_t code : {tb, uint8_t{1}})
+          for (uint32_t x = 1; x <= 0x7E && !found; ++x)
+            for (uint32_t y = x; y <= 0x7E && !found; ++y) {
+              const double p1 = DecodeToDouble(fa, ta) * DecodeToDouble(fb, code) * DecodeToDouble(fmt::kE4M3, x) *
+                                DecodeToDouble(fmt::kE4M3, y);
+              if (found || std::ilogb(p0) - std::ilogb(p1) != d) continue;
+              for (size_t i = 0; i < nscales; ++i) sa += Hex(i == 1 ? x : 0x7E, 2), sb += Hex(i == 1 ? y : 0x7E, 2);
+              b[cfg.block] = code;
+              found = true;
+            }
+        if (!found) continue;
+      } else {
+        put(std::ldexp(1.0, -(d + 1) / 2), std::ldexp(1.0, -d / 2));
+      }
+      out.push_back({CodesHex(a), CodesHex(b), sa, sb, "-"});
+    }
   }
   return out;
 }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -86,5 +87,34 @@ std::string BinadeLabel(const Format& f, double v);
 // GenOptions::min_per_class for one conversion file: the inputs to add (golden_coverage.cc).
 std::vector<uint64_t> TopUpConversion(const Format& s, const Format& d, const CastOptions& o,
                                       const std::vector<uint64_t>& inputs, uint64_t n);
+
+// A coverage report's class list, built once (name, description), with hits counted by name.
+class CoverageClasses {
+ public:
+  void Add(const std::string& name, const std::string& what) {
+    if (index_.count(name)) return;
+    index_[name] = list_.size();
+    list_.push_back({name, what, 0});
+  }
+  void Hit(const std::string& name) {
+    const auto it = index_.find(name);
+    if (it != index_.end()) ++list_[it->second].hits;
+  }
+  std::vector<CoverageClass> Take() { return std::move(list_); }
+  const std::vector<CoverageClass>& List() const { return list_; }
+
+ private:
+  std::vector<CoverageClass> list_;
+  std::map<std::string, size_t> index_;
+};
+
+// op=sr layout=ptx-cvt-rs-x4: the shift of element j's random byte in rbits, for a destination of `bits` bits
+// (golden_ops.cc SrOp).
+int SrRbitsShift(int bits, size_t j);
+
+// The coverage models of the ue8m0, mx-block, nvfp4-block, sr and dot operations (golden_coverage_ops.cc):
+// the classes of the file `h` describes and the hits of its cases (each case's input fields). False for an
+// operation without a model here.
+bool MeasureOperation(const Header& h, const std::vector<Fields>& cases, std::vector<CoverageClass>& classes);
 
 }  // namespace qmx::golden::detail

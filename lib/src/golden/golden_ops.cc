@@ -307,10 +307,7 @@ class SrOp : public Op {
     return "";
   }
   // Shift of element j's random byte in rbits and of its code in d.
-  int RbitsShift(size_t j) const {
-    static const int kF8[4] = {24, 16, 8, 0}, kF4[4] = {24, 8, 16, 0};
-    return dst_.Bits() == 4 ? kF4[j] : kF8[j];
-  }
+  int RbitsShift(size_t j) const { return SrRbitsShift(dst_.Bits(), j); }
   int CodeShift(size_t j) const { return static_cast<int>(3 - j) * (dst_.Bits() == 4 ? 4 : 8); }
   void Run(Backend b, const std::vector<Fields>& ins, std::vector<Fields>& outs) const override {
     const size_t n = ins.size(), lanes = Lanes();
@@ -452,6 +449,11 @@ class DotOp : public Op {
 };
 
 }  // namespace
+
+int SrRbitsShift(int bits, size_t j) {
+  static const int kF8[4] = {24, 16, 8, 0}, kF4[4] = {24, 8, 16, 0};
+  return bits == 4 ? kF4[j] : kF8[j];
+}
 
 std::unique_ptr<Op> MakeOp(const Header& h) {
   if (h.op == "convert") return std::make_unique<ConvertOp>(h);

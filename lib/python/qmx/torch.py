@@ -72,11 +72,16 @@ def _cuda_stream(t):
     return _torch.cuda.current_stream(t.device).cuda_stream
 
 
+def _operands_f32(x, weight):
+    """X as float32 rows (tokens x K) and W as float32, contiguous: what the recipe's GEMMs read."""
+    x2 = x.detach().reshape(-1, weight.shape[1]).to(_torch.float32).contiguous()
+    return x2, weight.detach().to(_torch.float32).contiguous()
+
+
 def _forward_impl(x, weight, bias, steps):
     """FPROP: (y in x's dtype, the state the backward reads, X and W as float32 rows)."""
     n, k = weight.shape
-    x2 = x.detach().reshape(-1, k).to(_torch.float32).contiguous()
-    w = weight.detach().to(_torch.float32).contiguous()
+    x2, w = _operands_f32(x, weight)
     m = x2.shape[0]
     if x.is_cuda or weight.is_cuda:
         _check_cuda(steps, x, weight, bias)
@@ -214,9 +219,7 @@ if _CUSTOM_OPS:
             raise RuntimeError("qmx.torch.Linear: the forward's saved state is gone (a second backward through "
                                "the same forward?)")
         steps, saved = entry
-        n, k = weight.shape
-        x2 = x.detach().reshape(-1, k).to(_torch.float32).contiguous()
-        w = weight.detach().to(_torch.float32).contiguous()
+        x2, w = _operands_f32(x, weight)
         grad_x, grad_w, grad_b = _backward_impl(steps, saved, x2, w, grad, has_bias)
         if grad_b is None:
             grad_b = grad_w.new_empty((0,))

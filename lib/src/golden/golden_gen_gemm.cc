@@ -375,9 +375,11 @@ std::vector<UnitSpec> ParseUnits(const std::vector<std::string>& texts) {
       throw Error(what + ": name must be 1..64 of letters, digits, '.', '_' and '-' (a file name), not '" + u.name + "'");
     if (!names.insert(u.name).second) throw Error(what + ": a unit named '" + u.name + "' is given twice");
     for (const char* key : {"a", "b"}) {
-      const Format& f = GetFormat(kv[key]);  // throws naming the format
-      if (f.Bits() > 8)
-        throw Error(what + ": " + key + "=" + kv[key] + " is not an element format of 8 bits or fewer");
+      try {
+        ElementFormat(kv[key]);
+      } catch (const Error& e) {
+        throw Error(what + ": " + key + "=" + kv[key] + ": " + e.what());
+      }
     }
     u.a = kv["a"];
     u.b = kv["b"];

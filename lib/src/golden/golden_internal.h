@@ -108,6 +108,10 @@ class CoverageClasses {
   std::map<std::string, size_t> index_;
 };
 
+// A registry format of 8 bits or fewer, the element formats the operations take; throws qmx::Error naming it
+// otherwise (golden_ops.cc).
+const Format& ElementFormat(const std::string& name);
+
 // op=sr layout=ptx-cvt-rs-x4: the shift of element j's random byte in rbits, for a destination of `bits` bits
 // (golden_ops.cc SrOp).
 int SrRbitsShift(int bits, size_t j);

@@ -26,11 +26,6 @@ DType SourceType(const std::string& s) {
   throw Error("src must be f32, f16 or bf16, not '" + s + "'");
 }
 
-const Format& ElementFormat(const std::string& name) {
-  const Format& f = GetFormat(name);
-  if (f.Bits() > 8) throw Error("'" + name + "' is not a format of 8 bits or fewer");
-  return f;
-}
 
 std::string CheckWidth(const Fields& in, size_t i, int digits, const char* what) {
   uint64_t v;
@@ -449,6 +444,12 @@ class DotOp : public Op {
 };
 
 }  // namespace
+
+const Format& ElementFormat(const std::string& name) {
+  const Format& f = GetFormat(name);
+  if (f.Bits() > 8) throw Error("'" + name + "' is not a format of 8 bits or fewer");
+  return f;
+}
 
 int SrRbitsShift(int bits, size_t j) {
   static const int kF8[4] = {24, 16, 8, 0}, kF4[4] = {24, 8, 16, 0};

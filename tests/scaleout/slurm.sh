@@ -2,11 +2,12 @@
 # cli/slurm/prove-array.sbatch through a real Slurm: a one-node cluster (Debian's slurmctld, slurmd and munge,
 # .ci/install-deps) started for the test under WORKDIR, the script submitted as a job array of 3 tasks on a
 # small input range, `merge` as a job that depends on the array, and the merged JSON compared byte for byte
-# with one process's. Exits 77 (ctest: skipped, with the reason) without the Slurm daemons or as a user that
-# cannot start them.
-# Usage: slurm.sh QMX_SIM SOURCE_DIR WORKDIR
+# with one process's; with "mpi" (a qmx-sim built with Open MPI), cli/slurm/prove-mpi.sbatch too, as one job
+# of 2 tasks that srun starts through PMIx. Exits 77 (ctest: skipped, with the reason) without the Slurm
+# daemons or as a user that cannot start them.
+# Usage: slurm.sh QMX_SIM SOURCE_DIR WORKDIR [mpi]
 set -euo pipefail
-q=$(realpath "$1") src=$(realpath "$2") work=$3
+q=$(realpath "$1") src=$(realpath "$2") work=$3 mpi=${4:-}
 skip() { echo "scaleout.slurm skipped: $*"; exit 77; }
 for t in slurmctld slurmd sbatch munged munge; do command -v "$t" > /dev/null || skip "$t is not installed (.ci/install-deps installs Slurm)"; done
 [ "$(id -u)" = 0 ] || skip "the one-node cluster's daemons run as root here"
@@ -71,3 +72,18 @@ ls prove-shards/prove-shard-{0,1,2}-of-3.json > /dev/null
 cmp "$work/whole.json" prove.json || { echo "scaleout.slurm: the array's merged proof differs from one process's" >&2; exit 1; }
 grep -q '"mismatches": 0' prove.json
 echo "scaleout.slurm: 3 array tasks merged equal one process's bytes ($((SECONDS - t0)) s with the cluster's start)"
+[ "$mpi" = mpi ] || exit 0
+# The MPI script: 2 ranks on the one node (Open MPI refuses root unless told; the CI runs as root).
+mkdir -p "$work/mpi" && cd "$work/mpi"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+sbatch --wait --nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 --time=5 --output=mpi.log \
+  "$src/cli/slurm/prove-mpi.sbatch" "${range[@]}" > /dev/null || { tail -n 30 mpi.log; echo "scaleout.slurm: the MPI job failed" >&2; exit 1; }
+cmp "$work/whole.json" prove.json || { echo "scaleout.slurm: the MPI job's proof differs from one process's" >&2; exit 1; }
+# That srun's tasks formed one MPI job of 2 ranks, not 2 one-rank jobs (which would each write the same file):
+# prove refuses --shard only where it sees more than one rank.
+if srun --mpi=pmix --ntasks=2 --time=2 "$q" prove --to e4m3 --round rne --sat satfinite --range 0:16 --quiet \
+     --shard 0/2 --shard-dir shards > srun.log 2>&1; then
+  cat srun.log; echo "scaleout.slurm: srun --mpi=pmix started 2 one-rank jobs, not one job of 2 ranks" >&2; exit 1
+fi
+grep -q "under MPI the ranks split the work" srun.log || { cat srun.log; echo "scaleout.slurm: srun failed otherwise" >&2; exit 1; }
+echo "scaleout.slurm: the MPI job's 2 ranks under srun --mpi=pmix equal one process's bytes ($((SECONDS - t0)) s in all)"

@@ -17,6 +17,8 @@ namespace {
 std::string SpecRevision(const Format& d) {
   const std::string n = d.name;
   if (d.encoding == Encoding::kFnuz) return "FNUZ-ml_dtypes-0.6";  // no written spec: ml_dtypes, AMD CDNA3
+  // IEEE 754's rules at 8 bits (ml_dtypes' float8_e4m3, FPnew's FP8ALT): no standard names the format.
+  if (d.encoding == Encoding::kIeee && d.Bits() == 8 && n != "e5m2") return "IEEE-754-2019-style";
   return n == "e4m3" || n == "e5m2" ? "OFP8-1.0" : "OCP-MX-1.0";
 }
 
@@ -27,8 +29,10 @@ std::vector<Fields> OneField(const std::vector<uint64_t>& codes, int digits) {
 }
 
 const std::vector<std::string>& SmallFormats() {
+  // float8_e4m3: ml_dtypes' IEEE-like E4M3 (bias 7, Inf and NaNs at the top exponent, largest finite 240),
+  // FPnew's FP8ALT.
   static const std::vector<std::string> k = {"e4m3",     "e5m2",     "e3m2",       "e2m3", "e2m1", "int8",
-                                             "ue8m0",    "e4m3fnuz", "e5m2fnuz",   "e4m3b11fnuz"};
+                                             "ue8m0",    "e4m3fnuz", "e5m2fnuz",   "e4m3b11fnuz", "float8_e4m3"};
   return k;
 }
 
@@ -41,7 +45,7 @@ void GenConversions(const GenOptions& opt, const std::function<void(PlannedFile&
   for (const std::string src : {"f32", "f16", "bf16"}) {
     const Src s = SrcByName(src);
     for (const auto& dn : SmallFormats()) {
-      const Format& d = GetFormat(dn);
+      const Format d = ParseFormat(dn);
       std::vector<uint64_t> inputs;
       {
         CaseRng rng(opt.seed, "conversions/" + src + "_" + dn);
@@ -111,7 +115,7 @@ void GenConversions(const GenOptions& opt, const std::function<void(PlannedFile&
     }
   }
   for (const auto& dn : SmallFormats()) {
-    const Format& d = GetFormat(dn);
+    const Format d = ParseFormat(dn);
     PlannedFile f;
     f.path = "conversions/decode_" + dn + ".txt";
     f.header.op = "decode";

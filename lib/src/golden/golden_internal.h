@@ -108,9 +108,9 @@ class CoverageClasses {
   std::map<std::string, size_t> index_;
 };
 
-// A registry format of 8 bits or fewer, the element formats the operations take; throws qmx::Error naming it
-// otherwise (golden_ops.cc).
-const Format& ElementFormat(const std::string& name);
+// A format of 8 bits or fewer (a registry name, an alias such as float8_e4m3, or a user format), the element
+// formats the operations take; throws qmx::Error naming it otherwise (golden_ops.cc).
+Format ElementFormat(const std::string& name);
 
 // op=sr layout=ptx-cvt-rs-x4: the shift of element j's random byte in rbits, for a destination of `bits` bits
 // (golden_ops.cc SrOp).

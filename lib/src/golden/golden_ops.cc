@@ -445,8 +445,8 @@ class DotOp : public Op {
 
 }  // namespace
 
-const Format& ElementFormat(const std::string& name) {
-  const Format& f = GetFormat(name);
+Format ElementFormat(const std::string& name) {
+  const Format f = ParseFormat(name);
   if (f.Bits() > 8) throw Error("'" + name + "' is not a format of 8 bits or fewer");
   return f;
 }

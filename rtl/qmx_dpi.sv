@@ -45,4 +45,30 @@ package qmx_dpi;
     flags = f[7:0];
   endfunction
 
+  // UE8M0 scales and MX blocks (qmx_c.h qmx_ue8m0_scale, qmx_mx_blocks). FP32 values travel as their bits
+  // (int unsigned, the C side's float array), so NaN payloads and -0 arrive as they are; opt null: the
+  // default cast options (RNE, satfinite), the golden mx-block files' (round=rne sat=satfinite).
+  import "DPI-C" function int qmx_ue8m0_scale(input shortreal amax, input string elem, input string rule,
+                                              output byte unsigned scale);
+  import "DPI-C" function int qmx_mx_blocks(input int unsigned x_bits[32], input longint unsigned n, input string elem,
+                                            input string rule, input string nan_policy, input string scaling,
+                                            input longint unsigned block, input chandle opt,
+                                            output byte unsigned codes[32], output byte unsigned scales[1]);
+
+  // One MX block of 32 FP32 values (bits) as qmx::QuantizeMx makes it: its UE8M0 scale byte and 32 element
+  // codes, element 0 first, under a scale rule (ocp-floor round-up ceil even max-finite), a NaN policy
+  // (block-nan scale-nan te ignore-nan ignore) and element scaling (exact fp32 te-rcp), as an mx-block golden
+  // file's header names them; $fatal on a name the library refuses.
+  function automatic void qmx_expect_mx_block(input bit [31:0] x[32], input string elem, input string rule,
+                                              input string nan_policy, input string scaling, output bit [7:0] scale,
+                                              output bit [7:0] codes[32]);
+    int unsigned v[32];
+    byte unsigned c[32], s[1];
+    foreach (x[j]) v[j] = x[j];
+    if (qmx_mx_blocks(v, 32, elem, rule, nan_policy, scaling, 32, null, c, s) != 0)
+      $fatal(1, "qmx_dpi: %s", qmx_last_error());
+    scale = s[0];
+    foreach (c[j]) codes[j] = c[j];
+  endfunction
+
 endpackage

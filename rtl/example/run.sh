@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the example benches with Verilator (5.x) against libqmx_c.so and runs them: golden conversion files
-# (NAME.txt) through tb_golden_convert.sv, and $readmemh images of FP32 -> 8-bit conversion files (NAME.memh,
+# (NAME.txt) through tb_golden_convert.sv, MX block files (op=mx-block) through tb_golden_mx_block.sv, and
+# $readmemh images of FP32 -> 8-bit conversion files (NAME.memh,
 # qmx-sim golden gen --layout memh) through tb_golden_memh.sv, whose options come from the image's header.
 # Usage: rtl/example/run.sh LIBDIR OUTDIR FILE...   (LIBDIR holds libqmx_c.so, e.g. build/lib or an install's
 # lib; OUTDIR takes Verilator's builds). Exits non-zero when a file's expected values and the model differ.
@@ -32,7 +33,7 @@ for f in "$@"; do
       "$tb" "+memh=$f" "+cases=$(sed -n 's|^// cases: ||p' "$f")" "+dst=$(key dst)" "+opts=$head"
       ;;
     *)
-      tb=$(bench tb_golden_convert)
+      if grep -q '^# op=mx-block ' "$f"; then tb=$(bench tb_golden_mx_block); else tb=$(bench tb_golden_convert); fi
       "$tb" "+golden=$f"
       ;;
   esac

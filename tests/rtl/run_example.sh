@@ -2,7 +2,8 @@
 # ctest rtl.verilator_example: builds rtl/example with Verilator against this build's libqmx_c.so, runs it
 # on every golden/level1 conversion file (each case checked against the file and the DPI model), then on a
 # copy with one expected code changed, which must fail; then the $readmemh bench (tb_golden_memh.sv) on the
-# images of the FP32 conversion files (golden gen --layout memh), and on one with a changed word.
+# images of the FP32 conversion files (golden gen --layout memh), and on one with a changed word; then the
+# MX block bench (tb_golden_mx_block.sv) on every level-1 mx-block file and on one with a changed code.
 # Usage: run_example.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src=$1 build=$2
@@ -55,4 +56,26 @@ if bash "$src/rtl/example/run.sh" "$build/lib" "$out" "$mo/changed.memh" > "$mo/
 fi
 grep -q 'MISMATCH' "$mo/changed.log" || { echo "FAIL: no MISMATCH line for the changed word"; cat "$mo/changed.log"; exit 1; }
 echo "a changed word fails the memh bench: $(grep -m1 MISMATCH "$mo/changed.log")"
+# Every golden/level1 MX block file through tb_golden_mx_block.sv (qmx_expect_mx_block), then one with an
+# element code changed (element 5 of the first block, its lowest bit flipped), which must fail.
+xo=$out/mx
+mkdir -p "$xo"
+mapfile -t blocks < <(ls "$src"/golden/level1/mx-block/*.txt)
+bash "$src/rtl/example/run.sh" "$build/lib" "$out" "${blocks[@]}" > "$xo/run.log" 2>&1 || { tail -20 "$xo/run.log"; exit 1; }
+passed=$(grep -c '^PASS ' "$xo/run.log")
+[ "$passed" -eq "${#blocks[@]}" ] || { echo "FAIL: $passed of ${#blocks[@]} MX block files passed"; tail -20 "$xo/run.log"; exit 1; }
+echo "the MX block bench agrees with $passed golden MX block files"
+done_one=0
+while IFS= read -r line; do
+  if [ "$done_one" -eq 0 ] && [ -n "$line" ] && [ "${line:0:1}" != "#" ]; then
+    line=$(printf '%s%02x%s' "${line:0:301}" $((16#${line:301:2} ^ 1)) "${line:303}")
+    done_one=1
+  fi
+  printf '%s\n' "$line"
+done < "${blocks[0]}" > "$xo/changed.txt"
+if bash "$src/rtl/example/run.sh" "$build/lib" "$out" "$xo/changed.txt" > "$xo/changed.log" 2>&1; then
+  echo "FAIL: the MX block bench passed a file with a changed code"; cat "$xo/changed.log"; exit 1
+fi
+grep -q 'MISMATCH' "$xo/changed.log" || { echo "FAIL: no MISMATCH line for the changed code"; cat "$xo/changed.log"; exit 1; }
+echo "a changed element code fails the MX block bench: $(grep -m1 MISMATCH "$xo/changed.log" | cut -c1-100)"
 rm -rf "$out"

@@ -242,14 +242,9 @@ void SrClasses(const Header& h, const std::vector<Fields>& cases, CoverageClasse
       if (r == 0) cls.Hit("r:zero");
       if (r == rmax) cls.Hit("r:max");
       cls.Hit(got == hi ? "up" : "down");
-      // The threshold: the smallest bits giving hi (the draw is monotone in the bits).
-      uint64_t below = 0, at = rmax;
-      while (at - below > 1) {
-        const uint64_t mid = below + (at - below) / 2;
-        (code(static_cast<uint32_t>(mid)) == hi ? at : below) = mid;
-      }
+      const uint32_t at = SrThreshold(x, dst, opt, rmax);  // > 0 here: lo and hi differ
       if (r == at) cls.Hit("r:threshold");
-      if (at > 0 && r == at - 1) cls.Hit("r:below-threshold");
+      if (r == at - 1) cls.Hit("r:below-threshold");
     }
   }
 }
@@ -414,6 +409,18 @@ void DotClasses(const Header& h, const std::vector<Fields>& cases, CoverageClass
 }
 
 }  // namespace
+
+uint32_t SrThreshold(uint32_t x_bits, const Format& dst, const CastOptions& cast, uint32_t top) {
+  const auto code = [&](uint32_t r) { return Convert(fmt::kFP32, x_bits, dst, cast, r).code; };
+  const uint64_t lo = code(0);
+  if (lo == code(top)) return 0;
+  uint32_t below = 0, at = top;  // code(below) is lo, code(at) the other
+  while (at - below > 1) {
+    const uint32_t mid = below + (at - below) / 2;
+    (code(mid) == lo ? below : at) = mid;
+  }
+  return at;
+}
 
 bool MeasureOperation(const Header& h, const std::vector<Fields>& cases, std::vector<CoverageClass>& classes) {
   CoverageClasses cls;

@@ -214,16 +214,9 @@ void GenSr(const GenOptions& opt, const std::function<void(PlannedFile&&)>& emit
         // input's own boundary: the smallest R that rounds it up and the one below (the draw is monotone in R).
         std::vector<uint32_t> rs = {0u, top, (top >> 1) + 1, erng.Next() & top};
         if (opt.level >= 2) rs.push_back(top >> 1);
-        const auto code = [&](uint32_t r) { return Convert(fmt::kFP32, v, d, cast, r).code; };
-        if (code(0) != code(top)) {
-          uint32_t below = 0, at = top;
-          while (at - below > 1) {
-            const uint32_t mid = below + (at - below) / 2;
-            (code(mid) == code(0) ? below : at) = mid;
-          }
-          for (uint32_t r : {below, at})
+        if (const uint32_t at = SrThreshold(static_cast<uint32_t>(v), d, cast, top))
+          for (uint32_t r : {at - 1, at})
             if (std::find(rs.begin(), rs.end(), r) == rs.end()) rs.push_back(r);
-        }
         for (uint32_t r : rs) e.inputs.push_back({Hex(v, 8), Hex(r, 8)});
       }
       emit(std::move(e));

@@ -116,6 +116,12 @@ Format ElementFormat(const std::string& name);
 // (golden_ops.cc SrOp).
 int SrRbitsShift(int bits, size_t j);
 
+// Stochastic rounding's threshold for an FP32 input (bits) into dst under cast: the smallest random bits in
+// [0, top] that give the code the largest (top) gives, or 0 where every draw gives one code (the draw is
+// monotone in the bits; golden_coverage_ops.cc). The sr generator adds it and the bits below it; the
+// coverage model's r:threshold class is it.
+uint32_t SrThreshold(uint32_t x_bits, const Format& dst, const CastOptions& cast, uint32_t top);
+
 // The coverage models of the ue8m0, mx-block, nvfp4-block, sr and dot operations (golden_coverage_ops.cc):
 // the classes of the file `h` describes and the hits of its cases (each case's input fields). False for an
 // operation without a model here.

@@ -247,11 +247,17 @@ Tmp WriteTmp(const std::string& path, const uint8_t* data, size_t size) {
   int fd = -1;
   for (int attempt = 0; attempt < 64 && fd < 0; ++attempt) {
     t.tmp = path + kTmpTag + std::to_string(static_cast<long>(::getpid())) + "." + RandomHex12();
+    // Registered before it exists: a signal between the open and the registration would otherwise leave the
+    // file behind. A signal before the open unlinks a name that does not exist yet, which is harmless; the
+    // random part makes the name one that no other file has.
+    t.node = RegisterTmp(t.tmp);
     fd = ::open(t.tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-    if (fd < 0 && errno != EEXIST) break;
+    if (fd >= 0) break;
+    const int err = errno;
+    ReleaseTmp(t.node);
+    t.node = nullptr;
+    if (err != EEXIST || attempt == 63) throw IoError(CreateFailure(path, t.tmp, err));
   }
-  if (fd < 0) throw IoError(CreateFailure(path, t.tmp, errno));
-  t.node = RegisterTmp(t.tmp);
   auto fail = [&](const std::string& step, int err) {
     ::unlink(t.tmp.c_str());
     ReleaseTmp(t.node);

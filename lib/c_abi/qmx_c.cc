@@ -3,6 +3,7 @@
 // exception crosses the ABI; a failure sets this thread's message and returns a status.
 #include "qmx/qmx_c.h"
 
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -59,6 +60,12 @@ void Need(const void* p, const char* fn, const char* arg) {
 
 bool Given(const char* s) { return s != nullptr && s[0] != '\0'; }
 
+float F32Of(uint32_t bits) {
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+
 qmx::CastOptions ToCpp(const qmx_cast_options* o) {
   qmx::CastOptions c;
   if (o == nullptr) return c;
@@ -80,13 +87,18 @@ qmx::CastOptions ToCpp(const qmx_cast_options* o) {
   return c;
 }
 
-qmx::GemmOperand OperandOf(const qmx_operand* o, const char* what) {
-  Need(o, "qmx_gemm", what);
-  Need(o->format, "qmx_gemm", (std::string(what) + "->format").c_str());
-  Need(o->codes, "qmx_gemm", (std::string(what) + "->codes").c_str());
+// A qmx_operand as the library's operand. A NULL's message names fn and the argument: qmx_gemm's "a->codes",
+// or the names given (qmx_dot's "a_format", "a", "sa").
+qmx::GemmOperand OperandOf(const qmx_operand* o, const char* what, const char* fn = "qmx_gemm",
+                           const char* format_arg = nullptr, const char* codes_arg = nullptr,
+                           const char* scales_arg = nullptr) {
+  const std::string w = what;
+  Need(o, fn, what);
+  Need(o->format, fn, format_arg ? format_arg : (w + "->format").c_str());
+  Need(o->codes, fn, codes_arg ? codes_arg : (w + "->codes").c_str());
   qmx::GemmOperand g = qmx::OperandFromCodes(qmx::ParseFormat(o->format), o->rows, o->cols, o->codes);
   if (Given(o->scale_format)) {
-    Need(o->scales, "qmx_gemm", (std::string(what) + "->scales").c_str());
+    Need(o->scales, fn, scales_arg ? scales_arg : (w + "->scales").c_str());
     qmx::SetBlockScales(g, qmx::ParseScaleFormat(o->scale_format), o->block_rows, o->block_cols, o->scales);
   }
   g.tensor_scale = o->tensor_scale;
@@ -261,6 +273,10 @@ qmx_status qmx_decode(const char* format, uint64_t code, double* value) {
   });
 }
 
+qmx_status qmx_ue8m0_scale_bits(uint32_t amax_bits, const char* elem, const char* rule, uint8_t* scale) {
+  return qmx_ue8m0_scale(F32Of(amax_bits), elem, rule, scale);
+}
+
 qmx_status qmx_ue8m0_scale(float amax, const char* elem, const char* rule, uint8_t* scale) {
   return Guard([&] {
     Need(elem, "qmx_ue8m0_scale", "elem");
@@ -290,6 +306,24 @@ qmx_status qmx_mx_blocks(const float* x, size_t n, const char* elem, const char*
     Need(scales, "qmx_mx_blocks", "scales");
     qmx::QuantizeMx(qmx::DType::kF32, x, n, spec, codes, scales);
   });
+}
+
+qmx_status qmx_nvfp4_blocks_bits(const uint32_t* x_bits, size_t rows, size_t cols, uint32_t tensor_amax_bits,
+                                 const char* rule, size_t block, const qmx_cast_options* opt, uint8_t* codes,
+                                 uint8_t* scales, uint32_t* tensor_decode_bits) {
+  std::vector<float> x;
+  const qmx_status copied = Guard([&] {
+    Need(x_bits, "qmx_nvfp4_blocks_bits", "x_bits");
+    if (cols != 0 && rows > SIZE_MAX / sizeof(float) / cols) throw qmx::Error("qmx_nvfp4_blocks_bits: rows * cols overflows");
+    x.resize(rows * cols);
+    if (!x.empty()) std::memcpy(x.data(), x_bits, x.size() * sizeof(float));
+  });
+  if (copied != QMX_OK) return copied;
+  float decode = 0;
+  const qmx_status st =
+      qmx_nvfp4_blocks(x.data(), rows, cols, F32Of(tensor_amax_bits), rule, block, opt, codes, scales, &decode);
+  if (st == QMX_OK && tensor_decode_bits != nullptr) std::memcpy(tensor_decode_bits, &decode, 4);
+  return st;
 }
 
 qmx_status qmx_nvfp4_blocks(const float* x, size_t rows, size_t cols, float tensor_amax, const char* rule, size_t block,
@@ -340,6 +374,27 @@ qmx_status qmx_gemm(const char* model, const qmx_operand* a, const qmx_operand* 
     const qmx::GemmOperand ga = OperandOf(a, "a"), gb = OperandOf(b, "b");
     const std::vector<float> out = qmx::Gemm(ga, gb, c, qmx::AccumModelByName(model));
     std::memcpy(d, out.data(), out.size() * sizeof(float));
+  });
+}
+
+qmx_status qmx_dot(const char* model, const char* a_format, const uint8_t* a, const char* b_format, const uint8_t* b,
+                   size_t k, const char* scale_format, const uint32_t* sa, const uint32_t* sb, size_t block,
+                   uint32_t tensor_a_bits, uint32_t tensor_b_bits, int has_c, uint32_t c_bits, uint32_t* d_bits) {
+  return Guard([&] {
+    Need(model, "qmx_dot", "model");
+    Need(d_bits, "qmx_dot", "d_bits");
+    if (k == 0 || k > (size_t{1} << 20)) throw qmx::Error("qmx_dot: k must be 1..2^20, not " + std::to_string(k));
+    const bool scaled = Given(scale_format) && std::strcmp(scale_format, "none") != 0;
+    if (scaled && (block == 0 || k % block != 0))
+      throw qmx::Error("qmx_dot: block must divide k (" + std::to_string(k) + "), not " + std::to_string(block));
+    // The operands as qmx_gemm takes them: A one row of k, B one column of k, the scales one per block.
+    const qmx_operand oa{a_format, a, 1, k, scaled ? scale_format : nullptr, sa, 1, block, F32Of(tensor_a_bits)};
+    const qmx_operand ob{b_format, b, k, 1, scaled ? scale_format : nullptr, sb, block, 1, F32Of(tensor_b_bits)};
+    const float c = F32Of(c_bits);
+    const std::vector<float> d =
+        qmx::Gemm(OperandOf(&oa, "a", "qmx_dot", "a_format", "a", "sa"), OperandOf(&ob, "b", "qmx_dot", "b_format", "b", "sb"),
+                  has_c ? &c : nullptr, qmx::AccumModelByName(model));
+    std::memcpy(d_bits, d.data(), 4);
   });
 }
 

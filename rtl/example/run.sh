@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the example benches with Verilator (5.x) against libqmx_c.so and runs them: golden conversion files
-# (NAME.txt) through tb_golden_convert.sv, MX block files (op=mx-block) through tb_golden_mx_block.sv, and
+# (NAME.txt) through tb_golden_convert.sv, MX block files (op=mx-block) through tb_golden_mx_block.sv, NVFP4
+# block files (op=nvfp4-block) through tb_golden_nvfp4_block.sv, dot files (op=dot) through tb_golden_dot.sv, and
 # $readmemh images of FP32 -> 8-bit conversion files (NAME.memh,
 # qmx-sim golden gen --layout memh) through tb_golden_memh.sv, whose options come from the image's header.
 # Usage: rtl/example/run.sh LIBDIR OUTDIR FILE...   (LIBDIR holds libqmx_c.so, e.g. build/lib or an install's
@@ -18,7 +19,7 @@ bench() {
   if [ ! -x "$out/$top/V$top" ]; then
     mkdir -p "$out/$top"
     verilator --binary -j 2 -Wno-fatal --Mdir "$out/$top" --top-module "$top" "$here/../qmx_dpi.sv" "$here/$top.sv" \
-      -LDFLAGS "-L$libdir -lqmx_c -Wl,-rpath,$libdir" > "$out/$top/verilator.log" 2>&1 || { cat "$out/$top/verilator.log"; exit 1; }
+      -LDFLAGS "-L$libdir -lqmx_c -Wl,-rpath,$libdir" > "$out/$top/verilator.log" 2>&1 || { cat "$out/$top/verilator.log" >&2; exit 1; }
   fi
   echo "$out/$top/V$top"
 }
@@ -33,7 +34,12 @@ for f in "$@"; do
       "$tb" "+memh=$f" "+cases=$(sed -n 's|^// cases: ||p' "$f")" "+dst=$(key dst)" "+opts=$head"
       ;;
     *)
-      if grep -q '^# op=mx-block ' "$f"; then tb=$(bench tb_golden_mx_block); else tb=$(bench tb_golden_convert); fi
+      case "$(sed -n 's/^# op=\([^ ]*\) .*/\1/p' "$f" | head -n 1)" in
+        mx-block) tb=$(bench tb_golden_mx_block) ;;
+        nvfp4-block) tb=$(bench tb_golden_nvfp4_block) ;;
+        dot) tb=$(bench tb_golden_dot) ;;
+        *) tb=$(bench tb_golden_convert) ;;
+      esac
       "$tb" "+golden=$f"
       ;;
   esac

@@ -20,10 +20,7 @@ module tb_golden_convert;
   endfunction
 
   initial begin
-    if (!$value$plusargs("golden=%s", path)) $fatal(1, "usage: +golden=FILE (a golden conversion file)");
-    fd = $fopen(path, "r");
-    if (fd == 0) $fatal(1, "cannot open %s", path);
-    if (qmx_abi_version() != 3) $fatal(1, "libqmx_c ABI version %0d, this package expects 3", qmx_abi_version());
+    fd = qmx_open_golden(path, "a golden conversion file");
     cases = 0;
     errors = 0;
     op = "";
@@ -49,9 +46,7 @@ module tb_golden_convert;
       cases++;
     end
     $fclose(fd);
-    if (cases == 0) $fatal(1, "%s: no cases", path);
-    if (errors != 0) $fatal(1, "%s: %0d of %0d cases differ", path, errors, cases);
-    $display("PASS %s: %0d cases (%s -> %s, %s, %s), file and DPI model agree", path, cases, src, dst, rnd, sat);
+    qmx_file_result(path, cases, errors, "cases", {src, " -> ", dst, ", ", rnd, ", ", sat});
     $finish;
   end
 endmodule

@@ -17,6 +17,7 @@ module tb_golden_memh;
     if (!$value$plusargs("memh=%s", path) || !$value$plusargs("cases=%d", n) || !$value$plusargs("dst=%s", dst) ||
         !$value$plusargs("opts=%s", opts))
       $fatal(1, "usage: +memh=FILE +cases=N +dst=FORMAT +opts=HEADER");
+    qmx_check_abi();
     if (n <= 0 || n > kMaxCases) $fatal(1, "%s: %0d cases (1 .. %0d)", path, n, kMaxCases);
     $readmemh(path, mem, 0, n - 1);
     errors = 0;

@@ -14,17 +14,8 @@ module tb_golden_mx_block;
   bit [7:0] want_scale, want_flags, scale, codes[32];
   bit [255:0] want_codes;  // 64 hex digits, element 0 first (the leftmost)
 
-  // Whether s holds key.
-  function automatic bit has(input string s, input string key);
-    for (int i = 0; i + key.len() <= s.len(); ++i)
-      if (s.substr(i, i + key.len() - 1) == key) return 1;
-    return 0;
-  endfunction
-
   initial begin
-    if (!$value$plusargs("golden=%s", path)) $fatal(1, "usage: +golden=FILE (a golden mx-block file)");
-    fd = $fopen(path, "r");
-    if (fd == 0) $fatal(1, "cannot open %s", path);
+    fd = qmx_open_golden(path, "a golden mx-block file");
     cases = 0;
     errors = 0;
     op = "";
@@ -33,7 +24,7 @@ module tb_golden_mx_block;
         got = $sscanf(line, "# op=%s elem=%s rule=%s nan=%s scaling=%s", op, elem, rule, nan_policy, scaling);
         if (got != 5 || op != "mx-block") $fatal(1, "%s: not an op=mx-block file (%0d header fields read)", path, got);
         // The model's call takes blocks of 32 and the default cast options: refuse a file with others.
-        if (!has(line, " block=32 ") || !has(line, " round=rne ") || !has(line, " sat=satfinite "))
+        if (!qmx_line_has(line, " block=32 ") || !qmx_line_has(line, " round=rne ") || !qmx_line_has(line, " sat=satfinite "))
           $fatal(1, "%s: this bench takes block=32 round=rne sat=satfinite", path);
         continue;
       end
@@ -60,10 +51,7 @@ module tb_golden_mx_block;
       cases++;
     end
     $fclose(fd);
-    if (cases == 0) $fatal(1, "%s: no cases", path);
-    if (errors != 0) $fatal(1, "%s: %0d of %0d blocks differ", path, errors, cases);
-    $display("PASS %s: %0d blocks (%s, %s, %s, %s), file and DPI model agree", path, cases, elem, rule, nan_policy,
-             scaling);
+    qmx_file_result(path, cases, errors, "blocks", {elem, ", ", rule, ", ", nan_policy, ", ", scaling});
     $finish;
   end
 endmodule

@@ -85,8 +85,12 @@ std::string Runner(const std::string& op, const HeaderKeys& keys, const std::vec
   if (op == "ue8m0") {
     const std::string elem = KeyValue(keys, "elem"), rule = KeyValue(keys, "rule");
     for (const auto& in : inputs) {
-      uint8_t s = 0;
+      uint8_t s = 0, sb = 0;
       REQUIRE(qmx_ue8m0_scale(F32(in[0]), elem.c_str(), rule.c_str(), &s) == QMX_OK);
+      // The bits form (the DPI package's) gives the same byte.
+      REQUIRE(qmx_ue8m0_scale_bits(static_cast<uint32_t>(std::stoul(in[0], nullptr, 16)), elem.c_str(), rule.c_str(),
+                                   &sb) == QMX_OK);
+      REQUIRE(sb == s);
       outputs.push_back({qmx::golden::Hex(s, 2), "00"});
     }
     return "";
@@ -119,15 +123,55 @@ std::string Runner(const std::string& op, const HeaderKeys& keys, const std::vec
                                &scale, &decode) == QMX_OK);
       uint32_t dbits;
       std::memcpy(&dbits, &decode, 4);
+      // The bits form (the DPI package's) gives the same codes, scale and decode scale.
+      std::vector<uint32_t> xb(bl);
+      for (size_t j = 0; j < bl; ++j) xb[j] = static_cast<uint32_t>(std::stoul(in[1 + j], nullptr, 16));
+      std::vector<uint8_t> codes_b(bl);
+      uint8_t scale_b = 0;
+      uint32_t dbits_b = 0;
+      REQUIRE(qmx_nvfp4_blocks_bits(xb.data(), 1, bl, static_cast<uint32_t>(std::stoul(in[0], nullptr, 16)),
+                                    KeyValue(keys, "rule").c_str(), bl, &o, codes_b.data(), &scale_b, &dbits_b) == QMX_OK);
+      REQUIRE(codes_b == codes);
+      REQUIRE(scale_b == scale);
+      REQUIRE(dbits_b == dbits);
       outputs.push_back(
           {qmx::golden::Hex(dbits, 8), qmx::golden::Hex(scale, 2), qmx::golden::JoinCodes(codes.data(), bl, 1), "--"});
+    }
+    return "";
+  }
+  if (op == "dot") {
+    const size_t k = std::stoul(KeyValue(keys, "k"));
+    const std::string scale = KeyValue(keys, "scale");
+    const size_t block = scale == "none" ? 0 : std::stoul(KeyValue(keys, "block"));
+    const int digits = scale == "fp32" ? 8 : 2;
+    auto words = [](const std::string& hex, size_t n, int w) {
+      std::vector<uint32_t> v(n);
+      for (size_t i = 0; i < n && hex != "-"; ++i) v[i] = static_cast<uint32_t>(std::stoul(hex.substr(i * w, w), nullptr, 16));
+      return v;
+    };
+    auto tensor = [&](const char* key) {
+      return qmx::golden::HasKey(keys, key) ? static_cast<uint32_t>(std::stoul(KeyValue(keys, key), nullptr, 16))
+                                           : 0x3F800000u;
+    };
+    const uint32_t ta = tensor("tensor-a"), tb = tensor("tensor-b");
+    for (const auto& in : inputs) {
+      const std::vector<uint32_t> a32 = words(in[0], k, 2), b32 = words(in[1], k, 2);
+      const std::vector<uint8_t> a(a32.begin(), a32.end()), b(b32.begin(), b32.end());
+      const size_t ns = block ? k / block : 0;
+      const std::vector<uint32_t> sa = words(in[2], ns, digits), sb = words(in[3], ns, digits);
+      const bool has_c = in[4] != "-";
+      uint32_t d = 0;
+      REQUIRE(qmx_dot(KeyValue(keys, "model").c_str(), KeyValue(keys, "a").c_str(), a.data(),
+                      KeyValue(keys, "b").c_str(), b.data(), k, scale.c_str(), sa.data(), sb.data(), block, ta, tb,
+                      has_c, has_c ? static_cast<uint32_t>(std::stoul(in[4], nullptr, 16)) : 0u, &d) == QMX_OK);
+      outputs.push_back({qmx::golden::Hex(d, 8), "--"});
     }
     return "";
   }
   return "op=" + op + " is not replayed through the C ABI";
 }
 
-TEST_CASE("c abi: golden/level1 conversions, decoding, UE8M0 scales, MX and NVFP4 blocks replay through it",
+TEST_CASE("c abi: golden/level1 conversions, decoding, UE8M0 scales, MX and NVFP4 blocks, dots replay through it",
           "[c_abi]") {
   qmx::golden::VerifyOptions vo;
   vo.external = Runner;
@@ -142,7 +186,7 @@ TEST_CASE("c abi: golden/level1 conversions, decoding, UE8M0 scales, MX and NVFP
     }
   }
   INFO("files replayed " << ran << ", cases " << cases);
-  CHECK(ran >= 600);  // every conversions, ue8m0, mx-block and nvfp4-block file
+  CHECK(ran >= 700);  // every conversions, ue8m0, mx-block, nvfp4-block and dot file
   CHECK(cases > 100000);
 }
 
@@ -301,6 +345,28 @@ TEST_CASE("c abi: errors are statuses with the library's messages", "[c_abi]") {
       b{"e4m3", codes, 3, 2, nullptr, nullptr, 0, 0, 1.0f};
   CHECK(qmx_gemm("exact", &a, &b, nullptr, d.data()) == QMX_ERR_ARGUMENT);  // K differs
   CHECK(std::string(qmx_last_error()).size() > 0);
+  // qmx_dot: the golden replay above covers its results; here its argument errors.
+  const uint8_t ka[4] = {0x38, 0x38, 0x38, 0x38};
+  const uint32_t sk[2] = {127, 127};
+  uint32_t dd = 0;
+  CHECK(qmx_dot("exact", "e4m3", ka, "e4m3", ka, 4, "ue8m0", sk, sk, 3, 0x3F800000u, 0x3F800000u, 0, 0, &dd) == QMX_ERR_ARGUMENT);
+  CHECK_THAT(qmx_last_error(), Catch::Contains("qmx_dot: block must divide k (4), not 3"));
+  CHECK(qmx_dot("exact", "e4m3", ka, "e4m3", ka, 0, nullptr, nullptr, nullptr, 0, 0x3F800000u, 0x3F800000u, 0, 0, &dd) == QMX_ERR_ARGUMENT);
+  CHECK_THAT(qmx_last_error(), Catch::Contains("k must be 1..2^20"));
+  CHECK(qmx_dot("exact", "e4m3", ka, "e4m3", ka, 4, "ue8m0", nullptr, sk, 2, 0x3F800000u, 0x3F800000u, 0, 0, &dd) == QMX_ERR_ARGUMENT);
+  CHECK_THAT(qmx_last_error(), Catch::Contains("qmx_dot: sa is NULL"));
+  CHECK(qmx_dot("exact", "e4m3", ka, nullptr, ka, 4, "none", nullptr, nullptr, 0, 0x3F800000u, 0x3F800000u, 0, 0, &dd) == QMX_ERR_ARGUMENT);
+  CHECK_THAT(qmx_last_error(), Catch::Contains("qmx_dot: b_format is NULL"));
+  CHECK(qmx_dot("sideways", "e4m3", ka, "e4m3", ka, 4, "", nullptr, nullptr, 0, 0x3F800000u, 0x3F800000u, 0, 0, &dd) == QMX_ERR_ARGUMENT);
+  CHECK_THAT(qmx_last_error(), Catch::Contains("sideways"));
+  // Four products of 1 * 1 with C = 0.5 under the exact model: 4.5, with the scales 2^0 or without.
+  REQUIRE(qmx_dot("exact", "e4m3", ka, "e4m3", ka, 4, "ue8m0", sk, sk, 2, 0x3F800000u, 0x3F800000u, 1, 0x3F000000u, &dd) == QMX_OK);
+  CHECK(dd == 0x40900000u);
+  REQUIRE(qmx_dot("exact", "e4m3", ka, "e4m3", ka, 4, "none", nullptr, nullptr, 0, 0x40000000u, 0x3F800000u, 0, 0, &dd) == QMX_OK);
+  CHECK(dd == 0x41000000u);  // 4 * 2 (the tensor scale of A)
+  CHECK(qmx_nvfp4_blocks_bits(nullptr, 1, 16, 0, "nvfp4", 16, nullptr, cs, &sc, nullptr) == QMX_ERR_ARGUMENT);
+  CHECK_THAT(qmx_last_error(), Catch::Contains("qmx_nvfp4_blocks_bits: x_bits is NULL"));
+  CHECK(qmx_ue8m0_scale_bits(0x3F800000u, "e4m3", "sideways", &s) == QMX_ERR_ARGUMENT);
   qmx_format_info info;
   REQUIRE(qmx_format_info_get("float8_e4m3fnuz", &info) == QMX_OK);
   CHECK(info.max_finite == 240);

@@ -3,7 +3,8 @@
 # on every golden/level1 conversion file (each case checked against the file and the DPI model), then on a
 # copy with one expected code changed, which must fail; then the $readmemh bench (tb_golden_memh.sv) on the
 # images of the FP32 conversion files (golden gen --layout memh), and on one with a changed word; then the
-# MX block bench (tb_golden_mx_block.sv) on every level-1 mx-block file and on one with a changed code.
+# MX block bench (tb_golden_mx_block.sv) on every level-1 mx-block file and on one with a changed code; then
+# the NVFP4 block and dot benches on every level-1 nvfp4-block and dot file and on one changed file of each.
 # Usage: run_example.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src=$1 build=$2
@@ -79,3 +80,40 @@ fi
 grep -q 'MISMATCH' "$xo/changed.log" || { echo "FAIL: no MISMATCH line for the changed code"; cat "$xo/changed.log"; exit 1; }
 echo "a changed element code fails the MX block bench: $(grep -m1 MISMATCH "$xo/changed.log" | cut -c1-100)"
 rm -rf "$out"
+# Every golden/level1 NVFP4 block file through tb_golden_nvfp4_block.sv (qmx_expect_nvfp4_block) and every dot
+# file (golden/level1/gemm, the H200's measured outputs among them) through tb_golden_dot.sv (qmx_expect_dot);
+# then one of each with an expected value changed (an element code; D's lowest bit), which must fail.
+no=$out/nvfp4-dot
+mkdir -p "$no"
+mapfile -t nd < <(ls "$src"/golden/level1/nvfp4-block/*.txt "$src"/golden/level1/gemm/*.txt)
+bash "$src/rtl/example/run.sh" "$build/lib" "$out" "${nd[@]}" > "$no/run.log" 2>&1 || { tail -20 "$no/run.log"; exit 1; }
+passed=$(grep -c '^PASS ' "$no/run.log")
+[ "$passed" -eq "${#nd[@]}" ] || { echo "FAIL: $passed of ${#nd[@]} NVFP4 block and dot files passed"; tail -20 "$no/run.log"; exit 1; }
+echo "the NVFP4 block and dot benches agree with $passed golden files"
+# change_first FILE COLUMN WIDTH: the first case line's field at COLUMN (WIDTH hex digits) with its lowest bit
+# flipped; COLUMN -1 means the second-last space-separated field (a dot file's D).
+change_first() {
+  local file=$1 col=$2 w=$3 done_one=0 line
+  while IFS= read -r line; do
+    if [ "$done_one" -eq 0 ] && [ -n "$line" ] && [ "${line:0:1}" != "#" ]; then
+      if [ "$col" -lt 0 ]; then
+        read -r -a f <<< "$line"
+        f[5]=$(printf '%08x' $((16#${f[5]} ^ 1)))
+        line="${f[*]}"
+      else
+        line=$(printf "%s%0${w}x%s" "${line:0:$col}" $((16#${line:$col:$w} ^ 1)) "${line:$((col + w))}")
+      fi
+      done_one=1
+    fi
+    printf '%s\n' "$line"
+  done < "$file"
+}
+change_first "$src/golden/level1/nvfp4-block/e2m1_nvfp4.txt" 170 1 > "$no/nvfp4-changed.txt"
+change_first "$src/golden/level1/gemm/nvfp4_blackwell-mxf4nvf4.txt" -1 8 > "$no/dot-changed.txt"
+for f in "$no/nvfp4-changed.txt" "$no/dot-changed.txt"; do
+  if bash "$src/rtl/example/run.sh" "$build/lib" "$out" "$f" > "$f.log" 2>&1; then
+    echo "FAIL: the bench passed $(basename "$f"), which has a changed expected value"; cat "$f.log"; exit 1
+  fi
+  grep -q 'MISMATCH' "$f.log" || { echo "FAIL: no MISMATCH line for $(basename "$f")"; cat "$f.log"; exit 1; }
+  echo "a changed expected value fails the bench: $(grep -m1 MISMATCH "$f.log" | cut -c1-120)"
+done

@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define QMX_C_ABI_VERSION 3
+#define QMX_C_ABI_VERSION 4
 
 typedef enum {
   QMX_OK = 0,
@@ -56,7 +56,7 @@ QMX_C_API const char* qmx_last_error(void);
  *   tininess     before after             (--tininess: the underflow flag's tininess, before or after rounding)
  *   nan_payload  default quiet all-ones   (--nan-payload: an IEEE-style format's NaN mantissa field)
  * sr_bits: random bits per element for stochastic rounding (1..32). Version 2 added tininess, version 3
- * nan_payload. */
+ * nan_payload (version 4 added qmx_dot and the _bits forms). */
 typedef struct {
   int rounding, saturation, nan_sign, nan_fallback, subnormals, negative, sr_bits, tininess, nan_payload;
 } qmx_cast_options;
@@ -111,6 +111,10 @@ QMX_C_API qmx_status qmx_decode(const char* format, uint64_t code, double* value
 /* The UE8M0 scale byte for a block's amax under an OCP MX scale rule (ocp-floor, round-up, ceil, even,
  * max-finite; qmx::Ue8m0ScaleFromAmax) for element format elem. */
 QMX_C_API qmx_status qmx_ue8m0_scale(float amax, const char* elem, const char* rule, uint8_t* scale);
+/* The same with the amax as its FP32 bits. A float passed by value does not survive every simulator's DPI
+ * (Verilator passes a SystemVerilog shortreal as a C double), so the DPI package (rtl/qmx_dpi.sv) imports the
+ * _bits forms, which take and give every FP32 value as a uint32_t. */
+QMX_C_API qmx_status qmx_ue8m0_scale_bits(uint32_t amax_bits, const char* elem, const char* rule, uint8_t* scale);
 
 /* MX blocks (qmx::QuantizeMx): n FP32 values in blocks of `block` (the last may be short) into codes[n] of
  * elem and one UE8M0 scale byte per block, under a scale rule (ocp-floor round-up ceil even max-finite), a NaN
@@ -127,6 +131,11 @@ QMX_C_API qmx_status qmx_mx_blocks(const float* x, size_t n, const char* elem, c
 QMX_C_API qmx_status qmx_nvfp4_blocks(const float* x, size_t rows, size_t cols, float tensor_amax, const char* rule,
                                       size_t block, const qmx_cast_options* opt, uint8_t* codes, uint8_t* scales,
                                       float* tensor_decode);
+/* The same with FP32 values as their bits (x, the tensor amax and the tensor decode scale; see
+ * qmx_ue8m0_scale_bits). */
+QMX_C_API qmx_status qmx_nvfp4_blocks_bits(const uint32_t* x_bits, size_t rows, size_t cols, uint32_t tensor_amax_bits,
+                                           const char* rule, size_t block, const qmx_cast_options* opt, uint8_t* codes,
+                                           uint8_t* scales, uint32_t* tensor_decode_bits);
 
 /* qmx::Quantize of a rows x cols FP32 tensor (row-major) under a recipe name (mxfp8, mxfp4, nvfp4,
  * fp8-block128x128, ...; qmx-sim quantize --spec): codes[rows * cols], one per element; scales as the
@@ -156,6 +165,18 @@ typedef struct {
 /* D (M x N, FP32) = A B (+ C when c is not NULL) under an accumulation model (exact, fp32-seq, block-exact,
  * hopper-fp8, blackwell-mxf8f6f4, blackwell-mxf4nvf4, fused:..., qmx-sim gemm --model): qmx::Gemm. */
 QMX_C_API qmx_status qmx_gemm(const char* model, const qmx_operand* a, const qmx_operand* b, const float* c, float* d);
+
+/* One dot product d = sum over k of a[k] b[k] (+ c) under an accumulation model, as qmx_gemm computes it for
+ * A 1 x k and B k x 1, in arguments a SystemVerilog DPI import can pass (no structs): k codes of a_format and
+ * of b_format; block scales sa[k / block] and sb[k / block] as raw words of scale_format ("ue8m0", "e4m3" or
+ * "fp32"; NULL, "" or "none" for none, when sa, sb and block are not read); per-tensor FP32 scales (their
+ * bits) tensor_a_bits and tensor_b_bits multiplying the result (0x3F800000, 1.0, for none); C's FP32 bits in
+ * c_bits when has_c is nonzero; D's FP32 bits into *d_bits. Every FP32 value passes as its bits, so NaN
+ * payloads and -0 arrive as they are (qmx_ue8m0_scale_bits says why). The golden files' op=dot. */
+QMX_C_API qmx_status qmx_dot(const char* model, const char* a_format, const uint8_t* a, const char* b_format,
+                             const uint8_t* b, size_t k, const char* scale_format, const uint32_t* sa,
+                             const uint32_t* sb, size_t block, uint32_t tensor_a_bits, uint32_t tensor_b_bits,
+                             int has_c, uint32_t c_bits, uint32_t* d_bits);
 
 #ifdef __cplusplus
 }

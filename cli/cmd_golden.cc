@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,6 +65,25 @@ bool GoldenShardDone(const std::filesystem::path& record, const golden::GenOptio
   } catch (const Error&) {
     return false;
   }
+}
+
+// After --min-per-class: the coverage classes of the written files still under n cases, by operation and
+// class with their number of files (hardware-measured files are not topped up and not counted).
+void ReportShortClasses(const std::string& dir, uint64_t n) {
+  std::map<std::string, size_t> under;
+  for (const golden::CoverageReport& r : golden::Coverage({dir})) {
+    if (r.header.find(" observed=") != std::string::npos) continue;
+    for (const golden::CoverageClass& c : r.classes)
+      if (c.hits < n) ++under[r.op + " " + c.name];
+  }
+  if (under.empty()) {
+    std::printf("every coverage class holds at least %llu cases\n", static_cast<unsigned long long>(n));
+    return;
+  }
+  std::printf("classes under %llu cases (fewer distinct inputs exist, or none the generator draws):",
+              static_cast<unsigned long long>(n));
+  for (const auto& [name, files] : under) std::printf(" %s (%zu file%s);", name.c_str(), files, files == 1 ? "" : "s");
+  std::printf("\n");
 }
 
 void RunGen(const GenArgs& a) {
@@ -127,6 +147,7 @@ void RunGen(const GenArgs& a) {
               static_cast<unsigned long long>(files), static_cast<unsigned long long>(cases), a.out.c_str(), a.level,
               static_cast<unsigned long long>(a.seed), a.exhaustive ? ", exhaustive" : "",
               ranks.size > 1 ? (", " + std::to_string(ranks.size) + " ranks").c_str() : "");
+  if (a.min_per_class > 0 && !a.quiet) ReportShortClasses(a.out, a.min_per_class);
 }
 
 nlohmann::ordered_json ResultToJson(const golden::FileResult& r) {
@@ -344,8 +365,8 @@ void AddGoldenCommand(CLI::App& app) {
   g->add_option("--shard", gen.shard, "I/N: write only shard I (0-based) of N's files, and its record into --shard-dir");
   g->add_option("--shard-dir", gen.shard_dir, "where --shard writes golden-shard-I-of-N.json (qmx-sim merge joins them)");
   g->add_option("--min-per-class", gen.min_per_class,
-                 "conversion files: add cases until each coverage class (golden coverage) holds N, where N distinct "
-                 "inputs exist");
+                 "add cases until each coverage class (golden coverage) of each file holds N, where N distinct "
+                 "inputs exist; prints the classes left under N");
   g->add_option("--unit", gen.units,
                 "a dot-product / MMA unit of your design: \"name=N a=FMT b=FMT k=K model=M [scale=S block=B]\" "
                 "(M any accumulation model, fused:... included): writes unit/N.txt; repeatable; alone, only those files")

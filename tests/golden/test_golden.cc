@@ -697,5 +697,43 @@ TEST_CASE("golden: gen --min-per-class adds conversion cases until each class ho
   CHECK_THAT(ReadText((plain.path / "manifest.json").string()), !Contains("min_per_class"));
 }
 
+TEST_CASE("golden: gen --min-per-class tops up the scale, block, SR and dot files too", "[golden]") {
+  TempDir plain, topped, again;
+  golden::GenOptions o;
+  o.suites = {"ue8m0", "mx-block", "nvfp4-block", "sr", "gemm"};
+  o.hopper_dir = kHopper.string();
+  golden::Generate(o, plain.path.string());
+  o.min_per_class = 3;
+  golden::Generate(o, topped.path.string());
+  golden::Generate(o, again.path.string());
+  const std::vector<golden::CoverageReport> a = golden::Coverage({plain.path.string()}),
+                                             b = golden::Coverage({topped.path.string()});
+  REQUIRE(a.size() == b.size());
+  size_t short_before = 0, files = 0, measured = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(b[i].file);
+    REQUIRE(b[i].modelled);
+    for (const auto& c : a[i].classes) short_before += c.hits < 3;
+    if (b[i].header.find("observed=hardware") != std::string::npos) {  // the H200's outputs: as they are
+      CHECK(b[i].cases == a[i].cases);
+      ++measured;
+      continue;
+    }
+    CHECK(b[i].cases >= a[i].cases);
+    for (const auto& c : b[i].classes) {
+      INFO(c.name << ": " << c.hits);
+      // Every class reaches 3 but two UE8M0 inputs that are one value each: amax +0 and FLT_MAX.
+      if (b[i].op == "ue8m0" && (c.name == "in:zero" || c.name == "in:max")) CHECK(c.hits == 1);
+      else CHECK(c.hits >= 3);
+    }
+    ++files;
+  }
+  CHECK(short_before > 300);  // the all-zero and all-equal blocks among them: one case each before
+  CHECK(files > 200);
+  CHECK(measured == 30);
+  // The same options give the same bytes.
+  CHECK(ReadText((topped.path / "manifest.json").string()) == ReadText((again.path / "manifest.json").string()));
+}
+
 }  // namespace
 }  // namespace qmx

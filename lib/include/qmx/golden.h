@@ -46,9 +46,12 @@ struct GenOptions {
   uint64_t part = 0, parts = 1;
   // Also write NAME.memh beside each NAME.txt: the cases as $readmemh words (MemhImage).
   bool memh = false;
-  // Conversion files: add cases until each class of the coverage model (Coverage) holds this many, where
-  // the candidates (every value and halfway point of the destination and their neighbours, the source's
-  // extremes and NaN payloads) have that many distinct inputs in the class; 0: none added. Recorded in the
+  // Add cases until each class of each file's coverage model (Coverage) holds this many, where the
+  // candidates have that many distinct inputs in the class; 0: none added. Conversion files draw from every
+  // value and halfway point of the destination and their neighbours, the source's extremes and NaN payloads;
+  // the scale, block, SR and dot files from the same file generated under derived seeds, then from variants
+  // of their own cases (an all-zero block with other signs, an all-equal block times a power of two, a dot's
+  // pairs shuffled within each block). Hardware-measured files are left as they are. Recorded in the
   // manifest when nonzero.
   uint64_t min_per_class = 0;
   // A design's own dot-product / MMA units, each "name=N a=FMT b=FMT k=K model=M [scale=S block=B]" (any

@@ -17,8 +17,8 @@ def generate(out_dir, suites=("all",), level=1, seed=1, exhaustive=False, hopper
     returns the manifest entries. hopper_dir: the GEMM outputs measured on a Hopper GPU (cases.json);
     None finds golden/gemm-hopper in the working directory, the source tree or the installed data, and
     raises ValueError before writing anything when the suites include gemm and none holds it; ""
-    leaves those files out. min_per_class=N adds conversion cases until each coverage class holds N
-    (`golden gen --min-per-class`). units: a design's own dot-product units, each "name=N a=FMT b=FMT k=K
+    leaves those files out. min_per_class=N adds cases until each coverage class of each file holds N
+    where N distinct inputs exist (`golden gen --min-per-class`; measured files are left as they are). units: a design's own dot-product units, each "name=N a=FMT b=FMT k=K
     model=M [scale=S block=B]" (`golden gen --unit`): unit/N.txt each; with suites ("all",) only those."""
     units = [units] if isinstance(units, str) else list(units)
     only_units = bool(units) and list(suites) == ["all"]

@@ -225,7 +225,7 @@ std::vector<ManifestEntry> Generate(const GenOptions& opt, const std::string& di
   uint64_t index = 0;
   for (const auto& suite : suites) {
     std::filesystem::create_directories(std::filesystem::path(dir) / suite);
-    detail::GenerateSuite(suite, opt, [&](detail::PlannedFile&& f) {
+    const auto write = [&](detail::PlannedFile&& f) {
       const uint64_t k = index++;
       if (k % opt.parts != opt.part) return;  // another part's file
       f.header.generator = "qmx-sim " QMX_VERSION;
@@ -251,7 +251,17 @@ std::vector<ManifestEntry> Generate(const GenOptions& opt, const std::string& di
       ManifestEntry e{f.path, suite, f.header.op, f.header.Line(), f.inputs.size(), Sha256Hex(text), k};
       if (progress) progress(e);
       entries.push_back(std::move(e));
-    });
+    };
+    if (opt.min_per_class == 0) {
+      detail::GenerateSuite(suite, opt, write);
+      continue;
+    }
+    // --min-per-class: the suite's files planned whole, topped up (conversion files did it themselves),
+    // then written in the same order.
+    std::vector<detail::PlannedFile> planned;
+    detail::GenerateSuite(suite, opt, [&](detail::PlannedFile&& f) { planned.push_back(std::move(f)); });
+    detail::TopUpFiles(suite, opt, planned);
+    for (detail::PlannedFile& f : planned) write(std::move(f));
   }
   if (opt.parts == 1) WriteManifest(opt, entries, dir);
   return entries;

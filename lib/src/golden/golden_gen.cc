@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "qmx/error.h"
@@ -176,6 +177,157 @@ void GenerateSuite(const std::string& suite, const GenOptions& opt, const std::f
   if (suite == "gemm") return GenGemm(opt, emit);
   if (suite == "unit") return GenUnits(opt, emit);
   throw Error("unknown suite '" + suite + "'");
+}
+
+namespace {
+
+// A variant of case c of an operation whose classes can outlast the re-seeded rounds (cases every seed draws
+// alike), keeping what makes the case fall in its class: an all-zero block with new signs, an all-equal block
+// times a power of two (either sign), a dot's (a[k], b[k]) pairs shuffled within each scale block (or, where
+// every pair is alike, one pair drawn anew). False
+// where the operation or the case has none; MeasureOperation then decides whether the variant is useful.
+bool Variant(const Header& h, const Fields& c, CaseRng& rng, Fields& out) {
+  out = c;
+  if (h.op == "mx-block" || h.op == "nvfp4-block") {
+    const size_t first = h.op == "nvfp4-block" ? 1 : 0;  // nvfp4-block: the tensor amax comes first
+    std::vector<uint32_t> x;
+    for (size_t j = first; j < c.size(); ++j) {
+      uint64_t v = 0;
+      if (!ParseHex(c[j], 8, v)) return false;
+      x.push_back(static_cast<uint32_t>(v));
+    }
+    if (x.empty()) return false;
+    const bool zeros = std::all_of(x.begin(), x.end(), [](uint32_t v) { return (v & 0x7FFFFFFFu) == 0; });
+    const bool equal = std::all_of(x.begin(), x.end(), [&](uint32_t v) { return v == x[0]; }) &&
+                       std::isfinite(F32FromBits(x[0])) && !zeros;
+    if (zeros) {
+      for (uint32_t& v : x) v = rng.Below(2) ? 0x80000000u : 0u;
+    } else if (equal) {
+      const int e = static_cast<int>(rng.Below(9)) - 4;
+      const float y = std::ldexp(F32FromBits(x[0]), e == 0 ? 1 : e) * (rng.Below(2) ? -1.0f : 1.0f);
+      if (!std::isfinite(y) || y == 0) return false;
+      for (uint32_t& v : x) v = F32Bits(y);
+    } else {
+      return false;
+    }
+    for (size_t j = 0; j < x.size(); ++j) out[first + j] = Hex(x[j], 8);
+    return true;
+  }
+  if (h.op == "dot") {
+    const size_t k = std::stoul(h.Get("k"));
+    const size_t block = h.Get("scale") == "none" ? k : std::stoul(h.Get("block"));
+    if (c[0].size() != 2 * k || c[1].size() != 2 * k || block == 0) return false;
+    for (size_t b0 = 0; b0 < k; b0 += block)
+      for (size_t i = std::min(k, b0 + block) - 1; i > b0; --i) {  // Fisher-Yates within the block
+        const size_t j = b0 + rng.Below(i - b0 + 1);
+        std::swap_ranges(out[0].begin() + 2 * i, out[0].begin() + 2 * i + 2, out[0].begin() + 2 * j);
+        std::swap_ranges(out[1].begin() + 2 * i, out[1].begin() + 2 * i + 2, out[1].begin() + 2 * j);
+      }
+    if (out == c) {  // every pair alike (a block of one code): one pair drawn anew instead
+      const size_t i = rng.Below(k);
+      const uint64_t ma = ParseFormat(h.Get("a")).CodeMask(), mb = ParseFormat(h.Get("b")).CodeMask();
+      out[0].replace(2 * i, 2, Hex(rng.Next() & ma, 2));
+      out[1].replace(2 * i, 2, Hex(rng.Next() & mb, 2));
+    }
+    return out != c;
+  }
+  return false;
+}
+
+}  // namespace
+
+void TopUpFiles(const std::string& suite, const GenOptions& opt, std::vector<PlannedFile>& files) {
+  const uint64_t n = opt.min_per_class;
+  struct Need {
+    PlannedFile* file;
+    std::map<std::string, uint64_t> hits;  // by class name
+    std::set<std::string> seen;            // the cases it holds, as their joined fields
+    int idle = 0;                          // rounds in a row that added nothing
+    bool reseeded = false;                 // the re-seeded rounds are done with it
+    bool Short(uint64_t want) const {
+      for (const auto& [name, h] : hits)
+        if (h < want) return true;
+      return false;
+    }
+    // Whether a case's classes (cls) hit a class still short of want.
+    bool Helps(const std::vector<CoverageClass>& cls, uint64_t want) {
+      for (const CoverageClass& k : cls)
+        if (k.hits > 0 && hits[k.name] < want) return true;
+      return false;
+    }
+    // Takes case c when it hits a class still short of want.
+    void Offer(Fields&& c, uint64_t want) {
+      std::vector<CoverageClass> one;
+      MeasureOperation(file->header, {c}, one);
+      if (!Helps(one, want)) return;
+      for (const CoverageClass& k : one) hits[k.name] += k.hits;
+      file->inputs.push_back(std::move(c));
+    }
+  };
+  const auto key = [](const Fields& c) {
+    std::string k;
+    for (const std::string& x : c) k += x + " ";
+    return k;
+  };
+  std::map<std::string, Need> need;  // by path: the files that can be topped up
+  for (PlannedFile& f : files) {
+    std::vector<CoverageClass> cls;
+    if (!f.observed.empty() || !MeasureOperation(f.header, f.inputs, cls)) continue;
+    Need nd{&f, {}, {}, 0, false};
+    for (const CoverageClass& c : cls) nd.hits[c.name] = c.hits;
+    for (const Fields& c : f.inputs) nd.seen.insert(key(c));
+    if (nd.Short(n)) need.emplace(f.path, std::move(nd));
+  }
+  const auto pending = [&] {
+    for (const auto& [path, nd] : need)
+      if (!nd.reseeded) return true;
+    return false;
+  };
+  for (int round = 1; round <= kTopUpRounds && pending(); ++round) {
+    GenOptions o = opt;
+    o.seed = opt.seed ^ (0x9E3779B97F4A7C15ull * static_cast<uint64_t>(round));
+    o.min_per_class = 0;
+    GenerateSuite(suite, o, [&](PlannedFile&& g) {
+      const auto it = need.find(g.path);
+      if (it == need.end() || it->second.reseeded) return;
+      Need& nd = it->second;
+      // The new cases; measured together first, so that a round with nothing for a short class costs one
+      // measurement.
+      std::vector<Fields> pool;
+      for (Fields& c : g.inputs)
+        if (nd.seen.insert(key(c)).second) pool.push_back(std::move(c));
+      std::vector<CoverageClass> all;
+      const size_t before = nd.file->inputs.size();
+      if (!pool.empty() && MeasureOperation(nd.file->header, pool, all) && nd.Helps(all, n))
+        for (Fields& c : pool) {
+          nd.Offer(std::move(c), n);
+          if (!nd.Short(n)) break;
+        }
+      nd.idle = nd.file->inputs.size() > before ? 0 : nd.idle + 1;
+      // Done; or four rounds in a row without a new hit, when the variants below take over.
+      if (!nd.Short(n)) need.erase(it);
+      else if (nd.idle >= 4) nd.reseeded = true;
+    });
+  }
+  // Classes only fixed cases reach (every seed draws the all-zero block alike): variants of the file's own
+  // cases in such classes, kTopUpRounds rounds at most, four idle rounds ending a file.
+  for (auto& [path, nd] : need) {
+    CaseRng rng(opt.seed, "topup/" + path);
+    nd.idle = 0;
+    for (int round = 0; round < kTopUpRounds && nd.Short(n) && nd.idle < 4; ++round) {
+      const size_t before = nd.file->inputs.size();
+      const std::vector<Fields> cases = nd.file->inputs;
+      for (const Fields& c : cases) {
+        if (!nd.Short(n)) break;
+        std::vector<CoverageClass> mine;
+        MeasureOperation(nd.file->header, {c}, mine);
+        Fields v;
+        if (nd.Helps(mine, n) && Variant(nd.file->header, c, rng, v) && nd.seen.insert(key(v)).second)
+          nd.Offer(std::move(v), n);
+      }
+      nd.idle = nd.file->inputs.size() > before ? 0 : nd.idle + 1;
+    }
+  }
 }
 
 }  // namespace detail

@@ -76,6 +76,15 @@ struct PlannedFile {
 };
 // Emits the suite's files in a fixed order (golden_gen.cc, golden_gen_*.cc). Throws qmx::Error for an unknown suite.
 void GenerateSuite(const std::string& suite, const GenOptions& opt, const std::function<void(PlannedFile&&)>& emit);
+// golden gen --min-per-class for the operations with a coverage model in MeasureOperation (ue8m0, mx-block,
+// nvfp4-block, sr, dot; conversion files top themselves up): adds cases to each file until every class of
+// its model holds opt.min_per_class, or the candidates run out. The candidates are the same file's cases from
+// the suite generated again under derived seeds (up to kTopUpRounds rounds, in order; a file stops after four
+// rounds that add nothing), each taken when it adds a hit to a class still short; files of hardware-measured
+// outputs are left as they are. Classes only fixed cases reach (the all-zero block: every seed draws the same)
+// stay short. The same options give the same cases.
+constexpr int kTopUpRounds = 64;
+void TopUpFiles(const std::string& suite, const GenOptions& opt, std::vector<PlannedFile>& files);
 
 // The coverage model's helpers (golden_coverage.cc), which the conversion generator targets too: whether the
 // exact value v >= 0 is a value of f (and its code), f's distinct non-negative finite values ascending, and

@@ -64,7 +64,8 @@ void ParseExtent(const std::string& s, const char* opt, size_t& r, size_t& c) {
   c = num(s.substr(x + 1));
 }
 
-// Scales from .npy: uint8 codes (UE8M0, or E4M3 with --scale-format e4m3) or float32 values.
+// Scales from .npy: uint8 codes (UE8M0, or with --scale-format e4m3 or any format of 8 bits or fewer) or
+// float32 values.
 void AttachScales(GemmOperand& o, const std::string& path, const std::string& fmt, size_t br, size_t bc, const char* side) {
   NpyArray s = Load(path, side);
   const size_t sr = (o.rows + br - 1) / br, sc = (o.cols + bc - 1) / bc;
@@ -73,16 +74,15 @@ void AttachScales(GemmOperand& o, const std::string& path, const std::string& fm
                 "; a " + std::to_string(o.rows) + "x" + std::to_string(o.cols) + " operand with " + std::to_string(br) + "x" +
                 std::to_string(bc) + " blocks needs " + std::to_string(sr) + "x" + std::to_string(sc));
   std::vector<uint32_t> raw(sr * sc);
-  ScaleFormat sf;
+  BlockScaleFormat sf;
   if (s.dtype == DType::kF32) {
     if (!fmt.empty() && fmt != "fp32") throw Error(std::string(side) + " scales are float32 but --scale-format is " + fmt);
-    sf = ScaleFormat::kFp32;
+    sf = ParseBlockScaleFormat("fp32");
     std::memcpy(raw.data(), s.data.data(), raw.size() * 4);
   } else if (s.dtype == DType::kU8) {
-    const std::string f = fmt.empty() ? "ue8m0" : fmt;
-    if (f == "ue8m0") sf = ScaleFormat::kUe8m0;
-    else if (f == "e4m3") sf = ScaleFormat::kE4m3;
-    else throw Error(std::string(side) + " scales are uint8 codes: --scale-format must be ue8m0 or e4m3, not " + f);
+    sf = ParseBlockScaleFormat(fmt.empty() ? "ue8m0" : fmt);
+    if (sf.kind == ScaleFormat::kFp32)
+      throw Error(std::string(side) + " scales are uint8 codes: --scale-format must be a format of 8 bits or fewer, not fp32");
     for (size_t i = 0; i < raw.size(); ++i) raw[i] = s.data[i];
   } else {
     throw Error(std::string(side) + " scales (" + path + ") must be uint8 codes or float32, not " + DTypeName(s.dtype));
@@ -297,7 +297,9 @@ void AddGemmCommand(CLI::App& app) {
   cmd->add_option("--b-format", g->b_format, "B's element format (default e4m3)");
   cmd->add_option("--a-scales", g->a_scales, "A's block scales (.npy): uint8 codes or float32, (M/br) x (K/bc)");
   cmd->add_option("--b-scales", g->b_scales, "B's block scales (.npy): (K/br) x (N/bc)");
-  cmd->add_option("--scale-format", g->scale_format, "uint8 scales are ue8m0 (default) or e4m3 codes");
+  cmd->add_option("--scale-format", g->scale_format,
+                  "uint8 scales are ue8m0 (default), e4m3 (read as UE4M3) or codes of any format of 8 bits or fewer "
+                  "(ue4m3, ue5m3 for AMD gfx1250's E5M3, ...)");
   cmd->add_option("--block", g->block, "scale block length along K: A 1xN, B Nx1")->check(CLI::Range(1, 65536));
   cmd->add_option("--a-block", g->a_block, "A's scale block RxC (e.g. 1x128)");
   cmd->add_option("--b-block", g->b_block, "B's scale block RxC (e.g. 128x128)");

@@ -92,6 +92,9 @@ bool CodePartsTable(const std::vector<double>& values, const std::vector<int>& n
 }  // namespace
 
 std::string EngineGemmSupport(const GemmOperand& a, const GemmOperand& b, const AccumModel& model) {
+  for (const GemmOperand* o : {&a, &b})
+    if (o->scale_format == ScaleFormat::kCode)
+      return std::string("block scales of format ") + o->scale_code.name + " run on the CPU (the engine takes UE8M0, E4M3 and FP32)";
   if (model.kind == AccumKind::kFp32Seq) return "";
   if (model.kind != AccumKind::kFused)
     return "the engine runs the fused models and fp32-seq; '" + model.name + "' (one exact rounding per " +

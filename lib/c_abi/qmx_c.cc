@@ -99,7 +99,7 @@ qmx::GemmOperand OperandOf(const qmx_operand* o, const char* what, const char* f
   qmx::GemmOperand g = qmx::OperandFromCodes(qmx::ParseFormat(o->format), o->rows, o->cols, o->codes);
   if (Given(o->scale_format)) {
     Need(o->scales, fn, scales_arg ? scales_arg : (w + "->scales").c_str());
-    qmx::SetBlockScales(g, qmx::ParseScaleFormat(o->scale_format), o->block_rows, o->block_cols, o->scales);
+    qmx::SetBlockScales(g, qmx::ParseBlockScaleFormat(o->scale_format), o->block_rows, o->block_cols, o->scales);
   }
   g.tensor_scale = o->tensor_scale;
   return g;

@@ -241,6 +241,21 @@ TEST_CASE("format: ml_dtypes and torch names are aliases of the registry's", "[f
   CHECK(DecodeToDouble(ieee, ieee.MaxFiniteCode()) == 240.0);
   CHECK(CanonicalFormatName("e4m3") == "e4m3");
   CHECK(CanonicalFormatName("int8") == "int8");  // numpy's int8 is not OCP's scaled INT8: no alias
+  // The unsigned block-scale formats: NVFP4's UE4M3 (E4M3's values without a sign) and AMD gfx1250's E5M3.
+  const Format ue4m3 = ParseFormat("ue4m3"), ue5m3 = ParseFormat("ue5m3");
+  CHECK(ue4m3.Bits() == 7);
+  CHECK(ue5m3.Bits() == 8);
+  for (uint64_t c = 0; c < 0x80; ++c) {
+    INFO(c);
+    const double e4 = DecodeToDouble(fmt::kE4M3, c), u4 = DecodeToDouble(ue4m3, c);
+    CHECK((e4 == u4 || (std::isnan(e4) && std::isnan(u4))));
+  }
+  CHECK(DecodeToDouble(ue5m3, 0x01) == std::ldexp(1.0, -17));  // subnormal: 2^-14 * 1/8
+  CHECK(DecodeToDouble(ue5m3, 0x08) == std::ldexp(1.0, -14));
+  CHECK(DecodeToDouble(ue5m3, 0x78) == 1.0);
+  CHECK(DecodeToDouble(ue5m3, 0xFE) == 114688.0);  // 2^16 * 1.75
+  CHECK(std::isnan(DecodeToDouble(ue5m3, 0xFF)));
+  CHECK(ue5m3.CanonicalNan() == 0xFF);
   CHECK_THROWS_WITH(ParseFormat("float8_e4m3fnuzz"), Catch::Contains("ml_dtypes / torch name"));
   // An FNUZ-style user format (a NaN at the -0 code, OFP8 overflow), and one that cannot be.
   const Format fnuz = ParseFormat("e4m3:bias=8:special=fnuz");

@@ -21,6 +21,7 @@
 
 using namespace qmx;
 using qmx::test::CheckEverywhere;
+using qmx::test::FloatBits;
 using qmx::test::RequireSame;
 
 namespace {
@@ -211,5 +212,76 @@ TEST_CASE("gemm: FP32-lane fused kernels on the bench's data, where many steps c
   for (const char* name : {"hopper-fp8", "hopper-fp8-fast", "ada-fp8"}) {
     CheckEverywhere(a, b, c, AccumModelByName(name), what + " with C");
     CheckEverywhere(ta, tb, {}, AccumModelByName(name), what + " per-tensor scales");
+  }
+}
+
+TEST_CASE("gemm: block scales as codes of any narrow format (UE4M3, AMD's E5M3) give their values' results", "[gemm]") {
+  std::mt19937 rng(31);
+  const size_t m = 9, k = 128, n = 7, block = 16;
+  const GemmOperand a0 = Shaped(fmt::kE2M1, m, k, true, rng), b0 = Shaped(fmt::kE2M1, k, n, false, rng);
+  const size_t na = m * (k / block), nb = (k / block) * n;
+  const char* models[] = {"exact", "fp32-seq", "block-exact", "blackwell-mxf4nvf4", "blackwell-mxf8f6f4",
+                          "fused:step=64,F=25,bits=24,out=rz,scale=products"};
+  SECTION("E4M3 scale codes read as UE4M3 (the sign ignored) equal ue4m3 codes, NaN and zero scales included") {
+    std::vector<uint32_t> sa(na), sb(nb);
+    for (auto& s : sa) s = 1 + rng() % 0x7E;
+    for (auto& s : sb) s = 1 + rng() % 0x7E;
+    sa[3] = 0;     // a zero scale
+    sb[5] = 0x7F;  // a NaN scale
+    sa[7] = 1;     // the smallest subnormal, 2^-9
+    GemmOperand a = a0, b = b0, ua = a0, ub = b0;
+    SetBlockScales(a, ScaleFormat::kE4m3, 1, block, sa.data());
+    SetBlockScales(b, ScaleFormat::kE4m3, block, 1, sb.data());
+    const BlockScaleFormat ue4m3 = ParseBlockScaleFormat("ue4m3");
+    REQUIRE(ue4m3.kind == ScaleFormat::kCode);
+    SetBlockScales(ua, ue4m3, 1, block, sa.data());
+    SetBlockScales(ub, ue4m3, block, 1, sb.data());
+    for (const char* name : models) {
+      const AccumModel model = AccumModelByName(name);
+      RequireSame(Gemm(ua, ub, nullptr, model), Gemm(a, b, nullptr, model), std::string("ue4m3 / ") + name);
+      CheckEverywhere(ua, ub, {}, model, "ue4m3 codes");
+    }
+  }
+  SECTION("E5M3 (bias 15, NaN 0xFF): normal codes equal FP32 scales of the same values; subnormal ones the reference") {
+    const BlockScaleFormat e5m3 = ParseBlockScaleFormat("ue5m3");
+    REQUIRE(e5m3.kind == ScaleFormat::kCode);
+    CHECK(DecodeToFloat(e5m3.code, 0xFE) == 114688.0f);  // 2^16 * 1.75
+    CHECK(DecodeToFloat(e5m3.code, 0x01) == std::ldexp(1.0f, -17));
+    CHECK(std::isnan(DecodeToFloat(e5m3.code, 0xFF)));
+    std::vector<uint32_t> sa(na), sb(nb), fa(na), fb(nb);
+    for (auto& s : sa) s = 8 + rng() % (0xF8 - 8);  // exponent fields 1 .. 30: normal, finite
+    for (auto& s : sb) s = 8 + rng() % (0xF8 - 8);
+    for (size_t i = 0; i < na; ++i) fa[i] = FloatBits(DecodeToFloat(e5m3.code, sa[i]));
+    for (size_t i = 0; i < nb; ++i) fb[i] = FloatBits(DecodeToFloat(e5m3.code, sb[i]));
+    GemmOperand a = a0, b = b0, fa_op = a0, fb_op = b0;
+    SetBlockScales(a, e5m3, 1, block, sa.data());
+    SetBlockScales(b, e5m3, block, 1, sb.data());
+    SetBlockScales(fa_op, ScaleFormat::kFp32, 1, block, fa.data());
+    SetBlockScales(fb_op, ScaleFormat::kFp32, block, 1, fb.data());
+    for (const char* name : models) {
+      const AccumModel model = AccumModelByName(name);
+      RequireSame(Gemm(a, b, nullptr, model), Gemm(fa_op, fb_op, nullptr, model), std::string("e5m3 normal / ") + name);
+    }
+    // Subnormal E5M3 scales (2^-17 .. 2^-14 * 7/8): their nominal exponent is the format's emin (-14), so the
+    // fused models differ from FP32 scales there; the fast kernels equal the reference.
+    for (size_t i = 0; i < na; i += 3) sa[i] = 1 + rng() % 7;
+    for (size_t i = 0; i < nb; i += 4) sb[i] = 1 + rng() % 7;
+    SetBlockScales(a, e5m3, 1, block, sa.data());
+    SetBlockScales(b, e5m3, block, 1, sb.data());
+    for (const char* name : models) CheckEverywhere(a, b, {}, AccumModelByName(name), "e5m3 with subnormal scales");
+  }
+  SECTION("bad scale codes and names are refused with the reason") {
+    GemmOperand a = a0;
+    std::vector<uint32_t> s(na, 0x38);
+    s[2] = 0x81;  // the sign bit set: a negative value in a signed format
+    CHECK_THROWS_WITH(SetBlockScales(a, ParseBlockScaleFormat("e4m3fnuz"), 1, block, s.data()),
+                      Catch::Contains("block scale 2 (0x81) is negative in e4m3fnuz"));
+    s[2] = 0x80;  // ue4m3 is 7 bits
+    CHECK_THROWS_WITH(SetBlockScales(a, ParseBlockScaleFormat("ue4m3"), 1, block, s.data()),
+                      Catch::Contains("does not fit ue4m3's 7 bits"));
+    CHECK_THROWS_WITH(ParseBlockScaleFormat("e4m4x"), Catch::Contains("unknown block-scale format 'e4m4x'"));
+    CHECK_THROWS_WITH(ParseBlockScaleFormat("e9m9"), Catch::Contains("not a floating-point format of 8 bits or fewer"));
+    CHECK_THROWS_WITH(ParseBlockScaleFormat("bf16"), Catch::Contains("not a floating-point format of 8 bits or fewer"));
+    CHECK_THROWS_WITH(ParseBlockScaleFormat("int8"), Catch::Contains("not a floating-point format of 8 bits or fewer"));
   }
 }

@@ -162,6 +162,46 @@ TEST_CASE("golden units: an FP16-accumulating unit gets FP16 C values; a changed
   CHECK(bad == 1);
 }
 
+TEST_CASE("golden units: block scales of other narrow formats (AMD gfx1250's E5M3, UE4M3)", "[golden]") {
+  TempDir d;
+  const std::string dir = (d.path / "u").string();
+  golden::GenOptions o;
+  o.units = {"name=gfx a=e2m1 b=e2m1 k=64 scale=ue5m3 block=16 model=blackwell-mxf4nvf4",
+             "name=ue4 a=e4m3 b=e4m3 k=64 scale=ue4m3 block=32 model=blackwell-mxf8f6f4"};
+  golden::Generate(o, dir);
+  golden::VerifyOptions vo;
+  vo.backend = golden::Backend::kCpuRef;
+  for (const auto& r : golden::Verify(dir, vo)) {
+    INFO(r.path);
+    CHECK(r.ok());
+    CHECK(r.cases > 100);
+  }
+  for (const auto& r : golden::Coverage({dir})) {
+    INFO(r.file);
+    for (const auto& c : r.classes) {
+      INFO(c.name);
+      CHECK(c.hits > 0);
+    }
+  }
+  // Every scale code is one of the format's: positive (ue5m3's are 0x01 .. 0xFE), zero or its NaN, and the
+  // extremes are there.
+  const Format ue5m3 = ParseFormat("ue5m3");
+  std::set<uint32_t> seen;
+  for (const auto& f : CaseFields(dir + "/unit/gfx.txt"))
+    for (int side = 2; side < 4; ++side) {
+      REQUIRE(f[side].size() == 8);  // 4 blocks of 16, 2 hex digits each
+      for (size_t i = 0; i < 4; ++i) {
+        const uint32_t code = static_cast<uint32_t>(std::stoul(f[side].substr(2 * i, 2), nullptr, 16));
+        CHECK(!std::signbit(DecodeToDouble(ue5m3, code)));
+        seen.insert(code);
+      }
+    }
+  CHECK(seen.count(0x00) == 1);  // a zero scale
+  CHECK(seen.count(0xFE) == 1);  // the largest, 114688
+  CHECK(seen.count(0xFF) == 1);  // NaN
+  CHECK(seen.count(0x78) == 1);  // 1.0
+}
+
 TEST_CASE("golden units: bad unit descriptions are refused before anything is written", "[golden][cli]") {
   TempDir d;
   const std::string out = (d.path / "u").string();
@@ -176,7 +216,8 @@ TEST_CASE("golden units: bad unit descriptions are refused before anything is wr
       {"name=x a=e4m3 b=e4m3 k=64 scale=ue8m0 block=48 model=exact", "block must be a length that divides k=64"},
       {"name=x a=e4m3 b=e4m3 k=64 scale=ue8m0 model=exact", "block must be"},
       {"name=x a=e4m3 b=e4m3 k=64 block=32 model=exact", "scale=none has none"},
-      {"name=x a=e4m3 b=e4m3 k=64 scale=e8m0 block=32 model=exact", "scale must be none, ue8m0, e4m3 or fp32"},
+      {"name=x a=e4m3 b=e4m3 k=64 scale=e8m0 block=32 model=exact", "scale must be none, ue8m0, e4m3, fp32 or a format"},
+      {"name=x a=e4m3 b=e4m3 k=64 scale=e2m1:unsigned:bias=4 block=32 model=exact", "holds 1.0"},  // largest 0.75
       {"name=../x a=e4m3 b=e4m3 k=64 model=exact", "a file name"},
       {"name=x a=e4m3 b=e4m3 k=64 model=exact colour=red", "unknown key 'colour'"},
       {"name=x a=e4m3 a=e5m2 b=e4m3 k=64 model=exact", "'a' is given twice"},

@@ -117,3 +117,10 @@ for f in "$no/nvfp4-changed.txt" "$no/dot-changed.txt"; do
   grep -q 'MISMATCH' "$f.log" || { echo "FAIL: no MISMATCH line for $(basename "$f")"; cat "$f.log"; exit 1; }
   echo "a changed expected value fails the bench: $(grep -m1 MISMATCH "$f.log" | cut -c1-120)"
 done
+# A design's own unit with AMD gfx1250-style E5M3 block scales (ue5m3) on blocks of 16: the dot bench takes the
+# scale format from the header and the model through qmx_dot.
+"$build/cli/qmx-sim" golden gen --out "$no/unit" --quiet \
+  --unit "name=gfx a=e2m1 b=e2m1 k=64 scale=ue5m3 block=16 model=fused:step=64,F=25,bits=24,out=rz,scale=products" > /dev/null
+bash "$src/rtl/example/run.sh" "$build/lib" "$out" "$no/unit/unit/gfx.txt" > "$no/unit.log" 2>&1 || { tail -20 "$no/unit.log"; exit 1; }
+grep -q '^PASS ' "$no/unit.log" || { echo "FAIL: the dot bench did not pass the ue5m3 unit file"; cat "$no/unit.log"; exit 1; }
+echo "the dot bench agrees with a ue5m3-scaled unit file: $(grep -m1 '^PASS ' "$no/unit.log" | cut -c1-100)"

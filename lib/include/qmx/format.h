@@ -160,7 +160,8 @@ Format ParseFormat(const std::string& spec);
 const Format& GetFormat(const std::string& name);
 // The registry name or spec an ml_dtypes / torch name stands for ("float8_e4m3fn" and "torch.float8_e4m3fn"
 // -> "e4m3", "float8_e8m0fnu" -> "ue8m0", "float4_e2m1fn" -> "e2m1", "float8_e4m3fnuz" -> "e4m3fnuz",
-// "float8_e4m3" -> "e4m3:special=ieee", "bfloat16" -> "bf16", ...); any other name unchanged. GetFormat and
+// "float8_e4m3" -> "e4m3:special=ieee", "bfloat16" -> "bf16", ...; and the scale formats "ue4m3" ->
+// "e4m3:unsigned:special=fn", "ue5m3" -> "e5m3:unsigned:special=fn"); any other name unchanged. GetFormat and
 // ParseFormat accept them.
 std::string CanonicalFormatName(const std::string& name);
 // Every code of a format of 8 bits or fewer, in code order.

@@ -25,6 +25,7 @@ struct GemmOperand {
   size_t rows = 0, cols = 0;
   std::vector<uint8_t> codes;
   ScaleFormat scale_format = ScaleFormat::kFp32;  // what the block scales are (UE8M0 scales are 2^k)
+  Format scale_code = fmt::kUE8M0;                // kCode: the scales' format (e.g. ue5m3)
   size_t block_rows = 0, block_cols = 0;          // 0 = no block scales (all 1)
   size_t scale_rows = 0, scale_cols = 0;
   std::vector<float> scales;  // decoded block scales (UE8M0 0xFF -> NaN)
@@ -58,6 +59,20 @@ GemmOperand OperandFromCodes(Format elem, size_t rows, size_t cols, const uint8_
 // UE8M0 bytes (2^(b - 127), 0xFF NaN), E4M3 bytes read as UE4M3 (sign bit ignored, as cuBLAS reads
 // NVFP4 scales) or FP32 bit patterns. raw holds ceil(rows / br) * ceil(cols / bc) words.
 void SetBlockScales(GemmOperand& o, ScaleFormat f, size_t br, size_t bc, const uint32_t* raw);
+// A block-scale format by name, as `qmx-sim gemm --scale-format`, the C ABI and golden dot files
+// take it: "ue8m0", "e4m3" (read as UE4M3, as above), "fp32", or any other format of 8 bits or fewer that
+// ParseFormat reads, one code a block decoded exactly (kCode: "ue4m3", NVFP4's scale without its sign, NaN
+// 0x7F; "ue5m3", AMD gfx1250's E5M3: bias 15, subnormals, NaN 0xFF). qmx::Error for an unknown name or a
+// wider format.
+struct BlockScaleFormat {
+  ScaleFormat kind = ScaleFormat::kFp32;
+  Format code = fmt::kUE8M0;  // kCode's format
+  std::string name;           // as given
+};
+BlockScaleFormat ParseBlockScaleFormat(const std::string& name);
+// SetBlockScales for any BlockScaleFormat. kCode scales: each word one code of the format; a code beyond
+// its width or of a negative value is refused (qmx::Error naming the block), a NaN code gives a NaN scale.
+void SetBlockScales(GemmOperand& o, const BlockScaleFormat& f, size_t br, size_t bc, const uint32_t* raw);
 
 // How products are summed (docs/gemm.md "GEMM accumulation models").
 enum class AccumKind : uint8_t {

@@ -54,7 +54,8 @@ struct GenOptions {
   // pairs shuffled within each block). Hardware-measured files are left as they are. Recorded in the
   // manifest when nonzero.
   uint64_t min_per_class = 0;
-  // A design's own dot-product / MMA units, each "name=N a=FMT b=FMT k=K model=M [scale=S block=B]" (any
+  // A design's own dot-product / MMA units, each "name=N a=FMT b=FMT k=K model=M [scale=S block=B]" (S ue8m0,
+  // e4m3, fp32 or any format of 8 bits or fewer holding 1.0, ParseBlockScaleFormat; any
   // accumulation model, `fused:` strings included): the unit suite writes unit/N.txt for each (op=dot: the
   // alignment-shift cases of the model's F, then the gemm suite's adversarial and random cases). With units
   // and suites {"all"} only the unit suite is written; name other suites to write them too.

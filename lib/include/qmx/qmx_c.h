@@ -150,7 +150,8 @@ QMX_C_API qmx_status qmx_quantize(const char* spec, const float* x, size_t rows,
 
 /* One GEMM operand: rows x cols codes of `format`, row-major (A is M x K, B is K x N), and optional block
  * scales: raw words (UE8M0 bytes, E4M3 bytes, or FP32 bit patterns) of a block_rows x block_cols grid,
- * row-major over the grid (qmx::SetBlockScales); scale_format "ue8m0", "e4m3" or "fp32", NULL for none;
+ * row-major over the grid (qmx::SetBlockScales); scale_format "ue8m0", "e4m3", "fp32" or any format of 8 bits
+ * or fewer (one code a word: "ue4m3", "ue5m3", ...; qmx::ParseBlockScaleFormat), NULL for none;
  * tensor_scale multiplies the result (1 for none). */
 typedef struct {
   const char* format;
@@ -168,8 +169,8 @@ QMX_C_API qmx_status qmx_gemm(const char* model, const qmx_operand* a, const qmx
 
 /* One dot product d = sum over k of a[k] b[k] (+ c) under an accumulation model, as qmx_gemm computes it for
  * A 1 x k and B k x 1, in arguments a SystemVerilog DPI import can pass (no structs): k codes of a_format and
- * of b_format; block scales sa[k / block] and sb[k / block] as raw words of scale_format ("ue8m0", "e4m3" or
- * "fp32"; NULL, "" or "none" for none, when sa, sb and block are not read); per-tensor FP32 scales (their
+ * of b_format; block scales sa[k / block] and sb[k / block] as raw words of scale_format (as qmx_operand's;
+ * NULL, "" or "none" for none, when sa, sb and block are not read); per-tensor FP32 scales (their
  * bits) tensor_a_bits and tensor_b_bits multiplying the result (0x3F800000, 1.0, for none); C's FP32 bits in
  * c_bits when has_c is nonzero; D's FP32 bits into *d_bits. Every FP32 value passes as its bits, so NaN
  * payloads and -0 arrive as they are (qmx_ue8m0_scale_bits says why). The golden files' op=dot. */

@@ -42,7 +42,9 @@ enum class ScaleRule : uint8_t {
   kBfp,
 };
 
-enum class ScaleFormat : uint8_t { kUe8m0, kE4m3, kFp32 };
+// The block scales' storage. kCode: one code of another format of 8 bits or fewer (GEMM operands only:
+// GemmOperand::scale_code names it; the quantizers store the first three).
+enum class ScaleFormat : uint8_t { kUe8m0, kE4m3, kFp32, kCode };
 
 // What a block holding a NaN or an Inf gets (docs/REFERENCES.md section 3: every library differs).
 enum class NanPolicy : uint8_t {

@@ -42,6 +42,8 @@ std::vector<Candidate> CandidatesFor(const QuantSpec& stored) {
     case ScaleFormat::kFp32:
       for (ScaleRule r : {ScaleRule::kFp32, ScaleRule::kFp32Pow2}) with_rule(r);
       break;
+    case ScaleFormat::kCode:  // GEMM operands' scales only: no rule stores it
+      break;
   }
   return out;
 }
@@ -53,6 +55,8 @@ std::string CheckpointScheme(const QuantizedTensor& q) {
     case ScaleFormat::kE4m3: return "nvfp4";
     case ScaleFormat::kUe8m0: return std::string("mx-") + q.spec.elem.name;
     case ScaleFormat::kFp32: return q.spec.name + "-" + q.spec.elem.name;
+    case ScaleFormat::kCode:  // GEMM operands' scales only: no rule stores it
+      break;
   }
   return "?";
 }

@@ -421,6 +421,8 @@ float CheckpointBlockScale(const CheckpointTensor& t, size_t i) {
       std::memcpy(&f, &q.scales[4 * i], 4);
       return f;
     }
+    case ScaleFormat::kCode:  // GEMM operands' scales only: no rule stores it
+      break;
   }
   return NAN;
 }

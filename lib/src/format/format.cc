@@ -129,7 +129,9 @@ void CheckUsable(const Format& f, const std::string& spec) {
 const std::vector<RegistryEntry>& Registry() { return kRegistry; }
 
 // ml_dtypes' and PyTorch's names (and torch's "torch." spelling) for the formats of the registry and for
-// ml_dtypes' IEEE-like 8-bit types. numpy's "int8" is a plain integer, not OCP's scaled INT8: no alias.
+// ml_dtypes' IEEE-like 8-bit types; and the unsigned block-scale formats by their vendors' names: ue4m3
+// (NVFP4's scale, E4M3 without its sign: 7 bits, NaN 0x7F) and ue5m3 (AMD gfx1250's "E5M3" scale: 8 bits,
+// bias 15, subnormals, NaN 0xFF). numpy's "int8" is a plain integer, not OCP's scaled INT8: no alias.
 std::string CanonicalFormatName(const std::string& name) {
   static const struct { const char* alias; const char* name; } kAliases[] = {
       {"float8_e4m3fn", "e4m3"},      {"float8_e5m2", "e5m2"},   {"float8_e8m0fnu", "ue8m0"},
@@ -138,6 +140,7 @@ std::string CanonicalFormatName(const std::string& name) {
       {"float8_e4m3fnuz", "e4m3fnuz"}, {"float8_e5m2fnuz", "e5m2fnuz"}, {"float8_e4m3b11fnuz", "e4m3b11fnuz"},
       {"bfloat16", "bf16"},           {"float16", "fp16"},       {"float32", "fp32"},
       {"float64", "fp64"},
+      {"ue4m3", "e4m3:unsigned:special=fn"}, {"ue5m3", "e5m3:unsigned:special=fn"},
   };
   const std::string bare = name.rfind("torch.", 0) == 0 ? name.substr(6) : name;
   for (const auto& a : kAliases)

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -445,8 +446,57 @@ GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in,
 
 }  // namespace detail
 
+BlockScaleFormat ParseBlockScaleFormat(const std::string& name) {
+  BlockScaleFormat f;
+  f.name = name;
+  for (ScaleFormat k : {ScaleFormat::kUe8m0, ScaleFormat::kE4m3, ScaleFormat::kFp32})
+    if (name == ScaleFormatName(k)) {
+      f.kind = k;
+      return f;
+    }
+  Format code;
+  try {
+    code = ParseFormat(name);
+  } catch (const Error& e) {
+    throw Error("unknown block-scale format '" + name + "' (ue8m0, e4m3, fp32, or a format of 8 bits or fewer: " +
+                e.what() + ")");
+  }
+  if (code.Bits() > 8 || code.IsInt())
+    throw Error("block-scale format '" + name + "' is not a floating-point format of 8 bits or fewer");
+  f.kind = ScaleFormat::kCode;
+  f.code = code;
+  return f;
+}
+
+void SetBlockScales(GemmOperand& o, const BlockScaleFormat& f, size_t br, size_t bc, const uint32_t* raw) {
+  if (f.kind != ScaleFormat::kCode) return SetBlockScales(o, f.kind, br, bc, raw);
+  const auto word = [&](size_t i) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "0x%X", raw[i]);
+    return "block scale " + std::to_string(i) + " (" + buf + ")";
+  };
+  if (br == 0 || bc == 0) throw Error("block scales need blocks of at least 1x1");
+  const size_t sr = (o.rows + br - 1) / br, sc = (o.cols + bc - 1) / bc;
+  std::vector<float> s(sr * sc);
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (raw[i] > f.code.CodeMask())
+      throw Error(word(i) + " does not fit " + f.name + "'s " + std::to_string(f.code.Bits()) + " bits");
+    s[i] = DecodeToFloat(f.code, raw[i]);
+    if (s[i] < 0 || (s[i] == 0 && std::signbit(s[i])))
+      throw Error(word(i) + " is negative in " + f.name + ": block scales are positive");
+  }
+  o.scale_format = ScaleFormat::kCode;
+  o.scale_code = f.code;
+  o.block_rows = br;
+  o.block_cols = bc;
+  o.scale_rows = sr;
+  o.scale_cols = sc;
+  o.scales = std::move(s);
+}
+
 void SetBlockScales(GemmOperand& o, ScaleFormat f, size_t br, size_t bc, const uint32_t* raw) {
   if (br == 0 || bc == 0) throw Error("block scales need blocks of at least 1x1");
+  if (f == ScaleFormat::kCode) throw Error("SetBlockScales: a code scale format needs its format (BlockScaleFormat)");
   o.scale_format = f;
   o.block_rows = br;
   o.block_cols = bc;

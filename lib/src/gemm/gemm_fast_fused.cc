@@ -439,8 +439,7 @@ bool GroupSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
   // elements' quanta times the scales' LSBs, 2^(x - mantissa bits)), its magnitude below
   // 2^(xa + xb + p_max + 2) (p_max: GroupFast's bound on a group sum's bits); both must stay within FP32's
   // range, subnormals included.
-  auto scale_man = [](ScaleFormat f) { return f == ScaleFormat::kUe8m0 ? 0 : f == ScaleFormat::kE4m3 ? 3 : 23; };
-  const int man_a = blocks ? scale_man(a.scale_format) : 0, man_b = blocks ? scale_man(b.scale_format) : 0;
+  const int man_a = blocks ? ScaleFractionBits(a) : 0, man_b = blocks ? ScaleFractionBits(b) : 0;
   const int lsb_drop = -(QuantumExp(a.elem) + QuantumExp(b.elem)) + man_a + man_b;
   if (*xa_lo + *xb_lo - lsb_drop < -149 || *xa_hi + *xb_hi + p_max + 2 > 127 ||
       *xa_lo + QuantumExp(a.elem) - man_a < -149 || *xb_lo + QuantumExp(b.elem) - man_b < -149 ||
@@ -496,7 +495,7 @@ bool GroupFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
   const double terms = std::ceil(static_cast<double>(std::min(step, plan.k)) / static_cast<double>(g)) + 1;
   if (std::log2(terms) + p_max + p.frac_bits + 2 >= 53) return false;
   std::vector<int> xa(ta.size()), xb(tb.size());
-  const int esa = ScaleEmin(a.scale_format), esb = ScaleEmin(b.scale_format);
+  const int esa = ScaleEmin(a), esb = ScaleEmin(b);
   for (size_t i = 0; i < ta.size(); ++i) xa[i] = ta[i] == 0 ? esa : std::max(IlogbF(ta[i]), esa);  // NominalExp
   for (size_t i = 0; i < tb.size(); ++i) xb[i] = tb[i] == 0 ? esb : std::max(IlogbF(tb[i]), esb);
   if (GroupSimd(a, b, c_in, p, plan, exec, ta, xa, tb, xb, p_max, out)) {

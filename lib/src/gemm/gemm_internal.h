@@ -87,6 +87,20 @@ inline int NominalExp(double x, int emin) {
 // The emin used for a format's nominal exponent (e4m3 -6, e5m2 -14, e2m1 0, int8: its quantum).
 inline int FormatEmin(const Format& f) { return f.Emin(); }
 inline int ScaleEmin(ScaleFormat s) { return s == ScaleFormat::kUe8m0 ? -127 : s == ScaleFormat::kE4m3 ? -6 : -126; }
+// An operand's: its code format's where the scales are codes of another format (kCode).
+inline int ScaleEmin(const GemmOperand& o) {
+  return o.scale_format == ScaleFormat::kCode ? o.scale_code.Emin() : ScaleEmin(o.scale_format);
+}
+// The scales' fraction bits (their significands' width less one): 0 for UE8M0, 3 for E4M3, 23 for FP32.
+inline int ScaleFractionBits(const GemmOperand& o) {
+  switch (o.scale_format) {
+    case ScaleFormat::kUe8m0: return 0;
+    case ScaleFormat::kE4m3: return 3;
+    case ScaleFormat::kFp32: return 23;
+    case ScaleFormat::kCode: return o.scale_code.man_bits;
+  }
+  return 23;
+}
 
 // An exact value +-mag * 2^lsb.
 struct Exact {

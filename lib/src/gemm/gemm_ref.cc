@@ -245,7 +245,7 @@ float FusedStep(const Dot& d, size_t k0, size_t k1, float c, bool scales_in, Ste
   terms.push_back(AccTerm(c, p));
   const int ea = p.operand_emin != 0 ? p.operand_emin : detail::FormatEmin(d.a.elem);
   const int eb = p.operand_emin != 0 ? p.operand_emin : detail::FormatEmin(d.b.elem);
-  const int esa = detail::ScaleEmin(d.a.scale_format), esb = detail::ScaleEmin(d.b.scale_format);
+  const int esa = detail::ScaleEmin(d.a), esb = detail::ScaleEmin(d.b);
   const size_t g = static_cast<size_t>(p.group);
   for (size_t q0 = k0; q0 < k1; q0 += g) {
     const size_t q1 = std::min(k1, q0 + g);

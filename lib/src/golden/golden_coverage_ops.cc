@@ -253,9 +253,10 @@ void SrClasses(const Header& h, const std::vector<Fields>& cases, CoverageClasse
 // Classes: C (absent, zero, finite, NaN or Inf), special and zero operands and scales, the result (zero
 // from nonzero terms, subnormal, NaN, infinite from finite inputs), and for a fused model each alignment
 // shift a product can take below its step's largest product, 0 .. F + 3 binades, and beyond.
-double ScaleOf(ScaleFormat sf, uint32_t v) {
-  if (sf == ScaleFormat::kUe8m0) return v == 0xFF ? NAN : std::ldexp(1.0, static_cast<int>(v) - 127);
-  if (sf == ScaleFormat::kE4m3) return DecodeToDouble(fmt::kE4M3, v);
+double ScaleOf(const BlockScaleFormat& sf, uint32_t v) {
+  if (sf.kind == ScaleFormat::kUe8m0) return v == 0xFF ? NAN : std::ldexp(1.0, static_cast<int>(v) - 127);
+  if (sf.kind == ScaleFormat::kE4m3) return DecodeToDouble(fmt::kE4M3, v);
+  if (sf.kind == ScaleFormat::kCode) return DecodeToDouble(sf.code, v);
   return F32FromBits(v);
 }
 
@@ -290,7 +291,17 @@ void DotClasses(const Header& h, const std::vector<Fields>& cases, CoverageClass
   const AccumModel model = AccumModelByName(h.Get("model"));
   const size_t k = std::stoul(h.Get("k"));
   const bool scaled = h.Get("scale") != "none";
-  const ScaleFormat sf = scaled ? ParseScaleFormat(h.Get("scale")) : ScaleFormat::kFp32;
+  const BlockScaleFormat bsf = ParseBlockScaleFormat(scaled ? h.Get("scale") : "fp32");
+  const ScaleFormat sf = bsf.kind;
+  // A block scale of value v as the file writes it; "" where the scale format does not hold v exactly.
+  const auto scale_text = [&](double v) -> std::string {
+    if (sf == ScaleFormat::kFp32) return Hex(F32Bits(static_cast<float>(v)), 8);
+    const int e = std::ilogb(v);
+    if (sf == ScaleFormat::kUe8m0) return v == std::ldexp(1.0, e) && e >= -127 && e <= 127 ? Hex(127 + e, 2) : "";
+    const Format& code = sf == ScaleFormat::kE4m3 ? fmt::kE4M3 : bsf.code;
+    uint64_t c = 0;
+    return ExactCodeOf(code, v, &c) ? Hex(c, 2) : "";
+  };
   const size_t block = scaled ? std::stoul(h.Get("block")) : k;
   const bool tensor = h.Has("tensor-a") || h.Has("tensor-b");
   const bool fused = model.kind == AccumKind::kFused;
@@ -299,7 +310,8 @@ void DotClasses(const Header& h, const std::vector<Fields>& cases, CoverageClass
   int span = ProductSpan(fa, fb);
   if (scaled && block < std::min(step, k)) {
     // Block scales that differ within a step widen it by the scales' own range on each side.
-    const int range = sf == ScaleFormat::kUe8m0 ? 254 : sf == ScaleFormat::kE4m3 ? 17 : 276;
+    const int range = sf == ScaleFormat::kUe8m0 ? 254 : sf == ScaleFormat::kE4m3 ? 17 : sf == ScaleFormat::kFp32 ? 276
+                    : static_cast<int>(std::ceil(Limits(bsf.code).binades));
     span += 2 * range;
   }
   if (tensor) {
@@ -312,13 +324,16 @@ void DotClasses(const Header& h, const std::vector<Fields>& cases, CoverageClass
   }
   const bool special_codes = fa.HasNan() || fa.HasInf() || fb.HasNan() || fb.HasInf();
   if (special_codes) cls.Add("in:special", "a NaN or infinite element code");
-  if (scaled && sf != ScaleFormat::kUe8m0) cls.Add("scale:zero", "a zero block scale");
-  if (scaled) cls.Add("scale:special", "a NaN or infinite block scale");
+  const bool code_zero = sf != ScaleFormat::kCode || bsf.code.HasZero();
+  const bool code_special = sf != ScaleFormat::kCode || bsf.code.HasNan() || bsf.code.HasInf();
+  if (scaled && sf != ScaleFormat::kUe8m0 && code_zero) cls.Add("scale:zero", "a zero block scale");
+  if (scaled && code_special) cls.Add("scale:special", "a NaN or infinite block scale");
   cls.Add("out:zero-from-nonzero", "D = 0 from a nonzero product or C (cancellation, or terms cut away)");
   if (special_codes || scaled || !tensor) cls.Add("out:nan", "a NaN result");
   {
     // Whether finite inputs can overflow at all: the largest codes under the largest scales, without C.
-    const std::string sc = sf == ScaleFormat::kUe8m0 ? "fe" : sf == ScaleFormat::kE4m3 ? "7e" : "7f7fffff";
+    const std::string sc = sf == ScaleFormat::kUe8m0 ? "fe" : sf == ScaleFormat::kE4m3 ? "7e" : sf == ScaleFormat::kFp32 ? "7f7fffff"
+                         : Hex(bsf.code.MaxFiniteCode(), 2);
     std::string ca, cb, sa, sb;
     for (size_t kk = 0; kk < k; ++kk) ca += Hex(fa.MaxFiniteCode(), 2), cb += Hex(fb.MaxFiniteCode(), 2);
     for (size_t s = 0; scaled && s < k / block; ++s) sa += sc;
@@ -329,15 +344,16 @@ void DotClasses(const Header& h, const std::vector<Fields>& cases, CoverageClass
   }
   {
     // Whether the model gives subnormal results at all: the smallest codes under scales that put their
-    // product near 2^-140 (UE8M0, FP32; E4M3 scales and unscaled 8-bit products stay normal).
+    // product near 2^-140 where the scale format holds such a power of two (UE8M0, FP32), else under the
+    // scale 1 (E4M3 and other narrow scales, and unscaled 8-bit products, stay normal there).
     const double p = SmallestPositive(fa) * SmallestPositive(fb);
-    if (p < FLT_MIN || (scaled && sf != ScaleFormat::kE4m3)) {
-      const int e = (-140 - std::ilogb(p)) / 2;
+    const std::string near = scaled ? scale_text(std::ldexp(1.0, (-140 - std::ilogb(p)) / 2)) : "";
+    const std::string one = scaled ? scale_text(1.0) : "-";
+    if (p < FLT_MIN || !near.empty()) {
       std::string ca(2 * k, '0'), cb(2 * k, '0'), sc = scaled ? "" : "-";
       ca.replace(0, 2, Hex(CodeOf(fa, SmallestPositive(fa)), 2));
       cb.replace(0, 2, Hex(CodeOf(fb, SmallestPositive(fb)), 2));
-      for (size_t s = 0; scaled && s < k / block; ++s)
-        sc += sf == ScaleFormat::kUe8m0 ? Hex(127 + e, 2) : Hex(F32Bits(std::ldexp(1.0f, e)), 8);
+      for (size_t s = 0; scaled && s < k / block; ++s) sc += near.empty() ? one : near;
       const uint32_t d = Bits32(Reference(h, {{ca, cb, sc, sc, "-"}})[0][0]) & 0x7FFFFFFFu;
       if (d != 0 && d < 0x00800000u) cls.Add("out:subnormal", "a subnormal result");
     }
@@ -354,8 +370,8 @@ void DotClasses(const Header& h, const std::vector<Fields>& cases, CoverageClass
     const Fields& c = cases[i];
     std::vector<double> sa(nscale, 1.0), sb(nscale, 1.0);
     for (size_t s = 0; s < nscale; ++s) {
-      sa[s] = ScaleOf(sf, static_cast<uint32_t>(std::stoull(c[2].substr(s * digits, digits), nullptr, 16)));
-      sb[s] = ScaleOf(sf, static_cast<uint32_t>(std::stoull(c[3].substr(s * digits, digits), nullptr, 16)));
+      sa[s] = ScaleOf(bsf, static_cast<uint32_t>(std::stoull(c[2].substr(s * digits, digits), nullptr, 16)));
+      sb[s] = ScaleOf(bsf, static_cast<uint32_t>(std::stoull(c[3].substr(s * digits, digits), nullptr, 16)));
       if (sa[s] == 0 || sb[s] == 0) cls.Hit("scale:zero");
       if (!std::isfinite(sa[s]) || !std::isfinite(sb[s])) cls.Hit("scale:special");
     }

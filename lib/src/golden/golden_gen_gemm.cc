@@ -36,11 +36,27 @@ std::string CodesHex(const std::vector<uint8_t>& c) {
   return s;
 }
 
+// The word of the block scale 1.0 in a scale format (UE8M0 127, E4M3 0x38, FP32 bits, another format's code).
+uint32_t OneScaleWord(const BlockScaleFormat& f) {
+  if (f.kind == ScaleFormat::kUe8m0) return 127;
+  if (f.kind == ScaleFormat::kE4m3) return 0x38;
+  if (f.kind == ScaleFormat::kFp32) return F32Bits(1.0f);
+  uint64_t c = 0;
+  if (!ExactCodeOf(f.code, 1.0, &c)) throw Error("block-scale format '" + f.name + "' does not hold 1.0");
+  return static_cast<uint32_t>(c);
+}
+
 // Random dot-product cases for a configuration, adversarial ones first.
 std::vector<Fields> DotCases(const DotConfig& cfg, int level, CaseRng& rng) {
   const Format& fa = GetFormat(cfg.a);
   const Format& fb = GetFormat(cfg.b);
   const size_t nscales = cfg.scale == "none" ? 0 : cfg.k / cfg.block;
+  // Scales held as codes of a narrow format (NVFP4's E4M3, read as UE4M3, or any other format of 8 bits or
+  // fewer): drawn among the positive finite codes 1 .. smax.
+  const BlockScaleFormat bsf = ParseBlockScaleFormat(nscales ? cfg.scale : "fp32");
+  const bool coded = nscales && (bsf.kind == ScaleFormat::kE4m3 || bsf.kind == ScaleFormat::kCode);
+  const Format scode = bsf.kind == ScaleFormat::kE4m3 ? fmt::kE4M3 : bsf.code;
+  const uint32_t smax = coded ? static_cast<uint32_t>(scode.MaxFiniteCode()) : 0;
   auto finite_code = [&](const Format& f) {
     for (;;) {
       const uint8_t c = static_cast<uint8_t>(rng.Below(f.CodeMask() + 1));
@@ -52,7 +68,7 @@ std::vector<Fields> DotCases(const DotConfig& cfg, int level, CaseRng& rng) {
     std::string s;
     for (size_t i = 0; i < nscales; ++i) {
       if (cfg.scale == "ue8m0") s += Hex(127 + lo + rng.Below(hi - lo + 1), 2);
-      else if (cfg.scale == "e4m3") s += Hex(1 + rng.Below(0x7E), 2);
+      else if (coded) s += Hex(1 + rng.Below(smax), 2);
       else s += Hex(F32Bits(std::ldexp(1.0f + static_cast<float>(rng.Below(1 << 23)) / 8388608.0f, lo + static_cast<int>(rng.Below(hi - lo + 1)))), 8);
     }
     return s;
@@ -86,7 +102,7 @@ std::vector<Fields> DotCases(const DotConfig& cfg, int level, CaseRng& rng) {
     std::vector<uint8_t> a(cfg.k, static_cast<uint8_t>(fa.MaxFiniteCode())), b(cfg.k, static_cast<uint8_t>(fb.MaxFiniteCode()));
     std::string sa = nscales ? "" : "-";
     for (size_t i = 0; i < nscales; ++i)
-      sa += cfg.scale == "ue8m0" ? Hex(254, 2) : cfg.scale == "e4m3" ? Hex(0x7E, 2) : Hex(F32Bits(1e30f), 8);
+      sa += cfg.scale == "ue8m0" ? Hex(254, 2) : coded ? Hex(smax, 2) : Hex(F32Bits(1e30f), 8);
     out.push_back({CodesHex(a), CodesHex(b), sa, sa, "-"});
   }
   // A NaN element, where the format has one; a NaN scale where the scale format has one.
@@ -144,10 +160,14 @@ std::vector<Fields> DotCases(const DotConfig& cfg, int level, CaseRng& rng) {
     for (size_t i = 0; i < nscales; ++i) sc += cfg.scale == "ue8m0" ? Hex(127 + e, 2) : Hex(F32Bits(std::ldexp(1.0f, e)), 8);
     out.push_back({CodesHex(a), CodesHex(b), sc, sc, "-"});
   }
-  // A zero and a NaN block scale, where the scale format has them (E4M3, FP32; UE8M0's NaN is above).
-  if (cfg.scale == "e4m3" || cfg.scale == "fp32") {
-    for (const std::string& special : {cfg.scale == "e4m3" ? std::string("00") : Hex(0, 8),
-                                       cfg.scale == "e4m3" ? std::string("7f") : Hex(0x7FC00000u, 8)}) {
+  // A zero and a NaN block scale, where the scale format has them (E4M3, FP32, most narrow formats; UE8M0's
+  // NaN is above).
+  std::vector<std::string> specials;
+  if (cfg.scale == "fp32") specials = {Hex(0, 8), Hex(0x7FC00000u, 8)};
+  if (coded && scode.HasZero()) specials.push_back("00");
+  if (coded && scode.HasNan()) specials.push_back(Hex(scode.CanonicalNan(), 2));
+  {
+    for (const std::string& special : specials) {
       std::vector<uint8_t> a(cfg.k), b(cfg.k);
       for (size_t i = 0; i < cfg.k; ++i) a[i] = finite_code(fa), b[i] = finite_code(fb);
       std::string sa = scales(-2, 2);
@@ -173,18 +193,19 @@ std::vector<Fields> DotCases(const DotConfig& cfg, int level, CaseRng& rng) {
         }
       };
       b[cfg.block] = tb;
-      if (cfg.scale == "e4m3") {
-        // 448 on both sides of block 0; in block 1 the first pair of E4M3 scales (and B's largest or smallest
-        // positive code) that puts the product d binades down.
-        const double p0 = DecodeToDouble(fa, ta) * DecodeToDouble(fb, tb) * 448.0 * 448.0;
+      if (coded) {
+        // The largest scale (448 for E4M3) on both sides of block 0; in block 1 the first pair of scales (and
+        // B's largest or smallest positive code) that puts the product d binades down.
+        const double top = DecodeToDouble(scode, smax);
+        const double p0 = DecodeToDouble(fa, ta) * DecodeToDouble(fb, tb) * top * top;
         bool found = false;
         for (uint8_t code : {tb, uint8_t{1}})
-          for (uint32_t x = 1; x <= 0x7E && !found; ++x)
-            for (uint32_t y = x; y <= 0x7E && !found; ++y) {
-              const double p1 = DecodeToDouble(fa, ta) * DecodeToDouble(fb, code) * DecodeToDouble(fmt::kE4M3, x) *
-                                DecodeToDouble(fmt::kE4M3, y);
+          for (uint32_t x = 1; x <= smax && !found; ++x)
+            for (uint32_t y = x; y <= smax && !found; ++y) {
+              const double p1 = DecodeToDouble(fa, ta) * DecodeToDouble(fb, code) * DecodeToDouble(scode, x) *
+                                DecodeToDouble(scode, y);
               if (found || std::ilogb(p0) - std::ilogb(p1) != d) continue;
-              for (size_t i = 0; i < nscales; ++i) sa += Hex(i == 1 ? x : 0x7E, 2), sb += Hex(i == 1 ? y : 0x7E, 2);
+              for (size_t i = 0; i < nscales; ++i) sa += Hex(i == 1 ? x : smax, 2), sb += Hex(i == 1 ? y : smax, 2);
               b[cfg.block] = code;
               found = true;
             }
@@ -323,7 +344,7 @@ std::vector<Fields> AlignmentCases(const DotConfig& cfg, const AccumModel& model
   const size_t nscales = cfg.scale == "none" ? 0 : cfg.k / cfg.block;
   std::string one;
   for (size_t i = 0; i < nscales; ++i)
-    one += cfg.scale == "ue8m0" ? Hex(127, 2) : cfg.scale == "e4m3" ? Hex(0x38, 2) : Hex(F32Bits(1.0f), 8);
+    one += Hex(OneScaleWord(ParseBlockScaleFormat(cfg.scale)), cfg.scale == "fp32" ? 8 : 2);
   if (nscales == 0) one = "-";
   const int top = by_exp.rbegin()->first;
   const auto [ta, tb] = pick(top);
@@ -391,8 +412,14 @@ std::vector<UnitSpec> ParseUnits(const std::vector<std::string>& texts) {
     u.model = kv["model"];
     AccumModelByName(u.model);  // throws naming the problem
     u.scale = kv.count("scale") ? kv["scale"] : "none";
-    if (u.scale != "none" && u.scale != "ue8m0" && u.scale != "e4m3" && u.scale != "fp32")
-      throw Error(what + ": scale must be none, ue8m0, e4m3 or fp32, not '" + u.scale + "'");
+    if (u.scale != "none") {
+      try {
+        OneScaleWord(ParseBlockScaleFormat(u.scale));
+      } catch (const Error& e) {
+        throw Error(what + ": scale must be none, ue8m0, e4m3, fp32 or a format of 8 bits or fewer that holds 1.0 (" +
+                    e.what() + ")");
+      }
+    }
     if (u.scale == "none") {
       if (kv.count("block")) throw Error(what + ": block is the block scales' length; scale=none has none");
     } else {
@@ -409,8 +436,8 @@ std::vector<UnitSpec> ParseUnits(const std::vector<std::string>& texts) {
       GemmOperand a = OperandFromCodes(GetFormat(u.a), 1, u.k, zeros.data());
       GemmOperand b = OperandFromCodes(GetFormat(u.b), u.k, 1, zeros.data());
       if (u.scale != "none") {
-        const ScaleFormat sf = ParseScaleFormat(u.scale);
-        const std::vector<uint32_t> one(u.k / u.block, sf == ScaleFormat::kUe8m0 ? 127u : sf == ScaleFormat::kE4m3 ? 0x38u : F32Bits(1.0f));
+        const BlockScaleFormat sf = ParseBlockScaleFormat(u.scale);
+        const std::vector<uint32_t> one(u.k / u.block, OneScaleWord(sf));
         SetBlockScales(a, sf, 1, u.block, one.data());
         SetBlockScales(b, sf, u.block, 1, one.data());
       }

@@ -357,9 +357,9 @@ class DotOp : public Op {
     has_scales_ = s != "none";
     if (has_scales_) {
       try {
-        sf_ = ParseScaleFormat(s);
-      } catch (const Error&) {
-        throw Error("scale must be none, ue8m0, e4m3 or fp32, not '" + s + "'");
+        sf_ = ParseBlockScaleFormat(s);
+      } catch (const Error& e) {
+        throw Error("scale must be none, ue8m0, e4m3, fp32 or a format of 8 bits or fewer, not '" + s + "': " + e.what());
       }
       block_ = std::stoul(h.Get("block"));
       if (block_ < 1 || k_ % block_ != 0) throw Error("block must divide k");
@@ -376,7 +376,7 @@ class DotOp : public Op {
   size_t InputFields() const override { return 5; }
   size_t OutputFields() const override { return 2; }
   size_t ScaleCount() const { return has_scales_ ? k_ / block_ : 0; }
-  int ScaleDigits() const { return sf_ == ScaleFormat::kFp32 ? 8 : 2; }
+  int ScaleDigits() const { return sf_.kind == ScaleFormat::kFp32 ? 8 : 2; }
   std::string FieldsComment() const override {
     std::string s = "# fields: a (" + std::to_string(k_) + " " + std::string(a_.name) +
                     " codes, 2 hex digits each, k = 0 first) | b (" + std::to_string(k_) + " " + std::string(b_.name) + " codes) | ";
@@ -395,6 +395,11 @@ class DotOp : public Op {
       if (!has_scales_ && in[s] != "-") return "this file has no block scales: sa and sb must be -";
       if (has_scales_ && !SplitCodes(in[s], ScaleCount(), ScaleDigits(), v))
         return std::string(s == 2 ? "sa" : "sb") + " must be " + std::to_string(ScaleCount() * ScaleDigits()) + " hex digits";
+      if (has_scales_ && sf_.kind == ScaleFormat::kCode)
+        for (uint32_t c : v)
+          if (c > sf_.code.CodeMask() || std::signbit(DecodeToFloat(sf_.code, c)))
+            return std::string(s == 2 ? "sa" : "sb") + " holds " + (c > sf_.code.CodeMask() ? "a code beyond " : "a negative scale in ") +
+                   sf_.name;
     }
     if (in[4] != "-" && (ta_ != 1.0f || tb_ != 1.0f)) return "c must be - in a file with tensor scales";
     if (in[4] != "-") return CheckWidth(in, 4, 8, "c");
@@ -440,7 +445,7 @@ class DotOp : public Op {
   size_t k_ = 0, block_ = 0;
   bool has_scales_ = false;
   float ta_ = 1.0f, tb_ = 1.0f;
-  ScaleFormat sf_ = ScaleFormat::kFp32;
+  BlockScaleFormat sf_;
 };
 
 }  // namespace

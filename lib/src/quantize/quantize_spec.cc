@@ -243,6 +243,8 @@ float QuantizedTensor::ScaleAt(size_t sr, size_t sc) const {
       std::memcpy(&f, &scales[i * 4], 4);
       return f;
     }
+    case ScaleFormat::kCode:  // GEMM operands' scales only: no rule stores it
+      break;
   }
   return 0;
 }

@@ -79,6 +79,7 @@ const char* ScaleFormatName(ScaleFormat f) {
     case ScaleFormat::kUe8m0: return "ue8m0";
     case ScaleFormat::kE4m3: return "e4m3";
     case ScaleFormat::kFp32: return "fp32";
+    case ScaleFormat::kCode: return "code";
   }
   return "?";
 }

@@ -1,5 +1,6 @@
-// test_c_abi.cc: the C ABI (qmx/qmx_c.h, libqmx_c.so) against the C++ library: golden/level1 replayed
-// through it (conversions and their flags, decoding, UE8M0 scales), quantization and GEMMs equal to
+// test_c_abi.cc: the C ABI (qmx/qmx_c.h, libqmx_c.so) against the C++ library: every golden/level1 file
+// replayed through it (conversions and their flags, decoding, UE8M0 scales, MX and NVFP4 blocks, SR with
+// given bits, dot products), quantization and GEMMs equal to
 // qmx::Quantize and qmx::Gemm, and its errors (a status and a message, never an exception).
 #include <catch2/catch.hpp>
 
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "golden/golden_internal.h"
 #include "qmx/gemm.h"
 #include "qmx/golden.h"
 #include "qmx/qmx_c.h"
@@ -43,7 +45,7 @@ qmx_cast_options OptionsOf(const HeaderKeys& keys) {
   const std::string r = get("round"), s = get("sat"), ns = get("nan-sign"), nf = get("nan-fallback"),
                     sub = get("subnormals");
   REQUIRE(qmx_cast_options_set(&o, r.c_str(), s.c_str(), ns.c_str(), nf.c_str(), sub.c_str(), nullptr) == QMX_OK);
-  for (const char* k : {"tininess", "nan-payload"})
+  for (const char* k : {"tininess", "nan-payload", "sr-bits"})
     if (qmx::golden::HasKey(keys, k)) REQUIRE(qmx_cast_options_set_key(&o, k, KeyValue(keys, k).c_str()) == QMX_OK);
   return o;
 }
@@ -139,6 +141,32 @@ std::string Runner(const std::string& op, const HeaderKeys& keys, const std::vec
     }
     return "";
   }
+  if (op == "sr") {
+    // Stochastic rounding with given random bits: one conversion per element (PTX's cvt.rs x4 layout packs
+    // four, each with its byte of rbits, the codes from the top down).
+    const qmx_cast_options o = OptionsOf(keys);
+    const std::string dst = KeyValue(keys, "dst");
+    const bool x4 = KeyValue(keys, "layout") == "ptx-cvt-rs-x4";
+    qmx_format_info info;
+    REQUIRE(qmx_format_info_get(dst.c_str(), &info) == QMX_OK);
+    for (const auto& in : inputs) {
+      const size_t lanes = x4 ? 4 : 1;
+      const uint32_t rb = static_cast<uint32_t>(std::stoul(in[lanes], nullptr, 16));
+      uint64_t packed = 0;
+      uint32_t all = 0;
+      for (size_t j = 0; j < lanes; ++j) {
+        uint64_t code = 0;
+        uint32_t flags = 0;
+        const uint32_t r = x4 ? (rb >> qmx::golden::detail::SrRbitsShift(info.bits, j)) & 0xFF : rb;
+        REQUIRE(qmx_convert("fp32", std::stoull(in[j], nullptr, 16), dst.c_str(), &o, r, &code, &flags) == QMX_OK);
+        packed |= code << ((3 - j) * (info.bits == 4 ? 4 : 8));
+        all |= flags;
+        if (!x4) packed = code;
+      }
+      outputs.push_back({qmx::golden::Hex(packed, x4 ? (info.bits == 4 ? 4 : 8) : 2), qmx::golden::Hex(all, 2)});
+    }
+    return "";
+  }
   if (op == "dot") {
     const size_t k = std::stoul(KeyValue(keys, "k"));
     const std::string scale = KeyValue(keys, "scale");
@@ -171,22 +199,23 @@ std::string Runner(const std::string& op, const HeaderKeys& keys, const std::vec
   return "op=" + op + " is not replayed through the C ABI";
 }
 
-TEST_CASE("c abi: golden/level1 conversions, decoding, UE8M0 scales, MX and NVFP4 blocks, dots replay through it",
+TEST_CASE("c abi: every golden/level1 file (conversions, decoding, scales, MX and NVFP4 blocks, SR, dots) replays through it",
           "[c_abi]") {
   qmx::golden::VerifyOptions vo;
   vo.external = Runner;
   const std::vector<qmx::golden::FileResult> res = qmx::golden::Verify(kLevel1.string(), vo);
   size_t ran = 0, cases = 0;
   for (const auto& r : res) {
-    INFO(r.path << (r.first.empty() ? std::string() : ": " + r.first[0].text));
+    INFO(r.path << (r.first.empty() ? std::string() : ": " + r.first[0].text) << " " << r.skipped);
     CHECK(r.ok());
+    CHECK(r.skipped.empty());  // every operation has its C ABI call
     if (r.skipped.empty()) {
       ++ran;
       cases += r.cases;
     }
   }
   INFO("files replayed " << ran << ", cases " << cases);
-  CHECK(ran >= 700);  // every conversions, ue8m0, mx-block, nvfp4-block and dot file
+  CHECK(ran >= 750);  // every file: conversions, decode, ue8m0, mx-block, nvfp4-block, sr and dot
   CHECK(cases > 100000);
 }
 

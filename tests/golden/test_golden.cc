@@ -705,7 +705,9 @@ TEST_CASE("golden: gen --min-per-class tops up the scale, block, SR and dot file
   golden::Generate(o, plain.path.string());
   o.min_per_class = 3;
   golden::Generate(o, topped.path.string());
-  golden::Generate(o, again.path.string());
+  golden::GenOptions few = o;  // the determinism check on the quicker suites
+  few.suites = {"ue8m0", "nvfp4-block", "sr"};
+  golden::Generate(few, again.path.string());
   const std::vector<golden::CoverageReport> a = golden::Coverage({plain.path.string()}),
                                              b = golden::Coverage({topped.path.string()});
   REQUIRE(a.size() == b.size());
@@ -732,7 +734,14 @@ TEST_CASE("golden: gen --min-per-class tops up the scale, block, SR and dot file
   CHECK(files > 200);
   CHECK(measured == 30);
   // The same options give the same bytes.
-  CHECK(ReadText((topped.path / "manifest.json").string()) == ReadText((again.path / "manifest.json").string()));
+  size_t same = 0;
+  for (const auto& e : fs::recursive_directory_iterator(again.path)) {
+    if (e.path().extension() != ".txt") continue;
+    INFO(e.path());
+    CHECK(ReadText(e.path().string()) == ReadText((topped.path / fs::relative(e.path(), again.path)).string()));
+    ++same;
+  }
+  CHECK(same > 40);
 }
 
 }  // namespace

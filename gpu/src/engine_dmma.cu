@@ -57,9 +57,14 @@ __device__ inline int LowestBit(double v) {
   return (ef == 0 ? 1 : ef) - 1075 + __ffsll(m) - 1;
 }
 
-// One line's step: row i of A (k along the row) or column j of B (k down the column).
+constexpr int kWeightCap = 10;  // relative lowest bits past this weigh as this: 64^-10 = 2^-60, products >= 2^-120
+
+// One line's step: row i of A (k along the row) or column j of B (k down the column): its bounds, and each
+// element's certificate weight as BF16 bits, 2^(-6 min(r, kWeightCap)) with r its lowest bit (scale's exponent
+// added) above the line's lowest, 0 for a zero, NaN or Inf element or a zero scale. A's weights go to
+// w[line * pitch + k], B's to w[k * pitch + line], every k of the step (0 past K).
 __global__ void StepInfoKernel(EngineOperand o, bool is_a, size_t lines, size_t k, int step, bool scales_in,
-                               size_t steps, StepInfo* info) {
+                               size_t steps, StepInfo* info, uint16_t* w, size_t pitch) {
   const size_t total = lines * steps;
   for (size_t t = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; t < total;
        t += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -83,9 +88,10 @@ __global__ void StepInfoKernel(EngineOperand o, bool is_a, size_t lines, size_t 
       r.scale_exp = static_cast<int16_t>(ls);  // a power of two (the host takes UE8M0 scales only)
       r.zero_scale = zero_scale;
     }
+    auto code_at = [&](size_t kk) { return is_a ? o.codes[line * o.cols + kk] : o.codes[kk * o.cols + line]; };
     int maxnom = kNoTerm, minlsb = kNoLsb;
     for (size_t kk = k0; kk < k1; ++kk) {
-      const uint8_t c = is_a ? o.codes[line * o.cols + kk] : o.codes[kk * o.cols + line];
+      const uint8_t c = code_at(kk);
       const double v = o.values[c];
       if (!Finite(v)) {
         special = true;
@@ -98,6 +104,14 @@ __global__ void StepInfoKernel(EngineOperand o, bool is_a, size_t lines, size_t 
     r.maxnom = special ? kSpecialStep : maxnom;
     r.minlsb = minlsb;
     info[line * steps + s] = r;
+    for (size_t kk = k0; kk < k0 + step; ++kk) {
+      uint16_t wk = 0;
+      if (kk < k1 && !zero_scale) {
+        const double v = o.values[code_at(kk)];
+        if (Finite(v) && v != 0) wk = static_cast<uint16_t>((127 - 6 * min(LowestBit(v) + ls - minlsb, kWeightCap)) << 7);
+      }
+      w[is_a ? line * pitch + kk : kk * pitch + line] = wk;
+    }
   }
 }
 
@@ -167,66 +181,43 @@ __device__ __forceinline__ float WarpTileStep(const EngineModel& p, const CodePa
   return RoundFused(static_cast<double>(t), unit, p.out_bits, p.out_rne);
 }
 
-// A code's value, lowest bit and whether it is a nonzero finite value, for the tile conversion.
-struct alignas(16) CodeEntry {
-  double v;
-  int lsb, nonzero;
-};
-
-// The kernel's shared memory (dynamic: about 70 KB for steps of 32). Codes and step bounds arrive by cp.async
-// into two stages; each step converts its stage into the FP64 tiles of the products and the BF16 weights of
-// the certificate. Pitches keep fragment loads free of bank conflicts: A's FP64 rows 2 * pitch = 8 (mod 32)
-// banks apart, B's k rows the same, the BF16 rows 16 bytes aligned on distinct banks for ldmatrix.
+// The kernel's shared memory (dynamic: about 80 KB for steps of 32). Codes, certificate weights and step bounds
+// arrive by cp.async into two stages; each step converts its stage's codes into the FP64 tiles of the products.
+// Pitches keep fragment loads free of bank conflicts: A's FP64 rows 2 * pitch = 8 (mod 32) banks apart, B's k
+// rows the same, the BF16 rows 16 bytes aligned on distinct banks for ldmatrix.
 template <int kStep>
 struct DmmaShared {
   static constexpr int kPa = kStep + 4, kPb = kDTile + 4, kWa = kStep + 8, kWb = kDTile + 8;
   struct Stage {
     uint8_t a[kDTile][kStep];  // A's codes, row-major
     uint8_t b[kStep][kDTile];  // B's codes, k-major (B's own layout)
+    uint16_t wa[kDTile][kWa];  // the certificate's weights, as the codes
+    uint16_t wb[kStep][kWb];
     StepInfo ia[kDTile], ib[kDTile];
   };
   Stage stage[2];
   double sa[kDTile][kPa];
   double sb[kStep][kPb];
-  uint16_t wa[kDTile][kWa];
-  uint16_t wb[kStep][kWb];
-  CodeEntry ta[256], tb[256];
+  double ta[256], tb[256];  // the codes' values, where the hardware's FP8 conversion does not serve
   CodeParts pa[256], pb[256];
   float scratch[kDThreads / 32][32][33];  // each warp's queued accumulators, by output within the warp's tile
 };
 
-constexpr int kWeightCap = 10;  // relative lowest bits past this weigh as this: 64^-10 = 2^-60, products >= 2^-120
-
-// An element's certificate weight as BF16 bits: 2^(-6 min(r, cap)), r its lowest bit above its line's lowest.
-__device__ inline uint32_t Weight(const CodeEntry& e, int base) {
-  const int r = min(max(e.lsb - base, 0), kWeightCap);
-  return e.nonzero ? static_cast<uint32_t>(127 - 6 * r) << 7 : 0u;
-}
-
-// Four FP8 codes (a 32-bit word, code q in byte q) as the table would give them, through the hardware's
-// exact FP8 -> FP16 conversion: values, lowest bits (from the FP16 fields) and whether nonzero (NaN and Inf
-// count as nonzero; their lines run FusedStep). `e5m2` picks the format.
-__device__ inline void Fp8Word(uint32_t word, bool e5m2, CodeEntry (&e)[4]) {
+// Four FP8 codes (a 32-bit word, code q in byte q) as doubles, through the hardware's exact FP8 -> FP16
+// conversion; `e5m2` picks the format.
+__device__ inline void Fp8Word(uint32_t word, bool e5m2, double (&v)[4]) {
   const __nv_fp8_interpretation_t kind = e5m2 ? __NV_E5M2 : __NV_E4M3;
 #pragma unroll
   for (int p = 0; p < 2; ++p) {
     const __half2_raw h2 = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word >> (16 * p)), kind);
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const unsigned short h = q == 0 ? h2.x : h2.y;
-      __half_raw hr;
-      hr.x = h;
-      CodeEntry& c = e[2 * p + q];
-      c.v = static_cast<double>(__half2float(__half(hr)));
-      const int ef = (h >> 10) & 0x1F;
-      c.lsb = (ef ? ef : 1) - 25 + __ffs((h & 0x3FF) | 0x400) - 1;
-      c.nonzero = (h & 0x7FFF) != 0;
-    }
+    v[2 * p] = static_cast<double>(__half2float(__half(__half_raw{h2.x})));
+    v[2 * p + 1] = static_cast<double>(__half2float(__half(__half_raw{h2.y})));
   }
 }
 
-// Step s's codes and bounds into stage `st`: 16-byte cp.async where K and N are multiples of 16 (kVec; rows and
-// columns past the matrix zero-filled), else plain loads.
+// Step s's codes, weights and bounds into stage `st`: codes by 16-byte cp.async where K and N are multiples of
+// 16 (kVec; rows and columns past the matrix zero-filled), else plain loads; the weights' buffers are padded
+// for 16-byte loads always.
 template <int kStep, bool kVec>
 __device__ inline void LoadStage(typename DmmaShared<kStep>::Stage& st, const EngineGemmArgs& g,
                                  const EngineDmmaBuffers& f, size_t row0, size_t col0, size_t s, int tid) {
@@ -256,6 +247,15 @@ __device__ inline void LoadStage(typename DmmaShared<kStep>::Stage& st, const En
       st.b[r][c] = k < g.k && j < g.n ? g.b.codes[k * g.n + j] : 0;
     }
   }
+  for (int x = tid; x < kDTile * kStep / 8; x += kDThreads) {  // A's weights: 8 per 16 bytes
+    const int r = x / (kStep / 8), c = x % (kStep / 8);
+    const size_t i = row0 + r;
+    CpAsync16(&st.wa[r][8 * c], f.a_w + (i < g.m ? i * f.kp + k0 + 8 * c : 0), i < g.m);
+  }
+  for (int x = tid; x < kStep * kDTile / 8; x += kDThreads) {  // B's: the padded columns hold zeros
+    const int r = x / (kDTile / 8), c = x % (kDTile / 8);
+    CpAsync16(&st.wb[r][8 * c], f.b_w + (k0 + r) * f.np + col0 + 8 * c, true);
+  }
   if (tid < kDTile) {
     const size_t i = row0 + tid;
     CpAsync16(&st.ia[tid], f.a_info + (i < g.m ? i * f.steps + s : 0), i < g.m);
@@ -266,53 +266,40 @@ __device__ inline void LoadStage(typename DmmaShared<kStep>::Stage& st, const En
   asm volatile("cp.async.commit_group;");
 }
 
-// Four codes of a word by the hardware's conversion (fp8: 1 E4M3, 2 E5M2) or the operand's table (0).
-__device__ inline void DecodeWord(uint32_t word, int fp8, const CodeEntry* table, CodeEntry (&e)[4]) {
+// Four codes of a word as doubles, by the hardware's conversion (fp8: 1 E4M3, 2 E5M2) or the operand's table (0).
+__device__ inline void DecodeWord(uint32_t word, int fp8, const double* table, double (&v)[4]) {
   if (fp8) {
-    Fp8Word(word, fp8 == 2, e);
+    Fp8Word(word, fp8 == 2, v);
     return;
   }
 #pragma unroll
-  for (int q = 0; q < 4; ++q) e[q] = table[(word >> (8 * q)) & 0xFF];
+  for (int q = 0; q < 4; ++q) v[q] = table[(word >> (8 * q)) & 0xFF];
 }
 
-// The stage's codes as FP64 values (sa, sb) and certificate weights (wa, wb), four codes per 32-bit word.
+// The stage's codes as FP64 values times their block scales (sa, sb; exact: powers of two, or zero), four codes
+// per 32-bit word. A thread's B words keep their four columns (kDThreads is a multiple of kDTile / 4), so
+// their scales are read once.
 template <int kStep>
 __device__ inline void ConvertStage(DmmaShared<kStep>& sm, const typename DmmaShared<kStep>::Stage& st, int tid, int a_fp8,
                                     int b_fp8) {
   for (int x = tid; x < kDTile * kStep / 4; x += kDThreads) {
     const int r = x / (kStep / 4), k4 = 4 * (x % (kStep / 4));
-    const uint32_t word = *reinterpret_cast<const uint32_t*>(&st.a[r][k4]);
-    const int base = st.ia[r].minlsb - st.ia[r].scale_exp;
-    const double scale = st.ia[r].scale;  // exact
+    const double scale = st.ia[r].scale;
     double v[4];
-    uint32_t w[4];
-    CodeEntry e[4];
-    DecodeWord(word, a_fp8, sm.ta, e);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      v[q] = e[q].v * scale;  // exact: a power of two, or zero
-      w[q] = Weight(e[q], base);
-    }
-    *reinterpret_cast<double2*>(&sm.sa[r][k4]) = make_double2(v[0], v[1]);
-    *reinterpret_cast<double2*>(&sm.sa[r][k4 + 2]) = make_double2(v[2], v[3]);
-    *reinterpret_cast<uint2*>(&sm.wa[r][k4]) = make_uint2(w[0] | (w[1] << 16), w[2] | (w[3] << 16));
+    DecodeWord(*reinterpret_cast<const uint32_t*>(&st.a[r][k4]), a_fp8, sm.ta, v);
+    *reinterpret_cast<double2*>(&sm.sa[r][k4]) = make_double2(v[0] * scale, v[1] * scale);
+    *reinterpret_cast<double2*>(&sm.sa[r][k4 + 2]) = make_double2(v[2] * scale, v[3] * scale);
   }
-  for (int x = tid; x < kStep * kDTile / 4; x += kDThreads) {
-    const int kk = x / (kDTile / 4), c4 = 4 * (x % (kDTile / 4));
-    const uint32_t word = *reinterpret_cast<const uint32_t*>(&st.b[kk][c4]);
-    double v[4];
-    uint32_t w[4];
-    CodeEntry e[4];
-    DecodeWord(word, b_fp8, sm.tb, e);
+  static_assert(kDThreads % (kDTile / 4) == 0, "a thread's B columns stay put");
+  const int c4 = 4 * (tid % (kDTile / 4));
+  double bs[4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      v[q] = e[q].v * static_cast<double>(st.ib[c4 + q].scale);
-      w[q] = Weight(e[q], st.ib[c4 + q].minlsb - st.ib[c4 + q].scale_exp);
-    }
-    *reinterpret_cast<double2*>(&sm.sb[kk][c4]) = make_double2(v[0], v[1]);
-    *reinterpret_cast<double2*>(&sm.sb[kk][c4 + 2]) = make_double2(v[2], v[3]);
-    *reinterpret_cast<uint2*>(&sm.wb[kk][c4]) = make_uint2(w[0] | (w[1] << 16), w[2] | (w[3] << 16));
+  for (int q = 0; q < 4; ++q) bs[q] = static_cast<double>(st.ib[c4 + q].scale);
+  for (int kk = tid / (kDTile / 4); kk < kStep; kk += kDThreads / (kDTile / 4)) {
+    double v[4];
+    DecodeWord(*reinterpret_cast<const uint32_t*>(&st.b[kk][c4]), b_fp8, sm.tb, v);
+    *reinterpret_cast<double2*>(&sm.sb[kk][c4]) = make_double2(v[0] * bs[0], v[1] * bs[1]);
+    *reinterpret_cast<double2*>(&sm.sb[kk][c4 + 2]) = make_double2(v[2] * bs[2], v[3] * bs[3]);
   }
 }
 
@@ -366,6 +353,45 @@ __device__ __forceinline__ bool FastStep(int zero_exp, int frac_bits, int out_bi
   return ok;
 }
 
+// A queued step whose accumulator c (nonzero, finite) has a nominal exponent at or above every product's bound
+// (the row's maxnom plus the column's) and the zero rule's: then c sets the step's largest exponent, so the unit
+// is 2^(nom(c) - F) without looking at the products, and the step is FusedStep's sum of each term cut at that
+// unit, computed here by one lane from the FP64 tiles: each product (element times scale, exact) times
+// 2^-unit is exact in FP64 and cut by trunc (or rint); the integers' sum stays below 2^(F + 8). False (out
+// unchanged) for any other step, and where an RZ result at FLT_MAX may be the reference's Inf.
+template <int kStep, int kRound>
+__device__ __forceinline__ bool AccStep(const EngineModel& p, const DmmaShared<kStep>& sm, const StepInfo& ia,
+                                        const StepInfo& ib, int r, int c, float cur, float& out) {
+  const int mab = ia.maxnom + ib.maxnom;
+  if (mab >= kSpecialSum || cur == 0 || !isfinite(cur)) return false;
+  const int ce = NominalF32(cur);
+  if (ce < mab || ce < p.zero_exp) return false;
+  const int unit = ce - p.frac_bits;
+  const double p2 = Pow2(-unit);
+  const bool rne = p.term_rne;
+  double t = CutP(static_cast<double>(cur), p2, rne);
+#pragma unroll
+  for (int k = 0; k < kStep; ++k) {
+    const double y = sm.sa[r][k] * p2 * sm.sb[k][c];
+    t += rne ? rint(y) : trunc(y);
+  }
+  float res;
+  if (kRound == kRoundFused) {
+    res = RoundFused(t, unit, p.out_bits, p.out_rne);
+  } else {
+    const double d = t * Pow2(unit);  // exact: unit >= -126 - F
+    if (kRound == kRound24Rz) {
+      res = __double2float_rz(d);
+      if (fabsf(res) == FLT_MAX) return false;
+    } else {
+      res = __double2float_rn(d);
+    }
+    res = __fadd_rn(res, 0.0f);  // -0 + +0 is +0: the reference's zero
+  }
+  out = res;
+  return true;
+}
+
 template <int kStep, bool kPromote, bool kVec, int kRound>
 __global__ void __launch_bounds__(kDThreads, 2) EngineDmmaKernel(const __grid_constant__ EngineGemmArgs g,
                                                                 const __grid_constant__ EngineDmmaBuffers f) {
@@ -376,8 +402,8 @@ __global__ void __launch_bounds__(kDThreads, 2) EngineDmmaKernel(const __grid_co
   for (int t = tid; t < 256; t += kDThreads) {
     sm.pa[t] = f.a_parts[t];
     sm.pb[t] = f.b_parts[t];
-    sm.ta[t] = CodeEntry{g.a.values[t], f.a_parts[t].e, f.a_parts[t].m != 0};
-    sm.tb[t] = CodeEntry{g.b.values[t], f.b_parts[t].e, f.b_parts[t].m != 0};
+    sm.ta[t] = g.a.values[t];
+    sm.tb[t] = g.b.values[t];
   }
   const EngineModel& p = g.model;
   const int zero_exp = p.zero_exp, frac_bits = p.frac_bits, out_bits = p.out_bits;
@@ -432,7 +458,7 @@ __global__ void __launch_bounds__(kDThreads, 2) EngineDmmaKernel(const __grid_co
       uint32_t a[2][4], b[4][2];
 #pragma unroll
       for (int m2 = 0; m2 < 2; ++m2) {
-        const unsigned addr = SharedAddr(&sm.wa[wr + 16 * m2 + lane % 8 + 8 * ((lane / 8) % 2)][k16 + 8 * (lane / 16)]);
+        const unsigned addr = SharedAddr(&st.wa[wr + 16 * m2 + lane % 8 + 8 * ((lane / 8) % 2)][k16 + 8 * (lane / 16)]);
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                      : "=r"(a[m2][0]), "=r"(a[m2][1]), "=r"(a[m2][2]), "=r"(a[m2][3])
                      : "r"(addr));
@@ -441,7 +467,7 @@ __global__ void __launch_bounds__(kDThreads, 2) EngineDmmaKernel(const __grid_co
       for (int ni = 0; ni < 4; ni += 2) {
         // Matrix l / 8: k rows k16 + 8 ((l / 8) % 2), columns of n tile ni + l / 16; transposed, each lane gets
         // B (k 2t..2t+1, n g) as the MMA takes it.
-        const unsigned addr = SharedAddr(&sm.wb[k16 + lane % 8 + 8 * ((lane / 8) % 2)][wc + 8 * (ni + lane / 16)]);
+        const unsigned addr = SharedAddr(&st.wb[k16 + lane % 8 + 8 * ((lane / 8) % 2)][wc + 8 * (ni + lane / 16)]);
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                      : "=r"(b[ni][0]), "=r"(b[ni][1]), "=r"(b[ni + 1][0]), "=r"(b[ni + 1][1])
                      : "r"(addr));
@@ -476,21 +502,35 @@ __global__ void __launch_bounds__(kDThreads, 2) EngineDmmaKernel(const __grid_co
           }
         }
       }
-    // The queued steps one at a time, each on the whole warp (a loop, not unrolled: the kernel's code stays
-    // small); rows and columns past the matrix are dropped here.
+    // The queued steps: first each lane its own whose accumulator sets the step's exponent (AccStep), all lanes
+    // at once; then the others one at a time, each on the whole warp (a loop, not unrolled: the kernel's code
+    // stays small). Rows and columns past the matrix are dropped here.
     if (__any_sync(0xFFFFFFFFu, queued != 0)) {
-      unsigned mine = queued;
+      unsigned mine = queued, rest = 0;
+      while (__any_sync(0xFFFFFFFFu, mine != 0)) {
+        if (mine == 0) continue;
+        const int b = __ffs(static_cast<int>(mine)) - 1;
+        mine &= mine - 1;
+        const int rl = 8 * (b >> 3) + gr, cl = 8 * ((b >> 1) & 3) + 2 * gc + (b & 1);
+        if (row0 + wr + rl >= g.m || col0 + wc + cl >= g.n) continue;
+        float out;
+        if (AccStep<kStep, kRound>(p, sm, st.ia[wr + rl], st.ib[wc + cl], wr + rl, wc + cl, scratch[rl][cl], out)) {
+          scratch[rl][cl] = out;
+          ++fallbacks;
+        } else {
+          rest |= 1u << b;
+        }
+      }
       for (;;) {
-        const unsigned lanes = __ballot_sync(0xFFFFFFFFu, mine != 0);
+        const unsigned lanes = __ballot_sync(0xFFFFFFFFu, rest != 0);
         if (lanes == 0) break;
         const int src = __ffs(static_cast<int>(lanes)) - 1;
-        const int b = __ffs(static_cast<int>(__shfl_sync(0xFFFFFFFFu, mine, src))) - 1;
-        if (lane == src) mine &= mine - 1;
+        const int b = __ffs(static_cast<int>(__shfl_sync(0xFFFFFFFFu, rest, src))) - 1;
+        if (lane == src) rest &= rest - 1;
         const int rl = 8 * (b >> 3) + src / 4, cl = 8 * ((b >> 1) & 3) + 2 * (src % 4) + (b & 1);
         const int r = wr + rl, c = wc + cl;
         const size_t i = row0 + r, j = col0 + c;
-        if (i >= g.m || j >= g.n) continue;
-        ++fallbacks;  // counted once, by lane 0's tally below
+        if (lane == 0) ++fallbacks;
         const float in = scratch[rl][cl];
         const StepInfo &ia = st.ia[r], &ib = st.ib[c];
         if (ia.maxnom == kSpecialStep || ib.maxnom == kSpecialStep || !isfinite(in)) {
@@ -504,6 +544,7 @@ __global__ void __launch_bounds__(kDThreads, 2) EngineDmmaKernel(const __grid_co
         }
         __syncwarp();
       }
+      __syncwarp();
       ForOutputs([&](int mi, int ni, int h) {
         float& cur = kPromote ? part[mi][ni][h] : acc[mi][ni][h];
         if ((queued >> ((mi * 4 + ni) * 2 + h)) & 1u) cur = scratch[8 * mi + gr][8 * ni + 2 * gc + h];
@@ -525,7 +566,8 @@ __global__ void __launch_bounds__(kDThreads, 2) EngineDmmaKernel(const __grid_co
     const size_t i = row0 + wr + 8 * mi + gr, j = col0 + wc + 8 * ni + 2 * gc + h;
     if (i < g.m && j < g.n) g.out[i * g.n + j] = Finish(g, i, j, acc[mi][ni][h]);
   });
-  if (lane == 0 && fallbacks && f.fallback_steps) atomicAdd(f.fallback_steps, static_cast<unsigned long long>(fallbacks));
+  const unsigned counted = __reduce_add_sync(0xFFFFFFFFu, fallbacks);
+  if (lane == 0 && counted && f.fallback_steps) atomicAdd(f.fallback_steps, static_cast<unsigned long long>(counted));
 }
 
 template <int kStep, bool kPromote, bool kVec, int kRound>
@@ -565,8 +607,10 @@ void LaunchEngineDmmaGemm(const EngineGemmArgs& args, const EngineDmmaBuffers& f
   const cudaStream_t st = static_cast<cudaStream_t>(stream);
   if (args.m == 0 || args.n == 0) return;
   const int step = args.model.step;
-  StepInfoKernel<<<1024, 256, 0, st>>>(args.a, true, args.m, args.k, step, args.model.scales_in, f.steps, f.a_info);
-  StepInfoKernel<<<1024, 256, 0, st>>>(args.b, false, args.n, args.k, step, args.model.scales_in, f.steps, f.b_info);
+  if (f.np > args.n) Check(cudaMemsetAsync(f.b_w, 0, f.kp * f.np * sizeof(uint16_t), st), "engine FP64 tensor-core GEMM: weights");
+  StepInfoKernel<<<1024, 256, 0, st>>>(args.a, true, args.m, args.k, step, args.model.scales_in, f.steps, f.a_info, f.a_w, f.kp);
+  StepInfoKernel<<<1024, 256, 0, st>>>(args.b, false, args.n, args.k, step, args.model.scales_in, f.steps, f.b_info, f.b_w,
+                                       f.np);
   Check(cudaGetLastError(), "engine FP64 tensor-core GEMM: step bounds launch");
   if (step == 16) LaunchStep<16>(args, f, st);
   else LaunchStep<32>(args, f, st);

@@ -268,6 +268,11 @@ void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, con
     auto fp8 = [](const Format& f) { return std::string(f.name) == "e4m3" ? 1 : std::string(f.name) == "e5m2" ? 2 : 0; };
     db.a_fp8 = fp8(a.elem);
     db.b_fp8 = fp8(b.elem);
+    db.kp = k_steps * step;
+    db.np = (plan.n + 63) / 64 * 64;
+    DeviceBuffer<uint16_t> aw(plan.m * db.kp), bw(db.kp * db.np);
+    db.a_w = aw.get();
+    db.b_w = bw.get();
     counted("engine FP64 tensor-core GEMM", [&](unsigned long long* n) {
       db.fallback_steps = n;
       detail::LaunchEngineDmmaGemm(g, db, stream);

@@ -113,6 +113,11 @@ struct EngineDmmaBuffers {
   // How the kernel decodes each operand's codes into its tiles: 0 its 256-entry table, 1 E4M3 and 2 E5M2 by
   // the hardware's FP8 -> FP16 conversion (exact; no random table reads).
   int a_fp8 = 0, b_fp8 = 0;
+  // The certificate's BF16 weights of every element, written by the step-bounds pass: A's M x kp (row-major),
+  // B's kp x np (k-major), kp = steps x step, np = N rounded up to 64; b_w zeroed first where np > N.
+  uint16_t* a_w = nullptr;
+  uint16_t* b_w = nullptr;
+  size_t kp = 0, np = 0;
 };
 // Fills the step bounds from args' codes and scales, then runs the kernel (args.model.step 16 or 32).
 void LaunchEngineDmmaGemm(const EngineGemmArgs& args, const EngineDmmaBuffers& f, void* stream);

@@ -37,14 +37,13 @@ struct DevCvt {
   int sat;    // 1 satfinite, 0 nosat
 };
 
-int DevFmtOf(const Format& f) {
-  const std::string n = f.name;
-  if (n == "e4m3") return kE4m3;
-  if (n == "e5m2") return kE5m2;
-  if (n == "e2m1") return kE2m1;
-  if (n == "e2m3") return kE2m3;
-  if (n == "e3m2") return kE3m2;
-  if (n == "ue8m0") return kUe8m0;
+int DevFmtOf(const Format& f) {  // by encoding: "float8_e4m3" (IEEE-style E4M3) is not OCP's e4m3
+  if (f == fmt::kE4M3) return kE4m3;
+  if (f == fmt::kE5M2) return kE5m2;
+  if (f == fmt::kE2M1) return kE2m1;
+  if (f == fmt::kE2M3) return kE2m3;
+  if (f == fmt::kE3M2) return kE3m2;
+  if (f == fmt::kUE8M0) return kUe8m0;
   return -1;
 }
 

@@ -50,7 +50,7 @@ ConvertPath PathFor(const Format& f, const CastOptions& c) {
 
 std::string RunConvert(const Keys& k, const std::vector<Fields>& ins, std::vector<Fields>& outs) {
   if (Get(k, "src") != "f32") return "the GPU backend converts f32 sources only";
-  const Format& dst = GetFormat(Get(k, "dst"));
+  const Format dst = ParseFormat(Get(k, "dst"));  // a user format or an alias (float8_e4m3) too
   const CastOptions c = CastOptionsOf(k);
   if (IsSubByte(dst) && c.nan_fallback != NanFallback::kMaxPositive)
     return "cvt and the header functions turn NaN into the largest code (nan-fallback=max), not what this file says";
@@ -97,7 +97,7 @@ std::string RunMx(const Keys& k, const std::vector<Fields>& ins, std::vector<Fie
 
 std::string RunUe8m0(const Keys& k, const std::vector<Fields>& ins, std::vector<Fields>& outs) {
   MxSpec s;
-  s.elem = GetFormat(Get(k, "elem"));
+  s.elem = ParseFormat(Get(k, "elem"));
   s.rule = ParseScaleRule(Get(k, "rule"));
   s.block = 1;
   s.nan = s.rule == ScaleRule::kMaxFinite ? NanPolicy::kIgnore : NanPolicy::kBlockNan;
@@ -133,7 +133,7 @@ std::string RunNvfp4(const Keys& k, const std::vector<Fields>& ins, std::vector<
 
 std::string RunSr(const Keys& k, const std::vector<Fields>& ins, std::vector<Fields>& outs) {
   if (Get(k, "layout") != "ptx-cvt-rs-x4") return "only the cvt.rs x4 layout is an instruction";
-  const Format& dst = GetFormat(Get(k, "dst"));
+  const Format dst = ParseFormat(Get(k, "dst"));
   const CastOptions c = CastOptionsOf(k);
   if (c.rounding != Rounding::kSrA || c.sr_bits != 8) return "cvt.rs is SR-A with 8 random bits per element";
   const DeviceInfo& d = Device();

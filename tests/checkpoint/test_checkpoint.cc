@@ -1,10 +1,11 @@
 // test_checkpoint.cc: synthetic checkpoints in each published layout (qmx/checkpoint.h) found, read and
 // decoded against each producer's formula written out here independently (E2M1 and E4M3 by their OCP
 // tables, products in FP32 as the producers' PyTorch code computes them), swizzled scales built by
-// torchao's to_blocked reshapes, and the audit naming the rule that made a tensor (and none after a
-// stored scale is changed).
+// torchao's to_blocked reshapes, the audit naming the rule that made a tensor (and none after a stored
+// scale is changed), and its counts and first differences against their definitions.
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
@@ -365,6 +366,120 @@ TEST_CASE("checkpoint audit: NVFP4 from the source under TE's order, in ModelOpt
   std::remove(path.c_str());
 }
 
+namespace {
+
+// The audit's statistics by their definitions (AuditStats, qmx/checkpoint.h), one element at a time.
+AuditStats StatsByDefinition(const CheckpointTensor& t, const std::vector<float>* source) {
+  const QuantizedTensor& q = t.q;
+  const std::vector<float> decoded = DecodeCheckpointTensor(t);
+  const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);
+  const double maxv = Limits(q.spec.elem).max_finite;
+  AuditStats st;
+  for (size_t r = 0; r < q.rows; ++r)
+    for (size_t c = 0; c < q.cols; ++c) {
+      const size_t i = r * q.cols + c;
+      const double v = DecodeToDouble(q.spec.elem, q.codes[i] & q.spec.elem.CodeMask());
+      st.zero_codes += v == 0;
+      st.nan_codes += std::isnan(v);
+      st.max_codes += std::fabs(v) == maxv;
+      if (std::isfinite(decoded[i]))
+        st.decoded_amax = std::max(st.decoded_amax, std::fabs(static_cast<double>(decoded[i])));
+      if (source == nullptr || !std::isfinite((*source)[i])) continue;
+      const double x = std::fabs(static_cast<double>((*source)[i]));
+      const double s = CheckpointBlockScale(t, (r / be.rows) * q.scale_cols + c / be.cols);
+      st.source_amax = std::max(st.source_amax, x);
+      st.saturated += std::isfinite(s) && s > 0 && x > maxv * s;
+      st.flushed_to_zero += x != 0 && v == 0;
+    }
+  return st;
+}
+
+// A rule's candidate against the stored tensor and its re-quantization of x, compared byte by byte: the
+// counts, and the first difference (a scale's before any code's).
+void CheckCandidate(const AuditCandidate& a, const QuantizedTensor& stored, const std::vector<float>& x) {
+  INFO(a.name);
+  QuantSpec spec = stored.spec;
+  spec.rule = ParseScaleRule(a.name.substr(5));
+  spec.nan = spec.rule == ScaleRule::kMaxFinite ? NanPolicy::kIgnore : NanPolicy::kBlockNan;
+  const QuantizedTensor r = Quantize(TensorView{DType::kF32, x.data(), stored.rows, stored.cols}, spec);
+  const size_t w = ScaleBytes(ScaleFormatOf(spec.rule));
+  uint64_t scales = 0, codes = 0, first = 0;
+  uint32_t want = 0, got = 0;
+  std::string what;
+  for (size_t i = 0; i < stored.scale_rows * stored.scale_cols; ++i)
+    if (std::memcmp(&stored.scales[i * w], &r.scales[i * w], w) != 0 && scales++ == 0) {
+      what = "scale";
+      first = i;
+      std::memcpy(&want, &stored.scales[i * w], w);
+      std::memcpy(&got, &r.scales[i * w], w);
+    }
+  for (size_t i = 0; i < stored.codes.size(); ++i)
+    if (stored.codes[i] != r.codes[i] && codes++ == 0 && what.empty()) {
+      what = "code";
+      first = i;
+      want = stored.codes[i];
+      got = r.codes[i];
+    }
+  CHECK(a.scale_mismatches == scales);
+  CHECK(a.code_mismatches == codes);
+  CHECK(a.reproduces == (scales + codes == 0));
+  CHECK(a.has_first == !what.empty());
+  CHECK(a.first_what == what);
+  CHECK(a.first_index == first);
+  CHECK(a.first_stored == want);
+  CHECK(a.first_requantized == got);
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint audit: counts and first differences as defined, element by element, with a source and without",
+          "[checkpoint][audit]") {
+  // DeepSeek FP8 in ragged 128x128 blocks with every E4M3 code (NaN too) and FP32 scales that are NaN,
+  // infinite, zero, negative or tiny; gpt-oss MXFP4 with every UE8M0 byte (0xFF: NaN blocks). The source
+  // holds NaN, Inf, zeros, tiny values and values past their block's range.
+  const float fp8_scales[12] = {NAN,  INFINITY, 0.0f,  -0.5f, 1e-40f, 0x1p-10f,
+                                3.0f, 1e-3f,    7e-2f, 0.25f, 1.5f,   0x1p-20f};
+  std::vector<uint8_t> fp8_bytes(sizeof fp8_scales), mx_bytes(64 * 5);
+  std::memcpy(fp8_bytes.data(), fp8_scales, sizeof fp8_scales);
+  for (size_t i = 0; i < mx_bytes.size(); ++i) mx_bytes[i] = static_cast<uint8_t>(i * 7 + 3);
+  CheckpointTensor fp8, mx;
+  fp8.info = {"f.weight", CheckpointLayout::kDeepSeekFp8, {"f.weight", "f.weight_scale_inv"}};
+  fp8.q =
+      AssembleQuantized(QuantSpecByName("fp8-block128x128"), {300, 416}, Random(300 * 416, 21, 0, 255), fp8_bytes, 0);
+  mx.info = {"m", CheckpointLayout::kGptOssMxfp4, {"m.blocks", "m.scales"}};
+  mx.q = AssembleQuantized(QuantSpecByName("mxfp4"), {64, 160}, Random(64 * 160, 22, 0, 15), mx_bytes, 0);
+  for (const CheckpointTensor* t : {&fp8, &mx}) {
+    const size_t n = t->q.rows * t->q.cols;
+    std::mt19937 rng(23);
+    std::normal_distribution<float> nd;
+    std::vector<float> x(n);
+    const float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e30f, 1e-30f, 1e-42f};
+    for (size_t i = 0; i < n; ++i)
+      x[i] = i % 97 < 8 ? special[i % 97] : nd(rng) * std::ldexp(1.0f, static_cast<int>(i % 13) - 6);
+    const NpyArray source = F32Array(t->q.shape, x);
+    for (const bool with_source : {false, true}) {
+      INFO(t->info.name << (with_source ? " with a source" : " without a source"));
+      const AuditResult a = AuditCheckpointTensor(*t, with_source ? &source : nullptr, "src");
+      const AuditStats want = StatsByDefinition(*t, with_source ? &x : nullptr);
+      const AuditStats& got = a.stats;
+      CHECK(got.elements == n);
+      CHECK(got.zero_codes == want.zero_codes);
+      CHECK(got.nan_codes == want.nan_codes);
+      CHECK(got.max_codes == want.max_codes);
+      CHECK(got.decoded_amax == want.decoded_amax);
+      CHECK(got.has_source == with_source);
+      CHECK(got.source_amax == want.source_amax);
+      CHECK(got.saturated == want.saturated);
+      CHECK(got.flushed_to_zero == want.flushed_to_zero);
+      if (with_source) CHECK(want.saturated > 0);
+      if (with_source) CHECK(want.flushed_to_zero > 0);
+      const std::vector<float> requantized = with_source ? x : DecodeCheckpointTensor(*t);
+      for (const AuditCandidate& c : a.candidates)
+        if (c.name.rfind("rule=", 0) == 0) CheckCandidate(c, t->q, requantized);
+    }
+  }
+}
+
 TEST_CASE("checkpoint convert: E4M3 to E4M3FNUZ with factor 2 keeps every value, code for code", "[checkpoint]") {
   // Every finite E4M3 code (both zeros, subnormals, 448) in an FP8 per-tensor checkpoint.
   std::vector<uint8_t> c8;
@@ -373,7 +488,8 @@ TEST_CASE("checkpoint convert: E4M3 to E4M3FNUZ with factor 2 keeps every value,
       if ((c & 0x7F) != 0x7F) c8.push_back(static_cast<uint8_t>(c));
   const size_t O = 8, I = c8.size() / O;
   const float s = 0.0123f;
-  const std::string path = Write({{"m.weight", U8Array({O, I}, c8), "F8_E4M3"}, {"m.weight_scale", F32Array({}, {s}), ""}});
+  const std::string path =
+      Write({{"m.weight", U8Array({O, I}, c8), "F8_E4M3"}, {"m.weight_scale", F32Array({}, {s}), ""}});
   const Loaded l = LoadOnly(path);
   REQUIRE(l.found[0].layout == CheckpointLayout::kFp8Scaled);
   CHECK(ConvertMatches(l.t, "e4m3"));
@@ -406,7 +522,8 @@ TEST_CASE("checkpoint convert: MXFP4 into MXFP8 is exact; into NVFP4 each change
   const size_t R = 16, G = 8;  // 16 rows of 8 blocks of 32
   std::vector<uint8_t> codes = Random(R * G * 32, 21, 0, 15);
   std::vector<uint8_t> scales = Random(R * G, 22, 110, 140);
-  const std::string path = Write({{"w.blocks", U8Array({R, G, 16}, Nibbles(codes)), ""}, {"w.scales", U8Array({R, G}, scales), ""}});
+  const std::string path =
+      Write({{"w.blocks", U8Array({R, G, 16}, Nibbles(codes)), ""}, {"w.scales", U8Array({R, G}, scales), ""}});
   const Loaded l = LoadOnly(path);
   CHECK(ConvertMatches(l.t, "mxfp4"));
   CHECK(ConvertMatches(l.t, "mx-e2m1"));

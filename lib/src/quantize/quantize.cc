@@ -735,31 +735,61 @@ QuantizedTensor QuantizeDelayed(const TensorView& x, const QuantSpec& spec, Dela
 
 namespace {
 
+// n elements' values times their block's decode factor, in double, rounded to FP32 and flushed.
+void ScaleSpan(const uint8_t* codes, size_t n, const float* table, double factor, bool ftz, float* out) {
+  // A NaN factor is every element's value, NaN codes included, as the per-element product this replaces
+  // gave it: compiled with the factor as the multiply's first operand, whose NaN x86 returns when both
+  // operands are NaN. Written out, it no longer depends on the order the compiler gives the operands.
+  if (std::isnan(factor)) {
+    std::fill(out, out + n, static_cast<float>(factor));
+    return;
+  }
+  if (!ftz) {  // FlushSubnormal is then the identity: the same arithmetic without its test per element
+    for (size_t k = 0; k < n; ++k) out[k] = static_cast<float>(table[codes[k]] * factor);
+    return;
+  }
+  for (size_t k = 0; k < n; ++k) {
+    const double v = table[codes[k]];
+    out[k] = static_cast<float>(detail::FlushSubnormal(static_cast<float>(v * factor), ftz));
+  }
+}
+
+// Row r's elements [c0, c1), all in block (sr, sc). The decode factor (the flushed block scale) is a pure
+// function of the block's scale and, for NVFP4, of (r, c0)'s second-level amax, which the caller keeps
+// constant over the span: it is found once per span, not per element (ldexp per element was a seventh of
+// a checkpoint audit's time).
+void DequantizeSpan(const QuantizedTensor& q, size_t r, size_t c0, size_t c1, size_t sr, size_t sc, const float* table,
+                    DequantOrder order, bool ftz, float* out) {
+  const size_t i0 = r * q.cols + c0, n = c1 - c0;
+  const uint8_t* codes = q.codes.data() + i0;
+  const size_t si = sr * q.scale_cols + sc;
+  const ScaleFormat sf = ScaleFormatOf(q.spec.rule);
+  out += i0;
+  if (q.spec.rule == ScaleRule::kBfp) {  // tt-metal's unpacker on the shared exponent
+    const int w = detail::BfpMagnitudeBits(q.spec.elem);
+    for (size_t k = 0; k < n; ++k)
+      out[k] = static_cast<float>(detail::FlushSubnormal(detail::BfpDecode(codes[k], q.scales[si], w), ftz));
+  } else if (sf == ScaleFormat::kUe8m0 && q.scales[si] == 0xFF) {
+    std::fill(out, out + n, static_cast<float>(detail::FlushSubnormal(std::nanf(""), ftz)));
+  } else if (sf == ScaleFormat::kUe8m0) {
+    const double scale = std::ldexp(1.0, static_cast<int>(q.scales[si]) - 127);
+    ScaleSpan(codes, n, table, detail::FlushSubnormal(scale, ftz), ftz, out);
+  } else if (sf == ScaleFormat::kE4m3) {
+    const float scale = Nvfp4DecodeScale(q.scales[si], q.SecondLevelAmax(r, c0), q.spec.rule, order);
+    ScaleSpan(codes, n, table, detail::FlushSubnormal(scale, ftz), ftz, out);
+  } else {
+    ScaleSpan(codes, n, table, detail::FlushSubnormal(q.ScaleAt(sr, sc), ftz), ftz, out);
+  }
+}
+
 void DequantizeRows(const QuantizedTensor& q, size_t r_begin, size_t r_end, const float* table, DequantOrder order,
                     bool ftz, float* out) {
   const BlockExtent be = ResolveBlock(q.spec, q.rows, q.cols);
-  const ScaleFormat sf = ScaleFormatOf(q.spec.rule);
-  for (size_t r = r_begin; r < r_end; ++r) {
-    const size_t sr = r / be.rows;
-    for (size_t c = 0; c < q.cols; ++c) {
-      const size_t sc = c / be.cols, i = r * q.cols + c;
-      const double v = table[q.codes[i]];
-      float f;
-      if (q.spec.rule == ScaleRule::kBfp) {  // tt-metal's unpacker on the shared exponent
-        f = detail::BfpDecode(q.codes[i], q.scales[sr * q.scale_cols + sc], detail::BfpMagnitudeBits(q.spec.elem));
-      } else if (sf == ScaleFormat::kUe8m0) {
-        const uint8_t s = q.scales[sr * q.scale_cols + sc];
-        f = s == 0xFF ? std::nanf("")
-                      : static_cast<float>(v * detail::FlushSubnormal(std::ldexp(1.0, static_cast<int>(s) - 127), ftz));
-      } else if (sf == ScaleFormat::kE4m3) {
-        const float scale = Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.SecondLevelAmax(r, c), q.spec.rule, order);
-        f = static_cast<float>(v * detail::FlushSubnormal(scale, ftz));
-      } else {
-        f = static_cast<float>(v * detail::FlushSubnormal(q.ScaleAt(sr, sc), ftz));
-      }
-      out[i] = static_cast<float>(detail::FlushSubnormal(f, ftz));
-    }
-  }
+  // One span per block and row. Its second-level amax is constant: row-scaled blocks are 1xN (the spec was
+  // validated by CheckLineAmax), so along columns a block, and with it a span, is one column wide.
+  for (size_t r = r_begin; r < r_end; ++r)
+    for (size_t c0 = 0; c0 < q.cols; c0 += be.cols)
+      DequantizeSpan(q, r, c0, std::min(q.cols, c0 + be.cols), r / be.rows, c0 / be.cols, table, order, ftz, out);
 }
 
 }  // namespace

@@ -9,25 +9,25 @@
 //
 // The certificate. A product's lowest bit is the sum of its elements' lowest bits (odd significands multiply
 // to an odd one). Each element's lowest bit relative to its line's lowest, r = lsb - minlsb(line) >= 0, gives
-// it the weight 2^(-6 min(r, 10)) (zero for a zero element), a BF16 power of two. The BF16 tensor core sums the
-// weights' products for each output, W, in FP32: a product whose relative lowest bits sum to d weighs
-// 64^-d, or more where a side was capped. With v = E - F - minlsb(row) - minlsb(column), every product's
-// lowest bit is at or above the unit when v <= 0, or when v <= 21 and W < 64^(1 - v) (1 - 2^-16): a product
-// with relative sum below v weighs at least 64^(1 - v), and the tensor core's FP32 sum of at most 32
-// nonnegative terms is within 2^-17 of W (each term it drops or cuts lies more than 23 bits below the
-// largest), so such a product keeps the computed W above the bound. Uncapped, 32 products at v or above weigh
-// at most 64^(1 - v) / 2 and pass. With the accumulator's own lowest bit at or above 2^(E - F), nothing is
-// cut. On quantized Gaussian MXFP8 tensors this leaves 0.5-0.8 % of the steps uncertified, those whose
-// terms are in fact cut (the row-and-column bound alone left 7-9 %).
+// it the weight 2^(-6 min(r, 10)) (zero for a zero, NaN or Inf element), a BF16 power of two. The BF16 tensor core sums
+// the weights' products for each output, W, in FP32: a product whose relative lowest bits sum to d weighs 64^-d, or
+// more where a side was capped. With v = E - F - minlsb(row) - minlsb(column), every product's lowest bit is at or
+// above the unit when v <= 0, or when v <= 21 and W < 64^(1 - v) (1 - 2^-16): a product with relative sum below v
+// weighs at least 64^(1 - v), and the tensor core's FP32 sum of at most 32 nonnegative terms is within 2^-17 of W (each
+// term it drops or cuts lies more than 23 bits below the largest), so such a product keeps the computed W above the
+// bound. Uncapped, 32 products at v or above weigh at most 64^(1 - v) / 2 and pass. With the accumulator's own lowest
+// bit at or above 2^(E - F), nothing is cut. On quantized Gaussian MXFP8 tensors this leaves 0.4-0.8 % of the steps
+// uncertified, those whose terms are in fact cut (the row-and-column bound alone left 7-9 %).
 //
 // The sum. The tiles hold each element times its block scale in FP64 (exact: a power of two). Where nothing
-// is cut, every product and partial sum of the step is a multiple of 2^(E - F) below 2^(E + 7) (F + 7 bits),
-// so the FP64 tensor core's sum is exact whatever its order, and so is the accumulator added to it (F + 8 <=
-// 53 bits). Rounding that to FP32 toward zero or to nearest even is one conversion (FusedStep's rounding at
-// 24 bits, subnormals on FP32's own grid; RNE's overflow is the reference's Inf, and an RZ result at FLT_MAX,
-// where the reference may give Inf, takes the exact step); other widths run RoundFused. Any other step is
-// computed exactly from the tile's codes in integers (WarpTileStep: each term cut at the step's unit as
-// FusedStep cuts it) by the whole warp, and a step that meets NaN or Inf runs FusedStep itself.
+// is cut, every product and partial sum of the step, the accumulator included (the DMMA's C), is a multiple of
+// 2^(E - F) below 2^(E + 8) (F + 8 <= 53 bits), so the FP64 tensor core's sum is exact whatever its order.
+// Rounding that to FP32 toward zero or to nearest even is one conversion (FusedStep's rounding at 24 bits,
+// subnormals on FP32's own grid); the bound E stays at or below 119, so no RZ result sits at FLT_MAX, where
+// the reference may give Inf, and none overflows; other widths run RoundFused. An uncertified step whose
+// accumulator sets E is computed by one lane from the FP64 tiles (AccStep); any other one exactly from the
+// tile's codes in integers (WarpTileStep: each term cut at the step's unit as FusedStep cuts it) by the whole
+// warp, and a step that meets NaN or Inf runs FusedStep itself.
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -108,7 +108,8 @@ __global__ void StepInfoKernel(EngineOperand o, bool is_a, size_t lines, size_t 
       uint16_t wk = 0;
       if (kk < k1 && !zero_scale) {
         const double v = o.values[code_at(kk)];
-        if (Finite(v) && v != 0) wk = static_cast<uint16_t>((127 - 6 * min(LowestBit(v) + ls - minlsb, kWeightCap)) << 7);
+        if (Finite(v) && v != 0)
+          wk = static_cast<uint16_t>((127 - 6 * min(LowestBit(v) + ls - minlsb, kWeightCap)) << 7);
       }
       w[is_a ? line * pitch + kk : kk * pitch + line] = wk;
     }
@@ -181,8 +182,9 @@ __device__ __forceinline__ float WarpTileStep(const EngineModel& p, const CodePa
   return RoundFused(static_cast<double>(t), unit, p.out_bits, p.out_rne);
 }
 
-// The kernel's shared memory (dynamic: about 80 KB for steps of 32). Codes, certificate weights and step bounds
-// arrive by cp.async into two stages; each step converts its stage's codes into the FP64 tiles of the products.
+// The kernel's shared memory (dynamic: 74 KB for steps of 32, so three blocks an SM). Codes, certificate weights
+// and step bounds arrive by cp.async into two stages; each step converts its stage's codes into the FP64 tiles
+// of the products.
 // Pitches keep fragment loads free of bank conflicts: A's FP64 rows 2 * pitch = 8 (mod 32) banks apart, B's k
 // rows the same, the BF16 rows 16 bytes aligned on distinct banks for ldmatrix.
 template <int kStep>
@@ -198,10 +200,10 @@ struct DmmaShared {
   Stage stage[2];
   double sa[kDTile][kPa];
   double sb[kStep][kPb];
-  double ta[256], tb[256];  // the codes' values, where the hardware's FP8 conversion does not serve
-  CodeParts pa[256], pb[256];
-  float scratch[kDThreads / 32][32][33];  // each warp's queued accumulators, by output within the warp's tile
+  float scratch[kDThreads / 32][16][33];  // each warp's queued accumulators of a half, by output within it
 };
+// Three blocks an SM: at most 76,800 bytes each with the 1 KB the device keeps per block.
+static_assert(sizeof(DmmaShared<32>) <= 76800, "three blocks an SM");
 
 // Four FP8 codes (a 32-bit word, code q in byte q) as doubles, through the hardware's exact FP8 -> FP16
 // conversion; `e5m2` picks the format.
@@ -210,83 +212,130 @@ __device__ inline void Fp8Word(uint32_t word, bool e5m2, double (&v)[4]) {
 #pragma unroll
   for (int p = 0; p < 2; ++p) {
     const __half2_raw h2 = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(word >> (16 * p)), kind);
-    v[2 * p] = static_cast<double>(__half2float(__half(__half_raw{h2.x})));
-    v[2 * p + 1] = static_cast<double>(__half2float(__half(__half_raw{h2.y})));
+    asm("cvt.f64.f16 %0, %1;" : "=d"(v[2 * p]) : "h"(h2.x));  // exact, one instruction
+    asm("cvt.f64.f16 %0, %1;" : "=d"(v[2 * p + 1]) : "h"(h2.y));
   }
 }
 
-// Step s's codes, weights and bounds into stage `st`: codes by 16-byte cp.async where K and N are multiples of
-// 16 (kVec; rows and columns past the matrix zero-filled), else plain loads; the weights' buffers are padded
-// for 16-byte loads always.
+// Step s's codes, weights and bounds into a stage: codes by 16-byte cp.async where K and N are multiples of 16
+// (kVec; rows and columns past the matrix zero-filled), else plain loads; the weights' buffers are padded for
+// 16-byte loads always. Each thread's chunks keep their place in the tile from step to step, so their addresses
+// are worked out once and advanced by a stride per step.
 template <int kStep, bool kVec>
-__device__ inline void LoadStage(typename DmmaShared<kStep>::Stage& st, const EngineGemmArgs& g,
-                                 const EngineDmmaBuffers& f, size_t row0, size_t col0, size_t s, int tid) {
-  const size_t k0 = s * kStep;
-  if (kVec) {
-    for (int x = tid; x < kDTile * kStep / 16; x += kDThreads) {
-      const int r = x / (kStep / 16), c = x % (kStep / 16);
-      const size_t i = row0 + r, k = k0 + 16 * c;
-      const bool in = i < g.m && k < g.k;
-      CpAsync16(&st.a[r][16 * c], g.a.codes + (in ? i * g.k + k : 0), in);
+struct StageLoader {
+  static constexpr int kCodeA = kDTile * kStep / 16, kCodeB = kStep * kDTile / 16;  // 16-byte chunks
+  static constexpr int kWeightA = kDTile * kStep / 8, kWeightB = kStep * kDTile / 8;
+  static_assert(kCodeA <= kDThreads && kCodeB <= kDThreads && kWeightA % kDThreads == 0 && kWeightB % kDThreads == 0,
+                "one code chunk a thread at most, whole rounds of weight chunks");
+  static constexpr int kWa = kWeightA / kDThreads, kWb = kWeightB / kDThreads;
+  int tid;
+  size_t row0, col0;
+  // A's code chunk: its row is in the matrix, its column within the step; B's: its k row within the step.
+  bool a_row_in = false, b_col_in = false;
+  int a_kc = 0, b_kr = 0;
+  const uint8_t* a_code = nullptr;
+  const uint8_t* b_code = nullptr;
+  const uint16_t* a_w[kWa];
+  bool a_w_in[kWa];
+  const uint16_t* b_w[kWb];
+  const StepInfo* info = nullptr;  // A's row (tid < 64) or B's column (tid < 128) at step 0
+  bool info_in = false;
+
+  __device__ StageLoader(const EngineGemmArgs& g, const EngineDmmaBuffers& f, size_t r0, size_t c0, int t)
+      : tid(t), row0(r0), col0(c0) {
+    if (kVec && tid < kCodeA) {
+      const int r = tid / (kStep / 16);
+      a_kc = 16 * (tid % (kStep / 16));
+      a_row_in = row0 + r < g.m;
+      a_code = g.a.codes + (a_row_in ? (row0 + r) * g.k + a_kc : 0);
     }
-    for (int x = tid; x < kStep * kDTile / 16; x += kDThreads) {
-      const int r = x / (kDTile / 16), c = x % (kDTile / 16);
-      const size_t k = k0 + r, j = col0 + 16 * c;
-      const bool in = k < g.k && j < g.n;
-      CpAsync16(&st.b[r][16 * c], g.b.codes + (in ? k * g.n + j : 0), in);
+    if (kVec && tid < kCodeB) {
+      b_kr = tid / (kDTile / 16);
+      const size_t j = col0 + 16 * (tid % (kDTile / 16));
+      b_col_in = j < g.n;
+      b_code = g.b.codes + (b_col_in ? b_kr * g.n + j : 0);
     }
-  } else {
-    for (int x = tid; x < kDTile * kStep; x += kDThreads) {
-      const int r = x / kStep, kk = x % kStep;
-      const size_t i = row0 + r, k = k0 + kk;
-      st.a[r][kk] = i < g.m && k < g.k ? g.a.codes[i * g.k + k] : 0;
+#pragma unroll
+    for (int q = 0; q < kWa; ++q) {
+      const int x = tid + q * kDThreads, r = x / (kStep / 8);
+      a_w_in[q] = row0 + r < g.m;
+      a_w[q] = f.a_w + (a_w_in[q] ? (row0 + r) * f.kp + 8 * (x % (kStep / 8)) : 0);
     }
-    for (int x = tid; x < kStep * kDTile; x += kDThreads) {
-      const int r = x / kDTile, c = x % kDTile;
-      const size_t k = k0 + r, j = col0 + c;
-      st.b[r][c] = k < g.k && j < g.n ? g.b.codes[k * g.n + j] : 0;
+#pragma unroll
+    for (int q = 0; q < kWb; ++q) {
+      const int x = tid + q * kDThreads;
+      b_w[q] = f.b_w + (x / (kDTile / 8)) * f.np + col0 + 8 * (x % (kDTile / 8));
+    }
+    if (tid < kDTile) {
+      info_in = row0 + tid < g.m;
+      info = f.a_info + (info_in ? (row0 + tid) * f.steps : 0);
+    } else if (tid < 2 * kDTile) {
+      info_in = col0 + tid - kDTile < g.n;
+      info = f.b_info + (info_in ? (col0 + tid - kDTile) * f.steps : 0);
     }
   }
-  for (int x = tid; x < kDTile * kStep / 8; x += kDThreads) {  // A's weights: 8 per 16 bytes
-    const int r = x / (kStep / 8), c = x % (kStep / 8);
-    const size_t i = row0 + r;
-    CpAsync16(&st.wa[r][8 * c], f.a_w + (i < g.m ? i * f.kp + k0 + 8 * c : 0), i < g.m);
+
+  __device__ void Load(typename DmmaShared<kStep>::Stage& st, const EngineGemmArgs& g, const EngineDmmaBuffers& f,
+                       size_t s) const {
+    const size_t k0 = s * kStep;
+    if (kVec) {
+      if (tid < kCodeA) {
+        const bool in = a_row_in && k0 + a_kc < g.k;
+        CpAsync16(&st.a[tid / (kStep / 16)][a_kc], in ? a_code + k0 : a_code, in);
+      }
+      if (tid < kCodeB) {
+        const bool in = b_col_in && k0 + b_kr < g.k;
+        CpAsync16(&st.b[b_kr][16 * (tid % (kDTile / 16))], in ? b_code + k0 * g.n : b_code, in);
+      }
+    } else {
+      for (int x = tid; x < kDTile * kStep; x += kDThreads) {
+        const int r = x / kStep, kk = x % kStep;
+        const size_t i = row0 + r, k = k0 + kk;
+        st.a[r][kk] = i < g.m && k < g.k ? g.a.codes[i * g.k + k] : 0;
+      }
+      for (int x = tid; x < kStep * kDTile; x += kDThreads) {
+        const int r = x / kDTile, c = x % kDTile;
+        const size_t k = k0 + r, j = col0 + c;
+        st.b[r][c] = k < g.k && j < g.n ? g.b.codes[k * g.n + j] : 0;
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kWa; ++q) {
+      const int x = tid + q * kDThreads;
+      CpAsync16(&st.wa[x / (kStep / 8)][8 * (x % (kStep / 8))], a_w_in[q] ? a_w[q] + k0 : a_w[q], a_w_in[q]);
+    }
+#pragma unroll
+    for (int q = 0; q < kWb; ++q) {
+      const int x = tid + q * kDThreads;
+      CpAsync16(&st.wb[x / (kDTile / 8)][8 * (x % (kDTile / 8))], b_w[q] + k0 * f.np, true);
+    }
+    if (tid < kDTile) CpAsync16(&st.ia[tid], info_in ? info + s : info, info_in);
+    else if (tid < 2 * kDTile) CpAsync16(&st.ib[tid - kDTile], info_in ? info + s : info, info_in);
+    asm volatile("cp.async.commit_group;");
   }
-  for (int x = tid; x < kStep * kDTile / 8; x += kDThreads) {  // B's: the padded columns hold zeros
-    const int r = x / (kDTile / 8), c = x % (kDTile / 8);
-    CpAsync16(&st.wb[r][8 * c], f.b_w + (k0 + r) * f.np + col0 + 8 * c, true);
-  }
-  if (tid < kDTile) {
-    const size_t i = row0 + tid;
-    CpAsync16(&st.ia[tid], f.a_info + (i < g.m ? i * f.steps + s : 0), i < g.m);
-  } else if (tid < 2 * kDTile) {
-    const size_t j = col0 + tid - kDTile;
-    CpAsync16(&st.ib[tid - kDTile], f.b_info + (j < g.n ? j * f.steps + s : 0), j < g.n);
-  }
-  asm volatile("cp.async.commit_group;");
-}
+};
 
 // Four codes of a word as doubles, by the hardware's conversion (fp8: 1 E4M3, 2 E5M2) or the operand's table (0).
-__device__ inline void DecodeWord(uint32_t word, int fp8, const double* table, double (&v)[4]) {
+__device__ inline void DecodeWord(uint32_t word, int fp8, const double* __restrict__ table, double (&v)[4]) {
   if (fp8) {
     Fp8Word(word, fp8 == 2, v);
     return;
   }
 #pragma unroll
-  for (int q = 0; q < 4; ++q) v[q] = table[(word >> (8 * q)) & 0xFF];
+  for (int q = 0; q < 4; ++q) v[q] = __ldg(&table[(word >> (8 * q)) & 0xFF]);  // FP6, FP4: global, cached
 }
 
 // The stage's codes as FP64 values times their block scales (sa, sb; exact: powers of two, or zero), four codes
 // per 32-bit word. A thread's B words keep their four columns (kDThreads is a multiple of kDTile / 4), so
 // their scales are read once.
 template <int kStep>
-__device__ inline void ConvertStage(DmmaShared<kStep>& sm, const typename DmmaShared<kStep>::Stage& st, int tid, int a_fp8,
-                                    int b_fp8) {
+__device__ inline void ConvertStage(DmmaShared<kStep>& sm, const typename DmmaShared<kStep>::Stage& st, int tid,
+                                    int a_fp8, int b_fp8, const double* a_values, const double* b_values) {
   for (int x = tid; x < kDTile * kStep / 4; x += kDThreads) {
     const int r = x / (kStep / 4), k4 = 4 * (x % (kStep / 4));
     const double scale = st.ia[r].scale;
     double v[4];
-    DecodeWord(*reinterpret_cast<const uint32_t*>(&st.a[r][k4]), a_fp8, sm.ta, v);
+    DecodeWord(*reinterpret_cast<const uint32_t*>(&st.a[r][k4]), a_fp8, a_values, v);
     *reinterpret_cast<double2*>(&sm.sa[r][k4]) = make_double2(v[0] * scale, v[1] * scale);
     *reinterpret_cast<double2*>(&sm.sa[r][k4 + 2]) = make_double2(v[2] * scale, v[3] * scale);
   }
@@ -297,7 +346,7 @@ __device__ inline void ConvertStage(DmmaShared<kStep>& sm, const typename DmmaSh
   for (int q = 0; q < 4; ++q) bs[q] = static_cast<double>(st.ib[c4 + q].scale);
   for (int kk = tid / (kDTile / 4); kk < kStep; kk += kDThreads / (kDTile / 4)) {
     double v[4];
-    DecodeWord(*reinterpret_cast<const uint32_t*>(&st.b[kk][c4]), b_fp8, sm.tb, v);
+    DecodeWord(*reinterpret_cast<const uint32_t*>(&st.b[kk][c4]), b_fp8, b_values, v);
     *reinterpret_cast<double2*>(&sm.sb[kk][c4]) = make_double2(v[0] * bs[0], v[1] * bs[1]);
     *reinterpret_cast<double2*>(&sm.sb[kk][c4 + 2]) = make_double2(v[2] * bs[2], v[3] * bs[3]);
   }
@@ -319,34 +368,34 @@ __device__ __forceinline__ void ForOutputs(F f) {
 // even, by one conversion; kRoundFused, any other width (RoundFused).
 enum StepRound { kRoundFused = 0, kRound24Rz = 1, kRound24Rne = 2 };
 
-// The step's result for one output where the certificate proves that no term is cut: s the sum of its
-// products (elements times scales) from the FP64 tensor core, w its weights' sum from the BF16 one, c its
-// accumulator, mab and rab its row's plus its column's maxnom and minlsb. True with c updated, else false (c
-// unchanged): a special line (mab above kSpecialSum), a NaN or Inf accumulator (exponent field 255), and an RZ
-// result at FLT_MAX (where the reference may give Inf) never pass.
+// The step's result for one output where the certificate proves that no term is cut: d the sum of its
+// products (elements times scales) and its accumulator c from the FP64 tensor core (exact where no term is
+// cut), w its weights' sum from the BF16 one, a127 its row's plus its column's maxnom plus 127, b127f their
+// minlsb plus 127 + F, z127 max(zero_exp, -126) + 127. U + 127 = max(c's exponent field, a127, z127) bounds the
+// step's largest nominal exponent from above (a zero or subnormal c's -126 included), so 2^(U - F) bounds the
+// unit. True with c updated, else false (c unchanged). U <= 119 keeps |d| below 2^127 (products below
+// 2^(U + 2), 32 of them and c below 2^(U + 8)), so no RZ result sits at FLT_MAX (where the reference may give
+// Inf); a special line (maxnom kSpecialStep) and a NaN or Inf accumulator (field 255) fail it too.
 template <int kRound>
-__device__ __forceinline__ bool FastStep(int zero_exp, int frac_bits, int out_bits, bool out_rne, int mab, int rab, double s,
-                                         float w, float& c) {
+__device__ __forceinline__ bool FastStep(int z127, int frac_bits, int out_bits, bool out_rne, int a127, int b127f,
+                                         double d, float w, float& c) {
   const unsigned cb = __float_as_uint(c);
-  const bool czero = (cb << 1) == 0;
-  const int efn = max(static_cast<int>((cb >> 23) & 0xFFu), 1);
-  const int unit = max(max(czero ? zero_exp : efn - 127, mab), zero_exp) - frac_bits;
+  const int efn = static_cast<int>((cb >> 23) & 0xFFu);
+  const int u127 = max(max(efn, a127), z127);
   // The products: v <= 0 passes for any w (w <= 32); v >= 22 passes only w = 0 (no nonzero product).
-  const int v = min(max(unit - rab, 0), 22);
-  // The accumulator: its lowest set bit (bit 23 set caps the count at the significand's width) at or above
-  // the unit.
-  const int clsb = efn - 151 + __ffs(static_cast<int>(cb | 0x800000u));
-  bool ok = __float_as_uint(w) + 128u < static_cast<unsigned>(133 - 6 * v) << 23 && (czero || clsb >= unit) &&
-            mab < kSpecialSum && efn != 0xFF;
-  const double d = s + static_cast<double>(c);  // exact where ok
+  const int v = min(max(u127 - b127f, 0), 22);
+  // The accumulator: its lowest set bit plus 151 (one lower for a subnormal c: stricter), bit 23 set capping the
+  // count at the significand's width, at or above the unit U - F.
+  const int clo = efn + __ffs(static_cast<int>(cb | 0x800000u));
+  const bool ok = __float_as_uint(w) < (static_cast<unsigned>(133 - 6 * v) << 23) - 128u &&
+                  ((cb << 1) == 0 || clo >= u127 + 24 - frac_bits) && u127 <= 127 + 119;
   float r;
   if (kRound == kRound24Rz) {
-    r = __double2float_rz(d);
-    ok = ok && fabsf(r) != FLT_MAX;
-    r = __fadd_rn(r, 0.0f);  // -0 + +0 is +0: the reference's zero
+    r = __fadd_rn(__double2float_rz(d), 0.0f);  // -0 + +0 is +0: the reference's zero
   } else if (kRound == kRound24Rne) {
-    r = __fadd_rn(__double2float_rn(d), 0.0f);  // past FLT_MAX: Inf, as the reference
+    r = __fadd_rn(__double2float_rn(d), 0.0f);
   } else {
+    const int unit = u127 - 127 - frac_bits;
     r = d == 0 ? 0.0f : RoundFused(d * Pow2(-unit), unit, out_bits, out_rne);
   }
   if (ok) c = r;
@@ -393,20 +442,14 @@ __device__ __forceinline__ bool AccStep(const EngineModel& p, const DmmaShared<k
 }
 
 template <int kStep, bool kPromote, bool kVec, int kRound>
-__global__ void __launch_bounds__(kDThreads, 2) EngineDmmaKernel(const __grid_constant__ EngineGemmArgs g,
-                                                                const __grid_constant__ EngineDmmaBuffers f) {
+__global__ void __launch_bounds__(kDThreads, kPromote ? 2 : 3)
+    EngineDmmaKernel(const __grid_constant__ EngineGemmArgs g, const __grid_constant__ EngineDmmaBuffers f) {
   using Shared = DmmaShared<kStep>;
   extern __shared__ __align__(16) unsigned char dmma_smem[];
   Shared& sm = *reinterpret_cast<Shared*>(dmma_smem);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  for (int t = tid; t < 256; t += kDThreads) {
-    sm.pa[t] = f.a_parts[t];
-    sm.pb[t] = f.b_parts[t];
-    sm.ta[t] = g.a.values[t];
-    sm.tb[t] = g.b.values[t];
-  }
   const EngineModel& p = g.model;
-  const int zero_exp = p.zero_exp, frac_bits = p.frac_bits, out_bits = p.out_bits;
+  const int z127 = max(p.zero_exp, -126) + 127, frac_bits = p.frac_bits, out_bits = p.out_bits;
   const bool out_rne = p.out_rne;
   const size_t row0 = static_cast<size_t>(blockIdx.y) * kDTile, col0 = static_cast<size_t>(blockIdx.x) * kDTile;
   const int wr = (warp >> 1) * 32, wc = (warp & 1) * 32;  // the warp's 32 x 32 outputs in the tile
@@ -420,136 +463,141 @@ __global__ void __launch_bounds__(kDThreads, 2) EngineDmmaKernel(const __grid_co
   });
   unsigned fallbacks = 0;
   const size_t window = kPromote ? static_cast<size_t>(p.promote) : 1;
-  LoadStage<kStep, kVec>(sm.stage[0], g, f, row0, col0, 0, tid);
+  StageLoader<kStep, kVec> loader(g, f, row0, col0, tid);
+  loader.Load(sm.stage[0], g, f, 0);
   for (size_t s = 0, k0 = 0; k0 < g.k; ++s, k0 += kStep) {
     const size_t k1 = k0 + kStep < g.k ? k0 + kStep : g.k;
     const typename Shared::Stage& st = sm.stage[s & 1];
     asm volatile("cp.async.wait_group 0;");
     __syncthreads();  // the stage has arrived, and every warp is done with the previous step's tiles
-    ConvertStage<kStep>(sm, st, tid, f.a_fp8, f.b_fp8);
+    ConvertStage<kStep>(sm, st, tid, f.a_fp8, f.b_fp8, g.a.values, g.b.values);
     __syncthreads();
-    if (k1 < g.k) LoadStage<kStep, kVec>(sm.stage[(s + 1) & 1], g, f, row0, col0, s + 1, tid);
-    // The step's sums of products on the FP64 tensor core.
-    double sum[4][4][2];
-    ForOutputs([&](int mi, int ni, int h) { sum[mi][ni][h] = 0.0; });
+    if (k1 < g.k) loader.Load(sm.stage[(s + 1) & 1], g, f, s + 1);
+      // Two halves of the warp's rows, 16 each (m2), to keep fewer values live: the certificate's weight sums on
+      // the BF16 tensor core, the FP64 sums 16 x 8 at a time, then each output's step where the certificate
+      // holds. The rest wait in the warp's scratch, marked in `queued` (bit (mi % 2 * 4 + ni) * 2 + h), with
+      // steps that meet NaN or Inf, and are computed before the next half.
 #pragma unroll
-    for (int q = 0; q < kStep; q += 4) {
-      double a[4], b[4];
-#pragma unroll
-      for (int x = 0; x < 4; ++x) {
-        a[x] = sm.sa[wr + 8 * x + gr][q + gc];
-        b[x] = sm.sb[q + gc][wc + 8 * x + gr];
-      }
-#pragma unroll
-      for (int m2 = 0; m2 < 2; ++m2)
-#pragma unroll
-        for (int ni = 0; ni < 4; ++ni) Dmma(sum[2 * m2][ni], sum[2 * m2 + 1][ni], a[2 * m2], a[2 * m2 + 1], b[ni]);
-    }
-    // The certificate's weight sums on the BF16 tensor core: wsum[mi / 2][ni][2 (mi % 2) + h].
-    float wsum[2][4][4];
-#pragma unroll
-    for (int m2 = 0; m2 < 2; ++m2)
+    for (int m2 = 0; m2 < 2; ++m2) {
+      float ws[4][4];  // ws[ni][2 (mi % 2) + h]
 #pragma unroll
       for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
-        for (int x = 0; x < 4; ++x) wsum[m2][ni][x] = 0.0f;
+        for (int x = 0; x < 4; ++x) ws[ni][x] = 0.0f;
 #pragma unroll
-    for (int k16 = 0; k16 < kStep; k16 += 16) {
-      uint32_t a[2][4], b[4][2];
-#pragma unroll
-      for (int m2 = 0; m2 < 2; ++m2) {
+      for (int k16 = 0; k16 < kStep; k16 += 16) {
+        uint32_t wa[4], wb[4][2];
         const unsigned addr = SharedAddr(&st.wa[wr + 16 * m2 + lane % 8 + 8 * ((lane / 8) % 2)][k16 + 8 * (lane / 16)]);
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(a[m2][0]), "=r"(a[m2][1]), "=r"(a[m2][2]), "=r"(a[m2][3])
+                     : "=r"(wa[0]), "=r"(wa[1]), "=r"(wa[2]), "=r"(wa[3])
                      : "r"(addr));
+#pragma unroll
+        for (int ni = 0; ni < 4; ni += 2) {
+          // Matrix l / 8: k rows k16 + 8 ((l / 8) % 2), columns of n tile ni + l / 16; transposed, each lane gets
+          // B (k 2t..2t+1, n g) as the MMA takes it.
+          const unsigned baddr = SharedAddr(&st.wb[k16 + lane % 8 + 8 * ((lane / 8) % 2)][wc + 8 * (ni + lane / 16)]);
+          asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                       : "=r"(wb[ni][0]), "=r"(wb[ni][1]), "=r"(wb[ni + 1][0]), "=r"(wb[ni + 1][1])
+                       : "r"(baddr));
+        }
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) MmaBf16(ws[ni], wa, wb[ni][0], wb[ni][1]);
       }
+      double af[kStep / 4][2];  // A's fragments of the half for every k4
 #pragma unroll
-      for (int ni = 0; ni < 4; ni += 2) {
-        // Matrix l / 8: k rows k16 + 8 ((l / 8) % 2), columns of n tile ni + l / 16; transposed, each lane gets
-        // B (k 2t..2t+1, n g) as the MMA takes it.
-        const unsigned addr = SharedAddr(&st.wb[k16 + lane % 8 + 8 * ((lane / 8) % 2)][wc + 8 * (ni + lane / 16)]);
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(b[ni][0]), "=r"(b[ni][1]), "=r"(b[ni + 1][0]), "=r"(b[ni + 1][1])
-                     : "r"(addr));
+      for (int q = 0; q < kStep / 4; ++q) {
+        af[q][0] = sm.sa[wr + 16 * m2 + gr][4 * q + gc];
+        af[q][1] = sm.sa[wr + 16 * m2 + 8 + gr][4 * q + gc];
       }
+      int row_a[2], row_b[2];  // FastStep's a127 and b127f, the row's parts
 #pragma unroll
-      for (int m2 = 0; m2 < 2; ++m2)
+      for (int x = 0; x < 2; ++x) {
+        row_a[x] = st.ia[wr + 16 * m2 + 8 * x + gr].maxnom + 127;
+        row_b[x] = st.ia[wr + 16 * m2 + 8 * x + gr].minlsb + 127 + frac_bits;
+      }
+      unsigned queued = 0;
+      float(&scratch)[16][33] = sm.scratch[warp];
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) MmaBf16(wsum[m2][ni], a[m2], b[ni][0], b[ni][1]);
-    }
-    // Each output's step where the certificate holds; the rest wait in the warp's scratch, marked in `queued`
-    // (bit (mi * 4 + ni) * 2 + h), with steps that meet NaN or Inf.
-    unsigned queued = 0;
-    float (&scratch)[32][33] = sm.scratch[warp];
-    int row_max[4], row_lsb[4];
+      for (int ni = 0; ni < 4; ++ni) {
+        // The accumulators plus the step's products, [mi % 2][h] (exact where no term is cut: FastStep).
+        double sum[2][2];
 #pragma unroll
-    for (int mi = 0; mi < 4; ++mi) {
-      row_max[mi] = st.ia[wr + 8 * mi + gr].maxnom;
-      row_lsb[mi] = st.ia[wr + 8 * mi + gr].minlsb;
-    }
+        for (int x = 0; x < 2; ++x)
 #pragma unroll
-    for (int ni = 0; ni < 4; ++ni)
+          for (int h = 0; h < 2; ++h)
+            sum[x][h] = static_cast<double>(kPromote ? part[2 * m2 + x][ni][h] : acc[2 * m2 + x][ni][h]);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int2 ib = *reinterpret_cast<const int2*>(&st.ib[wc + 8 * ni + 2 * gc + h]);  // maxnom, minlsb
+        for (int q = 0; q < kStep / 4; ++q)
+          Dmma(sum[0], sum[1], af[q][0], af[q][1], sm.sb[4 * q + gc][wc + 8 * ni + gr]);
 #pragma unroll
-        for (int mi = 0; mi < 4; ++mi) {
-          float& cur = kPromote ? part[mi][ni][h] : acc[mi][ni][h];
-          if (!FastStep<kRound>(zero_exp, frac_bits, out_bits, out_rne, row_max[mi] + ib.x, row_lsb[mi] + ib.y, sum[mi][ni][h],
-                                wsum[mi / 2][ni][2 * (mi % 2) + h], cur)) {
-            queued |= 1u << ((mi * 4 + ni) * 2 + h);
-            scratch[8 * mi + gr][8 * ni + 2 * gc + h] = cur;
+        for (int h = 0; h < 2; ++h) {
+          const int2 ib = *reinterpret_cast<const int2*>(&st.ib[wc + 8 * ni + 2 * gc + h]);  // maxnom, minlsb
+#pragma unroll
+          for (int x = 0; x < 2; ++x) {
+            float& cur = kPromote ? part[2 * m2 + x][ni][h] : acc[2 * m2 + x][ni][h];
+            if (!FastStep<kRound>(z127, frac_bits, out_bits, out_rne, row_a[x] + ib.x, row_b[x] + ib.y, sum[x][h],
+                                  ws[ni][2 * x + h], cur)) {
+              queued |= 1u << ((x * 4 + ni) * 2 + h);
+              scratch[8 * x + gr][8 * ni + 2 * gc + h] = cur;
+            }
           }
         }
       }
-    // The queued steps: first each lane its own whose accumulator sets the step's exponent (AccStep), all lanes
-    // at once; then the others one at a time, each on the whole warp (a loop, not unrolled: the kernel's code
-    // stays small). Rows and columns past the matrix are dropped here.
-    if (__any_sync(0xFFFFFFFFu, queued != 0)) {
-      unsigned mine = queued, rest = 0;
-      while (__any_sync(0xFFFFFFFFu, mine != 0)) {
-        if (mine == 0) continue;
-        const int b = __ffs(static_cast<int>(mine)) - 1;
-        mine &= mine - 1;
-        const int rl = 8 * (b >> 3) + gr, cl = 8 * ((b >> 1) & 3) + 2 * gc + (b & 1);
-        if (row0 + wr + rl >= g.m || col0 + wc + cl >= g.n) continue;
-        float out;
-        if (AccStep<kStep, kRound>(p, sm, st.ia[wr + rl], st.ib[wc + cl], wr + rl, wc + cl, scratch[rl][cl], out)) {
-          scratch[rl][cl] = out;
-          ++fallbacks;
-        } else {
-          rest |= 1u << b;
+      // The queued steps: first each lane its own whose accumulator sets the step's exponent (AccStep), all
+      // lanes at once; then the others one at a time, each on the whole warp (a loop, not unrolled: the
+      // kernel's code stays small). Rows and columns past the matrix are dropped here.
+      if (__any_sync(0xFFFFFFFFu, queued != 0)) {
+        unsigned mine = queued, rest = 0;
+        while (__any_sync(0xFFFFFFFFu, mine != 0)) {
+          if (mine == 0) continue;
+          const int b = __ffs(static_cast<int>(mine)) - 1;
+          mine &= mine - 1;
+          const int rl = 8 * (b >> 3) + gr, cl = 8 * ((b >> 1) & 3) + 2 * gc + (b & 1);
+          const int r = wr + 16 * m2 + rl, c = wc + cl;
+          if (row0 + r >= g.m || col0 + c >= g.n) continue;
+          float out;
+          if (AccStep<kStep, kRound>(p, sm, st.ia[r], st.ib[c], r, c, scratch[rl][cl], out)) {
+            scratch[rl][cl] = out;
+            ++fallbacks;
+          } else {
+            rest |= 1u << b;
+          }
         }
-      }
-      for (;;) {
-        const unsigned lanes = __ballot_sync(0xFFFFFFFFu, rest != 0);
-        if (lanes == 0) break;
-        const int src = __ffs(static_cast<int>(lanes)) - 1;
-        const int b = __ffs(static_cast<int>(__shfl_sync(0xFFFFFFFFu, rest, src))) - 1;
-        if (lane == src) rest &= rest - 1;
-        const int rl = 8 * (b >> 3) + src / 4, cl = 8 * ((b >> 1) & 3) + 2 * (src % 4) + (b & 1);
-        const int r = wr + rl, c = wc + cl;
-        const size_t i = row0 + r, j = col0 + c;
-        if (lane == 0) ++fallbacks;
-        const float in = scratch[rl][cl];
-        const StepInfo &ia = st.ia[r], &ib = st.ib[c];
-        if (ia.maxnom == kSpecialStep || ib.maxnom == kSpecialStep || !isfinite(in)) {
-          if (lane == 0)
-            scratch[rl][cl] = FusedStep(LineOf(g, g.a.values, g.b.values, g.a.nominal, g.b.nominal, i, j), p, k0, k1,
-                                        in, p.scales_in);
-        } else {
-          const float out = WarpTileStep(p, sm.pa, sm.pb, &st.a[r][0], &st.b[0][c], static_cast<int>(k1 - k0), ia, ib,
-                                         in, lane);
-          if (lane == 0) scratch[rl][cl] = out;
+        for (;;) {
+          const unsigned lanes = __ballot_sync(0xFFFFFFFFu, rest != 0);
+          if (lanes == 0) break;
+          const int src = __ffs(static_cast<int>(lanes)) - 1;
+          const int b = __ffs(static_cast<int>(__shfl_sync(0xFFFFFFFFu, rest, src))) - 1;
+          if (lane == src) rest &= rest - 1;
+          const int rl = 8 * (b >> 3) + src / 4, cl = 8 * ((b >> 1) & 3) + 2 * (src % 4) + (b & 1);
+          const int r = wr + 16 * m2 + rl, c = wc + cl;
+          const size_t i = row0 + r, j = col0 + c;
+          if (lane == 0) ++fallbacks;
+          const float in = scratch[rl][cl];
+          const StepInfo &ia = st.ia[r], &ib = st.ib[c];
+          if (ia.maxnom == kSpecialStep || ib.maxnom == kSpecialStep || !isfinite(in)) {
+            if (lane == 0)
+              scratch[rl][cl] = FusedStep(LineOf(g, g.a.values, g.b.values, g.a.nominal, g.b.nominal, i, j), p, k0, k1,
+                                          in, p.scales_in);
+          } else {
+            const float out = WarpTileStep(p, f.a_parts, f.b_parts, &st.a[r][0], &st.b[0][c], static_cast<int>(k1 - k0),
+                                           ia, ib, in, lane);
+            if (lane == 0) scratch[rl][cl] = out;
+          }
+          __syncwarp();
         }
         __syncwarp();
+#pragma unroll
+        for (int x = 0; x < 2; ++x)
+#pragma unroll
+          for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              float& cur = kPromote ? part[2 * m2 + x][ni][h] : acc[2 * m2 + x][ni][h];
+              if ((queued >> ((x * 4 + ni) * 2 + h)) & 1u) cur = scratch[8 * x + gr][8 * ni + 2 * gc + h];
+            }
+        __syncwarp();
       }
-      __syncwarp();
-      ForOutputs([&](int mi, int ni, int h) {
-        float& cur = kPromote ? part[mi][ni][h] : acc[mi][ni][h];
-        if ((queued >> ((mi * 4 + ni) * 2 + h)) & 1u) cur = scratch[8 * mi + gr][8 * ni + 2 * gc + h];
-      });
-      __syncwarp();
     }
     if (kPromote && ((k0 + kStep) % window == 0 || k1 == g.k)) {
       const size_t w0 = k0 / window * window;
@@ -578,6 +626,9 @@ void LaunchDmma(const EngineGemmArgs& args, const EngineDmmaBuffers& f, cudaStre
   const int bytes = static_cast<int>(sizeof(DmmaShared<kStep>));
   Check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
         "engine FP64 tensor-core GEMM: shared memory");
+  // All of L1 as shared memory, so that three blocks fit an SM (the tiles arrive by cp.async).
+  Check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared),
+        "engine FP64 tensor-core GEMM: carveout");
   kernel<<<grid, kDThreads, bytes, st>>>(args, f);
 }
 
@@ -607,10 +658,12 @@ void LaunchEngineDmmaGemm(const EngineGemmArgs& args, const EngineDmmaBuffers& f
   const cudaStream_t st = static_cast<cudaStream_t>(stream);
   if (args.m == 0 || args.n == 0) return;
   const int step = args.model.step;
-  if (f.np > args.n) Check(cudaMemsetAsync(f.b_w, 0, f.kp * f.np * sizeof(uint16_t), st), "engine FP64 tensor-core GEMM: weights");
-  StepInfoKernel<<<1024, 256, 0, st>>>(args.a, true, args.m, args.k, step, args.model.scales_in, f.steps, f.a_info, f.a_w, f.kp);
-  StepInfoKernel<<<1024, 256, 0, st>>>(args.b, false, args.n, args.k, step, args.model.scales_in, f.steps, f.b_info, f.b_w,
-                                       f.np);
+  if (f.np > args.n)
+    Check(cudaMemsetAsync(f.b_w, 0, f.kp * f.np * sizeof(uint16_t), st), "engine FP64 tensor-core GEMM: weights");
+  StepInfoKernel<<<1024, 256, 0, st>>>(args.a, true, args.m, args.k, step, args.model.scales_in, f.steps, f.a_info,
+                                       f.a_w, f.kp);
+  StepInfoKernel<<<1024, 256, 0, st>>>(args.b, false, args.n, args.k, step, args.model.scales_in, f.steps, f.b_info,
+                                       f.b_w, f.np);
   Check(cudaGetLastError(), "engine FP64 tensor-core GEMM: step bounds launch");
   if (step == 16) LaunchStep<16>(args, f, st);
   else LaunchStep<32>(args, f, st);

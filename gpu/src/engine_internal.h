@@ -82,7 +82,7 @@ void LaunchEngineFp4Gemm(const EngineGemmArgs& args, const EngineFp4Buffers& f, 
 
 // The FP64 tensor-core kernel (engine_dmma.cu) for fused models of single products (group 1) in steps of 16 or
 // 32, without MMA-Sim's zero rule, with F + 8 <= 53, and block scales in the products only as powers of two
-// (UE8M0) whole steps along K. Per step, mma.m8n8k4.f64 sums a 64 x 64 tile's products, and a BF16 tensor-core
+// (UE8M0) whole steps along K. Per step, mma.m16n8k4.f64 sums a 64 x 64 tile's products, and a BF16 tensor-core
 // product of the elements' lowest-bit weights certifies, output by output, that no term is cut at the step's
 // unit: then that exact sum is the step's, rounded as the model rounds it. Every other step runs exactly in
 // integers from the tile's codes (WarpTileStep), and a step that meets NaN or Inf runs FusedStep; both counted

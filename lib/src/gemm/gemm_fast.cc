@@ -187,6 +187,9 @@ void GemmF32SeqValues(const float* a, const float* b, size_t m, size_t n, size_t
 bool GemmFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
               const GemmPlan& plan, Exec exec, float* out) {
   if (plan.m == 0 || plan.n == 0) return true;
+  // K = 0: no products, the output is C (and alpha) as the reference's loops leave it; the kernels' tilings
+  // along K divide by the number of steps.
+  if (plan.k == 0) return false;
   switch (model.kind) {
     case AccumKind::kFused:
       // MMA-Sim's zero rule, FP16 operand exponents (split=hmma) and FP16 accumulators: the reference path only.

@@ -182,9 +182,10 @@ __device__ __forceinline__ float WarpTileStep(const EngineModel& p, const CodePa
   return RoundFused(static_cast<double>(t), unit, p.out_bits, p.out_rne);
 }
 
-// The kernel's shared memory (dynamic: 74 KB for steps of 32, so three blocks an SM). Codes, certificate weights
-// and step bounds arrive by cp.async into two stages; each step converts its stage's codes into the FP64 tiles
-// of the products.
+// The kernel's shared memory (dynamic: 74 KB for steps of 32, so three blocks an SM; two for the promoting
+// models, whose partial sums take more registers). Certificate weights and step bounds arrive by cp.async into
+// two stages, and the codes too where K and N are multiples of 16 (plain loads otherwise); each step converts
+// its stage's codes into the FP64 tiles of the products.
 // Pitches keep fragment loads free of bank conflicts: A's FP64 rows 2 * pitch = 8 (mod 32) banks apart, B's k
 // rows the same, the BF16 rows 16 bytes aligned on distinct banks for ldmatrix.
 template <int kStep>
@@ -389,13 +390,14 @@ __device__ __forceinline__ bool FastStep(int z127, int frac_bits, int out_bits, 
   const int clo = efn + __ffs(static_cast<int>(cb | 0x800000u));
   const bool ok = __float_as_uint(w) < (static_cast<unsigned>(133 - 6 * v) << 23) - 128u &&
                   ((cb << 1) == 0 || clo >= u127 + 24 - frac_bits) && u127 <= 127 + 119;
+  // An exact zero sum is +0 (RoundFused's rule); a nonzero one cut to zero keeps its sign, as the conversion does.
   float r;
   if (kRound == kRound24Rz) {
-    r = __fadd_rn(__double2float_rz(d), 0.0f);  // -0 + +0 is +0: the reference's zero
+    r = d == 0 ? 0.0f : __double2float_rz(d);
   } else if (kRound == kRound24Rne) {
-    r = __fadd_rn(__double2float_rn(d), 0.0f);
+    r = d == 0 ? 0.0f : __double2float_rn(d);
   } else {
-    const int unit = u127 - 127 - frac_bits;
+    const int unit = min(u127, 127 + 119) - 127 - frac_bits;  // clamped: a failing step's is discarded anyway
     r = d == 0 ? 0.0f : RoundFused(d * Pow2(-unit), unit, out_bits, out_rne);
   }
   if (ok) c = r;
@@ -435,7 +437,7 @@ __device__ __forceinline__ bool AccStep(const EngineModel& p, const DmmaShared<k
     } else {
       res = __double2float_rn(d);
     }
-    res = __fadd_rn(res, 0.0f);  // -0 + +0 is +0: the reference's zero
+    if (t == 0) res = 0.0f;  // +0 for an exact zero (RoundFused's rule); a nonzero sum keeps its sign
   }
   out = res;
   return true;
@@ -473,10 +475,10 @@ __global__ void __launch_bounds__(kDThreads, kPromote ? 2 : 3)
     ConvertStage<kStep>(sm, st, tid, f.a_fp8, f.b_fp8, g.a.values, g.b.values);
     __syncthreads();
     if (k1 < g.k) loader.Load(sm.stage[(s + 1) & 1], g, f, s + 1);
-      // Two halves of the warp's rows, 16 each (m2), to keep fewer values live: the certificate's weight sums on
-      // the BF16 tensor core, the FP64 sums 16 x 8 at a time, then each output's step where the certificate
-      // holds. The rest wait in the warp's scratch, marked in `queued` (bit (mi % 2 * 4 + ni) * 2 + h), with
-      // steps that meet NaN or Inf, and are computed before the next half.
+    // Two halves of the warp's rows, 16 each (m2), to keep fewer values live: the certificate's weight sums on
+    // the BF16 tensor core, the FP64 sums 16 x 8 at a time, then each output's step where the certificate
+    // holds. The rest wait in the warp's scratch, marked in `queued` (bit (mi % 2 * 4 + ni) * 2 + h), with
+    // steps that meet NaN or Inf, and are computed before the next half.
 #pragma unroll
     for (int m2 = 0; m2 < 2; ++m2) {
       float ws[4][4];  // ws[ni][2 (mi % 2) + h]
@@ -563,6 +565,7 @@ __global__ void __launch_bounds__(kDThreads, kPromote ? 2 : 3)
             rest |= 1u << b;
           }
         }
+        __syncwarp();  // the other lanes' scratch entries, written above, are read below
         for (;;) {
           const unsigned lanes = __ballot_sync(0xFFFFFFFFu, rest != 0);
           if (lanes == 0) break;

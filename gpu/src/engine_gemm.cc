@@ -207,21 +207,23 @@ void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, con
   // blocks along K whole groups, and a grid of at most 65,535 row tiles.
   auto whole_groups = [&](bool blocks, size_t along_k) { return !blocks || along_k % 16 == 0 || along_k >= plan.k; };
   const bool fp4 = model.kind == AccumKind::kFused && f.group == 16 && f.step == 64 && f.promote == 0 &&
-                   std::string(a.elem.name) == "e2m1" && std::string(b.elem.name) == "e2m1" &&
+                   a.elem == fmt::kE2M1 && b.elem == fmt::kE2M1 &&
                    whole_groups(plan.a_blocks, a.block_cols) && whole_groups(plan.b_blocks, b.block_rows) &&
                    (plan.m + 63) / 64 <= 65535 && plan.m < (1u << 31) && plan.n < (1u << 31) && plan.k < (1u << 31);
-  // The FP64 tensor-core kernel where it applies (engine_internal.h): single products in steps of 16 or 32,
-  // no MMA-Sim zero rule, F + 8 <= 53, block scales in the products UE8M0 and whole steps along K, and a grid
-  // of at most 65,535 row tiles (every build's architectures, sm_90a and sm_100a, have DMMA).
+  // The FP64 tensor-core kernel where it applies (engine_internal.h): K > 0, single products in steps of 16 or
+  // 32, no MMA-Sim zero rule, F + 8 <= 53, block scales in the products UE8M0 and whole steps along K, element
+  // formats whose code 0 is zero (a partial last step's padding), a grid of at most 65,535 row tiles, and
+  // mma.m16n8k4.f64 (sm_90 and later: every build's architectures, sm_90a and sm_100a).
   auto scales_fit = [&](const GemmOperand& o, bool blocks, size_t along_k) {
     return !blocks || !g.model.scales_in ||
            (o.scale_format == ScaleFormat::kUe8m0 && (along_k % static_cast<size_t>(f.step) == 0 || along_k >= plan.k));
   };
   std::vector<detail::CodeParts> pa, pb;
-  const bool dmma = !fp4 && model.kind == AccumKind::kFused && f.group == 1 && !f.zero_operands &&
+  const bool dmma = !fp4 && plan.k > 0 && model.kind == AccumKind::kFused && f.group == 1 && !f.zero_operands &&
                     (f.step == 16 || f.step == 32) && f.frac_bits + 8 <= 53 && scales_fit(a, plan.a_blocks, a.block_cols) &&
-                    scales_fit(b, plan.b_blocks, b.block_rows) && (plan.m + 63) / 64 <= 65535 && Device().major >= 8 &&
-                    CodePartsTable(va, na, pa) && CodePartsTable(vb, nb, pb);
+                    scales_fit(b, plan.b_blocks, b.block_rows) && va[0] == 0 && vb[0] == 0 &&
+                    (plan.m + 63) / 64 <= 65535 && Device().major >= 9 && CodePartsTable(va, na, pa) &&
+                    CodePartsTable(vb, nb, pb);
   EngineGemmStats st;
   const detail::EventPair ev;  // the kernels' own time, operands already on the device
   const cudaEvent_t t0 = ev.start, t1 = ev.stop;
@@ -265,7 +267,7 @@ void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, con
     db.b_parts = dpb.get();
     // The hardware's FP8 -> FP16 conversion decodes E4M3 and E5M2 where the tables hold their plain values
     // (a model's own operand exponent floor changes only the nominal exponents, which the tables keep).
-    auto fp8 = [](const Format& f) { return std::string(f.name) == "e4m3" ? 1 : std::string(f.name) == "e5m2" ? 2 : 0; };
+    auto fp8 = [](const Format& f) { return f == fmt::kE4M3 ? 1 : f == fmt::kE5M2 ? 2 : 0; };
     db.a_fp8 = fp8(a.elem);
     db.b_fp8 = fp8(b.elem);
     db.kp = k_steps * step;

@@ -84,9 +84,10 @@ void LaunchEngineFp4Gemm(const EngineGemmArgs& args, const EngineFp4Buffers& f, 
 // 32, without MMA-Sim's zero rule, with F + 8 <= 53, and block scales in the products only as powers of two
 // (UE8M0) whole steps along K. Per step, mma.m16n8k4.f64 sums a 64 x 64 tile's products, and a BF16 tensor-core
 // product of the elements' lowest-bit weights certifies, output by output, that no term is cut at the step's
-// unit: then that exact sum is the step's, rounded as the model rounds it. Every other step runs exactly in
-// integers from the tile's codes (WarpTileStep), and a step that meets NaN or Inf runs FusedStep; both counted
-// in *fallback_steps.
+// unit: then that exact sum is the step's, rounded as the model rounds it. Every other step runs exactly: from
+// the FP64 tiles by one lane where the accumulator sets the step's exponent (AccStep), else in integers from
+// the tile's codes (WarpTileStep), and a step that meets NaN or Inf runs FusedStep; all counted in
+// *fallback_steps.
 struct alignas(16) StepInfo {
   int32_t maxnom = 0;  // the largest nominal exponent of a nonzero element, scale's exponent added; kNoTerm: none
   int32_t minlsb = 0;  // the lowest bit of a nonzero element, scale's exponent added; kNoLsb: none
@@ -95,7 +96,7 @@ struct alignas(16) StepInfo {
   int16_t zero_scale = 0;  // that scale is zero
 };
 // maxnom = kSpecialStep: the step meets NaN or Inf. A row's maxnom plus a column's is above kSpecialSum exactly
-// when one of them is special (finite nominal exponents stay within +-1,000).
+// when one of them is special (finite nominal exponents lie within FP64's range, +-1,100).
 inline constexpr int32_t kNoTerm = -20000, kNoLsb = 32000, kSpecialStep = 30000, kSpecialSum = 5000;
 // A code's finite value as m * 2^e (m signed, |m| < 2^15) and its nominal exponent (operand emin applied);
 // zero: m = 0, nom = kZeroNom.

@@ -110,7 +110,7 @@ struct EventPair {
   }
 };
 
-inline bool IsFp8(const Format& f) { return std::string(f.name) == "e4m3" || std::string(f.name) == "e5m2"; }
+inline bool IsFp8(const Format& f) { return f == fmt::kE4M3 || f == fmt::kE5M2; }  // by encoding, as DevFmtOf
 
 inline unsigned Blocks(size_t n, unsigned threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 

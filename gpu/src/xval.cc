@@ -36,10 +36,7 @@ const std::string& Get(const Keys& k, const std::string& name) { return golden::
 
 uint32_t HexWord(const std::string& s) { return static_cast<uint32_t>(std::stoul(s, nullptr, 16)); }
 
-bool IsSubByte(const Format& f) {
-  const std::string n = f.name;
-  return n == "e2m1" || n == "e2m3" || n == "e3m2";
-}
+bool IsSubByte(const Format& f) { return f == fmt::kE2M1 || f == fmt::kE2M3 || f == fmt::kE3M2; }  // by encoding
 
 // The device path a conversion takes: the instruction where this device has it, else the header functions.
 ConvertPath PathFor(const Format& f, const CastOptions& c) {

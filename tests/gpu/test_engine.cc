@@ -245,6 +245,43 @@ TEST_CASE("gpu engine: the tensor-core kernel's fast steps and fallbacks equal q
   CHECK(steps - fallbacks > steps / 2);  // most steps take the fast path
 }
 
+// Sums below FP32's smallest subnormal: the fused models cut a nonzero sum to a zero that keeps its sign
+// (RoundFused: -0 for a negative one); only an exact zero sum gives +0. One product a row, scales 2^-127 (A)
+// and 2^-24 or 2^-23 (B), puts a certified step's sum at a few units of 2^-151 (FastStep); rows 4 and 5 add
+// C = +-2^-149, which sets the step's exponent and cuts the product (AccStep). And K = 0: C alone.
+TEST_CASE("gpu engine: the tensor-core kernel's tiny sums keep their sign, and K = 0 gives C", "[gpu]") {
+  if (!qmx::test::GpuPresent()) return;
+  const std::vector<AccumModel> models = {AccumModelByName("blackwell-mxf8f6f4"), AccumModelByName("ada-fp8")};
+  Tally t;
+  const size_t m = 8, n = 8, k = 32;
+  // E4M3 -1, 1, -1.5, -3, -5.5, -5.5, 2, -0.5 in column 0 of A; 1 in row 0 of B.
+  const uint8_t col0[m] = {0xB8, 0x38, 0xBC, 0xC4, 0xCB, 0xCB, 0x40, 0xB0};
+  std::vector<uint8_t> ac(m * k, 0), bc(k * n, 0);
+  for (size_t i = 0; i < m; ++i) ac[i * k] = col0[i];
+  for (size_t j = 0; j < n; ++j) bc[j] = 0x38;
+  GemmOperand a = OperandFromCodes(fmt::kE4M3, m, k, ac.data()), b = OperandFromCodes(fmt::kE4M3, k, n, bc.data());
+  a.scale_format = b.scale_format = ScaleFormat::kUe8m0;
+  a.block_rows = 1, a.block_cols = 32, a.scale_rows = m, a.scale_cols = 1;
+  b.block_rows = 32, b.block_cols = 1, b.scale_rows = 1, b.scale_cols = n;
+  a.scales.assign(m, std::ldexp(1.0f, -127));
+  for (size_t j = 0; j < n; ++j) b.scales.push_back(std::ldexp(1.0f, j % 2 ? -23 : -24));
+  std::vector<float> c(m * n, 0.0f);
+  for (size_t j = 0; j < n; ++j) c[4 * n + j] = std::ldexp(1.0f, -149), c[5 * n + j] = -std::ldexp(1.0f, -149);
+  const std::vector<float> cpu = Gemm(a, b, c.data(), models[0]);
+  size_t neg_zero = 0;
+  for (float v : cpu) neg_zero += FloatBits(v) == 0x80000000u;
+  INFO("CPU outputs that are -0: " << neg_zero << " of " << cpu.size());
+  CHECK(neg_zero >= 4);  // the case reaches what it is about
+  CheckModels(a, b, c.data(), "tiny sums", t, models);
+  std::vector<float> c0(6 * 5);
+  std::mt19937 rng(46);
+  for (float& v : c0) v = std::ldexp(static_cast<float>(rng() % 200) - 100.0f, -static_cast<int>(rng() % 140));
+  c0[3] = -0.0f;
+  CheckModels(OperandFromCodes(fmt::kE4M3, 6, 0, nullptr), OperandFromCodes(fmt::kE4M3, 0, 5, nullptr), c0.data(),
+              "K = 0", t, models);
+  CHECK(t.per_kernel["dmma"] >= 1);
+}
+
 // NVFP4 and MXFP4 tensors as a recipe quantizes them (Gaussian and heavy-tailed), and the same with rows and
 // columns scaled 2^30 apart and with exact cancellations, so that the FP4 kernel's fast steps, its exact
 // steps from the tensor core's group sums and FusedStep all run: every output equals qmx::Gemm's.

@@ -79,6 +79,32 @@ __global__ void HadamardKernel(float* __restrict__ x, size_t blocks, int n, cons
   }
 }
 
+// The same for blocks of n <= 32: a warp takes 32 / n blocks, lane j % n holding element j of its block in a
+// register (the kernel above keeps its block in local memory, 500 us per 2^24 values). Each butterfly stage
+// is one exchange with the lane h apart; the lower index of a pair takes a + c and the upper a - c (a the
+// lower's value, c the upper's), in double as Fwht's loops compute them, so every value is the same
+// operation on the same operands.
+__global__ void HadamardWarpKernel(float* __restrict__ x, size_t blocks, int n, const double* __restrict__ sign,
+                                   double norm, bool inverse) {
+  const int lane = threadIdx.x & 31, j = lane & (n - 1);
+  const size_t per_warp = static_cast<size_t>(32 / n);
+  const size_t warps = static_cast<size_t>(gridDim.x) * blockDim.x / 32;
+  for (size_t w = (blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x) / 32; w * per_warp < blocks; w += warps) {
+    const size_t b = w * per_warp + lane / n;
+    const bool in = b < blocks;  // the warp's last blocks may run past the tensor; their lanes still exchange
+    float* p = x + (in ? b * n : 0);
+    double v = !in ? 0.0 : inverse ? static_cast<double>(p[j]) : static_cast<double>(p[j]) * sign[j];
+    for (int h = 1; h < n; h *= 2) {
+      const double o = __shfl_xor_sync(0xFFFFFFFFu, v, h);
+      v = (j & h) ? o - v : v + o;
+    }
+    if (in) {
+      const double y = v * norm;
+      p[j] = static_cast<float>(inverse ? y * sign[j] : y);
+    }
+  }
+}
+
 // max |x| as FP32 bits (non-negative floats order as their bits) and the first non-finite index.
 __global__ void AmaxFiniteKernel(const float* __restrict__ x, size_t count, unsigned* amax_bits,
                                  unsigned long long* first_bad) {
@@ -310,7 +336,11 @@ void LaunchDecodeScales(const uint8_t* raw, size_t count, int bytes, const float
 
 void LaunchHadamard(float* x, size_t blocks, int n, const double* sign, double norm, bool inverse, void* stream) {
   if (blocks == 0) return;
-  HadamardKernel<<<GridFor(blocks, 128), 128, 0, static_cast<cudaStream_t>(stream)>>>(x, blocks, n, sign, norm, inverse);
+  if (n <= 32)
+    HadamardWarpKernel<<<GridFor((blocks + 32 / n - 1) / (32 / n) * 32, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        x, blocks, n, sign, norm, inverse);
+  else
+    HadamardKernel<<<GridFor(blocks, 128), 128, 0, static_cast<cudaStream_t>(stream)>>>(x, blocks, n, sign, norm, inverse);
   Check(cudaGetLastError(), "engine Hadamard transform");
 }
 

@@ -5,8 +5,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gemm/scaled_mm_core.h"
 #include "qmx/cast_options.h"
 #include "qmx/format.h"
+#include "qmx/metrics.h"
 
 namespace qmx::gpu::detail {
 
@@ -179,5 +181,16 @@ void LaunchQuartetSr(const float* x, size_t rows, size_t cols, const QuartetSrAr
                      void* stream);
 // x[i] = 0 where mask[i] is 0 (Quartet's backward: the QuEST trust mask on the GEMM output).
 void LaunchMask(float* x, const uint8_t* mask, size_t count, void* stream);
+
+// Tensor operations (engine_ops.cu), each queued on `stream` without waiting.
+// acc[i] = acc[i] + part[i] in FP32 (scaled_mm_core.h's AddF32): the split-K partial sums in split order.
+void LaunchAddF32(float* acc, const float* part, size_t count, void* stream);
+// out (m x n: FP32 bits, or BF16 / FP16 codes as uint16) = ScaledMmOutput of each accumulator, with row i's and
+// column j's scales (sa[0] and sb[0] when e.rowwise is false) and bias[j].
+void LaunchScaledMmEpilogue(const float* acc, size_t m, size_t n, const float* sa, const float* sb,
+                            const uint16_t* bias, const qmx::detail::ScaledMmEpilogue& e, void* out, void* stream);
+// lanes[c * 8 + l] = lane l of chunk c (chunks of `chunk` elements): element i of a chunk into lane i % 8, in order
+// (qmx::detail::AddElement, kErrorLanes lanes).
+void LaunchErrorLanes(const float* ref, const float* out, size_t n, size_t chunk, ErrorStats* lanes, void* stream);
 
 }  // namespace qmx::gpu::detail

@@ -450,4 +450,14 @@ void EngineBiasGradient(const float* dy, size_t m, size_t n, float* db, void* st
   detail::Check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "engine bias gradient");
 }
 
+void EngineHadamardOnDevice(const HadamardSpec& h, float* x, size_t rows, size_t cols, bool inverse, void* stream) {
+  ValidateHadamard(h, cols);
+  if (rows * cols == 0) return;
+  Require("the engine's Hadamard transform");
+  if (x == nullptr) throw Error("engine: the Hadamard transform's x must be a device pointer");
+  const cudaStream_t cs = static_cast<cudaStream_t>(stream);
+  const detail::StreamScope scope(cs);
+  HadamardOnDevice(h, x, rows * cols, inverse, cs);
+}
+
 }  // namespace qmx::gpu

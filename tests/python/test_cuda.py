@@ -236,3 +236,79 @@ def test_cuda_gemm_refusals():
         qmx.gemm(qa, qb, "fp32-seq", reference=True)
     with pytest.raises(ValueError, match=r"\(K\) differ"):
         qmx.gemm(qa, qa, "blackwell-mxf8f6f4")
+
+
+@needs_gpu
+def test_cuda_error_stats_hadamard_and_fake_quantize_equal_the_cpu():
+    g = torch.Generator().manual_seed(9)
+    n = 3 * 65536 + 77
+    ref = torch.randn(n, generator=g) * torch.exp2(torch.randint(-20, 20, (n,), generator=g).float())
+    out = ref * (1 + 0.01 * torch.randn(n, generator=g))
+    ref[5], out[6], ref[7] = float("nan"), float("inf"), 0.0
+    got, want = qmx.error_stats(ref.cuda(), out.cuda()), qmx.error_stats(ref, out)
+    assert got.keys() == want.keys() and want["nonfinite"] == 2
+    for key in want:
+        assert np.float64(got[key]).view(np.uint64) == np.float64(want[key]).view(np.uint64), key
+    x = torch.randn(24, 256, generator=g) * 3
+    for block in (16, 32, 64, 256):
+        for inverse in (False, True):
+            d = qmx.hadamard(x.cuda(), block, inverse=inverse)
+            assert d.is_cuda and d.dtype == torch.float32
+            _bits_equal(d, torch.from_numpy(qmx.hadamard(x.numpy(), block, inverse=inverse)))
+    _bits_equal(qmx.rht(x.cuda(), 32, seed=5), torch.from_numpy(qmx.rht(x.numpy(), 32, seed=5)))
+    for spec, kw in (("mxfp8", {}), ("nvfp4", {}), ("mxfp4", {"rule": "floor"}), ("fp8-block128x128", {})):
+        d = qmx.fake_quantize(x.cuda(), spec, **kw)
+        assert d.is_cuda
+        _bits_equal(d, torch.from_numpy(qmx.fake_quantize(x.numpy(), spec, **kw)))
+    with pytest.raises(TypeError, match="never copied to the host"):
+        qmx.error_stats(ref.cuda(), out)
+    with pytest.raises(ValueError, match="differ in shape"):
+        qmx.error_stats(ref.cuda(), out[:-1].cuda())
+    with pytest.raises(TypeError, match="float32"):
+        qmx.hadamard(x.cuda().half(), 32)
+
+
+@needs_gpu
+@pytest.mark.parametrize("case", ["tensorwise", "split", "rowwise-bf16-bias", "rowwise-fp16", "block128x128",
+                                  "block128x1", "e5m2"])
+def test_cuda_scaled_mm_equals_the_cpu(case):
+    g = torch.Generator().manual_seed(len(case))
+    m, k, n = (64, 640, 48) if case != "block128x128" else (130, 300, 200)
+    a = (torch.randn(m, k, generator=g) * 8).to(torch.float8_e4m3fn)
+    bt = (torch.randn(n, k, generator=g) * 8).to(torch.float8_e5m2 if case == "e5m2" else torch.float8_e4m3fn)
+    b = bt.t()  # column-major K x N, as torch._scaled_mm takes it
+    kw = {}
+    sa, sb = torch.tensor(0.75), torch.tensor(1.5)
+    if case == "split":
+        kw["split_k"] = 3
+    if case.startswith("rowwise"):
+        sa, sb = torch.rand(m, 1, generator=g) + 0.5, torch.rand(1, n, generator=g) * 40 + 0.5
+        kw["out_dtype"] = torch.bfloat16 if "bf16" in case else torch.float16
+        if "bias" in case:
+            kw["bias"] = torch.randn(n, generator=g).to(torch.bfloat16)
+    if case.startswith("block"):
+        kb = (k + 127) // 128
+        sa = torch.rand(m, kb, generator=g) + 0.5
+        sb = torch.rand(kb, (n + 127) // 128 if case == "block128x128" else n, generator=g) + 0.5
+    dev = {key: (v.cuda() if isinstance(v, torch.Tensor) else v) for key, v in kw.items()}
+    d, info = qmx.scaled_mm(a.cuda(), b.cuda(), sa.cuda(), sb.cuda(), return_info=True, **dev)
+    want, want_info = qmx.scaled_mm(a, b, sa, sb, return_info=True, **kw)
+    assert d.is_cuda and info == want_info
+    got = d.cpu()
+    if got.dtype == torch.bfloat16:
+        np.testing.assert_array_equal(got.view(torch.int16).numpy(), want.view(torch.int16).numpy())
+    else:
+        np.testing.assert_array_equal(got.numpy().view(np.uint16 if got.dtype == torch.float16 else np.uint32),
+                                      np.asarray(want).view(np.uint16 if got.dtype == torch.float16 else np.uint32))
+
+
+@needs_gpu
+def test_cuda_scaled_mm_refusals():
+    a = torch.ones(16, 32, dtype=torch.float8_e4m3fn, device="cuda")
+    one = torch.tensor(1.0, device="cuda")
+    with pytest.raises(TypeError, match="never copied to the host"):
+        qmx.scaled_mm(a, a.t(), one, torch.tensor(1.0))
+    with pytest.raises(TypeError, match="float8_e4m3fnuz"):
+        qmx.scaled_mm(a.view(torch.uint8).view(torch.float8_e4m3fnuz), a.t(), one, one)
+    with pytest.raises(ValueError, match="bias needs a bfloat16"):
+        qmx.scaled_mm(a, a.t(), one, one, bias=torch.zeros(16, dtype=torch.bfloat16, device="cuda"))

@@ -15,10 +15,13 @@
 #include "qmx/convert.h"
 #include "qmx/format.h"
 #include "qmx/gemm.h"
+#include "qmx/metrics.h"
 #include "qmx/mx.h"
 #include "qmx/quantize.h"
 #include "qmx/recipe.h"
 #include "qmx/scale.h"
+#include "qmx/scaled_mm.h"
+#include "qmx/transform.h"
 
 namespace qmx::gpu {
 
@@ -232,6 +235,21 @@ void EngineLinearBackward(const TrainingRecipe& recipe, const float* x, const fl
                           void* stream);
 // qmx::BiasGradient on device memory (dY m x n, db n), on `stream`, waited for.
 void EngineBiasGradient(const float* dy, size_t m, size_t n, float* db, void* stream);
+
+// Tensor operations on device memory, for callers whose tensors live on the GPU (qmx's Python functions on
+// CUDA tensors). Each runs on `stream` (a cudaStream_t; null: the default stream) and waits for it.
+// qmx::ScaledMm: args' a, b, scale_a, scale_b and bias are device pointers (`reference` is ignored); out
+// receives M x N FP32 values, or BF16 / FP16 codes (2 bytes each). The same plan, checks and errors
+// (PlanScaledMm); each split of K is EngineGemmOnDevice under the plan's Hopper model (cuBLASLt itself on a
+// Hopper GPU, the engine's kernels elsewhere), the partial sums are added and the epilogue applied by the
+// CPU's own source (lib/src/gemm/scaled_mm_core.h). Returns the plan's model, scaling and splits (bits empty).
+ScaledMmResult EngineScaledMmOnDevice(const ScaledMmArgs& args, void* out, void* stream);
+// qmx::CompareTensors of n device floats: the same chunks, lanes and element step on the device (one thread
+// per chunk and lane), the lanes folded and the chunks merged on the host by the library's own code.
+ErrorStats EngineErrorStatsOnDevice(const float* ref, const float* out, size_t n, void* stream);
+// qmx::HadamardForward (HadamardInverse when inverse) in place on rows x cols device floats, with
+// ValidateHadamard's checks and errors.
+void EngineHadamardOnDevice(const HadamardSpec& h, float* x, size_t rows, size_t cols, bool inverse, void* stream);
 
 // The bench's measurement: x uploaded once, then `reps` conversions of it on the device (sr = {seed, 0}) and
 // as many device-to-device copies of its n * 4 bytes, each timed by CUDA events after one warm-up: the

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "qmx/format.h"
@@ -55,6 +56,19 @@ struct ScaledMmResult {
 // whose type is not the output's) and for what was not measured (split-K with row-wise or blockwise
 // scales, blockwise with use_fast_accum, a bias or a 16-bit output; an unmeasured split-K choice).
 ScaledMmResult ScaledMm(const ScaledMmArgs& args);
+
+// What ScaledMm decides from the shapes, formats, options and which pointers are set, before it reads any
+// data: its checks and errors, the scaling, the accumulation model and the splits of K. The CUDA engine's
+// scaled_mm (qmx/gpu.h EngineScaledMmOnDevice) runs the same plan on device memory.
+struct ScaledMmPlan {
+  std::string model;    // as ScaledMmResult
+  std::string scaling;  // as ScaledMmResult
+  int split_k = 1;
+  bool rowwise = false, blockwise = false;
+  size_t b_block_cols = 0;                        // blockwise: B's blocks are 128 x b_block_cols (128 or 1)
+  std::vector<std::pair<size_t, size_t>> splits;  // [k0, k1) of each split that is not empty, in order
+};
+ScaledMmPlan PlanScaledMm(const ScaledMmArgs& args);
 
 // numSplitsK cuBLASLt chose for per-tensor e4m3 x e4m3 on the H200 (1 for K <= 4096, every shape
 // measured there ran unsplit; the measured grid above that), or 0 where this shape was not measured.

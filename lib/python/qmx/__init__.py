@@ -89,8 +89,39 @@ def as_array(x):
 def error_stats(ref, out):
     """Error of out against ref (same shape, float32; NumPy arrays or CPU torch tensors): count, nonfinite,
     out_nonfinite, mse, rmse, nmse, sqnr_db, max_abs_err, max_rel_err, mean_rel_err, bias, cosine,
-    sum_sq_err, sum_sq_ref, as `qmx-sim study` reports them."""
+    sum_sq_err, sum_sq_ref, as `qmx-sim study` reports them. Two CUDA tensors (float32, contiguous, one
+    device) are compared on their GPU by the engine, in the same chunked order: the same numbers, bit for
+    bit; only the statistics reach the host."""
+    if _is_cuda_tensor(ref) or _is_cuda_tensor(out):
+        return _error_stats_cuda(ref, out)
     return _qmx.error_stats(as_array(ref), as_array(out))
+
+
+def _cuda_float32(call, name, t, device=None):
+    """t detached, checked to be a contiguous float32 CUDA tensor (on `device` when given)."""
+    import torch
+    if not _is_cuda_tensor(t):
+        raise TypeError("%s: %s must be a CUDA tensor like the other operands (it is %s): a CUDA tensor is never "
+                        "copied to the host" % (call, name, type(t).__name__ if not hasattr(t, "device") else t.device))
+    t = t.detach()
+    if t.dtype != torch.float32:
+        raise TypeError("%s: %s must be float32 on the engine, not %s" % (call, name, t.dtype))
+    if not t.is_contiguous():
+        raise ValueError("%s: %s must be contiguous: .contiguous() makes a contiguous copy on the device" % (call, name))
+    if device is not None and t.device != device:
+        raise ValueError("%s: %s is on %s, the other operand on %s" % (call, name, t.device, device))
+    return t
+
+
+def _error_stats_cuda(ref, out):
+    import torch
+    _require_engine("error_stats")
+    r = _cuda_float32("error_stats", "ref", ref)
+    o = _cuda_float32("error_stats", "out", out, r.device)
+    if tuple(r.shape) != tuple(o.shape):
+        raise ValueError("error_stats: the two tensors differ in shape (%s and %s)" % (tuple(r.shape), tuple(o.shape)))
+    with torch.cuda.device(r.device):
+        return _qmx.error_stats_cuda(r.data_ptr(), o.data_ptr(), r.numel(), torch.cuda.current_stream(r.device).cuda_stream)
 
 
 def quantize_stats(x, q, *, src=""):
@@ -445,7 +476,10 @@ def dequantize(q, scales=None, spec=None, tensor_amax=0.0, line_amax=None, order
 
 
 def fake_quantize(x, spec="mxfp8", *, src="", **overrides):
-    """dequantize(quantize(x, spec, ...)) in one pass, as float32 in x's shape."""
+    """dequantize(quantize(x, spec, ...)) in one pass, as float32 in x's shape. A CUDA tensor is quantized
+    and dequantized on its GPU by the engine (a float32 CUDA tensor, the same bits)."""
+    if _is_cuda_tensor(x):
+        return quantize(x, spec, src=src, **overrides).dequantize()
     return _qmx.fake_quantize(as_array(x), _spec_json(spec, overrides), _src_of(x, src))
 
 
@@ -569,22 +603,32 @@ def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, scale_result=No
     split_k: cuBLASLt's numSplitsK for per-tensor scales; None takes the choice measured on the H200 for the
     shape (K <= 4096: unsplit) and raises ValueError where it was not measured. Unmeasured modes raise
     ValueError: scale_result, blockwise with use_fast_accum, a bias or a 16-bit output. return_model=True
-    returns (D, model name); return_info=True returns (D, dict of model, scaling, split_k)."""
+    returns (D, model name); return_info=True returns (D, dict of model, scaling, split_k).
+
+    CUDA tensors (a and b, their scales and the bias all on one GPU, as torch._scaled_mm takes them) run on
+    that GPU: each split of K through the engine's GEMM under the same Hopper model (on a Hopper GPU,
+    cuBLASLt itself), the epilogue by the CPU's own source; D is a CUDA tensor of out_dtype, bit for bit the
+    CPU's, and nothing is copied to the host."""
     import numpy as np
     if scale_result is not None:
         raise ValueError("scaled_mm: scale_result (an FP8 output's scale) is not modelled: it was not measured")
     out = _scaled_mm_out(out_dtype)
+    if split_k is not None and (int(split_k) != split_k or split_k < 1):
+        raise ValueError("scaled_mm: split_k must be a positive integer, not %r" % (split_k,))
+    if any(_is_cuda_tensor(t) for t in (a, b, scale_a, scale_b, bias)):
+        d, model, scaling, splits = _scaled_mm_cuda(a, b, scale_a, scale_b, bias, out, use_fast_accum, a_format,
+                                                    b_format, split_k)
+        if return_info:
+            return d, {"model": model, "scaling": scaling, "split_k": splits}
+        return (d, model) if return_model else d
     torch_in = any(type(t).__module__.startswith("torch") for t in (a, b))
 
     def codes(t, fmt, what):
         if type(t).__module__.startswith("torch"):
-            name = str(t.dtype)
-            if "float8_e4m3fn" in name or "float8_e5m2" in name:
-                f = "e4m3" if "e4m3" in name else "e5m2"
-                if fmt is not None and fmt != f:
-                    raise TypeError("%s is %s but %s_format is %s" % (what, name, what, fmt))
+            f = _scaled_mm_float8(t, fmt, what)
+            if f is not None:
                 import torch
-                return t.detach().cpu().view(torch.uint8).numpy(), f
+                return t.detach().view(torch.uint8).numpy(), f
         return as_array(t), fmt or "e4m3"
 
     a, fa = codes(a, a_format, "a")
@@ -608,8 +652,6 @@ def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, scale_result=No
             raise ValueError("scaled_mm: a bias needs a bfloat16 or float16 out_dtype (torch: bias is not supported "
                              "when out_dtype is float32)")
         bias_bits = np.ascontiguousarray(_scaled_mm_bias(bias, out))
-    if split_k is not None and (int(split_k) != split_k or split_k < 1):
-        raise ValueError("scaled_mm: split_k must be a positive integer, not %r" % (split_k,))
     d, model, scaling, splits = _qmx.scaled_mm(a, b, sa, sb, fa, fb, use_fast_accum, out, bias_bits,
                                                0 if split_k is None else int(split_k))
     if out == "float16":
@@ -622,6 +664,85 @@ def scaled_mm(a, b, scale_a, scale_b, bias=None, out_dtype=None, scale_result=No
     return (d, model) if return_model else d
 
 
+def _scaled_mm_float8(t, fmt, what):
+    """The format of a torch float8 operand ("e4m3" or "e5m2"), checked against fmt; None for other dtypes.
+    torch._scaled_mm on Hopper takes the OCP types; the FNUZ types are AMD's (another bias, no -0)."""
+    name = str(t.dtype).replace("torch.", "")
+    if not name.startswith("float8"):
+        return None
+    if name not in ("float8_e4m3fn", "float8_e5m2"):
+        raise TypeError("scaled_mm: %s is %s; the Hopper model takes float8_e4m3fn and float8_e5m2 (OCP) codes"
+                        % (what, name))
+    f = "e4m3" if "e4m3" in name else "e5m2"
+    if fmt is not None and fmt != f:
+        raise TypeError("%s is %s but %s_format is %s" % (what, name, what, fmt))
+    return f
+
+
+def _scaled_mm_cuda(a, b, scale_a, scale_b, bias, out, use_fast_accum, a_format, b_format, split_k):
+    """scaled_mm on CUDA tensors: (D on the device, model, scaling, split_k)."""
+    import torch
+    _require_engine("scaled_mm")
+    for name, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)) + ((("bias", bias),) if bias is not None else ()):
+        if not _is_cuda_tensor(t):
+            raise TypeError("scaled_mm: %s must be a CUDA tensor like the other operands: a CUDA tensor is never "
+                            "copied to the host (move them all with .cuda() or all with .cpu())" % name)
+        if t.device != a.device:
+            raise ValueError("scaled_mm: %s is on %s, a on %s" % (name, t.device, a.device))
+
+    def codes(t, fmt, what):
+        t = t.detach()
+        f = _scaled_mm_float8(t, fmt, what)
+        if f is not None:
+            t = t.view(torch.uint8)
+        elif t.dtype == torch.uint8:
+            f = fmt or "e4m3"
+        else:
+            raise TypeError("scaled_mm: %s must hold FP8 codes (float8_e4m3fn, float8_e5m2 or uint8), not %s" % (what, t.dtype))
+        if t.dim() != 2:
+            raise ValueError("scaled_mm: a and b must be 2-D")
+        return t.contiguous(), f  # torch's column-major B (b_t.T): a contiguous copy on the device
+
+    a2, fa = codes(a, a_format, "a")
+    b2, fb = codes(b, b_format, "b")
+    m, k = a2.shape
+    if b2.shape[0] != k:
+        raise ValueError("scaled_mm: a is %d x %d but b has %d rows" % (m, k, b2.shape[0]))
+    n = b2.shape[1]
+
+    def scale(t, what):
+        t = t.detach()
+        if t.dtype != torch.float32:
+            raise TypeError("scaled_mm: %s must be float32, not %s" % (what, t.dtype))
+        if t.dim() > 2:
+            raise ValueError("scaled_mm: a scale has at most 2 dimensions")
+        rows = t.shape[0] if t.dim() == 2 else 1
+        cols = t.shape[-1] if t.dim() > 0 else 1
+        return t.contiguous(), rows, cols
+
+    sa, sar, sac = scale(scale_a, "scale_a")
+    sb, sbr, sbc = scale(scale_b, "scale_b")
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    bias_ptr = 0
+    if bias is not None:
+        if out == "float32":
+            raise ValueError("scaled_mm: a bias needs a bfloat16 or float16 out_dtype (torch: bias is not supported "
+                             "when out_dtype is float32)")
+        if bias.dtype != dtypes[out]:
+            raise TypeError("scaled_mm: bias must be %s to compute %s output, not %s" % (dtypes[out], out, bias.dtype))
+        bias = bias.detach().contiguous()
+        if bias.numel() != n:
+            raise ValueError("scaled_mm: bias must hold N = %d values" % n)
+        bias_ptr = bias.data_ptr()
+    d = torch.empty((m, n), dtype=dtypes[out], device=a2.device)
+    with torch.cuda.device(a2.device):
+        model, scaling, splits = _qmx.scaled_mm_cuda(
+            a2.data_ptr(), b2.data_ptr(), m, k, n, sa.data_ptr(), sar, sac, sb.data_ptr(), sbr, sbc, fa, fb,
+            bool(use_fast_accum), out, bias_ptr, 0 if split_k is None else int(split_k), d.data_ptr(),
+            torch.cuda.current_stream(a2.device).cuda_stream)
+    return d, model, scaling, splits
+
+
 def scaled_mm_split_k(m, n, k, out_dtype=None):
     """The split-K count cuBLASLt chose on the H200 for a per-tensor e4m3 x e4m3 torch._scaled_mm of this shape
     (1 for K <= 4096), or None where it was not measured (then pass split_k to scaled_mm)."""
@@ -630,13 +751,29 @@ def scaled_mm_split_k(m, n, k, out_dtype=None):
 
 def hadamard(x, block=32, *, inverse=False):
     """The normalized block Hadamard transform of each row of float32 x (block 16..256 dividing the last
-    dimension); inverse=True undoes it."""
-    return _qmx.hadamard(as_array(x), "hadamard:%d" % block, inverse)
+    dimension); inverse=True undoes it. A float32 CUDA tensor is transformed on its GPU into a new CUDA
+    tensor (the same bits)."""
+    return _transform(x, "hadamard:%d" % block, inverse)
 
 
 def rht(x, block=32, seed=0, *, inverse=False):
-    """The randomized Hadamard transform: random signs (seeded Philox) then the block Hadamard."""
-    return _qmx.hadamard(as_array(x), "rht:%d:%d" % (block, seed), inverse)
+    """The randomized Hadamard transform: random signs (seeded Philox) then the block Hadamard; on CUDA
+    tensors as hadamard."""
+    return _transform(x, "rht:%d:%d" % (block, seed), inverse)
+
+
+def _transform(x, transform, inverse):
+    if not _is_cuda_tensor(x):
+        return _qmx.hadamard(as_array(x), transform, inverse)
+    import torch
+    _require_engine("hadamard")
+    t = _cuda_float32("hadamard", "x", x)
+    cols = t.shape[-1] if t.dim() > 0 else 1
+    rows = t.numel() // cols if cols else 0
+    out = t.clone()
+    with torch.cuda.device(t.device):
+        _qmx.hadamard_cuda(out.data_ptr(), rows, cols, transform, inverse, torch.cuda.current_stream(t.device).cuda_stream)
+    return out
 
 
 def quest(x, spec="mxfp4", *, clip_ratio=0.0, stat="std", scale_rounding="floor", block=32, seed=None):

@@ -7,8 +7,8 @@ baseline. --json FILE writes the rows.
 --device cuda times the emulation engine instead: one qmx.torch.Linear training step (forward and backward,
 the recipe's three GEMMs bit for bit) on CUDA tensors beside BF16 nn.Linear's step, a fake-quant emulation
 of the same forward (quantize, dequantize, BF16 matmul: what torchao's and vLLM's emulation run) with the
-SQNR of its output against the faithful one, qmx.quantize of a CUDA tensor beside a device copy, and the
-GEMM models (--gemm-size, 8192 by default) beside BF16 torch.matmul. Where torchao imports, its own MX and
+SQNR of its output against the faithful one, qmx.quantize, error_stats, hadamard and fake_quantize of a CUDA
+tensor beside a device copy, qmx.scaled_mm beside torch._scaled_mm, and the GEMM models (--gemm-size, 8192 by default) beside BF16 torch.matmul. Where torchao imports, its own MX and
 NVFP4 quantizers (eager and under torch.compile) run on the same input, their codes and scales compared
 with qmx's under the matching profile, and its fake-quant forward beside qmx's with its SQNR."""
 import argparse
@@ -142,6 +142,7 @@ def cuda_main(a):
         t = cuda_seconds(lambda: qmx.quantize(xs, spec), a.reps)
         rows.append({"call": "qmx.quantize(x_cuda, %r)" % spec, "size": n, "seconds": t, "ratio": t_copy / t})
         print("%-44s %6s %10.3f ms %8.2fx copy speed" % ("qmx.quantize(x_cuda, %r)" % spec, "", t * 1e3, t_copy / t))
+    cuda_tensor_ops(a, xs, t_copy, rows)
     if ao is not None:
         torchao_quantizers(a, ao, xs, t_copy, rows)
     if a.gemm_size > 0:
@@ -150,6 +151,37 @@ def cuda_main(a):
         with open(a.json, "w") as f:
             json.dump({"gpu": name, "torch": torch.__version__, "reps": a.reps, "rows": rows,
                        "torchao": None if ao is None else ao["version"]}, f, indent=1)
+
+
+def cuda_tensor_ops(a, xs, t_copy, rows):
+    """The engine's tensor operations on the same input beside the device copy, and qmx.scaled_mm beside
+    torch._scaled_mm (per-tensor E4M3, BF16 output) at --sizes, its outputs compared with torch's."""
+    import torch
+    ys = xs * 1.01
+    ops = [("qmx.error_stats(x_cuda, y_cuda)", lambda: qmx.error_stats(xs, ys)),
+           ("qmx.hadamard(x_cuda, 32)", lambda: qmx.hadamard(xs, 32)),
+           ("qmx.hadamard(x_cuda, 128)", lambda: qmx.hadamard(xs, 128)),
+           ("qmx.fake_quantize(x_cuda, 'mxfp8')", lambda: qmx.fake_quantize(xs, "mxfp8"))]
+    for call, fn in ops:
+        t = cuda_seconds(fn, a.reps)
+        rows.append({"call": call, "size": xs.numel(), "seconds": t, "ratio": t_copy / t})
+        print("%-44s %6s %10.3f ms %8.2fx copy speed" % (call, "", t * 1e3, t_copy / t))
+    if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+        return
+    one = torch.tensor(1.0, device=xs.device)
+    for s in a.sizes:
+        fa = torch.randn(s, s, device=xs.device).to(torch.float8_e4m3fn)
+        fb = torch.randn(s, s, device=xs.device).to(torch.float8_e4m3fn).t()
+        split = qmx.scaled_mm_split_k(s, s, s, torch.bfloat16) or 1
+        t_torch = cuda_seconds(lambda: torch._scaled_mm(fa, fb, one, one, out_dtype=torch.bfloat16), a.reps)
+        t = cuda_seconds(lambda: qmx.scaled_mm(fa, fb, one, one, out_dtype=torch.bfloat16, split_k=split), a.reps)
+        same = bool(torch.equal(torch._scaled_mm(fa, fb, one, one, out_dtype=torch.bfloat16).view(torch.int16),
+                                qmx.scaled_mm(fa, fb, one, one, out_dtype=torch.bfloat16, split_k=split).view(torch.int16)))
+        rows.append({"call": "qmx.scaled_mm e4m3 bf16", "size": s, "seconds": t, "ratio": t_torch / t,
+                     "torch_seconds": t_torch, "equal_to_torch": same})
+        print("%-44s %6d %10.3f ms %8.2fx torch._scaled_mm speed (%.3f ms), outputs %s" % (
+            "qmx.scaled_mm e4m3 bf16", s, t * 1e3, t_torch / t, t_torch * 1e3,
+            "equal" if same else "DIFFERENT (a GPU other than the measured H200?)"))
 
 
 def sqnr_db(ref, y):

@@ -10,6 +10,9 @@
 #include "qmx/golden.h"
 #include "qmx/metrics.h"
 #include "qmx/transform.h"
+#if defined(QMX_HAVE_CUDA)
+#include "qmx/gpu.h"
+#endif
 
 namespace qmx::py {
 
@@ -82,6 +85,40 @@ void BindStudies(pyb::module_& m) {
   }, pyb::arg("ref"), pyb::arg("out"),
         "Error of out against ref (float32, same shape) over the elements where both are finite: mse, rmse,\n"
         "nmse, sqnr_db, max_abs_err, max_rel_err, mean_rel_err, bias, cosine and the counts.");
+  m.def(
+      "error_stats_cuda",
+      [](uintptr_t ref, uintptr_t out, size_t n, uintptr_t stream) {
+#if defined(QMX_HAVE_CUDA)
+        ErrorStats e;
+        {
+          pyb::gil_scoped_release nogil;
+          e = gpu::EngineErrorStatsOnDevice(reinterpret_cast<const float*>(ref), reinterpret_cast<const float*>(out), n,
+                                            reinterpret_cast<void*>(stream));
+        }
+        return ErrorDict(e);
+#else
+        (void)ref, (void)out, (void)n, (void)stream;
+        throw Error(kNoCuda);
+#endif
+      },
+      pyb::arg("ref"), pyb::arg("out"), pyb::arg("n"), pyb::arg("stream"),
+      "error_stats of n float32 values at device addresses ref and out (qmx::gpu::EngineErrorStatsOnDevice, on\n"
+      "CUDA stream `stream`): the same dict, bit for bit.");
+  m.def(
+      "hadamard_cuda",
+      [](uintptr_t x, size_t rows, size_t cols, const std::string& transform, bool inverse, uintptr_t stream) {
+        const HadamardSpec h = ParseHadamard(transform);
+#if defined(QMX_HAVE_CUDA)
+        pyb::gil_scoped_release nogil;
+        gpu::EngineHadamardOnDevice(h, reinterpret_cast<float*>(x), rows, cols, inverse,
+                                    reinterpret_cast<void*>(stream));
+#else
+        (void)h, (void)x, (void)rows, (void)cols, (void)inverse, (void)stream;
+        throw Error(kNoCuda);
+#endif
+      },
+      pyb::arg("x"), pyb::arg("rows"), pyb::arg("cols"), pyb::arg("transform"), pyb::arg("inverse"), pyb::arg("stream"),
+      "hadamard in place on rows x cols float32 values at device address x (qmx::gpu::EngineHadamardOnDevice).");
   m.def("misalignment", [](const pyb::array& x, const pyb::array& q, size_t group) {
     const InArray xi = F32Input(x, "x"), qi = F32Input(q, "q");
     SameShape(xi, qi);

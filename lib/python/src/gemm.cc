@@ -13,6 +13,9 @@
 #include "qmx/error.h"
 #include "qmx/gemm.h"
 #include "qmx/scaled_mm.h"
+#if defined(QMX_HAVE_CUDA)
+#include "qmx/gpu.h"
+#endif
 
 namespace qmx::py {
 
@@ -71,6 +74,49 @@ void BindGemm(pyb::module_& m) {
     return s == 0 ? pyb::none() : pyb::object(pyb::int_(s));
   }, pyb::arg("m"), pyb::arg("n"), pyb::arg("k"), pyb::arg("out_dtype") = "float32",
         "cuBLASLt's numSplitsK for per-tensor e4m3 x e4m3 M x K x N on the H200 where measured, else None.");
+  m.def(
+      "scaled_mm_cuda",
+      [](uintptr_t a, uintptr_t b, size_t m, size_t k, size_t n, uintptr_t scale_a, size_t sa_rows, size_t sa_cols,
+         uintptr_t scale_b, size_t sb_rows, size_t sb_cols, const std::string& a_format, const std::string& b_format,
+         bool use_fast_accum, const std::string& out_dtype, uintptr_t bias, int split_k, uintptr_t out,
+         uintptr_t stream) {
+        ScaledMmArgs x;
+        x.a_format = ParseFormat(a_format);
+        x.b_format = ParseFormat(b_format);
+        x.m = m;
+        x.k = k;
+        x.n = n;
+        x.a = reinterpret_cast<const uint8_t*>(a);
+        x.b = reinterpret_cast<const uint8_t*>(b);
+        x.scale_a = reinterpret_cast<const float*>(scale_a);
+        x.scale_a_rows = sa_rows;
+        x.scale_a_cols = sa_cols;
+        x.scale_b = reinterpret_cast<const float*>(scale_b);
+        x.scale_b_rows = sb_rows;
+        x.scale_b_cols = sb_cols;
+        x.bias = reinterpret_cast<const uint16_t*>(bias);
+        x.out = ParseScaledMmOut(out_dtype);
+        x.fast_accum = use_fast_accum;
+        x.split_k = split_k;
+#if defined(QMX_HAVE_CUDA)
+        ScaledMmResult r;
+        {
+          pyb::gil_scoped_release nogil;
+          r = gpu::EngineScaledMmOnDevice(x, reinterpret_cast<void*>(out), reinterpret_cast<void*>(stream));
+        }
+        return pyb::make_tuple(r.model, r.scaling, r.split_k);
+#else
+        (void)x, (void)out, (void)stream;
+        throw Error(kNoCuda);
+#endif
+      },
+      pyb::arg("a"), pyb::arg("b"), pyb::arg("m"), pyb::arg("k"), pyb::arg("n"), pyb::arg("scale_a"),
+      pyb::arg("sa_rows"), pyb::arg("sa_cols"), pyb::arg("scale_b"), pyb::arg("sb_rows"), pyb::arg("sb_cols"),
+      pyb::arg("a_format"), pyb::arg("b_format"), pyb::arg("use_fast_accum"), pyb::arg("out_dtype"), pyb::arg("bias"),
+      pyb::arg("split_k"), pyb::arg("out"), pyb::arg("stream"),
+      "qmx::gpu::EngineScaledMmOnDevice: scaled_mm of device codes a (m x k) and b (k x n) with device FP32 scales\n"
+      "(and a device bias, 0 for none) into the device buffer out on CUDA stream `stream`; returns (model,\n"
+      "scaling, split_k).");
   m.def("scaled_mm", [](const pyb::array& a, const pyb::array& b, const pyb::array& scale_a, const pyb::array& scale_b,
                         const std::string& a_format, const std::string& b_format, bool use_fast_accum,
                         const std::string& out_dtype, const std::optional<pyb::array>& bias, int split_k,

@@ -12,6 +12,7 @@
 #include "qmx/gemm.h"
 #include "qmx/round.h"
 #include "float_bits.h"
+#include "gemm/scaled_mm_core.h"
 
 namespace qmx {
 namespace {
@@ -26,8 +27,6 @@ constexpr SplitKEntry kSplitK[] = {
 
 std::string Dims(size_t r, size_t c) { return std::to_string(r) + " x " + std::to_string(c); }
 
-const Format& OutFormat(ScaledMmOut o) { return o == ScaledMmOut::kBF16 ? fmt::kBF16 : fmt::kFP16; }
-
 // Columns [k0, k1) of a row-major rows x cols code matrix (A's K range), or rows [k0, k1) (B's).
 GemmOperand SliceA(const ScaledMmArgs& x, size_t k0, size_t k1) {
   if (k0 == 0 && k1 == x.k) return OperandFromCodes(x.a_format, x.m, x.k, x.a);  // unsplit: no gathered copy
@@ -41,25 +40,6 @@ GemmOperand SliceB(const ScaledMmArgs& x, size_t k0, size_t k1) {
 
 std::vector<float> Accumulate(const GemmOperand& a, const GemmOperand& b, const AccumModel& model, bool reference) {
   return reference ? GemmRef(a, b, nullptr, model) : Gemm(a, b, nullptr, model);
-}
-
-// The FP32 accumulator of every output (scales 1): one Gemm per split of K, added in split order.
-std::vector<float> SplitKAccumulator(const ScaledMmArgs& x, const AccumModel& model, int splits) {
-  const size_t tiles = (x.k + 127) / 128;
-  const size_t per = (tiles + static_cast<size_t>(splits) - 1) / static_cast<size_t>(splits);
-  std::vector<float> acc;
-  for (int s = 0; s < splits; ++s) {
-    const size_t k0 = std::min(x.k, s * per * 128), k1 = std::min(x.k, (s + 1) * per * 128);
-    if (k0 >= k1) break;  // trailing splits past K are empty
-    const std::vector<float> part = Accumulate(SliceA(x, k0, k1), SliceB(x, k0, k1), model, x.reference);
-    if (acc.empty()) {
-      acc = part;
-      continue;
-    }
-    for (size_t i = 0; i < acc.size(); ++i) acc[i] = acc[i] + part[i];
-  }
-  if (acc.empty()) acc.assign(x.m * x.n, 0.0f);  // K = 0
-  return acc;
 }
 
 void CheckArgs(const ScaledMmArgs& x) {
@@ -105,7 +85,7 @@ int CublasLtSplitK(size_t m, size_t n, size_t k, ScaledMmOut out) {
   return out == ScaledMmOut::kF32 ? it->f32 : it->bf16;
 }
 
-ScaledMmResult ScaledMm(const ScaledMmArgs& x) {
+ScaledMmPlan PlanScaledMm(const ScaledMmArgs& x) {
   CheckArgs(x);
   const size_t kb = (x.k + 127) / 128;
   const bool tensorwise = x.scale_a_rows * x.scale_a_cols == 1 && x.scale_b_rows * x.scale_b_cols == 1;
@@ -113,8 +93,8 @@ ScaledMmResult ScaledMm(const ScaledMmArgs& x) {
   // 128x1 block per column, and torch (like the measurement at K = 128) takes them as row-wise.
   const bool rowwise = !tensorwise && x.scale_a_rows == x.m && x.scale_a_cols == 1 && x.scale_b_rows == 1 &&
                        x.scale_b_cols == x.n;
-  ScaledMmResult r;
-  r.model = x.fast_accum ? "hopper-fp8-fast" : "hopper-fp8";
+  ScaledMmPlan p;
+  p.model = x.fast_accum ? "hopper-fp8-fast" : "hopper-fp8";
   if (!tensorwise && !rowwise) {
     // Blockwise: A's 1x128 blocks with B's 128x128 or 128x1.
     const bool a_blk = x.scale_a_rows == x.m && x.scale_a_cols == kb;
@@ -130,18 +110,12 @@ ScaledMmResult ScaledMm(const ScaledMmArgs& x) {
     if (x.bias != nullptr || x.out != ScaledMmOut::kF32)
       throw Error("scaled_mm: blockwise scaling was measured with FP32 output and no bias only");
     if (x.split_k > 1) throw Error("scaled_mm: split-K with blockwise scales was not measured");
-    GemmOperand a = OperandFromCodes(x.a_format, x.m, x.k, x.a), b = OperandFromCodes(x.b_format, x.k, x.n, x.b);
-    std::vector<uint32_t> wa(x.m * kb), wb(x.scale_b_rows * x.scale_b_cols);
-    std::memcpy(wa.data(), x.scale_a, wa.size() * 4);
-    std::memcpy(wb.data(), x.scale_b, wb.size() * 4);
-    SetBlockScales(a, ScaleFormat::kFp32, 1, 128, wa.data());
-    SetBlockScales(b, ScaleFormat::kFp32, 128, b_blk ? 128 : 1, wb.data());
-    r.model = b_blk ? "hopper-fp8" : "hopper-fp8-vec";
-    r.scaling = b_blk ? "blockwise-128x128" : "blockwise-128x1";
-    const std::vector<float> d = Accumulate(a, b, AccumModelByName(r.model), x.reference);
-    r.bits.resize(d.size());
-    for (size_t i = 0; i < d.size(); ++i) r.bits[i] = detail::F32Bits(d[i]);
-    return r;
+    p.blockwise = true;
+    p.b_block_cols = b_blk ? 128 : 1;
+    p.model = b_blk ? "hopper-fp8" : "hopper-fp8-vec";
+    p.scaling = b_blk ? "blockwise-128x128" : "blockwise-128x1";
+    if (x.k > 0) p.splits.emplace_back(0, x.k);
+    return p;
   }
 
   // Split-K: given, or cuBLASLt's measured choice. Row-wise scaling never split in the measurements.
@@ -159,32 +133,55 @@ ScaledMmResult ScaledMm(const ScaledMmArgs& x) {
                   "H200: pass split_k (numSplitsK in cuBLASLt's log under CUBLASLT_LOG_LEVEL=2; 1 for an "
                   "unsplit kernel)");
   }
-  r.split_k = splits;
-  r.scaling = rowwise ? "rowwise" : "tensorwise";
-  const std::vector<float> acc = SplitKAccumulator(x, AccumModelByName(r.model), splits);
-
-  CastOptions rne;
-  rne.saturation = Saturation::kNoSat;  // overflow to Inf, as the GPU's cvt.rn does
-  const float alpha = x.scale_a[0] * x.scale_b[0];  // per tensor: fl32(sa * sb)
-  std::vector<float> bias;  // decoded once per column
-  if (x.bias != nullptr)
-    for (size_t j = 0; j < x.n; ++j) bias.push_back(DecodeToFloat(OutFormat(x.out), x.bias[j]));
-  r.bits.resize(x.m * x.n);
-  for (size_t i = 0; i < x.m; ++i) {
-    for (size_t j = 0; j < x.n; ++j) {
-      float v = acc[i * x.n + j];
-      if (rowwise) {
-        v = v * x.scale_b[j];
-        v = v * x.scale_a[i];
-      } else {
-        v = v * alpha;
-      }
-      if (!bias.empty()) v = v + bias[j];
-      r.bits[i * x.n + j] = x.out == ScaledMmOut::kF32
-                                ? detail::F32Bits(v)
-                                : static_cast<uint32_t>(ConvertF32(v, OutFormat(x.out), rne));
-    }
+  p.split_k = splits;
+  p.rowwise = rowwise;
+  p.scaling = rowwise ? "rowwise" : "tensorwise";
+  // K in 128-element tiles, each split ceil(tiles / splits) consecutive tiles; trailing splits past K are empty.
+  const size_t tiles = (x.k + 127) / 128;
+  const size_t per = (tiles + static_cast<size_t>(splits) - 1) / static_cast<size_t>(splits);
+  for (int s = 0; s < splits; ++s) {
+    const size_t k0 = std::min(x.k, s * per * 128), k1 = std::min(x.k, (s + 1) * per * 128);
+    if (k0 < k1) p.splits.emplace_back(k0, k1);
   }
+  return p;
+}
+
+ScaledMmResult ScaledMm(const ScaledMmArgs& x) {
+  const ScaledMmPlan p = PlanScaledMm(x);
+  ScaledMmResult r;
+  r.model = p.model;
+  r.scaling = p.scaling;
+  r.split_k = p.split_k;
+  if (p.blockwise) {
+    GemmOperand a = OperandFromCodes(x.a_format, x.m, x.k, x.a), b = OperandFromCodes(x.b_format, x.k, x.n, x.b);
+    std::vector<uint32_t> wa(x.scale_a_rows * x.scale_a_cols), wb(x.scale_b_rows * x.scale_b_cols);
+    std::memcpy(wa.data(), x.scale_a, wa.size() * 4);
+    std::memcpy(wb.data(), x.scale_b, wb.size() * 4);
+    SetBlockScales(a, ScaleFormat::kFp32, 1, 128, wa.data());
+    SetBlockScales(b, ScaleFormat::kFp32, 128, p.b_block_cols, wb.data());
+    const std::vector<float> d = Accumulate(a, b, AccumModelByName(p.model), x.reference);
+    r.bits.resize(d.size());
+    for (size_t i = 0; i < d.size(); ++i) r.bits[i] = detail::F32Bits(d[i]);
+    return r;
+  }
+  // The FP32 accumulator of every output (scales 1): one Gemm per split of K, added in split order.
+  const AccumModel model = AccumModelByName(p.model);
+  std::vector<float> acc;
+  for (const auto& [k0, k1] : p.splits) {
+    const std::vector<float> part = Accumulate(SliceA(x, k0, k1), SliceB(x, k0, k1), model, x.reference);
+    if (acc.empty()) {
+      acc = part;
+      continue;
+    }
+    for (size_t i = 0; i < acc.size(); ++i) acc[i] = detail::AddF32(acc[i], part[i]);
+  }
+  if (acc.empty()) acc.assign(x.m * x.n, 0.0f);  // K = 0
+  const detail::ScaledMmEpilogue e = detail::EpilogueOf(x, p);
+  r.bits.resize(x.m * x.n);
+  for (size_t i = 0; i < x.m; ++i)
+    for (size_t j = 0; j < x.n; ++j)
+      r.bits[i * x.n + j] = detail::ScaledMmOutput(e, acc[i * x.n + j], x.scale_a[p.rowwise ? i : 0],
+                                                   x.scale_b[p.rowwise ? j : 0], e.has_bias ? x.bias[j] : 0);
   return r;
 }
 

@@ -1,11 +1,13 @@
 // metrics_internal.h: the per-element step of the error statistics, shared by the scalar reference and
-// the Highway kernel (metrics_simd.cc), and the fixed lane order both follow.
+// the Highway kernel (metrics_simd.cc), and the fixed lane order both follow. AddElement is also compiled for
+// the device (QMX_HOST_DEVICE): the CUDA engine's error statistics (gpu/src/engine_ops.cu) run it per lane.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 
+#include "qmx/host_device.h"
 #include "qmx/metrics.h"
 
 namespace qmx::detail {
@@ -17,7 +19,7 @@ inline constexpr size_t kErrorLanes = 8;
 // One element into a lane's partial sums. A float reference gives exact differences; a double one (the
 // recipes' FP64 GEMMs) one rounding.
 template <typename Ref>
-inline void AddElement(ErrorStats& s, Ref r, float o) {
+QMX_HOST_DEVICE inline void AddElement(ErrorStats& s, Ref r, float o) {
   if (!std::isfinite(r) || !std::isfinite(o)) {
     ++s.nonfinite;
     if (std::isfinite(r)) ++s.out_nonfinite;

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "engine_internal.h"
+#include "gemm/exact_sum.h"
 
 namespace qmx::gpu::detail {
 namespace fused {
@@ -236,15 +237,54 @@ __device__ inline float Promote(const EngineGemmArgs& g, const Line& L, size_t w
   return __fadd_rn(acc, part);
 }
 
-// The epilogue: alpha, then the model's canonical NaN (qmx::detail::ModelNan): 0x7FFFFFFF fused, 0x7FC00000
-// fp32-seq.
+// The epilogue: alpha (exact takes it into every product instead), then the model's canonical NaN
+// (qmx::detail::ModelNan): 0x7FFFFFFF fused, 0x7FC00000 fp32-seq, exact and block-exact.
 __device__ inline float Finish(const EngineGemmArgs& g, size_t i, size_t j, float acc) {
-  const float r = g.alpha.has ? __fmul_rn(AlphaAt(g.alpha, i, j), acc) : acc;
-  return isnan(r) ? __int_as_float(g.model.kind == 1 ? 0x7FC00000 : 0x7FFFFFFF) : r;
+  const float r = g.alpha.has && g.model.kind != 2 ? __fmul_rn(AlphaAt(g.alpha, i, j), acc) : acc;
+  return isnan(r) ? __int_as_float(g.model.kind != 0 ? 0x7FC00000 : 0x7FFFFFFF) : r;
+}
+
+// exact and block-exact (gemm_ref.cc ExactDot, BlockExactDot) on the reference's own accumulator and product
+// (exact_sum.h), from C or +0: exact sums every product times its scales and second-level factors (TE's alpha
+// under its rules) with C and rounds once; block-exact rounds C plus each scale block's products into the FP32
+// accumulator. The accumulator lives in local memory (1,344 bits each side): the slow, general path.
+static __device__ __noinline__ float ExactFamilyDot(const EngineGemmArgs& g, const Line& L, size_t i, size_t j) {
+  const float* c = g.c ? g.c + i * g.n + j : nullptr;
+  qmx::detail::ExactSum sum;
+  if (g.model.kind == 2) {
+    bool all_neg_zero = true;
+    if (c) {
+      sum.AddDouble(*c);
+      all_neg_zero = *c == 0 && signbit(*c);
+    }
+    const EngineAlpha& al = g.alpha;
+    const bool te = al.rule != 0;
+    const double ta = te ? AlphaAt(al, i, j) : al.rows ? al.rows[i] : al.ta;
+    const double tb = te ? 1.0 : al.cols ? al.cols[j] : al.tb;
+    for (size_t k = 0; k < g.k; ++k) {
+      const double f[6] = {L.va[L.CodeA(k)], L.vb[L.CodeB(k)], L.SA(k), L.SB(k), ta, tb};
+      qmx::detail::AddExactFactors(sum, all_neg_zero, f, 6);
+    }
+    return sum.RoundToFloat((c || g.k > 0) && all_neg_zero);
+  }
+  float acc = c ? *c : 0.0f;
+  for (size_t k0 = 0; k0 < g.k; k0 += g.model.kb) {
+    const size_t k1 = k0 + g.model.kb < g.k ? k0 + g.model.kb : g.k;
+    sum.Clear();
+    sum.AddDouble(acc);
+    bool all_neg_zero = acc == 0 && signbit(acc);
+    for (size_t k = k0; k < k1; ++k) {
+      const double f[4] = {L.va[L.CodeA(k)], L.vb[L.CodeB(k)], L.SA(k), L.SB(k)};
+      qmx::detail::AddExactFactors(sum, all_neg_zero, f, 4);
+    }
+    acc = sum.RoundToFloat(all_neg_zero);
+  }
+  return acc;
 }
 
 __device__ inline float Dot(const EngineGemmArgs& g, const Line& L, size_t i, size_t j) {
   const EngineModel& p = g.model;
+  if (p.kind >= 2) return Finish(g, i, j, ExactFamilyDot(g, L, i, j));
   float acc = g.c ? g.c[i * g.n + j] : 0.0f;
   if (p.kind == 1) {  // fp32-seq: acc = fmaf(a_k * sa_k, b_k * sb_k, acc) in K order
     ScaleCursor ka = L.CursorA(), kb = L.CursorB();

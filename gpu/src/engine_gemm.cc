@@ -95,10 +95,8 @@ std::string EngineGemmSupport(const GemmOperand& a, const GemmOperand& b, const 
   for (const GemmOperand* o : {&a, &b})
     if (o->scale_format == ScaleFormat::kCode)
       return std::string("block scales of format ") + o->scale_code.name + " run on the CPU (the engine takes UE8M0, E4M3 and FP32)";
-  if (model.kind == AccumKind::kFp32Seq) return "";
-  if (model.kind != AccumKind::kFused)
-    return "the engine runs the fused models and fp32-seq; '" + model.name + "' (one exact rounding per " +
-           (model.kind == AccumKind::kExact ? "dot product" : "scale block") + ") runs on the CPU";
+  // fp32-seq, and exact and block-exact on the reference's own exact accumulator (engine_fused.cuh).
+  if (model.kind != AccumKind::kFused) return "";
   const FusedParams& p = model.fused;
   if (p.acc_fp16)
     return "the engine's accumulators are FP32; '" + model.name + "' accumulates in FP16 and runs on the CPU";
@@ -145,7 +143,11 @@ void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, con
   g.n = plan.n;
   g.k = plan.k;
   const FusedParams& f = model.fused;
-  g.model.kind = model.kind == AccumKind::kFp32Seq ? 1 : 0;
+  g.model.kind = model.kind == AccumKind::kFp32Seq      ? 1
+                 : model.kind == AccumKind::kExact      ? 2
+                 : model.kind == AccumKind::kBlockExact ? 3
+                                                        : 0;
+  g.model.kb = plan.kb;
   g.model.step = f.step;
   g.model.frac_bits = f.frac_bits;
   g.model.out_bits = f.out_bits;

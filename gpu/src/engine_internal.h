@@ -26,7 +26,8 @@ struct EngineOperand {
 
 // The model, as FusedParams and AccumKind say it (qmx/gemm.h).
 struct EngineModel {
-  int kind = 0;  // 0 fused, 1 fp32-seq
+  int kind = 0;   // 0 fused, 1 fp32-seq, 2 exact, 3 block-exact
+  size_t kb = 0;  // block-exact: the scale block's length along K (GemmPlan::kb)
   int step = 32, frac_bits = 13, out_bits = 24, group = 1, zero_exp = -1000, promote = 0;
   bool term_rne = false, out_rne = false, zero_operands = false, scales_in = false, blocks = false,
        promote_separately = false;

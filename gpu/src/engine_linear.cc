@@ -397,8 +397,8 @@ std::string EngineLinearSupport(const TrainingRecipe& recipe, const RecipeOption
       if (!why.empty()) return what + why;
     }
     const AccumModel model = AccumModelByName(opt.accum == "auto" ? g.accum : opt.accum);
-    if (model.kind == AccumKind::kExact || model.kind == AccumKind::kBlockExact)
-      return what + "'" + model.name + "' (one exact rounding per dot product or scale block) runs on the CPU";
+    if (model.kind == AccumKind::kFused && (model.fused.acc_fp16 || model.fused.cdna3_halves))
+      return what + "'" + model.name + "' (FP16 accumulation or CDNA3's half sums) runs on the CPU";
   }
   return "";
 }

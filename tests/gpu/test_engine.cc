@@ -82,8 +82,9 @@ TEST_CASE("gpu engine: support names what the engine does not run", "[gpu]") {
   const GemmOperand a = Codes(fmt::kE4M3, 2, 32, rng), b = Codes(fmt::kE4M3, 32, 2, rng);
   CHECK(gpu::EngineGemmSupport(a, b, AccumModelByName("blackwell-mxf8f6f4")).empty());
   CHECK(gpu::EngineGemmSupport(a, b, AccumModelByName("fp32-seq")).empty());
-  CHECK_THAT(gpu::EngineGemmSupport(a, b, AccumModelByName("exact")), Catch::Contains("runs on the CPU"));
-  CHECK_THAT(gpu::EngineGemmSupport(a, b, AccumModelByName("block-exact")), Catch::Contains("scale block"));
+  CHECK(gpu::EngineGemmSupport(a, b, AccumModelByName("exact")).empty());
+  CHECK(gpu::EngineGemmSupport(a, b, AccumModelByName("block-exact")).empty());
+  CHECK_THAT(gpu::EngineGemmSupport(a, b, AccumModelByName("ada-mma-fp8-f16")), Catch::Contains("runs on the CPU"));
   // F = 50 leaves no room for 33 terms in 53 bits; E5M2 groups of 16 span more than 53 bits.
   CHECK_THAT(gpu::EngineGemmSupport(a, b, AccumModelByName("fused:step=32,F=50")), Catch::Contains("more than the engine's 53"));
   const GemmOperand a5 = Codes(fmt::kE5M2, 2, 32, rng), b5 = Codes(fmt::kE5M2, 32, 2, rng);
@@ -92,10 +93,10 @@ TEST_CASE("gpu engine: support names what the engine does not run", "[gpu]") {
   if (!gpu::Device().available) {
     CHECK_THROWS_WITH(gpu::EngineGemm(a, b, nullptr, AccumModelByName("hopper-fp8")), Catch::Contains("GPU") || Catch::Contains("device"));
   }
-  CHECK_THROWS_WITH(gpu::EngineGemm(a, b, nullptr, AccumModelByName("exact")), Catch::Contains("engine: "));
+  CHECK_THROWS_WITH(gpu::EngineGemm(a, b, nullptr, AccumModelByName("ada-mma-fp8-f16")), Catch::Contains("engine: "));
 }
 
-TEST_CASE("gpu engine: every fused model and fp32-seq equal qmx::Gemm bit for bit", "[gpu]") {
+TEST_CASE("gpu engine: every fused model, fp32-seq, exact and block-exact equal qmx::Gemm bit for bit", "[gpu]") {
   if (!qmx::test::GpuPresent()) return;
   std::mt19937 rng(44);
   Tally t;
@@ -155,15 +156,16 @@ TEST_CASE("gpu engine: every fused model and fp32-seq equal qmx::Gemm bit for bi
     CheckModels(a, b, nullptr, "nvfp4", t);
     a.te_alpha.amax = 5.25f;
     b.te_alpha.amax = 1.0e-3f;
-    for (const char* rule : {"te", "te-ref"}) {
-      AccumModel m = AccumModelByName("blackwell-mxf4nvf4");
-      m.alpha = ParseAlphaRule(rule);
-      const std::vector<float> want = Gemm(a, b, nullptr, m), got = gpu::EngineGemm(a, b, nullptr, m);
-      size_t bad = 0;
-      for (size_t i = 0; i < got.size(); ++i) bad += FloatBits(got[i]) != FloatBits(want[i]);
-      INFO("alpha " << rule);
-      CHECK(bad == 0);
-    }
+    for (const char* model : {"blackwell-mxf4nvf4", "exact", "block-exact"})
+      for (const char* rule : {"te", "te-ref"}) {
+        AccumModel m = AccumModelByName(model);
+        m.alpha = ParseAlphaRule(rule);
+        const std::vector<float> want = Gemm(a, b, nullptr, m), got = gpu::EngineGemm(a, b, nullptr, m);
+        size_t bad = 0;
+        for (size_t i = 0; i < got.size(); ++i) bad += FloatBits(got[i]) != FloatBits(want[i]);
+        INFO(model << ", alpha " << rule);
+        CHECK(bad == 0);
+      }
     GemmOperand ar = a, br = b;
     ar.tensor_scale = br.tensor_scale = 1.0f;
     ar.row_scales = {0.5f, 1.5f, 3.0e-5f, 7.0f, 1.0f};
@@ -192,8 +194,9 @@ TEST_CASE("gpu engine: every fused model and fp32-seq equal qmx::Gemm bit for bi
     CheckModels(a, b, nullptr, "nvfp4 300x70x1024", t);
   }
   INFO("compared " << t.compared << " GEMMs, " << t.outputs << " outputs");
-  for (const char* must : {"blackwell-mxf4nvf4", "blackwell-mxf8f6f4", "hopper-fp8", "hopper-fp8-fast", "hopper-fp8-vec",
-                           "hopper-mma-sync", "ada-fp8", "fp32-seq", "blackwell-mxf4nvf4-mmasim"}) {
+  for (const char* must :
+       {"blackwell-mxf4nvf4", "blackwell-mxf8f6f4", "hopper-fp8", "hopper-fp8-fast", "hopper-fp8-vec",
+        "hopper-mma-sync", "ada-fp8", "fp32-seq", "blackwell-mxf4nvf4-mmasim", "exact", "block-exact"}) {
     INFO(must);
     CHECK(t.per_model[must] >= 20);
   }

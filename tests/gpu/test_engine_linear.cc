@@ -55,6 +55,8 @@ TEST_CASE("gpu engine: the linear layer runs every recipe and names the models i
   for (const std::string& r : TrainingRecipeNames()) CHECK(gpu::EngineLinearSupport(TrainingRecipeByName(r), opt).empty());
   RecipeOptions exact = opt;
   exact.accum = "exact";
+  CHECK(gpu::EngineLinearSupport(TrainingRecipeByName("mxfp8"), exact).empty());
+  exact.accum = "fused:step=32,F=13,bits=11,acc=fp16,scale=products";  // the engine's accumulators are FP32
   CHECK_THAT(gpu::EngineLinearSupport(TrainingRecipeByName("mxfp8"), exact), Catch::Contains("runs on the CPU"));
   if (!qmx::test::GpuPresent()) return;
   RecipeState state;
@@ -62,7 +64,7 @@ TEST_CASE("gpu engine: the linear layer runs every recipe and names the models i
   Dev x(std::vector<float>(32 * 64, 1.0f)), w(std::vector<float>(32 * 64, 1.0f)), y(32 * 32);
   CHECK_THROWS_WITH(gpu::EngineLinearForward(TrainingRecipeByName("mxfp8"), x.get(), w.get(), 32, 32, 64, state, exact,
                                              saved, y.get(), nullptr),
-                    Catch::StartsWith("engine: mxfp8 fprop: 'exact'"));
+                    Catch::StartsWith("engine: mxfp8 fprop: 'fused:"));
   // A NaN in X is named as the CPU names it.
   std::vector<float> bad(32 * 64, 1.0f);
   bad[100] = std::nanf("");

@@ -193,7 +193,7 @@ def test_cuda_linear_bf16_inputs_and_refusals():
     x = torch.randn(64, 256).to(torch.bfloat16)
     _bits_equal(cpu(x), gpu(x.cuda()))
     assert gpu(x.cuda()).dtype == torch.bfloat16
-    e = qt.Linear(256, 64, recipe="mxfp8", accum="exact").cuda()
+    e = qt.Linear(256, 64, recipe="mxfp8", accum="fused:step=32,F=13,bits=11,acc=fp16,scale=products").cuda()
     with pytest.raises(NotImplementedError, match="runs on the CPU"):
         e(torch.randn(32, 256, device="cuda"))
     q = qt.Linear(256, 64, recipe="quartet").cuda()
@@ -231,7 +231,7 @@ def test_cuda_gemm_refusals():
     with pytest.raises(TypeError, match="both"):
         qmx.gemm(qa, qmx.quantize(x.t().contiguous().cpu().numpy(), "mxfp8", axis="col"), "blackwell-mxf8f6f4")
     with pytest.raises(ValueError, match="runs on the CPU"):
-        qmx.gemm(qa, qb, "exact")
+        qmx.gemm(qa, qb, "fused:step=32,F=13,bits=11,acc=fp16,scale=products")
     with pytest.raises(ValueError, match="reference"):
         qmx.gemm(qa, qb, "fp32-seq", reference=True)
     with pytest.raises(ValueError, match=r"\(K\) differ"):

@@ -1,12 +1,76 @@
 // exact_sum.h: an exact (Kulisch-style) accumulator for sums of dyadic rationals m * 2^e, rounded once
-// to FP32 at the end. Serves the `exact` GEMM model and the exact block sums of the other models.
+// to FP32 at the end, and exact products of doubles. Serves the `exact` GEMM model and the exact block sums
+// of the other models. Host-device functions (QMX_HOST_DEVICE): the CUDA engine's exact and block-exact
+// GEMMs (gpu/src/engine_fused.cuh) run this same source per output.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
+#include "qmx/host_device.h"
+
 namespace qmx::detail {
+
+using u128 = unsigned __int128;
+
+QMX_HOST_DEVICE inline int Clz64(uint64_t v) {  // v != 0
+#if defined(__CUDA_ARCH__)
+  return __clzll(static_cast<long long>(v));
+#else
+  return __builtin_clzll(v);
+#endif
+}
+QMX_HOST_DEVICE inline int Ctz64(uint64_t v) {  // v != 0
+#if defined(__CUDA_ARCH__)
+  return __ffsll(static_cast<long long>(v)) - 1;
+#else
+  return __builtin_ctzll(v);
+#endif
+}
+QMX_HOST_DEVICE inline uint64_t DoubleBitsHd(double x) {
+  uint64_t b;
+  memcpy(&b, &x, sizeof b);
+  return b;
+}
+QMX_HOST_DEVICE inline bool FiniteHd(double x) { return x - x == 0; }  // false for Inf and NaN
+
+// An exact value +-mag * 2^lsb.
+struct Exact {
+  bool neg = false;
+  u128 mag = 0;
+  int lsb = 0;
+};
+// A finite double as an exact value with an odd (or zero) magnitude; Inf and NaN give zero (their
+// callers take specials apart first and never use the value, but converting them is undefined).
+QMX_HOST_DEVICE inline Exact ExactOf(double x) {
+  Exact r;
+  if (x == 0 || !FiniteHd(x)) return r;
+  const uint64_t bits = DoubleBitsHd(x);
+  const int field = static_cast<int>((bits >> 52) & 0x7FF);
+  uint64_t m = bits & ((uint64_t{1} << 52) - 1);  // subnormal: frac * 2^-1074; normal: 1.frac * 2^(field-1023)
+  int lsb = -1074;
+  if (field != 0) {
+    m |= uint64_t{1} << 52;
+    lsb = field - 1075;
+  }
+  const int tz = Ctz64(m);
+  m >>= tz;
+  lsb += tz;
+  r.neg = x < 0;
+  r.mag = m;
+  r.lsb = lsb;
+  return r;
+}
+// Product of exact values; the caller keeps the total width within 128 bits (elements <= 11 bits,
+// FP32 factors 24 bits).
+QMX_HOST_DEVICE inline Exact Mul(const Exact& x, const Exact& y) {
+  Exact r;
+  r.neg = x.neg != y.neg;
+  r.mag = x.mag * y.mag;
+  r.lsb = x.lsb + y.lsb;
+  return r;
+}
 
 // Holds sum m_i * 2^e_i exactly for |m_i| < 2^64 and kLowExp <= e_i, e_i + 64 <= kHighExp, as two
 // unsigned fixed-point magnitudes (positive and negative parts) so adding never propagates a borrow.
@@ -18,10 +82,10 @@ class ExactSum {
   static constexpr int kLowExp = -640;
   static constexpr int kHighExp = kLowExp + 64 * kLimbs;
 
-  void Clear() { *this = ExactSum(); }
+  QMX_HOST_DEVICE void Clear() { *this = ExactSum(); }
 
   // Adds (negative ? -1 : 1) * mag * 2^exp.
-  void Add(bool negative, uint64_t mag, int exp) {
+  QMX_HOST_DEVICE void Add(bool negative, uint64_t mag, int exp) {
     if (mag == 0) return;
     uint64_t* limbs = negative ? neg_ : pos_;
     const int bit = exp - kLowExp;
@@ -30,15 +94,14 @@ class ExactSum {
     if (shift) AddAt(limbs, limb + 1, mag >> (64 - shift));
   }
   // The same for a magnitude of up to 128 bits.
-  void Add(bool negative, unsigned __int128 mag, int exp) {
+  QMX_HOST_DEVICE void Add(bool negative, u128 mag, int exp) {
     Add(negative, static_cast<uint64_t>(mag), exp);
     Add(negative, static_cast<uint64_t>(mag >> 64), exp + 64);
   }
   // Adds a double exactly: its significand (with the hidden bit where normal) at its exponent, read from
   // the bits (no frexp / ldexp: the exact model's scaled path adds four doubles per block).
-  void AddDouble(double x) {
-    uint64_t b;
-    std::memcpy(&b, &x, 8);
+  QMX_HOST_DEVICE void AddDouble(double x) {
+    const uint64_t b = DoubleBitsHd(x);
     const int field = static_cast<int>((b >> 52) & 0x7FF);
     const uint64_t frac = b & ((uint64_t{1} << 52) - 1);
     if (field == 0x7FF) {
@@ -52,7 +115,7 @@ class ExactSum {
   // Adds s * w * u exactly: s * w splits into two doubles by an FMA (TwoProduct), each of them times u into
   // two more, and the four parts are added. Exact when no part underflows or overflows a double and every
   // part lies inside the window (the caller bounds the exponents).
-  void AddProduct3(double s, double w, double u) {
+  void AddProduct3(double s, double w, double u) {  // host only (the CPU's scaled exact path)
     const double h1 = s * w, l1 = std::fma(s, w, -h1);
     const double h2 = h1 * u, l2 = std::fma(h1, u, -h2);
     const double h3 = l1 * u, l3 = std::fma(l1, u, -h3);
@@ -61,13 +124,13 @@ class ExactSum {
     AddDouble(h3);
     AddDouble(l3);
   }
-  void AddSpecial(double x) {
-    if (std::isnan(x)) nan_ = true;
+  QMX_HOST_DEVICE void AddSpecial(double x) {
+    if (x != x) nan_ = true;
     else if (x > 0) pos_inf_ = true;
     else neg_inf_ = true;
   }
-  void AddNan() { nan_ = true; }
-  void AddAll(const ExactSum& o) {
+  QMX_HOST_DEVICE void AddNan() { nan_ = true; }
+  QMX_HOST_DEVICE void AddAll(const ExactSum& o) {
     for (int i = 0; i < kLimbs; ++i) {
       AddAt(pos_, i, o.pos_[i]);
       AddAt(neg_, i, o.neg_[i]);
@@ -79,10 +142,11 @@ class ExactSum {
 
   // The sum rounded to FP32 to nearest, ties to even (IEEE: overflow gives Inf, subnormal results are
   // rounded at 2^-149, an exact zero is +0 unless `negative_zero`, the sign IEEE gives a sum of zeros).
-  float RoundToFloat(bool negative_zero = false) const {
-    if (nan_ || (pos_inf_ && neg_inf_)) return std::numeric_limits<float>::quiet_NaN();
-    if (pos_inf_) return std::numeric_limits<float>::infinity();
-    if (neg_inf_) return -std::numeric_limits<float>::infinity();
+  QMX_HOST_DEVICE float RoundToFloat(bool negative_zero = false) const {
+    const float inf = hd::F32FromBits(0x7F800000u);
+    if (nan_ || (pos_inf_ && neg_inf_)) return hd::F32FromBits(0x7FC00000u);
+    if (pos_inf_) return inf;
+    if (neg_inf_) return -inf;
     uint64_t d[kLimbs];
     bool negative = false;
     if (Compare(pos_, neg_) >= 0) {
@@ -94,7 +158,7 @@ class ExactSum {
     int top = kLimbs - 1;
     while (top >= 0 && d[top] == 0) --top;
     if (top < 0) return negative_zero ? -0.0f : 0.0f;
-    const int msb = top * 64 + 63 - __builtin_clzll(d[top]);  // bit index of the leading one
+    const int msb = top * 64 + 63 - Clz64(d[top]);              // bit index of the leading one
     const int exp = msb + kLowExp;                              // value in [2^exp, 2^(exp+1))
     // The LSB kept: 23 bits below the leading one, or 2^-149 for subnormal results.
     int lsb_exp = exp - 23;
@@ -105,15 +169,22 @@ class ExactSum {
     const bool round = lsb > 0 && Bit(d, lsb - 1);
     const bool sticky = lsb > 1 && AnyBelow(d, lsb - 1);
     if (round && (sticky || (kept & 1))) ++kept;
-    // kept * 2^lsb_exp, exactly representable unless it overflows.
-    const double v = std::ldexp(static_cast<double>(kept), lsb_exp);
-    if (v >= 0x1p128) return negative ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+    // kept * 2^lsb_exp, exactly representable unless it overflows (a power of two from its bits: lsb_exp is
+    // within -149 .. kHighExp, inside a double's normal range).
+    const double v = static_cast<double>(kept) * Pow2(lsb_exp);
+    if (v >= 0x1p128) return negative ? -inf : inf;
     const float f = static_cast<float>(v);
     return negative ? -f : f;
   }
 
  private:
-  static void AddAt(uint64_t* limbs, int i, uint64_t v) {
+  QMX_HOST_DEVICE static double Pow2(int e) {
+    const uint64_t b = static_cast<uint64_t>(e + 1023) << 52;
+    double v;
+    memcpy(&v, &b, 8);
+    return v;
+  }
+  QMX_HOST_DEVICE static void AddAt(uint64_t* limbs, int i, uint64_t v) {
     while (v && i < kLimbs) {
       const uint64_t s = limbs[i] + v;
       v = s < v ? 1 : 0;
@@ -121,12 +192,12 @@ class ExactSum {
       ++i;
     }
   }
-  static int Compare(const uint64_t* a, const uint64_t* b) {
+  QMX_HOST_DEVICE static int Compare(const uint64_t* a, const uint64_t* b) {
     for (int i = kLimbs - 1; i >= 0; --i)
       if (a[i] != b[i]) return a[i] < b[i] ? -1 : 1;
     return 0;
   }
-  static void Sub(const uint64_t* a, const uint64_t* b, uint64_t* d) {  // a >= b
+  QMX_HOST_DEVICE static void Sub(const uint64_t* a, const uint64_t* b, uint64_t* d) {  // a >= b
     uint64_t borrow = 0;
     for (int i = 0; i < kLimbs; ++i) {
       const uint64_t t = a[i] - b[i];
@@ -135,14 +206,14 @@ class ExactSum {
       d[i] = r;
     }
   }
-  static bool Bit(const uint64_t* d, int i) { return (d[i >> 6] >> (i & 63)) & 1; }
-  static bool AnyBelow(const uint64_t* d, int i) {  // any bit of index < i
+  QMX_HOST_DEVICE static bool Bit(const uint64_t* d, int i) { return (d[i >> 6] >> (i & 63)) & 1; }
+  QMX_HOST_DEVICE static bool AnyBelow(const uint64_t* d, int i) {  // any bit of index < i
     const int limb = i >> 6, shift = i & 63;
     for (int k = 0; k < limb; ++k)
       if (d[k]) return true;
     return shift && (d[limb] & ((1ull << shift) - 1));
   }
-  static uint64_t ExtractBits(const uint64_t* d, int lo, int n) {  // n <= 24, lo may be negative
+  QMX_HOST_DEVICE static uint64_t ExtractBits(const uint64_t* d, int lo, int n) {  // n <= 24, lo may be negative
     uint64_t r = 0;
     for (int k = n - 1; k >= 0; --k) r = (r << 1) | ((lo + k >= 0 && Bit(d, lo + k)) ? 1 : 0);
     return r;
@@ -152,5 +223,30 @@ class ExactSum {
   uint64_t neg_[kLimbs] = {};
   bool nan_ = false, pos_inf_ = false, neg_inf_ = false;
 };
+
+// Adds the product of n factors (element values and scales) to `sum` exactly. Non-finite factors give the
+// double product's NaN or signed Inf; a zero product keeps `all_neg_zero` only when it is -0. The caller keeps
+// the product's width within 128 bits (qmx::detail::Mul).
+QMX_HOST_DEVICE inline void AddExactFactors(ExactSum& sum, bool& all_neg_zero, const double* factors, int n) {
+  double dp = 1.0;  // the double product: exact enough for its class and sign
+  bool finite = true;
+  Exact p;
+  p.mag = 1;
+  for (int i = 0; i < n; ++i) {
+    const double f = factors[i];
+    dp *= f;
+    finite = finite && FiniteHd(f);
+    if (finite) p = Mul(p, ExactOf(f));
+  }
+  if (!finite) {
+    sum.AddSpecial(dp);
+    all_neg_zero = false;
+  } else if (p.mag == 0) {
+    all_neg_zero = all_neg_zero && DoubleBitsHd(dp) >> 63;
+  } else {
+    all_neg_zero = false;
+    sum.Add(p.neg, p.mag, p.lsb);
+  }
+}
 
 }  // namespace qmx::detail

@@ -8,11 +8,11 @@
 #include <limits>
 
 #include "float_bits.h"
+#include "gemm/exact_sum.h"
 #include "qmx/gemm.h"
 
 namespace qmx::detail {
 
-using u128 = unsigned __int128;
 using i128 = __int128;
 
 struct GemmPlan {
@@ -102,42 +102,6 @@ inline int ScaleFractionBits(const GemmOperand& o) {
   return 23;
 }
 
-// An exact value +-mag * 2^lsb.
-struct Exact {
-  bool neg = false;
-  u128 mag = 0;
-  int lsb = 0;
-};
-// A finite double as an exact value with an odd (or zero) magnitude; Inf and NaN give zero (their
-// callers take specials apart first and never use the value, but converting them is undefined).
-inline Exact ExactOf(double x) {
-  Exact r;
-  if (x == 0 || !std::isfinite(x)) return r;
-  const uint64_t bits = DoubleBits(x);
-  const int field = static_cast<int>((bits >> 52) & 0x7FF);
-  uint64_t m = bits & ((uint64_t{1} << 52) - 1);  // subnormal: frac * 2^-1074; normal: 1.frac * 2^(field-1023)
-  int lsb = -1074;
-  if (field != 0) {
-    m |= uint64_t{1} << 52;
-    lsb = field - 1075;
-  }
-  const int tz = __builtin_ctzll(m);
-  m >>= tz;
-  lsb += tz;
-  r.neg = x < 0;
-  r.mag = m;
-  r.lsb = lsb;
-  return r;
-}
-// Product of exact values; the caller keeps the total width within 128 bits (elements <= 11 bits,
-// FP32 factors 24 bits).
-inline Exact Mul(const Exact& x, const Exact& y) {
-  Exact r;
-  r.neg = x.neg != y.neg;
-  r.mag = x.mag * y.mag;
-  r.lsb = x.lsb + y.lsb;
-  return r;
-}
 inline int Msb128(u128 v) {  // v != 0
   const uint64_t hi = static_cast<uint64_t>(v >> 64);
   return hi ? 127 - __builtin_clzll(hi) : 63 - __builtin_clzll(static_cast<uint64_t>(v));

@@ -51,27 +51,9 @@ struct Dot {
 
 float Alpha(const Dot& d, float acc) { return d.plan.has_alpha ? d.plan.AlphaAt(d.i, d.j) * acc : acc; }
 
-// Adds the product of `factors` (element values and scales) to `sum` exactly. Non-finite factors give
-// the double product's NaN or signed Inf; a zero product keeps `all_neg_zero` only when it is -0.
+// Adds the product of `factors` (element values and scales) to `sum` exactly (exact_sum.h AddExactFactors).
 void AddExactProduct(detail::ExactSum& sum, bool& all_neg_zero, std::initializer_list<double> factors) {
-  double dp = 1.0;  // the double product: exact enough for its class and sign
-  bool finite = true;
-  Exact p;
-  p.mag = 1;
-  for (double f : factors) {
-    dp *= f;
-    finite = finite && std::isfinite(f);
-    if (finite) p = Mul(p, ExactOf(f));
-  }
-  if (!finite) {
-    sum.AddSpecial(dp);
-    all_neg_zero = false;
-  } else if (p.mag == 0) {
-    all_neg_zero = all_neg_zero && std::signbit(dp);
-  } else {
-    all_neg_zero = false;
-    sum.Add(p.neg, p.mag, p.lsb);
-  }
+  detail::AddExactFactors(sum, all_neg_zero, factors.begin(), static_cast<int>(factors.size()));
 }
 
 // exact: RNE(sum a*b*sa*sb*ta*tb + c), every product exact, one rounding (ta, tb: each side's tensor scale,

@@ -366,8 +366,34 @@ __device__ __forceinline__ void ForOutputs(F f) {
 }
 
 // How a certified step's sum is rounded: kRound24Rz / kRound24Rne, FP32 (24 bits) toward zero or to nearest
-// even, by one conversion; kRoundFused, any other width (RoundFused).
-enum StepRound { kRoundFused = 0, kRound24Rz = 1, kRound24Rne = 2 };
+// even, by one conversion; kRoundFused, any other width (RoundFused); kRoundBlockExact, the block-exact model's
+// RNE32(acc + the block's exact sum).
+enum StepRound { kRoundFused = 0, kRound24Rz = 1, kRound24Rne = 2, kRoundBlockExact = 3 };
+
+// RNE32(c + s) of an FP32 c and a double s, exactly: TwoSum gives t = fl64(c + s) and its error e; t rounded
+// to odd where e is not zero (one step toward e when t's last bit is even) holds the exact sum's FP32 rounding,
+// since 53 bits are at least 24 + 2 (and the magnitudes here, above 2^-300, are far from FP64's subnormals).
+__device__ inline float AddRoundF32(float c, double s) {
+  const double a = static_cast<double>(c), t = a + s, bb = t - a;
+  const double e = (a - (t - bb)) + (s - bb);
+  long long bits = __double_as_longlong(t);
+  if (e != 0 && (bits & 1) == 0) bits += (e > 0) == (t > 0) ? 1 : -1;
+  return __double2float_rn(__longlong_as_double(bits));
+}
+
+// A block-exact step where the bounds prove the FP64 tensor core's sum d of the block's products (from zero)
+// exact: every product is a multiple of 2^(minlsb(row) + minlsb(column)) below 2^(maxnom(row) + maxnom(column)
+// + 2), so 2^(kLogStep) of them and every partial sum fit 53 bits when the span ab - lo plus 2 + kLogStep is
+// at most 53 (a special line's maxnom fails it; an all-zero line passes with d = 0). Then the step is
+// RNE32(c + d). False (c unchanged) otherwise, for a NaN or Inf c, and for d = 0 with c = -0 (whose sign
+// depends on the products' zero signs).
+template <int kLogStep>
+__device__ __forceinline__ bool BlockExactFast(int ab, int lo, double d, float& c) {
+  if (ab - lo > 51 - kLogStep || !isfinite(c)) return false;
+  if (d == 0) return !(c == 0 && signbit(c));  // c + 0 is c; +0 stays +0
+  c = AddRoundF32(c, d);
+  return true;
+}
 
 // The step's result for one output where the certificate proves that no term is cut: d the sum of its
 // products (elements times scales) and its accumulator c from the FP64 tensor core (exact where no term is
@@ -527,7 +553,9 @@ __global__ void __launch_bounds__(kDThreads, kPromote ? 2 : 3)
         for (int x = 0; x < 2; ++x)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
-            sum[x][h] = static_cast<double>(kPromote ? part[2 * m2 + x][ni][h] : acc[2 * m2 + x][ni][h]);
+            sum[x][h] = kRound == kRoundBlockExact
+                            ? 0.0
+                            : static_cast<double>(kPromote ? part[2 * m2 + x][ni][h] : acc[2 * m2 + x][ni][h]);
 #pragma unroll
         for (int q = 0; q < kStep / 4; ++q)
           Dmma(sum[0], sum[1], af[q][0], af[q][1], sm.sb[4 * q + gc][wc + 8 * ni + gr]);
@@ -537,8 +565,12 @@ __global__ void __launch_bounds__(kDThreads, kPromote ? 2 : 3)
 #pragma unroll
           for (int x = 0; x < 2; ++x) {
             float& cur = kPromote ? part[2 * m2 + x][ni][h] : acc[2 * m2 + x][ni][h];
-            if (!FastStep<kRound>(z127, frac_bits, out_bits, out_rne, row_a[x] + ib.x, row_b[x] + ib.y, sum[x][h],
-                                  ws[ni][2 * x + h], cur)) {
+            const bool ok =
+                kRound == kRoundBlockExact
+                    ? BlockExactFast < kStep == 32 ? 5 : 4 > (row_a[x] + ib.x, row_b[x] + ib.y, sum[x][h], cur)
+                    : FastStep<kRound>(z127, frac_bits, out_bits, out_rne, row_a[x] + ib.x, row_b[x] + ib.y, sum[x][h],
+                                       ws[ni][2 * x + h], cur);
+            if (!ok) {
               queued |= 1u << ((x * 4 + ni) * 2 + h);
               scratch[8 * x + gr][8 * ni + 2 * gc + h] = cur;
             }
@@ -558,7 +590,12 @@ __global__ void __launch_bounds__(kDThreads, kPromote ? 2 : 3)
           const int r = wr + 16 * m2 + rl, c = wc + cl;
           if (row0 + r >= g.m || col0 + c >= g.n) continue;
           float out;
-          if (AccStep<kStep, kRound>(p, sm, st.ia[r], st.ib[c], r, c, scratch[rl][cl], out)) {
+          if (kRound == kRoundBlockExact) {  // on the reference's exact accumulator (engine_fused.cuh)
+            scratch[rl][cl] =
+                BlockExactStep(LineOf(g, g.a.values, g.b.values, g.a.nominal, g.b.nominal, row0 + r, col0 + c), k0, k1,
+                               scratch[rl][cl]);
+            ++fallbacks;
+          } else if (AccStep<kStep, kRound>(p, sm, st.ia[r], st.ib[c], r, c, scratch[rl][cl], out)) {
             scratch[rl][cl] = out;
             ++fallbacks;
           } else {
@@ -641,7 +678,10 @@ void LaunchStep(const EngineGemmArgs& args, const EngineDmmaBuffers& f, cudaStre
   const bool vec = args.k % 16 == 0 && args.n % 16 == 0 && reinterpret_cast<uintptr_t>(args.a.codes) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(args.b.codes) % 16 == 0;
   const EngineModel& p = args.model;
-  if (p.promote != 0) {  // hopper-fp8 and its kin, off Hopper (out_bits 24 or F + 1)
+  if (p.kind == 3) {  // block-exact
+    if (vec) LaunchDmma<kStep, false, true, kRoundBlockExact>(args, f, st);
+    else LaunchDmma<kStep, false, false, kRoundBlockExact>(args, f, st);
+  } else if (p.promote != 0) {  // hopper-fp8 and its kin, off Hopper (out_bits 24 or F + 1)
     if (vec) LaunchDmma<kStep, true, true, kRoundFused>(args, f, st);
     else LaunchDmma<kStep, true, false, kRoundFused>(args, f, st);
   } else if (p.out_bits == 24 && !p.out_rne) {  // blackwell-mxf8f6f4

@@ -244,14 +244,27 @@ __device__ inline float Finish(const EngineGemmArgs& g, size_t i, size_t j, floa
   return isnan(r) ? __int_as_float(g.model.kind != 0 ? 0x7FC00000 : 0x7FFFFFFF) : r;
 }
 
+// One block of block-exact (gemm_ref.cc BlockExactDot): RNE32 of acc plus the products k0..k1 times their
+// scales, exactly, on the reference's accumulator (exact_sum.h; in local memory).
+static __device__ __noinline__ float BlockExactStep(const Line& L, size_t k0, size_t k1, float acc) {
+  qmx::detail::ExactSum sum;
+  sum.AddDouble(acc);
+  bool all_neg_zero = acc == 0 && signbit(acc);
+  for (size_t k = k0; k < k1; ++k) {
+    const double f[4] = {L.va[L.CodeA(k)], L.vb[L.CodeB(k)], L.SA(k), L.SB(k)};
+    qmx::detail::AddExactFactors(sum, all_neg_zero, f, 4);
+  }
+  return sum.RoundToFloat(all_neg_zero);
+}
+
 // exact and block-exact (gemm_ref.cc ExactDot, BlockExactDot) on the reference's own accumulator and product
 // (exact_sum.h), from C or +0: exact sums every product times its scales and second-level factors (TE's alpha
 // under its rules) with C and rounds once; block-exact rounds C plus each scale block's products into the FP32
 // accumulator. The accumulator lives in local memory (1,344 bits each side): the slow, general path.
 static __device__ __noinline__ float ExactFamilyDot(const EngineGemmArgs& g, const Line& L, size_t i, size_t j) {
   const float* c = g.c ? g.c + i * g.n + j : nullptr;
-  qmx::detail::ExactSum sum;
   if (g.model.kind == 2) {
+    qmx::detail::ExactSum sum;
     bool all_neg_zero = true;
     if (c) {
       sum.AddDouble(*c);
@@ -268,17 +281,8 @@ static __device__ __noinline__ float ExactFamilyDot(const EngineGemmArgs& g, con
     return sum.RoundToFloat((c || g.k > 0) && all_neg_zero);
   }
   float acc = c ? *c : 0.0f;
-  for (size_t k0 = 0; k0 < g.k; k0 += g.model.kb) {
-    const size_t k1 = k0 + g.model.kb < g.k ? k0 + g.model.kb : g.k;
-    sum.Clear();
-    sum.AddDouble(acc);
-    bool all_neg_zero = acc == 0 && signbit(acc);
-    for (size_t k = k0; k < k1; ++k) {
-      const double f[4] = {L.va[L.CodeA(k)], L.vb[L.CodeB(k)], L.SA(k), L.SB(k)};
-      qmx::detail::AddExactFactors(sum, all_neg_zero, f, 4);
-    }
-    acc = sum.RoundToFloat(all_neg_zero);
-  }
+  for (size_t k0 = 0; k0 < g.k; k0 += g.model.kb)
+    acc = BlockExactStep(L, k0, k0 + g.model.kb < g.k ? k0 + g.model.kb : g.k, acc);
   return acc;
 }
 

@@ -160,6 +160,12 @@ void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, con
   g.model.blocks = plan.a_blocks || plan.b_blocks;
   g.model.scales_in = g.model.blocks && f.scale_in_products;
   g.model.promote_separately = f.promote_scale_separately;
+  const bool block_exact = model.kind == AccumKind::kBlockExact;
+  if (block_exact) {  // the tensor-core kernel's form of it: steps of one scale block, scales in the products
+    g.model.step = static_cast<int>(std::min<size_t>(plan.kb, 1u << 30));
+    g.model.frac_bits = 0;
+    g.model.scales_in = g.model.blocks;
+  }
 
   std::vector<double> va, vb;
   std::vector<int> na, nb;
@@ -216,20 +222,24 @@ void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, con
   // 32, no MMA-Sim zero rule, F + 8 <= 53, block scales in the products UE8M0 and whole steps along K, element
   // formats whose code 0 is zero (a partial last step's padding), a grid of at most 65,535 row tiles, and
   // mma.m16n8k4.f64 (sm_90 and later: every build's architectures, sm_90a and sm_100a).
+  // block-exact takes it where its scale blocks are 16 or 32 long (MX), its steps those blocks.
   auto scales_fit = [&](const GemmOperand& o, bool blocks, size_t along_k) {
     return !blocks || !g.model.scales_in ||
-           (o.scale_format == ScaleFormat::kUe8m0 && (along_k % static_cast<size_t>(f.step) == 0 || along_k >= plan.k));
+           (o.scale_format == ScaleFormat::kUe8m0 &&
+            (along_k % static_cast<size_t>(g.model.step) == 0 || along_k >= plan.k));
   };
+  const bool fused_fit = model.kind == AccumKind::kFused && f.group == 1 && !f.zero_operands &&
+                         (f.step == 16 || f.step == 32) && f.frac_bits + 8 <= 53;
+  const bool block_exact_fit = block_exact && (plan.kb == 16 || plan.kb == 32);
   std::vector<detail::CodeParts> pa, pb;
-  const bool dmma = !fp4 && plan.k > 0 && model.kind == AccumKind::kFused && f.group == 1 && !f.zero_operands &&
-                    (f.step == 16 || f.step == 32) && f.frac_bits + 8 <= 53 && scales_fit(a, plan.a_blocks, a.block_cols) &&
-                    scales_fit(b, plan.b_blocks, b.block_rows) && va[0] == 0 && vb[0] == 0 &&
-                    (plan.m + 63) / 64 <= 65535 && Device().major >= 9 && CodePartsTable(va, na, pa) &&
-                    CodePartsTable(vb, nb, pb);
+  const bool dmma = !fp4 && plan.k > 0 && (fused_fit || block_exact_fit) &&
+                    scales_fit(a, plan.a_blocks, a.block_cols) && scales_fit(b, plan.b_blocks, b.block_rows) &&
+                    va[0] == 0 && vb[0] == 0 && (plan.m + 63) / 64 <= 65535 && Device().major >= 9 &&
+                    CodePartsTable(va, na, pa) && CodePartsTable(vb, nb, pb);
   EngineGemmStats st;
   const detail::EventPair ev;  // the kernels' own time, operands already on the device
   const cudaEvent_t t0 = ev.start, t1 = ev.stop;
-  const size_t step = static_cast<size_t>(std::max(1, f.step)), k_steps = (plan.k + step - 1) / step;
+  const size_t step = static_cast<size_t>(std::max(1, g.model.step)), k_steps = (plan.k + step - 1) / step;
   st.steps = plan.m * plan.n * k_steps;
   // A kernel that counts its fallback steps on the device: launched between the events, the count read back.
   auto counted = [&](const char* what, auto launch) {

@@ -368,7 +368,7 @@ __device__ __forceinline__ void ForOutputs(F f) {
 // How a certified step's sum is rounded: kRound24Rz / kRound24Rne, FP32 (24 bits) toward zero or to nearest
 // even, by one conversion; kRoundFused, any other width (RoundFused); kRoundBlockExact, the block-exact model's
 // RNE32(acc + the block's exact sum).
-enum StepRound { kRoundFused = 0, kRound24Rz = 1, kRound24Rne = 2, kRoundBlockExact = 3 };
+enum StepRound { kRoundFused = 0, kRound24Rz = 1, kRound24Rne = 2, kRoundBlockExact = 3, kRoundExact = 4 };
 
 // RNE32(c + s) of an FP32 c and a double s, exactly: TwoSum gives t = fl64(c + s) and its error e; t rounded
 // to odd where e is not zero (one step toward e when t's last bit is even) holds the exact sum's FP32 rounding,
@@ -387,6 +387,17 @@ __device__ inline float AddRoundF32(float c, double s) {
 // at most 53 (a special line's maxnom fails it; an all-zero line passes with d = 0). Then the step is
 // RNE32(c + d). False (c unchanged) otherwise, for a NaN or Inf c, and for d = 0 with c = -0 (whose sign
 // depends on the products' zero signs).
+// exact's step: the running sum s (FP64, C first) plus the block's sum d, where the bounds prove d exact (as
+// BlockExactFast) and TwoSum proves the addition exact (its error is zero). False otherwise (s updated anyway):
+// the output then takes the exact accumulator at the end.
+template <int kLogStep>
+__device__ __forceinline__ bool ExactFast(int ab, int lo, double d, double& s) {
+  const double t = s + d, bb = t - s;
+  const double e = (s - (t - bb)) + (d - bb);
+  s = t;
+  return ab - lo <= 51 - kLogStep && e == 0;
+}
+
 template <int kLogStep>
 __device__ __forceinline__ bool BlockExactFast(int ab, int lo, double d, float& c) {
   if (ab - lo > 51 - kLogStep || !isfinite(c)) return false;
@@ -470,7 +481,7 @@ __device__ __forceinline__ bool AccStep(const EngineModel& p, const DmmaShared<k
 }
 
 template <int kStep, bool kPromote, bool kVec, int kRound>
-__global__ void __launch_bounds__(kDThreads, kPromote ? 2 : 3)
+__global__ void __launch_bounds__(kDThreads, kPromote || kRound == kRoundExact ? 2 : 3)
     EngineDmmaKernel(const __grid_constant__ EngineGemmArgs g, const __grid_constant__ EngineDmmaBuffers f) {
   using Shared = DmmaShared<kStep>;
   extern __shared__ __align__(16) unsigned char dmma_smem[];
@@ -490,6 +501,15 @@ __global__ void __launch_bounds__(kDThreads, kPromote ? 2 : 3)
     part[mi][ni][h] = 0.0f;
   });
   unsigned fallbacks = 0;
+  // exact: each output's running sum in FP64 (C first), and the outputs (bit 8 mi + 2 ni + h) whose sum the
+  // steps could not keep exact, which take the exact accumulator at the end.
+  double dacc[4][4][2];
+  unsigned inexact = 0;
+  if constexpr (kRound == kRoundExact)
+    ForOutputs([&](int mi, int ni, int h) {
+      dacc[mi][ni][h] = acc[mi][ni][h];
+      if (!isfinite(acc[mi][ni][h])) inexact |= 1u << (8 * mi + 2 * ni + h);
+    });
   const size_t window = kPromote ? static_cast<size_t>(p.promote) : 1;
   StageLoader<kStep, kVec> loader(g, f, row0, col0, tid);
   loader.Load(sm.stage[0], g, f, 0);
@@ -553,7 +573,7 @@ __global__ void __launch_bounds__(kDThreads, kPromote ? 2 : 3)
         for (int x = 0; x < 2; ++x)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
-            sum[x][h] = kRound == kRoundBlockExact
+            sum[x][h] = kRound == kRoundBlockExact || kRound == kRoundExact
                             ? 0.0
                             : static_cast<double>(kPromote ? part[2 * m2 + x][ni][h] : acc[2 * m2 + x][ni][h]);
 #pragma unroll
@@ -564,6 +584,12 @@ __global__ void __launch_bounds__(kDThreads, kPromote ? 2 : 3)
           const int2 ib = *reinterpret_cast<const int2*>(&st.ib[wc + 8 * ni + 2 * gc + h]);  // maxnom, minlsb
 #pragma unroll
           for (int x = 0; x < 2; ++x) {
+            if constexpr (kRound == kRoundExact) {
+              if (!ExactFast < kStep == 32 ? 5
+                                           : 4 > (row_a[x] + ib.x, row_b[x] + ib.y, sum[x][h], dacc[2 * m2 + x][ni][h]))
+                inexact |= 1u << (8 * (2 * m2 + x) + 2 * ni + h);
+              continue;
+            }
             float& cur = kPromote ? part[2 * m2 + x][ni][h] : acc[2 * m2 + x][ni][h];
             const bool ok =
                 kRound == kRoundBlockExact
@@ -650,10 +676,29 @@ __global__ void __launch_bounds__(kDThreads, kPromote ? 2 : 3)
       });
     }
   }
-  ForOutputs([&](int mi, int ni, int h) {
-    const size_t i = row0 + wr + 8 * mi + gr, j = col0 + wc + 8 * ni + 2 * gc + h;
-    if (i < g.m && j < g.n) g.out[i * g.n + j] = Finish(g, i, j, acc[mi][ni][h]);
-  });
+  if constexpr (kRound == kRoundExact) {
+    // An exact FP64 sum rounds once to FP32; an inexact one, and an exact zero (whose sign depends on the
+    // products' zero signs), runs on the exact accumulator, its steps counted as fallbacks.
+    const unsigned k_steps = static_cast<unsigned>((g.k + kStep - 1) / kStep);
+    ForOutputs([&](int mi, int ni, int h) {
+      const size_t i = row0 + wr + 8 * mi + gr, j = col0 + wc + 8 * ni + 2 * gc + h;
+      if (i >= g.m || j >= g.n) return;
+      const double v = dacc[mi][ni][h];
+      float r;
+      if (((inexact >> (8 * mi + 2 * ni + h)) & 1u) || v == 0) {
+        r = ExactFamilyDot(g, LineOf(g, g.a.values, g.b.values, g.a.nominal, g.b.nominal, i, j), i, j);
+        fallbacks += k_steps;
+      } else {
+        r = __double2float_rn(v);
+      }
+      g.out[i * g.n + j] = Finish(g, i, j, r);
+    });
+  } else {
+    ForOutputs([&](int mi, int ni, int h) {
+      const size_t i = row0 + wr + 8 * mi + gr, j = col0 + wc + 8 * ni + 2 * gc + h;
+      if (i < g.m && j < g.n) g.out[i * g.n + j] = Finish(g, i, j, acc[mi][ni][h]);
+    });
+  }
   const unsigned counted = __reduce_add_sync(0xFFFFFFFFu, fallbacks);
   if (lane == 0 && counted && f.fallback_steps) atomicAdd(f.fallback_steps, static_cast<unsigned long long>(counted));
 }
@@ -678,7 +723,10 @@ void LaunchStep(const EngineGemmArgs& args, const EngineDmmaBuffers& f, cudaStre
   const bool vec = args.k % 16 == 0 && args.n % 16 == 0 && reinterpret_cast<uintptr_t>(args.a.codes) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(args.b.codes) % 16 == 0;
   const EngineModel& p = args.model;
-  if (p.kind == 3) {  // block-exact
+  if (p.kind == 2) {  // exact
+    if (vec) LaunchDmma<kStep, false, true, kRoundExact>(args, f, st);
+    else LaunchDmma<kStep, false, false, kRoundExact>(args, f, st);
+  } else if (p.kind == 3) {  // block-exact
     if (vec) LaunchDmma<kStep, false, true, kRoundBlockExact>(args, f, st);
     else LaunchDmma<kStep, false, false, kRoundBlockExact>(args, f, st);
   } else if (p.promote != 0) {  // hopper-fp8 and its kin, off Hopper (out_bits 24 or F + 1)

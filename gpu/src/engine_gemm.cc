@@ -160,9 +160,10 @@ void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, con
   g.model.blocks = plan.a_blocks || plan.b_blocks;
   g.model.scales_in = g.model.blocks && f.scale_in_products;
   g.model.promote_separately = f.promote_scale_separately;
-  const bool block_exact = model.kind == AccumKind::kBlockExact;
-  if (block_exact) {  // the tensor-core kernel's form of it: steps of one scale block, scales in the products
-    g.model.step = static_cast<int>(std::min<size_t>(plan.kb, 1u << 30));
+  const bool block_exact = model.kind == AccumKind::kBlockExact, exact = model.kind == AccumKind::kExact;
+  if (block_exact || exact) {  // the tensor-core kernel's form: steps of one scale block, scales in the products
+    // (exact's steps may be any length: 32, or 16 for blocks of 16)
+    g.model.step = block_exact ? static_cast<int>(std::min<size_t>(plan.kb, 1u << 30)) : plan.kb % 32 == 0 ? 32 : 16;
     g.model.frac_bits = 0;
     g.model.scales_in = g.model.blocks;
   }
@@ -222,7 +223,8 @@ void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, con
   // 32, no MMA-Sim zero rule, F + 8 <= 53, block scales in the products UE8M0 and whole steps along K, element
   // formats whose code 0 is zero (a partial last step's padding), a grid of at most 65,535 row tiles, and
   // mma.m16n8k4.f64 (sm_90 and later: every build's architectures, sm_90a and sm_100a).
-  // block-exact takes it where its scale blocks are 16 or 32 long (MX), its steps those blocks.
+  // block-exact takes it where its scale blocks are 16 or 32 long (MX), its steps those blocks, and exact
+  // where they are whole steps.
   auto scales_fit = [&](const GemmOperand& o, bool blocks, size_t along_k) {
     return !blocks || !g.model.scales_in ||
            (o.scale_format == ScaleFormat::kUe8m0 &&
@@ -230,7 +232,9 @@ void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, con
   };
   const bool fused_fit = model.kind == AccumKind::kFused && f.group == 1 && !f.zero_operands &&
                          (f.step == 16 || f.step == 32) && f.frac_bits + 8 <= 53;
-  const bool block_exact_fit = block_exact && (plan.kb == 16 || plan.kb == 32);
+  // exact there too, without second-level factors (its products would carry them).
+  const bool block_exact_fit = (block_exact && (plan.kb == 16 || plan.kb == 32)) ||
+                               (exact && !plan.has_alpha && (plan.kb % 16 == 0 || plan.kb >= plan.k));
   std::vector<detail::CodeParts> pa, pb;
   const bool dmma = !fp4 && plan.k > 0 && (fused_fit || block_exact_fit) &&
                     scales_fit(a, plan.a_blocks, a.block_cols) && scales_fit(b, plan.b_blocks, b.block_rows) &&

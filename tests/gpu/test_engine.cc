@@ -221,7 +221,7 @@ TEST_CASE("gpu engine: the tensor-core kernel's fast steps and fallbacks equal q
   std::vector<AccumModel> models;
   for (const char* n :
        {"blackwell-mxf8f6f4", "hopper-fp8", "hopper-fp8-fast", "hopper-fp8-vec", "ada-fp8", "hopper-mma-sync",
-        "fused:step=16,F=20,bits=24,zero-exp=-133,promote=32,promote-scale=separate", "block-exact"})
+        "fused:step=16,F=20,bits=24,zero-exp=-133,promote=32,promote-scale=separate", "block-exact", "exact"})
     models.push_back(AccumModelByName(n));
   Tally t;
   const size_t shapes[][3] = {{96, 72, 2048}, {65, 130, 1000}};
@@ -284,7 +284,7 @@ TEST_CASE("gpu engine: the tensor-core kernel's tiny sums keep their sign, and K
   CheckModels(OperandFromCodes(fmt::kE4M3, 6, 0, nullptr), OperandFromCodes(fmt::kE4M3, 0, 5, nullptr), c0.data(),
               "K = 0", t, models);
   CHECK(t.per_kernel["dmma"] >= 1);
-  // block-exact on MX steps (the tensor-core kernel), C = -0: row 0's products are all -0 (the sum stays -0),
+  // block-exact and exact on MX steps (the tensor-core kernel), C = -0: row 0's products are all -0 (the sum stays -0),
   // row 1's +0, row 2's cancel exactly (+0 from nonzero products); the same tiny sums as above.
   std::vector<uint8_t> az(4 * 64, 0), bz(64 * 4, 0x38);
   for (size_t kk = 0; kk < 64; ++kk) az[kk] = 0x80, az[2 * 64 + kk] = kk % 2 ? 0x38 : 0xB8;
@@ -292,14 +292,16 @@ TEST_CASE("gpu engine: the tensor-core kernel's tiny sums keep their sign, and K
   qmx::test::AddUe8m0(za, true, 32, rng, -3, 3);
   qmx::test::AddUe8m0(zb, false, 32, rng, -3, 3);
   const std::vector<float> cz(16, -0.0f);
-  const AccumModel block_exact = AccumModelByName("block-exact");
-  const std::vector<float> want = Gemm(za, zb, cz.data(), block_exact);
-  CHECK(FloatBits(want[0]) == 0x80000000u);
-  CHECK(FloatBits(want[8]) == 0);
+  const std::vector<AccumModel> exact_models = {AccumModelByName("block-exact"), AccumModelByName("exact")};
+  for (const AccumModel& em : exact_models) {
+    const std::vector<float> want = Gemm(za, zb, cz.data(), em);
+    CHECK(FloatBits(want[0]) == 0x80000000u);
+    CHECK(FloatBits(want[8]) == 0);
+  }
   const size_t dmma_before = t.per_kernel["dmma"];
-  CheckModels(za, zb, cz.data(), "block-exact zeros", t, {block_exact});
-  CheckModels(a, b, c.data(), "block-exact tiny sums", t, {block_exact});
-  CHECK(t.per_kernel["dmma"] == dmma_before + 2);
+  CheckModels(za, zb, cz.data(), "exact zeros", t, exact_models);
+  CheckModels(a, b, c.data(), "exact tiny sums", t, exact_models);
+  CHECK(t.per_kernel["dmma"] == dmma_before + 4);
 }
 
 // NVFP4 and MXFP4 tensors as a recipe quantizes them (Gaussian and heavy-tailed), and the same with rows and

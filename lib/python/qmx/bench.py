@@ -281,7 +281,8 @@ def torchao_quantizers(a, ao, xs, t_copy, rows):
 
 
 # The engine's GEMM models beside BF16 cuBLAS (the speed rows), as qmx.quantize spells the operands.
-CUDA_GEMMS = [("nvfp4", "blackwell-mxf4nvf4"), ("mxfp8", "blackwell-mxf8f6f4"), ("mxfp8", "block-exact")]
+CUDA_GEMMS = [("nvfp4", "blackwell-mxf4nvf4"), ("mxfp8", "blackwell-mxf8f6f4"), ("mxfp8", "block-exact"),
+              ("mxfp8", "exact")]
 
 
 def cuda_gemms(a, dev, g, rows):

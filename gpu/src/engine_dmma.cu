@@ -384,8 +384,9 @@ __device__ inline float AddRoundF32(float c, double s) {
 // A block-exact step where the bounds prove the FP64 tensor core's sum d of the block's products (from zero)
 // exact: every product is a multiple of 2^(minlsb(row) + minlsb(column)) below 2^(maxnom(row) + maxnom(column)
 // + 2), so 2^(kLogStep) of them and every partial sum fit 53 bits when the span ab - lo plus 2 + kLogStep is
-// at most 53 (a special line's maxnom fails it; an all-zero line passes with d = 0). Then the step is
-// RNE32(c + d). False (c unchanged) otherwise, for a NaN or Inf c, and for d = 0 with c = -0 (whose sign
+// at most 53 (an all-zero line passes with d = 0). Then the step is RNE32(c + d). False (c unchanged)
+// otherwise: for a special line (maxnom kSpecialStep; checked on its own, since a line of Inf or NaN and
+// zeros has minlsb kNoLsb, which would pass the span), a NaN or Inf c or d, and d = 0 with c = -0 (whose sign
 // depends on the products' zero signs).
 // exact's step: the running sum s (FP64, C first) plus the block's sum d, where the bounds prove d exact (as
 // BlockExactFast) and TwoSum proves the addition exact (its error is zero). False otherwise (s updated anyway):
@@ -395,12 +396,12 @@ __device__ __forceinline__ bool ExactFast(int ab, int lo, double d, double& s) {
   const double t = s + d, bb = t - s;
   const double e = (s - (t - bb)) + (d - bb);
   s = t;
-  return ab - lo <= 51 - kLogStep && e == 0;
+  return ab < kSpecialSum && ab - lo <= 51 - kLogStep && e == 0;
 }
 
 template <int kLogStep>
 __device__ __forceinline__ bool BlockExactFast(int ab, int lo, double d, float& c) {
-  if (ab - lo > 51 - kLogStep || !isfinite(c)) return false;
+  if (ab >= kSpecialSum || ab - lo > 51 - kLogStep || !isfinite(c) || !isfinite(d)) return false;
   if (d == 0) return !(c == 0 && signbit(c));  // c + 0 is c; +0 stays +0
   c = AddRoundF32(c, d);
   return true;
@@ -679,7 +680,8 @@ __global__ void __launch_bounds__(kDThreads, kPromote || kRound == kRoundExact ?
   if constexpr (kRound == kRoundExact) {
     // An exact FP64 sum rounds once to FP32; an inexact one, and an exact zero (whose sign depends on the
     // products' zero signs), runs on the exact accumulator, its steps counted as fallbacks.
-    const unsigned k_steps = static_cast<unsigned>((g.k + kStep - 1) / kStep);
+    const unsigned long long k_steps = (g.k + kStep - 1) / kStep;
+    unsigned long long slow = 0;  // counted apart: 32 outputs' K steps may pass 2^32
     ForOutputs([&](int mi, int ni, int h) {
       const size_t i = row0 + wr + 8 * mi + gr, j = col0 + wc + 8 * ni + 2 * gc + h;
       if (i >= g.m || j >= g.n) return;
@@ -687,12 +689,13 @@ __global__ void __launch_bounds__(kDThreads, kPromote || kRound == kRoundExact ?
       float r;
       if (((inexact >> (8 * mi + 2 * ni + h)) & 1u) || v == 0) {
         r = ExactFamilyDot(g, LineOf(g, g.a.values, g.b.values, g.a.nominal, g.b.nominal, i, j), i, j);
-        fallbacks += k_steps;
+        slow += k_steps;
       } else {
         r = __double2float_rn(v);
       }
       g.out[i * g.n + j] = Finish(g, i, j, r);
     });
+    if (slow && f.fallback_steps) atomicAdd(f.fallback_steps, slow);
   } else {
     ForOutputs([&](int mi, int ni, int h) {
       const size_t i = row0 + wr + 8 * mi + gr, j = col0 + wc + 8 * ni + 2 * gc + h;

@@ -45,7 +45,7 @@ ScaledMmResult EngineScaledMmOnDevice(const ScaledMmArgs& x, void* out, void* st
   r.split_k = p.split_k;
   Require("the emulation engine's scaled_mm");
   if (x.m * x.n == 0) return r;
-  if (x.a == nullptr || x.b == nullptr || out == nullptr)
+  if ((x.k > 0 && (x.a == nullptr || x.b == nullptr)) || out == nullptr)  // K = 0: empty operands, no address
     throw Error("engine: scaled_mm's a, b and out must be device pointers");
   const cudaStream_t cs = static_cast<cudaStream_t>(stream);
   const detail::StreamScope scope(cs);

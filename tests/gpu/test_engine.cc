@@ -302,6 +302,17 @@ TEST_CASE("gpu engine: the tensor-core kernel's tiny sums keep their sign, and K
   CheckModels(za, zb, cz.data(), "exact zeros", t, exact_models);
   CheckModels(a, b, c.data(), "exact tiny sums", t, exact_models);
   CHECK(t.per_kernel["dmma"] == dmma_before + 4);
+  // A step of Inf and zeros in a line (E5M2 -Inf, +Inf; the line's minlsb is then kNoLsb, so the span bound alone
+  // would pass it): block-exact gives -Inf and +Inf as the CPU does.
+  std::vector<uint8_t> ai(2 * 32, 0), bi(32 * 2, 0x3C);
+  ai[0] = 0xFC, ai[32] = 0x7C;
+  for (size_t kk = 0; kk < 32; ++kk) bi[kk * 2 + 1] = 0xBC;
+  GemmOperand ia = OperandFromCodes(fmt::kE5M2, 2, 32, ai.data()), ib = OperandFromCodes(fmt::kE5M2, 32, 2, bi.data());
+  qmx::test::AddUe8m0(ia, true, 32, rng, 0, 0);
+  qmx::test::AddUe8m0(ib, false, 32, rng, 0, 0);
+  CHECK(FloatBits(Gemm(ia, ib, nullptr, exact_models[0])[0]) == 0xFF800000u);
+  CheckModels(ia, ib, nullptr, "Inf and zeros", t, exact_models);
+  CHECK(t.per_kernel["dmma"] == dmma_before + 6);
 }
 
 // NVFP4 and MXFP4 tensors as a recipe quantizes them (Gaussian and heavy-tailed), and the same with rows and

@@ -270,10 +270,10 @@ def test_cuda_error_stats_hadamard_and_fake_quantize_equal_the_cpu():
 
 @needs_gpu
 @pytest.mark.parametrize("case", ["tensorwise", "split", "rowwise-bf16-bias", "rowwise-fp16", "block128x128",
-                                  "block128x1", "e5m2"])
+                                  "block128x1", "e5m2", "k0-bf16-bias"])
 def test_cuda_scaled_mm_equals_the_cpu(case):
     g = torch.Generator().manual_seed(len(case))
-    m, k, n = (64, 640, 48) if case != "block128x128" else (130, 300, 200)
+    m, k, n = {"block128x128": (130, 300, 200), "k0-bf16-bias": (5, 0, 6)}.get(case, (64, 640, 48))
     a = (torch.randn(m, k, generator=g) * 8).to(torch.float8_e4m3fn)
     bt = (torch.randn(n, k, generator=g) * 8).to(torch.float8_e5m2 if case == "e5m2" else torch.float8_e4m3fn)
     b = bt.t()  # column-major K x N, as torch._scaled_mm takes it
@@ -281,6 +281,9 @@ def test_cuda_scaled_mm_equals_the_cpu(case):
     sa, sb = torch.tensor(0.75), torch.tensor(1.5)
     if case == "split":
         kw["split_k"] = 3
+    if case.startswith("k0"):
+        kw["out_dtype"] = torch.bfloat16
+        kw["bias"] = torch.randn(n, generator=g).to(torch.bfloat16)
     if case.startswith("rowwise"):
         sa, sb = torch.rand(m, 1, generator=g) + 0.5, torch.rand(1, n, generator=g) * 40 + 0.5
         kw["out_dtype"] = torch.bfloat16 if "bf16" in case else torch.float16

@@ -1,6 +1,6 @@
 // gemm/scaled_mm_core.h: the epilogue of torch._scaled_mm's model (qmx/scaled_mm.h) for one output, as
 // host-device functions (QMX_HOST_DEVICE), so that the CPU library (scaled_mm.cc) and the CUDA engine
-// (gpu/src/engine_linear.cu) compile one source. Each step is one FP32 rounding (RN), as measured on the
+// (gpu/src/engine_ops.cu) compile one source. Each step is one FP32 rounding (RN), as measured on the
 // H200. NaN results follow x86 SSE's rules on both sides: a NaN operand comes out quieted (the first one
 // when both are), an invalid operation (Inf - Inf, 0 x Inf) gives the default NaN 0xFFC00000; a GPU's own
 // arithmetic would give 0x7FFFFFFF.

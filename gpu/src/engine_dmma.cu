@@ -370,12 +370,19 @@ __device__ __forceinline__ void ForOutputs(F f) {
 // RNE32(acc + the block's exact sum).
 enum StepRound { kRoundFused = 0, kRound24Rz = 1, kRound24Rne = 2, kRoundBlockExact = 3, kRoundExact = 4 };
 
+// TwoSum: t = fl64(a + b) and e, the exact a + b - t (FP64, no FMA contraction: -fmad=false).
+__device__ inline double TwoSum(double a, double b, double& e) {
+  const double t = a + b, bb = t - a;
+  e = (a - (t - bb)) + (b - bb);
+  return t;
+}
+
 // RNE32(c + s) of an FP32 c and a double s, exactly: TwoSum gives t = fl64(c + s) and its error e; t rounded
 // to odd where e is not zero (one step toward e when t's last bit is even) holds the exact sum's FP32 rounding,
 // since 53 bits are at least 24 + 2 (and the magnitudes here, above 2^-300, are far from FP64's subnormals).
 __device__ inline float AddRoundF32(float c, double s) {
-  const double a = static_cast<double>(c), t = a + s, bb = t - a;
-  const double e = (a - (t - bb)) + (s - bb);
+  double e;
+  const double t = TwoSum(static_cast<double>(c), s, e);
   long long bits = __double_as_longlong(t);
   if (e != 0 && (bits & 1) == 0) bits += (e > 0) == (t > 0) ? 1 : -1;
   return __double2float_rn(__longlong_as_double(bits));
@@ -388,23 +395,22 @@ __device__ inline float AddRoundF32(float c, double s) {
 // otherwise: for a special line (maxnom kSpecialStep; checked on its own, since a line of Inf or NaN and
 // zeros has minlsb kNoLsb, which would pass the span), a NaN or Inf c or d, and d = 0 with c = -0 (whose sign
 // depends on the products' zero signs).
-// exact's step: the running sum s (FP64, C first) plus the block's sum d, where the bounds prove d exact (as
-// BlockExactFast) and TwoSum proves the addition exact (its error is zero). False otherwise (s updated anyway):
-// the output then takes the exact accumulator at the end.
-template <int kLogStep>
-__device__ __forceinline__ bool ExactFast(int ab, int lo, double d, double& s) {
-  const double t = s + d, bb = t - s;
-  const double e = (s - (t - bb)) + (d - bb);
-  s = t;
-  return ab < kSpecialSum && ab - lo <= 51 - kLogStep && e == 0;
-}
-
 template <int kLogStep>
 __device__ __forceinline__ bool BlockExactFast(int ab, int lo, double d, float& c) {
   if (ab >= kSpecialSum || ab - lo > 51 - kLogStep || !isfinite(c) || !isfinite(d)) return false;
   if (d == 0) return !(c == 0 && signbit(c));  // c + 0 is c; +0 stays +0
   c = AddRoundF32(c, d);
   return true;
+}
+
+// exact's step: the running sum s (FP64, C first) plus the block's sum d, where the bounds prove d exact (as
+// BlockExactFast) and TwoSum proves the addition exact (its error is zero). False otherwise (s updated anyway):
+// the output then takes the exact accumulator at the end.
+template <int kLogStep>
+__device__ __forceinline__ bool ExactFast(int ab, int lo, double d, double& s) {
+  double e;
+  s = TwoSum(s, d, e);
+  return ab < kSpecialSum && ab - lo <= 51 - kLogStep && e == 0;
 }
 
 // The step's result for one output where the certificate proves that no term is cut: d the sum of its
@@ -485,6 +491,7 @@ template <int kStep, bool kPromote, bool kVec, int kRound>
 __global__ void __launch_bounds__(kDThreads, kPromote || kRound == kRoundExact ? 2 : 3)
     EngineDmmaKernel(const __grid_constant__ EngineGemmArgs g, const __grid_constant__ EngineDmmaBuffers f) {
   using Shared = DmmaShared<kStep>;
+  constexpr int kLogStep = kStep == 32 ? 5 : 4;  // the exact models' products a step: 2^kLogStep
   extern __shared__ __align__(16) unsigned char dmma_smem[];
   Shared& sm = *reinterpret_cast<Shared*>(dmma_smem);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -586,17 +593,15 @@ __global__ void __launch_bounds__(kDThreads, kPromote || kRound == kRoundExact ?
 #pragma unroll
           for (int x = 0; x < 2; ++x) {
             if constexpr (kRound == kRoundExact) {
-              if (!ExactFast < kStep == 32 ? 5
-                                           : 4 > (row_a[x] + ib.x, row_b[x] + ib.y, sum[x][h], dacc[2 * m2 + x][ni][h]))
+              if (!ExactFast<kLogStep>(row_a[x] + ib.x, row_b[x] + ib.y, sum[x][h], dacc[2 * m2 + x][ni][h]))
                 inexact |= 1u << (8 * (2 * m2 + x) + 2 * ni + h);
               continue;
             }
             float& cur = kPromote ? part[2 * m2 + x][ni][h] : acc[2 * m2 + x][ni][h];
-            const bool ok =
-                kRound == kRoundBlockExact
-                    ? BlockExactFast < kStep == 32 ? 5 : 4 > (row_a[x] + ib.x, row_b[x] + ib.y, sum[x][h], cur)
-                    : FastStep<kRound>(z127, frac_bits, out_bits, out_rne, row_a[x] + ib.x, row_b[x] + ib.y, sum[x][h],
-                                       ws[ni][2 * x + h], cur);
+            const bool ok = kRound == kRoundBlockExact
+                                ? BlockExactFast<kLogStep>(row_a[x] + ib.x, row_b[x] + ib.y, sum[x][h], cur)
+                                : FastStep<kRound>(z127, frac_bits, out_bits, out_rne, row_a[x] + ib.x, row_b[x] + ib.y,
+                                                   sum[x][h], ws[ni][2 * x + h], cur);
             if (!ok) {
               queued |= 1u << ((x * 4 + ni) * 2 + h);
               scratch[8 * x + gr][8 * ni + 2 * gc + h] = cur;

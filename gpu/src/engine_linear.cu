@@ -314,11 +314,6 @@ __global__ void MaskKernel(float* __restrict__ x, const uint8_t* __restrict__ ma
     if (!mask[i]) x[i] = 0.0f;
 }
 
-unsigned GridFor(size_t count, unsigned threads) {
-  const size_t b = (count + threads - 1) / threads;
-  return static_cast<unsigned>(b < 65535 * 16 ? (b == 0 ? 1 : b) : 65535 * 16);
-}
-
 }  // namespace
 
 void LaunchTransposeF32(const float* src, size_t rows, size_t cols, float* dst, void* stream) {

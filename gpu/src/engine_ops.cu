@@ -53,24 +53,19 @@ __global__ void ErrorLanesKernel(const float* __restrict__ ref, const float* __r
   lanes[t] = s;
 }
 
-unsigned Grid(size_t count, unsigned threads) {
-  const size_t b = (count + threads - 1) / threads;
-  return static_cast<unsigned>(b < 65535 * 16 ? (b == 0 ? 1 : b) : 65535 * 16);
-}
-
 }  // namespace
 
 void LaunchAddF32(float* acc, const float* part, size_t count, void* stream) {
   if (count == 0) return;
-  AddF32Kernel<<<Grid(count, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(acc, part, count);
+  AddF32Kernel<<<GridFor(count, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(acc, part, count);
   Check(cudaGetLastError(), "engine scaled_mm split-K sum");
 }
 
 void LaunchScaledMmEpilogue(const float* acc, size_t m, size_t n, const float* sa, const float* sb,
                             const uint16_t* bias, const qmx::detail::ScaledMmEpilogue& e, void* out, void* stream) {
   if (m * n == 0) return;
-  ScaledMmEpilogueKernel<<<Grid(m * n, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(acc, m, n, sa, sb, bias, e,
-                                                                                          out);
+  ScaledMmEpilogueKernel<<<GridFor(m * n, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(acc, m, n, sa, sb, bias, e,
+                                                                                             out);
   Check(cudaGetLastError(), "engine scaled_mm epilogue");
 }
 

@@ -19,6 +19,12 @@ inline void CheckLaunch(const char* what) {
   Check(cudaGetLastError(), what);
   Check(cudaDeviceSynchronize(), what);
 }
+// Blocks of `threads` for a grid-stride loop over `count` items: enough for one item a thread, at least one,
+// at most 65,535 x 16.
+inline unsigned GridFor(size_t count, unsigned threads) {
+  const size_t b = (count + threads - 1) / threads;
+  return static_cast<unsigned>(b < 65535 * 16 ? (b == 0 ? 1 : b) : 65535 * 16);
+}
 
 // The stream an engine call's work runs on, set for the call by a StreamScope at its entry point. Inside a
 // scope, device buffers come from the engine's own memory pool (cudaMallocFromPoolAsync on that stream; the

@@ -595,6 +595,9 @@ std::string EngineQuantizeSupport(const QuantSpec& spec) {
   if (spec.delayed) return "delayed scaling (fp8-delayed) keeps its state on the host";
   if (IsNvfp4FourOverSix(spec.rule)) return std::string("the rule '") + ScaleRuleName(spec.rule) + "' is not on the engine yet";
   if (spec.rule == ScaleRule::kBfp) return "Tenstorrent's bfp blocks run on the CPU (qmx::Quantize), not on the engine yet";
+  if (spec.amax_order != AmaxOrder::kAny)
+    return std::string("the amax order '") + AmaxOrderName(spec.amax_order) +
+           "' runs on the CPU's reference, not on the engine yet";
   return "";
 }
 

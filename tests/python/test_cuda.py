@@ -138,6 +138,8 @@ def test_cuda_quantize_refuses_what_the_engine_does_not_run():
         qmx.quantize(x, "fp8-delayed")
     with pytest.raises(ValueError, match="4over6"):
         qmx.quantize(x, "nvfp4", rule="nvfp4-4over6")
+    with pytest.raises(ValueError, match="amax order 'tree-gt' runs on the CPU"):
+        qmx.quantize(x, "mxfp8", nan_policy="te", amax_order="tree-gt")
     with pytest.raises(TypeError, match="contiguous"):
         qmx.quantize(x.t(), "mxfp8")
     with pytest.raises(ValueError, match="row-scaled"):

@@ -213,7 +213,7 @@ def test_spec_overrides_come_from_the_library_table(cli):
     # One table (SpecOverrideFields) names the text overrides: the keywords make_spec takes, the options
     # `qmx-sim quantize` lists, and the names make_spec's docstring documents.
     names = qmx._qmx.spec_override_names()
-    assert len(names) == 12 and {"rule", "rounding", "nan_policy", "element_scaling", "error_order"} <= set(names)
+    assert len(names) == 13 and {"rule", "rounding", "nan_policy", "element_scaling", "error_order", "amax_order"} <= set(names)
     help_text = cli("quantize", "--help")
     for flag in ("--profile", "--elem", "--rule", "--block", "--axis", "--round", "--sat", "--nan-policy",
                  "--element-scaling", "--subnormals", "--nan-fallback", "--error-order"):

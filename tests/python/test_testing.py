@@ -156,7 +156,11 @@ def test_identify_gemm_model():
 
 def test_variants_are_stable_names():
     q = qt.variants("quantizer")
-    assert len(q) == len(set(q)) == 5 * 5 * 3 + 6 * 3 + 2 * 3 * 3  # MX, NVFP4, 4over6 under three more orders
+    # MX, MX under 4 amax orders (4 rules, 3 NaN policies), NVFP4, 4over6 under three more error orders, and
+    # NVFP4 under 4 amax orders (4 rules, block-nan)
+    assert len(q) == len(set(q)) == 5 * 5 * 3 + 4 * 3 * 3 * 4 + 6 * 3 + 2 * 3 * 3 + 4 * 4
+    assert "mx:rule=even,nan=scale-nan,scaling=te-rcp,amax=fold-first" in q
+    assert "nvfp4:rule=nvfp4-torchao,nan=block-nan,amax=tree-lt" in q
     assert "mx:rule=round-up,nan=te,scaling=te-rcp" in q and "nvfp4:rule=nvfp4-4over6,nan=ignore" in q
     assert "nvfp4:rule=nvfp4-4over6-mse,nan=block-nan,order=seq-fma" in q
     g = qt.variants("gemm")
@@ -418,3 +422,131 @@ def test_identify_names_torchao_nvfp4_on_each_device(repo):
         x, codes, scales = load("nvfp4-torchao-cuda", name)
         found = qt.identify("quantizer", x, (codes, scales), elem="e2m1", block=16)
         assert cuda in found.matches and cpu not in found.matches, (name, found.matches)
+
+
+def _tie_heavy_nvfp4(rows, seed):
+    """NVFP4 inputs whose 4over6 candidates' errors often tie in real arithmetic (few distinct magnitudes), so
+    that the FP32 order of the error sums decides some blocks."""
+    rng = np.random.default_rng(seed)
+    mags = np.array([0, 0.25, 0.5, 1, 1.5, 2, 3, 4, 6, 5, 7, 0.1, 0.3, 2.5, 3.5], np.float32)
+    x = (rng.choice(mags, (rows, 160)) * rng.choice([-1, 1], (rows, 160))).astype(np.float32)
+    x *= (1 + rng.integers(0, 64, (rows, 1)) / 64).astype(np.float32)
+    x += ((rng.random((rows, 160)) < 0.3) * rng.standard_normal((rows, 160)) * 0.01).astype(np.float32)
+    return x
+
+
+def _four_over_six_edges(blocks, mse, seed):
+    """Random N(0,1) 1x16 blocks, each with one element (not its largest) moved to where 4over6's two
+    candidates' exact errors (in double) are equal, when that keeps every code of both candidates: there the
+    FP32 order of the error sums picks the block's scale. The candidates from TE's formulas (docs/numerics.md)."""
+    f32, big = np.float32, np.float32(np.finfo(np.float32).max)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((blocks, 16)).astype(f32)
+    t_amax = np.abs(x).max()
+    s_dec = f32(1) / min(f32(1536) / t_amax, big)
+
+    def candidate(xb, scale_in):
+        s = qmx.decode(qmx.convert(np.array([scale_in], f32), "e4m3"), "e4m3").astype(f32)[0]
+        codes = qmx.convert((xb * min(f32(1) / (s * s_dec), big)).astype(f32), "e2m1")
+        q = qmx.decode(codes, "e2m1").astype(f32)
+        return codes, ((q * s).astype(f32) * t_amax / f32(1536)).astype(f32).astype(np.float64)
+
+    for xb in x:
+        top = int(np.argmax(np.abs(xb)))
+        j = (top + 1 + int(rng.integers(15))) % 16
+        base = (np.abs(xb[top]) / f32(6)) * (f32(1) / s_dec)
+        (k4, c4), (k6, c6) = candidate(xb, base * f32(1.5)), candidate(xb, base)
+        a, c = c4 - xb, c6 - xb
+        rest = (a * a - c * c if mse else np.abs(a) - np.abs(c)).sum() - (a[j] ** 2 - c[j] ** 2 if mse else abs(a[j]) - abs(c[j]))
+        if c4[j] == c6[j]:
+            continue
+        if mse:  # rest + (c4 - x)^2 - (c6 - x)^2 = 0 is linear in x
+            target = (rest + c4[j] ** 2 - c6[j] ** 2) / (2 * (c4[j] - c6[j]))
+        else:  # rest + |c4 - x| - |c6 - x| = 0, x between c4 and c6
+            target = (c4[j] + c6[j] - rest) / 2 if c4[j] < c6[j] else (c4[j] + c6[j] + rest) / 2
+        if not np.isfinite(target) or abs(target) >= abs(xb[top]):
+            continue
+        old = xb[j]
+        xb[j] = f32(target)
+        if candidate(xb, base * f32(1.5))[0][j] != k4[j] or candidate(xb, base)[0][j] != k6[j]:
+            xb[j] = old
+    return x
+
+
+# Variants that are one function wherever identify runs them (rounding RNE), and why: exact and FP32 element
+# scaling part only where x * 2^-k leaves FP32's normal range, and there every element format here rounds
+# to zero either way (they part under directed rounding: checked below); max-finite is P3109's name for the
+# floor rule on the finite elements, which ocp-floor under the ignore policy computes; the seq-fma error
+# order contracts the MSE terms only, so under 4over6's MAE rule it is seq.
+def _canonical(name):
+    name = name.replace("scaling=fp32", "scaling=exact")
+    if name.startswith("nvfp4:rule=nvfp4-4over6,"):
+        name = name.replace(",order=seq-fma", "")
+    return name.replace("rule=max-finite,nan=ignore", "rule=ocp-floor,nan=ignore")
+
+
+def test_identify_tells_every_pair_of_variants_apart(repo):
+    # Each quantizer variant's outputs on the golden generator's adversarial blocks (MX: e4m3 and e2m1
+    # elements; NVFP4: every finite nonzero tensor amax of the nvfp4-block cases), plus the inputs built to
+    # split two choices that those blocks do not reach: tie-heavy and edge blocks for the 4over6 error orders, and the
+    # H200 inputs that split torchao's CPU and CUDA tensor-scale orders. Two variants may give the same bits
+    # on all of them only when _canonical names them alike.
+    mx_blocks = {e: qt.cases("mx-block", e) for e in ("e4m3", "e2m1")}
+    nv = qt.cases("nvfp4-block", "e2m1")
+    amaxes = [a for a in np.unique(nv["tensor_amax"]) if np.isfinite(a) and a > 0]
+    torchao = [np.load(repo / "golden" / "nvfp4-torchao-cuda" / (n + "_x.npy")) for n in ("cuda_scales", "cuda_codes")]
+    ties = [_tie_heavy_nvfp4(4000, 5), _four_over_six_edges(1000, False, 7), _four_over_six_edges(1000, True, 11)]
+    outputs, refused = {}, []
+    for name in qt.variants("quantizer"):
+        got = []
+        if name.startswith("mx:rule=max-finite,") and ",nan=ignore," not in name:
+            with pytest.raises(ValueError, match="needs the NaN policy 'ignore'"):
+                qt.run_variant("quantizer", name, mx_blocks["e4m3"])
+            refused.append(name)
+            continue
+        if name.startswith("mx:"):
+            for e, x in mx_blocks.items():
+                got += qt.run_variant("quantizer", name, x, elem=e, block=32)
+        else:
+            for a in amaxes:
+                got += qt.run_variant("quantizer", name, nv["blocks"][nv["tensor_amax"] == a], tensor_amax=float(a))
+            for x in torchao + ties:
+                got += qt.run_variant("quantizer", name, x)
+        outputs[name] = b"".join(np.ascontiguousarray(g).tobytes() + b"|" for g in got)
+    names = sorted(outputs)
+    same = [(a, b) for i, a in enumerate(names) for b in names[i + 1:] if outputs[a] == outputs[b]]
+    unexplained = [(a, b) for a, b in same if _canonical(a) != _canonical(b)]
+    assert not unexplained, unexplained[:10]
+    assert len(names) + len(refused) == len(qt.variants("quantizer")) and len(refused) == 4 * 3
+    # The equivalences hold only where claimed: under round-up, a block with an element far below its scale
+    # tells exact from FP32 element scaling (exact rounds the tiny quotient up to the smallest subnormal,
+    # FP32 first flushes it to zero).
+    x = np.full((1, 32), 1e-38, np.float32)
+    x[0, 0] = 3e38
+    e, f = (qmx.quantize(x, "mxfp8", rounding="ru", element_scaling=s).codes for s in ("exact", "fp32"))
+    assert not np.array_equal(e, f)
+
+
+def test_identify_names_the_amax_order_of_a_comparison_kernel():
+    # A NumPy MXFP8 quantizer (OCP floor rule, Transformer Engine's NaN scale) whose block amax is a 32-lane
+    # warp butterfly of `a > b ? a : b`, written here: identify names tree-gt under te, and nothing order-free.
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((64, 64)).astype(np.float32)
+    x[rng.integers(0, 64, 40), rng.integers(0, 64, 40)] = np.nan
+    blocks = np.abs(x.reshape(-1, 32)).astype(np.float32)
+    v = blocks.copy()
+    for off in (16, 8, 4, 2, 1):
+        other = v[:, np.arange(32) ^ off]
+        with np.errstate(invalid="ignore"):
+            v = np.where(v > other, v, other)  # a NaN on either side makes v > other false: other is taken
+    amax = v[:, 0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        k = np.where(amax > 0, np.floor(np.log2(np.where(amax > 0, amax, 1))) - E4M3_EMAX, -127)
+    scales = np.where(np.isnan(amax), 255, np.clip(k, -127, 127) + 127).astype(np.uint8)
+    vals = x.reshape(-1, 32).astype(np.float64) / np.exp2(scales.astype(np.float64) - 127)[:, None]
+    codes = np.where(np.isnan(vals), 0x7F, _e4m3_rne(np.nan_to_num(vals)))
+    codes = np.where((scales == 255)[:, None], 0x7F, codes).astype(np.uint8).reshape(x.shape)
+    assert (np.isnan(amax) != np.isnan(blocks).any(axis=1)).any()  # some NaN blocks reduce to a finite amax
+    found = qt.identify("quantizer", x, (codes, scales.reshape(64, 2)), elem="e4m3", block=32)
+    assert "mx:rule=ocp-floor,nan=te,scaling=exact,amax=tree-gt" in found.matches
+    assert all(m.endswith(",amax=tree-gt") for m in found.matches), found.matches

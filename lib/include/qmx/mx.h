@@ -26,10 +26,13 @@ struct MxSpec {
   int block = 32;
   NanPolicy nan = NanPolicy::kBlockNan;
   ElementScaling scaling = ElementScaling::kExact;
+  // A comparison reduction's block amax (qmx/scale.h AmaxOrder): the block holds a NaN or an Inf for `nan`
+  // (block-nan, scale-nan or te) exactly when the reduced amax is one. Runs on the scalar reference.
+  AmaxOrder amax_order = AmaxOrder::kAny;
 };
 // Throws qmx::Error naming the problem (element format not fast-capable, a rule that is not a UE8M0
 // rule, max-finite without the ignore policy, block length out of 1..2^30, flushing subnormals with
-// FP32 element scaling, cast options the element format cannot honour).
+// FP32 element scaling, an amax order under a NaN-ignoring policy, cast options the element format cannot honour).
 void ValidateMxSpec(const MxSpec& spec);
 inline size_t MxScaleCount(size_t n, const MxSpec& spec) { return (n + spec.block - 1) / spec.block; }
 

@@ -56,6 +56,9 @@ struct QuantSpec {
   bool row_scaled = false;
   // 4over6 rules: the order of each candidate's error sum (ErrorOrder, qmx/scale.h).
   ErrorOrder error_order = ErrorOrder::kSeq;
+  // The block amax of a comparison reduction (AmaxOrder, qmx/scale.h), with a NaN policy that reacts to a NaN
+  // amax: block-nan, scale-nan or te (UE8M0), block-nan (E4M3 and FP32 scales). Runs on the reference.
+  AmaxOrder amax_order = AmaxOrder::kAny;
 };
 
 // The recipes' short names: mxfp8 (e4m3, round-up), mxfp8-ocp (ocp-floor), mxfp8_e5m2, mxfp6_e2m3,
@@ -82,7 +85,8 @@ void ValidateQuantSpec(const QuantSpec& spec);
 // A named spec's overrides; an empty string keeps the spec's own setting. SpecOverrideFields() names the
 // text ones as the CLI and the Python package spell them.
 struct SpecOverrides {
-  std::string profile, elem, rule, block, axis, round, sat, nan_policy, scaling, subnormals, nan_fallback, error_order;
+  std::string profile, elem, rule, block, axis, round, sat, nan_policy, scaling, subnormals, nan_fallback, error_order,
+      amax_order;
   int sr_bits = 8;
   uint64_t seed = 0;
   int margin = 0;

@@ -71,6 +71,31 @@ bool IsPow2Rule(ScaleRule r);                // the UE8M0 (MX) rules; not bfp, w
 const char* NanPolicyName(NanPolicy p);      // "block-nan", "scale-nan", "te", "ignore-nan", "ignore"
 NanPolicy ParseNanPolicy(const std::string& s);
 
+// How a block's amax is reduced when a kernel writes the max as a comparison instead of a NaN-propagating
+// max or fmaxf (which drops NaN): `a > b ? a : b` and std::max keep or drop a NaN operand by its side, so
+// whether the block's amax comes out NaN, and which elements it covers, depends on where the NaN sits. Over
+// the block's magnitudes m_i in element order (row-major in a 2-D block; flushed subnormals are 0):
+enum class AmaxOrder : uint8_t {
+  kAny,        // "any": the NaN policy's own amax, which no order changes (the default)
+  kFoldLast,   // "fold-last": r = 0, then r = r > m_i ? r : m_i (std::max(m_i, r)): a NaN is taken and the next
+               // element replaces it; r is the max of the elements after the last NaN, NaN when the last is NaN
+  kFoldFirst,  // "fold-first": r = m_0, then r = r < m_i ? m_i : r (std::max(r, m_i)): NaN exactly when m_0 is
+               // NaN; a NaN elsewhere is dropped
+  kTreeGt,     // "tree-gt": a halving tree over the block's length rounded up to a power of two (missing lanes
+               // +0), v_i = v_i > v_(i+h) ? v_i : v_(i+h) for h = w/2 .. 1 (a warp's __shfl_xor_sync butterfly from
+               // the top offset down, as lane 0 sees it): a NaN on the right survives its level, on the left it is
+               // dropped
+  kTreeLt,     // "tree-lt": the same tree with v_i = v_i < v_(i+h) ? v_(i+h) : v_i (std::max(v_i, v_(i+h))): a NaN on
+               // the left survives its level, on the right it is dropped
+};
+const char* AmaxOrderName(AmaxOrder o);  // "any", "fold-last", "fold-first", "tree-gt", "tree-lt"
+AmaxOrder ParseAmaxOrder(const std::string& s);
+std::vector<AmaxOrder> AllAmaxOrders();
+// The reduced amax r of n magnitudes m (NaN for a NaN element, +Inf for an infinite one) under a comparison
+// order (not kAny), the tree over `width` lanes (at least n; rounded up to a power of two). The block then
+// holds a NaN for its NaN policy exactly when r is NaN, an Inf when r is Inf, and its scale comes from r.
+double OrderedAmax(const double* m, size_t n, size_t width, AmaxOrder order);
+
 // How elements are divided by a UE8M0 scale X = 2^k.
 enum class ElementScaling : uint8_t {
   kExact,  // "exact": V_i / X exactly (OCP MX 6.3), never rounded before the element conversion

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _qmx, as_array, decode, gemm, gemm_models, quantize
 
-__all__ = ["assert_bitwise", "identify", "variants", "Identification", "cases", "case_kinds", "strategy"]
+__all__ = ["assert_bitwise", "identify", "variants", "run_variant", "Identification", "cases", "case_kinds", "strategy"]
 
 # The documented choices of a block quantizer, by family: UE8M0 power-of-two scales (MX) and E4M3 block
 # scales with an FP32 tensor scale (NVFP4).
@@ -28,6 +28,10 @@ _SCALINGS = ("exact", "fp32", "te-rcp")
 _ALPHAS = ("decode", "te", "te-ref")
 # The 4over6 rules' error-sum orders (qmx/scale.h ErrorOrder); "seq" is the default and keeps the older names.
 _ERROR_ORDERS = ("seq", "seq-fma", "xor16", "pairs16")
+# Block amaxes reduced by comparisons that keep or drop a NaN by its position (qmx/scale.h AmaxOrder), under
+# the NaN policies that react to a NaN amax; the names without ",amax=" take the policy's order-free amax.
+_AMAX_ORDERS = ("fold-last", "fold-first", "tree-gt", "tree-lt")
+_ORDERED_NAN = ("block-nan", "scale-nan", "te")
 
 
 def _bits(a):
@@ -83,12 +87,18 @@ def assert_bitwise(actual, expected, *, what="codes", fmt=None, inputs=None, max
 def variants(kind):
     """The stable names of every documented variant of `kind`: "quantizer" (MX and NVFP4 block quantizers:
     scale rule x NaN policy x element scaling, and for the 4over6 rules the order of the error sums, ",order="
-    seq-fma, xor16 or pairs16 where it is not the element order), "gemm" (accumulation model x alpha rule)
+    seq-fma, xor16 or pairs16 where it is not the element order; a block amax reduced by comparisons, ",amax="
+    fold-last, fold-first, tree-gt or tree-lt, under the NaN policies a NaN amax reaches), "gemm" (accumulation model x alpha rule)
     or "dequantizer" (NVFP4's scale order x the output's type, and the same computed with flush-to-zero,
     ",ftz=on")."""
     if kind == "quantizer":
         mx = ["mx:rule=%s,nan=%s,scaling=%s" % (r, n, s) for r in _MX_RULES for n in _NAN_POLICIES for s in _SCALINGS]
+        # max-finite takes the ignore policy only, which no order reaches.
+        mx += ["mx:rule=%s,nan=%s,scaling=%s,amax=%s" % (r, n, s, o) for r in _MX_RULES if r != "max-finite"
+               for n in _ORDERED_NAN for s in _SCALINGS for o in _AMAX_ORDERS]
         nv = ["nvfp4:rule=%s,nan=%s" % (r, n) for r in _NVFP4_RULES for n in _NVFP4_NAN_POLICIES]
+        nv += ["nvfp4:rule=%s,nan=block-nan,amax=%s" % (r, o) for r in _NVFP4_RULES if "4over6" not in r
+               for o in _AMAX_ORDERS]
         # 4over6 under its other error orders (",order=..."; the bare names sum in element order, "seq").
         nv += ["nvfp4:rule=%s,nan=%s,order=%s" % (r, n, o) for r in _NVFP4_RULES if "4over6" in r
                for n in _NVFP4_NAN_POLICIES for o in _ERROR_ORDERS[1:]]
@@ -182,30 +192,15 @@ def identify(kind, x, outputs, *, elem=None, block=None, axis="row", rounding="r
             want = (as_array(outputs[0]), as_array(outputs[1]))
         else:
             want = (as_array(outputs.codes), as_array(outputs.scales))
-        xs = as_array(x)
+        x = as_array(x)
     else:
         want = (as_array(outputs),)
-        if kind == "gemm":
-            a, b = x
+    known = dict(elem=elem, block=block, axis=axis, rounding=rounding, tensor_amax=tensor_amax, a_format=a_format,
+                 b_format=b_format, c=c)
     matches, scored, refused = [], [], {}
     for name in names:
-        family, head, f = _parse(name)
         try:
-            if kind == "quantizer":
-                spec = "mxfp8" if family == "mx" else "nvfp4"
-                e = elem or ("e4m3" if family == "mx" else "e2m1")
-                n = block or (32 if family == "mx" else 16)
-                kw = dict(elem=e, block="1x%d" % n, axis=axis, rounding=rounding, rule=f["rule"], nan_policy=f["nan"])
-                if family == "mx":
-                    kw["element_scaling"] = f["scaling"]
-                if "order" in f:
-                    kw["error_order"] = f["order"]
-                q = quantize(xs, spec, tensor_amax=tensor_amax, **kw)
-                got = (q.codes, q.scales)
-            elif kind == "dequantizer":
-                got = (_round_output(x.dequantize(order=f["order"], ftz=f.get("ftz") == "on"), f["out"]),)
-            else:
-                got = (gemm(a, b, head, c, a_format=a_format, b_format=b_format, alpha=f["alpha"]),)
+            got = run_variant(kind, name, x, **known)
         except (ValueError, TypeError) as err:
             refused[name] = str(err)
             continue
@@ -216,6 +211,33 @@ def identify(kind, x, outputs, *, elem=None, block=None, axis="row", rounding="r
             scored.append((name, count, first))
     scored.sort(key=lambda t: t[1])
     return Identification(matches, [] if matches else scored[:closest], len(names) - len(refused), refused)
+
+
+def run_variant(kind, name, x, *, elem=None, block=None, axis="row", rounding="rne", tensor_amax=None, a_format=None,
+                b_format=None, c=None):
+    """The outputs variant `name` (as variants(kind) lists it) gives for inputs x, in the form identify compares:
+    (codes, scales) for a quantizer, (values,) for a dequantizer or a GEMM; the keywords as identify's.
+    Raises ValueError where the library refuses the variant for these inputs."""
+    family, head, f = _parse(name)
+    if name not in variants(kind):
+        raise ValueError("run_variant: %r is not a %s variant (see variants(%r))" % (name, kind, kind))
+    if kind == "quantizer":
+        spec = "mxfp8" if family == "mx" else "nvfp4"
+        e = elem or ("e4m3" if family == "mx" else "e2m1")
+        n = block or (32 if family == "mx" else 16)
+        kw = dict(elem=e, block="1x%d" % n, axis=axis, rounding=rounding, rule=f["rule"], nan_policy=f["nan"])
+        if family == "mx":
+            kw["element_scaling"] = f["scaling"]
+        if "order" in f:
+            kw["error_order"] = f["order"]
+        if "amax" in f:
+            kw["amax_order"] = f["amax"]
+        q = quantize(as_array(x), spec, tensor_amax=tensor_amax, **kw)
+        return (q.codes, q.scales)
+    if kind == "dequantizer":
+        return (_round_output(x.dequantize(order=f["order"], ftz=f.get("ftz") == "on"), f["out"]),)
+    a, b = x
+    return (gemm(a, b, head, c, a_format=a_format, b_format=b_format, alpha=f["alpha"]),)
 
 
 # ------------------------------------------------------------------ adversarial inputs

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "qmx/cast_options.h"
 #include "qmx/error.h"
@@ -79,6 +80,17 @@ std::vector<std::vector<float>> EdgeBlocks(const Format& el, size_t n, int rando
   b.assign(n, 0.0f);
   for (size_t i = 0; i < n; ++i) b[i] = std::ldexp(i % 2 ? -1.0f : 1.0f, -static_cast<int>(i));
   blocks.push_back(b);
+  // A NaN beside one larger element, where the comparison reductions of a block amax part (qmx/scale.h
+  // AmaxOrder): the NaN last, first, left of the larger element's first tree partner, after it, and right of
+  // its first partner. Built without the random stream, so that every block before keeps its draws.
+  const size_t h = n / 2;
+  const std::pair<size_t, size_t> places[] = {{n - 1, 0}, {0, h}, {2, 2 + h}, {5, 1}, {h + 1, 1}};
+  for (const auto& [nan_at, max_at] : places) {
+    for (size_t i = 0; i < n; ++i) b[i] = (i % 2 ? -1.0f : 1.0f) * (1.0f + static_cast<float>(i) / 64.0f);
+    b[max_at] = 100.0f;
+    b[nan_at] = std::numeric_limits<float>::quiet_NaN();
+    blocks.push_back(b);
+  }
   return blocks;
 }
 

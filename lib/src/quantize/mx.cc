@@ -24,6 +24,7 @@ void ValidateMxSpec(const MxSpec& spec) {
     throw Error("flushing subnormals needs exact element scaling (the FP32 modes would flush the scaled product)");
   if (spec.block < 1 || spec.block > (1 << 30))
     throw Error("MX block length must be 1..2^30, not " + std::to_string(spec.block));
+  detail::CheckAmaxOrder(spec.amax_order, spec.nan);
   ValidateCastOptions(spec.elem, spec.cast);
 }
 
@@ -76,6 +77,8 @@ void QuantizeMx(DType src_type, const void* src, size_t n, const MxSpec& spec, u
                 const SrSource& sr, Exec exec) {
   ValidateMxSpec(spec);
   if (!IsFastSource(src_type)) throw Error(std::string("MX quantization reads fp32, bf16 or fp16, not ") + DTypeName(src_type));
+  // A comparison-ordered amax has no block kernel: each block on the reference (no thread changes a bit).
+  if (spec.amax_order != AmaxOrder::kAny) return QuantizeMxRef(src_type, src, n, spec, codes, scales, sr);
   const simd::ConvertParams p = simd::MakeConvertParams(spec.elem, spec.cast, src_type);
   detail::RunBlockKernel(MakeArgs(spec, p), src_type, src, n, codes, scales, sr, exec);
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "fp_env.h"
 #include "qmx/error.h"
@@ -32,6 +33,7 @@ void QuantizeMxRef(DType src_type, const void* src, size_t n, const MxSpec& spec
   const uint8_t nan_code = static_cast<uint8_t>(ConvertF32(std::nanf(""), spec.elem, spec.cast));
   const uint8_t block_nan_code = spec.elem.HasNan() ? static_cast<uint8_t>(spec.elem.CanonicalNan()) : 0;
   const size_t block = static_cast<size_t>(spec.block);
+  std::vector<double> mags;
   for (size_t b = 0, start = 0; start < n; ++b, start += block) {
     const size_t end = std::min(n, start + block);
     double amax = 0;  // over the finite elements
@@ -41,6 +43,22 @@ void QuantizeMxRef(DType src_type, const void* src, size_t n, const MxSpec& spec
       has_nan |= x.kind == ExactValue::Kind::kNan;
       has_inf |= x.kind == ExactValue::Kind::kInf;
       if (x.kind == ExactValue::Kind::kFinite) amax = std::max(amax, std::ldexp(static_cast<double>(x.sig), x.exp));
+    }
+    if (spec.amax_order != AmaxOrder::kAny) {
+      // A comparison reduction over the block's lanes: it holds a NaN or an Inf for the policy exactly when
+      // its amax is one.
+      mags.clear();
+      for (size_t i = start; i < end; ++i) {
+        const ExactValue x = read(i);
+        mags.push_back(x.kind == ExactValue::Kind::kNan      ? std::nan("")
+                       : x.kind == ExactValue::Kind::kInf    ? HUGE_VAL
+                       : x.kind == ExactValue::Kind::kFinite ? std::ldexp(static_cast<double>(x.sig), x.exp)
+                                                             : 0.0);
+      }
+      const double r = OrderedAmax(mags.data(), mags.size(), block, spec.amax_order);
+      has_nan = std::isnan(r);
+      has_inf = std::isinf(r);
+      amax = has_nan || has_inf ? 0.0 : r;
     }
     // The scale byte, or a fill code for the whole block (NanPolicy).
     int scale, fill;

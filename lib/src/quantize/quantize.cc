@@ -114,6 +114,7 @@ MxSpec MxSpecOf(const QuantSpec& spec, size_t block) {
   ms.cast = spec.cast;
   ms.nan = spec.nan;
   ms.scaling = spec.scaling;
+  ms.amax_order = spec.amax_order;
   ms.block = static_cast<int>(block);
   return ms;
 }
@@ -635,7 +636,8 @@ QuantizedTensor QuantizeImpl(const TensorView& x, const QuantSpec& spec, Exec ex
     throw Error("a row-scaled NVFP4 spec takes each line's amax from the data, not a given tensor amax");
   // 4over6 picks between two candidate blocks by their error: it has no block kernel, and its fast path
   // is the reference (each block is independent; the thread count cannot change a bit).
-  if (IsNvfp4FourOverSix(spec.rule) && fixed == nullptr)
+  // A comparison-ordered block amax (AmaxOrder) likewise runs on the reference.
+  if ((IsNvfp4FourOverSix(spec.rule) || spec.amax_order != AmaxOrder::kAny) && fixed == nullptr)
     return given_amax ? QuantizeNvfp4WithAmaxRef(x, spec, *given_amax) : QuantizeRef(x, spec);
   if (spec.rule == ScaleRule::kBfp) return detail::QuantizeBfp(x, spec);  // tt-metal's packer, one definition
   QuantizedTensor q = detail::MakeShell(x, spec, false);  // every route below writes each code

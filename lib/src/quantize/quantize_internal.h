@@ -25,6 +25,9 @@ std::string JoinNames(const std::vector<std::string>& names);
 QuantizedTensor MakeShell(const TensorView& x, const QuantSpec& spec, bool zero_codes = true, bool host_buffers = true);
 // Validates the spec and that a row-scaled tensor holds one amax per line (and no other tensor any).
 void CheckLineAmax(const QuantizedTensor& q);
+// Refuses a comparison amax order (not AmaxOrder::kAny) under a NaN policy that never sees a NaN amax
+// (ignore-nan, ignore): those policies drop NaN elements before any order could keep one.
+void CheckAmaxOrder(AmaxOrder order, NanPolicy nan);
 // Refuses an NVFP4 dequantization order (DequantOrder other than kByRule) for tensors of other scale rules.
 void CheckDequantOrder(const QuantizedTensor& q, DequantOrder order);
 // Dequantize's flush-to-zero (ftz): a magnitude below FP32's smallest normal, 2^-126, read or written as a

@@ -66,7 +66,8 @@ QuantizedTensor QuantizeRefImpl(const TensorView& x, const QuantSpec& spec, cons
         std::vector<uint8_t> copy(idx.size() * esize), codes(idx.size());
         for (size_t t = 0; t < idx.size(); ++t)
           std::memcpy(&copy[t * esize], static_cast<const uint8_t*>(x.data) + idx[t] * esize, esize);
-        const MxSpec ms = detail::MxSpecOf(spec, idx.size());
+        // An amax order's tree spans the whole block's lanes, a short block's missing ones +0.
+        const MxSpec ms = detail::MxSpecOf(spec, spec.amax_order != AmaxOrder::kAny ? be.rows * be.cols : idx.size());
         QuantizeMxRef(x.dtype, copy.data(), idx.size(), ms, codes.data(), &q.scales[si], {0, 0, bits.data()});
         for (size_t t = 0; t < idx.size(); ++t) q.codes[idx[t]] = codes[t];
         continue;
@@ -79,6 +80,14 @@ QuantizedTensor QuantizeRefImpl(const TensorView& x, const QuantSpec& spec, cons
         if (std::isnan(v)) has_nan = true;
         else if (std::isinf(v)) has_inf = true;
         else amax = std::max(amax, std::fabs(v));
+      }
+      if (spec.amax_order != AmaxOrder::kAny) {  // a comparison reduction (qmx/scale.h AmaxOrder)
+        std::vector<double> mags(idx.size());
+        for (size_t t = 0; t < idx.size(); ++t) mags[t] = std::fabs(SourceValueF32(x.dtype, x.data, idx[t]));
+        const double r = OrderedAmax(mags.data(), mags.size(), be.rows * be.cols, spec.amax_order);
+        has_nan = std::isnan(r);
+        has_inf = std::isinf(r);
+        amax = has_nan || has_inf ? 0.0 : r;
       }
       float a = static_cast<float>(amax);  // exact: the max of FP32 values
       if (has_inf && spec.nan == NanPolicy::kIgnoreNan) a = HUGE_VALF;

@@ -164,6 +164,7 @@ std::string DescribeSpec(const QuantSpec& spec) {
   if (spec.margin != 0) s += ", margin " + std::to_string(spec.margin);
   if (spec.row_scaled) s += spec.axis == Axis::kCol ? ", row-scaled (a second-level scale per column)" : ", row-scaled (a second-level scale per row)";
   if (spec.error_order != ErrorOrder::kSeq) s += std::string(", error sums ") + ErrorOrderName(spec.error_order);
+  if (spec.amax_order != AmaxOrder::kAny) s += std::string(", block amax ") + AmaxOrderName(spec.amax_order);
   return s;
 }
 
@@ -214,6 +215,13 @@ void ValidateQuantSpec(const QuantSpec& spec) {
   if (spec.error_order != ErrorOrder::kSeq && !IsNvfp4FourOverSix(spec.rule))
     throw Error(std::string("an error order (") + ErrorOrderName(spec.error_order) +
                 ") applies to the 4over6 rules' error sums (nvfp4-4over6, nvfp4-4over6-mse), not to " + ScaleRuleName(spec.rule));
+  if (spec.amax_order != AmaxOrder::kAny) {
+    detail::CheckAmaxOrder(spec.amax_order, spec.nan);
+    if (IsNvfp4FourOverSix(spec.rule) || spec.delayed)
+      throw Error(std::string("an amax order (") + AmaxOrderName(spec.amax_order) + ") sets a block's amax; " +
+                  (spec.delayed ? "delayed scaling takes its scale from a history"
+                                : "the 4over6 rules take finite blocks only"));
+  }
   if (spec.row_scaled && (sf != ScaleFormat::kE4m3 || spec.block_rows != 1 || spec.block_cols < 1))
     throw Error("row-scaled NVFP4 takes an NVFP4 rule (E4M3 block scales) and 1xN blocks (TE: 1x16), not " +
                 std::string(ScaleRuleName(spec.rule)) + " on " + DescribeBlock(spec) + " blocks");
@@ -248,5 +256,16 @@ float QuantizedTensor::ScaleAt(size_t sr, size_t sc) const {
   }
   return 0;
 }
+
+namespace detail {
+
+void CheckAmaxOrder(AmaxOrder order, NanPolicy nan) {
+  if (order != AmaxOrder::kAny && (nan == NanPolicy::kIgnoreNan || nan == NanPolicy::kIgnore))
+    throw Error(std::string("the amax order '") + AmaxOrderName(order) +
+                "' decides whether a NaN reaches the block amax; " + "the NaN policy '" + NanPolicyName(nan) +
+                "' drops NaN elements first (take block-nan, scale-nan or te)");
+}
+
+}  // namespace detail
 
 }  // namespace qmx

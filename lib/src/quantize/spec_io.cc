@@ -34,6 +34,10 @@ const std::vector<SpecOverrideField>& SpecOverrideFields() {
       {"nan_fallback", "--nan-fallback", "NaN into FP6/FP4/INT8: max or zero", &SpecOverrides::nan_fallback},
       {"error_order", "--error-order", "4over6 rules: the order of the error sums: seq, seq-fma, xor16, pairs16",
        &SpecOverrides::error_order},
+      {"amax_order", "--amax-order",
+       "A block amax reduced by comparisons, which keep or drop a NaN by its position: any (the NaN policy's own), "
+       "fold-last, fold-first, tree-gt, tree-lt",
+       &SpecOverrides::amax_order},
   };
   return fields;
 }
@@ -67,6 +71,7 @@ QuantSpec BuildQuantSpec(const std::string& name, const SpecOverrides& o) {
   if (!o.subnormals.empty()) spec.cast.subnormals = ParseSubnormals(o.subnormals);
   if (!o.nan_fallback.empty()) spec.cast.nan_fallback = ParseNanFallback(o.nan_fallback);
   if (!o.error_order.empty()) spec.error_order = ParseErrorOrder(o.error_order);
+  if (!o.amax_order.empty()) spec.amax_order = ParseAmaxOrder(o.amax_order);
   spec.cast.sr_bits = o.sr_bits;
   spec.seed = o.seed;
   spec.margin = o.margin;
@@ -96,6 +101,7 @@ std::string QuantSpecToJson(const QuantSpec& s, int indent) {
                               {"delayed", s.delayed}};
   if (s.row_scaled) j["row_scaled"] = true;  // only when set: earlier files stay byte-identical
   if (s.error_order != ErrorOrder::kSeq) j["error_order"] = ErrorOrderName(s.error_order);  // likewise
+  if (s.amax_order != AmaxOrder::kAny) j["amax_order"] = AmaxOrderName(s.amax_order);       // likewise
   return j.dump(indent);
 }
 
@@ -125,6 +131,7 @@ QuantSpec QuantSpecFromJson(const std::string& text) {
     s.delayed = j.at("delayed").get<bool>();
     if (j.contains("row_scaled")) s.row_scaled = j.at("row_scaled").get<bool>();
     if (j.contains("error_order")) s.error_order = ParseErrorOrder(j.at("error_order").get<std::string>());
+    if (j.contains("amax_order")) s.amax_order = ParseAmaxOrder(j.at("amax_order").get<std::string>());
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("qmx.spec metadata is incomplete (") + e.what() + ")");
   }

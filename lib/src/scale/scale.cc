@@ -185,6 +185,56 @@ ErrorOrder ParseErrorOrder(const std::string& s) {
   throw Error("unknown 4over6 error order '" + s + "' (seq, seq-fma, xor16, pairs16)");
 }
 
+const char* AmaxOrderName(AmaxOrder o) {
+  switch (o) {
+    case AmaxOrder::kAny: return "any";
+    case AmaxOrder::kFoldLast: return "fold-last";
+    case AmaxOrder::kFoldFirst: return "fold-first";
+    case AmaxOrder::kTreeGt: return "tree-gt";
+    case AmaxOrder::kTreeLt: return "tree-lt";
+  }
+  return "?";
+}
+
+std::vector<AmaxOrder> AllAmaxOrders() {
+  return {AmaxOrder::kAny, AmaxOrder::kFoldLast, AmaxOrder::kFoldFirst, AmaxOrder::kTreeGt, AmaxOrder::kTreeLt};
+}
+
+AmaxOrder ParseAmaxOrder(const std::string& s) {
+  for (AmaxOrder o : AllAmaxOrders())
+    if (s == AmaxOrderName(o)) return o;
+  throw Error("unknown amax order '" + s + "' (any, fold-last, fold-first, tree-gt, tree-lt)");
+}
+
+double OrderedAmax(const double* m, size_t n, size_t width, AmaxOrder order) {
+  switch (order) {
+    case AmaxOrder::kAny: break;
+    case AmaxOrder::kFoldLast: {
+      double r = 0;
+      for (size_t i = 0; i < n; ++i) r = r > m[i] ? r : m[i];
+      return r;
+    }
+    case AmaxOrder::kFoldFirst: {
+      double r = n ? m[0] : 0;
+      for (size_t i = 1; i < n; ++i) r = r < m[i] ? m[i] : r;
+      return r;
+    }
+    case AmaxOrder::kTreeGt:
+    case AmaxOrder::kTreeLt: {
+      size_t w = 1;
+      while (w < std::max(width, n)) w *= 2;
+      std::vector<double> v(w, 0.0);
+      std::copy(m, m + n, v.begin());
+      for (size_t h = w / 2; h >= 1; h /= 2)
+        for (size_t i = 0; i < h; ++i)
+          v[i] =
+              order == AmaxOrder::kTreeGt ? (v[i] > v[i + h] ? v[i] : v[i + h]) : (v[i] < v[i + h] ? v[i + h] : v[i]);
+      return v[0];
+    }
+  }
+  throw Error("OrderedAmax: the order 'any' is the NaN policy's own amax, not a comparison order");
+}
+
 namespace {
 // The FP32 sum of 16 lanes' terms t (missing lanes +0) in a cross-lane order: lane i adds lane i + o's
 // partial (xor16: i xor o) for o = 8, 4, 2, 1 (xor16) or 1, 2, 4, 8 (pairs16); lane 0's result.

@@ -550,3 +550,55 @@ def test_identify_names_the_amax_order_of_a_comparison_kernel():
     found = qt.identify("quantizer", x, (codes, scales.reshape(64, 2)), elem="e4m3", block=32)
     assert "mx:rule=ocp-floor,nan=te,scaling=exact,amax=tree-gt" in found.matches
     assert all(m.endswith(",amax=tree-gt") for m in found.matches), found.matches
+
+
+def _stored_casts(repo, name):
+    """golden/casts/NAME.txt: the qmx-casts-v1 inputs (every top half t of an FP32 pattern with low halves
+    0000 0001 7fff 8000 8001 ffff) and the codes the library wrote, expanded from its runs."""
+    lows = np.array([0x0000, 0x0001, 0x7FFF, 0x8000, 0x8001, 0xFFFF], np.uint32)
+    x = ((np.arange(0x10000, dtype=np.uint32)[:, None] << 16) | lows[None, :]).reshape(-1).view(np.float32)
+    codes = np.zeros(x.size, np.uint8)
+    for line in (repo / "golden" / "casts" / (name + ".txt")).read_text().splitlines():
+        if line.startswith("#"):
+            continue
+        first, count, code = line.split()
+        codes[int(first):int(first) + int(count)] = int(code, 16)
+    return x, codes
+
+
+def test_identify_names_the_library_of_a_stored_cast(repo):
+    # ml_dtypes' and PyTorch's own casts of every FP32 pattern class (golden/casts, collected on the GPU
+    # machine): identify names each library's profile; for e5m2 the two differ (NaN 0x7E against 0x7F), so
+    # each names only its own; one flipped code matches nothing.
+    for name, fmt, want in (("ml-dtypes-e4m3", "e4m3", "ml-dtypes"), ("ml-dtypes-e5m2", "e5m2", "ml-dtypes"),
+                            ("pytorch-cpu-e5m2", "e5m2", "pytorch"), ("ml-dtypes-e2m1", "e2m1", "ml-dtypes")):
+        x, codes = _stored_casts(repo, name)
+        found = qt.identify("converter", x, codes, elem=fmt)
+        assert "converter:profile=" + want in found.matches, (name, found)
+        if fmt == "e5m2":
+            other = "pytorch" if want == "ml-dtypes" else "ml-dtypes"
+            assert "converter:profile=" + other not in found.matches, (name, found.matches)
+        # Every match is a cast that reproduces the file: the matches agree with the library on every input.
+        for m in found.matches:
+            assert np.array_equal(qt.run_variant("converter", m, x, elem=fmt)[0], codes)
+    x, codes = _stored_casts(repo, "ml-dtypes-e4m3")
+    codes[12345] ^= 1
+    found = qt.identify("converter", x, codes, elem="e4m3")
+    assert not found and found.closest[0][1] == 1 and found.closest[0][2] == 12345
+    assert len(qt.variants("converter")) == len(qmx.cast_profile_names()) + 6 * 3
+
+
+def test_identify_names_transformer_engines_stored_nvfp4_outputs(repo):
+    # Transformer Engine's reference NVFP4 quantizer (golden/nvfp4-te, collected on the GPU machine) in its
+    # three per-tensor modes: identify names the rule of each mode, and on the cases crafted there to split
+    # TE's op order from its plausible others, no other rule.
+    g = repo / "golden" / "nvfp4-te"
+    for mode, rule in (("default", "nvfp4"), ("4over6-mae", "nvfp4-4over6"), ("4over6-mse", "nvfp4-4over6-mse")):
+        crafted = "orders-default" if mode == "default" else "orders-4over6"
+        for case in ("normal", "logmag", "heavy", crafted):
+            x = np.load(g / (case + "_x.npy"))
+            codes, scales = np.load(g / ("%s_%s_codes.npy" % (case, mode))), np.load(g / ("%s_%s_scales.npy" % (case, mode)))
+            found = qt.identify("quantizer", x, (codes, scales), elem="e2m1", block=16)
+            assert "nvfp4:rule=%s,nan=block-nan" % rule in found.matches, (mode, case, found)
+            if case == crafted:
+                assert all(m.startswith("nvfp4:rule=%s," % rule) for m in found.matches), (mode, case, found.matches)

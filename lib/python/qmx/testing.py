@@ -14,7 +14,7 @@ variants(kind) lists them. Every variant is the library's own computation, teste
 against the hardware and the peers' references (docs/numerics.md, docs/gemm.md)."""
 import numpy as np
 
-from . import _qmx, as_array, decode, gemm, gemm_models, quantize
+from . import _qmx, as_array, cast_profile, cast_profile_names, convert, decode, gemm, gemm_models, quantize
 
 __all__ = ["assert_bitwise", "identify", "variants", "run_variant", "Identification", "cases", "case_kinds", "strategy"]
 
@@ -32,6 +32,9 @@ _ERROR_ORDERS = ("seq", "seq-fma", "xor16", "pairs16")
 # the NaN policies that react to a NaN amax; the names without ",amax=" take the policy's order-free amax.
 _AMAX_ORDERS = ("fold-last", "fold-first", "tree-gt", "tree-lt")
 _ORDERED_NAN = ("block-nan", "scale-nan", "te")
+# A conversion's choices: the reference routine's rounding x saturation, and the libraries' cast profiles.
+_ROUNDINGS = ("rne", "rna", "rz", "ru", "rd", "ro")
+_SATURATIONS = ("satfinite", "nosat", "satpropagate")
 
 
 def _bits(a):
@@ -88,9 +91,10 @@ def variants(kind):
     """The stable names of every documented variant of `kind`: "quantizer" (MX and NVFP4 block quantizers:
     scale rule x NaN policy x element scaling, and for the 4over6 rules the order of the error sums, ",order="
     seq-fma, xor16 or pairs16 where it is not the element order; a block amax reduced by comparisons, ",amax="
-    fold-last, fold-first, tree-gt or tree-lt, under the NaN policies a NaN amax reaches), "gemm" (accumulation model x alpha rule)
-    or "dequantizer" (NVFP4's scale order x the output's type, and the same computed with flush-to-zero,
-    ",ftz=on")."""
+    fold-last, fold-first, tree-gt or tree-lt, under the NaN policies a NaN amax reaches), "gemm"
+    (accumulation model x alpha rule), "dequantizer" (NVFP4's scale order x the output's type, and the same
+    computed with flush-to-zero, ",ftz=on") or "converter" (a cast into one format: the libraries' cast
+    profiles, qmx.cast_profile, and the reference routine's rounding x saturation, qmx.convert)."""
     if kind == "quantizer":
         mx = ["mx:rule=%s,nan=%s,scaling=%s" % (r, n, s) for r in _MX_RULES for n in _NAN_POLICIES for s in _SCALINGS]
         # max-finite takes the ignore policy only, which no order reaches.
@@ -108,7 +112,11 @@ def variants(kind):
     if kind == "dequantizer":
         plain = ["dequantizer:order=%s,out=%s" % (o, t) for o in _DEQUANT_ORDERS for t in _DEQUANT_OUTPUTS]
         return plain + [p + ",ftz=on" for p in plain]
-    raise ValueError("identify/variants: kind must be 'quantizer', 'gemm' or 'dequantizer', not %r" % (kind,))
+    if kind == "converter":
+        return (["converter:profile=%s" % p for p in cast_profile_names()] +
+                ["converter:round=%s,sat=%s" % (r, s) for r in _ROUNDINGS for s in _SATURATIONS])
+    raise ValueError("identify/variants: kind must be 'quantizer', 'gemm', 'dequantizer' or 'converter', not %r"
+                     % (kind,))
 
 
 # How NVFP4's two scales meet each element (qmx.dequantize's order) and the output type the FP32 value is
@@ -169,7 +177,7 @@ def _mismatch(got, want):
 
 
 def identify(kind, x, outputs, *, elem=None, block=None, axis="row", rounding="rne", tensor_amax=None,
-             a_format=None, b_format=None, c=None, closest=5):
+             a_format=None, b_format=None, c=None, src="", closest=5):
     """Which documented variants of `kind` reproduce a kernel's outputs bit for bit.
 
     kind "quantizer": x the input (float32, float16 or bfloat16, its last dimension the row) and outputs
@@ -180,6 +188,10 @@ def identify(kind, x, outputs, *, elem=None, block=None, axis="row", rounding="r
 
     kind "gemm": x = (a, b) as QuantizedTensors or uint8 codes with a_format / b_format (and c, the
     accumulator's start), outputs the float32 D; every accumulation model under every alpha rule is tried.
+
+    kind "converter": x the values your cast read (float32; float16 or bfloat16 as their dtype or uint16 bits
+    with src), outputs its codes (uint8), elem the destination format; every cast profile and every
+    rounding x saturation of the reference routine is tried.
 
     kind "dequantizer": x the QuantizedTensor your kernel read (its codes, scales and amax), outputs the
     values it wrote (float32, float16, or bfloat16 as a torch tensor or its uint16 bits); every NVFP4 scale
@@ -196,7 +208,7 @@ def identify(kind, x, outputs, *, elem=None, block=None, axis="row", rounding="r
     else:
         want = (as_array(outputs),)
     known = dict(elem=elem, block=block, axis=axis, rounding=rounding, tensor_amax=tensor_amax, a_format=a_format,
-                 b_format=b_format, c=c)
+                 b_format=b_format, c=c, src=src)
     matches, scored, refused = [], [], {}
     for name in names:
         try:
@@ -214,7 +226,7 @@ def identify(kind, x, outputs, *, elem=None, block=None, axis="row", rounding="r
 
 
 def run_variant(kind, name, x, *, elem=None, block=None, axis="row", rounding="rne", tensor_amax=None, a_format=None,
-                b_format=None, c=None):
+                b_format=None, c=None, src=""):
     """The outputs variant `name` (as variants(kind) lists it) gives for inputs x, in the form identify compares:
     (codes, scales) for a quantizer, (values,) for a dequantizer or a GEMM; the keywords as identify's.
     Raises ValueError where the library refuses the variant for these inputs."""
@@ -234,6 +246,12 @@ def run_variant(kind, name, x, *, elem=None, block=None, axis="row", rounding="r
             kw["amax_order"] = f["amax"]
         q = quantize(as_array(x), spec, tensor_amax=tensor_amax, **kw)
         return (q.codes, q.scales)
+    if kind == "converter":
+        if elem is None:
+            raise ValueError("run_variant: a converter variant needs elem, the destination format")
+        if "profile" in f:
+            return (cast_profile(x, elem, f["profile"], src=src),)
+        return (convert(x, elem, f["round"], f["sat"], src=src),)
     if kind == "dequantizer":
         return (_round_output(x.dequantize(order=f["order"], ftz=f.get("ftz") == "on"), f["out"]),)
     a, b = x

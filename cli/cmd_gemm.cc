@@ -316,10 +316,12 @@ void AddGemmCommand(CLI::App& app) {
                   "or 256 (TE's 4over6)")->check(CLI::IsMember({448.0f, 256.0f}));
   cmd->add_option("--quantize", g->quantize, "quantize float32 A (row-wise) and B (column-wise) with this recipe");
   cmd->add_option("--c", g->c, "C: M x N float32, the accumulator's starting value (float16 for models that accumulate in FP16)");
-  cmd->add_option("--model", g->model, "accumulation model: exact, fp32-seq, block-exact, hopper-fp8, hopper-fp8-fast, "
-                                       "ada-fp8, blackwell-mxf8f6f4, blackwell-mxf4nvf4, ada-mma-fp8(-f16), hopper-wgmma-fp8-f16, "
-                                       "rtx-blackwell-f8f6f4(-f16), rtx-blackwell-mxf8f6f4, rtx-blackwell-mxf4nvf4, cdna3-fp8, fused:KEY=V,... "
-                                       "(docs/gemm.md lists them all)");
+  cmd->add_option("--model", g->model,
+                  "accumulation model: exact, fp32-seq, block-exact, hopper-fp8, hopper-fp8-fast, "
+                  "ada-fp8, blackwell-mxf8f6f4, blackwell-mxf4nvf4, ada-mma-fp8(-f16), hopper-wgmma-fp8-f16, "
+                  "rtx-blackwell-f8f6f4(-f16), rtx-blackwell-mxf8f6f4, rtx-blackwell-mxf4nvf4, cdna3-fp8, "
+                  "cdna4-mx(-32x32), fused:KEY=V,... "
+                  "(docs/gemm.md lists them all)");
   cmd->add_option("--promote", g->promote, "override the model's FP32 promotion interval (K elements; 0 = never)")->check(CLI::Range(0, 1 << 30));
   cmd->add_option("--out", g->out, "write D (float32 .npy; float16 for models that accumulate in FP16)");
   cmd->add_option("--expect", g->expect, "compare D bit for bit with this float32 .npy (float16 for models that accumulate in FP16; exit 1 on a mismatch)");

@@ -32,4 +32,4 @@ set(QMX_LIB_SOURCE_LIST
 set(QMX_LIB_NO_CONTRACT_LIST
     src/recipe/recipe.cc src/recipe/recipe_step.cc src/recipe/recipe_sequence.cc src/recipe/recipe_reference.cc
     src/recipe/linear_layer.cc src/metrics/metrics.cc src/metrics/metrics_simd.cc src/gemm/scaled_mm.cc
-    src/scale/scale.cc src/transform/transform.cc)
+    src/scale/scale.cc src/transform/transform.cc src/gemm/gemm_fast_exact.cc)

@@ -97,6 +97,9 @@ void RunGemmBench(const BenchArgs& a, nlohmann::json& j) {
       {"blackwell-mxf8f6f4 mxfp8", "blackwell-mxf8f6f4", "sgemm", 0.2, &fmt::kE4M3, BenchScales::kMx},
       {"blackwell-mxf4nvf4 mxfp4", "blackwell-mxf4nvf4", "sgemm", 0.3, &fmt::kE2M1, BenchScales::kMx},
       {"blackwell-mxf4nvf4 nvfp4", "blackwell-mxf4nvf4", "sgemm", 0.3, &fmt::kE2M1, BenchScales::kNvfp4},
+      // AMD CDNA4's scaled MFMA (exact over 128 K, several scale blocks): the portable exact tiles with a TwoSum
+      // certificate per step, not the SIMD kernels. No target yet.
+      {"cdna4-mx mxfp8", "cdna4-mx", "dgemm", -1, &fmt::kE4M3, BenchScales::kMx},
   };
   const int saved_threads = omp_get_max_threads();
   std::vector<GemmRow> rows;

@@ -95,6 +95,9 @@ std::string EngineGemmSupport(const GemmOperand& a, const GemmOperand& b, const 
   for (const GemmOperand* o : {&a, &b})
     if (o->scale_format == ScaleFormat::kCode)
       return std::string("block scales of format ") + o->scale_code.name + " run on the CPU (the engine takes UE8M0, E4M3 and FP32)";
+  if (model.kind == AccumKind::kBlockExact && model.exact_step != 0)
+    return "'" + model.name + "' (exact steps of " + std::to_string(model.exact_step) +
+           " K across scale blocks) runs on the CPU";
   // fp32-seq, and exact and block-exact on the reference's own exact accumulator (engine_fused.cuh).
   if (model.kind != AccumKind::kFused) return "";
   const FusedParams& p = model.fused;

@@ -234,6 +234,8 @@ def test_cuda_gemm_refusals():
         qmx.gemm(qa, qmx.quantize(x.t().contiguous().cpu().numpy(), "mxfp8", axis="col"), "blackwell-mxf8f6f4")
     with pytest.raises(ValueError, match="runs on the CPU"):
         qmx.gemm(qa, qb, "fused:step=32,F=13,bits=11,acc=fp16,scale=products")
+    with pytest.raises(ValueError, match="exact steps of 128 K across scale blocks"):
+        qmx.gemm(qa, qb, "cdna4-mx")
     with pytest.raises(ValueError, match="reference"):
         qmx.gemm(qa, qb, "fp32-seq", reference=True)
     with pytest.raises(ValueError, match=r"\(K\) differ"):

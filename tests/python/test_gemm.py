@@ -9,7 +9,8 @@ from conftest import assert_bits_equal
 CASES = [("mxfp8", "exact"), ("mxfp8", "fp32-seq"), ("mxfp8", "block-exact"), ("mxfp8", "blackwell-mxf8f6f4"),
          ("mxfp4", "blackwell-mxf4nvf4"), ("nvfp4", "blackwell-mxf4nvf4"), ("fp8-tensor-current", "hopper-fp8"),
          ("fp8-tensor-current", "hopper-fp8-fast"), ("fp8-tensor-current", "ada-fp8"),
-         ("mxfp6_e2m3", "blackwell-mxf8f6f4"), ("mxfp8", "fused:step=16,F=20,term=rne,out=rne,promote=32,scale=promotion")]
+         ("mxfp6_e2m3", "blackwell-mxf8f6f4"), ("mxfp8", "fused:step=16,F=20,term=rne,out=rne,promote=32,scale=promotion"),
+         ("mxfp4", "cdna4-mx"), ("mxfp8", "cdna4-mx-32x32")]
 
 
 def operands(m=48, k=256, n=40, seed=0):
@@ -139,3 +140,19 @@ def test_fp16_accumulating_models_take_and_return_float16(cli, tmp_path, model):
     with pytest.raises(AssertionError, match="accumulates in FP32 and takes float32 C"):
         cli("gemm", "--a", tmp_path / "a.npy", "--b", tmp_path / "b.npy", "--a-format", "e4m3", "--b-format", "e4m3",
             "--c", tmp_path / "c.npy", "--model", "ada-mma-fp8")
+
+
+def test_cdna4_is_the_exact_instruction_chained_over_k():
+    # cdna4-mx: one instruction (128 K) is the exact sum with C; 512 K are four of them, each one's result the
+    # next one's C (tests/gemm/test_gemm_cdna4.cc holds every format pair and NaN scales).
+    a, b = operands(16, 512, 12, seed=9)
+    qa, qb = qmx.quantize(a, "mxfp8"), qmx.quantize(b, "mxfp8", axis="col")
+    d = qmx.gemm(qa, qb, "cdna4-mx")
+    chain = np.zeros((16, 12), np.float32)
+    for k0 in range(0, 512, 128):
+        sa = qmx.quantize(np.ascontiguousarray(a[:, k0:k0 + 128]), "mxfp8")
+        sb = qmx.quantize(b[k0:k0 + 128], "mxfp8", axis="col")
+        chain = qmx.gemm(sa, sb, "exact", chain)
+    assert_bits_equal(d, chain, "cdna4-mx")
+    assert not np.array_equal(d.view(np.uint32), qmx.gemm(qa, qb, "block-exact").view(np.uint32))
+    assert "exact over each 128 K" in qmx.describe_model("cdna4-mx")

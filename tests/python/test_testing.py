@@ -169,7 +169,7 @@ def test_variants_are_stable_names():
     assert len(d) == len(set(d)) == 4 * 3 * 2 and "dequantizer:order=global-recip,out=bfloat16" in d
     assert "dequantizer:order=te,out=float16,ftz=on" in d
     with pytest.raises(ValueError, match="kind must be"):
-        qt.variants("converter")
+        qt.variants("compressor")
 
 
 def test_assert_bitwise_reports_bits_values_and_inputs():

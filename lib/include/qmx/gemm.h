@@ -155,6 +155,10 @@ struct AccumModel {
   std::string name = "exact";
   AccumKind kind = AccumKind::kExact;
   FusedParams fused;  // kFused only
+  // kBlockExact: the K one rounding step spans (a multiple of the scale block; 0 = the scale block): each
+  // step's products, every block's scales applied, are summed exactly with the accumulator and rounded once
+  // to FP32 (RNE). AMD CDNA4's scaled MFMA as modelled from its ISA documentation: one instruction's K.
+  size_t exact_step = 0;
   AlphaRule alpha = AlphaRule::kDecode;  // the epilogue's alpha (kTe/kTeRef need both operands' te_alpha.amax)
 };
 
@@ -162,10 +166,12 @@ struct AccumModel {
 // output RZ to 14 bits, promoted to FP32 every 128 K, block scales at promotion as fma(p, sa * sb):
 // cuBLAS without fast accumulation, per-tensor and 1x128 x 128x128 scales), hopper-fp8-fast (no
 // promotion: cuBLAS fast accumulation), hopper-fp8-vec (1x128 scales on both sides: fma(p * sa, sb)),
-// ada-fp8 (16 products per step), cdna3-fp8 (AMD MI300 v_mfma_f32_*_{fp8,bf8}_{fp8,bf8} on E4M3FNUZ / E5M2FNUZ
-// operands: steps of 16 as FusedParams::cdna3_halves, F = 24, RNE to FP32), blackwell-mxf8f6f4 (32 products, F = 25, RZ to FP32, scale exponents
-// added to the products), blackwell-mxf4nvf4 (exact groups of 16 scaled, 64 per step, F = 35). "fused:KEY=V,..." sets every
-// FusedParams field (keys: step, F, term, out, group, zero-exp, promote, scale; e.g.
+// ada-fp8 (16 products per step), cdna4-mx / cdna4-mx-32x32 (AMD MI350 v_mfma_scale_f32_16x16x128 / 32x32x64
+// _f8f6f4 from the ISA documentation alone: block-exact steps of one instruction, 128 / 64 K), cdna3-fp8 (AMD MI300
+// v_mfma_f32_*_{fp8,bf8}_{fp8,bf8} on E4M3FNUZ / E5M2FNUZ operands: steps of 16 as FusedParams::cdna3_halves, F = 24,
+// RNE to FP32), blackwell-mxf8f6f4 (32 products, F = 25, RZ to FP32, scale exponents added to the products),
+// blackwell-mxf4nvf4 (exact groups of 16 scaled, 64 per step, F = 35). "fused:KEY=V,..." sets every FusedParams field
+// (keys: step, F, term, out, group, zero-exp, promote, scale; e.g.
 // "fused:step=32,F=13,term=rz,out=rz,promote=128,scale=promotion"). Throws qmx::Error listing them.
 AccumModel AccumModelByName(const std::string& name);
 std::vector<std::string> AccumModelNames();

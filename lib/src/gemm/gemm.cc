@@ -127,11 +127,31 @@ AlphaRule ParseAlphaRule(const std::string& s) {
 }
 
 std::vector<std::string> AccumModelNames() {
-  return {"exact", "fp32-seq", "block-exact", "hopper-fp8", "hopper-fp8-fast", "hopper-fp8-vec", "hopper-mma-sync", "ada-fp8", "blackwell-mxf8f6f4",
-          "blackwell-mxf4nvf4", "blackwell-mxf8f6f4-mmasim", "blackwell-mxf4nvf4-mmasim", "hopper-fp8-mmasim",
-          "hopper-fp8-fast-mmasim", "ada-mma-fp8", "ada-mma-fp8-k16", "ada-mma-fp8-f16", "hopper-wgmma-fp8-f16",
-          "rtx-blackwell-f8f6f4", "rtx-blackwell-f8f6f4-f16", "rtx-blackwell-mxf8f6f4", "rtx-blackwell-mxf4nvf4",
-          "cdna3-fp8"};
+  return {"exact",
+          "fp32-seq",
+          "block-exact",
+          "hopper-fp8",
+          "hopper-fp8-fast",
+          "hopper-fp8-vec",
+          "hopper-mma-sync",
+          "ada-fp8",
+          "blackwell-mxf8f6f4",
+          "blackwell-mxf4nvf4",
+          "blackwell-mxf8f6f4-mmasim",
+          "blackwell-mxf4nvf4-mmasim",
+          "hopper-fp8-mmasim",
+          "hopper-fp8-fast-mmasim",
+          "ada-mma-fp8",
+          "ada-mma-fp8-k16",
+          "ada-mma-fp8-f16",
+          "hopper-wgmma-fp8-f16",
+          "rtx-blackwell-f8f6f4",
+          "rtx-blackwell-f8f6f4-f16",
+          "rtx-blackwell-mxf8f6f4",
+          "rtx-blackwell-mxf4nvf4",
+          "cdna3-fp8",
+          "cdna4-mx",
+          "cdna4-mx-32x32"};
 }
 
 AccumModel AccumModelByName(const std::string& name) {
@@ -219,6 +239,16 @@ AccumModel AccumModelByName(const std::string& name) {
     p.cdna3_halves = true;
     return Named(name, AccumKind::kFused, p);
   }
+  if (name == "cdna4-mx" || name == "cdna4-mx-32x32") {
+    // AMD MI350 / MI355X (gfx950) v_mfma_scale_f32_16x16x128_f8f6f4 and _32x32x64_f8f6f4: OCP FP8 / FP6 / FP4
+    // A and B, each in its own format, with an E8M0 scale per 32 K, "applied after the normal dot product
+    // prior to output/accumulation", RNE output whatever MODE says, denormals kept (AMD CDNA4 ISA, sections
+    // 7.1.5, 7.2 and 7.4). The internal precision is not documented: modelled as exact within one instruction
+    // (128 or 64 K), C included, then one RNE rounding to FP32. Not measured on hardware (docs/gemm.md).
+    AccumModel m = Named(name, AccumKind::kBlockExact);
+    m.exact_step = name == "cdna4-mx" ? 128 : 64;
+    return m;
+  }
   if (name == "rtx-blackwell-mxf8f6f4" || name == "rtx-blackwell-mxf4nvf4") {
     AccumModel m = AccumModelByName(name.substr(4) + "-mmasim");
     m.name = name;
@@ -236,7 +266,12 @@ std::string DescribeModel(const AccumModel& m) {
   switch (m.kind) {
     case AccumKind::kExact: os << "exact products and sum, one RNE rounding to FP32"; break;
     case AccumKind::kFp32Seq: os << "IEEE FP32 fma in K order"; break;
-    case AccumKind::kBlockExact: os << "exact per scale block, RNE into an FP32 accumulator across blocks"; break;
+    case AccumKind::kBlockExact:
+      if (m.exact_step != 0)
+        os << "exact over each " << m.exact_step << " K (every scale block's scale applied) with the accumulator, "
+           << "one RNE rounding to FP32 per step";
+      else os << "exact per scale block, RNE into an FP32 accumulator across blocks";
+      break;
     case AccumKind::kFused: {
       const FusedParams& f = m.fused;
       os << "fused steps of " << f.step << " products + accumulator";
@@ -394,6 +429,13 @@ GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in,
                 ": they must be equal");
   p.kb = std::min(ka, kbb);
   if (p.k == 0) p.kb = 1;
+  p.xstep = p.kb;
+  if (model.kind == AccumKind::kBlockExact && model.exact_step != 0) {
+    if (p.kb != p.k && model.exact_step % p.kb != 0)
+      throw Error("gemm: model '" + model.name + "' rounds every " + std::to_string(model.exact_step) +
+                  " K, which is not a multiple of the scale block of " + std::to_string(p.kb));
+    p.xstep = model.exact_step;
+  }
   if (model.kind == AccumKind::kFused && model.fused.cdna3_halves && (p.a_blocks || p.b_blocks))
     throw Error("gemm: model '" + model.name + "' is CDNA3's unscaled FP8 MFMA: block scales are not modelled (per-tensor "
                 "scales are, as alpha after accumulation)");

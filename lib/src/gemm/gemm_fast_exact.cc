@@ -39,6 +39,13 @@ std::pair<int, int> ExpRange(const std::vector<float>& t) {
 
 // acc + v rounded once to FP32 (acc an FP32 value, v a double): the exact sum by TwoSum, rounded to odd
 // at double precision, then to FP32, which rounds correctly since 53 >= 24 + 2.
+// TwoSum: a + b rounded, and the exact error in e (this file is built with -ffp-contract=off, lib/sources.cmake).
+inline double TwoSumD(double a, double b, double& e) {
+  const double s = a + b, bb = s - a;
+  e = (a - (s - bb)) + (b - bb);
+  return s;
+}
+
 inline float AddRoundOnce(float acc, double v) {
   const double x = acc;
   if (!std::isfinite(acc)) return static_cast<float>(x + v);  // an overflowed accumulator stays Inf
@@ -227,7 +234,11 @@ bool ExactFamilyFast(const GemmOperand& a, const GemmOperand& b, const float* c_
   if (!pow2_blocks) return false;
   std::vector<float> ta, tb;
   ScaleTables(a, b, plan, ta, tb);
-  if (ExactFamilySimd(a, b, c_in, model, plan, exec, ta, tb, out)) return true;
+  // block-exact with a rounding step of several scale blocks (cdna4-mx) takes the portable tiles below; a
+  // step inside one block (no block scales along K, or blocks longer than the step) the reference.
+  if (!exact && plan.xstep % plan.kb != 0) return false;
+  const size_t per = exact ? 1 : plan.xstep / plan.kb;
+  if (per == 1 && ExactFamilySimd(a, b, c_in, model, plan, exec, ta, tb, out)) return true;
   // Portable tiles. exact: the split-product tiles above serve power-of-two scales too (their parts are then
   // the products themselves: w exact, u = 1, the low halves zero).
   if (exact) return ExactScaledFast(a, b, c_in, plan, exec, out);
@@ -235,6 +246,13 @@ bool ExactFamilyFast(const GemmOperand& a, const GemmOperand& b, const float* c_
   const size_t nb = (plan.k + plan.kb - 1) / plan.kb;
   ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
     std::vector<double> p(kRows * kCols);
+    // Steps of several blocks: each output's running double sum from the accumulator, which TwoSum proves
+    // exact or not, the step's block sums (for an inexact step, summed again on the exact accumulator), and
+    // whether all of it is -0, which the reference's sum then keeps.
+    const size_t lanes = per > 1 ? kRows * kCols : 0;
+    std::vector<double> run(lanes), hist(lanes * per);
+    std::vector<float> start(lanes);
+    std::vector<char> neg_zero(lanes), inexact(lanes);
     for (size_t j0 = 0; j0 < plan.n; j0 += kCols) {
       const size_t nc = std::min(kCols, plan.n - j0);
       float acc[kRows * kCols];
@@ -243,11 +261,35 @@ bool ExactFamilyFast(const GemmOperand& a, const GemmOperand& b, const float* c_
       for (size_t blk = 0; blk < nb; ++blk) {
         const size_t k0 = blk * plan.kb, k1 = std::min(plan.k, k0 + plan.kb);
         BlockSums(da.data(), db.data(), plan.n, plan.k, i0, i1, j0, nc, k0, k1, p.data());
+        const bool first = blk % per == 0, last = (blk + 1) % per == 0 || blk + 1 == nb;
         for (size_t i = i0; i < i1; ++i) {
           const double sa = ta[i * nb + blk];
           for (size_t j = 0; j < nc; ++j) {
             const size_t t = (i - i0) * kCols + j;
-            acc[t] = AddRoundOnce(acc[t], p[t] * sa * static_cast<double>(tb[blk * plan.n + j0 + j]));  // powers of two: exact
+            const double v = p[t] * sa * static_cast<double>(tb[blk * plan.n + j0 + j]);  // powers of two: exact
+            if (per == 1) {
+              acc[t] = AddRoundOnce(acc[t], v);
+              continue;
+            }
+            if (first) {
+              run[t] = start[t] = acc[t];
+              neg_zero[t] = acc[t] == 0 && std::signbit(acc[t]);
+              inexact[t] = 0;
+            }
+            hist[t * per + blk % per] = v;
+            double e;
+            run[t] = TwoSumD(run[t], v, e);
+            inexact[t] = inexact[t] || e != 0 || std::isnan(e);
+            neg_zero[t] = neg_zero[t] && v == 0 && std::signbit(v);
+            if (!last) continue;
+            if (!inexact[t]) {  // the exact sum in one double: its FP32 rounding is the step's
+              acc[t] = run[t] == 0 ? (neg_zero[t] ? -0.0f : 0.0f) : static_cast<float>(run[t]);
+              continue;
+            }
+            ExactSum sum;
+            sum.AddDouble(start[t]);
+            for (size_t q = 0; q <= blk % per; ++q) sum.AddDouble(hist[t * per + q]);
+            acc[t] = sum.RoundToFloat(neg_zero[t]);
           }
         }
       }

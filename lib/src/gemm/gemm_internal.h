@@ -18,6 +18,7 @@ using i128 = __int128;
 struct GemmPlan {
   size_t m = 0, n = 0, k = 0;
   size_t kb = 0;             // scale block length along K (k when neither side has block scales along K)
+  size_t xstep = 0;          // block-exact: the K of one rounding step (kb, or the model's exact_step)
   bool a_blocks = false, b_blocks = false;
   float alpha = 1.0f;        // the factor of every output when no side has per-line scales (AlphaAt(0, 0))
   bool has_alpha = false;    // either tensor scale differs from 1, a side has per-line scales, or a TE rule

@@ -141,7 +141,7 @@ TEST_CASE("amax orders: MX blocks take the rule's scale of the reduced amax", "[
     std::vector<uint8_t> codes(n), scales(MxScaleCount(n, spec)), fast_codes(n), fast_scales(scales.size());
     QuantizeMxRef(DType::kF32, x.data(), n, spec, codes.data(), scales.data());
     QuantizeMx(DType::kF32, x.data(), n, spec, fast_codes.data(), fast_scales.data(), {}, Exec::kParallel);
-    REQUIRE(codes == fast_codes);
+    REQUIRE(codes == fast_codes);  // QuantizeMx routes the order to the reference rather than ignoring it
     REQUIRE(scales == fast_scales);
     for (size_t b = 0; b < scales.size(); ++b) {
       const size_t start = 32 * b, len = std::min<size_t>(32, n - start);
@@ -164,6 +164,70 @@ TEST_CASE("amax orders: MX blocks take the rule's scale of the reduced amax", "[
   }
 }
 
+TEST_CASE("amax orders: 2-D blocks cut by the tensor's edge keep their lanes; block-nan and scale-nan",
+          "[quantize][amax-order]") {
+  // 40 x 40 in 32 x 32 blocks: three of the four blocks are cut, and element (r, c) of a block sits on lane
+  // 32 r + c of its 1,024, the missing ones +0 (a kernel's lanes). Packing a cut block's elements onto the
+  // first lanes instead pairs each with a zero under tree-gt and drops every NaN at the first level.
+  std::mt19937 g(19);
+  const size_t n = 40;
+  std::vector<float> x(n * n);
+  std::normal_distribution<float> normal;
+  for (float& v : x) v = normal(g);
+  for (int s = 0; s < 30; ++s) x[g() % x.size()] = std::nanf("");
+  // In the cut block (0, 1): a NaN on lane 20 * 32 + 4 = 644 and the block's largest element on lane 132, its
+  // partner at the first level (h = 512). tree-gt takes the NaN there and drops it later: 1000 is lost. Packed
+  // onto lanes 164 and 36, both would meet padding and nothing would be lost.
+  x[20 * n + 36] = std::nanf("");
+  x[4 * n + 36] = 1000.0f;
+  const TensorView view{DType::kF32, x.data(), n, n};
+  bool lost = false;
+  for (AmaxOrder o : {AmaxOrder::kTreeGt, AmaxOrder::kTreeLt, AmaxOrder::kFoldLast, AmaxOrder::kFoldFirst}) {
+    QuantSpec spec = QuantSpecByName("mxfp8");
+    spec.rule = ScaleRule::kOcpFloor;
+    spec.nan = NanPolicy::kTe;
+    spec.block_rows = spec.block_cols = 32;
+    spec.amax_order = o;
+    const QuantizedTensor q = Quantize(view, spec);
+    REQUIRE(q.scale_rows == 2);
+    REQUIRE(q.scale_cols == 2);
+    for (size_t br = 0; br < 2; ++br)
+      for (size_t bc = 0; bc < 2; ++bc) {
+        std::vector<float> lanes(1024, 0.0f), packed;
+        for (size_t r = 32 * br; r < std::min(n, 32 * br + 32); ++r)
+          for (size_t c = 32 * bc; c < std::min(n, 32 * bc + 32); ++c) {
+            lanes[(r - 32 * br) * 32 + (c - 32 * bc)] = std::fabs(x[r * n + c]);
+            packed.push_back(std::fabs(x[r * n + c]));
+          }
+        const bool fold = o == AmaxOrder::kFoldLast || o == AmaxOrder::kFoldFirst;
+        // A fold walks the elements in order (no lanes); a tree the block's lanes.
+        const float r = WarpOrFold(fold ? packed : lanes, o);
+        const int want = std::isnan(r) ? 0xFF : std::isinf(r) ? 0xFE : E4m3FloorByte(r);
+        INFO(AmaxOrderName(o) << " block " << br << "," << bc);
+        CHECK(Hex(q.scales[br * 2 + bc]) == Hex(static_cast<uint8_t>(want)));
+        if (o == AmaxOrder::kTreeGt && br == 0 && bc == 1) lost = want != E4m3FloorByte(1000.0);
+      }
+  }
+  CHECK(lost);  // the lanes, not a packed layout, decide
+  // block-nan and scale-nan under an order: a NaN amax fills the block with the element format's NaN code
+  // (block-nan: 0 for e2m1, which has none) or the conversion of NaN (scale-nan: the NaN fallback, e2m1's
+  // largest code 0x7); a finite one leaves a NaN element to the conversion.
+  std::vector<float> row(32, 1.0f);
+  row[31] = std::nanf("");  // fold-last: the last element is NaN, so the block is
+  for (NanPolicy pol : {NanPolicy::kBlockNan, NanPolicy::kScaleNan}) {
+    QuantSpec spec = QuantSpecByName("mxfp4");
+    spec.nan = pol;
+    spec.amax_order = AmaxOrder::kFoldLast;
+    const QuantizedTensor q = Quantize({DType::kF32, row.data(), 1, 32}, spec);
+    CHECK(Hex(q.scales[0]) == Hex(uint8_t{0xFF}));
+    CHECK(Hex(q.codes[5]) == Hex(uint8_t{pol == NanPolicy::kBlockNan ? uint8_t{0} : uint8_t{7}}));
+    spec.amax_order = AmaxOrder::kFoldFirst;  // NaN only from the first element: the block is finite
+    const QuantizedTensor f = Quantize({DType::kF32, row.data(), 1, 32}, spec);
+    CHECK(f.scales[0] != 0xFF);
+    CHECK(Hex(f.codes[31]) == Hex(uint8_t{7}));  // the NaN element converted on its own: the fallback
+  }
+}
+
 TEST_CASE("amax orders: whole tensors, NVFP4 blocks and the refusals", "[quantize][amax-order]") {
   std::mt19937 g(11);
   const size_t rows = 64, cols = 64;
@@ -172,6 +236,8 @@ TEST_CASE("amax orders: whole tensors, NVFP4 blocks and the refusals", "[quantiz
   for (float& v : x) v = normal(g);
   for (int s = 0; s < 200; ++s) x[g() % x.size()] = std::nanf("");
   const TensorView view{DType::kF32, x.data(), rows, cols};
+  // Quantize and QuantizeMx route an order to the reference: these checks hold the fast entry points to not
+  // ignoring it (they would give the order-free result, which the orders differ from).
   SECTION("mxfp8 along rows and columns: Quantize equals QuantizeRef, and the orders differ from each other") {
     for (Axis axis : {Axis::kRow, Axis::kCol}) {
       std::vector<std::vector<uint8_t>> seen;
@@ -217,7 +283,7 @@ TEST_CASE("amax orders: whole tensors, NVFP4 blocks and the refusals", "[quantiz
     CHECK(nan_blocks > 0);
     CHECK(dropped > 0);
   }
-  SECTION("refused: a NaN-ignoring policy, 4over6, delayed scaling, an unknown name") {
+  SECTION("refused: a NaN-ignoring policy, 4over6, delayed scaling, bfp, an unknown name") {
     QuantSpec spec = QuantSpecByName("mxfp8");
     spec.amax_order = AmaxOrder::kTreeGt;
     spec.nan = NanPolicy::kIgnoreNan;
@@ -235,6 +301,9 @@ TEST_CASE("amax orders: whole tensors, NVFP4 blocks and the refusals", "[quantiz
     delayed.amax_order = AmaxOrder::kFoldFirst;
     CHECK_THROWS_WITH(ValidateQuantSpec(delayed), Catch::Contains("history"));
     CHECK_THROWS_WITH(ParseAmaxOrder("tree"), Catch::Contains("fold-last"));
+    QuantSpec bfp = QuantSpecByName("bfp8_b");
+    bfp.amax_order = AmaxOrder::kTreeGt;
+    CHECK_THROWS_WITH(ValidateQuantSpec(bfp), Catch::Contains("amax orders do not apply"));
   }
   SECTION("the spec's text form and JSON keep the order") {
     SpecOverrides o;

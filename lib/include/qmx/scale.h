@@ -91,6 +91,7 @@ enum class AmaxOrder : uint8_t {
 const char* AmaxOrderName(AmaxOrder o);  // "any", "fold-last", "fold-first", "tree-gt", "tree-lt"
 AmaxOrder ParseAmaxOrder(const std::string& s);
 std::vector<AmaxOrder> AllAmaxOrders();
+inline bool IsTreeOrder(AmaxOrder o) { return o == AmaxOrder::kTreeGt || o == AmaxOrder::kTreeLt; }
 // The reduced amax r of n magnitudes m (NaN for a NaN element, +Inf for an infinite one) under a comparison
 // order (not kAny), the tree over `width` lanes (at least n; rounded up to a power of two). The block then
 // holds a NaN for its NaN policy exactly when r is NaN, an Inf when r is Inf, and its scale comes from r.

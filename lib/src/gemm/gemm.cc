@@ -436,6 +436,23 @@ GemmPlan PlanGemm(const GemmOperand& a, const GemmOperand& b, const float* c_in,
                   " K, which is not a multiple of the scale block of " + std::to_string(p.kb));
     p.xstep = model.exact_step;
   }
+  if (model.name == "cdna4-mx" || model.name == "cdna4-mx-32x32") {
+    // The instruction's operands (CDNA4 ISA 7.1.5, 7.2): OCP FP8 / FP6 / FP4 elements, E8M0 scales on 32 K (or
+    // none: the unscaled v_mfma_f32_*_f8f6f4, scales 1.0).
+    for (const GemmOperand* o : {&a, &b}) {
+      const std::string& e = o->elem.name;
+      if (e != "e4m3" && e != "e5m2" && e != "e2m3" && e != "e3m2" && e != "e2m1")
+        throw Error("gemm: model '" + model.name +
+                    "' takes OCP e4m3, e5m2, e2m3, e3m2 or e2m1 elements (CBSZ / BLGP), not " + e);
+    }
+    if ((p.a_blocks && a.scale_format != ScaleFormat::kUe8m0) ||
+        (p.b_blocks && b.scale_format != ScaleFormat::kUe8m0) ||
+        ((p.a_blocks || p.b_blocks) && p.kb != 32 && p.kb != p.k))
+      throw Error("gemm: model '" + model.name +
+                  "' takes E8M0 (UE8M0) block scales on 32 K, as the instruction does; "
+                  "these operands have " +
+                  std::to_string(p.kb) + "-K blocks or another scale format");
+  }
   if (model.kind == AccumKind::kFused && model.fused.cdna3_halves && (p.a_blocks || p.b_blocks))
     throw Error("gemm: model '" + model.name + "' is CDNA3's unscaled FP8 MFMA: block scales are not modelled (per-tensor "
                 "scales are, as alpha after accumulation)");

@@ -85,8 +85,9 @@ float Fp32SeqDot(const Dot& d, const float* c) {
 
 float BlockExactDot(const Dot& d, const float* c) {
   float acc = c ? *c : 0.0f;
-  for (size_t k0 = 0; k0 < d.plan.k; k0 += d.plan.xstep) {
-    const size_t k1 = std::min(d.plan.k, k0 + d.plan.xstep);
+  const size_t step = d.plan.xstep != 0 ? d.plan.xstep : d.plan.kb;  // a plan built without PlanGemm: kb
+  for (size_t k0 = 0; k0 < d.plan.k; k0 += step) {
+    const size_t k1 = std::min(d.plan.k, k0 + step);
     detail::ExactSum sum;
     sum.AddDouble(acc);
     bool all_neg_zero = acc == 0 && std::signbit(acc);

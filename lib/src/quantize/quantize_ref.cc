@@ -55,21 +55,34 @@ QuantizedTensor QuantizeRefImpl(const TensorView& x, const QuantSpec& spec, cons
       const size_t line = spec.axis == Axis::kCol ? bc : br;
       if (spec.row_scaled) s_enc = line_enc[line];
       const float second_amax = spec.row_scaled ? q.line_amax[line] : q.tensor_amax;
-      // The block's elements in row-major order, their flat indices and random bits.
-      std::vector<size_t> idx;
+      // The block's elements in row-major order, their flat indices and random bits; lane[t], element t's place
+      // in the whole block (row-major over be.rows x be.cols: a block cut short by the tensor's edge keeps its
+      // elements' places, which an amax order's tree reads).
+      std::vector<size_t> idx, lane;
       for (size_t r = br * be.rows; r < std::min(x.rows, (br + 1) * be.rows); ++r)
-        for (size_t c = bc * be.cols; c < std::min(x.cols, (bc + 1) * be.cols); ++c) idx.push_back(r * x.cols + c);
+        for (size_t c = bc * be.cols; c < std::min(x.cols, (bc + 1) * be.cols); ++c) {
+          idx.push_back(r * x.cols + c);
+          lane.push_back((r - br * be.rows) * be.cols + (c - bc * be.cols));
+        }
       std::vector<uint32_t> bits(idx.size());
       for (size_t t = 0; t < idx.size(); ++t) bits[t] = sr ? RandomBitsForElement(spec.seed, idx[t]) : 0;
       const size_t si = br * q.scale_cols + bc;
       if (sf == ScaleFormat::kUe8m0) {
-        std::vector<uint8_t> copy(idx.size() * esize), codes(idx.size());
-        for (size_t t = 0; t < idx.size(); ++t)
-          std::memcpy(&copy[t * esize], static_cast<const uint8_t*>(x.data) + idx[t] * esize, esize);
-        // An amax order's tree spans the whole block's lanes, a short block's missing ones +0.
-        const MxSpec ms = detail::MxSpecOf(spec, spec.amax_order != AmaxOrder::kAny ? be.rows * be.cols : idx.size());
-        QuantizeMxRef(x.dtype, copy.data(), idx.size(), ms, codes.data(), &q.scales[si], {0, 0, bits.data()});
-        for (size_t t = 0; t < idx.size(); ++t) q.codes[idx[t]] = codes[t];
+        // Under a tree order the block is laid out on all its lanes, a missing element a +0 (whose code is
+        // dropped), so that the tree compares what a kernel's lanes hold; otherwise packed (a fold walks the
+        // elements there are).
+        const bool lanes = IsTreeOrder(spec.amax_order);
+        const size_t len = lanes ? be.rows * be.cols : idx.size();
+        std::vector<uint8_t> copy(len * esize, 0), codes(len);
+        std::vector<uint32_t> lane_bits(len, 0);
+        for (size_t t = 0; t < idx.size(); ++t) {
+          const size_t at = lanes ? lane[t] : t;
+          std::memcpy(&copy[at * esize], static_cast<const uint8_t*>(x.data) + idx[t] * esize, esize);
+          lane_bits[at] = bits[t];
+        }
+        QuantizeMxRef(x.dtype, copy.data(), len, detail::MxSpecOf(spec, len), codes.data(), &q.scales[si],
+                      {0, 0, lane_bits.data()});
+        for (size_t t = 0; t < idx.size(); ++t) q.codes[idx[t]] = codes[lanes ? lane[t] : t];
         continue;
       }
       // FP32 / NVFP4: amax in double over the block per the NaN policy, the scale, then each element.
@@ -82,9 +95,12 @@ QuantizedTensor QuantizeRefImpl(const TensorView& x, const QuantSpec& spec, cons
         else amax = std::max(amax, std::fabs(v));
       }
       if (spec.amax_order != AmaxOrder::kAny) {  // a comparison reduction (qmx/scale.h AmaxOrder)
-        std::vector<double> mags(idx.size());
-        for (size_t t = 0; t < idx.size(); ++t) mags[t] = std::fabs(SourceValueF32(x.dtype, x.data, idx[t]));
-        const double r = OrderedAmax(mags.data(), mags.size(), be.rows * be.cols, spec.amax_order);
+        // A tree on the block's lanes (a missing element +0), a fold over the elements there are.
+        const bool lanes = IsTreeOrder(spec.amax_order);
+        std::vector<double> mags(lanes ? be.rows * be.cols : idx.size(), 0.0);
+        for (size_t t = 0; t < idx.size(); ++t)
+          mags[lanes ? lane[t] : t] = std::fabs(SourceValueF32(x.dtype, x.data, idx[t]));
+        const double r = OrderedAmax(mags.data(), mags.size(), mags.size(), spec.amax_order);
         has_nan = std::isnan(r);
         has_inf = std::isinf(r);
         amax = has_nan || has_inf ? 0.0 : r;

@@ -183,10 +183,13 @@ void ValidateQuantSpec(const QuantSpec& spec) {
     if (spec.cast.rounding != Rounding::kRne && spec.cast.rounding != Rounding::kRz)
       throw Error(std::string("bfp elements round as tt-metal's packer does: rne (its default) or rz (truncate_bfp_mantissa), not ") +
                   RoundingName(spec.cast.rounding));
-    if (spec.nan != NanPolicy::kBlockNan || spec.scaling != ElementScaling::kExact || spec.margin != 0 || spec.row_scaled ||
-        spec.delayed || spec.cast.subnormals == Subnormals::kFlush)
-      throw Error("bfp blocks follow tt-metal's packer alone (Inf and NaN give the shared exponent 255, subnormal inputs "
-                  "code 0): NaN policies, element scaling, margins, row scaling, delayed scaling and subnormal flushing do not apply");
+    if (spec.nan != NanPolicy::kBlockNan || spec.scaling != ElementScaling::kExact || spec.margin != 0 ||
+        spec.row_scaled || spec.delayed || spec.cast.subnormals == Subnormals::kFlush ||
+        spec.amax_order != AmaxOrder::kAny)
+      throw Error(
+          "bfp blocks follow tt-metal's packer alone (Inf and NaN give the shared exponent 255, subnormal inputs "
+          "code 0): NaN policies, element scaling, margins, row scaling, delayed scaling, subnormal flushing and amax "
+          "orders do not apply");
     ValidateCastOptions(spec.elem, spec.cast);
     return;
   }

@@ -37,8 +37,6 @@ std::pair<int, int> ExpRange(const std::vector<float>& t) {
   return {lo, hi};
 }
 
-// acc + v rounded once to FP32 (acc an FP32 value, v a double): the exact sum by TwoSum, rounded to odd
-// at double precision, then to FP32, which rounds correctly since 53 >= 24 + 2.
 // TwoSum: a + b rounded, and the exact error in e (this file is built with -ffp-contract=off, lib/sources.cmake).
 inline double TwoSumD(double a, double b, double& e) {
   const double s = a + b, bb = s - a;
@@ -46,6 +44,8 @@ inline double TwoSumD(double a, double b, double& e) {
   return s;
 }
 
+// acc + v rounded once to FP32 (acc an FP32 value, v a double): the exact sum by TwoSum, rounded to odd
+// at double precision, then to FP32, which rounds correctly since 53 >= 24 + 2.
 inline float AddRoundOnce(float acc, double v) {
   const double x = acc;
   if (!std::isfinite(acc)) return static_cast<float>(x + v);  // an overflowed accumulator stays Inf

@@ -370,19 +370,12 @@ __device__ __forceinline__ void ForOutputs(F f) {
 // RNE32(acc + the block's exact sum).
 enum StepRound { kRoundFused = 0, kRound24Rz = 1, kRound24Rne = 2, kRoundBlockExact = 3, kRoundExact = 4 };
 
-// TwoSum: t = fl64(a + b) and e, the exact a + b - t (FP64, no FMA contraction: -fmad=false).
-__device__ inline double TwoSum(double a, double b, double& e) {
-  const double t = a + b, bb = t - a;
-  e = (a - (t - bb)) + (b - bb);
-  return t;
-}
-
 // RNE32(c + s) of an FP32 c and a double s, exactly: TwoSum gives t = fl64(c + s) and its error e; t rounded
 // to odd where e is not zero (one step toward e when t's last bit is even) holds the exact sum's FP32 rounding,
 // since 53 bits are at least 24 + 2 (and the magnitudes here, above 2^-300, are far from FP64's subnormals).
 __device__ inline float AddRoundF32(float c, double s) {
   double e;
-  const double t = TwoSum(static_cast<double>(c), s, e);
+  const double t = qmx::detail::TwoSum(static_cast<double>(c), s, e);
   long long bits = __double_as_longlong(t);
   if (e != 0 && (bits & 1) == 0) bits += (e > 0) == (t > 0) ? 1 : -1;
   return __double2float_rn(__longlong_as_double(bits));
@@ -409,7 +402,7 @@ __device__ __forceinline__ bool BlockExactFast(int ab, int lo, double d, float& 
 template <int kLogStep>
 __device__ __forceinline__ bool ExactFast(int ab, int lo, double d, double& s) {
   double e;
-  s = TwoSum(s, d, e);
+  s = qmx::detail::TwoSum(s, d, e);
   return ab < kSpecialSum && ab - lo <= 51 - kLogStep && e == 0;
 }
 

@@ -35,6 +35,14 @@ QMX_HOST_DEVICE inline uint64_t DoubleBitsHd(double x) {
 }
 QMX_HOST_DEVICE inline bool FiniteHd(double x) { return x - x == 0; }  // false for Inf and NaN
 
+// TwoSum (Knuth): t = fl64(a + b) and e, the exact a + b - t, for finite a, b whose sum does not overflow
+// (otherwise e is NaN or t is Inf). Additions only, so no FMA contraction can change it.
+QMX_HOST_DEVICE inline double TwoSum(double a, double b, double& e) {
+  const double t = a + b, bb = t - a;
+  e = (a - (t - bb)) + (b - bb);
+  return t;
+}
+
 // An exact value +-mag * 2^lsb.
 struct Exact {
   bool neg = false;

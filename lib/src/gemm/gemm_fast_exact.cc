@@ -37,21 +37,13 @@ std::pair<int, int> ExpRange(const std::vector<float>& t) {
   return {lo, hi};
 }
 
-// TwoSum: a + b rounded, and the exact error in e (this file is built with -ffp-contract=off, lib/sources.cmake).
-inline double TwoSumD(double a, double b, double& e) {
-  const double s = a + b, bb = s - a;
-  e = (a - (s - bb)) + (b - bb);
-  return s;
-}
-
 // acc + v rounded once to FP32 (acc an FP32 value, v a double): the exact sum by TwoSum, rounded to odd
 // at double precision, then to FP32, which rounds correctly since 53 >= 24 + 2.
 inline float AddRoundOnce(float acc, double v) {
   const double x = acc;
   if (!std::isfinite(acc)) return static_cast<float>(x + v);  // an overflowed accumulator stays Inf
-  const double s = x + v;
-  const double bb = s - x;
-  const double err = (x - (s - bb)) + (v - bb);
+  double err;
+  const double s = TwoSum(x, v, err);
   double r = s;
   if (err != 0) {
     uint64_t bits;
@@ -278,7 +270,7 @@ bool ExactFamilyFast(const GemmOperand& a, const GemmOperand& b, const float* c_
             }
             hist[t * per + blk % per] = v;
             double e;
-            run[t] = TwoSumD(run[t], v, e);
+            run[t] = TwoSum(run[t], v, e);
             inexact[t] = inexact[t] || e != 0 || std::isnan(e);
             neg_zero[t] = neg_zero[t] && v == 0 && std::signbit(v);
             if (!last) continue;

@@ -100,6 +100,12 @@ void RunGemmBench(const BenchArgs& a, nlohmann::json& j) {
       // AMD CDNA4's scaled MFMA (exact over 128 K, several scale blocks): the portable exact tiles with a TwoSum
       // certificate per step, not the SIMD kernels. No target yet.
       {"cdna4-mx mxfp8", "cdna4-mx", "dgemm", -1, &fmt::kE4M3, BenchScales::kMx},
+      // Instructions modelled from MMA-Sim under its zero rule (zero terms at their operands' exponents): the
+      // fused kernels with the outputs the rule may change left to the reference.
+      {"ada-mma-fp8 e4m3 tensor", "ada-mma-fp8", "sgemm", 0.2, &fmt::kE4M3, BenchScales::kTensor},
+      {"rtx-blackwell-f8f6f4 e4m3 tensor", "rtx-blackwell-f8f6f4", "sgemm", 0.2, &fmt::kE4M3, BenchScales::kTensor},
+      {"rtx-blackwell-mxf8f6f4 mxfp8", "rtx-blackwell-mxf8f6f4", "sgemm", 0.2, &fmt::kE4M3, BenchScales::kMx},
+      {"rtx-blackwell-mxf4nvf4 nvfp4", "rtx-blackwell-mxf4nvf4", "sgemm", 0.2, &fmt::kE2M1, BenchScales::kNvfp4},
   };
   const int saved_threads = omp_get_max_threads();
   std::vector<GemmRow> rows;

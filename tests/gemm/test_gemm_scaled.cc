@@ -4,7 +4,8 @@
 // reference where a step's decision matters: steps whose product exponents span more than F bits (small
 // products truncated), rows and columns with all-zero steps (zero_exp), scales from 2^-127 to 2^127 (C
 // truncated away, results outside FP32's range), C from subnormal to near FLT_MAX, ragged K, RNE variants,
-// FP8 / FP6 / FP4 elements; on every SIMD target, 1 and 2 threads.
+// FP8 / FP6 / FP4 elements, and MMA-Sim's zero rule (zero terms at their operands' exponents, a step cut to
+// zero +0); on every SIMD target, 1 and 2 threads.
 #include <omp.h>
 
 #include <catch2/catch.hpp>
@@ -64,7 +65,15 @@ TEST_CASE("gemm: scales-in-products models equal the reference where truncation,
   const std::vector<AccumModel> scaled = {
       AccumModelByName("blackwell-mxf8f6f4"),
       AccumModelByName("fused:step=32,F=25,term=rne,out=rne,zero-exp=-133,scale=products"),
-      AccumModelByName("fused:step=16,F=30,bits=18,zero-exp=-120,scale=products")};
+      AccumModelByName("fused:step=16,F=30,bits=18,zero-exp=-120,scale=products"),
+      // MMA-Sim's zero rule (a zero term at its operands' exponents) on the kernels with the outputs it may
+      // change left to the reference: tcgen05 under MMA-Sim, and one with RNE and steps of 16.
+      AccumModelByName("rtx-blackwell-mxf8f6f4"),
+      AccumModelByName("fused:step=16,F=30,term=rne,out=rne,bits=20,zero-exp=operands,scale=products")};
+  // Models without scales in the products, under both zero rules, on the unscaled operands.
+  const std::vector<AccumModel> unscaled = {AccumModelByName("rtx-blackwell-f8f6f4"), AccumModelByName("ada-mma-fp8"),
+                                            AccumModelByName("ada-mma-fp8-k16"),
+                                            AccumModelByName("fused:step=32,F=25,zero-exp=-133")};
   // (step 16 under blocks of 32: two steps per scale pair)
   const std::pair<const Format*, const Format*> formats[] = {
       {&fmt::kE4M3, &fmt::kE4M3}, {&fmt::kE5M2, &fmt::kE4M3}, {&fmt::kE2M3, &fmt::kE3M2}, {&fmt::kE2M1, &fmt::kE2M1}};
@@ -93,6 +102,10 @@ TEST_CASE("gemm: scales-in-products models equal the reference where truncation,
       GemmOperand ta = a, tb = b;
       qmx::test::AddUe8m0(ta, true, 32, rng, -80, -70);
       qmx::test::AddUe8m0(tb, false, 32, rng, -80, -70);
+      for (const AccumModel& m : unscaled) {
+        CheckEverywhere(a, b, {}, m, "no scales " + what);
+        CheckEverywhere(a, b, c, m, "no scales with C " + what);
+      }
       for (const AccumModel& m : scaled) {
         CheckEverywhere(ta, tb, c, m, "tiny scales with C " + what);
         if (m.fused.step == 16) {

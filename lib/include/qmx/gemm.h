@@ -100,7 +100,7 @@ struct FusedParams {
   // MMA-Sim's zero rule instead of zero_exp ("zero-exp=operands"; arXiv 2511.10909, microsoft/MMA-Sim
   // arithmetic.py): a zero element has exponent -126, so a zero product's exponent is -126 plus the other
   // element's plus the scales' (-252 for zero x zero), a zero accumulator's is -126, an all-zero group's is
-  // its scales'; a step whose sum is cut to zero gives +0. Runs on the reference path.
+  // its scales'; a step whose sum is cut to zero gives +0. Runs on the fused kernels without promotion (docs/gemm.md).
   bool zero_operands = false;
   // "split=hmma": how sm_90 runs mma.sync.m16n8k32 with FP8 operands (its SASS: F2FP.F16.E4M3.UNPACK_B,
   // then two HMMA.16816.F32): of each 32 K, the products with k % 4 in {0, 1} form one step of 16 and

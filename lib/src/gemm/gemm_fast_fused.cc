@@ -218,8 +218,6 @@ bool FusedFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
       FusedTile<T>(ctx, sa.data(), ea.data(), sb.data(), eb.data(), xa.data(), xb.data(), plan.kb, at_promotion ? ta.data() : nullptr,
                    at_promotion ? tb.data() : nullptr, c_in, i0, i1, j0, std::min(kCols, plan.n - j0), out);
   });
-  ApplyAlpha(plan, out);
-  RecomputeNanRows(a, b, c_in, model, plan, out, exec);
   return true;
 }
 
@@ -231,7 +229,7 @@ int SigProductBits(const Format& a, const Format& b) {
 
 // The Highway fused kernel (FP32 terms). It needs every nonzero product a * b exact and normal in FP32
 // and 2^(F - emax) within FP32's range; outputs whose accumulation overflowed come back as NaN and are
-// recomputed here by the reference.
+// recomputed by the reference (TryFused).
 bool FusedSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
                const GemmPlan& plan, Exec exec, float* out) {
   const FusedParams& p = model.fused;
@@ -271,8 +269,6 @@ bool FusedSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
   g.parallel = exec == Exec::kParallel;
   StartValues(c_in, plan, out);
   if (!simd::GemmFusedF32(g, out)) return false;
-  ApplyAlpha(plan, out);
-  RecomputeNanRows(a, b, c_in, model, plan, out, exec);
   return true;
 }
 
@@ -321,8 +317,6 @@ bool ScaledSimd(const GemmOperand& a, const GemmOperand& b, const float* c_in, c
   g.parallel = exec == Exec::kParallel;
   StartValues(c_in, plan, out);
   if (!simd::GemmScaledF64(g, out)) return false;
-  ApplyAlpha(plan, out);
-  RecomputeNanRows(a, b, c_in, model, plan, out, exec);
   return true;
 }
 
@@ -498,11 +492,7 @@ bool GroupFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
   const int esa = ScaleEmin(a), esb = ScaleEmin(b);
   for (size_t i = 0; i < ta.size(); ++i) xa[i] = ta[i] == 0 ? esa : std::max(IlogbF(ta[i]), esa);  // NominalExp
   for (size_t i = 0; i < tb.size(); ++i) xb[i] = tb[i] == 0 ? esb : std::max(IlogbF(tb[i]), esb);
-  if (GroupSimd(a, b, c_in, p, plan, exec, ta, xa, tb, xb, p_max, out)) {
-    ApplyAlpha(plan, out);
-    RecomputeNanRows(a, b, c_in, model, plan, out, exec);
-    return true;
-  }
+  if (GroupSimd(a, b, c_in, p, plan, exec, ta, xa, tb, xb, p_max, out)) { return true; }
   const std::vector<double> va = Values<double>(a, false, exec), vb = Values<double>(b, false, exec);
   const size_t groups = (std::min(step, plan.k) + g - 1) / g;
   ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
@@ -512,18 +502,154 @@ bool GroupFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
       GroupTile(ctx, va.data(), vb.data(), ta.data(), xa.data(), tb.data(), xb.data(), c_in, i0, i1, j0,
                 std::min(kCols, plan.n - j0), tv.data(), tn.data(), out);
   });
-  ApplyAlpha(plan, out);
-  RecomputeNanRows(a, b, c_in, model, plan, out, exec);
   return true;
 }
 
-}  // namespace
+// ---- MMA-Sim's zero rule (FusedParams::zero_operands) ---------------------------------------------
+//
+// The kernels above take one exponent, zero_exp, for every zero term. Run with zero_exp = -126, a zero
+// accumulator is aligned as the rule aligns it, and a zero product or all-zero group lifts emax to -126,
+// which changes nothing: a nonzero accumulator's nominal exponent is at least -126, and a zero one already
+// puts -126 into the step. The rule gives a zero term instead the exponent of its operands: a zero element's
+// -126 plus the other element's and the scales' (group 1), an all-zero group's (or a zero-scale group's) its
+// scales' own (group > 1). The two emax differ only where such a zero term lies above -126 and above every
+// other term of its step, and the sums differ only where that cuts a nonzero term. ZeroRuleRisks marks the
+// outputs where that can happen; TryFused leaves them to the reference.
 
-bool TryFused(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
-              const GemmPlan& plan, Exec exec, float* out) {
+// Each cell (cell_len consecutive K) of each row of A, or of each column of B, as a mask of its nonzero
+// elements (bit kk - cell start): A's m x cells, B's cells x n.
+std::vector<uint64_t> NonzeroMasks(const GemmOperand& o, bool is_a, size_t lines, size_t k, size_t cell_len) {
+  const std::array<double, 256> v = CodeValues(o.elem);
+  uint8_t nonzero[256];
+  for (int c = 0; c < 256; ++c) nonzero[c] = v[c] != 0;
+  const size_t cells = (k + cell_len - 1) / cell_len;
+  std::vector<uint64_t> mask(lines * cells, 0);
+  for (size_t q = 0; q < cells; ++q)
+    for (size_t kk = q * cell_len; kk < std::min(k, (q + 1) * cell_len); ++kk) {
+      const int bit = static_cast<int>(kk - q * cell_len);
+      if (is_a) {  // A's rows hold K: one element of each row (B's rows hold K too, so its loop runs along them)
+        for (size_t l = 0; l < lines; ++l) mask[l * cells + q] |= uint64_t{nonzero[o.codes[l * k + kk]]} << bit;
+      } else {
+        const uint8_t* row = o.codes.data() + kk * lines;
+        uint64_t* out = mask.data() + q * lines;
+        for (size_t l = 0; l < lines; ++l) out[l] |= uint64_t{nonzero[row[l]]} << bit;
+      }
+    }
+  return mask;
+}
+
+// The largest nominal exponent of a format's nonzero finite values.
+int MaxNominalExp(const Format& f) {
+  int top = kZeroE;
+  for (int e : NominalExps(f)) top = std::max(top, e);
+  return top;
+}
+
+// Whether ZeroRuleRisks can bound the rule's differences (below); the reference runs the rest.
+bool ZeroRuleBounded(const GemmOperand& a, const GemmOperand& b, const FusedParams& p, const GemmPlan& plan) {
+  if (p.group == 1 && !((plan.a_blocks || plan.b_blocks) && p.scale_in_products)) {
+    const int top = std::max(MaxNominalExp(a.elem), MaxNominalExp(b.elem));
+    return FormatEmin(a.elem) + FormatEmin(b.elem) - p.frac_bits > (top == kZeroE ? -252 : -126 + top);
+  }
+  const size_t len = p.group == 1 ? static_cast<size_t>(p.step) : static_cast<size_t>(p.group);
+  return len <= 64 && static_cast<size_t>(p.step) % len == 0 &&
+         (!(plan.a_blocks || plan.b_blocks) || !p.scale_in_products || plan.kb % len == 0);
+}
+
+// Writes NaN over out[i * n + j] where the zero rule may give another result than the kernels with
+// zero_exp = -126 (see above), where ZeroRuleBounded holds:
+//  - group 1 without scales in the products: a zero product's exponent is at most Z = -126 + the larger of
+//    the formats' top exponents, and every nonzero product's at least emin_a + emin_b, above it, so only a
+//    step without a nonzero product can differ, and only through a nonzero accumulator below 2^Z. A step's
+//    nonzero result is at least 2^(emin_a + emin_b - F) (its unit), and a step without a product keeps c's
+//    leading bit; with that bound above Z, only a nonzero C below 2^Z is marked.
+//  - otherwise, cell by cell (a step for group 1, a group for group > 1): a cell is zero for (i, j) when
+//    its products are all zero or a scale is zero, and its zero term lies at Z(i, j, cell) (the scales' sum,
+//    plus -126 + the top exponent for group 1). Where Z > -126 and the step holds a nonzero cell or the
+//    accumulator may be nonzero (C is, or an earlier step held a nonzero cell), the output is marked.
+void ZeroRuleRisks(const GemmOperand& a, const GemmOperand& b, const float* c_in, const FusedParams& p,
+                   const GemmPlan& plan, Exec exec, float* out) {
+  const size_t m = plan.m, n = plan.n, k = plan.k;
+  const bool scaled = (plan.a_blocks || plan.b_blocks) && p.scale_in_products;
+  const int top = std::max(MaxNominalExp(a.elem), MaxNominalExp(b.elem));
+  const int zero_product = top == kZeroE ? -252 : -126 + top;
+  if (p.group == 1 && !scaled) {
+    if (c_in)
+      for (size_t x = 0; x < m * n; ++x)
+        if (c_in[x] != 0 && NominalExp(c_in[x], -126) < zero_product) out[x] = CanonicalNanF();
+    return;
+  }
+  const size_t step = static_cast<size_t>(p.step), len = p.group == 1 ? step : static_cast<size_t>(p.group);
+  const size_t cells = (k + len - 1) / len, per_step = step / len;
+  // Each cell's scales and their exponents (ZeroRuleExp: -126 for a zero scale); ones without scales.
+  std::vector<float> ta(m, 1.0f), tb(n, 1.0f);
+  if (scaled) ScaleTables(a, b, plan, ta, tb, len);
+  const size_t a_cells = scaled ? cells : 1;
+  std::vector<int> xa(ta.size(), 0), xb(tb.size(), 0);
+  std::vector<uint8_t> b_nonzero(cells, 1);  // every column's scale of the cell is nonzero
+  if (scaled) {
+    const int esa = ScaleEmin(a), esb = ScaleEmin(b);
+    for (size_t x = 0; x < ta.size(); ++x) xa[x] = ta[x] == 0 ? -126 : NominalExp(ta[x], esa);
+    for (size_t x = 0; x < tb.size(); ++x) {
+      xb[x] = tb[x] == 0 ? -126 : NominalExp(tb[x], esb);
+      if (tb[x] == 0) b_nonzero[x / n] = 0;
+    }
+  }
+  const int base = p.group == 1 ? zero_product : 0;  // a zero cell's exponent less its scales'
+  const std::vector<uint64_t> ma = NonzeroMasks(a, true, m, k, len), mb = NonzeroMasks(b, false, n, k, len);
+  // A row's cell with more nonzero elements than len less the fewest of any column's cell meets every
+  // column's cell in a nonzero product.
+  std::vector<int> fewest(cells, 64);
+  for (size_t q = 0; q < cells; ++q)
+    for (size_t j = 0; j < n; ++j) fewest[q] = std::min(fewest[q], __builtin_popcountll(mb[q * n + j]));
+#pragma omp parallel for schedule(dynamic, 4) if (exec == Exec::kParallel && m * n * cells >= (size_t{1} << 20))
+  for (long il = 0; il < static_cast<long>(m); ++il) {
+    const size_t i = static_cast<size_t>(il);
+    std::vector<uint8_t> live(n, 0), risky(n, 0), step_nz(n), zero_high(n);
+    if (c_in)
+      for (size_t j = 0; j < n; ++j) live[j] = c_in[i * n + j] != 0;
+    for (size_t q0 = 0; q0 < cells; q0 += per_step) {
+      std::fill(step_nz.begin(), step_nz.end(), 0);
+      // every_nz: a cell of the step is nonzero for every column; checked: a cell was looked at column by column.
+      bool checked = false, every_nz = false;
+      for (size_t q = q0; q < std::min(cells, q0 + per_step); ++q) {
+        const uint64_t row_mask = ma[i * cells + q];
+        const int cell_len = static_cast<int>(std::min(len, k - q * len));
+        const size_t sa = scaled ? i * a_cells + q : i, sb = scaled ? q * n : 0;
+        if (ta[sa] != 0 && b_nonzero[q] && __builtin_popcountll(row_mask) + fewest[q] > cell_len) {
+          every_nz = true;
+          continue;
+        }
+        if (!checked) std::fill(zero_high.begin(), zero_high.end(), 0);
+        checked = true;
+        const bool a_zero = ta[sa] == 0;
+        const int za = base + xa[sa];
+        const uint64_t* mbq = mb.data() + q * n;
+        for (size_t j = 0; j < n; ++j) {  // branch-free, so that it vectorizes
+          const bool zero = a_zero | ((row_mask & mbq[j]) == 0) | (tb[sb + j] == 0);
+          step_nz[j] |= static_cast<uint8_t>(!zero);
+          zero_high[j] |= static_cast<uint8_t>(zero & (za + xb[sb + j] > -126));
+        }
+      }
+      if (!checked) {
+        std::fill(live.begin(), live.end(), 1);
+        continue;
+      }
+      for (size_t j = 0; j < n; ++j) {
+        const bool nz = every_nz || step_nz[j];
+        if (zero_high[j] && (nz || live[j])) risky[j] = 1;
+        live[j] = live[j] || nz;
+      }
+    }
+    for (size_t j = 0; j < n; ++j)
+      if (risky[j]) out[i * n + j] = CanonicalNanF();
+  }
+}
+
+// The kernels of the fused models, by their bounds (out: the accumulations, before alpha).
+bool FusedKernels(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+                  const GemmPlan& plan, Exec exec, float* out) {
   const FusedParams& p = model.fused;
-  if (!OperandsFinite(a, b, c_in, plan, exec)) return false;
-  if (a.elem.IsInt() || b.elem.IsInt()) return false;
   if (p.group != 1) return GroupFast(a, b, c_in, model, plan, exec, out);
   const bool blocks = plan.a_blocks || plan.b_blocks;
   if (blocks && p.scale_in_products &&
@@ -541,6 +667,36 @@ bool TryFused(const GemmOperand& a, const GemmOperand& b, const float* c_in, con
     return FusedFast<double>(a, b, c_in, model, plan, exec, out);
   }
   return false;
+}
+
+}  // namespace
+
+bool TryFused(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+              const GemmPlan& plan, Exec exec, float* out) {
+  const FusedParams& p = model.fused;
+  // MMA-Sim's zero rule runs on the kernels where it adds nothing to them: no promotion (whose FP32 adds
+  // would see the signs of zero parts), FP32 accumulators, operands at their own exponents, one-step halves.
+  if (p.zero_operands &&
+      (p.promote != 0 || p.acc_fp16 || p.cdna3_halves || p.operand_emin != 0 || !ZeroRuleBounded(a, b, p, plan)))
+    return false;
+  if (!OperandsFinite(a, b, c_in, plan, exec)) return false;
+  if (a.elem.IsInt() || b.elem.IsInt()) return false;
+  if (!p.zero_operands) {
+    if (!FusedKernels(a, b, c_in, model, plan, exec, out)) return false;
+  } else {
+    AccumModel kernel = model;
+    kernel.fused.zero_operands = false;
+    kernel.fused.zero_exp = -126;
+    if (!FusedKernels(a, b, c_in, kernel, plan, exec, out)) return false;
+    // The rule's step cut to zero is +0 (the kernels keep the sign of a nonzero sum cut to zero); the last
+    // step's is the output.
+    for (size_t x = 0; x < plan.m * plan.n; ++x)
+      if (out[x] == 0) out[x] = 0.0f;
+    ZeroRuleRisks(a, b, c_in, p, plan, exec, out);
+  }
+  ApplyAlpha(plan, out);
+  RecomputeNanRows(a, b, c_in, model, plan, out, exec);
+  return true;
 }
 
 }  // namespace qmx::detail

@@ -33,3 +33,7 @@ set(QMX_LIB_NO_CONTRACT_LIST
     src/recipe/recipe.cc src/recipe/recipe_step.cc src/recipe/recipe_sequence.cc src/recipe/recipe_reference.cc
     src/recipe/linear_layer.cc src/metrics/metrics.cc src/metrics/metrics_simd.cc src/gemm/scaled_mm.cc
     src/scale/scale.cc src/transform/transform.cc src/gemm/gemm_fast_exact.cc)
+# Portable tiles whose inner loops cut terms with trunc / nearbyint / floor: GCC vectorizes those only when
+# floating-point exceptions need not be kept (the library never reads the FP status flags; every cut value
+# is exact, so the results are unchanged).
+set(QMX_LIB_NO_TRAPPING_LIST src/gemm/gemm_fast_fused.cc)

@@ -30,9 +30,10 @@ enum class BenchScales { kTensor, kMx, kNvfp4 };
 // An operand of `rows` x `cols` E4M3 or E2M1 codes from Gaussian values (round to nearest), with
 // UE8M0 scales 2^-4..2^4 on blocks of 32 along K (MX: A 1x32, B 32x1), E4M3 scales 0.5..448 on blocks
 // of 16 (NVFP4: A 1x16, B 16x1) or a per-tensor scale.
-GemmOperand BenchOperand(const Format& f, size_t rows, size_t cols, bool a_side, BenchScales kind, std::mt19937& rng) {
+GemmOperand BenchOperand(const Format& f, size_t rows, size_t cols, bool a_side, BenchScales kind, std::mt19937& rng,
+                         float sigma = 0) {
   std::vector<float> x(rows * cols);
-  std::normal_distribution<float> nd(0.0f, f.name == std::string("e2m1") ? 2.0f : 64.0f);
+  std::normal_distribution<float> nd(0.0f, sigma > 0 ? sigma : f.name == std::string("e2m1") ? 2.0f : 64.0f);
   for (float& v : x) v = nd(rng);
   std::vector<uint8_t> codes(x.size());
   ConvertToCodes(DType::kF32, x.data(), x.size(), f, CastOptions{}, codes.data());
@@ -61,6 +62,7 @@ struct GemmCase {
   double target;         // required ratio to the baseline (0: a baseline itself)
   const Format* elem;
   BenchScales scales;
+  float sigma = 0;  // the elements' spread before conversion (0: 2 for E2M1, 64 otherwise)
 };
 
 struct GemmRow {
@@ -106,6 +108,12 @@ void RunGemmBench(const BenchArgs& a, nlohmann::json& j) {
       {"rtx-blackwell-f8f6f4 e4m3 tensor", "rtx-blackwell-f8f6f4", "sgemm", 0.2, &fmt::kE4M3, BenchScales::kTensor},
       {"rtx-blackwell-mxf8f6f4 mxfp8", "rtx-blackwell-mxf8f6f4", "sgemm", 0.2, &fmt::kE4M3, BenchScales::kMx},
       {"rtx-blackwell-mxf4nvf4 nvfp4", "rtx-blackwell-mxf4nvf4", "sgemm", 0.2, &fmt::kE2M1, BenchScales::kNvfp4},
+      // AMD MI300's FP8 MFMA on FNUZ operands: the portable CDNA3 tiles (two halves a step, in doubles).
+      {"cdna3-fp8 e4m3fnuz tensor", "cdna3-fp8", "sgemm", 0.2, &fmt::kE4M3Fnuz, BenchScales::kTensor},
+      // An FP16 accumulator (elements of spread 1/8, so that sums stay within FP16's range): the portable
+      // fused tiles. No target (issue 46 sets the FP32-accumulating ones').
+      {"hopper-wgmma-fp8-f16 e4m3 tensor", "hopper-wgmma-fp8-f16", "sgemm", -1, &fmt::kE4M3, BenchScales::kTensor,
+       0.125f},
   };
   const int saved_threads = omp_get_max_threads();
   std::vector<GemmRow> rows;
@@ -123,7 +131,8 @@ void RunGemmBench(const BenchArgs& a, nlohmann::json& j) {
     }
     std::vector<std::pair<GemmOperand, GemmOperand>> ops;
     for (const GemmCase& c : cases)
-      ops.emplace_back(c.elem ? std::make_pair(BenchOperand(*c.elem, sz, sz, true, c.scales, rng), BenchOperand(*c.elem, sz, sz, false, c.scales, rng))
+      ops.emplace_back(c.elem ? std::make_pair(BenchOperand(*c.elem, sz, sz, true, c.scales, rng, c.sigma),
+                                               BenchOperand(*c.elem, sz, sz, false, c.scales, rng, c.sigma))
                               : std::make_pair(GemmOperand{}, GemmOperand{}));
     for (int t : a.threads) {
       omp_set_num_threads(t);

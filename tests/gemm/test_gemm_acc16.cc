@@ -132,6 +132,38 @@ TEST_CASE("gemm: acc=fp16 rounds every step to FP16, subnormals and overflow inc
   CHECK(Gemm(OperandFromCodes(fmt::kE4M3, 1, 2, ra), OperandFromCodes(fmt::kE4M3, 2, 1, rb), &top, m)[0] == 65504.0f);
 }
 
+TEST_CASE("gemm: FP16-accumulating models' fast tiles equal the reference, FP16 subnormals and overflow included",
+          "[gemm]") {
+  std::mt19937 rng(61);
+  const std::vector<AccumModel> models = {AccumModelByName("ada-mma-fp8-f16"), AccumModelByName("hopper-wgmma-fp8-f16"),
+                                          AccumModelByName("rtx-blackwell-f8f6f4-f16"),
+                                          AccumModelByName("fused:step=16,F=50,bits=11,out=rne,acc=fp16"),
+                                          AccumModelByName("fused:step=32,F=13,bits=9,term=rne,acc=fp16")};
+  // 9 rows and 131 columns cross the row tiles and the 128-column tiles; K = 32 * 3 + 5 ends in a short step.
+  // Element magnitudes per case: any (sums past 65504: Inf, recomputed), middling, and small E5M2 (steps among
+  // FP16's subnormals); C from FP16's patterns, subnormals, 65504 and zeros of both signs among them.
+  for (const size_t k : {size_t{101}, size_t{16}})
+    for (int shift : {0, 9, 3}) {
+      const Format& f = shift == 3 ? fmt::kE5M2 : fmt::kE4M3;
+      const int field = shift == 3 ? 4 : shift;
+      GemmOperand a = RandomCodes8(f, 9, k, rng, field), b = RandomCodes8(f, k, 131, rng, field);
+      for (size_t kk = 0; kk < k; ++kk) a.codes[2 * k + kk] = 0;  // a zero row
+      std::vector<float> c(9 * 131);
+      std::uniform_int_distribution<int> pat(0, 0x7BFF);
+      for (size_t i = 0; i < c.size(); ++i) {
+        c[i] = static_cast<float>(Table().v[static_cast<size_t>(pat(rng)) >> (shift == 3 ? 6 : 0)]);
+        if (i % 3 == 0) c[i] = -c[i];
+        if (i % 17 == 0) c[i] = i % 2 ? -0.0f : 0.0f;
+        if (i % 19 == 0) c[i] = 65504.0f;
+      }
+      const std::string what = std::string(f.name) + " field " + std::to_string(field) + " K=" + std::to_string(k);
+      for (const AccumModel& m : models) {
+        test::CheckEverywhere(a, b, {}, m, what);
+        test::CheckEverywhere(a, b, c, m, what + " with C");
+      }
+    }
+}
+
 // An FP16 accumulator's exponent is floored at FP16's -14 (MMA-Sim reads C as an FP16 value), which sets the
 // step's unit when a subnormal C is its largest term: C = 2^-20 beside 16 products of 1.53 * 2^-27 (E5M2
 // 1.75 * 2^-14 squared). With emax -14 and F = 13 each product is cut to 2^-27: 2^-20 + 16 * 2^-27 =

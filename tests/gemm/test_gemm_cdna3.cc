@@ -1,16 +1,19 @@
 // test_gemm_cdna3.cc: cdna3-fp8, AMD MI300's FP8 MFMA (v_mfma_f32_16x16x32 / 32x32x16 on E4M3FNUZ and
 // E5M2FNUZ, every mix), against MMA-Sim's CDNA3 model (golden/gemm-mmasim/cdna3, its README says how the
 // outputs were made) bit for bit, NaN outputs by class; and the step's rules on hand-made rows whose results
-// follow from the definition (the half sums' floor, the in-half cut toward zero, C's drop below 25 binades).
+// follow from the definition (the half sums' floor, the in-half cut toward zero, C's drop below 25 binades);
+// the fast tiles against the reference.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "gemm/gemm_cases.h"
+#include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/format.h"
 #include "qmx/gemm.h"
@@ -91,6 +94,52 @@ TEST_CASE("gemm cdna3: the halves floor across, cut within, and C is dropped mor
   const std::vector<float> n = Gemm(OperandFromCodes(fmt::kE4M3Fnuz, 1, 32, ac.data()), OperandFromCodes(fmt::kE4M3Fnuz, 32, 1, bc.data()),
                                     nullptr, AccumModelByName("cdna3-fp8"));
   CHECK(test::FloatBits(n[0]) == 0x7FC00000u);
+}
+
+// Codes of rows x cols in which each (line, step of 16) takes one of five shapes by its indices: random, all zero,
+// the largest magnitudes at even k beside the smallest at odd k (the halves' tops far apart: the lower half
+// floored away), largest and smallest in one half (the small ones cut), or one binade.
+GemmOperand Shaped(const Format& f, size_t rows, size_t cols, bool is_a, std::mt19937& rng) {
+  std::vector<uint8_t> c = test::RandomCodes(f, rows * cols, rng, false);
+  const uint8_t top = static_cast<uint8_t>(ConvertF32(static_cast<float>(Limits(f).max_finite), f, CastOptions{}));
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t q = 0; q < cols; ++q) {
+      const size_t kk = is_a ? q : r, other = is_a ? r : q;
+      uint8_t& v = c[r * cols + q];
+      const uint8_t sign = (rng() & 1) ? 0x80 : 0;
+      switch ((other + kk / 16) % 5) {
+        case 1: v = 0; break;
+        case 2: v = static_cast<uint8_t>((kk % 2 ? 1 : top) | sign); break;
+        case 3: v = static_cast<uint8_t>((kk % 3 ? 1 + rng() % 3 : top - rng() % 4) | sign); break;
+        case 4: v = static_cast<uint8_t>((top - 8 + rng() % 8) | sign); break;
+        default: break;
+      }
+      if (v == 0x80) v = 0;  // FNUZ's NaN
+    }
+  return OperandFromCodes(f, rows, cols, c.data());
+}
+
+TEST_CASE("gemm cdna3: the fast tiles equal the reference where halves, zero steps and C's drop decide", "[gemm]") {
+  std::mt19937 rng(93);
+  const AccumModel m = AccumModelByName("cdna3-fp8");
+  std::normal_distribution<float> nd;
+  // 19 rows and 133 columns cross the row tiles and the 128-column tiles; K = 16 * 6 + 7 ends in a short
+  // step whose odd half is shorter, K = 1 in a step with an empty half.
+  for (const size_t k : {size_t{103}, size_t{1}}) {
+    std::vector<float> c(19 * 133);
+    for (size_t i = 0; i < c.size(); ++i) {
+      c[i] = i % 7 == 0 ? 0.0f : nd(rng) * std::ldexp(1.0f, static_cast<int>(i % 90) - 45);  // kept, floored, dropped
+      if (i % 23 == 0) c[i] = std::ldexp(1.0f, -140);                                        // subnormal
+      if (i % 29 == 0) c[i] = -0x1.fffffep127f;                                              // overflows
+    }
+    for (const Format* fa : {&fmt::kE4M3Fnuz, &fmt::kE5M2Fnuz})
+      for (const Format* fb : {&fmt::kE4M3Fnuz, &fmt::kE5M2Fnuz}) {
+        const GemmOperand a = Shaped(*fa, 19, k, true, rng), b = Shaped(*fb, k, 133, false, rng);
+        const std::string what = std::string(fa->name) + " x " + fb->name + " K=" + std::to_string(k);
+        test::CheckEverywhere(a, b, {}, m, what);
+        test::CheckEverywhere(a, b, c, m, what + " with C");
+      }
+  }
 }
 
 TEST_CASE("gemm cdna3: the model's parameters, name and refusals", "[gemm]") {

@@ -133,7 +133,7 @@ struct FusedParams {
   // summed with its terms cut toward zero to F bits below the half's largest exponent; the two sums floored
   // to F bits below their common largest exponent E and added; that sum floored to 31 fractional bits and
   // C to 24 below max(E, C's exponent), C dropped when its exponent lies more than 25 below; the exact sum
-  // rounded to FP32 (out_round). Zero elements take exponent -126 (zero_operands). Reference path only.
+  // rounded to FP32 (out_round). Zero elements take exponent -126 (zero_operands). Portable tiles (docs/gemm.md).
   bool cdna3_halves = false;
 };
 

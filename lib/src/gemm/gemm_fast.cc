@@ -192,8 +192,8 @@ bool GemmFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, con
   if (plan.k == 0) return false;
   switch (model.kind) {
     case AccumKind::kFused:
-      // FP16 operand exponents (split=hmma), FP16 accumulators and CDNA3's halves: the reference path only.
-      if (model.fused.operand_emin != 0 || model.fused.acc_fp16 || model.fused.cdna3_halves) return false;
+      // FP16 operand exponents (split=hmma): the reference path only.
+      if (model.fused.operand_emin != 0) return false;
       return TryFused(a, b, c_in, model, plan, exec, out);
     case AccumKind::kFp32Seq: return Fp32SeqFast(a, b, c_in, plan, exec, out);
     case AccumKind::kExact:

@@ -3,6 +3,7 @@
 // hold, else portable tiles whose truncated terms are exact in float or double.
 #include <algorithm>
 #include <array>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -40,9 +41,10 @@ void SplitNominal(const GemmOperand& o, std::vector<T>& sig, std::vector<int>& e
   }
 }
 
-// The FP32 accumulator as a term: (significand, Exp) with Exp floored at -126; zero as (0, kZeroE).
+// The accumulator as a term: (significand, Exp) with Exp floored at `emin` (-126 for FP32, -14 for an FP16
+// accumulator's values); zero as (0, kZeroE).
 template <typename T>
-inline void AccSplit(float c, T& s, int& e) {
+inline void AccSplit(float c, T& s, int& e, int emin = -126) {
   uint32_t b;
   std::memcpy(&b, &c, 4);
   const int field = (b >> 23) & 0xFF;
@@ -51,7 +53,7 @@ inline void AccSplit(float c, T& s, int& e) {
     e = kZeroE;
     return;
   }
-  e = field == 0 ? -126 : field - 127;
+  e = std::max(field == 0 ? -126 : field - 127, emin);
   s = static_cast<T>(static_cast<double>(c) * Pow2d(-e));
 }
 
@@ -67,21 +69,21 @@ struct FusedCtx {
 // beside RoundFused because a few double operations per output and step cost far less in the tiles'
 // inner loop than RoundFused's 128-bit integer path; the tests hold the two to the same bits through
 // fast = reference.
-inline float FusedOut(double s, int unit, int bits, bool rne) {
-  if (s == 0) return 0.0f;
+// emin and inf_exp: RoundFused's (FP32's -126 and 2^128, an FP16 accumulator's -14 and 2^16). Branch-free, so
+// that the tiles' loops over their columns vectorize: every value is formed, then the zero sum's +0 chosen.
+inline float FusedOut(double s, int unit, int bits, bool rne, int emin = -126, int inf_exp = 128) {
   const double a = std::fabs(s);
   uint64_t ab;
   std::memcpy(&ab, &a, 8);
-  const int msb = static_cast<int>((ab >> 52) & 0x7FF) - 1023;  // a >= 1
-  int e = msb + unit;
-  if (e < -126) e = -126;
+  const int msb = static_cast<int>(ab >> 52) - 1023;  // a >= 1 (a = 0 is chosen away below)
+  const int e = std::max(msb + unit, emin);
   const int q = e - (bits - 1);
   const double scaled = a * Pow2d(unit - q);  // unit - q >= -(msb + 1): within double's range
   const double kept = rne ? std::nearbyint(scaled) : std::trunc(scaled);
   const double v = kept * Pow2d(q);
-  if (v >= 0x1p128) return s < 0 ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
-  const float f = static_cast<float>(v);
-  return s < 0 ? -f : f;
+  const double r = v >= Pow2d(inf_exp) ? std::numeric_limits<double>::infinity() : v;
+  const float f = static_cast<float>(r);  // exact: kept has at most `bits` bits, or Inf
+  return s == 0 ? 0.0f : s < 0 ? -f : f;
 }
 
 // The end of a promotion window (or of K without promotion), columns j0 .. j0 + nc - 1 of row i, as the
@@ -141,11 +143,12 @@ QMX_GEMM_CLONES void FusedTile(const FusedCtx& ctx, const T* sa, const int* ea, 
   const FusedParams& p = *ctx.p;
   const size_t n = ctx.n, k = ctx.k;
   const bool rne_terms = p.term_round == FusedRound::kRne, rne_out = p.out_round == FusedRound::kRne;
+  const int acc_emin = p.acc_fp16 ? -14 : -126, inf_exp = p.acc_fp16 ? 16 : 128;  // FP16 or FP32 accumulator
   const auto step = [&](size_t i, size_t k0, size_t k1, float* part) __attribute__((always_inline)) {
     int emax[kCols], emin[kCols], ec[kCols];
     T sc[kCols], sum[kCols];
     for (size_t j = 0; j < nc; ++j) {
-      AccSplit(part[j], sc[j], ec[j]);
+      AccSplit(part[j], sc[j], ec[j], acc_emin);
       emax[j] = ec[j];
       emin[j] = ec[j];
     }
@@ -181,7 +184,8 @@ QMX_GEMM_CLONES void FusedTile(const FusedCtx& ctx, const T* sa, const int* ea, 
         sum[j] += rne_terms ? std::nearbyint(t) : std::trunc(t);
       }
     }
-    for (size_t j = 0; j < nc; ++j) part[j] = FusedOut(static_cast<double>(sum[j]), emax[j] - p.frac_bits, p.out_bits, rne_out);
+    for (size_t j = 0; j < nc; ++j)
+      part[j] = FusedOut(static_cast<double>(sum[j]), emax[j] - p.frac_bits, p.out_bits, rne_out, acc_emin, inf_exp);
   };
   const auto end = [&](size_t i, size_t w0, const float* part, float* acc) __attribute__((always_inline)) {
     EndWindow(p, scale_prod_a, scale_b, (k + kb - 1) / kb, n, i, w0 / kb, j0, nc, part, acc);
@@ -646,11 +650,117 @@ void ZeroRuleRisks(const GemmOperand& a, const GemmOperand& b, const float* c_in
   }
 }
 
+// ---- AMD CDNA3's FP8 step (FusedParams::cdna3_halves) ------------------------------------------------
+
+// gemm_ref.cc's Cdna3Step in doubles, for rows [i0, i1) and columns [j0, j0 + nc): each half's products (even
+// and odd k from the step's start) times 2^(F - top) cut toward zero, top the half's largest exponent (a zero
+// element's -126, so a zero product's -126 + the other's exponent); the half sums floored by 2^(top - E) to
+// the step's largest E; that floored by 2^(7 - (M - E)) into units of 2^(M - 31) and C floored into units
+// of 2^(M - 24), M = max(E, C's exponent), unless C lies more than 25 binades below M; their sum rounded.
+// Every value is an integer below 2^53 held exactly: a product of two FP8 values has at most 8 significant
+// bits and lies below 2^(top + 2), so a half's 8 cut terms sum below 2^29, the floored sums below 2^30, the
+// total below 2^38; floor of an exact double product by a power of two is FloorShift.
+QMX_GEMM_CLONES void Cdna3Tile(const FusedParams& p, size_t n, size_t k, const double* va, const int* ea,
+                               const double* vb, const int* eb, const float* c_in, size_t i0, size_t i1, size_t j0,
+                               size_t nc, float* out) {
+  const int F = p.frac_bits;
+  const bool rne_out = p.out_round == FusedRound::kRne;
+  constexpr int kNone = -100000;  // an empty half's top (the even half is never empty)
+  // The tile's rows (at most kRows) side by side, so that each of B's rows is read once a step for all of
+  // them; the even half in top0 / sum0 / f0, the odd one in top1 / sum1 / f1: each inner loop runs over one
+  // row's and one half's arrays, branch-free, so that it vectorizes.
+  const size_t rows = i1 - i0;
+  alignas(64) float acc[kRows][kCols];
+  alignas(64) int top0[kRows][kCols], top1[kRows][kCols];
+  alignas(64) double sum0[kRows][kCols], sum1[kRows][kCols], f0[kRows][kCols], f1[kRows][kCols];
+  alignas(64) int32_t overflow[kRows][kCols];  // 32-bit flags beside the int and float lanes: the loops vectorize
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t j = 0; j < nc; ++j) {
+      acc[r][j] = c_in ? c_in[(i0 + r) * n + j0 + j] : 0.0f;
+      overflow[r][j] = 0;
+    }
+  for (size_t k0 = 0; k0 < k; k0 += static_cast<size_t>(p.step)) {
+    const size_t k1 = std::min(k, k0 + static_cast<size_t>(p.step));
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t j = 0; j < nc; ++j) top0[r][j] = top1[r][j] = kNone;
+    for (size_t kk = k0; kk < k1; ++kk) {
+      const int* e_b = eb + kk * n + j0;
+      for (size_t r = 0; r < rows; ++r) {
+        int* t = (kk - k0) & 1 ? top1[r] : top0[r];
+        const int e_a = ea[(i0 + r) * k + kk];
+        for (size_t j = 0; j < nc; ++j) t[j] = std::max(t[j], e_a + e_b[j]);
+      }
+    }
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t j = 0; j < nc; ++j) {
+        f0[r][j] = Pow2d(F - std::max(top0[r][j], -1000));  // top >= -252 but in an empty half
+        f1[r][j] = Pow2d(F - std::max(top1[r][j], -1000));
+        sum0[r][j] = sum1[r][j] = 0.0;
+      }
+    for (size_t kk = k0; kk < k1; ++kk) {
+      const double* y = vb + kk * n + j0;
+      for (size_t r = 0; r < rows; ++r) {
+        double* sh = (kk - k0) & 1 ? sum1[r] : sum0[r];
+        const double* fh = (kk - k0) & 1 ? f1[r] : f0[r];
+        const double x = va[(i0 + r) * k + kk];
+        for (size_t j = 0; j < nc; ++j) sh[j] += std::trunc(x * y[j] * fh[j]);
+      }
+    }
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t j = 0; j < nc; ++j) {
+        const int e = std::max(top0[r][j], top1[r][j]);
+        const double s0 = std::floor(sum0[r][j] * Pow2d(top0[r][j] - e));  // e - top <= 283
+        const double s1 = std::floor(sum1[r][j] * Pow2d(std::max(top1[r][j], -1000) - e));
+        const double s = s0 + (top1[r][j] != kNone ? s1 : 0.0);
+        const float c = acc[r][j];
+        uint32_t cb;
+        std::memcpy(&cb, &c, 4);
+        const int ec = std::max(static_cast<int>((cb >> 23) & 0xFF) - 127, -126);  // -126 for zero and subnormals
+        const int mx = std::max(e, ec);
+        const double t = std::floor(s * Pow2d(31 - F - (mx - e)));  // an integer times 2^(>= 0), or floored
+        const double cq = c != 0 && ec >= mx - 25 ? std::floor(static_cast<double>(c) * Pow2d(24 - mx)) : 0.0;
+        const float d = FusedOut(t + cq * 128.0, mx - 31, 24, rne_out);
+        overflow[r][j] |= static_cast<int32_t>(!(std::fabs(d) <= FLT_MAX));
+        acc[r][j] = d;
+      }
+  }
+  // An output whose accumulator left the finite range: the canonical NaN, and the reference redoes its row.
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t j = 0; j < nc; ++j) out[(i0 + r) * n + j0 + j] = overflow[r][j] ? CanonicalNanF() : acc[r][j];
+}
+
+// CDNA3's FP8 MFMA (finite operands, 8-bit float formats without block scales; PlanGemm refuses those).
+bool Cdna3Fast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const FusedParams& p,
+               const GemmPlan& plan, Exec exec, float* out) {
+  if (plan.a_blocks || plan.b_blocks || p.frac_bits != 24 || p.step > 64 || p.promote != 0 || p.group != 1 ||
+      a.elem.Bits() > 8 || b.elem.Bits() > 8 || SigProductBits(a.elem, b.elem) > 10)
+    return false;
+  // Each element's value and its exponent under the zero rule (ZeroRuleExp: -126 for zero).
+  const auto exps = [](const GemmOperand& o) {
+    const std::array<double, 256> v = CodeValues(o.elem);
+    std::array<int32_t, 256> t;
+    for (int c = 0; c < 256; ++c)
+      t[c] = v[c] == 0 || !std::isfinite(v[c]) ? -126 : NominalExp(v[c], FormatEmin(o.elem));
+    std::vector<int> e(o.codes.size());
+    for (size_t x = 0; x < e.size(); ++x) e[x] = t[o.codes[x]];
+    return e;
+  };
+  const std::vector<int> ea = exps(a), eb = exps(b);
+  const std::vector<double> va = Values<double>(a, false, exec), vb = Values<double>(b, false, exec);
+  ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
+    for (size_t j0 = 0; j0 < plan.n; j0 += kCols)
+      Cdna3Tile(p, plan.n, plan.k, va.data(), ea.data(), vb.data(), eb.data(), c_in, i0, i1, j0,
+                std::min(kCols, plan.n - j0), out);
+  });
+  return true;
+}
+
 // The kernels of the fused models, by their bounds (out: the accumulations, before alpha).
 bool FusedKernels(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
                   const GemmPlan& plan, Exec exec, float* out) {
   const FusedParams& p = model.fused;
-  if (p.group != 1) return GroupFast(a, b, c_in, model, plan, exec, out);
+  if (p.cdna3_halves) return Cdna3Fast(a, b, c_in, p, plan, exec, out);
+  if (p.group != 1) return !p.acc_fp16 && GroupFast(a, b, c_in, model, plan, exec, out);
   const bool blocks = plan.a_blocks || plan.b_blocks;
   if (blocks && p.scale_in_products &&
       (a.scale_format != ScaleFormat::kUe8m0 || b.scale_format != ScaleFormat::kUe8m0 || !plan.a_blocks || !plan.b_blocks))
@@ -658,12 +768,13 @@ bool FusedKernels(const GemmOperand& a, const GemmOperand& b, const float* c_in,
   // A term is below 2^(F+2); the accumulator term below 2^(F+1); step + 1 of them must sum exactly.
   const int width = p.frac_bits + 2 + static_cast<int>(std::ceil(std::log2(p.step + 1.0)));
   const int sig_bits = SigProductBits(a.elem, b.elem);
+  // The Highway kernels round to FP32; an FP16 accumulator takes the portable tiles.
   if (width <= 24 && sig_bits <= 24) {
-    if (FusedSimd(a, b, c_in, model, plan, exec, out)) return true;
+    if (!p.acc_fp16 && FusedSimd(a, b, c_in, model, plan, exec, out)) return true;
     return FusedFast<float>(a, b, c_in, model, plan, exec, out);
   }
   if (width <= 53) {
-    if (ScaledSimd(a, b, c_in, model, plan, exec, out)) return true;
+    if (!p.acc_fp16 && ScaledSimd(a, b, c_in, model, plan, exec, out)) return true;
     return FusedFast<double>(a, b, c_in, model, plan, exec, out);
   }
   return false;
@@ -676,12 +787,11 @@ bool TryFused(const GemmOperand& a, const GemmOperand& b, const float* c_in, con
   const FusedParams& p = model.fused;
   // MMA-Sim's zero rule runs on the kernels where it adds nothing to them: no promotion (whose FP32 adds
   // would see the signs of zero parts), FP32 accumulators, operands at their own exponents, one-step halves.
-  if (p.zero_operands &&
-      (p.promote != 0 || p.acc_fp16 || p.cdna3_halves || p.operand_emin != 0 || !ZeroRuleBounded(a, b, p, plan)))
+  if (p.zero_operands && !p.cdna3_halves && (p.promote != 0 || p.operand_emin != 0 || !ZeroRuleBounded(a, b, p, plan)))
     return false;
   if (!OperandsFinite(a, b, c_in, plan, exec)) return false;
   if (a.elem.IsInt() || b.elem.IsInt()) return false;
-  if (!p.zero_operands) {
+  if (!p.zero_operands || p.cdna3_halves) {  // (CDNA3's tiles align zero elements at -126 themselves)
     if (!FusedKernels(a, b, c_in, model, plan, exec, out)) return false;
   } else {
     AccumModel kernel = model;

@@ -213,7 +213,8 @@ def test_spec_overrides_come_from_the_library_table(cli):
     # One table (SpecOverrideFields) names the text overrides: the keywords make_spec takes, the options
     # `qmx-sim quantize` lists, and the names make_spec's docstring documents.
     names = qmx._qmx.spec_override_names()
-    assert len(names) == 13 and {"rule", "rounding", "nan_policy", "element_scaling", "error_order", "amax_order"} <= set(names)
+    assert len(names) == 14 and {"rule", "rounding", "nan_policy", "element_scaling", "error_order", "amax_order",
+                                 "scale_format"} <= set(names)
     help_text = cli("quantize", "--help")
     for flag in ("--profile", "--elem", "--rule", "--block", "--axis", "--round", "--sat", "--nan-policy",
                  "--element-scaling", "--subnormals", "--nan-fallback", "--error-order"):
@@ -225,3 +226,30 @@ def test_spec_overrides_come_from_the_library_table(cli):
     assert s == t and s != qmx.make_spec("mxfp8")
     with pytest.raises(TypeError, match="unknown spec option"):
         qmx.make_spec("mxfp8", scale_rule="ceil")
+
+
+def test_nvfp4_block_scales_in_another_format(cli, tmp_path):
+    # NVFP4's rules with UE5M3 block scales (AMD gfx1250's): the fast path (the reference) equals the reference,
+    # the spec names the format, the CLI writes the same tensor and reads it back, and other rules refuse it.
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((32, 128)) * np.exp2(rng.integers(-30, 30, (32, 1)))).astype(np.float32)
+    q = qmx.quantize(x, "nvfp4", scale_format="ue5m3")
+    r = qmx.quantize(x, "nvfp4", scale_format="ue5m3", reference=True)
+    assert_bits_equal(q.codes, r.codes, "codes")
+    assert_bits_equal(q.scales, r.scales, "scales")
+    assert "e5m3:unsigned:special=fn scales" in repr(q)
+    e4m3 = qmx.quantize(x, "nvfp4")
+    assert not np.array_equal(np.asarray(q.scales), np.asarray(e4m3.scales))  # another format's codes
+    assert_bits_equal(qmx.quantize(x, "nvfp4", scale_format="ue4m3").scales, e4m3.scales, "ue4m3 is e4m3")
+    np.save(tmp_path / "w.npy", x)
+    out = tmp_path / "q.safetensors"
+    cli("quantize", "--spec", "nvfp4", "--scale-format", "ue5m3", "--in", tmp_path / "w.npy", "--out", out, "--quiet")
+    back = qmx.io.load_quantized(out)["w"]
+    assert back.spec == q.spec
+    assert_bits_equal(back.codes, q.codes, "file codes")
+    assert_bits_equal(back.scales, q.scales, "file scales")
+    assert_bits_equal(back.dequantize(), q.dequantize(), "file dequantized")
+    with pytest.raises(ValueError, match="applies to the NVFP4 rules"):
+        qmx.quantize(x, "mxfp8", scale_format="ue5m3")
+    with pytest.raises(ValueError, match="cannot hold NVFP4's block scales"):
+        qmx.quantize(x, "nvfp4", scale_format="ue8m0")

@@ -439,7 +439,7 @@ TEST_CASE("quantize: spec overrides, the JSON form of a spec and reassembled ten
   // The table of text overrides: each keyword sets its own field and no other, each CLI option starts
   // with "--", and an unknown keyword is refused with the known ones named.
   const auto& fields = SpecOverrideFields();
-  REQUIRE(fields.size() == 13);
+  REQUIRE(fields.size() == 14);
   for (const SpecOverrideField& f : fields) {
     INFO(f.name);
     CHECK(f.option.rfind("--", 0) == 0);

@@ -59,7 +59,19 @@ struct QuantSpec {
   // The block amax of a comparison reduction (AmaxOrder, qmx/scale.h), with a NaN policy that reacts to a NaN
   // amax: block-nan, scale-nan or te (UE8M0), block-nan (E4M3 and FP32 scales). Runs on the reference.
   AmaxOrder amax_order = AmaxOrder::kAny;
+  // NVFP4 rules (but 4over6): the block scales' format, a registry name of a float format of 8 bits or fewer
+  // (empty: E4M3, NVFP4's own): "ue4m3" (the same codes), "ue5m3" (AMD gfx1250's E5M3 scales), "e3m4", ...
+  // TE's 6 x 448 becomes 6 x the format's largest value (which must stay a finite FP32), torchao's clamp
+  // [2^-6, 448] the format's smallest normal and largest values; a NaN block's scale is the format's NaN code.
+  // Formats other than E4M3 and UE4M3 run on the reference; the GPU engine refuses them.
+  std::string scale_format;
 };
+
+// The block scales' code format of an NVFP4-rule spec: E4M3 unless scale_format names another.
+Format Nvfp4ScaleFormat(const QuantSpec& spec);
+// True when an NVFP4-rule spec's block scales are E4M3 codes (scale_format empty, "e4m3" or "ue4m3", whose
+// codes and values are E4M3's): the fast paths' and the GPU engine's case.
+bool E4m3BlockScales(const QuantSpec& spec);
 
 // The recipes' short names: mxfp8 (e4m3, round-up), mxfp8-ocp (ocp-floor), mxfp8_e5m2, mxfp6_e2m3,
 // mxfp6_e3m2, mxfp4 (round-up), mxfp4-ocp, mxint8 (ocp-floor), nvfp4, nvfp4-2d (16x16), nvfp4-row (row-scaled), fp8-tensor-current,
@@ -86,7 +98,7 @@ void ValidateQuantSpec(const QuantSpec& spec);
 // text ones as the CLI and the Python package spell them.
 struct SpecOverrides {
   std::string profile, elem, rule, block, axis, round, sat, nan_policy, scaling, subnormals, nan_fallback, error_order,
-      amax_order;
+      amax_order, scale_format;
   int sr_bits = 8;
   uint64_t seed = 0;
   int margin = 0;

@@ -340,7 +340,9 @@ def make_spec(spec="mxfp8", **overrides):
     """The spec quantize would use, as a dict: a recipe name (see spec_names()) with overrides by the CLI's
     option names: profile, elem, rule, block, axis, rounding, saturation, nan_policy, element_scaling,
     subnormals, nan_fallback, error_order (4over6: seq, seq-fma, xor16, pairs16), amax_order (a block amax
-    reduced by comparisons: any, fold-last, fold-first, tree-gt, tree-lt), sr_bits, seed, margin,
+    reduced by comparisons: any, fold-last, fold-first, tree-gt, tree-lt), scale_format (NVFP4 rules: the
+    block scales' code format, e4m3 by default; ue4m3, ue5m3 (AMD gfx1250's E5M3), any float format of 8 bits
+    or fewer), sr_bits, seed, margin,
     row_scaled (NVFP4: a second-level scale per row)."""
     import json
     return json.loads(_spec_json(spec, overrides))

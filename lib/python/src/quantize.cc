@@ -198,7 +198,7 @@ void BindQuantizeCuda(pyb::module_& m) {
     pyb::dict d;
     d["scale_rows"] = rows == 0 || cols == 0 ? 0 : (rows + be.rows - 1) / be.rows;
     d["scale_cols"] = rows == 0 || cols == 0 ? 0 : (cols + be.cols - 1) / be.cols;
-    d["scale_format"] = ScaleFormatName(ScaleFormatOf(s.rule));
+    d["scale_format"] = s.scale_format.empty() ? std::string(ScaleFormatName(ScaleFormatOf(s.rule))) : s.scale_format;
     return d;
   }, pyb::arg("spec"), pyb::arg("rows"), pyb::arg("cols"), "The scale grid and scale format of a rows x cols tensor.");
   m.def("quantize_cuda", [](uintptr_t x, const std::string& dtype, size_t rows, size_t cols, const pyb::object& spec,

@@ -38,7 +38,8 @@ std::vector<Candidate> CandidatesFor(const QuantSpec& stored) {
     case ScaleFormat::kE4m3:
       for (ScaleRule r : {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div, ScaleRule::kNvfp4Torchao, ScaleRule::kNvfp4TorchaoCuda})
         with_rule(r);
-      if (stored.block_rows == 1 && stored.block_cols == 16 && stored.cast.rounding == Rounding::kRne)
+      if (stored.block_rows == 1 && stored.block_cols == 16 && stored.cast.rounding == Rounding::kRne &&
+          stored.scale_format.empty())  // (4over6 keeps E4M3 scales)
         for (ScaleRule r : {ScaleRule::kNvfp4FourOverSix, ScaleRule::kNvfp4FourOverSixMse}) with_rule(r);
       break;
     case ScaleFormat::kFp32:

@@ -97,12 +97,19 @@ float TensorAmaxFast(const TensorView& x, NanPolicy policy, Exec exec) {
 
 MultiplyScale BlockMultiplyScale(const QuantSpec& spec, float destmax, float block_amax, bool has_nan, bool has_inf, float s_enc) {
   // block_amax: ignore -> finite only; ignore-nan -> Inf included (passed in by the caller).
+  // NVFP4 rules: the block scales' format (E4M3, or QuantSpec::scale_format) with its smallest normal and largest
+  // values for torchao's clamp.
+  const Format sf = ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3 ? Nvfp4ScaleFormat(spec) : fmt::kE4M3;
+  const FormatLimits lim = Limits(sf);
   return BlockMultiplyScaleCore(spec.rule, spec.nan, spec.margin, destmax, block_amax, has_nan, has_inf, s_enc,
-                                fmt::kFP32, fmt::kE4M3);
+                                fmt::kFP32, sf, static_cast<float>(lim.min_normal), static_cast<float>(lim.max_finite));
 }
 
 void StoreScale(const QuantSpec& spec, uint8_t* scales, size_t index, uint32_t stored, bool nan_block) {
-  StoreScaleCore(ScaleFormatOf(spec.rule), scales, index, stored, nan_block);
+  const ScaleFormat sf = ScaleFormatOf(spec.rule);
+  StoreScaleCore(
+      sf, scales, index, stored, nan_block,
+      sf == ScaleFormat::kE4m3 ? static_cast<uint8_t>(Nvfp4ScaleFormat(spec).CanonicalNan()) : uint8_t{0x7F});
 }
 
 uint8_t BlockNanCode(const Format& elem) { return elem.HasNan() ? static_cast<uint8_t>(elem.CanonicalNan()) : 0; }
@@ -636,8 +643,10 @@ QuantizedTensor QuantizeImpl(const TensorView& x, const QuantSpec& spec, Exec ex
     throw Error("a row-scaled NVFP4 spec takes each line's amax from the data, not a given tensor amax");
   // 4over6 picks between two candidate blocks by their error: it has no block kernel, and its fast path
   // is the reference (each block is independent; the thread count cannot change a bit).
-  // A comparison-ordered block amax (AmaxOrder) likewise runs on the reference.
-  if ((IsNvfp4FourOverSix(spec.rule) || spec.amax_order != AmaxOrder::kAny) && fixed == nullptr)
+  // A comparison-ordered block amax (AmaxOrder) likewise runs on the reference, and so do NVFP4 block scales
+  // in a format other than E4M3 (QuantSpec::scale_format), which the kernels' tables hold.
+  if ((IsNvfp4FourOverSix(spec.rule) || spec.amax_order != AmaxOrder::kAny || !E4m3BlockScales(spec)) &&
+      fixed == nullptr)
     return given_amax ? QuantizeNvfp4WithAmaxRef(x, spec, *given_amax) : QuantizeRef(x, spec);
   if (spec.rule == ScaleRule::kBfp) return detail::QuantizeBfp(x, spec);  // tt-metal's packer, one definition
   QuantizedTensor q = detail::MakeShell(x, spec, false);  // every route below writes each code
@@ -777,7 +786,8 @@ void DequantizeSpan(const QuantizedTensor& q, size_t r, size_t c0, size_t c1, si
     const double scale = std::ldexp(1.0, static_cast<int>(q.scales[si]) - 127);
     ScaleSpan(codes, n, table, detail::FlushSubnormal(scale, ftz), ftz, out);
   } else if (sf == ScaleFormat::kE4m3) {
-    const float scale = Nvfp4DecodeScale(q.scales[si], q.SecondLevelAmax(r, c0), q.spec.rule, order);
+    const float scale =
+        Nvfp4DecodeScale(q.scales[si], q.SecondLevelAmax(r, c0), q.spec.rule, order, Nvfp4ScaleFormat(q.spec));
     ScaleSpan(codes, n, table, detail::FlushSubnormal(scale, ftz), ftz, out);
   } else {
     ScaleSpan(codes, n, table, detail::FlushSubnormal(q.ScaleAt(sr, sc), ftz), ftz, out);
@@ -864,13 +874,16 @@ QuantStats ComputeStats(const TensorView& x, const QuantizedTensor& q) {
       nan_scale = bin == 0xFF;
     } else {
       bin = q.scales[i];
-      nan_scale = sf == ScaleFormat::kUe8m0 ? (bin == 0xFF) : ((bin & 0x7F) == 0x7F);
+      nan_scale = sf == ScaleFormat::kUe8m0 ? (bin == 0xFF) : std::isnan(DecodeToFloat(Nvfp4ScaleFormat(q.spec), bin));
     }
     ++st.scale_histogram[bin];
     st.nan_blocks += nan_scale;
     const size_t sr = i / q.scale_cols, sc = i % q.scale_cols;
     // (Row-scaled blocks are 1-D: block row sr is row sr for axis row, block column sc is column sc for axis col.)
-    const double scale = sf == ScaleFormat::kE4m3 ? Nvfp4DecodeScale(q.scales[i], q.SecondLevelAmax(sr, sc), q.spec.rule) : q.ScaleAt(sr, sc);
+    const double scale = sf == ScaleFormat::kE4m3
+                             ? Nvfp4DecodeScale(q.scales[i], q.SecondLevelAmax(sr, sc), q.spec.rule,
+                                                DequantOrder::kByRule, Nvfp4ScaleFormat(q.spec))
+                             : q.ScaleAt(sr, sc);
     if (std::isfinite(scale) && scale > 0) threshold[i] = maxv * scale;
   }
   // Codes that decode to zero (an input that became one was flushed).

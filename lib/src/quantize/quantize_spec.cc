@@ -155,11 +155,30 @@ void SetBlockShape(QuantSpec& spec, const std::string& s) {
   spec.block_cols = num(s.substr(x + 1));
 }
 
+Format Nvfp4ScaleFormat(const QuantSpec& spec) {
+  if (spec.scale_format.empty()) return fmt::kE4M3;
+  // The reference asks once per block: the last name's parse is kept (per thread).
+  thread_local std::string name;
+  thread_local Format parsed = fmt::kE4M3;
+  if (name != spec.scale_format) {
+    parsed = ParseFormat(spec.scale_format);
+    name = spec.scale_format;
+  }
+  return parsed;
+}
+
+bool E4m3BlockScales(const QuantSpec& spec) {
+  if (spec.scale_format.empty()) return true;
+  const Format f = Nvfp4ScaleFormat(spec);
+  return f == fmt::kE4M3 || f == ParseFormat("ue4m3");
+}
+
 std::string DescribeSpec(const QuantSpec& spec) {
+  const std::string scales = spec.scale_format.empty() ? ScaleFormatName(ScaleFormatOf(spec.rule)) : spec.scale_format;
   std::string s = spec.name + ": " + spec.elem.name + ", " + DescribeBlock(spec) + " blocks, " + AxisName(spec.axis) +
-                  "-wise, " + ScaleFormatName(ScaleFormatOf(spec.rule)) + " scales (" + ScaleRuleName(spec.rule) +
-                  (spec.delayed ? ", delayed" : "") + "), " + RoundingName(spec.cast.rounding) + "/" +
-                  SaturationName(spec.cast.saturation) + ", NaN policy " + NanPolicyName(spec.nan);
+                  "-wise, " + scales + " scales (" + ScaleRuleName(spec.rule) + (spec.delayed ? ", delayed" : "") +
+                  "), " + RoundingName(spec.cast.rounding) + "/" + SaturationName(spec.cast.saturation) +
+                  ", NaN policy " + NanPolicyName(spec.nan);
   if (IsPow2Rule(spec.rule)) s += std::string(", element scaling ") + ElementScalingName(spec.scaling);
   if (spec.margin != 0) s += ", margin " + std::to_string(spec.margin);
   if (spec.row_scaled) s += spec.axis == Axis::kCol ? ", row-scaled (a second-level scale per column)" : ", row-scaled (a second-level scale per row)";
@@ -192,6 +211,18 @@ void ValidateQuantSpec(const QuantSpec& spec) {
           "orders do not apply");
     ValidateCastOptions(spec.elem, spec.cast);
     return;
+  }
+  if (!spec.scale_format.empty()) {
+    if (sf != ScaleFormat::kE4m3 || IsNvfp4FourOverSix(spec.rule))
+      throw Error(std::string("a block-scale format (") + spec.scale_format +
+                  ") applies to the NVFP4 rules nvfp4, nvfp4-div, nvfp4-torchao and nvfp4-torchao-cuda; the " +
+                  ScaleRuleName(spec.rule) + " rule fixes its own scales (" + ScaleFormatName(sf) + ")");
+    const Format f = ParseFormat(spec.scale_format);
+    const double top = Limits(f).max_finite;
+    if (!IsFastFormat(f) || f.IsInt() || f.encoding == Encoding::kExponentOnly || !(6.0 * top < 3.4028234663852886e38))
+      throw Error(std::string("'") + spec.scale_format +
+                  "' cannot hold NVFP4's block scales: they need a float format of 8 bits or fewer with a mantissa "
+                  "(not ue8m0 or an integer), whose largest value times 6 is a finite FP32");
   }
   if (sf == ScaleFormat::kE4m3 && spec.elem.Bits() != 4)
     throw Error(std::string("the ") + ScaleRuleName(spec.rule) + " rule (E4M3 block scales under an FP32 tensor scale) is NVFP4's: " +
@@ -247,8 +278,8 @@ float QuantizedTensor::ScaleAt(size_t sr, size_t sc) const {
   switch (ScaleFormatOf(spec.rule)) {
     case ScaleFormat::kUe8m0:
       return scales[i] == 0xFF ? std::nanf("") : std::ldexp(1.0f, static_cast<int>(scales[i]) - 127);
-    case ScaleFormat::kE4m3:
-      return static_cast<float>(DecodeToDouble(fmt::kE4M3, scales[i]));
+    case ScaleFormat::kE4m3:  // or the spec's scale_format
+      return static_cast<float>(DecodeToDouble(Nvfp4ScaleFormat(spec), scales[i]));
     case ScaleFormat::kFp32: {
       float f;
       std::memcpy(&f, &scales[i * 4], 4);

@@ -38,6 +38,10 @@ const std::vector<SpecOverrideField>& SpecOverrideFields() {
        "A block amax reduced by comparisons, which keep or drop a NaN by its position: any (the NaN policy's own), "
        "fold-last, fold-first, tree-gt, tree-lt",
        &SpecOverrides::amax_order},
+      {"scale_format", "--scale-format",
+       "NVFP4 rules: the block scales' format (e4m3, NVFP4's own; ue4m3; ue5m3, AMD gfx1250's E5M3; any float format "
+       "of 8 bits or fewer)",
+       &SpecOverrides::scale_format},
   };
   return fields;
 }
@@ -72,6 +76,7 @@ QuantSpec BuildQuantSpec(const std::string& name, const SpecOverrides& o) {
   if (!o.nan_fallback.empty()) spec.cast.nan_fallback = ParseNanFallback(o.nan_fallback);
   if (!o.error_order.empty()) spec.error_order = ParseErrorOrder(o.error_order);
   if (!o.amax_order.empty()) spec.amax_order = ParseAmaxOrder(o.amax_order);
+  if (!o.scale_format.empty()) spec.scale_format = ParseFormat(o.scale_format).name;
   spec.cast.sr_bits = o.sr_bits;
   spec.seed = o.seed;
   spec.margin = o.margin;
@@ -82,23 +87,24 @@ QuantSpec BuildQuantSpec(const std::string& name, const SpecOverrides& o) {
 }
 
 std::string QuantSpecToJson(const QuantSpec& s, int indent) {
-  nlohmann::ordered_json j = {{"name", s.name},
-                              {"elem", s.elem.name},
-                              {"rule", ScaleRuleName(s.rule)},
-                              {"scale_format", ScaleFormatName(ScaleFormatOf(s.rule))},
-                              {"block", {s.block_rows, s.block_cols}},
-                              {"axis", AxisName(s.axis)},
-                              {"round", RoundingName(s.cast.rounding)},
-                              {"sat", SaturationName(s.cast.saturation)},
-                              {"subnormals", SubnormalsName(s.cast.subnormals)},
-                              {"nan_fallback", NanFallbackName(s.cast.nan_fallback)},
-                              {"nan_sign", NanSignName(s.cast.nan_sign)},
-                              {"sr_bits", s.cast.sr_bits},
-                              {"nan_policy", NanPolicyName(s.nan)},
-                              {"element_scaling", ElementScalingName(s.scaling)},
-                              {"seed", s.seed},
-                              {"margin", s.margin},
-                              {"delayed", s.delayed}};
+  nlohmann::ordered_json j = {
+      {"name", s.name},
+      {"elem", s.elem.name},
+      {"rule", ScaleRuleName(s.rule)},
+      {"scale_format", s.scale_format.empty() ? ScaleFormatName(ScaleFormatOf(s.rule)) : s.scale_format.c_str()},
+      {"block", {s.block_rows, s.block_cols}},
+      {"axis", AxisName(s.axis)},
+      {"round", RoundingName(s.cast.rounding)},
+      {"sat", SaturationName(s.cast.saturation)},
+      {"subnormals", SubnormalsName(s.cast.subnormals)},
+      {"nan_fallback", NanFallbackName(s.cast.nan_fallback)},
+      {"nan_sign", NanSignName(s.cast.nan_sign)},
+      {"sr_bits", s.cast.sr_bits},
+      {"nan_policy", NanPolicyName(s.nan)},
+      {"element_scaling", ElementScalingName(s.scaling)},
+      {"seed", s.seed},
+      {"margin", s.margin},
+      {"delayed", s.delayed}};
   if (s.row_scaled) j["row_scaled"] = true;  // only when set: earlier files stay byte-identical
   if (s.error_order != ErrorOrder::kSeq) j["error_order"] = ErrorOrderName(s.error_order);  // likewise
   if (s.amax_order != AmaxOrder::kAny) j["amax_order"] = AmaxOrderName(s.amax_order);       // likewise
@@ -132,6 +138,12 @@ QuantSpec QuantSpecFromJson(const std::string& text) {
     if (j.contains("row_scaled")) s.row_scaled = j.at("row_scaled").get<bool>();
     if (j.contains("error_order")) s.error_order = ParseErrorOrder(j.at("error_order").get<std::string>());
     if (j.contains("amax_order")) s.amax_order = ParseAmaxOrder(j.at("amax_order").get<std::string>());
+    // The block scales' format: the rule's own name (ue8m0, e4m3, fp32), or a code format an NVFP4 rule was
+    // given (QuantSpec::scale_format).
+    if (j.contains("scale_format")) {
+      const std::string sf = j.at("scale_format").get<std::string>();
+      if (sf != ScaleFormatName(ScaleFormatOf(s.rule))) s.scale_format = ParseFormat(sf).name;
+    }
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("qmx.spec metadata is incomplete (") + e.what() + ")");
   }
@@ -160,7 +172,7 @@ QuantizedTensor AssembleQuantized(const QuantSpec& spec, std::vector<size_t> sha
     throw Error(std::to_string(q.scales.size()) + " scale bytes, the spec needs " + std::to_string(want));
   q.tensor_amax = tensor_amax;
   if (ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3 && !spec.row_scaled)
-    q.tensor_decode = Nvfp4TensorDecode(Nvfp4TensorScale(tensor_amax, spec.rule), spec.rule);
+    q.tensor_decode = Nvfp4TensorDecode(Nvfp4TensorScale(tensor_amax, spec.rule, Nvfp4ScaleFormat(spec)), spec.rule);
   q.line_amax = std::move(line_amax);
   detail::CheckLineAmax(q);
   return q;

@@ -40,12 +40,15 @@ QMX_HOST_DEVICE inline Fp32Scale Fp32ScaleCore(float amax, float destmax, bool p
 }
 
 // The FP32 value NVFP4's block scale rounds to E4M3 (RNE): amax * fl(S_enc * fl(1/6)) (nvfp4), fl(amax / 6)
-// * S_enc (nvfp4-div), or torchao's clamp(fl(amax / 6) / s, 2^-6, 448) (on CUDA fl(amax * fl(1/6)) / s).
-QMX_HOST_DEVICE inline float Nvfp4BlockScaleValueCore(float block_amax, float s_enc, ScaleRule rule) {
+// * S_enc (nvfp4-div), or torchao's clamp(fl(amax / 6) / s, 2^-6, 448) (on CUDA fl(amax * fl(1/6)) / s). With
+// another block-scale format (QuantSpec::scale_format) torchao's clamp is to that format's smallest normal
+// and largest finite values, lo and hi.
+QMX_HOST_DEVICE inline float Nvfp4BlockScaleValueCore(float block_amax, float s_enc, ScaleRule rule,
+                                                      float lo = 0.015625f, float hi = 448.0f) {
   if (rule == ScaleRule::kNvfp4Torchao || rule == ScaleRule::kNvfp4TorchaoCuda) {
     float v = (rule == ScaleRule::kNvfp4Torchao ? block_amax / 6.0f : block_amax * (1.0f / 6.0f)) / s_enc;
-    v = v < 0.015625f ? 0.015625f : v;  // std::max(v, lo), std::min(v, hi): a NaN stays NaN
-    v = 448.0f < v ? 448.0f : v;
+    v = v < lo ? lo : v;  // std::max(v, lo), std::min(v, hi): a NaN stays NaN
+    v = hi < v ? hi : v;
     return v;
   }
   if (rule == ScaleRule::kNvfp4Div) return (block_amax / 6.0f) * s_enc;
@@ -112,19 +115,21 @@ struct MultiplyScale {
   float multiplier;  // elements are fl32(x * multiplier)
   bool nan_block;    // block-nan: scale NaN, every element the element NaN code
 };
-// block_amax: of the finite elements (ignore, block-nan) or with Inf as HUGE_VALF (ignore-nan); e4m3: its
-// fields; to_e4m3(v): v's E4M3 byte under RNE (ToE4m3ByRoutine, or a table of it).
+// block_amax: of the finite elements (ignore, block-nan) or with Inf as HUGE_VALF (ignore-nan); e4m3: the
+// block scales' format's fields (E4M3, or the spec's scale_format), lo and hi its smallest normal and largest
+// finite values; to_e4m3(v): v's code under RNE (ToE4m3ByRoutine, or a table of it).
 template <class ToE4m3>
 QMX_HOST_DEVICE inline MultiplyScale BlockMultiplyScaleWith(ScaleRule rule, NanPolicy nan, int margin, float destmax,
-                                                                float block_amax, bool has_nan, bool has_inf,
-                                                                float s_enc, const Format& e4m3, ToE4m3 to_e4m3) {
+                                                            float block_amax, bool has_nan, bool has_inf, float s_enc,
+                                                            const Format& e4m3, ToE4m3 to_e4m3, float lo = 0.015625f,
+                                                            float hi = 448.0f) {
   MultiplyScale r{0, 0.0f, false};
   if ((has_nan || has_inf) && nan == NanPolicy::kBlockNan) {
     r.nan_block = true;
     return r;
   }
   if (ScaleFormatOfCore(rule) == ScaleFormat::kE4m3) {
-    const uint8_t s8 = to_e4m3(Nvfp4BlockScaleValueCore(block_amax, s_enc, rule));
+    const uint8_t s8 = to_e4m3(Nvfp4BlockScaleValueCore(block_amax, s_enc, rule, lo, hi));
     r.stored = s8;
     r.multiplier = Nvfp4EncodeFactorCore(E4m3ValueCore(e4m3, s8), s_enc, rule);
     return r;
@@ -135,21 +140,23 @@ QMX_HOST_DEVICE inline MultiplyScale BlockMultiplyScaleWith(ScaleRule rule, NanP
   return r;
 }
 QMX_HOST_DEVICE inline MultiplyScale BlockMultiplyScaleCore(ScaleRule rule, NanPolicy nan, int margin, float destmax,
-                                                                float block_amax, bool has_nan, bool has_inf,
-                                                                float s_enc, const Format& f32, const Format& e4m3) {
+                                                            float block_amax, bool has_nan, bool has_inf, float s_enc,
+                                                            const Format& f32, const Format& e4m3, float lo = 0.015625f,
+                                                            float hi = 448.0f) {
   return BlockMultiplyScaleWith(rule, nan, margin, destmax, block_amax, has_nan, has_inf, s_enc, e4m3,
-                                ToE4m3ByRoutine{f32, e4m3});
+                                ToE4m3ByRoutine{f32, e4m3}, lo, hi);
 }
 
 // Stores a block's scale at `index` of a scale grid of format sf: FP32 bits (4 bytes, little-endian; the
-// quiet NaN for a NaN block), an E4M3 byte (0x7F for a NaN block) or a UE8M0 byte.
+// quiet NaN for a NaN block), an E4M3 byte (0x7F for a NaN block, or the spec's scale format's NaN code,
+// nan_code) or a UE8M0 byte.
 QMX_HOST_DEVICE inline void StoreScaleCore(ScaleFormat sf, uint8_t* scales, size_t index, uint32_t stored,
-                                           bool nan_block) {
+                                           bool nan_block, uint8_t nan_code = 0x7F) {
   if (sf == ScaleFormat::kFp32) {
     const uint32_t b = nan_block ? 0x7FC00000u : stored;
     memcpy(scales + 4 * index, &b, 4);
   } else if (sf == ScaleFormat::kE4m3) {
-    scales[index] = nan_block ? 0x7F : static_cast<uint8_t>(stored);
+    scales[index] = nan_block ? nan_code : static_cast<uint8_t>(stored);
   } else {
     scales[index] = static_cast<uint8_t>(stored);
   }

@@ -598,9 +598,9 @@ std::string EngineQuantizeSupport(const QuantSpec& spec) {
   if (spec.amax_order != AmaxOrder::kAny)
     return std::string("the amax order '") + AmaxOrderName(spec.amax_order) +
            "' runs on the CPU's reference, not on the engine yet";
-  if (!E4m3BlockScales(spec))
-    return "NVFP4 block scales in " + spec.scale_format +
-           " (scale_format) run on the CPU's reference, not on the engine yet";
+  if (ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3 && !Nvfp4OwnFormats(spec))
+    return std::string("NVFP4 rules on ") + spec.elem.name + " elements and " + Nvfp4ScaleFormat(spec).name +
+           " block scales run on the CPU's reference, not on the engine yet (it takes E2M1 and E4M3)";
   return "";
 }
 

@@ -737,7 +737,12 @@ TEST_CASE("cli: quantize refuses inconsistent specs and bad inputs cleanly", "[c
   TempDir dir;
   WriteNpy(dir / "x.npy", F32Array({2, 2}, {1.0f, 2.0f, 3.0f, 4.0f}));
   const fs::path out_dir = dir.path;
-  ExpectCleanFailure("quantize --spec nvfp4 --elem e4m3 --in " + Quote(dir / "x.npy") + " --out " + Quote(dir / "o.safetensors"), "e2m1", out_dir);
+  ExpectCleanFailure(
+      "quantize --spec nvfp4 --elem int8 --in " + Quote(dir / "x.npy") + " --out " + Quote(dir / "o.safetensors"),
+      "float elements", out_dir);
+  ExpectCleanFailure("quantize --spec nvfp4 --scale-format ue8m0 --in " + Quote(dir / "x.npy") + " --out " +
+                         Quote(dir / "o.safetensors"),
+                     "cannot hold NVFP4's block scales", out_dir);
   ExpectCleanFailure("quantize --spec fp8-block1x128 --nan-policy te --in " + Quote(dir / "x.npy") + " --out " + Quote(dir / "o.safetensors"), "UE8M0", out_dir);
   ExpectCleanFailure("quantize --spec mxfp9 --in " + Quote(dir / "x.npy") + " --out " + Quote(dir / "o.safetensors"), "mxfp8", out_dir);
   ExpectCleanFailure("quantize --spec mxfp8 --block 1y32 --in " + Quote(dir / "x.npy") + " --out " + Quote(dir / "o.safetensors"), "--block", out_dir);

@@ -77,7 +77,7 @@ TEST_CASE("cli hostile: absurd and conflicting options get a message naming them
       {"quantize --in x.npy --out q/ --round sr --sr-bits 33", "33"},
       {"quantize --in x.npy --out q/ --spec nosuchrecipe", "nosuchrecipe"},
       {"quantize --in x.npy --out q/ --elem e9m9", "e9m9"},
-      {"quantize --in x.npy --out q/ --spec nvfp4 --elem e4m3", "e4m3"},
+      {"quantize --in x.npy --out q/ --spec nvfp4 --elem int8", "int8"},
       {"quantize --in x.npy --out q/ --margin 100000", "margin"},
       {"quantize --in x.npy --out q/ --seed -1", "--seed"},
       {"quantize --in x.npy --out q.bin", "--out"},

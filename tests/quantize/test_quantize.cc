@@ -326,8 +326,11 @@ TEST_CASE("quantize: Specs: short names, descriptions and clear errors", "[quant
   CHECK(DescribeBlock(QuantSpecByName("fp8-rowwise")) == "per-row");
   CHECK_THROWS_WITH(QuantSpecByName("mxfp5"), Catch::Contains("mxfp8") && Catch::Contains("nvfp4"));
   QuantSpec s = QuantSpecByName("nvfp4");
+  s.elem = fmt::kInt8;  // NVFP4's rules take float elements (E2M1, or FP8 and FP6 ones: docs/numerics.md)
+  CHECK_THROWS_WITH(ValidateQuantSpec(s), Catch::Contains("float elements"));
   s.elem = fmt::kE4M3;
-  CHECK_THROWS_WITH(ValidateQuantSpec(s), Catch::Contains("e2m1"));
+  s.rule = ScaleRule::kNvfp4FourOverSix;  // 4over6 is E2M1's alone
+  CHECK_THROWS_WITH(ValidateQuantSpec(s), Catch::Contains("E2M1"));
   s = QuantSpecByName("fp8-block1x128");
   s.nan = NanPolicy::kScaleNan;
   CHECK_THROWS_WITH(ValidateQuantSpec(s), Catch::Contains("UE8M0"));

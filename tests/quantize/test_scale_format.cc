@@ -1,7 +1,7 @@
 // test_scale_format.cc: NVFP4's rules with block scales in another code format (QuantSpec::scale_format:
-// UE4M3, AMD gfx1250's UE5M3, E3M4, E5M2, E4M3FNUZ, E2M3) against an oracle written from the rules'
-// definitions (docs/numerics.md "Block-scale formats"): every FP32 operation as one correctly rounded call
-// (support/fl32.h) and every rounding to the scale and element formats by the naive table (support/
+// UE4M3, AMD gfx1250's UE5M3, E3M4, E5M2, E4M3FNUZ, E2M3), and FP8 and FP6 elements, against an oracle
+// written from the rules' definitions (docs/numerics.md "Block-scale formats"): every FP32 operation as one correctly
+// rounded call (support/fl32.h) and every rounding to the scale and element formats by the naive table (support/
 // naive_round.h); explicit e4m3 and ue4m3 equal NVFP4's own bit for bit; the specs' JSON form, refusals,
 // dequantization and the GEMM operand a quantized tensor gives.
 #include <catch2/catch.hpp>
@@ -40,10 +40,11 @@ struct Oracle {
 
 // The rule's definition on a rows x cols FP32 tensor (finite), row-major blocks of br x bc, scale format sf.
 Oracle Expected(const std::vector<float>& x, size_t rows, size_t cols, size_t br, size_t bc, ScaleRule rule,
-                const Format& sf) {
-  const NaiveRounder to_scale(sf), to_elem(fmt::kE2M1);
+                const Format& sf, const Format& ef = fmt::kE2M1) {
+  const NaiveRounder to_scale(sf), to_elem(ef);
+  const float em = static_cast<float>(Limits(ef).max_finite);  // E2M1's 6 in the rules
   const FormatLimits lim = Limits(sf);
-  const float d = static_cast<float>(6.0 * lim.max_finite), lo = static_cast<float>(lim.min_normal),
+  const float d = static_cast<float>(em * lim.max_finite), lo = static_cast<float>(lim.min_normal),
               hi = static_cast<float>(lim.max_finite);
   float amax = 0;
   for (float v : x) amax = std::max(amax, std::fabs(v));
@@ -66,11 +67,11 @@ Oracle Expected(const std::vector<float>& x, size_t rows, size_t cols, size_t br
         for (size_t c = sc * bc; c < std::min(cols, (sc + 1) * bc); ++c)
           bam = std::max(bam, std::fabs(x[r * cols + c]));
       float v;
-      if (rule == ScaleRule::kNvfp4) v = Fl32Mul(bam, Fl32Mul(s_enc, Fl32Div(1, 6)));
-      else if (rule == ScaleRule::kNvfp4Div) v = Fl32Mul(Fl32Div(bam, 6), s_enc);
+      if (rule == ScaleRule::kNvfp4) v = Fl32Mul(bam, Fl32Mul(s_enc, Fl32Div(1, em)));
+      else if (rule == ScaleRule::kNvfp4Div) v = Fl32Mul(Fl32Div(bam, em), s_enc);
       else
         v = std::min(
-            std::max(Fl32Div(rule == ScaleRule::kNvfp4Torchao ? Fl32Div(bam, 6) : Fl32Mul(bam, Fl32Div(1, 6)), s_g),
+            std::max(Fl32Div(rule == ScaleRule::kNvfp4Torchao ? Fl32Div(bam, em) : Fl32Mul(bam, Fl32Div(1, em)), s_g),
                      lo),
             hi);
       const uint8_t s8 = static_cast<uint8_t>(to_scale.Round(v, CastOptions{}, 0));
@@ -121,11 +122,18 @@ std::vector<float> Data(size_t rows, size_t cols, const Format& sf, std::mt19937
 
 }  // namespace
 
-TEST_CASE("scale format: NVFP4 rules with UE5M3, E3M4, E5M2, FNUZ and E2M3 block scales match their definition",
-          "[quantize]") {
+TEST_CASE(
+    "scale format: NVFP4 rules with UE5M3, E3M4, E5M2, FNUZ and E2M3 block scales, FP8 and FP6 elements, match "
+    "their definition",
+    "[quantize]") {
   std::mt19937 rng(58);
-  for (const char* name : {"ue5m3", "ue4m3", "e3m4", "e5m2", "e4m3fnuz", "e2m3"}) {
-    const Format sf = ParseFormat(name);
+  // (element format, scale format): E2M1 under six scale formats, then FP8 and FP6 elements under E4M3 and UE5M3.
+  const std::vector<std::pair<const char*, const char*>> cases = {
+      {"e2m1", "ue5m3"},    {"e2m1", "ue4m3"}, {"e2m1", "e3m4"}, {"e2m1", "e5m2"},
+      {"e2m1", "e4m3fnuz"}, {"e2m1", "e2m3"},  {"e4m3", "e4m3"}, {"e4m3", "ue5m3"},
+      {"e5m2", "e4m3"},     {"e5m2", "ue5m3"}, {"e2m3", "e4m3"}, {"e3m2", "ue5m3"}};
+  for (const auto& [elem_name, name] : cases) {
+    const Format sf = ParseFormat(name), ef = GetFormat(elem_name);
     for (const ScaleRule rule :
          {ScaleRule::kNvfp4, ScaleRule::kNvfp4Div, ScaleRule::kNvfp4Torchao, ScaleRule::kNvfp4TorchaoCuda})
       for (const auto& [br, bc] : {std::pair<int, int>{1, 16}, {16, 16}, {1, 32}})
@@ -136,10 +144,12 @@ TEST_CASE("scale format: NVFP4 rules with UE5M3, E3M4, E5M2, FNUZ and E2M3 block
           spec.rule = rule;
           spec.block_rows = br;
           spec.block_cols = bc;
+          spec.elem = ef;
           spec.scale_format = ParseFormat(name).name;
           ValidateQuantSpec(spec);
-          INFO(name << " " << ScaleRuleName(rule) << " " << br << "x" << bc << " amax " << tensor_amax);
-          const Oracle want = Expected(x, rows, cols, br, bc, rule, sf);
+          INFO(elem_name << " elements, " << name << " scales, " << ScaleRuleName(rule) << " " << br << "x" << bc
+                         << " amax " << tensor_amax);
+          const Oracle want = Expected(x, rows, cols, br, bc, rule, sf, ef);
           const TensorView v{DType::kF32, x.data(), rows, cols};
           for (const bool ref : {false, true}) {
             const QuantizedTensor q = ref ? QuantizeRef(v, spec) : Quantize(v, spec);
@@ -153,7 +163,7 @@ TEST_CASE("scale format: NVFP4 rules with UE5M3, E3M4, E5M2, FNUZ and E2M3 block
             // Dequantization by the rule: code x fl32(fl32(sd x amax) x fl32(1 / D)) (TE's), or fl32(s_g x sd).
             std::vector<float> dq(x.size());
             Dequantize(q, dq.data());
-            const float d = static_cast<float>(6.0 * Limits(sf).max_finite);
+            const float d = static_cast<float>(Limits(ef).max_finite * Limits(sf).max_finite);
             size_t bad_dq = 0;
             for (size_t r = 0; r < rows; ++r)
               for (size_t c = 0; c < cols; ++c) {
@@ -161,7 +171,7 @@ TEST_CASE("scale format: NVFP4 rules with UE5M3, E3M4, E5M2, FNUZ and E2M3 block
                 const float scale = rule == ScaleRule::kNvfp4Torchao || rule == ScaleRule::kNvfp4TorchaoCuda
                                         ? Fl32Mul(want.tensor_decode, sd)
                                         : Fl32Mul(Fl32Mul(sd, q.tensor_amax), Fl32Div(1, d));
-                const float e = Fl32Mul(DecodeToFloat(fmt::kE2M1, want.codes[r * cols + c]), scale);
+                const float e = Fl32Mul(DecodeToFloat(ef, want.codes[r * cols + c]), scale);
                 bad_dq += FloatBits(dq[r * cols + c]) != FloatBits(e);
               }
             CHECK(bad_dq == 0);

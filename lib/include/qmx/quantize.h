@@ -61,17 +61,23 @@ struct QuantSpec {
   AmaxOrder amax_order = AmaxOrder::kAny;
   // NVFP4 rules (but 4over6): the block scales' format, a registry name of a float format of 8 bits or fewer
   // (empty: E4M3, NVFP4's own): "ue4m3" (the same codes), "ue5m3" (AMD gfx1250's E5M3 scales), "e3m4", ...
-  // TE's 6 x 448 becomes 6 x the format's largest value (which must stay a finite FP32), torchao's clamp
-  // [2^-6, 448] the format's smallest normal and largest values; a NaN block's scale is the format's NaN code.
-  // Formats other than E4M3 and UE4M3 run on the reference; the GPU engine refuses them.
+  // TE's 6 x 448 becomes the elements' largest value (6 for E2M1; elem may be any format under these rules)
+  // times the format's (a finite FP32), torchao's clamp [2^-6, 448] the format's smallest normal and largest
+  // values; a NaN block's scale is the format's NaN code. Formats other than NVFP4's own (Nvfp4OwnFormats) run
+  // on the reference; the GPU engine refuses them.
   std::string scale_format;
 };
 
 // The block scales' code format of an NVFP4-rule spec: E4M3 unless scale_format names another.
 Format Nvfp4ScaleFormat(const QuantSpec& spec);
 // True when an NVFP4-rule spec's block scales are E4M3 codes (scale_format empty, "e4m3" or "ue4m3", whose
-// codes and values are E4M3's): the fast paths' and the GPU engine's case.
+// codes and values are E4M3's).
 bool E4m3BlockScales(const QuantSpec& spec);
+// The largest value of an NVFP4-rule spec's elements: E2M1's 6 in NVFP4 (the rules' constant 6 is this value).
+float Nvfp4ElemMax(const QuantSpec& spec);
+// NVFP4's own formats: E4M3 block scales and elements whose largest value is 6 (the fast paths' and the GPU
+// engine's case; other formats run on the reference).
+bool Nvfp4OwnFormats(const QuantSpec& spec);
 
 // The recipes' short names: mxfp8 (e4m3, round-up), mxfp8-ocp (ocp-floor), mxfp8_e5m2, mxfp6_e2m3,
 // mxfp6_e3m2, mxfp4 (round-up), mxfp4-ocp, mxint8 (ocp-floor), nvfp4, nvfp4-2d (16x16), nvfp4-row (row-scaled), fp8-tensor-current,

@@ -206,11 +206,12 @@ DequantOrder ParseDequantOrder(const std::string& s);  // "rule", "te", "global-
 const char* DequantOrderName(DequantOrder o);
 std::vector<std::string> DequantOrderNames();
 float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, ScaleRule rule, DequantOrder order);
-// The same three with the block scales in another code format (QuantSpec::scale_format: D = fl32(6 x its largest
-// value) for 2688, its values for E4M3's); with fmt::kE4M3 they are the functions above.
-float Nvfp4TensorScale(float tensor_amax, ScaleRule rule, const Format& scale_format);
+// The same two with the block scales in another code format (QuantSpec::scale_format) and elements of another
+// largest value elem_max (QuantSpec::elem): D = elem_max x the scale format's largest value for 2688 = 6 x 448,
+// the format's values for E4M3's; with fmt::kE4M3 and 6 they are the functions above.
+float Nvfp4TensorScale(float tensor_amax, ScaleRule rule, const Format& scale_format, float elem_max = 6.0f);
 float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, ScaleRule rule, DequantOrder order,
-                       const Format& scale_format);
+                       const Format& scale_format, float elem_max = 6.0f);
 
 // ----------------------------------------------------------------- per-tensor delayed scaling
 enum class AmaxAlgo : uint8_t { kMax, kMostRecent };

@@ -611,7 +611,8 @@ GemmOperand OperandShell(const QuantizedTensor& q) {
   o.scale_cols = q.scale_cols;
   if (sf == ScaleFormat::kE4m3) {
     o.tensor_scale = q.tensor_decode;
-    o.te_alpha.amax = q.tensor_amax;
+    // TE's alpha (36 = 6 x 6) is NVFP4's: other elements leave it unknown, which the TE alpha rules refuse.
+    if (Nvfp4ElemMax(q.spec) == 6.0f) o.te_alpha.amax = q.tensor_amax;
     o.te_alpha.bound =
         IsNvfp4FourOverSix(q.spec.rule) ? 256.0f : static_cast<float>(Limits(Nvfp4ScaleFormat(q.spec)).max_finite);
     if (!E4m3BlockScales(q.spec)) {  // another code format's scales (QuantSpec::scale_format), as GEMM codes
@@ -622,7 +623,8 @@ GemmOperand OperandShell(const QuantizedTensor& q) {
   if (q.spec.row_scaled) {  // each line's decode scale, as the tensor's would be: fl32(1 / S_enc(line amax))
     std::vector<float>& lines = q.spec.axis == Axis::kCol ? o.col_scales : o.row_scales;
     for (float amax : q.line_amax)
-      lines.push_back(Nvfp4TensorDecode(Nvfp4TensorScale(amax, q.spec.rule, Nvfp4ScaleFormat(q.spec)), q.spec.rule));
+      lines.push_back(Nvfp4TensorDecode(
+          Nvfp4TensorScale(amax, q.spec.rule, Nvfp4ScaleFormat(q.spec), Nvfp4ElemMax(q.spec)), q.spec.rule));
     (q.spec.axis == Axis::kCol ? o.te_alpha.col_amax : o.te_alpha.row_amax) = q.line_amax;
     o.tensor_scale = 1.0f;
   }

@@ -102,7 +102,8 @@ MultiplyScale BlockMultiplyScale(const QuantSpec& spec, float destmax, float blo
   const Format sf = ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3 ? Nvfp4ScaleFormat(spec) : fmt::kE4M3;
   const FormatLimits lim = Limits(sf);
   return BlockMultiplyScaleCore(spec.rule, spec.nan, spec.margin, destmax, block_amax, has_nan, has_inf, s_enc,
-                                fmt::kFP32, sf, static_cast<float>(lim.min_normal), static_cast<float>(lim.max_finite));
+                                fmt::kFP32, sf, static_cast<float>(lim.min_normal), static_cast<float>(lim.max_finite),
+                                Nvfp4ElemMax(spec));
 }
 
 void StoreScale(const QuantSpec& spec, uint8_t* scales, size_t index, uint32_t stored, bool nan_block) {
@@ -643,10 +644,10 @@ QuantizedTensor QuantizeImpl(const TensorView& x, const QuantSpec& spec, Exec ex
     throw Error("a row-scaled NVFP4 spec takes each line's amax from the data, not a given tensor amax");
   // 4over6 picks between two candidate blocks by their error: it has no block kernel, and its fast path
   // is the reference (each block is independent; the thread count cannot change a bit).
-  // A comparison-ordered block amax (AmaxOrder) likewise runs on the reference, and so do NVFP4 block scales
-  // in a format other than E4M3 (QuantSpec::scale_format), which the kernels' tables hold.
-  if ((IsNvfp4FourOverSix(spec.rule) || spec.amax_order != AmaxOrder::kAny || !E4m3BlockScales(spec)) &&
-      fixed == nullptr)
+  // A comparison-ordered block amax (AmaxOrder) likewise runs on the reference, and so do the NVFP4 rules on
+  // formats other than NVFP4's own (QuantSpec::scale_format, elements other than E2M1), which the kernels hold.
+  const bool other_nvfp4 = ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3 && !Nvfp4OwnFormats(spec);
+  if ((IsNvfp4FourOverSix(spec.rule) || spec.amax_order != AmaxOrder::kAny || other_nvfp4) && fixed == nullptr)
     return given_amax ? QuantizeNvfp4WithAmaxRef(x, spec, *given_amax) : QuantizeRef(x, spec);
   if (spec.rule == ScaleRule::kBfp) return detail::QuantizeBfp(x, spec);  // tt-metal's packer, one definition
   QuantizedTensor q = detail::MakeShell(x, spec, false);  // every route below writes each code
@@ -786,8 +787,8 @@ void DequantizeSpan(const QuantizedTensor& q, size_t r, size_t c0, size_t c1, si
     const double scale = std::ldexp(1.0, static_cast<int>(q.scales[si]) - 127);
     ScaleSpan(codes, n, table, detail::FlushSubnormal(scale, ftz), ftz, out);
   } else if (sf == ScaleFormat::kE4m3) {
-    const float scale =
-        Nvfp4DecodeScale(q.scales[si], q.SecondLevelAmax(r, c0), q.spec.rule, order, Nvfp4ScaleFormat(q.spec));
+    const float scale = Nvfp4DecodeScale(q.scales[si], q.SecondLevelAmax(r, c0), q.spec.rule, order,
+                                         Nvfp4ScaleFormat(q.spec), Nvfp4ElemMax(q.spec));
     ScaleSpan(codes, n, table, detail::FlushSubnormal(scale, ftz), ftz, out);
   } else {
     ScaleSpan(codes, n, table, detail::FlushSubnormal(q.ScaleAt(sr, sc), ftz), ftz, out);
@@ -882,7 +883,7 @@ QuantStats ComputeStats(const TensorView& x, const QuantizedTensor& q) {
     // (Row-scaled blocks are 1-D: block row sr is row sr for axis row, block column sc is column sc for axis col.)
     const double scale = sf == ScaleFormat::kE4m3
                              ? Nvfp4DecodeScale(q.scales[i], q.SecondLevelAmax(sr, sc), q.spec.rule,
-                                                DequantOrder::kByRule, Nvfp4ScaleFormat(q.spec))
+                                                DequantOrder::kByRule, Nvfp4ScaleFormat(q.spec), Nvfp4ElemMax(q.spec))
                              : q.ScaleAt(sr, sc);
     if (std::isfinite(scale) && scale > 0) threshold[i] = maxv * scale;
   }

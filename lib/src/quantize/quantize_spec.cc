@@ -167,6 +167,10 @@ Format Nvfp4ScaleFormat(const QuantSpec& spec) {
   return parsed;
 }
 
+float Nvfp4ElemMax(const QuantSpec& spec) { return static_cast<float>(Limits(spec.elem).max_finite); }
+
+bool Nvfp4OwnFormats(const QuantSpec& spec) { return E4m3BlockScales(spec) && Nvfp4ElemMax(spec) == 6.0f; }
+
 bool E4m3BlockScales(const QuantSpec& spec) {
   if (spec.scale_format.empty()) return true;
   const Format f = Nvfp4ScaleFormat(spec);
@@ -218,15 +222,22 @@ void ValidateQuantSpec(const QuantSpec& spec) {
                   ") applies to the NVFP4 rules nvfp4, nvfp4-div, nvfp4-torchao and nvfp4-torchao-cuda; the " +
                   ScaleRuleName(spec.rule) + " rule fixes its own scales (" + ScaleFormatName(sf) + ")");
     const Format f = ParseFormat(spec.scale_format);
-    const double top = Limits(f).max_finite;
-    if (!IsFastFormat(f) || f.IsInt() || f.encoding == Encoding::kExponentOnly || !(6.0 * top < 3.4028234663852886e38))
+    if (!IsFastFormat(f) || f.IsInt() || f.encoding == Encoding::kExponentOnly)
       throw Error(std::string("'") + spec.scale_format +
                   "' cannot hold NVFP4's block scales: they need a float format of 8 bits or fewer with a mantissa "
-                  "(not ue8m0 or an integer), whose largest value times 6 is a finite FP32");
+                  "(not ue8m0 or an integer)");
   }
-  if (sf == ScaleFormat::kE4m3 && spec.elem.Bits() != 4)
-    throw Error(std::string("the ") + ScaleRuleName(spec.rule) + " rule (E4M3 block scales under an FP32 tensor scale) is NVFP4's: " +
-                "its elements are e2m1, not " + spec.elem.name);
+  if (sf == ScaleFormat::kE4m3) {
+    // D = the elements' largest value x the scales': 2688 for NVFP4; it must be a finite FP32.
+    const double d = Limits(spec.elem).max_finite * Limits(Nvfp4ScaleFormat(spec)).max_finite;
+    if (spec.elem.IsInt() || !(d < 3.4028234663852886e38))
+      throw Error(std::string("the ") + ScaleRuleName(spec.rule) +
+                  " rule needs float elements whose largest value times the " + "block scales' is a finite FP32, not " +
+                  spec.elem.name + " under " + Nvfp4ScaleFormat(spec).name + " scales");
+    if (IsNvfp4FourOverSix(spec.rule) && !(spec.elem == fmt::kE2M1))
+      throw Error(std::string("the ") + ScaleRuleName(spec.rule) +
+                  " rule is TE's 4over6 on NVFP4's E2M1 elements, not " + spec.elem.name);
+  }
   if (sf == ScaleFormat::kUe8m0) {
     if (spec.rule == ScaleRule::kMaxFinite && spec.nan != NanPolicy::kIgnore)
       throw Error("the max-finite rule ignores non-finite elements: it needs the NaN policy 'ignore', not '" +

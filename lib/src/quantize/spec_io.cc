@@ -40,7 +40,7 @@ const std::vector<SpecOverrideField>& SpecOverrideFields() {
        &SpecOverrides::amax_order},
       {"scale_format", "--scale-format",
        "NVFP4 rules: the block scales' format (e4m3, NVFP4's own; ue4m3; ue5m3, AMD gfx1250's E5M3; any float format "
-       "of 8 bits or fewer)",
+       "of 8 bits or fewer); with --elem, FP8 or FP6 elements under two-level scales",
        &SpecOverrides::scale_format},
   };
   return fields;
@@ -172,7 +172,8 @@ QuantizedTensor AssembleQuantized(const QuantSpec& spec, std::vector<size_t> sha
     throw Error(std::to_string(q.scales.size()) + " scale bytes, the spec needs " + std::to_string(want));
   q.tensor_amax = tensor_amax;
   if (ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3 && !spec.row_scaled)
-    q.tensor_decode = Nvfp4TensorDecode(Nvfp4TensorScale(tensor_amax, spec.rule, Nvfp4ScaleFormat(spec)), spec.rule);
+    q.tensor_decode = Nvfp4TensorDecode(
+        Nvfp4TensorScale(tensor_amax, spec.rule, Nvfp4ScaleFormat(spec), Nvfp4ElemMax(spec)), spec.rule);
   q.line_amax = std::move(line_amax);
   detail::CheckLineAmax(q);
   return q;

@@ -286,17 +286,20 @@ uint8_t Nvfp4FourOverSixBlock(const float* x, size_t n, float block_amax, float 
 }
 
 namespace {
-// 6 x the block scales' largest value: 2688 for E4M3 (validated finite for the others).
-float SixTimesBound(const Format& scale_format) {
-  return scale_format == fmt::kE4M3 ? 2688.0f : static_cast<float>(6.0 * Limits(scale_format).max_finite);
+// The elements' largest value times the block scales' largest value: 2688 = 6 x 448 for NVFP4 (validated finite
+// for the others; exact: two values of at most 9 significant bits).
+float SixTimesBound(const Format& scale_format, float elem_max) {
+  return scale_format == fmt::kE4M3 && elem_max == 6.0f
+             ? 2688.0f
+             : static_cast<float>(static_cast<double>(elem_max) * Limits(scale_format).max_finite);
 }
 }  // namespace
 
 float Nvfp4TensorScale(float tensor_amax, ScaleRule rule) { return Nvfp4TensorScale(tensor_amax, rule, fmt::kE4M3); }
 
-float Nvfp4TensorScale(float tensor_amax, ScaleRule rule, const Format& scale_format) {
+float Nvfp4TensorScale(float tensor_amax, ScaleRule rule, const Format& scale_format, float elem_max) {
   if (IsNvfp4FourOverSix(rule)) return TeEncodeScale(tensor_amax, 1536.0f);
-  const float d = SixTimesBound(scale_format);
+  const float d = SixTimesBound(scale_format, elem_max);
   if (!IsNvfp4Torchao(rule)) return TeEncodeScale(tensor_amax, d);
   const float s = rule == ScaleRule::kNvfp4Torchao ? tensor_amax / d : tensor_amax * (1.0f / d);
   return std::isfinite(s) && s > 0.0f ? s : 1.0f;
@@ -362,14 +365,14 @@ float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, ScaleRule rule, D
 }
 
 float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, ScaleRule rule, DequantOrder order,
-                       const Format& scale_format) {
+                       const Format& scale_format, float elem_max) {
   const bool e4m3 = scale_format == fmt::kE4M3;
   const float sd = e4m3 ? E4m3Value(block_scale) : DecodeToFloat(scale_format, block_scale);
-  const float d = IsNvfp4FourOverSix(rule) ? 1536.0f : SixTimesBound(scale_format);
+  const float d = IsNvfp4FourOverSix(rule) ? 1536.0f : SixTimesBound(scale_format, elem_max);
   switch (order) {
     case DequantOrder::kByRule:
-      if (IsNvfp4Torchao(rule)) return Nvfp4TensorScale(tensor_amax, rule, scale_format) * sd;
-      return Nvfp4DecodeScale(block_scale, tensor_amax, rule, DequantOrder::kTe, scale_format);
+      if (IsNvfp4Torchao(rule)) return Nvfp4TensorScale(tensor_amax, rule, scale_format, elem_max) * sd;
+      return Nvfp4DecodeScale(block_scale, tensor_amax, rule, DequantOrder::kTe, scale_format, elem_max);
     case DequantOrder::kTe: return (sd * tensor_amax) * (1.0f / d);
     case DequantOrder::kGlobalDiv: return sd * (tensor_amax / d);
     case DequantOrder::kGlobalRecip: return sd * (tensor_amax * (1.0f / d));

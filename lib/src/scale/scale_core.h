@@ -42,17 +42,18 @@ QMX_HOST_DEVICE inline Fp32Scale Fp32ScaleCore(float amax, float destmax, bool p
 // The FP32 value NVFP4's block scale rounds to E4M3 (RNE): amax * fl(S_enc * fl(1/6)) (nvfp4), fl(amax / 6)
 // * S_enc (nvfp4-div), or torchao's clamp(fl(amax / 6) / s, 2^-6, 448) (on CUDA fl(amax * fl(1/6)) / s). With
 // another block-scale format (QuantSpec::scale_format) torchao's clamp is to that format's smallest normal
-// and largest finite values, lo and hi.
+// and largest finite values, lo and hi; em is the elements' largest value, E2M1's 6 (QuantSpec::elem may be
+// another format under these rules).
 QMX_HOST_DEVICE inline float Nvfp4BlockScaleValueCore(float block_amax, float s_enc, ScaleRule rule,
-                                                      float lo = 0.015625f, float hi = 448.0f) {
+                                                      float lo = 0.015625f, float hi = 448.0f, float em = 6.0f) {
   if (rule == ScaleRule::kNvfp4Torchao || rule == ScaleRule::kNvfp4TorchaoCuda) {
-    float v = (rule == ScaleRule::kNvfp4Torchao ? block_amax / 6.0f : block_amax * (1.0f / 6.0f)) / s_enc;
+    float v = (rule == ScaleRule::kNvfp4Torchao ? block_amax / em : block_amax * (1.0f / em)) / s_enc;
     v = v < lo ? lo : v;  // std::max(v, lo), std::min(v, hi): a NaN stays NaN
     v = hi < v ? hi : v;
     return v;
   }
-  if (rule == ScaleRule::kNvfp4Div) return (block_amax / 6.0f) * s_enc;
-  const float m = s_enc * (1.0f / 6.0f);
+  if (rule == ScaleRule::kNvfp4Div) return (block_amax / em) * s_enc;
+  const float m = s_enc * (1.0f / em);
   return block_amax * m;
 }
 
@@ -122,14 +123,14 @@ template <class ToE4m3>
 QMX_HOST_DEVICE inline MultiplyScale BlockMultiplyScaleWith(ScaleRule rule, NanPolicy nan, int margin, float destmax,
                                                             float block_amax, bool has_nan, bool has_inf, float s_enc,
                                                             const Format& e4m3, ToE4m3 to_e4m3, float lo = 0.015625f,
-                                                            float hi = 448.0f) {
+                                                            float hi = 448.0f, float em = 6.0f) {
   MultiplyScale r{0, 0.0f, false};
   if ((has_nan || has_inf) && nan == NanPolicy::kBlockNan) {
     r.nan_block = true;
     return r;
   }
   if (ScaleFormatOfCore(rule) == ScaleFormat::kE4m3) {
-    const uint8_t s8 = to_e4m3(Nvfp4BlockScaleValueCore(block_amax, s_enc, rule, lo, hi));
+    const uint8_t s8 = to_e4m3(Nvfp4BlockScaleValueCore(block_amax, s_enc, rule, lo, hi, em));
     r.stored = s8;
     r.multiplier = Nvfp4EncodeFactorCore(E4m3ValueCore(e4m3, s8), s_enc, rule);
     return r;
@@ -142,9 +143,9 @@ QMX_HOST_DEVICE inline MultiplyScale BlockMultiplyScaleWith(ScaleRule rule, NanP
 QMX_HOST_DEVICE inline MultiplyScale BlockMultiplyScaleCore(ScaleRule rule, NanPolicy nan, int margin, float destmax,
                                                             float block_amax, bool has_nan, bool has_inf, float s_enc,
                                                             const Format& f32, const Format& e4m3, float lo = 0.015625f,
-                                                            float hi = 448.0f) {
+                                                            float hi = 448.0f, float em = 6.0f) {
   return BlockMultiplyScaleWith(rule, nan, margin, destmax, block_amax, has_nan, has_inf, s_enc, e4m3,
-                                ToE4m3ByRoutine{f32, e4m3}, lo, hi);
+                                ToE4m3ByRoutine{f32, e4m3}, lo, hi, em);
 }
 
 // Stores a block's scale at `index` of a scale grid of format sf: FP32 bits (4 bytes, little-endian; the

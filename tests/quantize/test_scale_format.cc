@@ -146,6 +146,7 @@ TEST_CASE(
           spec.block_cols = bc;
           spec.elem = ef;
           spec.scale_format = ParseFormat(name).name;
+          if (!sf.HasNan()) spec.nan = NanPolicy::kIgnore;  // (block-nan needs a NaN code; the data is finite)
           ValidateQuantSpec(spec);
           INFO(elem_name << " elements, " << name << " scales, " << ScaleRuleName(rule) << " " << br << "x" << bc
                          << " amax " << tensor_amax);
@@ -230,6 +231,7 @@ TEST_CASE("scale format: the spec's JSON form, its description and the formats a
   refused("nvfp4", "ue8m0", "cannot hold NVFP4's block scales");
   refused("nvfp4", "e5m3", "cannot hold NVFP4's block scales");  // 9 bits
   refused("nvfp4", "int8", "cannot hold NVFP4's block scales");
+  refused("nvfp4", "e2m3", "has no NaN code");  // FP6 scales under block-nan
   refused("nvfp4", "e8m3", "");  // 12 bits: refused while parsing or after
   SpecOverrides four;
   four.rule = "nvfp4-4over6";

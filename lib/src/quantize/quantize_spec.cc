@@ -226,6 +226,10 @@ void ValidateQuantSpec(const QuantSpec& spec) {
       throw Error(std::string("'") + spec.scale_format +
                   "' cannot hold NVFP4's block scales: they need a float format of 8 bits or fewer with a mantissa "
                   "(not ue8m0 or an integer)");
+    if (!f.HasNan() && spec.nan == NanPolicy::kBlockNan)
+      throw Error(std::string("'") + spec.scale_format +
+                  "' has no NaN code for a block holding a NaN or an Inf (NaN policy block-nan): take nan_policy "
+                  "ignore-nan or ignore, or a scale format with a NaN");
   }
   if (sf == ScaleFormat::kE4m3) {
     // D = the elements' largest value x the scales': 2688 for NVFP4; it must be a finite FP32.

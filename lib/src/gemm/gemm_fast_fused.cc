@@ -496,7 +496,7 @@ bool GroupFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
   const int esa = ScaleEmin(a), esb = ScaleEmin(b);
   for (size_t i = 0; i < ta.size(); ++i) xa[i] = ta[i] == 0 ? esa : std::max(IlogbF(ta[i]), esa);  // NominalExp
   for (size_t i = 0; i < tb.size(); ++i) xb[i] = tb[i] == 0 ? esb : std::max(IlogbF(tb[i]), esb);
-  if (GroupSimd(a, b, c_in, p, plan, exec, ta, xa, tb, xb, p_max, out)) { return true; }
+  if (GroupSimd(a, b, c_in, p, plan, exec, ta, xa, tb, xb, p_max, out)) return true;
   const std::vector<double> va = Values<double>(a, false, exec), vb = Values<double>(b, false, exec);
   const size_t groups = (std::min(step, plan.k) + g - 1) / g;
   ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
@@ -542,18 +542,19 @@ std::vector<uint64_t> NonzeroMasks(const GemmOperand& o, bool is_a, size_t lines
   return mask;
 }
 
-// The largest nominal exponent of a format's nonzero finite values.
-int MaxNominalExp(const Format& f) {
+// The largest exponent MMA-Sim's rule gives a zero product of the two formats: a zero element's -126 plus the
+// other format's largest nominal exponent (-252 where neither has a nonzero value).
+int ZeroProductExp(const Format& a, const Format& b) {
   int top = kZeroE;
-  for (int e : NominalExps(f)) top = std::max(top, e);
-  return top;
+  for (const Format* f : {&a, &b})
+    for (int e : NominalExps(*f)) top = std::max(top, e);
+  return top == kZeroE ? -252 : -126 + top;
 }
 
 // Whether ZeroRuleRisks can bound the rule's differences (below); the reference runs the rest.
 bool ZeroRuleBounded(const GemmOperand& a, const GemmOperand& b, const FusedParams& p, const GemmPlan& plan) {
   if (p.group == 1 && !((plan.a_blocks || plan.b_blocks) && p.scale_in_products)) {
-    const int top = std::max(MaxNominalExp(a.elem), MaxNominalExp(b.elem));
-    return FormatEmin(a.elem) + FormatEmin(b.elem) - p.frac_bits > (top == kZeroE ? -252 : -126 + top);
+    return FormatEmin(a.elem) + FormatEmin(b.elem) - p.frac_bits > ZeroProductExp(a.elem, b.elem);
   }
   const size_t len = p.group == 1 ? static_cast<size_t>(p.step) : static_cast<size_t>(p.group);
   return len <= 64 && static_cast<size_t>(p.step) % len == 0 &&
@@ -575,8 +576,7 @@ void ZeroRuleRisks(const GemmOperand& a, const GemmOperand& b, const float* c_in
                    const GemmPlan& plan, Exec exec, float* out) {
   const size_t m = plan.m, n = plan.n, k = plan.k;
   const bool scaled = (plan.a_blocks || plan.b_blocks) && p.scale_in_products;
-  const int top = std::max(MaxNominalExp(a.elem), MaxNominalExp(b.elem));
-  const int zero_product = top == kZeroE ? -252 : -126 + top;
+  const int zero_product = ZeroProductExp(a.elem, b.elem);
   if (p.group == 1 && !scaled) {
     if (c_in)
       for (size_t x = 0; x < m * n; ++x)
@@ -735,12 +735,10 @@ bool Cdna3Fast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
   if (plan.a_blocks || plan.b_blocks || p.frac_bits != 24 || p.step > 64 || p.promote != 0 || p.group != 1 ||
       a.elem.Bits() > 8 || b.elem.Bits() > 8 || SigProductBits(a.elem, b.elem) > 10)
     return false;
-  // Each element's value and its exponent under the zero rule (ZeroRuleExp: -126 for zero).
+  // Each element's value and its exponent under the zero rule (NominalExps, with -126 for zero).
   const auto exps = [](const GemmOperand& o) {
-    const std::array<double, 256> v = CodeValues(o.elem);
-    std::array<int32_t, 256> t;
-    for (int c = 0; c < 256; ++c)
-      t[c] = v[c] == 0 || !std::isfinite(v[c]) ? -126 : NominalExp(v[c], FormatEmin(o.elem));
+    std::array<int32_t, 256> t = NominalExps(o.elem);
+    for (int32_t& x : t) x = x == kZeroE ? -126 : x;
     std::vector<int> e(o.codes.size());
     for (size_t x = 0; x < e.size(); ++x) e[x] = t[o.codes[x]];
     return e;

@@ -97,9 +97,13 @@ float TensorAmaxFast(const TensorView& x, NanPolicy policy, Exec exec) {
 
 MultiplyScale BlockMultiplyScale(const QuantSpec& spec, float destmax, float block_amax, bool has_nan, bool has_inf, float s_enc) {
   // block_amax: ignore -> finite only; ignore-nan -> Inf included (passed in by the caller).
-  // NVFP4 rules: the block scales' format (E4M3, or QuantSpec::scale_format) with its smallest normal and largest
-  // values for torchao's clamp.
-  const Format sf = ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3 ? Nvfp4ScaleFormat(spec) : fmt::kE4M3;
+  // FP32 rules, and NVFP4 on its own formats: the core's E4M3 and E2M1 constants (this runs once a block).
+  if (ScaleFormatOf(spec.rule) != ScaleFormat::kE4m3 || (spec.scale_format.empty() && spec.elem == fmt::kE2M1))
+    return BlockMultiplyScaleCore(spec.rule, spec.nan, spec.margin, destmax, block_amax, has_nan, has_inf, s_enc,
+                                  fmt::kFP32, fmt::kE4M3);
+  // Another block-scale format (QuantSpec::scale_format) with its smallest normal and largest values for torchao's
+  // clamp, and the elements' largest value for E2M1's 6.
+  const Format sf = Nvfp4ScaleFormat(spec);
   const FormatLimits lim = Limits(sf);
   return BlockMultiplyScaleCore(spec.rule, spec.nan, spec.margin, destmax, block_amax, has_nan, has_inf, s_enc,
                                 fmt::kFP32, sf, static_cast<float>(lim.min_normal), static_cast<float>(lim.max_finite),

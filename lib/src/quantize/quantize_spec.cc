@@ -167,7 +167,9 @@ Format Nvfp4ScaleFormat(const QuantSpec& spec) {
   return parsed;
 }
 
-float Nvfp4ElemMax(const QuantSpec& spec) { return static_cast<float>(Limits(spec.elem).max_finite); }
+float Nvfp4ElemMax(const QuantSpec& spec) {  // (asked once a block or span: E2M1's without decoding)
+  return spec.elem == fmt::kE2M1 ? 6.0f : DecodeToFloat(spec.elem, spec.elem.MaxFiniteCode());
+}
 
 bool Nvfp4OwnFormats(const QuantSpec& spec) { return E4m3BlockScales(spec) && Nvfp4ElemMax(spec) == 6.0f; }
 

@@ -337,9 +337,7 @@ void Nvfp4EncodeFactors(float s_enc, ScaleRule rule, float* out) {
 }
 
 float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, ScaleRule rule) {
-  const float sd = E4m3Value(block_scale);
-  if (IsNvfp4Torchao(rule)) return Nvfp4TensorScale(tensor_amax, rule) * sd;
-  return Nvfp4DecodeScale(block_scale, tensor_amax, rule, DequantOrder::kTe);
+  return Nvfp4DecodeScale(block_scale, tensor_amax, rule, DequantOrder::kByRule, fmt::kE4M3);
 }
 
 const char* DequantOrderName(DequantOrder o) {

@@ -210,6 +210,7 @@ void RunEngineBench(const BenchArgs& a, nlohmann::json& j) {
                                      {"engine_kernel", st.kernel},
                                      {"steps", st.steps},
                                      {"fallback_steps", st.fallback_steps},
+                                     {"whole_outputs", st.whole_outputs},
                                      {"kernel_s", ks},
                                      {"end_to_end_s", es},
                                      {"cpu_s", cpu},

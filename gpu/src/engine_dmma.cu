@@ -62,9 +62,10 @@ constexpr int kWeightCap = 10;  // relative lowest bits past this weigh as this:
 // One line's step: row i of A (k along the row) or column j of B (k down the column): its bounds, and each
 // element's certificate weight as BF16 bits, 2^(-6 min(r, kWeightCap)) with r its lowest bit (scale's exponent
 // added) above the line's lowest, 0 for a zero, NaN or Inf element or a zero scale. A's weights go to
-// w[line * pitch + k], B's to w[k * pitch + line], every k of the step (0 past K).
+// w[line * pitch + k], B's to w[k * pitch + line], every k of the step (0 past K); none where w is null. Where ss
+// is not null, ss[line * steps + s] is the step's sum of squared finite values (elements times scales).
 __global__ void StepInfoKernel(EngineOperand o, bool is_a, size_t lines, size_t k, int step, bool scales_in,
-                               size_t steps, StepInfo* info, uint16_t* w, size_t pitch) {
+                               size_t steps, StepInfo* info, uint16_t* w, size_t pitch, double* ss) {
   const size_t total = lines * steps;
   for (size_t t = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; t < total;
        t += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -90,6 +91,7 @@ __global__ void StepInfoKernel(EngineOperand o, bool is_a, size_t lines, size_t 
     }
     auto code_at = [&](size_t kk) { return is_a ? o.codes[line * o.cols + kk] : o.codes[kk * o.cols + line]; };
     int maxnom = kNoTerm, minlsb = kNoLsb;
+    double sq = 0;
     for (size_t kk = k0; kk < k1; ++kk) {
       const uint8_t c = code_at(kk);
       const double v = o.values[c];
@@ -100,10 +102,14 @@ __global__ void StepInfoKernel(EngineOperand o, bool is_a, size_t lines, size_t 
       if (v == 0 || zero_scale) continue;
       maxnom = max(maxnom, o.nominal[c] + es);
       minlsb = min(minlsb, LowestBit(v) + ls);
+      const double x = v * r.scale;  // exact: a power of two (or 1); |x| within 2^+-400, its square in range
+      sq += x * x;
     }
     r.maxnom = special ? kSpecialStep : maxnom;
     r.minlsb = minlsb;
     info[line * steps + s] = r;
+    if (ss != nullptr) ss[line * steps + s] = sq;
+    if (w == nullptr) continue;
     for (size_t kk = k0; kk < k0 + step; ++kk) {
       uint16_t wk = 0;
       if (kk < k1 && !zero_scale) {
@@ -114,6 +120,48 @@ __global__ void StepInfoKernel(EngineOperand o, bool is_a, size_t lines, size_t 
       w[is_a ? line * pitch + kk : kk * pitch + line] = wk;
     }
   }
+}
+
+// Each line's LineBound from its steps' StepInfo and sums of squares, a warp a line (lanes over the steps). The
+// FP64 sum of at most 2^26 nonnegative squares is within a factor 1 + 2^-26 of the exact one (each addition
+// rounds by 2^-53 at most), so a norm below 2^top: 2^(2 top) > 2 ss (with margin), top = floor(ilogb(ss) / 2) + 1.
+__global__ void LineBoundKernel(const StepInfo* info, const double* ss, size_t lines, size_t steps, LineBound* out) {
+  const int lane = threadIdx.x & 31;
+  const size_t warps = static_cast<size_t>(gridDim.x) * (blockDim.x / 32);
+  for (size_t line = (blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x) / 32; line < lines; line += warps) {
+    int minlsb = kNoLsb;
+    bool special = false;
+    double sum = 0;
+    for (size_t s = lane; s < steps; s += 32) {
+      const StepInfo& r = info[line * steps + s];
+      special = special || r.maxnom == kSpecialStep;
+      minlsb = min(minlsb, r.minlsb);
+      sum += ss[line * steps + s];
+    }
+    minlsb = __reduce_min_sync(0xFFFFFFFFu, minlsb);
+    special = __any_sync(0xFFFFFFFFu, special);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+    if (lane != 0) continue;
+    LineBound b;
+    b.minlsb = minlsb;
+    b.top = special ? kSpecialStep : sum == 0 ? kNoTerm : (ilogb(sum) >> 1) + 1;
+    out[line] = b;
+  }
+}
+
+// True where the FP64 tensor core sums output (row, column)'s products onto its accumulator c exactly in any order
+// and in any grouping, over all of K: every product and c are multiples of 2^lo, and every partial sum is below
+// Σ|products| + |c| < 2^(top(row) + top(column)) + 2^(ilogb(c) + 1) <= 2^(hi + 1), so it is exact when
+// hi + 1 - lo <= 53. False for a special line and a NaN or Inf c.
+__device__ inline bool WholeSumExact(const LineBound& ra, const LineBound& cb, float c) {
+  if (ra.top == kSpecialStep || cb.top == kSpecialStep || !isfinite(c)) return false;
+  int hi = ra.top + cb.top, lo = ra.minlsb + cb.minlsb;  // an all-zero line: hi below -30000, lo above 30000
+  if (c != 0) {
+    hi = max(hi, ilogbf(c) + 1);
+    lo = min(lo, NominalF32(c) - 23 + __ffs((__float_as_int(c) & 0x7FFFFF) | 0x800000) - 1);
+  }
+  return hi < -10000 || hi + 1 - lo <= 53;
 }
 
 // d += a * b on the FP64 tensor core, one 16 x 8 x 4 product per warp (twice the rate of m8n8k4 on an H200:
@@ -221,8 +269,8 @@ __device__ inline void Fp8Word(uint32_t word, bool e5m2, double (&v)[4]) {
 // Step s's codes, weights and bounds into a stage: codes by 16-byte cp.async where K and N are multiples of 16
 // (kVec; rows and columns past the matrix zero-filled), else plain loads; the weights' buffers are padded for
 // 16-byte loads always. Each thread's chunks keep their place in the tile from step to step, so their addresses
-// are worked out once and advanced by a stride per step.
-template <int kStep, bool kVec>
+// are worked out once and advanced by a stride per step. Without kWeights (exact, block-exact) no weights load.
+template <int kStep, bool kVec, bool kWeights>
 struct StageLoader {
   static constexpr int kCodeA = kDTile * kStep / 16, kCodeB = kStep * kDTile / 16;  // 16-byte chunks
   static constexpr int kWeightA = kDTile * kStep / 8, kWeightB = kStep * kDTile / 8;
@@ -256,16 +304,18 @@ struct StageLoader {
       b_col_in = j < g.n;
       b_code = g.b.codes + (b_col_in ? b_kr * g.n + j : 0);
     }
+    if constexpr (kWeights) {
 #pragma unroll
-    for (int q = 0; q < kWa; ++q) {
-      const int x = tid + q * kDThreads, r = x / (kStep / 8);
-      a_w_in[q] = row0 + r < g.m;
-      a_w[q] = f.a_w + (a_w_in[q] ? (row0 + r) * f.kp + 8 * (x % (kStep / 8)) : 0);
-    }
+      for (int q = 0; q < kWa; ++q) {
+        const int x = tid + q * kDThreads, r = x / (kStep / 8);
+        a_w_in[q] = row0 + r < g.m;
+        a_w[q] = f.a_w + (a_w_in[q] ? (row0 + r) * f.kp + 8 * (x % (kStep / 8)) : 0);
+      }
 #pragma unroll
-    for (int q = 0; q < kWb; ++q) {
-      const int x = tid + q * kDThreads;
-      b_w[q] = f.b_w + (x / (kDTile / 8)) * f.np + col0 + 8 * (x % (kDTile / 8));
+      for (int q = 0; q < kWb; ++q) {
+        const int x = tid + q * kDThreads;
+        b_w[q] = f.b_w + (x / (kDTile / 8)) * f.np + col0 + 8 * (x % (kDTile / 8));
+      }
     }
     if (tid < kDTile) {
       info_in = row0 + tid < g.m;
@@ -300,15 +350,17 @@ struct StageLoader {
         st.b[r][c] = k < g.k && j < g.n ? g.b.codes[k * g.n + j] : 0;
       }
     }
+    if constexpr (kWeights) {
 #pragma unroll
-    for (int q = 0; q < kWa; ++q) {
-      const int x = tid + q * kDThreads;
-      CpAsync16(&st.wa[x / (kStep / 8)][8 * (x % (kStep / 8))], a_w_in[q] ? a_w[q] + k0 : a_w[q], a_w_in[q]);
-    }
+      for (int q = 0; q < kWa; ++q) {
+        const int x = tid + q * kDThreads;
+        CpAsync16(&st.wa[x / (kStep / 8)][8 * (x % (kStep / 8))], a_w_in[q] ? a_w[q] + k0 : a_w[q], a_w_in[q]);
+      }
 #pragma unroll
-    for (int q = 0; q < kWb; ++q) {
-      const int x = tid + q * kDThreads;
-      CpAsync16(&st.wb[x / (kDTile / 8)][8 * (x % (kDTile / 8))], b_w[q] + k0 * f.np, true);
+      for (int q = 0; q < kWb; ++q) {
+        const int x = tid + q * kDThreads;
+        CpAsync16(&st.wb[x / (kDTile / 8)][8 * (x % (kDTile / 8))], b_w[q] + k0 * f.np, true);
+      }
     }
     if (tid < kDTile) CpAsync16(&st.ia[tid], info_in ? info + s : info, info_in);
     else if (tid < 2 * kDTile) CpAsync16(&st.ib[tid - kDTile], info_in ? info + s : info, info_in);
@@ -368,7 +420,17 @@ __device__ __forceinline__ void ForOutputs(F f) {
 // How a certified step's sum is rounded: kRound24Rz / kRound24Rne, FP32 (24 bits) toward zero or to nearest
 // even, by one conversion; kRoundFused, any other width (RoundFused); kRoundBlockExact, the block-exact model's
 // RNE32(acc + the block's exact sum).
-enum StepRound { kRoundFused = 0, kRound24Rz = 1, kRound24Rne = 2, kRoundBlockExact = 3, kRoundExact = 4 };
+// kRoundExact, exact's steps each summed from zero and added to a running FP64 sum where TwoSum proves it exact;
+// kRoundExactWhole, exact's blocks whose line bounds prove the whole sum exact (WholeSumExact): every step straight
+// onto the FP64 accumulator (a lean kernel, more blocks an SM; the other blocks are left to kRoundExact).
+enum StepRound {
+  kRoundFused = 0,
+  kRound24Rz = 1,
+  kRound24Rne = 2,
+  kRoundBlockExact = 3,
+  kRoundExact = 4,
+  kRoundExactWhole = 5
+};
 
 // RNE32(c + s) of an FP32 c and a double s, exactly: TwoSum gives t = fl64(c + s) and its error e; t rounded
 // to odd where e is not zero (one step toward e when t's last bit is even) holds the exact sum's FP32 rounding,
@@ -485,6 +547,9 @@ __global__ void __launch_bounds__(kDThreads, kPromote || kRound == kRoundExact ?
     EngineDmmaKernel(const __grid_constant__ EngineGemmArgs g, const __grid_constant__ EngineDmmaBuffers f) {
   using Shared = DmmaShared<kStep>;
   constexpr int kLogStep = kStep == 32 ? 5 : 4;  // the exact models' products a step: 2^kLogStep
+  // exact and block-exact cut no term: no certificate weights, no BF16 tensor-core sums.
+  constexpr bool kExactSum = kRound == kRoundExact || kRound == kRoundExactWhole;
+  constexpr bool kCert = !kExactSum && kRound != kRoundBlockExact;
   extern __shared__ __align__(16) unsigned char dmma_smem[];
   Shared& sm = *reinterpret_cast<Shared*>(dmma_smem);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -506,13 +571,34 @@ __global__ void __launch_bounds__(kDThreads, kPromote || kRound == kRoundExact ?
   // steps could not keep exact, which take the exact accumulator at the end.
   double dacc[4][4][2];
   unsigned inexact = 0;
-  if constexpr (kRound == kRoundExact)
+  const size_t block = static_cast<size_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+  if constexpr (kRound == kRoundExact) {
+    if (f.per_step != nullptr && !f.per_step[block]) return;  // summed whole by the first kernel
     ForOutputs([&](int mi, int ni, int h) {
       dacc[mi][ni][h] = acc[mi][ni][h];
       if (!isfinite(acc[mi][ni][h])) inexact |= 1u << (8 * mi + 2 * ni + h);
     });
+  }
+  if constexpr (kRound == kRoundExactWhole) {
+    // The block runs here where the line bounds prove every one of its outputs' whole sums exact in FP64, else
+    // marks itself for kRoundExact's kernel and leaves.
+    bool mine = true;
+    ForOutputs([&](int mi, int ni, int h) {
+      dacc[mi][ni][h] = acc[mi][ni][h];
+      const size_t i = row0 + wr + 8 * mi + gr, j = col0 + wc + 8 * ni + 2 * gc + h;
+      if (i < g.m && j < g.n) mine = mine && WholeSumExact(f.a_bound[i], f.b_bound[j], acc[mi][ni][h]);
+    });
+    if (!__syncthreads_and(mine)) {
+      if (tid == 0) f.per_step[block] = 1;
+      return;
+    }
+    if (tid == 0 && f.whole_outputs) {
+      const size_t rows = g.m - row0 < kDTile ? g.m - row0 : kDTile, cols = g.n - col0 < kDTile ? g.n - col0 : kDTile;
+      atomicAdd(f.whole_outputs, static_cast<unsigned long long>(rows * cols));
+    }
+  }
   const size_t window = kPromote ? static_cast<size_t>(p.promote) : 1;
-  StageLoader<kStep, kVec> loader(g, f, row0, col0, tid);
+  StageLoader<kStep, kVec, kCert> loader(g, f, row0, col0, tid);
   loader.Load(sm.stage[0], g, f, 0);
   for (size_t s = 0, k0 = 0; k0 < g.k; ++s, k0 += kStep) {
     const size_t k1 = k0 + kStep < g.k ? k0 + kStep : g.k;
@@ -534,7 +620,7 @@ __global__ void __launch_bounds__(kDThreads, kPromote || kRound == kRoundExact ?
 #pragma unroll
         for (int x = 0; x < 4; ++x) ws[ni][x] = 0.0f;
 #pragma unroll
-      for (int k16 = 0; k16 < kStep; k16 += 16) {
+      for (int k16 = 0; k16 < (kCert ? kStep : 0); k16 += 16) {
         uint32_t wa[4], wb[4][2];
         const unsigned addr = SharedAddr(&st.wa[wr + 16 * m2 + lane % 8 + 8 * ((lane / 8) % 2)][k16 + 8 * (lane / 16)]);
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -574,12 +660,19 @@ __global__ void __launch_bounds__(kDThreads, kPromote || kRound == kRoundExact ?
         for (int x = 0; x < 2; ++x)
 #pragma unroll
           for (int h = 0; h < 2; ++h)
-            sum[x][h] = kRound == kRoundBlockExact || kRound == kRoundExact
+            sum[x][h] = kRound == kRoundExactWhole ? dacc[2 * m2 + x][ni][h]
+                        : kRound == kRoundExact || kRound == kRoundBlockExact
                             ? 0.0
                             : static_cast<double>(kPromote ? part[2 * m2 + x][ni][h] : acc[2 * m2 + x][ni][h]);
 #pragma unroll
         for (int q = 0; q < kStep / 4; ++q)
           Dmma(sum[0], sum[1], af[q][0], af[q][1], sm.sb[4 * q + gc][wc + 8 * ni + gr]);
+        if constexpr (kRound == kRoundExactWhole) {
+#pragma unroll
+          for (int x = 0; x < 2; ++x)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) dacc[2 * m2 + x][ni][h] = sum[x][h];
+        } else {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int2 ib = *reinterpret_cast<const int2*>(&st.ib[wc + 8 * ni + 2 * gc + h]);  // maxnom, minlsb
@@ -600,6 +693,7 @@ __global__ void __launch_bounds__(kDThreads, kPromote || kRound == kRoundExact ?
               scratch[8 * x + gr][8 * ni + 2 * gc + h] = cur;
             }
           }
+        }
         }
       }
       // The queued steps: first each lane its own whose accumulator sets the step's exponent (AccStep), all
@@ -675,7 +769,7 @@ __global__ void __launch_bounds__(kDThreads, kPromote || kRound == kRoundExact ?
       });
     }
   }
-  if constexpr (kRound == kRoundExact) {
+  if constexpr (kExactSum) {
     // An exact FP64 sum rounds once to FP32; an inexact one, and an exact zero (whose sign depends on the
     // products' zero signs), runs on the exact accumulator, its steps counted as fallbacks.
     const unsigned long long k_steps = (g.k + kStep - 1) / kStep;
@@ -724,7 +818,9 @@ void LaunchStep(const EngineGemmArgs& args, const EngineDmmaBuffers& f, cudaStre
   const bool vec = args.k % 16 == 0 && args.n % 16 == 0 && reinterpret_cast<uintptr_t>(args.a.codes) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(args.b.codes) % 16 == 0;
   const EngineModel& p = args.model;
-  if (p.kind == 2) {  // exact
+  if (p.kind == 2) {  // exact: the blocks summed whole, then the others step by step
+    if (vec) LaunchDmma<kStep, false, true, kRoundExactWhole>(args, f, st);
+    else LaunchDmma<kStep, false, false, kRoundExactWhole>(args, f, st);
     if (vec) LaunchDmma<kStep, false, true, kRoundExact>(args, f, st);
     else LaunchDmma<kStep, false, false, kRoundExact>(args, f, st);
   } else if (p.kind == 3) {  // block-exact
@@ -750,12 +846,19 @@ void LaunchEngineDmmaGemm(const EngineGemmArgs& args, const EngineDmmaBuffers& f
   const cudaStream_t st = static_cast<cudaStream_t>(stream);
   if (args.m == 0 || args.n == 0) return;
   const int step = args.model.step;
-  if (f.np > args.n)
+  if (f.per_step != nullptr)
+    Check(cudaMemsetAsync(f.per_step, 0, ((args.m + kDTile - 1) / kDTile) * ((args.n + kDTile - 1) / kDTile), st),
+          "engine FP64 tensor-core GEMM: block marks");
+  if (f.b_w != nullptr && f.np > args.n)
     Check(cudaMemsetAsync(f.b_w, 0, f.kp * f.np * sizeof(uint16_t), st), "engine FP64 tensor-core GEMM: weights");
   StepInfoKernel<<<1024, 256, 0, st>>>(args.a, true, args.m, args.k, step, args.model.scales_in, f.steps, f.a_info,
-                                       f.a_w, f.kp);
+                                       f.a_w, f.kp, f.a_ss);
   StepInfoKernel<<<1024, 256, 0, st>>>(args.b, false, args.n, args.k, step, args.model.scales_in, f.steps, f.b_info,
-                                       f.b_w, f.np);
+                                       f.b_w, f.np, f.b_ss);
+  if (f.a_bound != nullptr) {
+    LineBoundKernel<<<256, 256, 0, st>>>(f.a_info, f.a_ss, args.m, f.steps, f.a_bound);
+    LineBoundKernel<<<256, 256, 0, st>>>(f.b_info, f.b_ss, args.n, f.steps, f.b_bound);
+  }
   Check(cudaGetLastError(), "engine FP64 tensor-core GEMM: step bounds launch");
   if (step == 16) LaunchStep<16>(args, f, st);
   else LaunchStep<32>(args, f, st);

@@ -249,16 +249,18 @@ void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, con
   const size_t step = static_cast<size_t>(std::max(1, g.model.step)), k_steps = (plan.k + step - 1) / step;
   st.steps = plan.m * plan.n * k_steps;
   // A kernel that counts its fallback steps on the device: launched between the events, the count read back.
+  // counters[0]: fallback steps, [1]: outputs summed whole (exact on the tensor-core kernel).
   auto counted = [&](const char* what, auto launch) {
-    DeviceBuffer<unsigned long long> fallbacks(1);
-    detail::Check(cudaMemsetAsync(fallbacks.get(), 0, sizeof(unsigned long long), cs), "cudaMemsetAsync");
+    DeviceBuffer<unsigned long long> counters(2);
+    detail::Check(cudaMemsetAsync(counters.get(), 0, 2 * sizeof(unsigned long long), cs), "cudaMemsetAsync");
     detail::Check(cudaEventRecord(t0, cs), "cudaEventRecord");
-    launch(fallbacks.get());
+    launch(counters.get());
     detail::Check(cudaEventRecord(t1, cs), "cudaEventRecord");
     detail::CheckLaunch(what);
-    unsigned long long n = 0;
-    fallbacks.Download(&n, 1);
-    st.fallback_steps = n;
+    unsigned long long n[2] = {0, 0};
+    counters.Download(n, 2);
+    st.fallback_steps = n[0];
+    st.whole_outputs = n[1];
   };
   if (fp4) {
     detail::EngineFp4Buffers fb;
@@ -291,11 +293,22 @@ void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, con
     db.b_fp8 = fp8(b.elem);
     db.kp = k_steps * step;
     db.np = (plan.n + 63) / 64 * 64;
-    DeviceBuffer<uint16_t> aw(plan.m * db.kp), bw(db.kp * db.np);
-    db.a_w = aw.get();
-    db.b_w = bw.get();
+    // The certificate's weights for the fused models; exact's sums of squares and line bounds.
+    const bool cert = !exact && !block_exact;
+    DeviceBuffer<uint16_t> aw(cert ? plan.m * db.kp : 0), bw(cert ? db.kp * db.np : 0);
+    DeviceBuffer<double> ass(exact ? plan.m * db.steps : 0), bss(exact ? plan.n * db.steps : 0);
+    DeviceBuffer<detail::LineBound> abd(exact ? plan.m : 0), bbd(exact ? plan.n : 0);
+    DeviceBuffer<uint8_t> marks(exact ? ((plan.m + 63) / 64) * ((plan.n + 63) / 64) : 0);
+    db.per_step = exact ? marks.get() : nullptr;
+    db.a_w = cert ? aw.get() : nullptr;
+    db.b_w = cert ? bw.get() : nullptr;
+    db.a_ss = exact ? ass.get() : nullptr;
+    db.b_ss = exact ? bss.get() : nullptr;
+    db.a_bound = exact ? abd.get() : nullptr;
+    db.b_bound = exact ? bbd.get() : nullptr;
     counted("engine FP64 tensor-core GEMM", [&](unsigned long long* n) {
       db.fallback_steps = n;
+      db.whole_outputs = n + 1;
       detail::LaunchEngineDmmaGemm(g, db, stream);
     });
     st.kernel = "dmma";

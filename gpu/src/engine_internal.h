@@ -90,7 +90,8 @@ void LaunchEngineFp4Gemm(const EngineGemmArgs& args, const EngineFp4Buffers& f, 
 // unit: then that exact sum is the step's, rounded as the model rounds it. Every other step runs exactly: from
 // the FP64 tiles by one lane where the accumulator sets the step's exponent (AccStep), else in integers from
 // the tile's codes (WarpTileStep), and a step that meets NaN or Inf runs FusedStep; all counted in
-// *fallback_steps.
+// *fallback_steps. `exact` and `block-exact` need no certificate (their steps cut nothing); `exact` sums every
+// step of a block onto one FP64 accumulator where the blocks' line bounds (LineBound) prove the whole sum exact.
 struct alignas(16) StepInfo {
   int32_t maxnom = 0;  // the largest nominal exponent of a nonzero element, scale's exponent added; kNoTerm: none
   int32_t minlsb = 0;  // the lowest bit of a nonzero element, scale's exponent added; kNoLsb: none
@@ -107,6 +108,13 @@ struct CodeParts {
   int16_t m = 0, e = 0, nom = 0, pad = 0;
 };
 inline constexpr int16_t kZeroNom = -16000;
+// `exact`'s bound of one whole line (a row of A or a column of B, over all of K): every nonzero element's lowest
+// bit (scale's exponent added) is at or above 2^minlsb (kNoLsb: none), and the line's Euclidean norm is below
+// 2^top (kNoTerm: an all-zero line; kSpecialStep: NaN or Inf in the line or its scales). By Cauchy-Schwarz a
+// row's and a column's products sum in magnitude below 2^(top(row) + top(column)).
+struct LineBound {
+  int32_t minlsb = kNoLsb, top = kNoTerm;
+};
 struct EngineDmmaBuffers {
   StepInfo* a_info = nullptr;  // M x steps
   StepInfo* b_info = nullptr;  // N x steps
@@ -122,6 +130,17 @@ struct EngineDmmaBuffers {
   uint16_t* a_w = nullptr;
   uint16_t* b_w = nullptr;
   size_t kp = 0, np = 0;
+  // exact only (null otherwise): each (line, step)'s sum of squared values (elements times scales), each line's
+  // bound, and the count of outputs whose whole sum the line bounds proved exact in FP64 (their blocks sum every
+  // step straight onto the FP64 accumulator, with no per-step check).
+  double* a_ss = nullptr;
+  double* b_ss = nullptr;
+  LineBound* a_bound = nullptr;
+  LineBound* b_bound = nullptr;
+  unsigned long long* whole_outputs = nullptr;
+  // exact only: one byte per 64 x 64 block of outputs (row-major over the grid), set where the line bounds do not
+  // prove the whole sum exact and the block runs step by step.
+  uint8_t* per_step = nullptr;
 };
 // Fills the step bounds from args' codes and scales, then runs the kernel (args.model.step 16 or 32).
 void LaunchEngineDmmaGemm(const EngineGemmArgs& args, const EngineDmmaBuffers& f, void* stream);

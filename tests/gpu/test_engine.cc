@@ -39,6 +39,7 @@ struct Tally {
   size_t compared = 0, outputs = 0;
   std::map<std::string, size_t> per_model, per_kernel;
   std::map<std::string, uint64_t> steps, fallback_steps;  // per kernel
+  std::map<std::string, uint64_t> dmma_outputs, whole_outputs;  // per model: on the tensor-core kernel, summed whole
 };
 
 // Every model on (a, b, c): where the CPU refuses, the engine refuses with the same message; where the
@@ -64,6 +65,10 @@ void CheckModels(const GemmOperand& a, const GemmOperand& b, const float* c, con
     ++t.per_kernel[stats.kernel];
     t.steps[stats.kernel] += stats.steps;
     t.fallback_steps[stats.kernel] += stats.fallback_steps;
+    if (stats.kernel == "dmma") {
+      t.dmma_outputs[m.name] += got.size();
+      t.whole_outputs[m.name] += stats.whole_outputs;
+    }
     REQUIRE(got.size() == want.size());
     size_t bad = 0;
     for (size_t i = 0; i < got.size(); ++i)
@@ -210,6 +215,10 @@ TEST_CASE("gpu engine: every fused model, fp32-seq, exact and block-exact equal 
   CHECK(t.per_kernel["generic"] >= 200);
   CHECK(t.fallback_steps["fp4"] > 0);
   CHECK(t.fallback_steps["dmma"] > 0);
+  // exact on the tensor-core kernel both ways: whole sums, and per step (NaN scales, spans past 53 bits).
+  INFO("exact on dmma: " << t.dmma_outputs["exact"] << " outputs, " << t.whole_outputs["exact"] << " summed whole");
+  CHECK(t.whole_outputs["exact"] > 0);
+  CHECK(t.whole_outputs["exact"] < t.dmma_outputs["exact"]);
 }
 
 // Tensors as training quantizes them (Gaussian and heavy-tailed values under MXFP8, FP8 per-tensor and
@@ -247,6 +256,42 @@ TEST_CASE("gpu engine: the tensor-core kernel's fast steps and fallbacks equal q
   CHECK(t.per_kernel["dmma"] >= 50);
   CHECK(fallbacks > 0);
   CHECK(steps - fallbacks > steps / 2);  // most steps take the fast path
+  // exact sums the whole of K at once on most outputs of quantized training tensors.
+  INFO("exact on dmma: " << t.dmma_outputs["exact"] << " outputs, " << t.whole_outputs["exact"] << " summed whole");
+  CHECK(t.whole_outputs["exact"] > t.dmma_outputs["exact"] / 2);
+}
+
+// exact's whole sums: only where the line bounds prove the FP64 sum exact. Row 0 of A holds 1, 2^-24 and 2^-55
+// (E4M3 1 and 2^-9 under MX scales 1, 2^-15 and 2^-46, one a block) and column 0 of B ones, so the exact sum sits
+// just above FP32's midpoint 1 + 2^-24 and rounds up, where an FP64 sum (56 bits) loses 2^-55 and rounds the tie
+// to even, down to 1. Its block of 64 rows must take the per-step path; the next block (rows 64 to 127, ordinary
+// codes and scales) sums whole.
+TEST_CASE("gpu engine: exact sums whole only where its line bounds prove the FP64 sum exact", "[gpu]") {
+  if (!qmx::test::GpuPresent()) return;
+  std::mt19937 rng(46);
+  const size_t m = 128, k = 96, n = 8;
+  GemmOperand a = Codes(fmt::kE4M3, m, k, rng), b = Codes(fmt::kE4M3, k, n, rng);
+  AddUe8m0(a, true, 32, rng, -2, 2);
+  AddUe8m0(b, false, 32, rng, 0, 0);
+  for (size_t kk = 0; kk < k; ++kk) {
+    a.codes[kk] = kk == 0 || kk == 32 || kk == 64 ? (kk == 0 ? 0x38 : 0x01) : 0;  // 1, 2^-9, 2^-9
+    b.codes[kk * n] = 0x38;                                                       // ones
+  }
+  a.scales[0] = 1.0f;
+  a.scales[1] = std::ldexp(1.0f, -15);
+  a.scales[2] = std::ldexp(1.0f, -46);
+  REQUIRE(static_cast<float>(1.0 + std::ldexp(1.0, -24) + std::ldexp(1.0, -55)) == 1.0f);  // the FP64 sum's result
+  const AccumModel exact = AccumModelByName("exact");
+  const std::vector<float> want = Gemm(a, b, nullptr, exact);
+  CHECK(want[0] == std::nextafter(1.0f, 2.0f));
+  gpu::EngineGemmStats st;
+  const std::vector<float> got = gpu::EngineGemm(a, b, nullptr, exact, &st);
+  CHECK(st.kernel == "dmma");
+  CHECK(st.whole_outputs == (m - 64) * n);
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) bad += FloatBits(got[i]) != FloatBits(want[i]);
+  CHECK(bad == 0);
+  CHECK(FloatBits(got[0]) == FloatBits(want[0]));
 }
 
 // Sums below FP32's smallest subnormal: the fused models cut a nonzero sum to a zero that keeps its sign

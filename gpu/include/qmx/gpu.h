@@ -152,6 +152,9 @@ std::string EngineGemmSupport(const GemmOperand& a, const GemmOperand& b, const 
 struct EngineGemmStats {
   std::string kernel;
   uint64_t steps = 0, fallback_steps = 0;
+  // exact on the tensor-core kernel: outputs whose FP64 sum over all of K its line bounds proved exact, summed
+  // with no per-step check (every step of their 64 x 64 blocks).
+  uint64_t whole_outputs = 0;
   double kernel_seconds = 0;  // the kernels alone (FP4: with packing the operands), without the copies
 };
 // qmx::Gemm on the device: the same checks and errors, then qmx::Error "engine: <reason>" where

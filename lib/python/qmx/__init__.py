@@ -546,7 +546,8 @@ def _gemm_cuda(a, b, model, c, a_format, b_format, reference, alpha, stats=None)
 
 def gemm_stats(a, b, model="exact", *, alpha="decode"):
     """gemm of two CudaQuantizedTensors, with what the engine did: (D, {'kernel': 'fp4' | 'dmma' | 'generic',
-    'steps', 'fallback_steps' (steps that took the exact fallback), 'kernel_seconds'})."""
+    'steps', 'fallback_steps' (steps that took the exact fallback), 'whole_outputs' (exact: outputs whose FP64
+    sum over all of K was proven exact up front and ran without per-step checks), 'kernel_seconds'})."""
     stats = {}
     d = _gemm_cuda(a, b, model, None, None, None, False, alpha, stats)
     return d, stats

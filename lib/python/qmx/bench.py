@@ -303,10 +303,13 @@ def cuda_gemms(a, dev, g, rows):
         st = runs[1]
         t = st["kernel_seconds"]
         rows.append({"call": "qmx.gemm %s %s" % (spec, model), "size": n, "seconds": t, "ratio": t_bf16 / t,
-                     "kernel": st["kernel"], "steps": st["steps"], "fallback_steps": st["fallback_steps"]})
-        print("%-44s %6d %10.1f ms %8.4fx BF16 speed (%s kernel, %.1f%% of steps on the exact fallback)" % (
+                     "kernel": st["kernel"], "steps": st["steps"], "fallback_steps": st["fallback_steps"],
+                     "whole_outputs": st.get("whole_outputs", 0)})
+        whole = st.get("whole_outputs", 0)
+        print("%-44s %6d %10.1f ms %8.4fx BF16 speed (%s kernel, %.1f%% of steps on the exact fallback%s)" % (
             "qmx.gemm %s %s" % (spec, model), n, t * 1e3, t_bf16 / t, st["kernel"],
-            100.0 * st["fallback_steps"] / max(1, st["steps"])))
+            100.0 * st["fallback_steps"] / max(1, st["steps"]),
+            ", %.1f%% of outputs summed whole" % (100.0 * whole / (n * n)) if whole else ""))
 
 
 def main(argv=None):

@@ -254,6 +254,7 @@ void BindQuantizeCuda(pyb::module_& m) {
     r["kernel"] = st.kernel;
     r["steps"] = st.steps;
     r["fallback_steps"] = st.fallback_steps;
+    r["whole_outputs"] = st.whole_outputs;
     r["kernel_seconds"] = st.kernel_seconds;
     return r;
 #else

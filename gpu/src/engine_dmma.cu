@@ -199,8 +199,8 @@ __device__ inline long long CutSigned(long long v, int sh, bool rne) {
 // step's power-of-two scales and the accumulator. Lane k takes term k; the nominal bounds are warp maxima
 // and the cut terms' sum a butterfly of 64-bit integers (exact, so in any order); every lane returns it.
 __device__ __forceinline__ float WarpTileStep(const EngineModel& p, const CodeParts* pa, const CodeParts* pb,
-                                           const uint8_t* ca, const uint8_t* cb, int n, const StepInfo& ia,
-                                           const StepInfo& ib, float c, int lane) {
+                                              const uint8_t* ca, const uint8_t* cb, int n, const StepInfo& ia,
+                                              const StepInfo& ib, float c, int lane) {
   const bool zero_scale = ia.zero_scale || ib.zero_scale;
   const int es = ia.scale_exp + ib.scale_exp;
   CodeParts x{}, y{};
@@ -218,7 +218,8 @@ __device__ __forceinline__ float WarpTileStep(const EngineModel& p, const CodePa
   }
   const int unit = emax - p.frac_bits;
   if (unit < -1000) return 0.0f;  // every term is zero (a nonzero one's exponent is above -400)
-  long long t = lane < n && !zero_scale ? CutSigned(static_cast<long long>(x.m) * y.m, x.e + y.e + es - unit, p.term_rne) : 0;
+  long long t =
+      lane < n && !zero_scale ? CutSigned(static_cast<long long>(x.m) * y.m, x.e + y.e + es - unit, p.term_rne) : 0;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xFFFFFFFFu, t, o);
   if (c != 0) {
@@ -608,154 +609,167 @@ __global__ void __launch_bounds__(kDThreads, kPromote || kRound == kRoundExact ?
     ConvertStage<kStep>(sm, st, tid, f.a_fp8, f.b_fp8, g.a.values, g.b.values);
     __syncthreads();
     if (k1 < g.k) loader.Load(sm.stage[(s + 1) & 1], g, f, s + 1);
-    // Two halves of the warp's rows, 16 each (m2), to keep fewer values live: the certificate's weight sums on
-    // the BF16 tensor core, the FP64 sums 16 x 8 at a time, then each output's step where the certificate
-    // holds. The rest wait in the warp's scratch, marked in `queued` (bit (mi % 2 * 4 + ni) * 2 + h), with
-    // steps that meet NaN or Inf, and are computed before the next half.
-#pragma unroll
-    for (int m2 = 0; m2 < 2; ++m2) {
-      float ws[4][4];  // ws[ni][2 (mi % 2) + h]
-#pragma unroll
-      for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-        for (int x = 0; x < 4; ++x) ws[ni][x] = 0.0f;
-#pragma unroll
-      for (int k16 = 0; k16 < (kCert ? kStep : 0); k16 += 16) {
-        uint32_t wa[4], wb[4][2];
-        const unsigned addr = SharedAddr(&st.wa[wr + 16 * m2 + lane % 8 + 8 * ((lane / 8) % 2)][k16 + 8 * (lane / 16)]);
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(wa[0]), "=r"(wa[1]), "=r"(wa[2]), "=r"(wa[3])
-                     : "r"(addr));
-#pragma unroll
-        for (int ni = 0; ni < 4; ni += 2) {
-          // Matrix l / 8: k rows k16 + 8 ((l / 8) % 2), columns of n tile ni + l / 16; transposed, each lane gets
-          // B (k 2t..2t+1, n g) as the MMA takes it.
-          const unsigned baddr = SharedAddr(&st.wb[k16 + lane % 8 + 8 * ((lane / 8) % 2)][wc + 8 * (ni + lane / 16)]);
-          asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                       : "=r"(wb[ni][0]), "=r"(wb[ni][1]), "=r"(wb[ni + 1][0]), "=r"(wb[ni + 1][1])
-                       : "r"(baddr));
-        }
-#pragma unroll
-        for (int ni = 0; ni < 4; ++ni) MmaBf16(ws[ni], wa, wb[ni][0], wb[ni][1]);
-      }
-      double af[kStep / 4][2];  // A's fragments of the half for every k4
+    if constexpr (kRound == kRoundExactWhole) {
+      // Every step straight onto the accumulators, k4 slice by slice: the two row tiles' A fragments and the four
+      // column tiles' B fragments (each loaded once a step), then eight independent FP64 products.
 #pragma unroll
       for (int q = 0; q < kStep / 4; ++q) {
-        af[q][0] = sm.sa[wr + 16 * m2 + gr][4 * q + gc];
-        af[q][1] = sm.sa[wr + 16 * m2 + 8 + gr][4 * q + gc];
+        double a[2][2], b[4];
+#pragma unroll
+        for (int t = 0; t < 2; ++t) {
+          a[t][0] = sm.sa[wr + 16 * t + gr][4 * q + gc];
+          a[t][1] = sm.sa[wr + 16 * t + 8 + gr][4 * q + gc];
+        }
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) b[ni] = sm.sb[4 * q + gc][wc + 8 * ni + gr];
+#pragma unroll
+        for (int t = 0; t < 2; ++t)
+#pragma unroll
+          for (int ni = 0; ni < 4; ++ni) Dmma(dacc[2 * t][ni], dacc[2 * t + 1][ni], a[t][0], a[t][1], b[ni]);
       }
-      int row_a[2], row_b[2];  // FastStep's a127 and b127f, the row's parts
+    } else {
+      // Two halves of the warp's rows, 16 each (m2), to keep fewer values live: the certificate's weight sums on
+      // the BF16 tensor core, the FP64 sums 16 x 8 at a time, then each output's step where the certificate
+      // holds. The rest wait in the warp's scratch, marked in `queued` (bit (mi % 2 * 4 + ni) * 2 + h), with
+      // steps that meet NaN or Inf, and are computed before the next half.
 #pragma unroll
-      for (int x = 0; x < 2; ++x) {
-        row_a[x] = st.ia[wr + 16 * m2 + 8 * x + gr].maxnom + 127;
-        row_b[x] = st.ia[wr + 16 * m2 + 8 * x + gr].minlsb + 127 + frac_bits;
-      }
-      unsigned queued = 0;
-      float(&scratch)[16][33] = sm.scratch[warp];
+      for (int m2 = 0; m2 < 2; ++m2) {
+        float ws[4][4];  // ws[ni][2 (mi % 2) + h]
 #pragma unroll
-      for (int ni = 0; ni < 4; ++ni) {
-        // The accumulators plus the step's products, [mi % 2][h] (exact where no term is cut: FastStep).
-        double sum[2][2];
+        for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
-        for (int x = 0; x < 2; ++x)
+          for (int x = 0; x < 4; ++x) ws[ni][x] = 0.0f;
 #pragma unroll
-          for (int h = 0; h < 2; ++h)
-            sum[x][h] = kRound == kRoundExactWhole ? dacc[2 * m2 + x][ni][h]
-                        : kRound == kRoundExact || kRound == kRoundBlockExact
-                            ? 0.0
-                            : static_cast<double>(kPromote ? part[2 * m2 + x][ni][h] : acc[2 * m2 + x][ni][h]);
+        for (int k16 = 0; k16 < (kCert ? kStep : 0); k16 += 16) {
+          uint32_t wa[4], wb[4][2];
+          const unsigned addr =
+              SharedAddr(&st.wa[wr + 16 * m2 + lane % 8 + 8 * ((lane / 8) % 2)][k16 + 8 * (lane / 16)]);
+          asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                       : "=r"(wa[0]), "=r"(wa[1]), "=r"(wa[2]), "=r"(wa[3])
+                       : "r"(addr));
 #pragma unroll
-        for (int q = 0; q < kStep / 4; ++q)
-          Dmma(sum[0], sum[1], af[q][0], af[q][1], sm.sb[4 * q + gc][wc + 8 * ni + gr]);
-        if constexpr (kRound == kRoundExactWhole) {
+          for (int ni = 0; ni < 4; ni += 2) {
+            // Matrix l / 8: k rows k16 + 8 ((l / 8) % 2), columns of n tile ni + l / 16; transposed, each lane gets
+            // B (k 2t..2t+1, n g) as the MMA takes it.
+            const unsigned baddr = SharedAddr(&st.wb[k16 + lane % 8 + 8 * ((lane / 8) % 2)][wc + 8 * (ni + lane / 16)]);
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(wb[ni][0]), "=r"(wb[ni][1]), "=r"(wb[ni + 1][0]), "=r"(wb[ni + 1][1])
+                         : "r"(baddr));
+          }
+#pragma unroll
+          for (int ni = 0; ni < 4; ++ni) MmaBf16(ws[ni], wa, wb[ni][0], wb[ni][1]);
+        }
+        double af[kStep / 4][2];  // A's fragments of the half for every k4
+#pragma unroll
+        for (int q = 0; q < kStep / 4; ++q) {
+          af[q][0] = sm.sa[wr + 16 * m2 + gr][4 * q + gc];
+          af[q][1] = sm.sa[wr + 16 * m2 + 8 + gr][4 * q + gc];
+        }
+        int row_a[2], row_b[2];  // FastStep's a127 and b127f, the row's parts
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          row_a[x] = st.ia[wr + 16 * m2 + 8 * x + gr].maxnom + 127;
+          row_b[x] = st.ia[wr + 16 * m2 + 8 * x + gr].minlsb + 127 + frac_bits;
+        }
+        unsigned queued = 0;
+        float(&scratch)[16][33] = sm.scratch[warp];
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+          // The accumulators plus the step's products, [mi % 2][h] (exact where no term is cut: FastStep).
+          double sum[2][2];
 #pragma unroll
           for (int x = 0; x < 2; ++x)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) dacc[2 * m2 + x][ni][h] = sum[x][h];
-        } else {
+            for (int h = 0; h < 2; ++h)
+              sum[x][h] = kRound == kRoundExact || kRound == kRoundBlockExact
+                              ? 0.0
+                              : static_cast<double>(kPromote ? part[2 * m2 + x][ni][h] : acc[2 * m2 + x][ni][h]);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int2 ib = *reinterpret_cast<const int2*>(&st.ib[wc + 8 * ni + 2 * gc + h]);  // maxnom, minlsb
+          for (int q = 0; q < kStep / 4; ++q)
+            Dmma(sum[0], sum[1], af[q][0], af[q][1], sm.sb[4 * q + gc][wc + 8 * ni + gr]);
 #pragma unroll
-          for (int x = 0; x < 2; ++x) {
-            if constexpr (kRound == kRoundExact) {
-              if (!ExactFast<kLogStep>(row_a[x] + ib.x, row_b[x] + ib.y, sum[x][h], dacc[2 * m2 + x][ni][h]))
-                inexact |= 1u << (8 * (2 * m2 + x) + 2 * ni + h);
-              continue;
-            }
-            float& cur = kPromote ? part[2 * m2 + x][ni][h] : acc[2 * m2 + x][ni][h];
-            const bool ok = kRound == kRoundBlockExact
-                                ? BlockExactFast<kLogStep>(row_a[x] + ib.x, row_b[x] + ib.y, sum[x][h], cur)
-                                : FastStep<kRound>(z127, frac_bits, out_bits, out_rne, row_a[x] + ib.x, row_b[x] + ib.y,
-                                                   sum[x][h], ws[ni][2 * x + h], cur);
-            if (!ok) {
-              queued |= 1u << ((x * 4 + ni) * 2 + h);
-              scratch[8 * x + gr][8 * ni + 2 * gc + h] = cur;
+          for (int h = 0; h < 2; ++h) {
+            const int2 ib = *reinterpret_cast<const int2*>(&st.ib[wc + 8 * ni + 2 * gc + h]);  // maxnom, minlsb
+#pragma unroll
+            for (int x = 0; x < 2; ++x) {
+              if constexpr (kRound == kRoundExact) {
+                if (!ExactFast<kLogStep>(row_a[x] + ib.x, row_b[x] + ib.y, sum[x][h], dacc[2 * m2 + x][ni][h]))
+                  inexact |= 1u << (8 * (2 * m2 + x) + 2 * ni + h);
+                continue;
+              }
+              float& cur = kPromote ? part[2 * m2 + x][ni][h] : acc[2 * m2 + x][ni][h];
+              const bool ok = kRound == kRoundBlockExact
+                                  ? BlockExactFast<kLogStep>(row_a[x] + ib.x, row_b[x] + ib.y, sum[x][h], cur)
+                                  : FastStep<kRound>(z127, frac_bits, out_bits, out_rne, row_a[x] + ib.x,
+                                                     row_b[x] + ib.y, sum[x][h], ws[ni][2 * x + h], cur);
+              if (!ok) {
+                queued |= 1u << ((x * 4 + ni) * 2 + h);
+                scratch[8 * x + gr][8 * ni + 2 * gc + h] = cur;
+              }
             }
           }
         }
-        }
-      }
-      // The queued steps: first each lane its own whose accumulator sets the step's exponent (AccStep), all
-      // lanes at once; then the others one at a time, each on the whole warp (a loop, not unrolled: the
-      // kernel's code stays small). Rows and columns past the matrix are dropped here.
-      if (__any_sync(0xFFFFFFFFu, queued != 0)) {
-        unsigned mine = queued, rest = 0;
-        while (__any_sync(0xFFFFFFFFu, mine != 0)) {
-          if (mine == 0) continue;
-          const int b = __ffs(static_cast<int>(mine)) - 1;
-          mine &= mine - 1;
-          const int rl = 8 * (b >> 3) + gr, cl = 8 * ((b >> 1) & 3) + 2 * gc + (b & 1);
-          const int r = wr + 16 * m2 + rl, c = wc + cl;
-          if (row0 + r >= g.m || col0 + c >= g.n) continue;
-          float out;
-          if (kRound == kRoundBlockExact) {  // on the reference's exact accumulator (engine_fused.cuh)
-            scratch[rl][cl] =
-                BlockExactStep(LineOf(g, g.a.values, g.b.values, g.a.nominal, g.b.nominal, row0 + r, col0 + c), k0, k1,
-                               scratch[rl][cl]);
-            ++fallbacks;
-          } else if (AccStep<kStep, kRound>(p, sm, st.ia[r], st.ib[c], r, c, scratch[rl][cl], out)) {
-            scratch[rl][cl] = out;
-            ++fallbacks;
-          } else {
-            rest |= 1u << b;
+        // The queued steps: first each lane its own whose accumulator sets the step's exponent (AccStep), all
+        // lanes at once; then the others one at a time, each on the whole warp (a loop, not unrolled: the
+        // kernel's code stays small). Rows and columns past the matrix are dropped here.
+        if (__any_sync(0xFFFFFFFFu, queued != 0)) {
+          unsigned mine = queued, rest = 0;
+          while (__any_sync(0xFFFFFFFFu, mine != 0)) {
+            if (mine == 0) continue;
+            const int b = __ffs(static_cast<int>(mine)) - 1;
+            mine &= mine - 1;
+            const int rl = 8 * (b >> 3) + gr, cl = 8 * ((b >> 1) & 3) + 2 * gc + (b & 1);
+            const int r = wr + 16 * m2 + rl, c = wc + cl;
+            if (row0 + r >= g.m || col0 + c >= g.n) continue;
+            float out;
+            if (kRound == kRoundBlockExact) {  // on the reference's exact accumulator (engine_fused.cuh)
+              scratch[rl][cl] =
+                  BlockExactStep(LineOf(g, g.a.values, g.b.values, g.a.nominal, g.b.nominal, row0 + r, col0 + c), k0,
+                                 k1, scratch[rl][cl]);
+              ++fallbacks;
+            } else if (AccStep<kStep, kRound>(p, sm, st.ia[r], st.ib[c], r, c, scratch[rl][cl], out)) {
+              scratch[rl][cl] = out;
+              ++fallbacks;
+            } else {
+              rest |= 1u << b;
+            }
           }
-        }
-        __syncwarp();  // the other lanes' scratch entries, written above, are read below
-        for (;;) {
-          const unsigned lanes = __ballot_sync(0xFFFFFFFFu, rest != 0);
-          if (lanes == 0) break;
-          const int src = __ffs(static_cast<int>(lanes)) - 1;
-          const int b = __ffs(static_cast<int>(__shfl_sync(0xFFFFFFFFu, rest, src))) - 1;
-          if (lane == src) rest &= rest - 1;
-          const int rl = 8 * (b >> 3) + src / 4, cl = 8 * ((b >> 1) & 3) + 2 * (src % 4) + (b & 1);
-          const int r = wr + 16 * m2 + rl, c = wc + cl;
-          const size_t i = row0 + r, j = col0 + c;
-          if (lane == 0) ++fallbacks;
-          const float in = scratch[rl][cl];
-          const StepInfo &ia = st.ia[r], &ib = st.ib[c];
-          if (ia.maxnom == kSpecialStep || ib.maxnom == kSpecialStep || !isfinite(in)) {
-            if (lane == 0)
-              scratch[rl][cl] = FusedStep(LineOf(g, g.a.values, g.b.values, g.a.nominal, g.b.nominal, i, j), p, k0, k1,
-                                          in, p.scales_in);
-          } else {
-            const float out = WarpTileStep(p, f.a_parts, f.b_parts, &st.a[r][0], &st.b[0][c], static_cast<int>(k1 - k0),
-                                           ia, ib, in, lane);
-            if (lane == 0) scratch[rl][cl] = out;
+          __syncwarp();  // the other lanes' scratch entries, written above, are read below
+          for (;;) {
+            const unsigned lanes = __ballot_sync(0xFFFFFFFFu, rest != 0);
+            if (lanes == 0) break;
+            const int src = __ffs(static_cast<int>(lanes)) - 1;
+            const int b = __ffs(static_cast<int>(__shfl_sync(0xFFFFFFFFu, rest, src))) - 1;
+            if (lane == src) rest &= rest - 1;
+            const int rl = 8 * (b >> 3) + src / 4, cl = 8 * ((b >> 1) & 3) + 2 * (src % 4) + (b & 1);
+            const int r = wr + 16 * m2 + rl, c = wc + cl;
+            const size_t i = row0 + r, j = col0 + c;
+            if (lane == 0) ++fallbacks;
+            const float in = scratch[rl][cl];
+            const StepInfo &ia = st.ia[r], &ib = st.ib[c];
+            if (ia.maxnom == kSpecialStep || ib.maxnom == kSpecialStep || !isfinite(in)) {
+              if (lane == 0)
+                scratch[rl][cl] = FusedStep(LineOf(g, g.a.values, g.b.values, g.a.nominal, g.b.nominal, i, j), p, k0,
+                                            k1, in, p.scales_in);
+            } else {
+              const float out = WarpTileStep(p, f.a_parts, f.b_parts, &st.a[r][0], &st.b[0][c],
+                                             static_cast<int>(k1 - k0), ia, ib, in, lane);
+              if (lane == 0) scratch[rl][cl] = out;
+            }
+            __syncwarp();
           }
           __syncwarp();
+#pragma unroll
+          for (int x = 0; x < 2; ++x)
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                float& cur = kPromote ? part[2 * m2 + x][ni][h] : acc[2 * m2 + x][ni][h];
+                if ((queued >> ((x * 4 + ni) * 2 + h)) & 1u) cur = scratch[8 * x + gr][8 * ni + 2 * gc + h];
+              }
+          __syncwarp();
         }
-        __syncwarp();
-#pragma unroll
-        for (int x = 0; x < 2; ++x)
-#pragma unroll
-          for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              float& cur = kPromote ? part[2 * m2 + x][ni][h] : acc[2 * m2 + x][ni][h];
-              if ((queued >> ((x * 4 + ni) * 2 + h)) & 1u) cur = scratch[8 * x + gr][8 * ni + 2 * gc + h];
-            }
-        __syncwarp();
       }
     }
     if (kPromote && ((k0 + kStep) % window == 0 || k1 == g.k)) {
@@ -774,19 +788,23 @@ __global__ void __launch_bounds__(kDThreads, kPromote || kRound == kRoundExact ?
     // products' zero signs), runs on the exact accumulator, its steps counted as fallbacks.
     const unsigned long long k_steps = (g.k + kStep - 1) / kStep;
     unsigned long long slow = 0;  // counted apart: 32 outputs' K steps may pass 2^32
+    unsigned redo = 0;            // bit 8 mi + 2 ni + h: the exact accumulator's (one call site, few live values)
     ForOutputs([&](int mi, int ni, int h) {
       const size_t i = row0 + wr + 8 * mi + gr, j = col0 + wc + 8 * ni + 2 * gc + h;
       if (i >= g.m || j >= g.n) return;
       const double v = dacc[mi][ni][h];
-      float r;
-      if (((inexact >> (8 * mi + 2 * ni + h)) & 1u) || v == 0) {
-        r = ExactFamilyDot(g, LineOf(g, g.a.values, g.b.values, g.a.nominal, g.b.nominal, i, j), i, j);
-        slow += k_steps;
-      } else {
-        r = __double2float_rn(v);
-      }
-      g.out[i * g.n + j] = Finish(g, i, j, r);
+      const int bit = 8 * mi + 2 * ni + h;
+      if (((inexact >> bit) & 1u) || v == 0) redo |= 1u << bit;
+      else g.out[i * g.n + j] = Finish(g, i, j, __double2float_rn(v));
     });
+    while (redo != 0) {
+      const int b = __ffs(static_cast<int>(redo)) - 1;
+      redo &= redo - 1;
+      const size_t i = row0 + wr + 8 * (b >> 3) + gr, j = col0 + wc + 8 * ((b >> 1) & 3) + 2 * gc + (b & 1);
+      const float r = ExactFamilyDot(g, LineOf(g, g.a.values, g.b.values, g.a.nominal, g.b.nominal, i, j), i, j);
+      g.out[i * g.n + j] = Finish(g, i, j, r);
+      slow += k_steps;
+    }
     if (slow && f.fallback_steps) atomicAdd(f.fallback_steps, slow);
   } else {
     ForOutputs([&](int mi, int ni, int h) {

@@ -119,6 +119,19 @@ GemmOperand Shaped(const Format& f, size_t rows, size_t cols, bool is_a, std::mt
   return OperandFromCodes(f, rows, cols, c.data());
 }
 
+// The fast tiles take a step's exact FP64 sum only where no product has a bit below 2^(E - F): here E = 7 (128 x 1),
+// F = 24. Column 0 adds 2^-17 in the even half and 2^-18 in the odd one: the odd half's sum is floored to 2^-17,
+// leaving 128 + 2^-17, a tie that rounds to 128, where the exact sum would round up; column 1 adds 2^-17 and 2^-16
+// (nothing below 2^-17): 128 + 1.5 2^-16 rounds to 128 + 2^-16. The result of qmx::Gemm (fast tiles) is checked
+// against these values and the reference.
+TEST_CASE("gemm cdna3: the fast tiles' exact sums stop at a product below the step's unit", "[gemm]") {
+  const double u = std::ldexp(1.0, -8), v = std::ldexp(1.0, -9);
+  const std::vector<float> d =
+      Row({{0, 128.0}, {2, u}, {1, v}}, {{0, 1.0}, {2, v}, {1, v}}, {{0, 1.0}, {2, v}, {1, u}}, 0.0f, 0.0f);
+  CHECK(d[0] == 128.0f);
+  CHECK(d[1] == 128.0f + std::ldexp(1.0f, -16));
+}
+
 TEST_CASE("gemm cdna3: the fast tiles equal the reference where halves, zero steps and C's drop decide", "[gemm]") {
   std::mt19937 rng(93);
   const AccumModel m = AccumModelByName("cdna3-fp8");

@@ -652,79 +652,155 @@ void ZeroRuleRisks(const GemmOperand& a, const GemmOperand& b, const float* c_in
 
 // ---- AMD CDNA3's FP8 step (FusedParams::cdna3_halves) ------------------------------------------------
 
-// gemm_ref.cc's Cdna3Step in doubles, for rows [i0, i1) and columns [j0, j0 + nc): each half's products (even
-// and odd k from the step's start) times 2^(F - top) cut toward zero, top the half's largest exponent (a zero
-// element's -126, so a zero product's -126 + the other's exponent); the half sums floored by 2^(top - E) to
-// the step's largest E; that floored by 2^(7 - (M - E)) into units of 2^(M - 31) and C floored into units
-// of 2^(M - 24), M = max(E, C's exponent), unless C lies more than 25 binades below M; their sum rounded.
-// Every value is an integer below 2^53 held exactly: a product of two FP8 values has at most 8 significant
-// bits and lies below 2^(top + 2), so a half's 8 cut terms sum below 2^29, the floored sums below 2^30, the
-// total below 2^38; floor of an exact double product by a power of two is FloorShift.
-QMX_GEMM_CLONES void Cdna3Tile(const FusedParams& p, size_t n, size_t k, const double* va, const int* ea,
-                               const double* vb, const int* eb, const float* c_in, size_t i0, size_t i1, size_t j0,
-                               size_t nc, float* out) {
+// gemm_ref.cc's Cdna3Step in doubles for one output and one step of len products: x[q * xs] and y[q * ys]
+// the elements' values, ex and ey their exponents under the zero rule (-126 for zero), c the accumulator. Each
+// half's products (even and odd q) times 2^(F - top) cut toward zero, top the half's largest exponent; the half
+// sums floored by 2^(top - E) to the step's largest E; that floored by 2^(7 - (M - E)) into units of 2^(M - 31)
+// and C floored into units of 2^(M - 24), M = max(E, C's exponent), unless C lies more than 25 binades below M;
+// their sum rounded. Every value is an integer below 2^53 held exactly: a product of two FP8 values has at most
+// 8 significant bits and lies below 2^(top + 2), so a half's 8 cut terms sum below 2^29, the floored sums below
+// 2^30, the total below 2^38; floor of an exact double product by a power of two is FloorShift.
+inline float Cdna3StepOne(int F, bool rne_out, const double* x, const int16_t* ex, size_t xs, const double* y,
+                          const int16_t* ey, size_t ys, size_t len, float c) {
+  constexpr int kNone = -100000;  // an empty half's top (the even half is never empty)
+  int top[2] = {kNone, kNone};
+  for (size_t q = 0; q < len; ++q) top[q & 1] = std::max(top[q & 1], ex[q * xs] + ey[q * ys]);
+  const double f[2] = {Pow2d(F - std::max(top[0], -1000)), Pow2d(F - std::max(top[1], -1000))};
+  double sum[2] = {0.0, 0.0};
+  for (size_t q = 0; q < len; ++q) sum[q & 1] += std::trunc(x[q * xs] * y[q * ys] * f[q & 1]);
+  const int e = std::max(top[0], top[1]);
+  const double s0 = std::floor(sum[0] * Pow2d(top[0] - e));  // e - top <= 283
+  const double s1 = top[1] != kNone ? std::floor(sum[1] * Pow2d(top[1] - e)) : 0.0;
+  uint32_t cb;
+  std::memcpy(&cb, &c, 4);
+  const int ec = std::max(static_cast<int>((cb >> 23) & 0xFF) - 127, -126);  // -126 for zero and subnormals
+  const int mx = std::max(e, ec);
+  const double t = std::floor((s0 + s1) * Pow2d(31 - F - (mx - e)));  // an integer times 2^(>= 0), or floored
+  const double cq = c != 0 && ec >= mx - 25 ? std::floor(static_cast<double>(c) * Pow2d(24 - mx)) : 0.0;
+  return FusedOut(t + cq * 128.0, mx - 31, 24, rne_out);
+}
+
+// The operands of the CDNA3 kernel: each element's value, its exponent under the zero rule (-126 for zero) and
+// its lowest set bit (kCdna3NoLsb for zero). A as it is (rows padded to a multiple of kRows with zeros); B in
+// panels of kCdna3Cols columns (its columns padded to a multiple of that), each panel's K rows of 32 side by
+// side, so that a step's rows share cache sets with nothing of their own panel.
+constexpr size_t kCdna3Cols = 32;
+using V8d = double __attribute__((vector_size(64)));
+using V32s = int16_t __attribute__((vector_size(64)));
+using V8dU = double __attribute__((vector_size(64), aligned(8)));  // loads from the packed operands
+using V32sU = int16_t __attribute__((vector_size(64), aligned(2)));
+constexpr int16_t kCdna3NoLsb = 8000;  // a zero's: a product with a zero lies above every bound
+struct Cdna3Operand {
+  std::vector<double> v;
+  std::vector<int16_t> e, l;
+};
+Cdna3Operand Cdna3Pack(const GemmOperand& o, size_t rows, size_t cols, size_t ld, bool panels) {
+  std::array<int32_t, 256> nom = NominalExps(o.elem);
+  std::array<double, 256> val{};
+  std::array<int16_t, 256> lsb{};
+  for (int c = 0; c < 256; ++c) {
+    const double v = static_cast<double>(DecodeToFloat(o.elem, static_cast<uint8_t>(c)));  // exact: <= 8 bits
+    val[c] = std::isfinite(v) ? v : 0.0;
+    if (nom[c] == kZeroE) nom[c] = -126;
+    int ev = 0;
+    const double m = std::frexp(std::fabs(v), &ev);  // |v| = m 2^ev, m in [0.5, 1): the lowest bit from m's
+    long long q = std::llround(std::ldexp(m, 53));
+    int low = ev - 53;
+    while (q != 0 && (q & 1) == 0) q >>= 1, ++low;
+    lsb[c] = v == 0 || !std::isfinite(v) ? kCdna3NoLsb : static_cast<int16_t>(low);
+  }
+  Cdna3Operand p;
+  p.v.assign(rows * ld, 0.0);
+  p.e.assign(rows * ld, -126);
+  p.l.assign(rows * ld, kCdna3NoLsb);
+  for (size_t r = 0; r < o.rows; ++r)
+    for (size_t q = 0; q < cols; ++q) {
+      const uint8_t c = o.codes[r * o.cols + q];
+      const size_t at = panels ? (q / kCdna3Cols * rows + r) * kCdna3Cols + q % kCdna3Cols : r * ld + q;
+      p.v[at] = val[c];
+      p.e[at] = static_cast<int16_t>(nom[c]);
+      p.l[at] = lsb[c];
+    }
+  return p;
+}
+
+// The CDNA3 step for kRows rows from i0 (A padded) and 32 columns from j0 (B padded; rows and nc say which
+// outputs exist). Per output and step: P the products' sum in FP64, E their largest exponent and L their lowest
+// set bit (a product's is the sum of its elements'), each over the step's k, vectorized along the columns.
+// Where L >= E - F, no product has a bit below 2^(E - F): no half cuts a term or floors a bit away, P is exact
+// (products below 2^(E + 2), at most 16 of them, all multiples of 2^(E - F): F + 6 bits), and the step is
+// Cdna3Step's tail on it: t = floor(P 2^(31 - M)), M = max(E, C's exponent), plus C floored unless dropped,
+// rounded. Other outputs take Cdna3StepOne. An accumulator that left the finite range gives the canonical NaN,
+// and the caller's reference redoes its row.
+QMX_GEMM_CLONES void Cdna3Chunk(const FusedParams& p, size_t k, size_t n, const Cdna3Operand& a, const Cdna3Operand& b,
+                                const float* c_in, size_t i0, size_t rows, size_t j0, size_t nc, float* out) {
   const int F = p.frac_bits;
   const bool rne_out = p.out_round == FusedRound::kRne;
-  constexpr int kNone = -100000;  // an empty half's top (the even half is never empty)
-  // The tile's rows (at most kRows) side by side, so that each of B's rows is read once a step for all of
-  // them; the even half in top0 / sum0 / f0, the odd one in top1 / sum1 / f1: each inner loop runs over one
-  // row's and one half's arrays, branch-free, so that it vectorizes.
-  const size_t rows = i1 - i0;
-  alignas(64) float acc[kRows][kCols];
-  alignas(64) int top0[kRows][kCols], top1[kRows][kCols];
-  alignas(64) double sum0[kRows][kCols], sum1[kRows][kCols], f0[kRows][kCols], f1[kRows][kCols];
-  alignas(64) int32_t overflow[kRows][kCols];  // 32-bit flags beside the int and float lanes: the loops vectorize
-  for (size_t r = 0; r < rows; ++r)
-    for (size_t j = 0; j < nc; ++j) {
-      acc[r][j] = c_in ? c_in[(i0 + r) * n + j0 + j] : 0.0f;
+  const size_t panel = j0 / kCdna3Cols * k * kCdna3Cols;  // B's panel of columns j0 ..
+  alignas(64) float acc[kRows][kCdna3Cols];
+  alignas(64) int32_t overflow[kRows][kCdna3Cols];
+  for (size_t r = 0; r < kRows; ++r)
+    for (size_t j = 0; j < kCdna3Cols; ++j) {
+      acc[r][j] = c_in && r < rows && j < nc ? c_in[(i0 + r) * n + j0 + j] : 0.0f;
       overflow[r][j] = 0;
     }
   for (size_t k0 = 0; k0 < k; k0 += static_cast<size_t>(p.step)) {
     const size_t k1 = std::min(k, k0 + static_cast<size_t>(p.step));
-    for (size_t r = 0; r < rows; ++r)
-      for (size_t j = 0; j < nc; ++j) top0[r][j] = top1[r][j] = kNone;
+    // The kRows x 32 sums, tops and lowest bits in registers over the step (GCC's vector types: 16 vectors of 8
+    // doubles and 8 of 32 int16 on AVX-512, split in halves or quarters on narrower targets).
+    V8d vs[kRows][4];
+    V32s vt[kRows], vl[kRows];
+    for (size_t r = 0; r < kRows; ++r) {
+      for (int q = 0; q < 4; ++q) vs[r][q] = V8d{} + 0.0;
+      vt[r] = V32s{} - 32000;
+      vl[r] = V32s{} + 32000;
+    }
     for (size_t kk = k0; kk < k1; ++kk) {
-      const int* e_b = eb + kk * n + j0;
-      for (size_t r = 0; r < rows; ++r) {
-        int* t = (kk - k0) & 1 ? top1[r] : top0[r];
-        const int e_a = ea[(i0 + r) * k + kk];
-        for (size_t j = 0; j < nc; ++j) t[j] = std::max(t[j], e_a + e_b[j]);
+      const size_t bk = panel + kk * kCdna3Cols;
+      const V8dU* yp = reinterpret_cast<const V8dU*>(&b.v[bk]);
+      const V8d y[4] = {yp[0], yp[1], yp[2], yp[3]};
+      const V32s ey = *reinterpret_cast<const V32sU*>(&b.e[bk]);
+      const V32s ly = *reinterpret_cast<const V32sU*>(&b.l[bk]);
+      for (size_t r = 0; r < kRows; ++r) {
+        const size_t at = (i0 + r) * k + kk;
+        const double x = a.v[at];
+        for (int q = 0; q < 4; ++q) vs[r][q] += x * y[q];  // exact: at most 8 significant bits
+        const V32s t = ey + a.e[at], l = ly + a.l[at];
+        vt[r] = vt[r] > t ? vt[r] : t;
+        vl[r] = vl[r] < l ? vl[r] : l;
       }
     }
-    for (size_t r = 0; r < rows; ++r)
-      for (size_t j = 0; j < nc; ++j) {
-        f0[r][j] = Pow2d(F - std::max(top0[r][j], -1000));  // top >= -252 but in an empty half
-        f1[r][j] = Pow2d(F - std::max(top1[r][j], -1000));
-        sum0[r][j] = sum1[r][j] = 0.0;
-      }
-    for (size_t kk = k0; kk < k1; ++kk) {
-      const double* y = vb + kk * n + j0;
-      for (size_t r = 0; r < rows; ++r) {
-        double* sh = (kk - k0) & 1 ? sum1[r] : sum0[r];
-        const double* fh = (kk - k0) & 1 ? f1[r] : f0[r];
-        const double x = va[(i0 + r) * k + kk];
-        for (size_t j = 0; j < nc; ++j) sh[j] += std::trunc(x * y[j] * fh[j]);
-      }
-    }
-    for (size_t r = 0; r < rows; ++r)
-      for (size_t j = 0; j < nc; ++j) {
-        const int e = std::max(top0[r][j], top1[r][j]);
-        const double s0 = std::floor(sum0[r][j] * Pow2d(top0[r][j] - e));  // e - top <= 283
-        const double s1 = std::floor(sum1[r][j] * Pow2d(std::max(top1[r][j], -1000) - e));
-        const double s = s0 + (top1[r][j] != kNone ? s1 : 0.0);
+    for (size_t r = 0; r < kRows; ++r) {
+      const size_t row = (i0 + r) * k;
+      alignas(64) double sum[kCdna3Cols];
+      alignas(64) int16_t top[kCdna3Cols], low[kCdna3Cols];
+      for (int q = 0; q < 4; ++q) reinterpret_cast<V8d*>(sum)[q] = vs[r][q];
+      *reinterpret_cast<V32s*>(top) = vt[r];
+      *reinterpret_cast<V32s*>(low) = vl[r];
+      alignas(64) int32_t slow[kCdna3Cols];
+      for (size_t j = 0; j < kCdna3Cols; ++j) {
+        const int e = top[j];
         const float c = acc[r][j];
         uint32_t cb;
         std::memcpy(&cb, &c, 4);
-        const int ec = std::max(static_cast<int>((cb >> 23) & 0xFF) - 127, -126);  // -126 for zero and subnormals
+        const int ec = std::max(static_cast<int>((cb >> 23) & 0xFF) - 127, -126);
         const int mx = std::max(e, ec);
-        const double t = std::floor(s * Pow2d(31 - F - (mx - e)));  // an integer times 2^(>= 0), or floored
+        const double t = std::floor(sum[j] * Pow2d(31 - mx));
         const double cq = c != 0 && ec >= mx - 25 ? std::floor(static_cast<double>(c) * Pow2d(24 - mx)) : 0.0;
-        const float d = FusedOut(t + cq * 128.0, mx - 31, 24, rne_out);
-        overflow[r][j] |= static_cast<int32_t>(!(std::fabs(d) <= FLT_MAX));
-        acc[r][j] = d;
+        slow[j] = static_cast<int32_t>(low[j] < e - F);
+        acc[r][j] = FusedOut(t + cq * 128.0, mx - 31, 24, rne_out);
+        if (slow[j]) acc[r][j] = c;  // recomputed below
       }
+      int32_t any = 0;
+      for (size_t j = 0; j < kCdna3Cols; ++j) any |= slow[j];
+      for (size_t j = 0; any != 0 && j < nc && r < rows; ++j)
+        if (slow[j])
+          acc[r][j] = Cdna3StepOne(F, rne_out, &a.v[row + k0], &a.e[row + k0], 1, &b.v[panel + k0 * kCdna3Cols + j],
+                                   &b.e[panel + k0 * kCdna3Cols + j], kCdna3Cols, k1 - k0, acc[r][j]);
+      for (size_t j = 0; j < kCdna3Cols; ++j)
+        overflow[r][j] |= static_cast<int32_t>(!(std::fabs(acc[r][j]) <= FLT_MAX));
+    }
   }
-  // An output whose accumulator left the finite range: the canonical NaN, and the reference redoes its row.
   for (size_t r = 0; r < rows; ++r)
     for (size_t j = 0; j < nc; ++j) out[(i0 + r) * n + j0 + j] = overflow[r][j] ? CanonicalNanF() : acc[r][j];
 }
@@ -735,21 +811,21 @@ bool Cdna3Fast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
   if (plan.a_blocks || plan.b_blocks || p.frac_bits != 24 || p.step > 64 || p.promote != 0 || p.group != 1 ||
       a.elem.Bits() > 8 || b.elem.Bits() > 8 || SigProductBits(a.elem, b.elem) > 10)
     return false;
-  // Each element's value and its exponent under the zero rule (NominalExps, with -126 for zero).
-  const auto exps = [](const GemmOperand& o) {
-    std::array<int32_t, 256> t = NominalExps(o.elem);
-    for (int32_t& x : t) x = x == kZeroE ? -126 : x;
-    std::vector<int> e(o.codes.size());
-    for (size_t x = 0; x < e.size(); ++x) e[x] = t[o.codes[x]];
-    return e;
-  };
-  const std::vector<int> ea = exps(a), eb = exps(b);
-  const std::vector<double> va = Values<double>(a, false, exec), vb = Values<double>(b, false, exec);
-  ParallelRows(plan, exec, [&](size_t i0, size_t i1) {
-    for (size_t j0 = 0; j0 < plan.n; j0 += kCols)
-      Cdna3Tile(p, plan.n, plan.k, va.data(), ea.data(), vb.data(), eb.data(), c_in, i0, i1, j0,
-                std::min(kCols, plan.n - j0), out);
-  });
+  const size_t mp = (plan.m + kRows - 1) / kRows * kRows, np = (plan.n + kCdna3Cols - 1) / kCdna3Cols * kCdna3Cols;
+  const Cdna3Operand pa = Cdna3Pack(a, mp, plan.k, plan.k, false), pb = Cdna3Pack(b, plan.k, plan.n, np, true);
+  // Tiles of 32 columns by up to 256 rows, column-major: a thread's consecutive row tiles reuse B's 32-column
+  // panel (K x 32 values, exponents and lowest bits) from its cache; rows streamed past it once a panel.
+  constexpr size_t kBlockRows = 256;
+  const size_t panels = np / kCdna3Cols, blocks = (plan.m + kBlockRows - 1) / kBlockRows;
+  const long tiles = static_cast<long>(panels * blocks);
+#pragma omp parallel for schedule(dynamic) if (exec == Exec::kParallel)
+  for (long t = 0; t < tiles; ++t) {
+    const detail::ScopedDefaultFpEnv fp_env;
+    const size_t j0 = static_cast<size_t>(t) / blocks * kCdna3Cols, r0 = static_cast<size_t>(t) % blocks * kBlockRows;
+    for (size_t i0 = r0; i0 < std::min(plan.m, r0 + kBlockRows); i0 += kRows)
+      Cdna3Chunk(p, plan.k, plan.n, pa, pb, c_in, i0, std::min(kRows, plan.m - i0), j0,
+                 std::min(kCdna3Cols, plan.n - j0), out);
+  }
   return true;
 }
 

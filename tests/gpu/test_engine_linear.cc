@@ -38,17 +38,7 @@ size_t Differ(const std::vector<float>& got, const std::vector<float>& want, con
   return bad + (got.size() != want.size() ? 1 : 0);
 }
 
-struct Dev {
-  gpu::DeviceMemory mem;
-  explicit Dev(const std::vector<float>& v) : mem(v.size() * sizeof(float)) { mem.Upload(v.data(), v.size() * 4); }
-  explicit Dev(size_t n) : mem(n * sizeof(float)) {}
-  float* get() const { return static_cast<float*>(mem.get()); }
-  std::vector<float> Host(size_t n) const {
-    std::vector<float> v(n);
-    mem.Download(v.data(), n * 4);
-    return v;
-  }
-};
+using Dev = qmx::test::DeviceArray<float>;
 
 TEST_CASE("gpu engine: the linear layer runs every recipe and names the models it does not", "[gpu]") {
   const RecipeOptions opt;

@@ -26,18 +26,7 @@ namespace engine_ops_test {
 using namespace qmx;
 
 template <typename T>
-struct Dev {
-  gpu::DeviceMemory mem;
-  explicit Dev(const std::vector<T>& v) : mem(v.size() * sizeof(T) + 1) {
-    if (!v.empty()) mem.Upload(v.data(), v.size() * sizeof(T));
-  }
-  T* get() const { return static_cast<T*>(mem.get()); }
-  std::vector<T> Host(size_t n) const {
-    std::vector<T> v(n);
-    if (n > 0) mem.Download(v.data(), n * sizeof(T));
-    return v;
-  }
-};
+using Dev = qmx::test::DeviceArray<T>;
 
 uint32_t Bits(float f) {
   uint32_t u;

@@ -78,6 +78,10 @@ float Nvfp4ElemMax(const QuantSpec& spec);
 // NVFP4's own formats: E4M3 block scales and elements whose largest value is 6 (the fast paths' and the GPU
 // engine's case; other formats run on the reference).
 bool Nvfp4OwnFormats(const QuantSpec& spec);
+// qmx/scale.h's Nvfp4TensorScale and Nvfp4DecodeScale under an NVFP4-rule spec: its rule, its block scales'
+// format (Nvfp4ScaleFormat) and its elements' largest value (Nvfp4ElemMax).
+float Nvfp4TensorScale(float tensor_amax, const QuantSpec& spec);
+float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, const QuantSpec& spec, DequantOrder order);
 
 // The recipes' short names: mxfp8 (e4m3, round-up), mxfp8-ocp (ocp-floor), mxfp8_e5m2, mxfp6_e2m3,
 // mxfp6_e3m2, mxfp4 (round-up), mxfp4-ocp, mxint8 (ocp-floor), nvfp4, nvfp4-2d (16x16), nvfp4-row (row-scaled), fp8-tensor-current,

@@ -418,8 +418,8 @@ float CheckpointBlockScale(const CheckpointTensor& t, size_t i) {
     case ScaleFormat::kE4m3: {
       // (Row-scaled blocks are 1-D, so block (sr, sc) lies in row sr for axis row and column sc for axis col.)
       if (t.info.layout == CheckpointLayout::kQmx)
-        return Nvfp4DecodeScale(q.scales[i], q.SecondLevelAmax(i / q.scale_cols, i % q.scale_cols), q.spec.rule,
-                                DequantOrder::kByRule, Nvfp4ScaleFormat(q.spec), Nvfp4ElemMax(q.spec));
+        return Nvfp4DecodeScale(q.scales[i], q.SecondLevelAmax(i / q.scale_cols, i % q.scale_cols), q.spec,
+                                DequantOrder::kByRule);
       const float s8 = DecodeToFloat(fmt::kE4M3, q.scales[i]);
       return t.global_divides ? s8 / t.global : s8 * t.global;
     }

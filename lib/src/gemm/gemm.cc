@@ -622,9 +622,7 @@ GemmOperand OperandShell(const QuantizedTensor& q) {
   }
   if (q.spec.row_scaled) {  // each line's decode scale, as the tensor's would be: fl32(1 / S_enc(line amax))
     std::vector<float>& lines = q.spec.axis == Axis::kCol ? o.col_scales : o.row_scales;
-    for (float amax : q.line_amax)
-      lines.push_back(Nvfp4TensorDecode(
-          Nvfp4TensorScale(amax, q.spec.rule, Nvfp4ScaleFormat(q.spec), Nvfp4ElemMax(q.spec)), q.spec.rule));
+    for (float amax : q.line_amax) lines.push_back(Nvfp4TensorDecode(Nvfp4TensorScale(amax, q.spec), q.spec.rule));
     (q.spec.axis == Axis::kCol ? o.te_alpha.col_amax : o.te_alpha.row_amax) = q.line_amax;
     o.tensor_scale = 1.0f;
   }

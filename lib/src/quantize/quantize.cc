@@ -791,8 +791,7 @@ void DequantizeSpan(const QuantizedTensor& q, size_t r, size_t c0, size_t c1, si
     const double scale = std::ldexp(1.0, static_cast<int>(q.scales[si]) - 127);
     ScaleSpan(codes, n, table, detail::FlushSubnormal(scale, ftz), ftz, out);
   } else if (sf == ScaleFormat::kE4m3) {
-    const float scale = Nvfp4DecodeScale(q.scales[si], q.SecondLevelAmax(r, c0), q.spec.rule, order,
-                                         Nvfp4ScaleFormat(q.spec), Nvfp4ElemMax(q.spec));
+    const float scale = Nvfp4DecodeScale(q.scales[si], q.SecondLevelAmax(r, c0), q.spec, order);
     ScaleSpan(codes, n, table, detail::FlushSubnormal(scale, ftz), ftz, out);
   } else {
     ScaleSpan(codes, n, table, detail::FlushSubnormal(q.ScaleAt(sr, sc), ftz), ftz, out);
@@ -886,8 +885,7 @@ QuantStats ComputeStats(const TensorView& x, const QuantizedTensor& q) {
     const size_t sr = i / q.scale_cols, sc = i % q.scale_cols;
     // (Row-scaled blocks are 1-D: block row sr is row sr for axis row, block column sc is column sc for axis col.)
     const double scale = sf == ScaleFormat::kE4m3
-                             ? Nvfp4DecodeScale(q.scales[i], q.SecondLevelAmax(sr, sc), q.spec.rule,
-                                                DequantOrder::kByRule, Nvfp4ScaleFormat(q.spec), Nvfp4ElemMax(q.spec))
+                             ? Nvfp4DecodeScale(q.scales[i], q.SecondLevelAmax(sr, sc), q.spec, DequantOrder::kByRule)
                              : q.ScaleAt(sr, sc);
     if (std::isfinite(scale) && scale > 0) threshold[i] = maxv * scale;
   }

@@ -32,7 +32,7 @@ QuantizedTensor QuantizeRefImpl(const TensorView& x, const QuantSpec& spec, cons
     q.tensor_amax = detail::TensorAmax(x, spec.nan);
   if (given_amax) q.tensor_amax = *given_amax;
   if (sf == ScaleFormat::kE4m3 && !spec.row_scaled) {
-    s_enc = Nvfp4TensorScale(q.tensor_amax, spec.rule, Nvfp4ScaleFormat(spec), Nvfp4ElemMax(spec));
+    s_enc = Nvfp4TensorScale(q.tensor_amax, spec);
     q.tensor_decode = Nvfp4TensorDecode(s_enc, spec.rule);
   }
   // Row-scaled: each line's amax, gathered into its own 1 x n tensor, by the same TensorAmax.
@@ -46,7 +46,7 @@ QuantizedTensor QuantizeRefImpl(const TensorView& x, const QuantSpec& spec, cons
         std::memcpy(&line[t * esize], static_cast<const uint8_t*>(x.data) + (by_col ? t * x.cols + l : l * x.cols + t) * esize,
                     esize);
       q.line_amax[l] = detail::TensorAmax({x.dtype, line.data(), 1, len}, spec.nan);
-      line_enc.push_back(Nvfp4TensorScale(q.line_amax[l], spec.rule, Nvfp4ScaleFormat(spec), Nvfp4ElemMax(spec)));
+      line_enc.push_back(Nvfp4TensorScale(q.line_amax[l], spec));
     }
   }
   for (size_t br = 0; br < q.scale_rows; ++br) {
@@ -167,8 +167,7 @@ void DequantizeRef(const QuantizedTensor& q, float* out, DequantOrder order, boo
         const int s = q.scales[sr * q.scale_cols + sc];
         scale = s == 0xFF ? std::nan("") : std::ldexp(1.0, s - 127);
       } else if (sf == ScaleFormat::kE4m3) {
-        scale = Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.SecondLevelAmax(r, c), q.spec.rule, order,
-                                 Nvfp4ScaleFormat(q.spec), Nvfp4ElemMax(q.spec));
+        scale = Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.SecondLevelAmax(r, c), q.spec, order);
       } else {
         scale = q.ScaleAt(sr, sc);
       }

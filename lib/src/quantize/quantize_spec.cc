@@ -173,6 +173,14 @@ float Nvfp4ElemMax(const QuantSpec& spec) {  // (asked once a block or span: E2M
 
 bool Nvfp4OwnFormats(const QuantSpec& spec) { return E4m3BlockScales(spec) && Nvfp4ElemMax(spec) == 6.0f; }
 
+float Nvfp4TensorScale(float tensor_amax, const QuantSpec& spec) {
+  return Nvfp4TensorScale(tensor_amax, spec.rule, Nvfp4ScaleFormat(spec), Nvfp4ElemMax(spec));
+}
+
+float Nvfp4DecodeScale(uint8_t block_scale, float tensor_amax, const QuantSpec& spec, DequantOrder order) {
+  return Nvfp4DecodeScale(block_scale, tensor_amax, spec.rule, order, Nvfp4ScaleFormat(spec), Nvfp4ElemMax(spec));
+}
+
 bool E4m3BlockScales(const QuantSpec& spec) {
   if (spec.scale_format.empty()) return true;
   const Format f = Nvfp4ScaleFormat(spec);

@@ -172,8 +172,7 @@ QuantizedTensor AssembleQuantized(const QuantSpec& spec, std::vector<size_t> sha
     throw Error(std::to_string(q.scales.size()) + " scale bytes, the spec needs " + std::to_string(want));
   q.tensor_amax = tensor_amax;
   if (ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3 && !spec.row_scaled)
-    q.tensor_decode = Nvfp4TensorDecode(
-        Nvfp4TensorScale(tensor_amax, spec.rule, Nvfp4ScaleFormat(spec), Nvfp4ElemMax(spec)), spec.rule);
+    q.tensor_decode = Nvfp4TensorDecode(Nvfp4TensorScale(tensor_amax, spec), spec.rule);
   q.line_amax = std::move(line_amax);
   detail::CheckLineAmax(q);
   return q;

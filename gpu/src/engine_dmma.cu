@@ -159,7 +159,7 @@ __device__ inline bool WholeSumExact(const LineBound& ra, const LineBound& cb, f
   int hi = ra.top + cb.top, lo = ra.minlsb + cb.minlsb;  // an all-zero line: hi below -30000, lo above 30000
   if (c != 0) {
     hi = max(hi, ilogbf(c) + 1);
-    lo = min(lo, NominalF32(c) - 23 + __ffs((__float_as_int(c) & 0x7FFFFF) | 0x800000) - 1);
+    lo = min(lo, LowestBit(static_cast<double>(c)));
   }
   return hi < -10000 || hi + 1 - lo <= 53;
 }

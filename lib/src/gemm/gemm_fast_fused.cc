@@ -696,18 +696,13 @@ struct Cdna3Operand {
 };
 Cdna3Operand Cdna3Pack(const GemmOperand& o, size_t rows, size_t cols, size_t ld, bool panels) {
   std::array<int32_t, 256> nom = NominalExps(o.elem);
-  std::array<double, 256> val{};
+  std::array<double, 256> val = CodeValues(o.elem);
   std::array<int16_t, 256> lsb{};
   for (int c = 0; c < 256; ++c) {
-    const double v = static_cast<double>(DecodeToFloat(o.elem, static_cast<uint8_t>(c)));  // exact: <= 8 bits
-    val[c] = std::isfinite(v) ? v : 0.0;
+    const bool live = val[c] != 0 && std::isfinite(val[c]);
+    lsb[c] = live ? static_cast<int16_t>(ExactOf(val[c]).lsb) : kCdna3NoLsb;  // ExactOf: an odd significand
+    if (!std::isfinite(val[c])) val[c] = 0.0;
     if (nom[c] == kZeroE) nom[c] = -126;
-    int ev = 0;
-    const double m = std::frexp(std::fabs(v), &ev);  // |v| = m 2^ev, m in [0.5, 1): the lowest bit from m's
-    long long q = std::llround(std::ldexp(m, 53));
-    int low = ev - 53;
-    while (q != 0 && (q & 1) == 0) q >>= 1, ++low;
-    lsb[c] = v == 0 || !std::isfinite(v) ? kCdna3NoLsb : static_cast<int16_t>(low);
   }
   Cdna3Operand p;
   p.v.assign(rows * ld, 0.0);

@@ -497,6 +497,79 @@ __global__ void __launch_bounds__(256) QuantizeRowBlocksKernel(const void* src, 
   }
 }
 
+// MX blocks (UE8M0 scales) of E4M3 or E5M2 elements converted by the hardware (HwFp8Kind: RNE, saturating,
+// subnormals kept): the row kernel's layout with less work an element, for the MXFP8 recipes.
+// - One maximum an element: the amax of the elements' magnitude bits, NaN and Inf included (their bits lie
+//   above every finite one). A block holds NaN or Inf exactly where that amax is 0x7F800000 or more; a warp
+//   meeting such a block runs RowChunk on both of its chunks (MxHwPair), every other block is finite.
+// - No check that V_i / X is exact: fl32(x * 2^-k) differs from the exact quotient only where that quotient
+//   is below 2^-126 in magnitude (a product with a power of two loses bits only as an FP32 subnormal). There
+//   both lie far below half E5M2's smallest subnormal (2^-17), and RNE gives each the zero of x's sign.
+// - The hardware kind is a template parameter, and no branch serves other scale formats.
+template <int kLanes>
+__device__ __forceinline__ uint32_t MagnitudeAmax(const uint32_t (&v)[8]) {
+  uint32_t m = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) m = max(m, v[j] & 0x7FFFFFFFu);
+#pragma unroll
+  for (int o = 1; o < kLanes; o <<= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+  return m;
+}
+
+template <int kLanes, int kHw>
+__device__ __forceinline__ void MxHwChunk(const BlockArgs& a, uint64_t c, const uint32_t (&v)[8], uint32_t amax,
+                                          int lane, uint8_t* codes, uint8_t* scales) {
+  const MxArgs& m = a.mx;
+  const int scale = hd::ScaleByteFromAmaxBits(amax, static_cast<int>(m.rule), m.destmax, m.emax, a.elem.man_bits);
+  if (lane % kLanes == 0) scales[c / kLanes] = static_cast<uint8_t>(scale);
+  const bool te = m.scaling == ElementScaling::kTeRcp;
+  const float mult = te && scale == 0 ? 1.0f : te && scale == 254 ? 0.0f : Pow2f(127 - scale);
+  float y[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) y[j] = hd::F32FromBits(v[j]) * mult;
+  uint2 packed;
+  packed.x = HwFp8x2(y[0], y[1], kHw) | HwFp8x2(y[2], y[3], kHw) << 16;
+  packed.y = HwFp8x2(y[4], y[5], kHw) | HwFp8x2(y[6], y[7], kHw) << 16;
+  reinterpret_cast<uint2*>(codes)[c] = packed;
+}
+
+// Both chunks of a warp that met NaN or Inf, on the general path; out of line, so that its registers are not
+// the lean path's.
+template <typename Word, int kLanes>
+__device__ __noinline__ void MxHwPair(const void* src, const BlockArgs& a, uint64_t c0, bool in0, uint64_t c1, bool in1,
+                                      uint4 v0lo, uint4 v0hi, uint4 v1lo, uint4 v1hi, int lane, uint8_t* codes,
+                                      uint8_t* scales) {
+  const uint32_t v0[8] = {v0lo.x, v0lo.y, v0lo.z, v0lo.w, v0hi.x, v0hi.y, v0hi.z, v0hi.w};
+  const uint32_t v1[8] = {v1lo.x, v1lo.y, v1lo.z, v1lo.w, v1hi.x, v1hi.y, v1hi.z, v1hi.w};
+  RowChunk<Word, kLanes>(src, a, c0, in0, v0, lane, codes, scales);
+  RowChunk<Word, kLanes>(src, a, c1, in1, v1, lane, codes, scales);
+}
+
+// Six blocks an SM (40 registers; the out-of-line general path spills around its call only).
+template <typename Word, int kLanes, int kHw>
+__global__ void __launch_bounds__(256, 6)
+    MxHwRowBlocksKernel(const void* src, BlockArgs a, uint64_t chunks, uint8_t* codes, uint8_t* scales) {
+  const uint64_t warps = static_cast<uint64_t>(gridDim.x) * blockDim.x / 32;
+  const int lane = threadIdx.x % 32;
+  for (uint64_t w = (blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x) / 32; w * 32 < chunks;
+       w += 2 * warps) {
+    const uint64_t c0 = w * 32 + lane, c1 = (w + warps) * 32 + lane;
+    const bool in0 = c0 < chunks, in1 = c1 < chunks;
+    uint32_t v0[8] = {}, v1[8] = {};
+    if (in0) LoadChunk<Word>(src, c0, v0);
+    if (in1) LoadChunk<Word>(src, c1, v1);
+    const uint32_t m0 = MagnitudeAmax<kLanes>(v0), m1 = MagnitudeAmax<kLanes>(v1);
+    if (__any_sync(0xFFFFFFFFu, max(m0, m1) >= 0x7F800000u)) {
+      MxHwPair<Word, kLanes>(src, a, c0, in0, c1, in1, make_uint4(v0[0], v0[1], v0[2], v0[3]),
+                             make_uint4(v0[4], v0[5], v0[6], v0[7]), make_uint4(v1[0], v1[1], v1[2], v1[3]),
+                             make_uint4(v1[4], v1[5], v1[6], v1[7]), lane, codes, scales);
+      continue;
+    }
+    if (in0) MxHwChunk<kLanes, kHw>(a, c0, v0, m0, lane, codes, scales);
+    if (in1) MxHwChunk<kLanes, kHw>(a, c1, v1, m1, lane, codes, scales);
+  }
+}
+
 // HwFp8's kind for an element conversion, or 0: E4M3 or E5M2 under RNE, saturating finite values, keeping
 // subnormals (the options of the exhaustive check), on a GPU with the instruction (sm_89 and later).
 int HwFp8Kind(const Format& elem, const CastOptions& cast) {
@@ -523,7 +596,12 @@ bool LaunchRowBlocks(const TensorView& x, const BlockArgs& a, uint8_t* codes, ui
   const unsigned grid = static_cast<unsigned>(want < 132 * 16 ? want : 132 * 16);
   const auto launch = [&](auto word, auto lanes) {
     using Word = decltype(word);
-    QuantizeRowBlocksKernel<Word, decltype(lanes)::value><<<grid, kThreads, 0, stream>>>(x.data, a, chunks, codes, scales);
+    constexpr int kLanes = decltype(lanes)::value;
+    if (mx && a.hw_fp8 == 1)
+      MxHwRowBlocksKernel<Word, kLanes, 1><<<grid, kThreads, 0, stream>>>(x.data, a, chunks, codes, scales);
+    else if (mx && a.hw_fp8 == 2)
+      MxHwRowBlocksKernel<Word, kLanes, 2><<<grid, kThreads, 0, stream>>>(x.data, a, chunks, codes, scales);
+    else QuantizeRowBlocksKernel<Word, kLanes><<<grid, kThreads, 0, stream>>>(x.data, a, chunks, codes, scales);
   };
   using L2 = std::integral_constant<int, 2>;
   using L4 = std::integral_constant<int, 4>;

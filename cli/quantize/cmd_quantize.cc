@@ -202,10 +202,10 @@ void RunQuantize(const QuantizeArgs& a) {
   const bool native = st_out && a.codes_dtype == "native" && !a.pack;
   OutputDtypes dt;
   dt.codes = native ? SafetensorsCodeDtype(spec.elem) : nullptr;
-  dt.scales = !native                                                                       ? nullptr
-              : ScaleFormatOf(spec.rule) == ScaleFormat::kUe8m0                             ? "F8_E8M0"
-              : ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3 && spec.scale_format.empty() ? "F8_E4M3"
-                                                                                            : nullptr;
+  dt.scales = !native                                                                        ? nullptr
+              : ScaleFormatOf(spec.rule) == ScaleFormat::kUe8m0 && spec.scale_format.empty() ? "F8_E8M0"
+              : ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3 && spec.scale_format.empty()  ? "F8_E4M3"
+                                                                                             : nullptr;
   if (files) return RunQuantizeFiles(a, spec, dt);
   if (!a.shard.empty() || !a.shard_dir.empty() || CurrentRanks().size > 1)
     throw Error("quantize splits a multi-file checkpoint (a directory or a model.safetensors.index.json) by file; '" +

@@ -392,6 +392,9 @@ __global__ void MxKernelFixed(const void* src, uint64_t n, uint64_t blocks, MxAr
 void EngineQuantizeMx(DType src_type, const void* src, size_t n, const MxSpec& spec, uint8_t* codes, uint8_t* scales,
                       const SrSource& sr, double* kernel_seconds) {
   ValidateMxSpec(spec);
+  if (!(spec.scale_format == fmt::kUE8M0))
+    throw Error(std::string("engine: MX scales in ") + spec.scale_format.name +
+                " run on the CPU's reference (qmx::QuantizeMx), not on the engine yet (it takes UE8M0)");
   const Format& sf = FormatOfSource(src_type);  // and QuantizeMx's refusal of other sources
   Require("the engine's MX quantization");
   if (n == 0) return;

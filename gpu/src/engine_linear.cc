@@ -361,6 +361,13 @@ void EngineDequantizeOnDevice(const QuantizedTensor& q, const uint8_t* codes, co
                               void* stream, DequantOrder order, bool ftz) {
   qmx::detail::CheckDequantOrder(q, order);
   if (q.spec.row_scaled) throw Error("engine: dequantizing row-scaled NVFP4 runs on the CPU (q.cpu().dequantize())");
+  // The scale table below holds UE8M0's values and NVFP4's own formats' (E4M3 scales, a largest element of 6).
+  if (IsPow2Rule(q.spec.rule) && !(MxScaleFormat(q.spec) == fmt::kUE8M0))
+    throw Error(std::string("engine: MX scales in ") + MxScaleFormat(q.spec).name +
+                " dequantize on the CPU (q.cpu().dequantize())");
+  if (ScaleFormatOf(q.spec.rule) == ScaleFormat::kE4m3 && !Nvfp4OwnFormats(q.spec))
+    throw Error(std::string("engine: NVFP4 rules on ") + q.spec.elem.name + " elements and " +
+                Nvfp4ScaleFormat(q.spec).name + " scales dequantize on the CPU (q.cpu().dequantize())");
   const size_t n = q.rows * q.cols;
   if (n == 0) return;
   Require("the engine's dequantization");

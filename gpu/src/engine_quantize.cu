@@ -676,6 +676,9 @@ std::string EngineQuantizeSupport(const QuantSpec& spec) {
   if (spec.amax_order != AmaxOrder::kAny)
     return std::string("the amax order '") + AmaxOrderName(spec.amax_order) +
            "' runs on the CPU's reference, not on the engine yet";
+  if (IsPow2Rule(spec.rule) && !(MxScaleFormat(spec) == fmt::kUE8M0))
+    return std::string("MX rules with ") + MxScaleFormat(spec).name +
+           " scales run on the CPU's reference, not on the engine yet (it takes UE8M0)";
   if (ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3 && !Nvfp4OwnFormats(spec))
     return std::string("NVFP4 rules on ") + spec.elem.name + " elements and " + Nvfp4ScaleFormat(spec).name +
            " block scales run on the CPU's reference, not on the engine yet (it takes E2M1 and E4M3)";

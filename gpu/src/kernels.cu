@@ -354,6 +354,8 @@ void ConvertF32SrX4(const float* x, const uint32_t* rbits, size_t n4, const Form
 std::string MxSupport(const MxSpec& spec) {
   const std::string what = std::string("mx-block ") + spec.elem.name + " " + ScaleRuleName(spec.rule);
   if (!IsPow2Rule(spec.rule)) return what + ": not a UE8M0 rule";
+  if (!(spec.scale_format == fmt::kUE8M0))
+    return what + ": the GPU kernel writes UE8M0 scales, not " + spec.scale_format.name;
   if (spec.cast.rounding != Rounding::kRne || spec.cast.saturation != Saturation::kSatFinite)
     return what + ": the GPU kernel converts elements with rne and satfinite only";
   if (spec.block < 1 || spec.block > 4096) return what + ": block must be 1..4096";

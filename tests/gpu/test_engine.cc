@@ -99,6 +99,19 @@ TEST_CASE("gpu engine: support names what the engine does not run", "[gpu]") {
     CHECK_THROWS_WITH(gpu::EngineGemm(a, b, nullptr, AccumModelByName("hopper-fp8")), Catch::Contains("GPU") || Catch::Contains("device"));
   }
   CHECK_THROWS_WITH(gpu::EngineGemm(a, b, nullptr, AccumModelByName("ada-mma-fp8-f16")), Catch::Contains("engine: "));
+  // MX rules with scales in another format than UE8M0 run on the CPU's reference, in every engine entry.
+  QuantSpec mx_e4m3 = QuantSpecByName("mxfp8");
+  mx_e4m3.scale_format = "e4m3";
+  CHECK_THAT(gpu::EngineQuantizeSupport(mx_e4m3), Catch::Contains("run on the CPU's reference"));
+  MxSpec ms;
+  ms.scale_format = fmt::kE4M3;
+  const std::vector<float> ones(32, 1.0f);
+  std::vector<uint8_t> codes(32), scales(1);
+  CHECK_THROWS_WITH(gpu::EngineQuantizeMx(DType::kF32, ones.data(), 32, ms, codes.data(), scales.data()),
+                    Catch::Contains("engine: MX scales in e4m3"));
+  const QuantizedTensor q = Quantize({DType::kF32, ones.data(), 1, 32}, mx_e4m3);
+  CHECK_THROWS_WITH(gpu::EngineDequantizeOnDevice(q, q.codes.data(), q.scales.data(), nullptr, nullptr),
+                    Catch::Contains("dequantize on the CPU"));
 }
 
 TEST_CASE("gpu engine: every fused model, fp32-seq, exact and block-exact equal qmx::Gemm bit for bit", "[gpu]") {

@@ -228,6 +228,18 @@ def test_spec_overrides_come_from_the_library_table(cli):
         qmx.make_spec("mxfp8", scale_rule="ceil")
 
 
+def _cli_round_trip(cli, tmp_path, x, q, spec, scale_format):
+    """qmx-sim quantize writes x under spec with scale_format; the file reads back as q, bit for bit."""
+    np.save(tmp_path / "w.npy", x)
+    out = tmp_path / "q.safetensors"
+    cli("quantize", "--spec", spec, "--scale-format", scale_format, "--in", tmp_path / "w.npy", "--out", out, "--quiet")
+    back = qmx.io.load_quantized(out)["w"]
+    assert back.spec == q.spec
+    assert_bits_equal(back.codes, q.codes, "file codes")
+    assert_bits_equal(back.scales, q.scales, "file scales")
+    assert_bits_equal(back.dequantize(), q.dequantize(), "file dequantized")
+
+
 def test_nvfp4_block_scales_in_another_format(cli, tmp_path):
     # NVFP4's rules with UE5M3 block scales (AMD gfx1250's): the fast path (the reference) equals the reference,
     # the spec names the format, the CLI writes the same tensor and reads it back, and other rules refuse it.
@@ -241,15 +253,32 @@ def test_nvfp4_block_scales_in_another_format(cli, tmp_path):
     e4m3 = qmx.quantize(x, "nvfp4")
     assert not np.array_equal(np.asarray(q.scales), np.asarray(e4m3.scales))  # another format's codes
     assert_bits_equal(qmx.quantize(x, "nvfp4", scale_format="ue4m3").scales, e4m3.scales, "ue4m3 is e4m3")
-    np.save(tmp_path / "w.npy", x)
-    out = tmp_path / "q.safetensors"
-    cli("quantize", "--spec", "nvfp4", "--scale-format", "ue5m3", "--in", tmp_path / "w.npy", "--out", out, "--quiet")
-    back = qmx.io.load_quantized(out)["w"]
-    assert back.spec == q.spec
-    assert_bits_equal(back.codes, q.codes, "file codes")
-    assert_bits_equal(back.scales, q.scales, "file scales")
-    assert_bits_equal(back.dequantize(), q.dequantize(), "file dequantized")
+    _cli_round_trip(cli, tmp_path, x, q, "nvfp4", "ue5m3")
     with pytest.raises(ValueError, match="applies to the NVFP4 rules"):
-        qmx.quantize(x, "mxfp8", scale_format="ue5m3")
+        qmx.quantize(x, "fp8-block1x128", scale_format="ue5m3")
     with pytest.raises(ValueError, match="cannot hold NVFP4's block scales"):
         qmx.quantize(x, "nvfp4", scale_format="ue8m0")
+
+
+def test_mx_scales_in_another_format(cli, tmp_path):
+    # MXFP8 with its power-of-two scales stored as E4M3 codes (as an NVFP4 tensor core reads them): each scale
+    # decodes to the UE8M0 recipe's power of two where E4M3 holds it (2^-9 ... 2^8) and to the nearest end of that
+    # range otherwise; the elements are divided by it; the CLI writes the tensor and reads it back.
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal((32, 128)) * np.exp2(rng.integers(-30, 30, (32, 1)))).astype(np.float32)
+    q = qmx.quantize(x, "mxfp8", scale_format="e4m3")
+    u = qmx.quantize(x, "mxfp8")
+    assert "e4m3 scales" in repr(q)
+    su = np.exp2(np.asarray(u.scales, dtype=np.float64) - 127)
+    want = np.clip(su, 2.0 ** -9, 2.0 ** 8)
+    got = qmx.decode(np.asarray(q.scales), "e4m3")
+    np.testing.assert_array_equal(got, want)
+    inside = (su >= 2.0 ** -9) & (su <= 2.0 ** 8)
+    rows = np.repeat(inside, 32, axis=1)
+    assert rows.any() and (~rows).any()
+    deq = qmx.decode(np.asarray(q.codes), "e4m3") * np.repeat(want, 32, axis=1)
+    np.testing.assert_array_equal(np.asarray(q.dequantize()), deq.astype(np.float32))
+    np.testing.assert_array_equal(np.asarray(q.codes)[rows], np.asarray(u.codes)[rows])
+    _cli_round_trip(cli, tmp_path, x, q, "mxfp8", "e4m3")
+    with pytest.raises(ValueError, match="cannot hold MX scales"):
+        qmx.quantize(x, "mxfp8", scale_format="int8")

@@ -219,7 +219,8 @@ DeviceGemmOperand DeviceOperandFromQuantized(QuantizedTensor q, const uint8_t* c
                                              std::unique_ptr<DeviceMemory>& scales, void* stream);
 // qmx::Dequantize on the device, for a tensor EngineQuantizeOnDevice made (q its description; codes and
 // raw_scales its device buffers): out (rows x cols FP32, device memory) equal bit for bit to
-// Dequantize(q, out, order, ftz), on `stream`, waited for. Row-scaled NVFP4 is refused.
+// Dequantize(q, out, order, ftz), on `stream`, waited for. Row-scaled NVFP4, MX scales in a format other than
+// UE8M0 and NVFP4 rules on other formats than their own are refused (they dequantize on the CPU).
 void EngineDequantizeOnDevice(const QuantizedTensor& q, const uint8_t* codes, const uint8_t* raw_scales, float* out,
                               void* stream, DequantOrder order = DequantOrder::kByRule, bool ftz = false);
 // A training recipe's linear layer on the device (qmx::LinearForward and LinearBackward, qmx/recipe.h): X (m x

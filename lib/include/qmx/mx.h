@@ -29,7 +29,21 @@ struct MxSpec {
   // A comparison reduction's block amax (qmx/scale.h AmaxOrder): the block holds a NaN or an Inf for `nan`
   // (block-nan, scale-nan or te) exactly when the reduced amax is one. Runs on the scalar reference.
   AmaxOrder amax_order = AmaxOrder::kAny;
+  // The scales' code format: UE8M0 (OCP MX), or any float format of 8 bits or fewer with a mantissa (E4M3, as
+  // an NVFP4 tensor core reads its scales; AMD gfx1250's UE5M3; ...). The rule's power of two 2^k is clamped
+  // to the powers of two the format holds, elements are divided by the clamped one, and the scale is stored as
+  // that format's code of it (a NaN scale as the format's NaN code). Formats other than UE8M0 run on the
+  // scalar reference.
+  Format scale_format = fmt::kUE8M0;
 };
+// The powers of two 2^lo ... 2^hi that a scale format holds, within UE8M0's [2^-127, 2^127].
+struct MxScaleRange {
+  int lo = -127, hi = 127;
+};
+MxScaleRange MxScaleRangeOf(const Format& scale_format);
+// A scale code of an MX spec's scale format as its value (UE8M0: 2^(code - 127), NaN for 0xFF; every NaN
+// code as the same quiet NaN).
+double MxScaleValue(const Format& scale_format, uint8_t code);
 // Throws qmx::Error naming the problem (element format not fast-capable, a rule that is not a UE8M0
 // rule, max-finite without the ignore policy, block length out of 1..2^30, flushing subnormals with
 // FP32 element scaling, an amax order under a NaN-ignoring policy, cast options the element format cannot honour).

@@ -65,8 +65,14 @@ struct QuantSpec {
   // times the format's (a finite FP32), torchao's clamp [2^-6, 448] the format's smallest normal and largest
   // values; a NaN block's scale is the format's NaN code. Formats other than NVFP4's own (Nvfp4OwnFormats) run
   // on the reference; the GPU engine refuses them.
+  // UE8M0 rules (MX, but bfp): the format the power-of-two scales are stored in (empty: UE8M0), as MxSpec's
+  // scale_format: the rule's 2^k clamped to the format's powers of two, stored as its code. On the reference;
+  // the GPU engine refuses them.
   std::string scale_format;
 };
+
+// The scales' code format of a UE8M0-rule spec: UE8M0 unless scale_format names another.
+Format MxScaleFormat(const QuantSpec& spec);
 
 // The block scales' code format of an NVFP4-rule spec: E4M3 unless scale_format names another.
 Format Nvfp4ScaleFormat(const QuantSpec& spec);

@@ -342,7 +342,8 @@ def make_spec(spec="mxfp8", **overrides):
     subnormals, nan_fallback, error_order (4over6: seq, seq-fma, xor16, pairs16), amax_order (a block amax
     reduced by comparisons: any, fold-last, fold-first, tree-gt, tree-lt), scale_format (NVFP4 rules: the
     block scales' code format, e4m3 by default; ue4m3, ue5m3 (AMD gfx1250's E5M3), any float format of 8 bits
-    or fewer), sr_bits, seed, margin,
+    or fewer; MX rules: the format of their power-of-two scales, ue8m0 by default, clamped to its powers of
+    two), sr_bits, seed, margin,
     row_scaled (NVFP4: a second-level scale per row)."""
     import json
     return json.loads(_spec_json(spec, overrides))

@@ -225,7 +225,7 @@ CheckpointTensor LoadQmx(const SafetensorsReader& r, const CheckpointTensorInfo&
   if (p[0]->codes && p[0]->format != spec.elem)
     Bad(r, "tensor '" + p[0]->name + "' is " + p[0]->dtype + " but the spec's element format is " + spec.elem.name);
   const ScaleFormat sf = ScaleFormatOf(spec.rule);
-  if (p[1]->codes && !((sf == ScaleFormat::kUe8m0 && p[1]->format == fmt::kUE8M0) ||
+  if (p[1]->codes && !((sf == ScaleFormat::kUe8m0 && p[1]->format == MxScaleFormat(spec)) ||
                        (sf == ScaleFormat::kE4m3 && p[1]->format == fmt::kE4M3)))
     Bad(r, "tensor '" + p[1]->name + "' is " + p[1]->dtype + ", not the scale format of rule " + ScaleRuleName(spec.rule));
   const auto amax = meta.find("qmx.tensor_amax." + info.name);
@@ -414,7 +414,7 @@ std::vector<float> DecodeCheckpointTensor(const CheckpointTensor& t, DequantOrde
 float CheckpointBlockScale(const CheckpointTensor& t, size_t i) {
   const QuantizedTensor& q = t.q;
   switch (ScaleFormatOf(q.spec.rule)) {
-    case ScaleFormat::kUe8m0: return q.scales[i] == 0xFF ? NAN : std::ldexp(1.0f, q.scales[i] - 127);
+    case ScaleFormat::kUe8m0: return q.ScaleAt(i / q.scale_cols, i % q.scale_cols);  // UE8M0 or the spec's format
     case ScaleFormat::kE4m3: {
       // (Row-scaled blocks are 1-D, so block (sr, sc) lies in row sr for axis row and column sc for axis col.)
       if (t.info.layout == CheckpointLayout::kQmx)

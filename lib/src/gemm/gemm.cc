@@ -13,6 +13,7 @@
 #include "fp_env.h"
 #include "gemm/gemm_internal.h"
 #include "gemm/gemm_simd.h"
+#include "qmx/mx.h"
 #include "qmx/convert.h"
 #include "qmx/error.h"
 #include "qmx/io.h"
@@ -609,6 +610,20 @@ GemmOperand OperandShell(const QuantizedTensor& q) {
   o.block_cols = ext.cols;
   o.scale_rows = q.scale_rows;
   o.scale_cols = q.scale_cols;
+  if (sf == ScaleFormat::kUe8m0 && !q.spec.scale_format.empty()) {
+    // MX scales in another format (QuantSpec::scale_format): a UE8M0 operand where each is a power of two in
+    // UE8M0's range or a NaN, as the quantizer writes them; codes of their format otherwise (a file's scales).
+    const Format f = MxScaleFormat(q.spec);
+    for (uint8_t c : q.scales) {
+      const double v = MxScaleValue(f, c);
+      int e = 0;
+      if (!std::isnan(v) && !(v > 0 && std::frexp(v, &e) == 0.5 && e - 1 >= -127 && e - 1 <= 127)) {
+        o.scale_format = ScaleFormat::kCode;
+        o.scale_code = f;
+        break;
+      }
+    }
+  }
   if (sf == ScaleFormat::kE4m3) {
     o.tensor_scale = q.tensor_decode;
     // TE's alpha (36 = 6 x 6) is NVFP4's: other elements leave it unknown, which the TE alpha rules refuse.

@@ -26,6 +26,36 @@ void ValidateMxSpec(const MxSpec& spec) {
     throw Error("MX block length must be 1..2^30, not " + std::to_string(spec.block));
   detail::CheckAmaxOrder(spec.amax_order, spec.nan);
   ValidateCastOptions(spec.elem, spec.cast);
+  const Format& f = spec.scale_format;
+  if (f == fmt::kUE8M0) return;
+  if (!IsFastFormat(f) || f.IsInt() || f.encoding == Encoding::kExponentOnly)
+    throw Error(std::string("'") + f.name +
+                "' cannot hold MX scales: they need UE8M0 or a float format of 8 bits or fewer with a mantissa");
+  if (!f.HasNan() &&
+      (spec.nan == NanPolicy::kBlockNan || spec.nan == NanPolicy::kScaleNan || spec.nan == NanPolicy::kTe))
+    throw Error(std::string("'") + f.name + "' has no NaN code for a block holding a NaN or an Inf (NaN policy " +
+                NanPolicyName(spec.nan) + "): take nan_policy ignore-nan or ignore, or a scale format with a NaN");
+}
+
+MxScaleRange MxScaleRangeOf(const Format& scale_format) {
+  if (scale_format == fmt::kUE8M0) return {};
+  MxScaleRange r{1000, -1000};
+  for (uint32_t c = 0; c < (1u << scale_format.Bits()); ++c) {
+    const double v = DecodeToDouble(scale_format, c);
+    int e;
+    if (std::isfinite(v) && v > 0 && std::frexp(v, &e) == 0.5)
+      r.lo = std::min(r.lo, e - 1), r.hi = std::max(r.hi, e - 1);
+  }
+  r.lo = std::max(r.lo, -127);
+  r.hi = std::min(r.hi, 127);
+  if (r.lo > r.hi) throw Error(std::string("'") + scale_format.name + "' holds no power of two for an MX scale");
+  return r;
+}
+
+double MxScaleValue(const Format& scale_format, uint8_t code) {
+  if (scale_format == fmt::kUE8M0) return code == 0xFF ? std::nan("") : std::ldexp(1.0, static_cast<int>(code) - 127);
+  const double v = DecodeToDouble(scale_format, code & scale_format.CodeMask());
+  return std::isnan(v) ? std::nan("") : v;  // one NaN, as UE8M0's 0xFF reads
 }
 
 namespace {
@@ -77,14 +107,17 @@ void QuantizeMx(DType src_type, const void* src, size_t n, const MxSpec& spec, u
                 const SrSource& sr, Exec exec) {
   ValidateMxSpec(spec);
   if (!IsFastSource(src_type)) throw Error(std::string("MX quantization reads fp32, bf16 or fp16, not ") + DTypeName(src_type));
-  // A comparison-ordered amax has no block kernel: each block on the reference (no thread changes a bit).
-  if (spec.amax_order != AmaxOrder::kAny) return QuantizeMxRef(src_type, src, n, spec, codes, scales, sr);
+  // A comparison-ordered amax, and scales in a format other than UE8M0, have no block kernel: each block on the
+  // reference (no thread changes a bit).
+  if (spec.amax_order != AmaxOrder::kAny || !(spec.scale_format == fmt::kUE8M0))
+    return QuantizeMxRef(src_type, src, n, spec, codes, scales, sr);
   const simd::ConvertParams p = simd::MakeConvertParams(spec.elem, spec.cast, src_type);
   detail::RunBlockKernel(MakeArgs(spec, p), src_type, src, n, codes, scales, sr, exec);
 }
 
 void DequantizeMx(const uint8_t* codes, const uint8_t* scales, size_t n, const MxSpec& spec, float* out, Exec exec) {
   ValidateMxSpec(spec);
+  if (!(spec.scale_format == fmt::kUE8M0)) return DequantizeMxRef(codes, scales, n, spec, out);
   const std::vector<float> t = DecodeTableF32(spec.elem);
   float table[256];
   for (int c = 0; c < 256; ++c) table[c] = t[static_cast<size_t>(c) & spec.elem.CodeMask()];

@@ -33,6 +33,14 @@ void QuantizeMxRef(DType src_type, const void* src, size_t n, const MxSpec& spec
   const uint8_t nan_code = static_cast<uint8_t>(ConvertF32(std::nanf(""), spec.elem, spec.cast));
   const uint8_t block_nan_code = spec.elem.HasNan() ? static_cast<uint8_t>(spec.elem.CanonicalNan()) : 0;
   const size_t block = static_cast<size_t>(spec.block);
+  // Another scale format: its powers of two, and each one's code (by the reference rounding: exact).
+  const bool ue8m0 = spec.scale_format == fmt::kUE8M0;
+  const MxScaleRange range = MxScaleRangeOf(spec.scale_format);
+  const auto stored = [&](int scale) -> uint8_t {
+    if (ue8m0) return static_cast<uint8_t>(scale);
+    if (scale == 0xFF) return static_cast<uint8_t>(spec.scale_format.CanonicalNan());
+    return static_cast<uint8_t>(ConvertF32(std::ldexp(1.0f, scale - 127), spec.scale_format, CastOptions{}));
+  };
   std::vector<double> mags;
   for (size_t b = 0, start = 0; start < n; ++b, start += block) {
     const size_t end = std::min(n, start + block);
@@ -64,7 +72,8 @@ void QuantizeMxRef(DType src_type, const void* src, size_t n, const MxSpec& spec
     int scale, fill;
     detail::MxPolicyScale(spec.nan, has_nan, has_inf, Ue8m0ScaleFromAmaxRef(amax, spec.elem, spec.rule), nan_code,
                             block_nan_code, &scale, &fill);
-    scales[b] = static_cast<uint8_t>(scale);
+    if (scale != 0xFF) scale = std::clamp(scale, 127 + range.lo, 127 + range.hi);  // the scale format's powers of two
+    scales[b] = stored(scale);
     const int k = scale - 127;
     for (size_t i = start; i < end; ++i) {
       if (fill >= 0) {
@@ -95,9 +104,8 @@ void DequantizeMxRef(const uint8_t* codes, const uint8_t* scales, size_t n, cons
   const detail::ScopedDefaultFpEnv fp_env;
   const size_t block = static_cast<size_t>(spec.block);
   for (size_t i = 0; i < n; ++i) {
-    const uint8_t s = scales[i / block];
-    out[i] = s == 0xFF ? std::nanf("")
-                       : static_cast<float>(DecodeToDouble(spec.elem, codes[i]) * std::ldexp(1.0, s - 127));
+    const double s = MxScaleValue(spec.scale_format, scales[i / block]);
+    out[i] = std::isnan(s) ? std::nanf("") : static_cast<float>(DecodeToDouble(spec.elem, codes[i]) * s);
   }
 }
 

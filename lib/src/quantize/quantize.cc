@@ -128,6 +128,7 @@ MxSpec MxSpecOf(const QuantSpec& spec, size_t block) {
   ms.scaling = spec.scaling;
   ms.amax_order = spec.amax_order;
   ms.block = static_cast<int>(block);
+  ms.scale_format = MxScaleFormat(spec);
   return ms;
 }
 
@@ -650,8 +651,11 @@ QuantizedTensor QuantizeImpl(const TensorView& x, const QuantSpec& spec, Exec ex
   // is the reference (each block is independent; the thread count cannot change a bit).
   // A comparison-ordered block amax (AmaxOrder) likewise runs on the reference, and so do the NVFP4 rules on
   // formats other than NVFP4's own (QuantSpec::scale_format, elements other than E2M1), which the kernels hold.
+  // MX rules writing their scales in another format than UE8M0 (QuantSpec::scale_format) too.
   const bool other_nvfp4 = ScaleFormatOf(spec.rule) == ScaleFormat::kE4m3 && !Nvfp4OwnFormats(spec);
-  if ((IsNvfp4FourOverSix(spec.rule) || spec.amax_order != AmaxOrder::kAny || other_nvfp4) && fixed == nullptr)
+  const bool other_mx = IsPow2Rule(spec.rule) && !spec.scale_format.empty();
+  if ((IsNvfp4FourOverSix(spec.rule) || spec.amax_order != AmaxOrder::kAny || other_nvfp4 || other_mx) &&
+      fixed == nullptr)
     return given_amax ? QuantizeNvfp4WithAmaxRef(x, spec, *given_amax) : QuantizeRef(x, spec);
   if (spec.rule == ScaleRule::kBfp) return detail::QuantizeBfp(x, spec);  // tt-metal's packer, one definition
   QuantizedTensor q = detail::MakeShell(x, spec, false);  // every route below writes each code
@@ -785,11 +789,10 @@ void DequantizeSpan(const QuantizedTensor& q, size_t r, size_t c0, size_t c1, si
     const int w = detail::BfpMagnitudeBits(q.spec.elem);
     for (size_t k = 0; k < n; ++k)
       out[k] = static_cast<float>(detail::FlushSubnormal(detail::BfpDecode(codes[k], q.scales[si], w), ftz));
-  } else if (sf == ScaleFormat::kUe8m0 && q.scales[si] == 0xFF) {
-    std::fill(out, out + n, static_cast<float>(detail::FlushSubnormal(std::nanf(""), ftz)));
-  } else if (sf == ScaleFormat::kUe8m0) {
-    const double scale = std::ldexp(1.0, static_cast<int>(q.scales[si]) - 127);
-    ScaleSpan(codes, n, table, detail::FlushSubnormal(scale, ftz), ftz, out);
+  } else if (sf == ScaleFormat::kUe8m0) {  // UE8M0, or the spec's scale_format (a NaN scale: every element NaN)
+    const double scale = MxScaleValue(MxScaleFormat(q.spec), q.scales[si]);
+    if (std::isnan(scale)) std::fill(out, out + n, static_cast<float>(detail::FlushSubnormal(std::nanf(""), ftz)));
+    else ScaleSpan(codes, n, table, detail::FlushSubnormal(scale, ftz), ftz, out);
   } else if (sf == ScaleFormat::kE4m3) {
     const float scale = Nvfp4DecodeScale(q.scales[si], q.SecondLevelAmax(r, c0), q.spec, order);
     ScaleSpan(codes, n, table, detail::FlushSubnormal(scale, ftz), ftz, out);
@@ -878,7 +881,8 @@ QuantStats ComputeStats(const TensorView& x, const QuantizedTensor& q) {
       nan_scale = bin == 0xFF;
     } else {
       bin = q.scales[i];
-      nan_scale = sf == ScaleFormat::kUe8m0 ? (bin == 0xFF) : std::isnan(DecodeToFloat(Nvfp4ScaleFormat(q.spec), bin));
+      nan_scale = sf == ScaleFormat::kUe8m0 ? std::isnan(MxScaleValue(MxScaleFormat(q.spec), static_cast<uint8_t>(bin)))
+                                            : std::isnan(DecodeToFloat(Nvfp4ScaleFormat(q.spec), bin));
     }
     ++st.scale_histogram[bin];
     st.nan_blocks += nan_scale;

@@ -163,9 +163,8 @@ void DequantizeRef(const QuantizedTensor& q, float* out, DequantOrder order, boo
       }
       const double v = DecodeToDouble(q.spec.elem, q.codes[i]);
       double scale;
-      if (sf == ScaleFormat::kUe8m0) {
-        const int s = q.scales[sr * q.scale_cols + sc];
-        scale = s == 0xFF ? std::nan("") : std::ldexp(1.0, s - 127);
+      if (sf == ScaleFormat::kUe8m0) {  // UE8M0, or the spec's scale_format
+        scale = MxScaleValue(MxScaleFormat(q.spec), q.scales[sr * q.scale_cols + sc]);
       } else if (sf == ScaleFormat::kE4m3) {
         scale = Nvfp4DecodeScale(q.scales[sr * q.scale_cols + sc], q.SecondLevelAmax(r, c), q.spec, order);
       } else {

@@ -155,9 +155,12 @@ void SetBlockShape(QuantSpec& spec, const std::string& s) {
   spec.block_cols = num(s.substr(x + 1));
 }
 
-Format Nvfp4ScaleFormat(const QuantSpec& spec) {
-  if (spec.scale_format.empty()) return fmt::kE4M3;
-  // The reference asks once per block: the last name's parse is kept (per thread).
+namespace {
+
+// The format a spec's scale_format names, or `fallback` where it is empty. The reference asks once per block:
+// the last name's parse is kept (per thread).
+Format ScaleFormatNamed(const QuantSpec& spec, const Format& fallback) {
+  if (spec.scale_format.empty()) return fallback;
   thread_local std::string name;
   thread_local Format parsed = fmt::kE4M3;
   if (name != spec.scale_format) {
@@ -166,6 +169,12 @@ Format Nvfp4ScaleFormat(const QuantSpec& spec) {
   }
   return parsed;
 }
+
+}  // namespace
+
+Format Nvfp4ScaleFormat(const QuantSpec& spec) { return ScaleFormatNamed(spec, fmt::kE4M3); }
+
+Format MxScaleFormat(const QuantSpec& spec) { return ScaleFormatNamed(spec, fmt::kUE8M0); }
 
 float Nvfp4ElemMax(const QuantSpec& spec) {  // (asked once a block or span: E2M1's without decoding)
   return spec.elem == fmt::kE2M1 ? 6.0f : DecodeToFloat(spec.elem, spec.elem.MaxFiniteCode());
@@ -224,12 +233,25 @@ void ValidateQuantSpec(const QuantSpec& spec) {
           "code 0): NaN policies, element scaling, margins, row scaling, delayed scaling, subnormal flushing and amax "
           "orders do not apply");
     ValidateCastOptions(spec.elem, spec.cast);
+    if (!spec.scale_format.empty())
+      throw Error(std::string("bfp blocks store tt-metal's shared exponent byte, not scales in '") + spec.scale_format +
+                  "'");
     return;
   }
-  if (!spec.scale_format.empty()) {
+  if (!spec.scale_format.empty() && sf == ScaleFormat::kUe8m0) {
+    // The MX rules' power-of-two scales in another format: MxSpec's checks (ValidateMxSpec).
+    MxSpec ms;
+    ms.elem = spec.elem;
+    ms.rule = spec.rule;
+    ms.nan = spec.nan;
+    ms.scale_format = ParseFormat(spec.scale_format);
+    ValidateMxSpec(ms);
+    MxScaleRangeOf(ms.scale_format);  // it holds a power of two
+  } else if (!spec.scale_format.empty()) {
     if (sf != ScaleFormat::kE4m3 || IsNvfp4FourOverSix(spec.rule))
       throw Error(std::string("a block-scale format (") + spec.scale_format +
-                  ") applies to the NVFP4 rules nvfp4, nvfp4-div, nvfp4-torchao and nvfp4-torchao-cuda; the " +
+                  ") applies to the NVFP4 rules nvfp4, nvfp4-div, nvfp4-torchao and nvfp4-torchao-cuda and to the "
+                  "UE8M0 (MX) rules; the " +
                   ScaleRuleName(spec.rule) + " rule fixes its own scales (" + ScaleFormatName(sf) + ")");
     const Format f = ParseFormat(spec.scale_format);
     if (!IsFastFormat(f) || f.IsInt() || f.encoding == Encoding::kExponentOnly)
@@ -301,7 +323,8 @@ BlockExtent ResolveBlock(const QuantSpec& spec, size_t rows, size_t cols) {
 float QuantizedTensor::ScaleAt(size_t sr, size_t sc) const {
   const size_t i = sr * scale_cols + sc;
   switch (ScaleFormatOf(spec.rule)) {
-    case ScaleFormat::kUe8m0:
+    case ScaleFormat::kUe8m0:  // or the spec's scale_format
+      if (!spec.scale_format.empty()) return static_cast<float>(MxScaleValue(MxScaleFormat(spec), scales[i]));
       return scales[i] == 0xFF ? std::nanf("") : std::ldexp(1.0f, static_cast<int>(scales[i]) - 127);
     case ScaleFormat::kE4m3:  // or the spec's scale_format
       return static_cast<float>(DecodeToDouble(Nvfp4ScaleFormat(spec), scales[i]));

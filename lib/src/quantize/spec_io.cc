@@ -40,7 +40,8 @@ const std::vector<SpecOverrideField>& SpecOverrideFields() {
        &SpecOverrides::amax_order},
       {"scale_format", "--scale-format",
        "NVFP4 rules: the block scales' format (e4m3, NVFP4's own; ue4m3; ue5m3, AMD gfx1250's E5M3; any float format "
-       "of 8 bits or fewer); with --elem, FP8 or FP6 elements under two-level scales",
+       "of 8 bits or fewer); with --elem, FP8 or FP6 elements under two-level scales. UE8M0 (MX) rules: the format "
+       "their powers of two are stored in (ue8m0, the default; e4m3, ue5m3, ...), clamped to its powers of two",
        &SpecOverrides::scale_format},
   };
   return fields;

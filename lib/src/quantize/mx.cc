@@ -39,6 +39,11 @@ void ValidateMxSpec(const MxSpec& spec) {
 
 MxScaleRange MxScaleRangeOf(const Format& scale_format) {
   if (scale_format == fmt::kUE8M0) return {};
+  // The reference asks once per block: the last format's range is kept (per thread).
+  thread_local bool cached = false;
+  thread_local Format last = fmt::kUE8M0;
+  thread_local MxScaleRange kept;
+  if (cached && last == scale_format) return kept;
   MxScaleRange r{1000, -1000};
   for (uint32_t c = 0; c < (1u << scale_format.Bits()); ++c) {
     const double v = DecodeToDouble(scale_format, c);
@@ -49,6 +54,9 @@ MxScaleRange MxScaleRangeOf(const Format& scale_format) {
   r.lo = std::max(r.lo, -127);
   r.hi = std::min(r.hi, 127);
   if (r.lo > r.hi) throw Error(std::string("'") + scale_format.name + "' holds no power of two for an MX scale");
+  cached = true;
+  last = scale_format;
+  kept = r;
   return r;
 }
 

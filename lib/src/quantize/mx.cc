@@ -39,24 +39,11 @@ void ValidateMxSpec(const MxSpec& spec) {
 
 MxScaleRange MxScaleRangeOf(const Format& scale_format) {
   if (scale_format == fmt::kUE8M0) return {};
-  // The reference asks once per block: the last format's range is kept (per thread).
-  thread_local bool cached = false;
-  thread_local Format last = fmt::kUE8M0;
-  thread_local MxScaleRange kept;
-  if (cached && last == scale_format) return kept;
-  MxScaleRange r{1000, -1000};
-  for (uint32_t c = 0; c < (1u << scale_format.Bits()); ++c) {
-    const double v = DecodeToDouble(scale_format, c);
-    int e;
-    if (std::isfinite(v) && v > 0 && std::frexp(v, &e) == 0.5)
-      r.lo = std::min(r.lo, e - 1), r.hi = std::max(r.hi, e - 1);
-  }
-  r.lo = std::max(r.lo, -127);
-  r.hi = std::min(r.hi, 127);
+  // A float format holds every power of two from its smallest positive value (a power of two, subnormal or
+  // normal) to the bottom of its largest binade.
+  const FormatLimits lim = Limits(scale_format);
+  const MxScaleRange r{std::max(std::ilogb(lim.min_subnormal), -127), std::min(lim.emax, 127)};
   if (r.lo > r.hi) throw Error(std::string("'") + scale_format.name + "' holds no power of two for an MX scale");
-  cached = true;
-  last = scale_format;
-  kept = r;
   return r;
 }
 

@@ -240,11 +240,7 @@ void ValidateQuantSpec(const QuantSpec& spec) {
   }
   if (!spec.scale_format.empty() && sf == ScaleFormat::kUe8m0) {
     // The MX rules' power-of-two scales in another format: MxSpec's checks (ValidateMxSpec).
-    MxSpec ms;
-    ms.elem = spec.elem;
-    ms.rule = spec.rule;
-    ms.nan = spec.nan;
-    ms.scale_format = ParseFormat(spec.scale_format);
+    const MxSpec ms = detail::MxSpecOf(spec, 1);
     ValidateMxSpec(ms);
     MxScaleRangeOf(ms.scale_format);  // it holds a power of two
   } else if (!spec.scale_format.empty()) {
@@ -324,8 +320,7 @@ float QuantizedTensor::ScaleAt(size_t sr, size_t sc) const {
   const size_t i = sr * scale_cols + sc;
   switch (ScaleFormatOf(spec.rule)) {
     case ScaleFormat::kUe8m0:  // or the spec's scale_format
-      if (!spec.scale_format.empty()) return static_cast<float>(MxScaleValue(MxScaleFormat(spec), scales[i]));
-      return scales[i] == 0xFF ? std::nanf("") : std::ldexp(1.0f, static_cast<int>(scales[i]) - 127);
+      return static_cast<float>(MxScaleValue(MxScaleFormat(spec), scales[i]));
     case ScaleFormat::kE4m3:  // or the spec's scale_format
       return static_cast<float>(DecodeToDouble(Nvfp4ScaleFormat(spec), scales[i]));
     case ScaleFormat::kFp32: {

@@ -830,15 +830,83 @@ void LaunchDmma(const EngineGemmArgs& args, const EngineDmmaBuffers& f, cudaStre
   kernel<<<grid, kDThreads, bytes, st>>>(args, f);
 }
 
+// exact through cuBLASLt (EngineDmmaBuffers::dense_a): each element times its step's scale in FP64 (exact: the
+// scale is a power of two, 1 without scales), A row-major M x K, B row-major K x N; NaN and Inf stay (their lines
+// are special, WholeSumExact false).
+__global__ void DenseValuesKernel(EngineOperand o, bool is_a, size_t k, int step, size_t steps, const StepInfo* info,
+                                  double* out) {
+  const size_t total = o.rows * o.cols;
+  for (size_t t = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; t < total;
+       t += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t r = t / o.cols, c = t % o.cols;  // A: (row, k); B: (k, column)
+    const size_t line = is_a ? r : c, kk = is_a ? c : r;
+    out[t] = o.values[o.codes[t]] * static_cast<double>(info[line * steps + kk / static_cast<size_t>(step)].scale);
+  }
+}
+
+// C (or 0) in FP64 into D, which cuBLASLt then accumulates onto (exact: C is part of WholeSumExact's bound).
+__global__ void DenseCKernel(const float* c, size_t total, double* d) {
+  for (size_t t = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; t < total;
+       t += static_cast<size_t>(gridDim.x) * blockDim.x)
+    d[t] = static_cast<double>(c[t]);
+}
+
+// kRoundExactWhole's epilogue on cuBLASLt's FP64 product d: a 64 x 64 block of outputs whose line bounds prove every
+// whole sum exact rounds each sum once to FP32 (an exact zero, whose sign depends on the products' zero signs,
+// takes the exact accumulator, its steps counted as fallbacks); any other block is marked for kRoundExact.
+__global__ void __launch_bounds__(kDThreads)
+    DenseFinishKernel(const __grid_constant__ EngineGemmArgs g, const __grid_constant__ EngineDmmaBuffers f) {
+  const size_t row0 = static_cast<size_t>(blockIdx.y) * kDTile, col0 = static_cast<size_t>(blockIdx.x) * kDTile;
+  const size_t block = static_cast<size_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+  const int tid = threadIdx.x;
+  bool mine = true;
+  for (int t = tid; t < kDTile * kDTile; t += kDThreads) {
+    const size_t i = row0 + t / kDTile, j = col0 + t % kDTile;
+    if (i < g.m && j < g.n) mine = mine && WholeSumExact(f.a_bound[i], f.b_bound[j], g.c ? g.c[i * g.n + j] : 0.0f);
+  }
+  if (!__syncthreads_and(mine)) {
+    if (tid == 0) f.per_step[block] = 1;
+    return;
+  }
+  const size_t rows = g.m - row0 < kDTile ? g.m - row0 : kDTile, cols = g.n - col0 < kDTile ? g.n - col0 : kDTile;
+  if (tid == 0 && f.whole_outputs) atomicAdd(f.whole_outputs, static_cast<unsigned long long>(rows * cols));
+  const unsigned long long k_steps = (g.k + g.model.step - 1) / g.model.step;
+  unsigned long long slow = 0;
+  for (int t = tid; t < kDTile * kDTile; t += kDThreads) {
+    const size_t i = row0 + t / kDTile, j = col0 + t % kDTile;
+    if (i >= g.m || j >= g.n) continue;
+    const double v = f.dense_d[i * g.n + j];
+    float r;
+    if (v != 0) {
+      r = __double2float_rn(v);
+    } else {
+      r = ExactFamilyDot(g, LineOf(g, g.a.values, g.b.values, g.a.nominal, g.b.nominal, i, j), i, j);
+      slow += k_steps;
+    }
+    g.out[i * g.n + j] = Finish(g, i, j, r);
+  }
+  if (slow && f.fallback_steps) atomicAdd(f.fallback_steps, slow);
+}
+
 template <int kStep>
 void LaunchStep(const EngineGemmArgs& args, const EngineDmmaBuffers& f, cudaStream_t st) {
   // 16-byte loads where every row of A and of B starts 16 bytes aligned.
   const bool vec = args.k % 16 == 0 && args.n % 16 == 0 && reinterpret_cast<uintptr_t>(args.a.codes) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(args.b.codes) % 16 == 0;
   const EngineModel& p = args.model;
-  if (p.kind == 2) {  // exact: the blocks summed whole, then the others step by step
-    if (vec) LaunchDmma<kStep, false, true, kRoundExactWhole>(args, f, st);
-    else LaunchDmma<kStep, false, false, kRoundExactWhole>(args, f, st);
+  if (p.kind ==
+      2) {  // exact: the blocks summed whole (by cuBLASLt's FP64 GEMM where given), then the others step by step
+    const bool dense = f.dense_a != nullptr &&
+                       DenseDgemm(args.m, args.n, args.k, f.dense_a, f.dense_b, f.dense_d, args.c != nullptr, st);
+    if (dense) {
+      const dim3 grid(static_cast<unsigned>((args.n + kDTile - 1) / kDTile),
+                      static_cast<unsigned>((args.m + kDTile - 1) / kDTile));
+      DenseFinishKernel<<<grid, kDThreads, 0, st>>>(args, f);
+    } else if (vec) {
+      LaunchDmma<kStep, false, true, kRoundExactWhole>(args, f, st);
+    } else {
+      LaunchDmma<kStep, false, false, kRoundExactWhole>(args, f, st);
+    }
     if (vec) LaunchDmma<kStep, false, true, kRoundExact>(args, f, st);
     else LaunchDmma<kStep, false, false, kRoundExact>(args, f, st);
   } else if (p.kind == 3) {  // block-exact
@@ -876,6 +944,11 @@ void LaunchEngineDmmaGemm(const EngineGemmArgs& args, const EngineDmmaBuffers& f
   if (f.a_bound != nullptr) {
     LineBoundKernel<<<256, 256, 0, st>>>(f.a_info, f.a_ss, args.m, f.steps, f.a_bound);
     LineBoundKernel<<<256, 256, 0, st>>>(f.b_info, f.b_ss, args.n, f.steps, f.b_bound);
+  }
+  if (f.dense_a != nullptr) {
+    DenseValuesKernel<<<1024, 256, 0, st>>>(args.a, true, args.k, step, f.steps, f.a_info, f.dense_a);
+    DenseValuesKernel<<<1024, 256, 0, st>>>(args.b, false, args.k, step, f.steps, f.b_info, f.dense_b);
+    if (args.c != nullptr) DenseCKernel<<<1024, 256, 0, st>>>(args.c, args.m * args.n, f.dense_d);
   }
   Check(cudaGetLastError(), "engine FP64 tensor-core GEMM: step bounds launch");
   if (step == 16) LaunchStep<16>(args, f, st);

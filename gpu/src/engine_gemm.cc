@@ -306,12 +306,38 @@ void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, con
     db.b_ss = exact ? bss.get() : nullptr;
     db.a_bound = exact ? abd.get() : nullptr;
     db.b_bound = exact ? bbd.get() : nullptr;
+    // exact's whole sums on cuBLASLt's FP64 GEMM where the FP64 copies of A, B and D fit the device with 1 GiB to
+    // spare; QMX_ENGINE_DGEMM=0 keeps them on this engine's own FP64 tensor-core kernel.
+    const size_t dense_elems = plan.m * plan.k + plan.k * plan.n + plan.m * plan.n;
+    const char* dgemm_env = std::getenv("QMX_ENGINE_DGEMM");
+    if (dgemm_env != nullptr && std::string(dgemm_env) != "0" && std::string(dgemm_env) != "1")
+      throw Error(
+          std::string("QMX_ENGINE_DGEMM is 0 (exact's whole sums on the engine's own kernel) or 1 (on cuBLASLt's "
+                      "FP64 GEMM where the device has room, the default), got '") +
+          dgemm_env + "'");
+    size_t free_bytes = 0, total_bytes = 0;
+    const bool dense = exact && (dgemm_env == nullptr || std::string(dgemm_env) == "1") &&
+                       cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess &&
+                       dense_elems * sizeof(double) + (size_t{1} << 30) <= free_bytes;
+    DeviceBuffer<double> dense_a(dense ? plan.m * plan.k : 0), dense_b(dense ? plan.k * plan.n : 0),
+        dense_d(dense ? plan.m * plan.n : 0);
+    db.dense_a = dense ? dense_a.get() : nullptr;
+    db.dense_b = dense ? dense_b.get() : nullptr;
+    db.dense_d = dense ? dense_d.get() : nullptr;
     counted("engine FP64 tensor-core GEMM", [&](unsigned long long* n) {
       db.fallback_steps = n;
       db.whole_outputs = n + 1;
       detail::LaunchEngineDmmaGemm(g, db, stream);
     });
-    st.kernel = "dmma";
+    st.kernel = dense ? "dgemm" : "dmma";
+  } else if (model.kind == AccumKind::kFp32Seq) {
+    // fp32-seq's chains on the register-tiled kernel (engine_seq.cu), from its x and y operands in FP32.
+    DeviceBuffer<float> ax(plan.m * plan.k), by(plan.k * plan.n);
+    detail::Check(cudaEventRecord(t0, cs), "cudaEventRecord");
+    detail::LaunchEngineSeqGemm(g, ax.get(), by.get(), stream);
+    detail::Check(cudaEventRecord(t1, cs), "cudaEventRecord");
+    detail::CheckLaunch("engine fp32-seq GEMM");
+    st.kernel = "seq";
   } else {
     detail::Check(cudaEventRecord(t0, cs), "cudaEventRecord");
     detail::LaunchEngineGemm(g, stream);

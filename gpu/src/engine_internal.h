@@ -141,7 +141,18 @@ struct EngineDmmaBuffers {
   // exact only: one byte per 64 x 64 block of outputs (row-major over the grid), set where the line bounds do not
   // prove the whole sum exact and the block runs step by step.
   uint8_t* per_step = nullptr;
+  // exact only, where the device has room for them (else null, and the blocks summed whole run on this engine's
+  // own FP64 tensor-core kernel): A's values times their scales (M x K, row-major), B's (K x N) and the FP64
+  // product (M x N), which cuBLASLt's FP64 GEMM (DenseDgemm) forms. Where WholeSumExact holds, every order and
+  // grouping of that sum is exact, cuBLASLt's included.
+  double* dense_a = nullptr;
+  double* dense_b = nullptr;
+  double* dense_d = nullptr;
 };
+// D (M x N) = A (M x K) B (K x N) (+ D where accumulate), row-major FP64, by cuBLASLt with CUBLAS_COMPUTE_64F
+// (the FP64 tensor core; no emulated FP64) on `stream`; false where cuBLASLt offers no algorithm (gemm_cublaslt.cu).
+bool DenseDgemm(size_t m, size_t n, size_t k, const double* a, const double* b, double* d, bool accumulate,
+                void* stream);
 // Fills the step bounds from args' codes and scales, then runs the kernel (args.model.step 16 or 32).
 void LaunchEngineDmmaGemm(const EngineGemmArgs& args, const EngineDmmaBuffers& f, void* stream);
 
@@ -159,8 +170,12 @@ void LaunchHadamard(float* x, size_t blocks, int n, const double* sign, double n
 void LaunchAmaxFinite(const float* x, size_t count, unsigned* amax_bits, unsigned long long* first_bad, void* stream);
 // dst = src rounded to BF16 (RNE), as FP32 values.
 void LaunchBf16Round(const float* src, size_t count, float* dst, void* stream);
-// out (m x n) = a (m x k) bt (n x k)^T, each output a sequential fmaf chain over k from +0 (fp32-seq).
+// out (m x n) = a (m x k) bt (n x k)^T, each output a sequential fmaf chain over k from +0 (fp32-seq;
+// engine_seq.cu's register-tiled kernel).
 void LaunchGemmF32Seq(const float* a, const float* bt, size_t m, size_t n, size_t k, float* out, void* stream);
+// fp32-seq on the codes GEMM's arguments: x of A (M x K) into a_work and y of B transposed (N x K) into bt_work,
+// then each output's chain from C (or +0) and the epilogue (alpha, the canonical NaN), on the same kernel.
+void LaunchEngineSeqGemm(const EngineGemmArgs& g, float* a_work, float* bt_work, void* stream);
 // out[j] = sum over i of x[i][j] (x m x n), FP32, i ascending from +0: qmx::BiasGradient.
 void LaunchColumnSums(const float* x, size_t m, size_t n, float* out, void* stream);
 // out (rows x cols) = fl32(code_table[code] * S) per element, S of the element's block (scale grid of

@@ -136,31 +136,6 @@ __global__ void Bf16RoundKernel(const float* __restrict__ src, size_t count, flo
   }
 }
 
-// out (m x n) = a (m x k) times bt (n x k)^T, each output fmaf(a, b, acc) over k ascending from +0 (the
-// library's GemmF32SeqValues), 32 x 32 outputs per block through shared tiles of K.
-__global__ void GemmF32SeqKernel(const float* __restrict__ a, const float* __restrict__ bt, size_t m, size_t n,
-                                 size_t k, float* __restrict__ out) {
-  __shared__ float as[kTile][kTile + 1], bs[kTile][kTile + 1];
-  const size_t i0 = static_cast<size_t>(blockIdx.y) * kTile, j0 = static_cast<size_t>(blockIdx.x) * kTile;
-  const int tx = threadIdx.x, ty = threadIdx.y;  // 32 x 8 threads; each thread 4 outputs (rows ty + 8 r)
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (size_t k0 = 0; k0 < k; k0 += kTile) {
-    for (int r = ty; r < kTile; r += 8) {
-      as[r][tx] = i0 + r < m && k0 + tx < k ? a[(i0 + r) * k + k0 + tx] : 0.0f;
-      bs[r][tx] = j0 + r < n && k0 + tx < k ? bt[(j0 + r) * k + k0 + tx] : 0.0f;
-    }
-    __syncthreads();
-    const int kk_end = k - k0 < kTile ? static_cast<int>(k - k0) : kTile;
-    for (int kk = 0; kk < kk_end; ++kk)
-      for (int r = 0; r < 4; ++r) acc[r] = fmaf(as[ty + 8 * r][kk], bs[tx][kk], acc[r]);
-    __syncthreads();
-  }
-  for (int r = 0; r < 4; ++r) {
-    const size_t i = i0 + ty + 8 * r, j = j0 + tx;
-    if (i < m && j < n) out[i * n + j] = acc[r];
-  }
-}
-
 // One thread per column, rows in ascending order from +0; 16 rows' loads issued ahead of their adds (the
 // sum's order is the library's; only the memory latency overlaps).
 __global__ void ColumnSumsKernel(const float* __restrict__ x, size_t m, size_t n, float* __restrict__ out) {
@@ -353,14 +328,6 @@ void LaunchBf16Round(const float* src, size_t count, float* dst, void* stream) {
   if (count == 0) return;
   Bf16RoundKernel<<<GridFor(count, 256), 256, 0, static_cast<cudaStream_t>(stream)>>>(src, count, dst);
   Check(cudaGetLastError(), "engine BF16 rounding");
-}
-
-void LaunchGemmF32Seq(const float* a, const float* bt, size_t m, size_t n, size_t k, float* out, void* stream) {
-  if (m == 0 || n == 0) return;
-  if (Blocks(m, kTile) > 65535) throw Error("engine fp32-seq GEMM: more than 2,097,120 rows");
-  const dim3 grid(Blocks(n, kTile), Blocks(m, kTile)), threads(kTile, 8);
-  GemmF32SeqKernel<<<grid, threads, 0, static_cast<cudaStream_t>(stream)>>>(a, bt, m, n, k, out);
-  Check(cudaGetLastError(), "engine fp32-seq GEMM");
 }
 
 void LaunchColumnSums(const float* x, size_t m, size_t n, float* out, void* stream) {

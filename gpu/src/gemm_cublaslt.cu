@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine_internal.h"
 #include "gpu_internal.h"
 #include "qmx/convert.h"
 #include "qmx/gpu.h"
@@ -50,7 +51,9 @@ struct LtHandle {
 };
 struct LtDesc {
   cublasLtMatmulDesc_t d = nullptr;
-  LtDesc() { CheckLt(cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"); }
+  explicit LtDesc(cublasComputeType_t compute = CUBLAS_COMPUTE_32F, cudaDataType scale = CUDA_R_32F) {
+    CheckLt(cublasLtMatmulDescCreate(&d, compute, scale), "cublasLtMatmulDescCreate");
+  }
   ~LtDesc() { cublasLtMatmulDescDestroy(d); }
   template <typename T>
   void Set(cublasLtMatmulDescAttributes_t a, const T& v, const char* what) {
@@ -333,6 +336,27 @@ void CublasLtMatmulOn(const GemmOperand& a, const GemmOperand& b, CublasMode mod
           "cublasLtMatmul");
   // The scales and the workspace are freed on return: the GEMM must be done.
   Check(cudaStreamSynchronize(stream), "cuBLASLt GEMM");
+}
+
+bool DenseDgemm(size_t m, size_t n, size_t k, const double* a, const double* b, double* d, bool accumulate,
+                void* stream) {
+  // Row-major D = A B is column-major D^T = B^T A^T: B's K x N rows as an N x K column-major matrix (ld N), A's as
+  // K x M (ld K). One handle for the process (cuBLASLt handles are not tied to a stream); no workspace.
+  static LtHandle* const h = new LtHandle();
+  LtDesc desc(CUBLAS_COMPUTE_64F, CUDA_R_64F);
+  LtLayout la(CUDA_R_64F, n, k, static_cast<int64_t>(n)), lb(CUDA_R_64F, k, m, static_cast<int64_t>(k)),
+      ld(CUDA_R_64F, n, m, static_cast<int64_t>(n));
+  LtPref pref(0);
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  CheckLt(cublasLtMatmulAlgoGetHeuristic(h->h, desc.d, la.l, lb.l, ld.l, ld.l, pref.p, 1, &heur, &found),
+          "cublasLtMatmulAlgoGetHeuristic (FP64)");
+  if (found == 0) return false;
+  const double alpha = 1.0, beta = accumulate ? 1.0 : 0.0;
+  CheckLt(cublasLtMatmul(h->h, desc.d, &alpha, b, la.l, a, lb.l, &beta, d, ld.l, d, ld.l, &heur.algo, nullptr, 0,
+                         static_cast<cudaStream_t>(stream)),
+          "cublasLtMatmul (FP64)");
+  return true;
 }
 
 }  // namespace detail

@@ -35,6 +35,18 @@ using qmx::test::Hex;
 using qmx::test::ModelsUnderTest;
 using qmx::test::RandomCodes;
 
+// QMX_ENGINE_DGEMM set for a scope (exact's whole sums: "1" on cuBLASLt's FP64 GEMM, "0" on the engine's own
+// FP64 tensor-core kernel), the previous value restored after.
+struct ScopedDgemm {
+  std::string old;
+  bool had;
+  explicit ScopedDgemm(const char* v) : had(std::getenv("QMX_ENGINE_DGEMM") != nullptr) {
+    if (had) old = std::getenv("QMX_ENGINE_DGEMM");
+    setenv("QMX_ENGINE_DGEMM", v, 1);
+  }
+  ~ScopedDgemm() { had ? setenv("QMX_ENGINE_DGEMM", old.c_str(), 1) : unsetenv("QMX_ENGINE_DGEMM"); }
+};
+
 struct Tally {
   size_t compared = 0, outputs = 0;
   std::map<std::string, size_t> per_model, per_kernel;
@@ -65,7 +77,7 @@ void CheckModels(const GemmOperand& a, const GemmOperand& b, const float* c, con
     ++t.per_kernel[stats.kernel];
     t.steps[stats.kernel] += stats.steps;
     t.fallback_steps[stats.kernel] += stats.fallback_steps;
-    if (stats.kernel == "dmma") {
+    if (stats.kernel == "dmma" || stats.kernel == "dgemm") {  // (dgemm: exact's whole sums on cuBLASLt)
       t.dmma_outputs[m.name] += got.size();
       t.whole_outputs[m.name] += stats.whole_outputs;
     }
@@ -225,7 +237,8 @@ TEST_CASE("gpu engine: every fused model, fp32-seq, exact and block-exact equal 
               << "; fallback steps fp4 " << t.fallback_steps["fp4"] << ", dmma " << t.fallback_steps["dmma"]);
   CHECK(t.per_kernel["fp4"] >= 20);
   CHECK(t.per_kernel["dmma"] >= 300);
-  CHECK(t.per_kernel["generic"] >= 200);
+  CHECK(t.per_kernel["generic"] >= 150);
+  CHECK(t.per_kernel["seq"] >= 20);  // fp32-seq's register-tiled kernel
   CHECK(t.fallback_steps["fp4"] > 0);
   CHECK(t.fallback_steps["dmma"] > 0);
   // exact on the tensor-core kernel both ways: whole sums, and per step (NaN scales, spans past 53 bits).
@@ -245,7 +258,7 @@ TEST_CASE("gpu engine: the tensor-core kernel's fast steps and fallbacks equal q
        {"blackwell-mxf8f6f4", "hopper-fp8", "hopper-fp8-fast", "hopper-fp8-vec", "ada-fp8", "hopper-mma-sync",
         "fused:step=16,F=20,bits=24,zero-exp=-133,promote=32,promote-scale=separate", "block-exact", "exact"})
     models.push_back(AccumModelByName(n));
-  Tally t;
+  Tally t, own_kernel;
   const size_t shapes[][3] = {{96, 72, 2048}, {65, 130, 1000}};
   for (const char* recipe : {"mxfp8", "mxfp8_e5m2", "fp8-tensor-current", "fp8-block1x128"})
     for (int heavy = 0; heavy < 2; ++heavy)
@@ -262,6 +275,8 @@ TEST_CASE("gpu engine: the tensor-core kernel's fast steps and fallbacks equal q
         const GemmOperand a = OperandFromQuantized(Quantize(TensorView{DType::kF32, x.data(), m, k}, sa));
         const GemmOperand b = OperandFromQuantized(Quantize(TensorView{DType::kF32, y.data(), k, n}, sb));
         CheckModels(a, b, nullptr, std::string(recipe) + (heavy ? " t2.5 " : " normal ") + std::to_string(k), t, models);
+        const ScopedDgemm own("0");  // exact's whole sums on the engine's own kernel too
+        CheckModels(a, b, nullptr, std::string(recipe) + " own kernel", own_kernel, {AccumModelByName("exact")});
       }
   const uint64_t steps = t.steps["dmma"], fallbacks = t.fallback_steps["dmma"];
   INFO("dmma GEMMs " << t.per_kernel["dmma"] << ", steps " << steps << ", fallback steps " << fallbacks << "; compared "
@@ -272,6 +287,12 @@ TEST_CASE("gpu engine: the tensor-core kernel's fast steps and fallbacks equal q
   // exact sums the whole of K at once on most outputs of quantized training tensors.
   INFO("exact on dmma: " << t.dmma_outputs["exact"] << " outputs, " << t.whole_outputs["exact"] << " summed whole");
   CHECK(t.whole_outputs["exact"] > t.dmma_outputs["exact"] / 2);
+  // Both homes of the whole sums ran: cuBLASLt's FP64 GEMM by default, the engine's own kernel under
+  // QMX_ENGINE_DGEMM=0, with the same blocks summed whole.
+  INFO("exact on cuBLASLt " << t.per_kernel["dgemm"] << " GEMMs, on the own kernel " << own_kernel.per_kernel["dmma"]);
+  CHECK(t.per_kernel["dgemm"] >= 8);  // (the FP32-scaled blockwise operands' exact runs on the generic kernel)
+  CHECK(own_kernel.per_kernel["dmma"] >= 8);
+  CHECK(own_kernel.whole_outputs["exact"] == t.whole_outputs["exact"]);
 }
 
 // exact's whole sums: only where the line bounds prove the FP64 sum exact. Row 0 of A holds 1, 2^-24 and 2^-55
@@ -297,14 +318,67 @@ TEST_CASE("gpu engine: exact sums whole only where its line bounds prove the FP6
   const AccumModel exact = AccumModelByName("exact");
   const std::vector<float> want = Gemm(a, b, nullptr, exact);
   CHECK(want[0] == std::nextafter(1.0f, 2.0f));
-  gpu::EngineGemmStats st;
-  const std::vector<float> got = gpu::EngineGemm(a, b, nullptr, exact, &st);
-  CHECK(st.kernel == "dmma");
-  CHECK(st.whole_outputs == (m - 64) * n);
-  size_t bad = 0;
-  for (size_t i = 0; i < got.size(); ++i) bad += FloatBits(got[i]) != FloatBits(want[i]);
-  CHECK(bad == 0);
-  CHECK(FloatBits(got[0]) == FloatBits(want[0]));
+  // The whole sums on cuBLASLt's FP64 GEMM (the default), then on the engine's own kernel; with C too.
+  std::vector<float> c(m * n);
+  std::normal_distribution<float> nd;
+  for (float& v : c) v = nd(rng);
+  const std::vector<float> want_c = Gemm(a, b, c.data(), exact);
+  for (const char* dgemm : {"1", "0"}) {
+    const ScopedDgemm use(dgemm);
+    INFO("QMX_ENGINE_DGEMM=" << dgemm);
+    gpu::EngineGemmStats st;
+    const std::vector<float> got = gpu::EngineGemm(a, b, nullptr, exact, &st);
+    CHECK(st.kernel == (dgemm[0] == '1' ? "dgemm" : "dmma"));
+    CHECK(st.whole_outputs == (m - 64) * n);
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) bad += FloatBits(got[i]) != FloatBits(want[i]);
+    CHECK(bad == 0);
+    CHECK(FloatBits(got[0]) == FloatBits(want[0]));
+    const std::vector<float> got_c = gpu::EngineGemm(a, b, c.data(), exact, &st);
+    bad = 0;
+    for (size_t i = 0; i < got_c.size(); ++i) bad += FloatBits(got_c[i]) != FloatBits(want_c[i]);
+    CHECK(bad == 0);
+  }
+  const ScopedDgemm wrong("2");
+  CHECK_THROWS_WITH(gpu::EngineGemm(a, b, nullptr, exact), Catch::Contains("QMX_ENGINE_DGEMM is 0"));
+}
+
+// fp32-seq on its register-tiled kernel (engine_seq.cu: 128 x 128 outputs a block, K in slices of 8): shapes off
+// every tile and slice, C with -0 (a product of -0 keeps it, a zero product of +0 turns it to +0, so a padded k
+// would show), NaN and Inf codes, E8M0 and FP32 block scales, alpha; K = 0 and K = 1.
+TEST_CASE("gpu engine: fp32-seq's tiled chains equal qmx::Gemm bit for bit", "[gpu]") {
+  if (!qmx::test::GpuPresent()) return;
+  std::mt19937 rng(47);
+  Tally t;
+  const std::vector<AccumModel> seq = {AccumModelByName("fp32-seq")};
+  const size_t shapes[][3] = {{131, 257, 13}, {1, 1, 1}, {128, 128, 8}, {300, 70, 1027}, {7, 200, 0}, {129, 3, 9}};
+  for (const auto& sh : shapes) {
+    const size_t m = sh[0], n = sh[1], k = sh[2];
+    GemmOperand a = Codes(fmt::kE4M3, m, k, rng, true), b = Codes(fmt::kE5M2, k, n, rng, true);
+    std::vector<float> c(m * n);
+    std::normal_distribution<float> nd;
+    for (float& v : c) v = rng() % 5 == 0 ? -0.0f : nd(rng);
+    const std::string what = "fp32-seq " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k);
+    CheckModels(a, b, c.data(), what, t, seq);
+    CheckModels(a, b, nullptr, what + " no C", t, seq);
+    if (k >= 32) {
+      AddUe8m0(a, true, 32, rng, -20, 20);
+      AddFp32(b, 32, 1, rng);
+      CheckModels(a, b, c.data(), what + " scaled", t, seq);
+      a.tensor_scale = 0.75f;
+      CheckModels(a, b, c.data(), what + " alpha", t, seq);
+    }
+  }
+  // -0 kept through a K that is not a multiple of the slice: A's row 0 all -0, B all +1, C = -0.
+  GemmOperand a = Codes(fmt::kE4M3, 3, 11, rng), b = Codes(fmt::kE4M3, 11, 5, rng);
+  for (size_t kk = 0; kk < 11; ++kk) a.codes[kk] = 0x80;
+  for (uint8_t& v : b.codes) v = 0x38;
+  std::vector<float> c(3 * 5, -0.0f);
+  const std::vector<float> want = Gemm(a, b, c.data(), seq[0]);
+  CHECK(FloatBits(want[0]) == 0x80000000u);
+  CheckModels(a, b, c.data(), "fp32-seq -0 rows", t, seq);
+  CHECK(t.per_kernel["seq"] == t.compared);
+  CHECK(t.compared >= 12);
 }
 
 // Sums below FP32's smallest subnormal: the fused models cut a nonzero sum to a zero that keeps its sign
@@ -356,10 +430,12 @@ TEST_CASE("gpu engine: the tensor-core kernel's tiny sums keep their sign, and K
     CHECK(FloatBits(want[0]) == 0x80000000u);
     CHECK(FloatBits(want[8]) == 0);
   }
-  const size_t dmma_before = t.per_kernel["dmma"];
+  // (exact's whole sums run on cuBLASLt's FP64 GEMM: kernel "dgemm")
+  const auto tensor_core = [&] { return t.per_kernel["dmma"] + t.per_kernel["dgemm"]; };
+  const size_t dmma_before = tensor_core();
   CheckModels(za, zb, cz.data(), "exact zeros", t, exact_models);
   CheckModels(a, b, c.data(), "exact tiny sums", t, exact_models);
-  CHECK(t.per_kernel["dmma"] == dmma_before + 4);
+  CHECK(tensor_core() == dmma_before + 4);
   // A step of Inf and zeros in a line (E5M2 -Inf, +Inf; the line's minlsb is then kNoLsb, so the span bound alone
   // would pass it): block-exact gives -Inf and +Inf as the CPU does.
   std::vector<uint8_t> ai(2 * 32, 0), bi(32 * 2, 0x3C);
@@ -370,7 +446,7 @@ TEST_CASE("gpu engine: the tensor-core kernel's tiny sums keep their sign, and K
   qmx::test::AddUe8m0(ib, false, 32, rng, 0, 0);
   CHECK(FloatBits(Gemm(ia, ib, nullptr, exact_models[0])[0]) == 0xFF800000u);
   CheckModels(ia, ib, nullptr, "Inf and zeros", t, exact_models);
-  CHECK(t.per_kernel["dmma"] == dmma_before + 6);
+  CHECK(tensor_core() == dmma_before + 6);
 }
 
 // NVFP4 and MXFP4 tensors as a recipe quantizes them (Gaussian and heavy-tailed), and the same with rows and

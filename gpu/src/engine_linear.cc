@@ -385,7 +385,7 @@ void EngineDequantizeOnDevice(const QuantizedTensor& q, const uint8_t* codes, co
   for (unsigned b = 0; b < 256 && sf != ScaleFormat::kFp32; ++b)
     scale_table[b] = qmx::detail::FlushSubnormal(
         sf == ScaleFormat::kUe8m0
-            ? (b == 0xFF ? std::nan("") : std::ldexp(1.0, static_cast<int>(b) - 127))
+            ? MxScaleValue(fmt::kUE8M0, static_cast<uint8_t>(b))
             : static_cast<double>(Nvfp4DecodeScale(static_cast<uint8_t>(b), q.tensor_amax, q.spec.rule, order)),
         ftz);
   DeviceBuffer<float> dcodes(code_table.data(), 256);

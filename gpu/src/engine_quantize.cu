@@ -511,9 +511,7 @@ __device__ __forceinline__ uint32_t MagnitudeAmax(const uint32_t (&v)[8]) {
   uint32_t m = 0;
 #pragma unroll
   for (int j = 0; j < 8; ++j) m = max(m, v[j] & 0x7FFFFFFFu);
-#pragma unroll
-  for (int o = 1; o < kLanes; o <<= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
-  return m;
+  return GroupMax<kLanes>(m);
 }
 
 template <int kLanes, int kHw>
@@ -522,8 +520,8 @@ __device__ __forceinline__ void MxHwChunk(const BlockArgs& a, uint64_t c, const 
   const MxArgs& m = a.mx;
   const int scale = hd::ScaleByteFromAmaxBits(amax, static_cast<int>(m.rule), m.destmax, m.emax, a.elem.man_bits);
   if (lane % kLanes == 0) scales[c / kLanes] = static_cast<uint8_t>(scale);
-  const bool te = m.scaling == ElementScaling::kTeRcp;
-  const float mult = te && scale == 0 ? 1.0f : te && scale == 254 ? 0.0f : Pow2f(127 - scale);
+  // (the block's amax is finite here, so the rule's byte is at most 254)
+  const float mult = hd::ScaleMultiplier(static_cast<uint8_t>(scale), m.scaling == ElementScaling::kTeRcp);
   float y[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) y[j] = hd::F32FromBits(v[j]) * mult;

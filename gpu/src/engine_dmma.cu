@@ -894,10 +894,12 @@ void LaunchStep(const EngineGemmArgs& args, const EngineDmmaBuffers& f, cudaStre
   const bool vec = args.k % 16 == 0 && args.n % 16 == 0 && reinterpret_cast<uintptr_t>(args.a.codes) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(args.b.codes) % 16 == 0;
   const EngineModel& p = args.model;
-  if (p.kind ==
-      2) {  // exact: the blocks summed whole (by cuBLASLt's FP64 GEMM where given), then the others step by step
+  if (p.kind == 2) {
+    // exact: the blocks summed whole (by cuBLASLt's FP64 GEMM where given and it has an algorithm), then the others
+    // step by step.
     const bool dense = f.dense_a != nullptr &&
                        DenseDgemm(args.m, args.n, args.k, f.dense_a, f.dense_b, f.dense_d, args.c != nullptr, st);
+    if (f.dense_used != nullptr) *f.dense_used = dense;
     if (dense) {
       const dim3 grid(static_cast<unsigned>((args.n + kDTile - 1) / kDTile),
                       static_cast<unsigned>((args.m + kDTile - 1) / kDTile));

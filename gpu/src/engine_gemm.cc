@@ -324,12 +324,14 @@ void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, con
     db.dense_a = dense ? dense_a.get() : nullptr;
     db.dense_b = dense ? dense_b.get() : nullptr;
     db.dense_d = dense ? dense_d.get() : nullptr;
+    bool dense_used = false;
+    db.dense_used = &dense_used;
     counted("engine FP64 tensor-core GEMM", [&](unsigned long long* n) {
       db.fallback_steps = n;
       db.whole_outputs = n + 1;
       detail::LaunchEngineDmmaGemm(g, db, stream);
     });
-    st.kernel = dense ? "dgemm" : "dmma";
+    st.kernel = dense_used ? "dgemm" : "dmma";
   } else if (model.kind == AccumKind::kFp32Seq) {
     // fp32-seq's chains on the register-tiled kernel (engine_seq.cu), from its x and y operands in FP32.
     DeviceBuffer<float> ax(plan.m * plan.k), by(plan.k * plan.n);

@@ -148,6 +148,7 @@ struct EngineDmmaBuffers {
   double* dense_a = nullptr;
   double* dense_b = nullptr;
   double* dense_d = nullptr;
+  bool* dense_used = nullptr;  // (host) set to whether cuBLASLt ran the whole sums
 };
 // D (M x N) = A (M x K) B (K x N) (+ D where accumulate), row-major FP64, by cuBLASLt with CUBLAS_COMPUTE_64F
 // (the FP64 tensor core; no emulated FP64) on `stream`; false where cuBLASLt offers no algorithm (gemm_cublaslt.cu).

@@ -310,14 +310,14 @@ void RunEngineGemm(const GemmOperand& a, const uint8_t* ca, const float* sa, con
     // spare; QMX_ENGINE_DGEMM=0 keeps them on this engine's own FP64 tensor-core kernel.
     const size_t dense_elems = plan.m * plan.k + plan.k * plan.n + plan.m * plan.n;
     const char* dgemm_env = std::getenv("QMX_ENGINE_DGEMM");
-    if (dgemm_env != nullptr && std::string(dgemm_env) != "0" && std::string(dgemm_env) != "1")
+    const std::string dgemm = dgemm_env != nullptr ? dgemm_env : "1";
+    if (dgemm != "0" && dgemm != "1")
       throw Error(
-          std::string("QMX_ENGINE_DGEMM is 0 (exact's whole sums on the engine's own kernel) or 1 (on cuBLASLt's "
-                      "FP64 GEMM where the device has room, the default), got '") +
-          dgemm_env + "'");
+          "QMX_ENGINE_DGEMM is 0 (exact's whole sums on the engine's own kernel) or 1 (on cuBLASLt's FP64 "
+          "GEMM where the device has room, the default), got '" +
+          dgemm + "'");
     size_t free_bytes = 0, total_bytes = 0;
-    const bool dense = exact && (dgemm_env == nullptr || std::string(dgemm_env) == "1") &&
-                       cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess &&
+    const bool dense = exact && dgemm == "1" && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess &&
                        dense_elems * sizeof(double) + (size_t{1} << 30) <= free_bytes;
     DeviceBuffer<double> dense_a(dense ? plan.m * plan.k : 0), dense_b(dense ? plan.k * plan.n : 0),
         dense_d(dense ? plan.m * plan.n : 0);

@@ -520,22 +520,76 @@ bool GroupFast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
 // other term of its step, and the sums differ only where that cuts a nonzero term. ZeroRuleRisks marks the
 // outputs where that can happen; TryFused leaves them to the reference.
 
+// The codes of o's format whose value is 0 (at most four, the first repeated to fill; false where there are
+// none or more), so that the scans below compare bytes instead of looking each one up, and vectorize.
+bool ZeroCodes(const GemmOperand& o, std::array<uint8_t, 4>& z) {
+  const std::array<double, 256> v = CodeValues(o.elem);
+  size_t count = 0;
+  for (int c = 0; c < 256; ++c)
+    if (v[c] == 0) {
+      if (count == 4) return false;
+      z[count++] = static_cast<uint8_t>(c);
+    }
+  if (count == 0) return false;
+  for (size_t x = count; x < 4; ++x) z[x] = z[0];
+  return true;
+}
+inline uint8_t IsNonzero(uint8_t c, const std::array<uint8_t, 4>& z) {
+  return static_cast<uint8_t>((c != z[0]) & (c != z[1]) & (c != z[2]) & (c != z[3]));
+}
+
+// out[l] |= (codes[l] is nonzero) << bit for l < lines.
+QMX_GEMM_CLONES void OrNonzeroBits(const uint8_t* codes, size_t lines, std::array<uint8_t, 4> z, int bit,
+                                   uint64_t* out) {
+  for (size_t l = 0; l < lines; ++l) out[l] |= uint64_t{IsNonzero(codes[l], z)} << bit;
+}
+
+// Whether some element of o is zero.
+bool HasZeroElement(const GemmOperand& o) {
+  std::array<uint8_t, 4> z;
+  const uint8_t* codes = o.codes.data();
+  const size_t size = o.codes.size();
+  if (!ZeroCodes(o, z)) {
+    const std::array<double, 256> v = CodeValues(o.elem);
+    for (size_t x = 0; x < size; ++x)
+      if (v[codes[x]] == 0) return true;
+    return false;
+  }
+  uint8_t nonzero = 1;
+  for (size_t x = 0; x < size; ++x) nonzero &= IsNonzero(codes[x], z);
+  return nonzero == 0;
+}
+
 // Each cell (cell_len consecutive K) of each row of A, or of each column of B, as a mask of its nonzero
 // elements (bit kk - cell start): A's m x cells, B's cells x n.
 std::vector<uint64_t> NonzeroMasks(const GemmOperand& o, bool is_a, size_t lines, size_t k, size_t cell_len) {
   const std::array<double, 256> v = CodeValues(o.elem);
+  std::array<uint8_t, 4> z;
+  const bool few = ZeroCodes(o, z);
   uint8_t nonzero[256];
   for (int c = 0; c < 256; ++c) nonzero[c] = v[c] != 0;
   const size_t cells = (k + cell_len - 1) / cell_len;
   std::vector<uint64_t> mask(lines * cells, 0);
+  // Along the codes' rows: A's rows hold K (a row's cells one after the other), B's rows one K of every
+  // column.
+  if (is_a) {
+    for (size_t l = 0; l < lines; ++l)
+      for (size_t q = 0; q < cells; ++q) {
+        const uint8_t* cell = o.codes.data() + l * k + q * cell_len;
+        uint64_t bits = 0;
+        for (size_t t = 0; t < std::min(cell_len, k - q * cell_len); ++t) bits |= uint64_t{nonzero[cell[t]]} << t;
+        mask[l * cells + q] = bits;
+      }
+    return mask;
+  }
   for (size_t q = 0; q < cells; ++q)
     for (size_t kk = q * cell_len; kk < std::min(k, (q + 1) * cell_len); ++kk) {
       const int bit = static_cast<int>(kk - q * cell_len);
-      if (is_a) {  // A's rows hold K: one element of each row (B's rows hold K too, so its loop runs along them)
-        for (size_t l = 0; l < lines; ++l) mask[l * cells + q] |= uint64_t{nonzero[o.codes[l * k + kk]]} << bit;
+      const uint8_t* row = o.codes.data() + kk * lines;
+      uint64_t* out = mask.data() + q * lines;
+      if (few) {
+        OrNonzeroBits(row, lines, z, bit, out);
       } else {
-        const uint8_t* row = o.codes.data() + kk * lines;
-        uint64_t* out = mask.data() + q * lines;
         for (size_t l = 0; l < lines; ++l) out[l] |= uint64_t{nonzero[row[l]]} << bit;
       }
     }
@@ -599,6 +653,9 @@ void ZeroRuleRisks(const GemmOperand& a, const GemmOperand& b, const float* c_in
       if (tb[x] == 0) b_nonzero[x / n] = 0;
     }
   }
+  // Without a zero element or scale every cell holds a nonzero product for every output: nothing to mark.
+  const auto zero_scale = [](const std::vector<float>& t) { return std::find(t.begin(), t.end(), 0.0f) != t.end(); };
+  if (!zero_scale(ta) && !zero_scale(tb) && !HasZeroElement(a) && !HasZeroElement(b)) return;
   const int base = p.group == 1 ? zero_product : 0;  // a zero cell's exponent less its scales'
   const std::vector<uint64_t> ma = NonzeroMasks(a, true, m, k, len), mb = NonzeroMasks(b, false, n, k, len);
   // A row's cell with more nonzero elements than len less the fewest of any column's cell meets every
@@ -869,8 +926,14 @@ bool TryFused(const GemmOperand& a, const GemmOperand& b, const float* c_in, con
     if (!FusedKernels(a, b, c_in, kernel, plan, exec, out)) return false;
     // The rule's step cut to zero is +0 (the kernels keep the sign of a nonzero sum cut to zero); the last
     // step's is the output.
-    for (size_t x = 0; x < plan.m * plan.n; ++x)
-      if (out[x] == 0) out[x] = 0.0f;
+    // (on the bits, branch-free, so that it vectorizes: a conditional store of each -0 does not)
+    const size_t total = plan.m * plan.n;  // (held: the stores through out could alias plan)
+    for (size_t x = 0; x < total; ++x) {
+      uint32_t bits;
+      std::memcpy(&bits, out + x, 4);
+      bits &= (bits & 0x7FFFFFFFu) != 0 ? ~0u : 0u;
+      std::memcpy(out + x, &bits, 4);
+    }
     ZeroRuleRisks(a, b, c_in, p, plan, exec, out);
   }
   ApplyAlpha(plan, out);

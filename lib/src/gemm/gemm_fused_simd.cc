@@ -322,25 +322,20 @@ HWY_INLINE void FusedStepExps(DF df, const FusedTile<DF>& t, size_t s0, size_t s
   const FusedGemmArgs& g = t.g;
   const FusedPacks& pk = t.pk;
   const size_t N = hn::Lanes(df), nr = 2 * N, si = s0 / pk.step;
-  VI ec[R][2];
-  hn::Mask<decltype(di)> pzero[R][2];
-  for (size_t r = 0; r < R; ++r)
-    for (size_t h = 0; h < 2; ++h) emax[r][h] = ec[r][h] = AccExp(df, part[r][h], g.zero_code, pzero[r][h]);
   MaxProductExps<R>(di, pk.pea.get() + (t.p * g.k + s0) * 2 * R, pk.peb.get() + (t.q * g.k + s0) * 2 * nr, s1 - s0,
                     emax_p);
-  for (size_t r = 0; r < R; ++r)
-    for (size_t h = 0; h < 2; ++h) emax[r][h] = hn::Max(emax[r][h], emax_p[r][h]);
   const int32_t* zbp = pk.pzb ? pk.pzb.get() + (t.q * pk.nsteps + si) * nr : nullptr;
   for (size_t r = 0; r < R; ++r)
     for (size_t h = 0; h < 2; ++h) {
-      if (pk.zero_floor) {
-        emax[r][h] = hn::Max(emax[r][h], t.zero_exp);
-      } else if (g.track_zero) {
-        emax[r][h] =
-            LiftZeroTerms(di, emax[r][h], pk.pza[(t.p * pk.nsteps + si) * R + r], zbp + h * N, pzero[r][h], t.zero_exp);
+      if (g.track_zero && !pk.zero_floor) {
+        hn::Mask<decltype(di)> pzero;
+        const VI ec = AccExp(df, part[r][h], g.zero_code, pzero);
+        emax[r][h] = LiftZeroTerms(di, hn::Max(ec, emax_p[r][h]), pk.pza[(t.p * pk.nsteps + si) * R + r], zbp + h * N,
+                                   pzero, t.zero_exp);
+      } else {
+        emax[r][h] = MaxAccExp(df, part[r][h], pk.zero_floor ? hn::Max(emax_p[r][h], t.zero_exp) : emax_p[r][h]);
       }
-      // The accumulator's significand scales by 2^(ec - emax + F).
-      sum[r][h] = AccTermI32<kTermRne>(df, part[r][h], ec[r][h], emax[r][h], t.fbits);
+      sum[r][h] = AccTermI32<kTermRne>(df, part[r][h], emax[r][h], t.fbits);
     }
 }
 

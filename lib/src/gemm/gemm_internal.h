@@ -150,8 +150,10 @@ inline float ModelNan(const AccumModel& m) {
 }
 inline void CanonicalizeNans(const AccumModel& m, float* out, size_t n) {
   const float nan = ModelNan(m);
-  for (size_t i = 0; i < n; ++i)
-    if (std::isnan(out[i])) out[i] = nan;
+  for (size_t i = 0; i < n; ++i) {  // (a store in every lane, so that the loop vectorizes)
+    const float v = out[i];
+    out[i] = v != v ? nan : v;
+  }
 }
 
 // +-S * 2^lsb rounded to an FP32 container holding `bits` significant bits, the exponent floored at

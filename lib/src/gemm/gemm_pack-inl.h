@@ -277,6 +277,18 @@ HWY_INLINE hn::Vec<DF> Pow2OrZero(DF df, VI e) {
   const auto biased = hn::Min(hn::Max(hn::Add(e, hn::Set(di, 127)), hn::Zero(di)), hn::Set(di, 254));
   return hn::BitCast(df, hn::ShiftLeft<23>(biased));  // biased 0: +0
 }
+// A step's product factor 2^e: 2^127 above 127; below -126 a subnormal or 0 (one VSCALEFPS on AVX-512),
+// else Pow2OrZero's 0. The callers' bounds leave every term below 1/2 where e < -126 (no product keeps a
+// bit) and every product zero where e > 127, so the terms are the same either way.
+template <class DF, class VI>
+HWY_INLINE hn::Vec<DF> Pow2Scale(DF df, VI e) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (std::is_same_v<hn::Vec<DF>, hn::Vec512<float>>)
+    return hn::Vec512<float>{
+        _mm512_scalef_ps(_mm512_set1_ps(1.0f), _mm512_cvtepi32_ps(_mm512_min_epi32(e.raw, _mm512_set1_epi32(127))))};
+#endif
+  return Pow2OrZero(df, e);
+}
 
 // v (integer-valued after rounding, far inside int32's range) as int32: toward zero, or to nearest even
 // (the default FP environment every kernel runs in). On x86 one instruction, without the fix-up that
@@ -306,6 +318,23 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> AccExp(DF df, hn::Vec<DF> part, int32
   const auto field = hn::And(hn::ShiftRight<23>(hn::BitCast(di, part)), hn::Set(di, 0xFF));
   return hn::IfThenElse(zero, hn::Set(di, zero_code), hn::Max(hn::Sub(field, hn::Set(di, 127)), hn::Set(di, -126)));
 }
+// max(e, the accumulator's nominal exponent): FP32's exponent, -126 for subnormals, nothing for zero (e
+// unchanged). On AVX-512 VGETEXPPS gives the exponent (-Inf for zero, which converts to INT_MIN) and one
+// masked max lifts the nonzero lanes to -126.
+template <class DF, class VI>
+HWY_INLINE VI MaxAccExp(DF df, hn::Vec<DF> part, VI e) {
+  const hn::RebindToSigned<DF> di;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (std::is_same_v<hn::Vec<DF>, hn::Vec512<float>>) {
+    const __m512i x = _mm512_max_epi32(e.raw, _mm512_cvttps_epi32(_mm512_getexp_ps(part.raw)));
+    const __mmask16 nonzero = _mm512_cmp_ps_mask(part.raw, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    return VI{_mm512_mask_max_epi32(x, nonzero, x, _mm512_set1_epi32(-126))};
+  }
+#endif
+  const auto nonzero = hn::RebindMask(di, hn::Ne(part, hn::Zero(df)));
+  const auto field = hn::And(hn::ShiftRight<23>(hn::BitCast(di, part)), hn::Set(di, 0xFF));
+  return hn::IfThenElse(nonzero, hn::Max(e, hn::Max(hn::Sub(field, hn::Set(di, 127)), hn::Set(di, -126))), e);
+}
 // The exponents that bound a step's terms in H outputs at `at` (the fused kernels' tests for a step that cuts
 // no term): the accumulator's exponent ec (zero_exp for 0; pzero its zero lanes), top = max(hi_a + hi_b,
 // zero_exp) and lo = lo_a + lo_b, hi and lo from StepBoundPanels at A's index row and B's index col.
@@ -333,9 +362,10 @@ HWY_INLINE hn::Vec<DI> LiftZeroTerms(DI di, hn::Vec<DI> emax, int32_t za, const 
   return hn::IfThenElse(hn::Or(hn::MaskFromVec(z), pzero), hn::Max(emax, zero_exp), emax);
 }
 // The accumulator truncated (or rounded) at 2^(emax - F), as an int32 count of that unit (below
-// 2^(F + 1)): its significand scaled by 2^(ec - emax + F), so no power of two leaves FP32's range.
+// 2^(F + 1)): its significand scaled by 2^(ec - emax + F), ec its nominal exponent (-126 for subnormals
+// and zero, whose significand is 0), so no power of two leaves FP32's range.
 template <bool kRne, class DF, class VI>
-HWY_INLINE VI AccTermI32(DF df, hn::Vec<DF> part, VI ec, VI emax, VI fbits) {
+HWY_INLINE VI AccTermI32(DF df, hn::Vec<DF> part, VI emax, VI fbits) {
   const hn::RebindToSigned<DF> di;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   // One scaling, part * 2^(F - emax) (VSCALEFPS): below 2^(F + 1) as emax >= ec, exact where it is a
@@ -344,10 +374,12 @@ HWY_INLINE VI AccTermI32(DF df, hn::Vec<DF> part, VI ec, VI emax, VI fbits) {
     return ToI32InRange<kRne>(di, hn::Vec512<float>{_mm512_scalef_ps(part.raw, _mm512_cvtepi32_ps(hn::Sub(fbits, emax).raw))});
 #endif
   const VI bits = hn::BitCast(di, part);
-  const auto subnormal = hn::RebindMask(df, hn::Eq(hn::And(bits, hn::Set(di, 0x7F800000)), hn::Zero(di)));
+  const VI field = hn::And(hn::ShiftRight<23>(bits), hn::Set(di, 0xFF));
+  const auto subnormal = hn::RebindMask(df, hn::Eq(field, hn::Zero(di)));
   const auto sig = hn::IfThenElse(subnormal, hn::Mul(part, hn::Set(df, 0x1p126f)),
                                   hn::BitCast(df, hn::Or(hn::And(bits, hn::Set(di, static_cast<int32_t>(0x807FFFFFu))),
                                                          hn::Set(di, 127 << 23))));
+  const VI ec = hn::Max(hn::Sub(field, hn::Set(di, 127)), hn::Set(di, -126));
   const VI dacc = hn::Add(hn::Sub(ec, emax), fbits);
   return ToI32InRange<kRne>(di, hn::Mul(sig, Pow2OrZero(df, dacc)));
 }
@@ -362,10 +394,12 @@ HWY_INLINE hn::Vec<DF> ScaleStepSum(DF df, hn::Vec<DF> f, hn::Vec<hn::RebindToSi
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   // One scaling (VSCALEFPS), exact where the result is normal. Not ok: NaN, Inf (overflow), subnormal,
   // and +-2^-126, which a result just below FP32's normal range rounds to.
+  // Two compares of |r| (ordered: NaN fails the first): above 2^-126 (which also sends a zero sum to the
+  // caller's rounding), below Inf.
   if constexpr (std::is_same_v<hn::Vec<DF>, hn::Vec512<float>>) {
-    const __m512 r = _mm512_scalef_ps(f.raw, _mm512_cvtepi32_ps(unit.raw));
-    const __mmask16 edge = _mm512_cmp_ps_mask(_mm512_abs_ps(r), _mm512_set1_ps(0x1p-126f), _CMP_EQ_OQ);
-    ok = hn::Mask512<float>{static_cast<__mmask16>(~(_mm512_fpclass_ps_mask(r, 0xB9) | edge))};  // QNaN SNaN +-Inf subnormal
+    const __m512 r = _mm512_scalef_ps(f.raw, _mm512_cvtepi32_ps(unit.raw)), a = _mm512_abs_ps(r);
+    const __mmask16 above = _mm512_cmp_ps_mask(a, _mm512_set1_ps(0x1p-126f), _CMP_GT_OQ);
+    ok = hn::Mask512<float>{_mm512_mask_cmp_ps_mask(above, a, _mm512_set1_ps(HUGE_VALF), _CMP_LT_OQ)};
     return hn::Vec512<float>{r};
   }
 #endif

@@ -288,10 +288,13 @@ HWY_INLINE hn::Vec<DF> I32ToF32(DF df, hn::Vec<hn::RebindToSigned<DF>> v) {
 // exponents, the block scales' exponents and the per-step zero flags, in panels.
 struct ScaledI32Packs {
   size_t step = 0, nb = 0, ns = 0, chunk = 0;
+  // With zero_exp at or below -126 the zero-term rule is emax = max(emax, zero_exp) in every lane (as in
+  // FusedPacks): no flags.
+  bool zero_floor = false;
   Buf<float> pa, pb;
   Buf<int8_t> pea, peb;   // PackRowsExp8Pairs, PackColsExp8Twice
   Buf<int32_t> pxa, pxb;  // block scale exponents
-  Buf<int32_t> pza, pzb;  // some product of the step is zero (StepZeroFlags)
+  Buf<int32_t> pza, pzb;  // some product of the step is zero (StepZeroFlags), where the rule needs flags
 };
 
 // The FP32-lane kernel's packs, for B panels of nr columns and `chunk` terms per int32 sum.
@@ -302,8 +305,9 @@ ScaledI32Packs PackScaledI32(const ScaledFusedArgs& g, size_t nr, size_t chunk) 
   pk.step = static_cast<size_t>(g.step);
   const size_t nb = pk.nb = (g.k + g.kb - 1) / g.kb, ns = pk.ns = (g.k + pk.step - 1) / pk.step;
   pk.chunk = chunk;
+  pk.zero_floor = g.zero_exp <= -126;
   std::vector<int32_t> za, zb;
-  StepZeroFlags(g.ea, g.eb, g.zero_code, pk.step, par, za, zb);
+  if (!pk.zero_floor) StepZeroFlags(g.ea, g.eb, g.zero_code, pk.step, par, za, zb);
   pk.pa = PanelRows<float>(g.m, g.k, R, par, [&](size_t row, float* d) {
     const uint8_t* codes = g.a.codes + row * g.k;
     for (size_t cc = 0; cc < g.k; ++cc) d[cc * R] = static_cast<float>(g.a.table[codes[cc]]);
@@ -314,7 +318,7 @@ ScaledI32Packs PackScaledI32(const ScaledFusedArgs& g, size_t nr, size_t chunk) 
   });
   pk.pea = PackRowsExp8Pairs(g.ea, R, g.zero_code, par), pk.peb = PackColsExp8Twice(g.eb, nr, g.zero_code, par);
   pk.pxa = PackRows(g.xa, g.m, nb, R), pk.pxb = PackCols(g.xb, nb, g.n, nr);
-  pk.pza = PackRows(za.data(), g.m, ns, R), pk.pzb = PackCols(zb.data(), ns, g.n, nr);
+  if (!pk.zero_floor) pk.pza = PackRows(za.data(), g.m, ns, R), pk.pzb = PackCols(zb.data(), ns, g.n, nr);
   return pk;
 }
 
@@ -338,18 +342,23 @@ HWY_INLINE void ScaledI32StepExps(DF df, const ScaledI32Tile<DF>& t, size_t s0, 
   MaxProductExps<R>(di, pk.pea.get() + (t.p * g.k + s0) * 2 * R, pk.peb.get() + (t.q * g.k + s0) * 2 * nr, s1 - s0,
                     emax_p);
   const int32_t* xbp = pk.pxb.get() + (t.q * pk.nb + blk) * nr;
-  const int32_t* zbp = pk.pzb.get() + (t.q * pk.ns + si) * nr;
+  const int32_t* zbp = pk.zero_floor ? nullptr : pk.pzb.get() + (t.q * pk.ns + si) * nr;
   for (size_t r = 0; r < R; ++r)
     for (size_t h = 0; h < 2; ++h) {
-      hn::Mask<decltype(di)> pzero;
-      const VI ec = AccExp(df, part[r][h], g.zero_code, pzero);
       const VI xs = hn::Add(hn::Set(di, pk.pxa[(t.p * pk.nb + blk) * R + r]), hn::LoadU(di, xbp + h * N));
       // (kNoProduct + xs stays far below every exponent and zero_code)
-      emax[r][h] = LiftZeroTerms(di, hn::Max(ec, hn::Add(emax_p[r][h], xs)), pk.pza[(t.p * pk.ns + si) * R + r],
-                                 zbp + h * N, pzero, t.zero_exp);
+      const VI ep = hn::Add(emax_p[r][h], xs);
+      if (pk.zero_floor) {
+        emax[r][h] = MaxAccExp(df, part[r][h], hn::Max(ep, t.zero_exp));
+      } else {
+        hn::Mask<decltype(di)> pzero;
+        const VI ec = AccExp(df, part[r][h], g.zero_code, pzero);
+        emax[r][h] =
+            LiftZeroTerms(di, hn::Max(ec, ep), pk.pza[(t.p * pk.ns + si) * R + r], zbp + h * N, pzero, t.zero_exp);
+      }
       // Out of FP32's range only where no product leaves a bit (below) or every product is zero.
-      gp[r][h] = Pow2OrZero(df, hn::Add(hn::Sub(t.fbits, emax[r][h]), xs));
-      sum[r][h] = AccTermI32<kTermRne>(df, part[r][h], ec, emax[r][h], t.fbits);
+      gp[r][h] = Pow2Scale(df, hn::Add(hn::Sub(t.fbits, emax[r][h]), xs));
+      sum[r][h] = AccTermI32<kTermRne>(df, part[r][h], emax[r][h], t.fbits);
     }
 }
 

@@ -134,7 +134,9 @@ TEST_CASE("gemm cdna3: the fast tiles' exact sums stop at a product below the st
 
 TEST_CASE("gemm cdna3: the fast tiles equal the reference where halves, zero steps and C's drop decide", "[gemm]") {
   std::mt19937 rng(93);
-  const AccumModel m = AccumModelByName("cdna3-fp8");
+  // cdna3-fp8, and its step with the output cut toward zero (the tiles' other rounding branch).
+  const AccumModel models[] = {AccumModelByName("cdna3-fp8"),
+                               AccumModelByName("fused:step=16,F=24,out=rz,zero-exp=operands,halves=cdna3")};
   std::normal_distribution<float> nd;
   // 19 rows and 133 columns cross the row tiles and the 128-column tiles; K = 16 * 6 + 7 ends in a short
   // step whose odd half is shorter, K = 1 in a step with an empty half.
@@ -148,9 +150,11 @@ TEST_CASE("gemm cdna3: the fast tiles equal the reference where halves, zero ste
     for (const Format* fa : {&fmt::kE4M3Fnuz, &fmt::kE5M2Fnuz})
       for (const Format* fb : {&fmt::kE4M3Fnuz, &fmt::kE5M2Fnuz}) {
         const GemmOperand a = Shaped(*fa, 19, k, true, rng), b = Shaped(*fb, k, 133, false, rng);
-        const std::string what = std::string(fa->name) + " x " + fb->name + " K=" + std::to_string(k);
-        test::CheckEverywhere(a, b, {}, m, what);
-        test::CheckEverywhere(a, b, c, m, what + " with C");
+        for (const AccumModel& m : models) {
+          const std::string what = m.name + ": " + fa->name + " x " + fb->name + " K=" + std::to_string(k);
+          test::CheckEverywhere(a, b, {}, m, what);
+          test::CheckEverywhere(a, b, c, m, what + " with C");
+        }
       }
   }
 }

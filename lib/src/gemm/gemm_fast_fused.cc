@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "gemm/gemm_fast.h"
@@ -830,19 +831,29 @@ QMX_GEMM_CLONES void Cdna3Chunk(const FusedParams& p, size_t k, size_t n, const 
       *reinterpret_cast<V32s*>(top) = vt[r];
       *reinterpret_cast<V32s*>(low) = vl[r];
       alignas(64) int32_t slow[kCdna3Cols];
-      for (size_t j = 0; j < kCdna3Cols; ++j) {
-        const int e = top[j];
-        const float c = acc[r][j];
-        uint32_t cb;
-        std::memcpy(&cb, &c, 4);
-        const int ec = std::max(static_cast<int>((cb >> 23) & 0xFF) - 127, -126);
-        const int mx = std::max(e, ec);
-        const double t = std::floor(sum[j] * Pow2d(31 - mx));
-        const double cq = c != 0 && ec >= mx - 25 ? std::floor(static_cast<double>(c) * Pow2d(24 - mx)) : 0.0;
-        slow[j] = static_cast<int32_t>(low[j] < e - F);
-        acc[r][j] = FusedOut(t + cq * 128.0, mx - 31, 24, rne_out);
-        if (slow[j]) acc[r][j] = c;  // recomputed below
-      }
+      // The step's total in units of 2^(mx - 31) (an integer below 2^40), rounded: under RNE one conversion of
+      // the exact double total * 2^(mx - 31) (FusedOut's rule to 24 bits with FP32's -126 and 2^128 is
+      // IEEE's FP32 rounding, subnormals and overflow included; the total is never -0), else FusedOut.
+      // Each loop is branch-free, so that it vectorizes.
+      const auto tail = [&](auto rne) {
+        for (size_t j = 0; j < kCdna3Cols; ++j) {
+          const int e = top[j];
+          const float c = acc[r][j];
+          uint32_t cb;
+          std::memcpy(&cb, &c, 4);
+          const int ec = std::max(static_cast<int>((cb >> 23) & 0xFF) - 127, -126);
+          const int mx = std::max(e, ec);
+          const double t = std::floor(sum[j] * Pow2d(31 - mx));
+          const double cq = c != 0 && ec >= mx - 25 ? std::floor(static_cast<double>(c) * Pow2d(24 - mx)) : 0.0;
+          const double total = t + cq * 128.0;
+          slow[j] = static_cast<int32_t>(low[j] < e - F);
+          if constexpr (decltype(rne)::value) acc[r][j] = static_cast<float>(total * Pow2d(mx - 31));
+          else acc[r][j] = FusedOut(total, mx - 31, 24, false);
+          if (slow[j]) acc[r][j] = c;  // recomputed below
+        }
+      };
+      if (rne_out) tail(std::true_type{});
+      else tail(std::false_type{});
       int32_t any = 0;
       for (size_t j = 0; j < kCdna3Cols; ++j) any |= slow[j];
       for (size_t j = 0; any != 0 && j < nc && r < rows; ++j)

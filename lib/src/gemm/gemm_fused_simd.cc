@@ -112,6 +112,21 @@ Fp16Plan Fp16PlanFor(const FusedGemmArgs& g) {
   return f;
 }
 
+// The int32 term sums of R rows x 2 vectors of 16 columns and their factors (raw vectors), from memory, and
+// the sums back.
+QMX_FP16_TARGET inline void LoadSums(const int32_t* sums, const void* factors, __m512i (&s)[kFusedMr][2],
+                                     __m512i (&f)[kFusedMr][2]) {
+  for (size_t r = 0; r < kFusedMr; ++r)
+    for (size_t h = 0; h < 2; ++h) {
+      s[r][h] = _mm512_loadu_si512(sums + (2 * r + h) * 16);
+      f[r][h] = _mm512_loadu_si512(static_cast<const uint32_t*>(factors) + (2 * r + h) * 16);
+    }
+}
+QMX_FP16_TARGET inline void StoreSums(const __m512i (&s)[kFusedMr][2], int32_t* sums) {
+  for (size_t r = 0; r < kFusedMr; ++r)
+    for (size_t h = 0; h < 2; ++h) _mm512_storeu_si512(sums + (2 * r + h) * 16, s[r][h]);
+}
+
 // The products of `pairs` pairs of K into the int32 term sums (R rows x 2 vectors of 16 columns): ap holds
 // per pair and row (a'_k, a'_k+1) as FP16 bits, bp per pair 2 vectors of (b'_k, b'_k+1) per column, gbits
 // per row and vector 2^G twice per column, sums the int32 sums, read and written.
@@ -119,13 +134,8 @@ template <bool kRne>
 HWY_NOINLINE QMX_FP16_TARGET void AddTermsF16(const uint32_t* ap, const uint32_t* bp, size_t pairs, const uint32_t* gbits,
                                               int32_t* sums) {
   constexpr size_t R = kFusedMr;
-  __m512i s[R][2];
-  __m512h gv[R][2];
-  for (size_t r = 0; r < R; ++r)
-    for (size_t h = 0; h < 2; ++h) {
-      s[r][h] = _mm512_loadu_si512(sums + (2 * r + h) * 16);
-      gv[r][h] = _mm512_castsi512_ph(_mm512_loadu_si512(gbits + (2 * r + h) * 16));
-    }
+  __m512i s[R][2], gv[R][2];
+  LoadSums(sums, gbits, s, gv);
   const __m512i ones = _mm512_set1_epi16(1);
   const auto term = [&](__m512h v) {
     if constexpr (kRne) return _mm512_cvt_roundph_epi16(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -137,12 +147,47 @@ HWY_NOINLINE QMX_FP16_TARGET void AddTermsF16(const uint32_t* ap, const uint32_t
     HWY_UNROLL(4)
     for (size_t r = 0; r < R; ++r) {
       const __m512h a = _mm512_castsi512_ph(_mm512_set1_epi32(static_cast<int>(ap[kp * R + r])));
-      s[r][0] = _mm512_dpwssd_epi32(s[r][0], term(_mm512_mul_ph(_mm512_mul_ph(a, b0), gv[r][0])), ones);
-      s[r][1] = _mm512_dpwssd_epi32(s[r][1], term(_mm512_mul_ph(_mm512_mul_ph(a, b1), gv[r][1])), ones);
+      s[r][0] =
+          _mm512_dpwssd_epi32(s[r][0], term(_mm512_mul_ph(_mm512_mul_ph(a, b0), _mm512_castsi512_ph(gv[r][0]))), ones);
+      s[r][1] =
+          _mm512_dpwssd_epi32(s[r][1], term(_mm512_mul_ph(_mm512_mul_ph(a, b1), _mm512_castsi512_ph(gv[r][1]))), ones);
     }
   }
-  for (size_t r = 0; r < R; ++r)
-    for (size_t h = 0; h < 2; ++h) _mm512_storeu_si512(sums + (2 * r + h) * 16, s[r][h]);
+  StoreSums(s, sums);
+}
+
+// AddTermsF16's products where some G passed gmax (the step declined the FP16 terms), from the same FP16
+// packs in FP32 lanes: a' b' is exact in FP32 (at most 11 + 11 significant bits, above 2^-48), and a' b'
+// 2^G is the term before its one conversion, as AddTermsI32 forms it. g2 per row and vector: 2^G per column
+// (Pow2OrZero: 0 below 2^-126, where every term is below 1/2).
+template <bool kRne>
+HWY_NOINLINE QMX_FP16_TARGET void AddTermsF16Wide(const uint32_t* ap, const uint32_t* bp, size_t pairs, const float* g2,
+                                                  int32_t* sums) {
+  constexpr size_t R = kFusedMr;
+  __m512i s[R][2], gv[R][2];
+  LoadSums(sums, g2, s, gv);
+  const auto term = [&](__m512 v) {
+    if constexpr (kRne) return _mm512_cvtps_epi32(v);
+    else return _mm512_cvttps_epi32(v);
+  };
+  for (size_t kp = 0; kp < pairs; ++kp) {
+    __m512 b[2][2];  // [k of the pair][vector]
+    for (size_t h = 0; h < 2; ++h) {
+      const __m512i v = _mm512_loadu_si512(bp + kp * 32 + h * 16);
+      b[0][h] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+      b[1][h] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16)));
+    }
+    for (size_t r = 0; r < R; ++r) {
+      const uint32_t pair = ap[kp * R + r];
+      for (size_t t = 0; t < 2; ++t) {
+        const __m512 a = _mm512_set1_ps(_cvtsh_ss(static_cast<unsigned short>(pair >> (16 * t))));
+        for (size_t h = 0; h < 2; ++h)
+          s[r][h] =
+              _mm512_add_epi32(s[r][h], term(_mm512_mul_ps(_mm512_mul_ps(a, b[t][h]), _mm512_castsi512_ps(gv[r][h]))));
+      }
+    }
+  }
+  StoreSums(s, sums);
 }
 
 // The FP16 products' packs (PackFp16): per (row, step) and (step, column) the top nominal exponent of a
@@ -264,7 +309,7 @@ struct FusedPacks {
   // With zero_exp at or below -126 the zero-term rule is emax = max(emax, zero_exp) in every lane: a zero
   // accumulator applies it anyway, and a nonzero one has put emax at -126 or above already. No flags.
   bool zero_floor = false;
-  Buf<float> pa, pb;
+  Buf<float> pa, pb;      // the elements in FP32 (F32Terms), where the FP16 products do not apply
   Buf<int8_t> pea, peb;   // PackRowsExp8Pairs, PackColsExp8Twice
   Buf<int32_t> pza, pzb;  // some product of the step is zero (StepZeroFlags), where the rule needs flags
   Buf<float> psa, psb;    // the promotion's block scales, where g.sa is given
@@ -284,13 +329,17 @@ FusedPacks PackFused(const FusedGemmArgs& g, size_t lanes, size_t nr) {
   std::vector<int32_t> za, zb;
   pk.zero_floor = g.track_zero && g.zero_exp <= -126;
   if (g.track_zero && !pk.zero_floor) StepZeroFlags(g.ea, g.eb, g.zero_code, pk.step, par, za, zb);
-  pk.pa = PackRows(g.a, R, par);
-  pk.pb = PackCols(g.b, nr, par);
 #if QMX_AVX512
   pk.f16 = PackFp16(g, lanes, pk.nsteps, nr);
+  const bool f32_terms = !pk.f16.plan.ok;  // (the FP16 packs serve every step where the plan holds)
 #else
   (void)lanes;
+  const bool f32_terms = true;
 #endif
+  if (f32_terms) {
+    pk.pa = PackRows(g.a, R, par);
+    pk.pb = PackCols(g.b, nr, par);
+  }
   pk.pea = PackRowsExp8Pairs(g.ea, R, g.zero_code, par);
   pk.peb = PackColsExp8Twice(g.eb, nr, g.zero_code, par);
   if (!za.empty()) pk.pza = PackRows(za.data(), g.m, pk.nsteps, R), pk.pzb = PackCols(zb.data(), pk.nsteps, g.n, nr);
@@ -340,9 +389,10 @@ HWY_INLINE void FusedStepExps(DF df, const FusedTile<DF>& t, size_t s0, size_t s
 }
 
 #if QMX_AVX512
-// The step's product terms by FP16 products (AddTermsF16) added to sum, where every output's G = F - 13 +
-// EA + EB - emax (none where the step has no nonzero product) is at most gmax, the int32 sums through
-// memory; false, leaving sum, where some G is larger (or the plan is off). Counts the steps of either kind.
+// The step's product terms from the FP16 packs added to sum, the int32 sums through memory: by FP16 products
+// (AddTermsF16) where every output's G = F - 13 + EA + EB - emax (none where the step has no nonzero
+// product) is at most gmax, else in FP32 lanes (AddTermsF16Wide, a declined step); false, leaving sum,
+// where the plan is off. Counts the steps of either kind.
 template <bool kTermRne, class DF, class VI>
 HWY_INLINE bool Fp16Terms(DF df, const FusedTile<DF>& t, size_t s0, size_t s1, uint64_t* counts,
                           const VI (&emax_p)[kFusedMr][2], const VI (&emax)[kFusedMr][2], VI (&sum)[kFusedMr][2]) {
@@ -355,6 +405,7 @@ HWY_INLINE bool Fp16Terms(DF df, const FusedTile<DF>& t, size_t s0, size_t s1, u
   const __m512i pow2_lo = _mm512_load_si512(f16.pow2), pow2_hi = _mm512_load_si512(f16.pow2 + 16);
   alignas(64) uint32_t gbits[R * 2 * 16];
   alignas(64) int32_t sums[R * 2 * 16];
+  alignas(64) float g2[R * 2 * 16];  // 2^G in FP32, for a declined step
   const int32_t* tb = f16.ptop_b.get() + (t.q * pk.nsteps + si) * nr;
   bool fits = true;
   for (size_t r = 0; r < R; ++r)
@@ -365,15 +416,17 @@ HWY_INLINE bool Fp16Terms(DF df, const FusedTile<DF>& t, size_t s0, size_t s1, u
                                          hn::LoadU(di, tb + h * N)),
                                  emax[r][h]));
       fits = fits && hn::AllFalse(di, hn::Gt(gexp, hn::Set(di, f16.plan.gmax)));
+      hn::Store(Pow2OrZero(df, gexp), df, g2 + (2 * r + h) * N);
       const VI idx = hn::Min(hn::Max(hn::Add(gexp, hn::Set(di, 16)), hn::Zero(di)), hn::Set(di, 31));
       hn::Store(VI{_mm512_permutex2var_epi32(pow2_lo, idx.raw, pow2_hi)}, di,
                 reinterpret_cast<int32_t*>(gbits) + (2 * r + h) * N);
       hn::Store(sum[r][h], di, sums + (2 * r + h) * N);
     }
   ++counts[fits ? 0 : 1];
-  if (!fits) return false;
-  AddTermsF16<kTermRne>(f16.pa16.get() + (t.p * f16.kpairs + s0 / 2) * R,
-                        f16.pb16.get() + (t.q * f16.kpairs + s0 / 2) * nr, (s1 - s0 + 1) / 2, gbits, sums);
+  const uint32_t* ap = f16.pa16.get() + (t.p * f16.kpairs + s0 / 2) * R;
+  const uint32_t* bp = f16.pb16.get() + (t.q * f16.kpairs + s0 / 2) * nr;
+  if (fits) AddTermsF16<kTermRne>(ap, bp, (s1 - s0 + 1) / 2, gbits, sums);
+  else AddTermsF16Wide<kTermRne>(ap, bp, (s1 - s0 + 1) / 2, g2, sums);
   for (size_t r = 0; r < R; ++r)
     for (size_t h = 0; h < 2; ++h) sum[r][h] = hn::Load(di, sums + (2 * r + h) * N);
   return true;

@@ -394,12 +394,10 @@ HWY_INLINE hn::Vec<DF> ScaleStepSum(DF df, hn::Vec<DF> f, hn::Vec<hn::RebindToSi
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   // One scaling (VSCALEFPS), exact where the result is normal. Not ok: NaN, Inf (overflow), subnormal,
   // and +-2^-126, which a result just below FP32's normal range rounds to.
-  // Two compares of |r| (ordered: NaN fails the first): above 2^-126 (which also sends a zero sum to the
-  // caller's rounding), below Inf.
   if constexpr (std::is_same_v<hn::Vec<DF>, hn::Vec512<float>>) {
-    const __m512 r = _mm512_scalef_ps(f.raw, _mm512_cvtepi32_ps(unit.raw)), a = _mm512_abs_ps(r);
-    const __mmask16 above = _mm512_cmp_ps_mask(a, _mm512_set1_ps(0x1p-126f), _CMP_GT_OQ);
-    ok = hn::Mask512<float>{_mm512_mask_cmp_ps_mask(above, a, _mm512_set1_ps(HUGE_VALF), _CMP_LT_OQ)};
+    const __m512 r = _mm512_scalef_ps(f.raw, _mm512_cvtepi32_ps(unit.raw));
+    const __mmask16 edge = _mm512_cmp_ps_mask(_mm512_abs_ps(r), _mm512_set1_ps(0x1p-126f), _CMP_EQ_OQ);
+    ok = hn::Mask512<float>{static_cast<__mmask16>(~(_mm512_fpclass_ps_mask(r, 0xB9) | edge))};  // QNaN SNaN +-Inf subnormal
     return hn::Vec512<float>{r};
   }
 #endif

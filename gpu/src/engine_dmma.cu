@@ -76,8 +76,7 @@ __global__ void StepInfoKernel(EngineOperand o, bool is_a, size_t lines, size_t 
     int es = 0, ls = 0;
     bool special = false, zero_scale = false;
     if (scales_in && o.scales != nullptr) {
-      const float sv = is_a ? o.scales[(line / o.block_rows) * o.scale_cols + k0 / o.block_cols]
-                            : o.scales[(k0 / o.block_rows) * o.scale_cols + line / o.block_cols];
+      const float sv = o.ScaleOf(is_a, line, k0);
       r.scale = sv;
       const double v = static_cast<double>(sv);
       special = !Finite(v);

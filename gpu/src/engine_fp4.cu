@@ -72,8 +72,7 @@ __global__ void PackFp4Kernel(EngineOperand o, bool is_a, size_t lines, size_t k
       if (q >= ng) continue;
       if (scales_in && o.scales != nullptr) {
         const size_t kk = k0 + 16 * q;
-        const float sv = is_a ? o.scales[(line / o.block_rows) * o.scale_cols + kk / o.block_cols]
-                              : o.scales[(kk / o.block_rows) * o.scale_cols + line / o.block_cols];
+        const float sv = o.ScaleOf(is_a, line, kk);
         v[q] = static_cast<double>(sv);
         special |= !Finite(v[q]);
         e[q] = Finite(v[q]) ? ScaleExponent(v[q], o.scale_emin) : 0;

@@ -6,11 +6,18 @@
 #include <cstdint>
 
 #include "gemm/scaled_mm_core.h"
+#include "qmx/host_device.h"
 #include "qmx/cast_options.h"
 #include "qmx/format.h"
 #include "qmx/metrics.h"
 
 namespace qmx::gpu::detail {
+
+// The index of element (r, c)'s block scale in a row-major grid of scale_cols blocks a row, each block
+// block_rows x block_cols elements.
+QMX_HOST_DEVICE inline size_t ScaleIndex(size_t r, size_t c, size_t block_rows, size_t block_cols, size_t scale_cols) {
+  return (r / block_rows) * scale_cols + c / block_cols;
+}
 
 // One GEMM operand on the device: codes, the value and nominal exponent of each of the 256 codes, block
 // scales (decoded, with the scale grid's geometry) and the second-level factors.
@@ -22,6 +29,14 @@ struct EngineOperand {
   const float* scales = nullptr;   // null: no block scales (all 1)
   size_t block_rows = 0, block_cols = 0, scale_cols = 0;
   int scale_emin = -126;           // the scale format's emin for nominal exponents (UE8M0 -127, E4M3 -6)
+
+  // The block scale of element (r, c) (scales given), and of A's (line, k) or B's (k, line).
+  QMX_HOST_DEVICE float ScaleAt(size_t r, size_t c) const {
+    return scales[ScaleIndex(r, c, block_rows, block_cols, scale_cols)];
+  }
+  QMX_HOST_DEVICE float ScaleOf(bool is_a, size_t line, size_t k) const {
+    return is_a ? ScaleAt(line, k) : ScaleAt(k, line);
+  }
 };
 
 // The model, as FusedParams and AccumKind say it (qmx/gemm.h).

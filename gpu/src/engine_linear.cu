@@ -188,7 +188,7 @@ __global__ void DequantizeKernel(const uint8_t* __restrict__ codes, size_t rows,
   const size_t n = rows * cols;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t r = i / cols, c = i % cols, b = (r / block_rows) * scale_cols + c / block_cols;
+    const size_t b = ScaleIndex(i / cols, i % cols, block_rows, block_cols, scale_cols);
     double s;
     if (bytes == 4) {
       const uint32_t u = scales[4 * b] | (scales[4 * b + 1] << 8) | (scales[4 * b + 2] << 16) |

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine_blocks.cuh"
+#include "engine_internal.h"
 #include "gpu_internal.h"
 #include "qmx/error.h"
 #include "qmx/gpu.h"
@@ -259,7 +260,8 @@ __global__ void __launch_bounds__(256, 4) BlockElementsKernel(const void* src, B
   for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
     const uint64_t r = i / a.cols, c = i - r * a.cols;
-    codes[i] = ElementCode<Word>(src, a, elem, ms[(r / a.block_rows) * a.scale_cols + c / a.block_cols], i);
+    codes[i] =
+        ElementCode<Word>(src, a, elem, ms[detail::ScaleIndex(r, c, a.block_rows, a.block_cols, a.scale_cols)], i);
   }
 }
 

@@ -116,7 +116,7 @@ __global__ void SeqValuesKernel(EngineOperand o, bool is_a, size_t k, float* out
        t += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t r = t / o.cols, c = t % o.cols;  // A: (row, k); B: (k, column)
     float s = 1.0f;
-    if (o.scales != nullptr) s = o.scales[(r / o.block_rows) * o.scale_cols + c / o.block_cols];
+    if (o.scales != nullptr) s = o.ScaleAt(r, c);
     const float v = __fmul_rn(static_cast<float>(o.values[o.codes[t]]), s);
     out[is_a ? t : c * k + r] = v;
   }

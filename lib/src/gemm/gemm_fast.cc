@@ -71,7 +71,10 @@ bool OperandsFinite(const GemmOperand& a, const GemmOperand& b, const float* c_i
 void ApplyAlpha(const GemmPlan& plan, float* out) {
   if (!plan.has_alpha) return;
   if (!plan.PerLine()) {
-    for (size_t i = 0; i < plan.m * plan.n; ++i) out[i] = plan.alpha * out[i];
+    // (held in locals: a store through out could alias plan, which would keep the loop scalar)
+    const float alpha = plan.alpha;
+    const size_t total = plan.m * plan.n;
+    for (size_t i = 0; i < total; ++i) out[i] = alpha * out[i];
     return;
   }
   for (size_t i = 0; i < plan.m; ++i)

@@ -158,21 +158,14 @@ HWY_NOINLINE QMX_FP16_TARGET void AddTermsF16(const uint32_t* ap, const uint32_t
 
 // AddTermsF16's products where some G passed gmax (the step declined the FP16 terms), from the same FP16
 // packs in FP32 lanes: a' b' is exact in FP32 (at most 11 + 11 significant bits, above 2^-48), and a' b'
-// 2^G is the term before its one conversion, as AddTermsI32 forms it. gexp per row and vector: G per column,
-// its power formed here (0 below 2^-126, where every term is below 1/2; 2^127 above, as Pow2OrZero), so
-// that the steps that take the FP16 products pay nothing for it.
+// 2^G is the term before its one conversion, as AddTermsI32 forms it. g2 per row and vector: 2^G per column
+// (Pow2OrZero: 0 below 2^-126, where every term is below 1/2), formed by the caller for declined steps only.
 template <bool kRne>
-HWY_NOINLINE QMX_FP16_TARGET void AddTermsF16Wide(const uint32_t* ap, const uint32_t* bp, size_t pairs,
-                                                  const int32_t* gexp, int32_t* sums) {
+HWY_NOINLINE QMX_FP16_TARGET void AddTermsF16Wide(const uint32_t* ap, const uint32_t* bp, size_t pairs, const float* g2,
+                                                  int32_t* sums) {
   constexpr size_t R = kFusedMr;
   __m512i s[R][2], gv[R][2];
-  LoadSums(sums, gexp, s, gv);
-  for (size_t r = 0; r < R; ++r)
-    for (size_t h = 0; h < 2; ++h) {
-      const __m512i biased = _mm512_add_epi32(gv[r][h], _mm512_set1_epi32(127));
-      gv[r][h] = _mm512_slli_epi32(
-          _mm512_min_epi32(_mm512_max_epi32(biased, _mm512_setzero_si512()), _mm512_set1_epi32(254)), 23);
-    }
+  LoadSums(sums, g2, s, gv);
   const auto term = [&](__m512 v) {
     if constexpr (kRne) return _mm512_cvtps_epi32(v);
     else return _mm512_cvttps_epi32(v);
@@ -383,14 +376,10 @@ HWY_INLINE void FusedStepExps(DF df, const FusedTile<DF>& t, size_t s0, size_t s
   const int32_t* zbp = pk.pzb ? pk.pzb.get() + (t.q * pk.nsteps + si) * nr : nullptr;
   for (size_t r = 0; r < R; ++r)
     for (size_t h = 0; h < 2; ++h) {
-      if (g.track_zero && !pk.zero_floor) {
-        hn::Mask<decltype(di)> pzero;
-        const VI ec = AccExp(df, part[r][h], g.zero_code, pzero);
-        emax[r][h] = LiftZeroTerms(di, hn::Max(ec, emax_p[r][h]), pk.pza[(t.p * pk.nsteps + si) * R + r], zbp + h * N,
-                                   pzero, t.zero_exp);
-      } else {
-        emax[r][h] = MaxAccExp(df, part[r][h], pk.zero_floor ? hn::Max(emax_p[r][h], t.zero_exp) : emax_p[r][h]);
-      }
+      const bool flags = g.track_zero && !pk.zero_floor;  // (then the flag panels exist)
+      emax[r][h] =
+          StepEmax(df, part[r][h], emax_p[r][h], g.zero_code, pk.zero_floor,
+                   flags ? pk.pza[(t.p * pk.nsteps + si) * R + r] : 0, flags ? zbp + h * N : nullptr, t.zero_exp);
       sum[r][h] = AccTermI32<kTermRne>(df, part[r][h], emax[r][h], t.fbits);
     }
 }
@@ -411,7 +400,8 @@ HWY_INLINE bool Fp16Terms(DF df, const FusedTile<DF>& t, size_t s0, size_t s1, u
   const size_t N = hn::Lanes(df), nr = 2 * N, si = s0 / pk.step;
   const __m512i pow2_lo = _mm512_load_si512(f16.pow2), pow2_hi = _mm512_load_si512(f16.pow2 + 16);
   alignas(64) uint32_t gbits[R * 2 * 16];
-  alignas(64) int32_t sums[R * 2 * 16], gexps[R * 2 * 16];  // (G itself, for a declined step)
+  alignas(64) int32_t sums[R * 2 * 16];
+  VI gexps[R][2];  // G itself, whose powers a declined step forms in FP32
   const int32_t* tb = f16.ptop_b.get() + (t.q * pk.nsteps + si) * nr;
   bool fits = true;
   for (size_t r = 0; r < R; ++r)
@@ -422,7 +412,7 @@ HWY_INLINE bool Fp16Terms(DF df, const FusedTile<DF>& t, size_t s0, size_t s1, u
                                          hn::LoadU(di, tb + h * N)),
                                  emax[r][h]));
       fits = fits && hn::AllFalse(di, hn::Gt(gexp, hn::Set(di, f16.plan.gmax)));
-      hn::Store(gexp, di, gexps + (2 * r + h) * N);
+      gexps[r][h] = gexp;
       const VI idx = hn::Min(hn::Max(hn::Add(gexp, hn::Set(di, 16)), hn::Zero(di)), hn::Set(di, 31));
       hn::Store(VI{_mm512_permutex2var_epi32(pow2_lo, idx.raw, pow2_hi)}, di,
                 reinterpret_cast<int32_t*>(gbits) + (2 * r + h) * N);
@@ -431,8 +421,14 @@ HWY_INLINE bool Fp16Terms(DF df, const FusedTile<DF>& t, size_t s0, size_t s1, u
   ++counts[fits ? 0 : 1];
   const uint32_t* ap = f16.pa16.get() + (t.p * f16.kpairs + s0 / 2) * R;
   const uint32_t* bp = f16.pb16.get() + (t.q * f16.kpairs + s0 / 2) * nr;
-  if (fits) AddTermsF16<kTermRne>(ap, bp, (s1 - s0 + 1) / 2, gbits, sums);
-  else AddTermsF16Wide<kTermRne>(ap, bp, (s1 - s0 + 1) / 2, gexps, sums);
+  if (fits) {
+    AddTermsF16<kTermRne>(ap, bp, (s1 - s0 + 1) / 2, gbits, sums);
+  } else {
+    alignas(64) float g2[R * 2 * 16];
+    for (size_t r = 0; r < R; ++r)
+      for (size_t h = 0; h < 2; ++h) hn::Store(Pow2OrZero(df, gexps[r][h]), df, g2 + (2 * r + h) * N);
+    AddTermsF16Wide<kTermRne>(ap, bp, (s1 - s0 + 1) / 2, g2, sums);
+  }
   for (size_t r = 0; r < R; ++r)
     for (size_t h = 0; h < 2; ++h) sum[r][h] = hn::Load(di, sums + (2 * r + h) * N);
   return true;

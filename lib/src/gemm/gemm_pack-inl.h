@@ -361,6 +361,19 @@ HWY_INLINE hn::Vec<DI> LiftZeroTerms(DI di, hn::Vec<DI> emax, int32_t za, const 
   const hn::Vec<DI> z = hn::Or(hn::Set(di, za), hn::LoadU(di, zb));
   return hn::IfThenElse(hn::Or(hn::MaskFromVec(z), pzero), hn::Max(emax, zero_exp), emax);
 }
+// A fused step's emax in FP32 lanes: the largest of the accumulator's exponent and ep (the products', with
+// their scales) under the zero-term rule. zb non-null: zero_exp where the step's flags (the row's za, the
+// columns' at zb) or a zero accumulator say a product or the accumulator is zero; else, with floor (zero_exp
+// <= -126), zero_exp in every lane (a zero accumulator applies it anyway, a nonzero one already puts emax at
+// -126 or above); else no rule.
+template <class DF, class VI>
+HWY_INLINE VI StepEmax(DF df, hn::Vec<DF> part, VI ep, int32_t zero_code, bool floor, int32_t za, const int32_t* zb,
+                       VI zero_exp) {
+  if (zb == nullptr) return MaxAccExp(df, part, floor ? hn::Max(ep, zero_exp) : ep);
+  hn::Mask<hn::RebindToSigned<DF>> pzero;
+  const VI ec = AccExp(df, part, zero_code, pzero);
+  return LiftZeroTerms(hn::RebindToSigned<DF>(), hn::Max(ec, ep), za, zb, pzero, zero_exp);
+}
 // The accumulator truncated (or rounded) at 2^(emax - F), as an int32 count of that unit (below
 // 2^(F + 1)): its significand scaled by 2^(ec - emax + F), ec its nominal exponent (-126 for subnormals
 // and zero, whose significand is 0), so no power of two leaves FP32's range.

@@ -347,15 +347,9 @@ HWY_INLINE void ScaledI32StepExps(DF df, const ScaledI32Tile<DF>& t, size_t s0, 
     for (size_t h = 0; h < 2; ++h) {
       const VI xs = hn::Add(hn::Set(di, pk.pxa[(t.p * pk.nb + blk) * R + r]), hn::LoadU(di, xbp + h * N));
       // (kNoProduct + xs stays far below every exponent and zero_code)
-      const VI ep = hn::Add(emax_p[r][h], xs);
-      if (pk.zero_floor) {
-        emax[r][h] = MaxAccExp(df, part[r][h], hn::Max(ep, t.zero_exp));
-      } else {
-        hn::Mask<decltype(di)> pzero;
-        const VI ec = AccExp(df, part[r][h], g.zero_code, pzero);
-        emax[r][h] =
-            LiftZeroTerms(di, hn::Max(ec, ep), pk.pza[(t.p * pk.ns + si) * R + r], zbp + h * N, pzero, t.zero_exp);
-      }
+      emax[r][h] = StepEmax(df, part[r][h], hn::Add(emax_p[r][h], xs), g.zero_code, pk.zero_floor,
+                            pk.zero_floor ? 0 : pk.pza[(t.p * pk.ns + si) * R + r],
+                            pk.zero_floor ? nullptr : zbp + h * N, t.zero_exp);
       // Out of FP32's range only where no product leaves a bit (below) or every product is zero.
       gp[r][h] = Pow2Scale(df, hn::Add(hn::Sub(t.fbits, emax[r][h]), xs));
       sum[r][h] = AccTermI32<kTermRne>(df, part[r][h], emax[r][h], t.fbits);

@@ -16,7 +16,7 @@ set(QMX_LIB_SOURCE_LIST
     src/transform/transform.cc src/transform/transform_simd.cc
     src/gemm/gemm.cc src/gemm/gemm_ref.cc src/gemm/gemm_buffers.cc src/gemm/gemm_fast.cc
     src/gemm/gemm_fast_exact.cc src/gemm/gemm_fast_fused.cc src/gemm/gemm_simd.cc src/gemm/gemm_fused_simd.cc
-    src/gemm/gemm_group_simd.cc src/gemm/gemm_scaled_simd.cc src/gemm/scaled_mm.cc
+    src/gemm/gemm_group_simd.cc src/gemm/gemm_scaled_simd.cc src/gemm/gemm_cdna3_simd.cc src/gemm/scaled_mm.cc
     src/metrics/metrics.cc src/metrics/metrics_simd.cc
     src/recipe/recipe.cc src/recipe/recipe_step.cc src/recipe/recipe_sequence.cc src/recipe/recipe_reference.cc
     src/recipe/linear_layer.cc

@@ -868,12 +868,72 @@ QMX_GEMM_CLONES void Cdna3Chunk(const FusedParams& p, size_t k, size_t n, const 
     for (size_t j = 0; j < nc; ++j) out[(i0 + r) * n + j0 + j] = overflow[r][j] ? CanonicalNanF() : acc[r][j];
 }
 
-// CDNA3's FP8 MFMA (finite operands, 8-bit float formats without block scales; PlanGemm refuses those).
+// The Highway kernel's code tables of one operand (simd::Cdna3GemmArgs): values (0 for non-finite codes,
+// which OperandsFinite has excluded), nominal exponents (-126 for zero) and lowest set bits (0 for zero).
+struct Cdna3Tables {
+  std::array<double, 256> val;
+  std::array<int16_t, 256> nom, lsb;
+  std::array<int32_t, 256> sig;
+  explicit Cdna3Tables(const Format& f) : val(CodeValues(f)) {
+    const std::array<int32_t, 256> e = NominalExps(f);
+    for (int c = 0; c < 256; ++c) {
+      if (!std::isfinite(val[c])) val[c] = 0.0;
+      const Exact x = ExactOf(val[c]);
+      nom[c] = static_cast<int16_t>(e[c] == kZeroE ? -126 : e[c]);
+      lsb[c] = static_cast<int16_t>(val[c] != 0 ? x.lsb : 0);
+      sig[c] =
+          val[c] != 0 ? static_cast<int32_t>(x.neg ? -static_cast<int64_t>(x.mag) : static_cast<int64_t>(x.mag)) : 0;
+    }
+  }
+};
+
+// The Highway kernel's exact step for output (i, j) over K k0 .. k1 (Cdna3StepOne on the elements' values and
+// exponents); an accumulator that left the finite range stays there.
+float Cdna3SlowStep(const simd::Cdna3GemmArgs& g, size_t i, size_t j, size_t k0, size_t k1, float c) {
+  if (!std::isfinite(c)) return c;
+  double x[64], y[64];
+  int16_t ex[64], ey[64];
+  for (size_t q = 0; q < k1 - k0; ++q) {
+    const uint8_t ca = g.a_codes[i * g.k + k0 + q], cb = g.b_codes[(k0 + q) * g.n + j];
+    x[q] = g.a_val[ca];
+    ex[q] = g.a_nom[ca];
+    y[q] = g.b_val[cb];
+    ey[q] = g.b_nom[cb];
+  }
+  return Cdna3StepOne(g.frac_bits, true, x, ex, 1, y, ey, 1, k1 - k0, c);
+}
+
+// CDNA3's FP8 MFMA (finite operands, 8-bit float formats without block scales; PlanGemm refuses those): the
+// Highway kernel where the output rounds to nearest even and a step is even (up to 64 K), else the portable
+// tiles.
 bool Cdna3Fast(const GemmOperand& a, const GemmOperand& b, const float* c_in, const FusedParams& p,
                const GemmPlan& plan, Exec exec, float* out) {
   if (plan.a_blocks || plan.b_blocks || p.frac_bits != 24 || p.step > 64 || p.promote != 0 || p.group != 1 ||
       a.elem.Bits() > 8 || b.elem.Bits() > 8 || SigProductBits(a.elem, b.elem) > 10)
     return false;
+  if (p.out_round == FusedRound::kRne && p.step % 2 == 0) {
+    const Cdna3Tables ta(a.elem), tb(b.elem);
+    simd::Cdna3GemmArgs g;
+    g.m = plan.m;
+    g.n = plan.n;
+    g.k = plan.k;
+    g.step = p.step;
+    g.frac_bits = p.frac_bits;
+    g.a_codes = a.codes.data();
+    g.b_codes = b.codes.data();
+    g.a_val = ta.val.data();
+    g.b_val = tb.val.data();
+    g.a_nom = ta.nom.data();
+    g.b_nom = tb.nom.data();
+    g.a_lsb = ta.lsb.data();
+    g.b_lsb = tb.lsb.data();
+    g.a_sig = ta.sig.data();
+    g.b_sig = tb.sig.data();
+    g.c = c_in;
+    g.slow = Cdna3SlowStep;
+    g.parallel = exec == Exec::kParallel;
+    if (simd::GemmCdna3(g, out)) return true;
+  }
   const size_t mp = (plan.m + kRows - 1) / kRows * kRows, np = (plan.n + kCdna3Cols - 1) / kCdna3Cols * kCdna3Cols;
   const Cdna3Operand pa = Cdna3Pack(a, mp, plan.k, plan.k, false), pb = Cdna3Pack(b, plan.k, plan.n, np, true);
   // Tiles of 32 columns by up to 256 rows, column-major: a thread's consecutive row tiles reuse B's 32-column

@@ -132,6 +132,36 @@ struct ScaledFusedArgs {
 };
 bool GemmScaledF64(const ScaledFusedArgs& g, float* c);
 
+// AMD CDNA3's FP8 step (cdna3-fp8: FusedParams::cdna3_halves with RNE output; gemm_ref.cc's Cdna3Step): per
+// step of `step` K (even, at most 64), each output's products summed exactly in int32 lanes from int16
+// significands (A's row and B's column of the step each scaled to its own lowest set bit) beside their largest
+// nominal exponent E. Where the step provably cuts no product and no bit of C (L >= E - F, C's exponent at
+// least E - 1 or C zero, the products' sum not floored below C) it is that exact sum plus C rounded once; the
+// other outputs' steps (and rows or columns of a step too wide for int16) call `slow`. Codes are row-major
+// (A m x k, B k x n); the tables map each code to its value (finite operands only), its nominal exponent (-126
+// for zero), its lowest set bit (any value for zero) and its odd significand. out gets the accumulations; one that left
+// the finite range comes back as NaN for the caller's reference.
+struct Cdna3GemmArgs;
+using Cdna3SlowStep = float (*)(const Cdna3GemmArgs& g, size_t i, size_t j, size_t k0, size_t k1, float c);
+struct Cdna3GemmArgs {
+  size_t m = 0, n = 0, k = 0;
+  int step = 16, frac_bits = 24;
+  const uint8_t* a_codes = nullptr;
+  const uint8_t* b_codes = nullptr;
+  const double* a_val = nullptr;  // 256 entries each
+  const double* b_val = nullptr;
+  const int16_t* a_nom = nullptr;
+  const int16_t* b_nom = nullptr;
+  const int16_t* a_lsb = nullptr;
+  const int16_t* b_lsb = nullptr;
+  const int32_t* a_sig = nullptr;  // the value / 2^lsb: an odd integer (0 for zero)
+  const int32_t* b_sig = nullptr;
+  const float* c = nullptr;  // m x n start values, or none (zeros)
+  Cdna3SlowStep slow = nullptr;
+  bool parallel = true;
+};
+bool GemmCdna3(const Cdna3GemmArgs& g, float* out);
+
 // Whether the CPU has AVX512-FP16, AVX512-VNNI and AVX512BW, and whether the fused kernel may form its
 // products in FP16 lanes there (GemmFusedF32 on an AVX-512 target): yes unless a SIMD target without
 // "_FP16" was forced (qmx::ForceSimdTarget; the pseudo-target "AVX3_FP16" lists it).

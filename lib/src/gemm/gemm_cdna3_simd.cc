@@ -1,0 +1,499 @@
+// gemm_cdna3_simd.cc: the Highway kernel of cdna3-fp8 (AMD MI300's FP8 MFMA, gemm_ref.cc's Cdna3Step; see
+// gemm_simd.h), compiled for every target and chosen at run time.
+//
+// A step's products are summed exactly in int32 lanes: each row of A and each column of B is scaled, per
+// step, to its own lowest set bit (lo), so that every element is an integer below 2^(sp + 1), sp = top - lo
+// its spread (top the largest nominal exponent), kept as an int16 where sp <= 14; pairs of K multiply and add
+// in one widening multiply-add (PMADDWD), and `step` products sum below 2^(spa + spb + 2 + log2 step). Beside
+// the sums the kernel keeps each output's largest product exponent E (int16 max-plus). Cdna3Step cuts nothing
+// where (a) spa + spb keeps the int32 sum exact, (b) every product's LSB (at least lo_a + lo_b) lies at or
+// above 2^(E - F), so no half cuts a term and no half sum is floored, (c) that LSB lies at or above
+// 2^(ec - 31), ec C's exponent, so the products' sum is not floored at max(E, ec) - 31, and (d) the sum is an
+// FP32 number; C is kept whole where ec >= E - 1 (its LSB, at least 2^(ec - 23), then lies at or above the
+// cut 2^(max(E, ec) - 24)) and otherwise floored to a multiple of 2^(E - 24) or dropped below E - 25, as the
+// reference does. The step's result is then the exact sum plus C rounded once: one FP32 addition (IEEE's
+// rounding is FusedOut's rule to 24 bits with -126 and 2^128). The outputs where (a) to (d) do not hold, and C
+// cuts below 2^-100, take the caller's exact step (Cdna3StepOne): 0.4 % of N(0, 64) E4M3FNUZ output steps.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "gemm/gemm_cdna3_simd.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "fp_env.h"
+#include "gemm/gemm_simd.h"
+#include "hwy/highway.h"
+
+#ifndef QMX_GEMM_CDNA3_SIMD_ONCE
+#define QMX_GEMM_CDNA3_SIMD_ONCE
+namespace qmx::simd::cdna3 {
+
+constexpr size_t kCols = 32;  // B's panels: 32 columns
+constexpr size_t kRows = 4;   // a tile: 4 rows of A by one panel
+constexpr int16_t kZeroExp = -126;
+constexpr int16_t kNoLsb = 8000;  // a zero's lowest set bit: a product with a zero lies above every bound
+
+// The packs. Each line (a row of A or a column of B) of each step holds its elements as integers x at the
+// line's lowest set bit lo (x = value / 2^lo), paired along K as words (x_k, x_k+1) of two int16, and where x
+// does not fit an int16 as the split x = 2^8 h + l (h = x >> 8, 0 <= l < 2^8; lines whose h does not fit either
+// take the exact step). Hot records, read every step:
+// - A's row i, step s, at (i * steps + s) * ra words: `pairs` words of x pairs, then `step` words of the
+//   elements' nominal exponents (the int16 twice, so that one 32-bit broadcast reads it); beside it RowMeta;
+// - B's panel p, step s, at (p * steps + s) * rb words: `pairs` x 32 words of x pairs (32 columns), `step` x 32
+//   int16 nominal exponents plus 127, `step` x 32 int16 lowest set bits (kNoLsb for zero), then per column the
+//   bits of max |y| (int32; 1000 where y does not split), its lo (int32) and 2^lo (float).
+// Cold ones: each line's h pairs then l pairs (as, bs: split ones, bsplit: some column of the panel's step
+// needs the split), and A's lowest set bits (al, int16 per element).
+struct RowMeta {
+  int32_t thr = 0;    // 31 - bits of sum |x|: B's column keeps the int32 sum exact where bits of max |y| <= thr
+  int32_t x = 0;      // lo + F + 127: with B's lo, the biased exponent of the cut 2^(E - F) that (b) allows
+  float pa = 1;       // 2^lo
+  int32_t split = 0;  // x needs the split
+};
+
+// A 64-byte aligned array from the packing pool (TakeBuffer; stale contents: the packer writes every word).
+template <typename T>
+class PoolArray {
+ public:
+  PoolArray() = default;
+  explicit PoolArray(size_t n) : bytes_(std::max<size_t>(1, n) * sizeof(T)), p_(static_cast<T*>(TakeBuffer(bytes_))) {}
+  PoolArray(PoolArray&& o) noexcept : bytes_(o.bytes_), p_(o.p_) { o.p_ = nullptr; }
+  PoolArray& operator=(PoolArray&& o) noexcept {
+    std::swap(bytes_, o.bytes_);
+    std::swap(p_, o.p_);
+    return *this;
+  }
+  ~PoolArray() {
+    if (p_) GiveBuffer(p_, bytes_);
+  }
+  T& operator[](size_t i) const { return p_[i]; }
+
+ private:
+  size_t bytes_ = 0;
+  T* p_ = nullptr;
+};
+
+struct Packs {
+  size_t steps = 0, pairs = 0, mp = 0, panels = 0, ra = 0, rb = 0;
+  PoolArray<uint32_t> a, b, as, bs;  // the hot records; the split's h and l pairs
+  PoolArray<int16_t> al;             // A's elements' lowest set bits (kNoLsb for zero)
+  PoolArray<RowMeta> am;
+  PoolArray<uint8_t> bsplit;
+};
+
+Packs Pack(const Cdna3GemmArgs& g);
+
+}  // namespace qmx::simd::cdna3
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace qmx::simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+
+// The int32 lanes of f truncated toward zero; any value where f lies outside int32's range, which only has to
+// differ from every int32 sum (x86's 0x80000000: the sums lie strictly inside the range).
+template <class DI, class VF>
+HWY_INLINE hn::Vec<DI> TruncInt(DI di, VF f) {
+#if HWY_TARGET <= HWY_AVX3
+  return hn::Vec<DI>{_mm512_cvttps_epi32(f.raw)};
+#elif HWY_TARGET == HWY_AVX2
+  return hn::Vec<DI>{_mm256_cvttps_epi32(f.raw)};
+#elif HWY_TARGET <= HWY_SSSE3 && HWY_ARCH_X86
+  return hn::Vec<DI>{_mm_cvttps_epi32(f.raw)};
+#else
+  return hn::ConvertTo(di, f);
+#endif
+}
+
+// A tile's step: the int32 sums of rows i0 .. i0 + 3 (A padded) by B's panel (record br) and the largest
+// product exponents + 127 (int16), to memory (so that the sums' registers are free for the tail). kPA and kPB:
+// 1 for x itself, 2 for its split (h then l); the split's partial sums combine as 2^16 hh + 2^8 (hl + lh) + ll,
+// exact in int32 arithmetic (wrapping) wherever the whole sum lies in int32's range, which (a) checks.
+template <class DI, size_t kPA, size_t kPB>
+HWY_NOINLINE void Cdna3Sums(const cdna3::Packs& pk, const uint32_t* const (&ar)[cdna3::kRows],
+                            const uint32_t* const (&as)[cdna3::kRows], const uint32_t* br, const uint32_t* bs,
+                            int32_t (&sums)[cdna3::kRows][cdna3::kCols], int16_t (&exps)[cdna3::kRows][cdna3::kCols]) {
+  using namespace cdna3;
+  const DI di;
+  const hn::Repartition<int16_t, DI> d16;
+  constexpr size_t N = hn::MaxLanes(DI()), NS = kCols / N, NE = NS / 2;
+  const size_t pairs = pk.pairs;
+  const int32_t* by = reinterpret_cast<const int32_t*>(kPB == 1 ? br : bs);  // B's parts
+  const int16_t* be = reinterpret_cast<const int16_t*>(br + pairs * kCols);
+  hn::Vec<DI> s0[kRows][NS][kPA][kPB], s1[kRows][NS][kPA][kPB];
+  hn::Vec<decltype(d16)> e[kRows][NE];
+  for (size_t r = 0; r < kRows; ++r) {
+    for (size_t v = 0; v < NS; ++v)
+      for (size_t x = 0; x < kPA; ++x)
+        for (size_t y = 0; y < kPB; ++y) s0[r][v][x][y] = s1[r][v][x][y] = hn::Zero(di);
+    for (size_t w = 0; w < NE; ++w) e[r][w] = hn::Set(d16, -32000);
+  }
+  for (size_t q = 0; q < pairs; ++q) {
+    hn::Vec<decltype(d16)> bv[kPB][NS], e0[NE], e1[NE];
+    for (size_t y = 0; y < kPB; ++y)
+      for (size_t v = 0; v < NS; ++v)
+        bv[y][v] = hn::BitCast(d16, hn::Load(di, by + y * pairs * kCols + q * kCols + v * N));
+    for (size_t w = 0; w < NE; ++w) {
+      e0[w] = hn::Load(d16, be + (2 * q) * kCols + w * 2 * N);
+      e1[w] = hn::Load(d16, be + (2 * q + 1) * kCols + w * 2 * N);
+    }
+    for (size_t r = 0; r < kRows; ++r) {
+      for (size_t x = 0; x < kPA; ++x) {
+        const uint32_t word = kPA == 1 ? ar[r][q] : as[r][x * pairs + q];
+        const auto av = hn::BitCast(d16, hn::Set(di, static_cast<int32_t>(word)));
+        for (size_t y = 0; y < kPB; ++y)
+          for (size_t v = 0; v < NS; ++v)
+            s0[r][v][x][y] = hn::ReorderWidenMulAccumulate(di, av, bv[y][v], s0[r][v][x][y], s1[r][v][x][y]);
+      }
+      const auto ea0 = hn::BitCast(d16, hn::Set(di, static_cast<int32_t>(ar[r][pairs + 2 * q])));
+      const auto ea1 = hn::BitCast(d16, hn::Set(di, static_cast<int32_t>(ar[r][pairs + 2 * q + 1])));
+      for (size_t w = 0; w < NE; ++w) e[r][w] = hn::Max(e[r][w], hn::Max(hn::Add(e0[w], ea0), hn::Add(e1[w], ea1)));
+    }
+  }
+  for (size_t r = 0; r < kRows; ++r) {
+    for (size_t v = 0; v < NS; ++v) {
+      auto sum = hn::Zero(di);
+      for (size_t x = 0; x < kPA; ++x)
+        for (size_t y = 0; y < kPB; ++y) {
+          const auto part = hn::RearrangeToOddPlusEven(s0[r][v][x][y], s1[r][v][x][y]);
+          const int shift = 8 * static_cast<int>((kPA == 2 && x == 0) + (kPB == 2 && y == 0));
+          sum = hn::Add(sum, hn::BitCast(di, hn::ShiftLeftSame(hn::BitCast(hn::RebindToUnsigned<DI>(), part), shift)));
+        }
+      hn::Store(sum, di, sums[r] + v * N);
+    }
+    for (size_t w = 0; w < NE; ++w) hn::Store(e[r][w], d16, exps[r] + w * 2 * N);
+  }
+}
+
+#if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86_64 && defined(__GNUC__)
+#define QMX_CDNA3_VNNI 1
+// Cdna3Sums<DI, 1, 1> with AVX512-VNNI's VPDPWSSD (the pair products and their sum added in one instruction:
+// the same int32 arithmetic), where simd::Fp16Products() says the CPU has it and no target without "_FP16"
+// was forced (so that forcing "AVX3" tests the PMADDWD path on the same CPU).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) HWY_NOINLINE void Cdna3SumsVnni(
+    const cdna3::Packs& pk, const uint32_t* const (&ar)[cdna3::kRows], const uint32_t* br,
+    int32_t (&sums)[cdna3::kRows][cdna3::kCols], int16_t (&exps)[cdna3::kRows][cdna3::kCols]) {
+  using namespace cdna3;
+  static_assert(kCols == 32, "two vectors of 16 int32, one of 32 int16");
+  const size_t pairs = pk.pairs;
+  const int16_t* be = reinterpret_cast<const int16_t*>(br + pairs * kCols);
+  __m512i s[kRows][2], e[kRows];
+  for (size_t r = 0; r < kRows; ++r) {
+    s[r][0] = s[r][1] = _mm512_setzero_si512();
+    e[r] = _mm512_set1_epi16(-32000);
+  }
+  for (size_t q = 0; q < pairs; ++q) {
+    const __m512i b0 = _mm512_load_si512(br + q * kCols), b1 = _mm512_load_si512(br + q * kCols + 16);
+    const __m512i e0 = _mm512_load_si512(be + 2 * q * kCols), e1 = _mm512_load_si512(be + (2 * q + 1) * kCols);
+    for (size_t r = 0; r < kRows; ++r) {
+      const __m512i a = _mm512_set1_epi32(static_cast<int>(ar[r][q]));
+      s[r][0] = _mm512_dpwssd_epi32(s[r][0], a, b0);
+      s[r][1] = _mm512_dpwssd_epi32(s[r][1], a, b1);
+      const __m512i ea0 = _mm512_set1_epi32(static_cast<int>(ar[r][pairs + 2 * q]));
+      const __m512i ea1 = _mm512_set1_epi32(static_cast<int>(ar[r][pairs + 2 * q + 1]));
+      e[r] = _mm512_max_epi16(e[r], _mm512_max_epi16(_mm512_add_epi16(e0, ea0), _mm512_add_epi16(e1, ea1)));
+    }
+  }
+  for (size_t r = 0; r < kRows; ++r) {
+    _mm512_store_si512(sums[r], s[r][0]);
+    _mm512_store_si512(sums[r] + 16, s[r][1]);
+    _mm512_store_si512(exps[r], e[r]);
+  }
+}
+#endif
+
+// One tile: rows i0 .. i0 + 3 (A padded) by B's panel p, every step; acc holds the tile's accumulators.
+template <class DI>
+HWY_INLINE void Cdna3Tile(const Cdna3GemmArgs& g, const cdna3::Packs& pk, size_t i0, size_t p,
+                          float (&acc)[cdna3::kRows][cdna3::kCols]) {
+  using namespace cdna3;
+  const DI di;
+  const hn::Rebind<int16_t, DI> dh;
+  const hn::Rebind<float, DI> df;
+  constexpr size_t N = hn::MaxLanes(DI()), NS = kCols / N;
+  static_assert(NS >= 2 && NS % 2 == 0, "a panel of 32 columns is an even number of int32 vectors");
+  const size_t step = static_cast<size_t>(g.step);
+  const int F = g.frac_bits;
+#ifdef QMX_CDNA3_VNNI
+  const bool vnni = N == 16 && Fp16Products();
+#endif
+  for (size_t s = 0; s < pk.steps; ++s) {
+    const size_t k0 = s * step, k1 = std::min(g.k, k0 + step);
+    const uint32_t* br = &pk.b[(p * pk.steps + s) * pk.rb];
+    const uint32_t* bs = &pk.bs[(p * pk.steps + s) * 2 * pk.pairs * kCols];
+    const int16_t* bl = reinterpret_cast<const int16_t*>(br + pk.pairs * kCols) + step * kCols;  // B's LSBs
+    const int32_t* bsp = reinterpret_cast<const int32_t*>(br + pk.pairs * kCols + step * kCols);
+    const int32_t* blo = bsp + kCols;
+    const float* bpb = reinterpret_cast<const float*>(blo + kCols);
+    const uint32_t* ar[kRows];
+    const uint32_t* as[kRows];
+    for (size_t r = 0; r < kRows; ++r) {
+      ar[r] = &pk.a[((i0 + r) * pk.steps + s) * pk.ra];
+      as[r] = &pk.as[((i0 + r) * pk.steps + s) * 2 * pk.pairs];
+    }
+    HWY_ALIGN int32_t sums[kRows][kCols];
+    HWY_ALIGN int16_t exps[kRows][kCols];
+    bool split_a = false;
+    for (size_t r = 0; r < kRows; ++r) split_a = split_a || pk.am[(i0 + r) * pk.steps + s].split != 0;
+    const bool split_b = pk.bsplit[p * pk.steps + s] != 0;
+    if (HWY_LIKELY(!split_a && !split_b)) {
+#ifdef QMX_CDNA3_VNNI
+      if (vnni) Cdna3SumsVnni(pk, ar, br, sums, exps);
+      else
+#endif
+        Cdna3Sums<DI, 1, 1>(pk, ar, as, br, bs, sums, exps);
+    } else if (!split_b) Cdna3Sums<DI, 2, 1>(pk, ar, as, br, bs, sums, exps);
+    else if (!split_a) Cdna3Sums<DI, 1, 2>(pk, ar, as, br, bs, sums, exps);
+    else Cdna3Sums<DI, 2, 2>(pk, ar, as, br, bs, sums, exps);
+    for (size_t r = 0; r < kRows; ++r) {
+      const RowMeta& am = pk.am[(i0 + r) * pk.steps + s];
+      for (size_t v = 0; v < NS; ++v) {
+        const auto sum = hn::Load(di, sums[r] + v * N);
+        const auto eb = hn::PromoteTo(di, hn::Load(dh, exps[r] + v * N));
+        float* cp = acc[r] + v * N;
+        const auto c = hn::Load(df, cp);
+        const auto cabs = hn::And(hn::BitCast(di, c), hn::Set(di, 0x7FFFFFFF));
+        const auto ecb = hn::Max(hn::ShiftRight<23>(cabs), hn::Set(di, 1));      // C's exponent + 127, -126 for 0
+        const auto llx = hn::Add(hn::Load(di, blo + v * N), hn::Set(di, am.x));  // lo_a + lo_b + F + 127
+        const auto mb = hn::Max(eb, ecb);                                        // M + 127
+        // Each condition as a number that is positive where it fails: (a) bits of max |y| above thr (the sum
+        // not proven within int32); (b) E - F above lo_a + lo_b; (c) ec - 31 above it; M below -100 with C
+        // nonzero (2^(24 - M) no FP32 number). One compare for all; (d) the sum no FP32 number.
+        const auto t_ab = hn::Max(hn::Sub(hn::Load(di, bsp + v * N), hn::Set(di, am.thr)), hn::Sub(eb, llx));
+        const auto t_c = hn::Sub(ecb, hn::Add(llx, hn::Set(di, 31 - F)));
+        const auto t_m = hn::Min(hn::Sub(hn::Set(di, 27), mb), cabs);
+        const auto f = hn::ConvertTo(df, sum);
+        const auto check = hn::Or(hn::Gt(hn::Max(t_ab, hn::Max(t_c, t_m)), hn::Zero(di)), hn::Ne(TruncInt(di, f), sum));
+        const auto prod = hn::Mul(hn::Mul(f, hn::Load(df, bpb + v * N)), hn::Set(df, am.pa));
+        // C floored to a multiple of 2^(M - 24) (C itself unless ec < E - 1, whose LSB lies below it) and dropped
+        // below M - 25: C 2^(24 - M), below 2^25, floored, times 2^(M - 24); a C 2^(24 - M) below 1/2 in
+        // magnitude is a dropped C. M is taken at least -100 here, which changes nothing for C = 0.
+        const auto mc = hn::Max(mb, hn::Set(di, 27));
+        const auto up = hn::BitCast(df, hn::ShiftLeft<23>(hn::Sub(hn::Set(di, 278), mc)));
+        const auto down = hn::BitCast(df, hn::ShiftLeft<23>(hn::Sub(mc, hn::Set(di, 24))));
+        const auto x = hn::Mul(c, up);
+        const auto cq = hn::IfThenZeroElse(hn::Lt(hn::Abs(x), hn::Set(df, 0.5f)), hn::Mul(hn::Floor(x), down));
+        hn::Store(hn::Add(prod, cq), df, cp);
+        if (HWY_UNLIKELY(!hn::AllFalse(di, hn::RebindMask(di, check)))) {
+          // Lane by lane: (b) again with the products' own lowest set bit L (at least lo_a + lo_b); where only
+          // (b) and (d) failed, the exact sum plus C in FP64 (both below 2^53 in units of 2^(lo_a + lo_b), see
+          // (c)) rounded once to FP32; the rest take the exact step.
+          HWY_ALIGN float cs[N], cqs[N];
+          HWY_ALIGN int32_t ss[N], es[N], ab[N], cm[N];
+          hn::Store(c, df, cs);
+          hn::Store(cq, df, cqs);
+          hn::Store(sum, di, ss);
+          hn::Store(eb, di, es);
+          hn::Store(hn::Sub(hn::Load(di, bsp + v * N), hn::Set(di, am.thr)), di, ab);
+          hn::Store(hn::Max(t_c, t_m), di, cm);
+          const int16_t* al = &pk.al[((i0 + r) * pk.steps + s) * step];
+          for (size_t l = 0; l < N; ++l) {
+            const size_t i = i0 + r, jj = v * N + l, j = p * kCols + jj;
+            if (i >= g.m || j >= g.n) continue;
+            bool exact = ab[l] <= 0 && cm[l] <= 0;
+            if (exact && es[l] > am.x + blo[jj]) {
+              int low = 30000;
+              for (size_t kk = 0; kk < step; ++kk) low = std::min(low, al[kk] + bl[kk * kCols + jj]);
+              exact = es[l] <= low + F + 127;
+            }
+            if (exact)
+              cp[l] = static_cast<float>(static_cast<double>(ss[l]) * static_cast<double>(bpb[jj]) *
+                                             static_cast<double>(am.pa) +
+                                         static_cast<double>(cqs[l]));
+            else cp[l] = g.slow(g, i, j, k0, k1, cs[l]);
+          }
+        }
+      }
+    }
+  }
+}
+
+bool GemmCdna3T(const Cdna3GemmArgs& g, float* out) {
+  using namespace cdna3;
+  using DI = hn::ScalableTag<int32_t>;
+  if (kCols % (2 * hn::MaxLanes(DI())) != 0) return false;
+  const Packs pk = Pack(g);
+  // Tiles of one panel by up to 256 rows, panel-major: a thread's consecutive row tiles reuse the panel
+  // (about 2.4 KB a step) from its cache; rows streamed past it once a panel.
+  constexpr size_t kBlockRows = 256;
+  const size_t blocks = (g.m + kBlockRows - 1) / kBlockRows;
+  const long tiles = static_cast<long>(pk.panels * blocks);
+#pragma omp parallel for schedule(dynamic) if (g.parallel)
+  for (long t = 0; t < tiles; ++t) {
+    const detail::ScopedDefaultFpEnv fp_env;
+    const size_t p = static_cast<size_t>(t) / blocks, r0 = static_cast<size_t>(t) % blocks * kBlockRows;
+    const size_t j0 = p * kCols, nc = std::min(kCols, g.n - j0);
+    for (size_t i0 = r0; i0 < std::min(g.m, r0 + kBlockRows); i0 += kRows) {
+      HWY_ALIGN float acc[kRows][kCols];
+      const size_t rows = std::min(kRows, g.m - i0);
+      for (size_t r = 0; r < kRows; ++r)
+        for (size_t j = 0; j < kCols; ++j) acc[r][j] = g.c && r < rows && j < nc ? g.c[(i0 + r) * g.n + j0 + j] : 0.0f;
+      Cdna3Tile<DI>(g, pk, i0, p, acc);
+      for (size_t r = 0; r < rows; ++r)
+        for (size_t j = 0; j < nc; ++j) {
+          const float x = acc[r][j];
+          out[(i0 + r) * g.n + j0 + j] = std::fabs(x) <= 3.40282347e38f ? x : std::numeric_limits<float>::quiet_NaN();
+        }
+    }
+  }
+  return true;
+}
+
+#else  // a scalable or scalar target: the caller's portable tiles
+
+bool GemmCdna3T(const Cdna3GemmArgs&, float*) { return false; }
+
+#endif
+
+}  // namespace HWY_NAMESPACE
+}  // namespace qmx::simd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qmx::simd {
+namespace cdna3 {
+
+Packs Pack(const Cdna3GemmArgs& g) {
+  Packs pk;
+  const size_t step = static_cast<size_t>(g.step);
+  pk.steps = (g.k + step - 1) / step;
+  pk.pairs = step / 2;
+  pk.mp = (g.m + kRows - 1) / kRows * kRows;
+  pk.panels = (g.n + kCols - 1) / kCols;
+  pk.ra = pk.pairs + step;
+  pk.rb = pk.pairs * kCols + step * kCols + 3 * kCols;
+  // One line (a row of A or a column of B) over one step: its integers at its lowest set bit lo, their split,
+  // its exponents, the bits of sum |x| and of max |x|. get(kk) gives the code of the step's kk-th element, or
+  // -1 past K.
+  struct Line {
+    int16_t x[64], h[64], l[64], e[64], lsb[64];
+    int lo = 0, bits1 = 0, bits_max = 0;
+    bool split = false;
+  };
+  const auto bits = [](int64_t v) {  // the least b with v < 2^b (v >= 0)
+    return v == 0 ? 0 : 64 - __builtin_clzll(static_cast<unsigned long long>(v));
+  };
+  const auto line = [&](const int16_t* nom, const int16_t* lsb, const int32_t* sig, const auto& get) {
+    Line l;
+    int lo = 1 << 20, code[64];
+    for (size_t kk = 0; kk < step; ++kk) {
+      code[kk] = get(kk);
+      const bool live = code[kk] >= 0 && sig[code[kk]] != 0;
+      l.e[kk] = code[kk] >= 0 ? nom[code[kk]] : kZeroExp;
+      l.lsb[kk] = live ? lsb[code[kk]] : kNoLsb;
+      if (live) lo = std::min(lo, static_cast<int>(lsb[code[kk]]));
+    }
+    l.lo = lo == (1 << 20) ? 0 : lo;
+    int64_t sum = 0, top = 0, v[64];
+    bool fits = true;  // h = x >> 8 is an int16
+    for (size_t kk = 0; kk < step; ++kk) {
+      const int shift = l.lsb[kk] == kNoLsb ? 0 : l.lsb[kk] - l.lo;
+      fits = fits && shift <= 24;
+      v[kk] = code[kk] >= 0 && shift <= 24 ? int64_t{sig[code[kk]]} * (int64_t{1} << shift) : 0;
+      sum += v[kk] < 0 ? -v[kk] : v[kk];
+      top = std::max(top, v[kk] < 0 ? -v[kk] : v[kk]);
+    }
+    l.bits1 = bits(sum);
+    l.bits_max = bits(top);
+    l.split = l.bits_max > 15;  // x is no int16
+    fits = fits && l.bits_max <= 23;
+    for (size_t kk = 0; kk < step; ++kk) {
+      const int64_t x = fits ? v[kk] : 0;
+      l.x[kk] = static_cast<int16_t>(l.split ? 0 : x);
+      l.h[kk] = static_cast<int16_t>(x >> 8);
+      l.l[kk] = static_cast<int16_t>(x & 0xFF);
+    }
+    if (!fits) l.bits1 = l.bits_max = 1000;
+    return l;
+  };
+  const auto pair_word = [](int16_t lo, int16_t hi) {
+    return static_cast<uint32_t>(static_cast<uint16_t>(lo)) | static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16;
+  };
+  pk.a = PoolArray<uint32_t>(pk.mp * pk.steps * pk.ra);
+  pk.as = PoolArray<uint32_t>(pk.mp * pk.steps * 2 * pk.pairs);
+  pk.al = PoolArray<int16_t>(pk.mp * pk.steps * step);
+  pk.am = PoolArray<RowMeta>(pk.mp * pk.steps);
+#pragma omp parallel for schedule(static) if (g.parallel)
+  for (long il = 0; il < static_cast<long>(pk.mp); ++il) {
+    const size_t i = static_cast<size_t>(il);
+    for (size_t s = 0; s < pk.steps; ++s) {
+      const Line l = line(g.a_nom, g.a_lsb, g.a_sig, [&](size_t kk) {
+        const size_t k = s * step + kk;
+        return i < g.m && k < g.k ? static_cast<int>(g.a_codes[i * g.k + k]) : -1;
+      });
+      const size_t at = i * pk.steps + s;
+      uint32_t* w = &pk.a[at * pk.ra];
+      uint32_t* ws = &pk.as[at * 2 * pk.pairs];
+      for (size_t q = 0; q < pk.pairs; ++q) {
+        w[q] = pair_word(l.x[2 * q], l.x[2 * q + 1]);
+        ws[q] = pair_word(l.h[2 * q], l.h[2 * q + 1]);
+        ws[pk.pairs + q] = pair_word(l.l[2 * q], l.l[2 * q + 1]);
+      }
+      for (size_t kk = 0; kk < step; ++kk) {
+        w[pk.pairs + kk] = pair_word(l.e[kk], l.e[kk]);
+        pk.al[at * step + kk] = l.lsb[kk];
+      }
+      RowMeta& m = pk.am[i * pk.steps + s];
+      m.thr = 31 - l.bits1;
+      m.x = l.lo + g.frac_bits + 127;
+      m.pa = std::ldexp(1.0f, l.lo);
+      m.split = l.split;
+    }
+  }
+  pk.b = PoolArray<uint32_t>(pk.panels * pk.steps * pk.rb);
+  pk.bs = PoolArray<uint32_t>(pk.panels * pk.steps * 2 * pk.pairs * kCols);
+  pk.bsplit = PoolArray<uint8_t>(pk.panels * pk.steps);
+#pragma omp parallel for schedule(static) if (g.parallel)
+  for (long pl = 0; pl < static_cast<long>(pk.panels * pk.steps); ++pl) {
+    const size_t p = static_cast<size_t>(pl) / pk.steps, s = static_cast<size_t>(pl) % pk.steps;
+    uint32_t* w = &pk.b[pl * pk.rb];
+    uint32_t* ws = &pk.bs[pl * 2 * pk.pairs * kCols];
+    int16_t* we = reinterpret_cast<int16_t*>(w + pk.pairs * kCols);
+    int16_t* wl = we + step * kCols;
+    int32_t* wbits = reinterpret_cast<int32_t*>(w + pk.pairs * kCols + step * kCols);
+    int32_t* wlo = wbits + kCols;
+    float* wpb = reinterpret_cast<float*>(wlo + kCols);
+    bool split = false;
+    for (size_t jj = 0; jj < kCols; ++jj) {
+      const size_t j = p * kCols + jj;
+      const Line l = line(g.b_nom, g.b_lsb, g.b_sig, [&](size_t kk) {
+        const size_t k = s * step + kk;
+        return j < g.n && k < g.k ? static_cast<int>(g.b_codes[k * g.n + j]) : -1;
+      });
+      for (size_t q = 0; q < pk.pairs; ++q) {
+        w[q * kCols + jj] = pair_word(l.x[2 * q], l.x[2 * q + 1]);
+        ws[q * kCols + jj] = pair_word(l.h[2 * q], l.h[2 * q + 1]);
+        ws[(pk.pairs + q) * kCols + jj] = pair_word(l.l[2 * q], l.l[2 * q + 1]);
+      }
+      for (size_t kk = 0; kk < step; ++kk) {
+        we[kk * kCols + jj] = static_cast<int16_t>(l.e[kk] + 127);
+        wl[kk * kCols + jj] = l.lsb[kk];
+      }
+      wbits[jj] = l.bits_max;
+      wlo[jj] = l.lo;
+      wpb[jj] = std::ldexp(1.0f, l.lo);
+      split = split || l.split;
+    }
+    pk.bsplit[pl] = split;
+  }
+  return pk;
+}
+
+}  // namespace cdna3
+
+HWY_EXPORT(GemmCdna3T);
+
+bool GemmCdna3(const Cdna3GemmArgs& g, float* out) {
+  if (g.step < 2 || g.step > 64 || g.step % 2 != 0 || g.m == 0 || g.n == 0 || g.k == 0) return false;
+  return HWY_DYNAMIC_DISPATCH(GemmCdna3T)(g, out);
+}
+
+}  // namespace qmx::simd
+#endif  // HWY_ONCE

@@ -87,6 +87,11 @@ struct Packs {
 
 Packs Pack(const Cdna3GemmArgs& g);
 
+// Output (i, column jj of panel p), step s, where the kernel's checks failed: sum32 its int32 sum (at lo_a +
+// lo_b), eb its E + 127, low its products' lowest set bit, c its accumulator. Returns the step's result.
+float FixLane(const Cdna3GemmArgs& g, const Packs& pk, size_t i, size_t p, size_t jj, size_t s, int32_t sum32, int eb,
+              int low, float c);
+
 }  // namespace qmx::simd::cdna3
 #endif
 
@@ -109,6 +114,32 @@ HWY_INLINE hn::Vec<DI> TruncInt(DI di, VF f) {
   return hn::Vec<DI>{_mm_cvttps_epi32(f.raw)};
 #else
   return hn::ConvertTo(di, f);
+#endif
+}
+
+// C floored to a multiple of 2^(M - 24) (C itself unless ec < E - 1, whose LSB lies below it) and dropped below
+// M - 25: C 2^(24 - M), below 2^25, floored, times 2^(M - 24); a C 2^(24 - M) below 1/2 in magnitude is a
+// dropped C. mb = M + 127, ecb = ec + 127, cabs C's bits without the sign. Returns a number that is positive in
+// lanes this cannot compute (none with AVX-512's VSCALEFPS; elsewhere, M below -100 with C nonzero, where
+// 2^(24 - M) is no FP32 number: M is taken at least -100, which changes nothing for C = 0).
+template <class DI, class VF, class VI>
+HWY_INLINE VI CutC(DI di, VF c, VI cabs, VI ecb, VI mb, VF& cq) {
+  const hn::Rebind<float, DI> df;
+  (void)ecb;
+#if HWY_TARGET <= HWY_AVX3
+  const auto n = hn::ConvertTo(df, hn::Sub(hn::Set(di, 151), mb));  // 24 - M
+  const auto x = VF{_mm512_scalef_ps(c.raw, n.raw)};
+  cq =
+      hn::IfThenZeroElse(hn::Lt(hn::Abs(x), hn::Set(df, 0.5f)), VF{_mm512_scalef_ps(hn::Floor(x).raw, hn::Neg(n).raw)});
+  (void)cabs;
+  return hn::Set(di, -1);
+#else
+  const auto mc = hn::Max(mb, hn::Set(di, 27));
+  const auto up = hn::BitCast(df, hn::ShiftLeft<23>(hn::Sub(hn::Set(di, 278), mc)));
+  const auto down = hn::BitCast(df, hn::ShiftLeft<23>(hn::Sub(mc, hn::Set(di, 24))));
+  const auto x = hn::Mul(c, up);
+  cq = hn::IfThenZeroElse(hn::Lt(hn::Abs(x), hn::Set(df, 0.5f)), hn::Mul(hn::Floor(x), down));
+  return hn::Min(hn::Sub(hn::Set(di, 27), mb), cabs);
 #endif
 }
 
@@ -174,36 +205,52 @@ HWY_NOINLINE void Cdna3Sums(const cdna3::Packs& pk, const uint32_t* const (&ar)[
 
 #if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86_64 && defined(__GNUC__)
 #define QMX_CDNA3_VNNI 1
-// Cdna3Sums<DI, 1, 1> with AVX512-VNNI's VPDPWSSD (the pair products and their sum added in one instruction:
-// the same int32 arithmetic), where simd::Fp16Products() says the CPU has it and no target without "_FP16"
-// was forced (so that forcing "AVX3" tests the PMADDWD path on the same CPU).
+// Cdna3Sums with AVX512-VNNI's VPDPWSSD (the pair products and their sum added in one instruction: the same
+// int32 arithmetic), where simd::Fp16Products() says the CPU has it and no target without "_FP16" was forced
+// (so that forcing "AVX3" tests the PMADDWD path on the same CPU).
+template <size_t kPA, size_t kPB>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) HWY_NOINLINE void Cdna3SumsVnni(
-    const cdna3::Packs& pk, const uint32_t* const (&ar)[cdna3::kRows], const uint32_t* br,
-    int32_t (&sums)[cdna3::kRows][cdna3::kCols], int16_t (&exps)[cdna3::kRows][cdna3::kCols]) {
+    const cdna3::Packs& pk, const uint32_t* const (&ar)[cdna3::kRows], const uint32_t* const (&as)[cdna3::kRows],
+    const uint32_t* br, const uint32_t* bs, int32_t (&sums)[cdna3::kRows][cdna3::kCols],
+    int16_t (&exps)[cdna3::kRows][cdna3::kCols]) {
   using namespace cdna3;
   static_assert(kCols == 32, "two vectors of 16 int32, one of 32 int16");
   const size_t pairs = pk.pairs;
+  const uint32_t* by = kPB == 1 ? br : bs;
   const int16_t* be = reinterpret_cast<const int16_t*>(br + pairs * kCols);
-  __m512i s[kRows][2], e[kRows];
+  __m512i acc[kRows][2][kPA][kPB], e[kRows];
   for (size_t r = 0; r < kRows; ++r) {
-    s[r][0] = s[r][1] = _mm512_setzero_si512();
+    for (size_t v = 0; v < 2; ++v)
+      for (size_t x = 0; x < kPA; ++x)
+        for (size_t y = 0; y < kPB; ++y) acc[r][v][x][y] = _mm512_setzero_si512();
     e[r] = _mm512_set1_epi16(-32000);
   }
   for (size_t q = 0; q < pairs; ++q) {
-    const __m512i b0 = _mm512_load_si512(br + q * kCols), b1 = _mm512_load_si512(br + q * kCols + 16);
+    __m512i b[kPB][2];
+    for (size_t y = 0; y < kPB; ++y)
+      for (size_t v = 0; v < 2; ++v) b[y][v] = _mm512_load_si512(by + y * pairs * kCols + q * kCols + v * 16);
     const __m512i e0 = _mm512_load_si512(be + 2 * q * kCols), e1 = _mm512_load_si512(be + (2 * q + 1) * kCols);
     for (size_t r = 0; r < kRows; ++r) {
-      const __m512i a = _mm512_set1_epi32(static_cast<int>(ar[r][q]));
-      s[r][0] = _mm512_dpwssd_epi32(s[r][0], a, b0);
-      s[r][1] = _mm512_dpwssd_epi32(s[r][1], a, b1);
+      for (size_t x = 0; x < kPA; ++x) {
+        const __m512i a = _mm512_set1_epi32(static_cast<int>(kPA == 1 ? ar[r][q] : as[r][x * pairs + q]));
+        for (size_t y = 0; y < kPB; ++y)
+          for (size_t v = 0; v < 2; ++v) acc[r][v][x][y] = _mm512_dpwssd_epi32(acc[r][v][x][y], a, b[y][v]);
+      }
       const __m512i ea0 = _mm512_set1_epi32(static_cast<int>(ar[r][pairs + 2 * q]));
       const __m512i ea1 = _mm512_set1_epi32(static_cast<int>(ar[r][pairs + 2 * q + 1]));
       e[r] = _mm512_max_epi16(e[r], _mm512_max_epi16(_mm512_add_epi16(e0, ea0), _mm512_add_epi16(e1, ea1)));
     }
   }
   for (size_t r = 0; r < kRows; ++r) {
-    _mm512_store_si512(sums[r], s[r][0]);
-    _mm512_store_si512(sums[r] + 16, s[r][1]);
+    for (size_t v = 0; v < 2; ++v) {
+      __m512i sum = _mm512_setzero_si512();
+      for (size_t x = 0; x < kPA; ++x)
+        for (size_t y = 0; y < kPB; ++y) {
+          const unsigned shift = 8 * ((kPA == 2 && x == 0) + (kPB == 2 && y == 0));
+          sum = _mm512_add_epi32(sum, _mm512_slli_epi32(acc[r][v][x][y], shift));
+        }
+      _mm512_store_si512(sums[r] + 16 * v, sum);
+    }
     _mm512_store_si512(exps[r], e[r]);
   }
 }
@@ -243,15 +290,20 @@ HWY_INLINE void Cdna3Tile(const Cdna3GemmArgs& g, const cdna3::Packs& pk, size_t
     bool split_a = false;
     for (size_t r = 0; r < kRows; ++r) split_a = split_a || pk.am[(i0 + r) * pk.steps + s].split != 0;
     const bool split_b = pk.bsplit[p * pk.steps + s] != 0;
-    if (HWY_LIKELY(!split_a && !split_b)) {
 #ifdef QMX_CDNA3_VNNI
-      if (vnni) Cdna3SumsVnni(pk, ar, br, sums, exps);
-      else
+    if (vnni) {
+      if (HWY_LIKELY(!split_a && !split_b)) Cdna3SumsVnni<1, 1>(pk, ar, as, br, bs, sums, exps);
+      else if (!split_b) Cdna3SumsVnni<2, 1>(pk, ar, as, br, bs, sums, exps);
+      else if (!split_a) Cdna3SumsVnni<1, 2>(pk, ar, as, br, bs, sums, exps);
+      else Cdna3SumsVnni<2, 2>(pk, ar, as, br, bs, sums, exps);
+    } else  // NOLINT(readability/braces)
 #endif
-        Cdna3Sums<DI, 1, 1>(pk, ar, as, br, bs, sums, exps);
-    } else if (!split_b) Cdna3Sums<DI, 2, 1>(pk, ar, as, br, bs, sums, exps);
-    else if (!split_a) Cdna3Sums<DI, 1, 2>(pk, ar, as, br, bs, sums, exps);
-    else Cdna3Sums<DI, 2, 2>(pk, ar, as, br, bs, sums, exps);
+    {
+      if (HWY_LIKELY(!split_a && !split_b)) Cdna3Sums<DI, 1, 1>(pk, ar, as, br, bs, sums, exps);
+      else if (!split_b) Cdna3Sums<DI, 2, 1>(pk, ar, as, br, bs, sums, exps);
+      else if (!split_a) Cdna3Sums<DI, 1, 2>(pk, ar, as, br, bs, sums, exps);
+      else Cdna3Sums<DI, 2, 2>(pk, ar, as, br, bs, sums, exps);
+    }
     for (size_t r = 0; r < kRows; ++r) {
       const RowMeta& am = pk.am[(i0 + r) * pk.steps + s];
       for (size_t v = 0; v < NS; ++v) {
@@ -264,50 +316,37 @@ HWY_INLINE void Cdna3Tile(const Cdna3GemmArgs& g, const cdna3::Packs& pk, size_t
         const auto llx = hn::Add(hn::Load(di, blo + v * N), hn::Set(di, am.x));  // lo_a + lo_b + F + 127
         const auto mb = hn::Max(eb, ecb);                                        // M + 127
         // Each condition as a number that is positive where it fails: (a) bits of max |y| above thr (the sum
-        // not proven within int32); (b) E - F above lo_a + lo_b; (c) ec - 31 above it; M below -100 with C
-        // nonzero (2^(24 - M) no FP32 number). One compare for all; (d) the sum no FP32 number.
-        const auto t_ab = hn::Max(hn::Sub(hn::Load(di, bsp + v * N), hn::Set(di, am.thr)), hn::Sub(eb, llx));
-        const auto t_c = hn::Sub(ecb, hn::Add(llx, hn::Set(di, 31 - F)));
-        const auto t_m = hn::Min(hn::Sub(hn::Set(di, 27), mb), cabs);
+        // not proven within int32); (b) E - F above lo_a + lo_b; (c) ec - 31 above it; M below -100 with C nonzero
+        // (CutC's 2^(24 - M) no FP32 number). One compare for all; (d) the sum no FP32 number.
+        hn::Vec<decltype(df)> cq;
+        const auto t_m = CutC(di, c, cabs, ecb, mb, cq);
+        const auto t_ac = hn::Max(hn::Sub(hn::Load(di, bsp + v * N), hn::Set(di, am.thr)),
+                                  hn::Max(hn::Sub(ecb, hn::Add(llx, hn::Set(di, 31 - F))), t_m));
         const auto f = hn::ConvertTo(df, sum);
-        const auto check = hn::Or(hn::Gt(hn::Max(t_ab, hn::Max(t_c, t_m)), hn::Zero(di)), hn::Ne(TruncInt(di, f), sum));
+        const auto inexact = hn::Ne(TruncInt(di, f), sum);
+        const auto check = hn::Or(hn::Gt(hn::Max(t_ac, hn::Sub(eb, llx)), hn::Zero(di)), inexact);
         const auto prod = hn::Mul(hn::Mul(f, hn::Load(df, bpb + v * N)), hn::Set(df, am.pa));
-        // C floored to a multiple of 2^(M - 24) (C itself unless ec < E - 1, whose LSB lies below it) and dropped
-        // below M - 25: C 2^(24 - M), below 2^25, floored, times 2^(M - 24); a C 2^(24 - M) below 1/2 in
-        // magnitude is a dropped C. M is taken at least -100 here, which changes nothing for C = 0.
-        const auto mc = hn::Max(mb, hn::Set(di, 27));
-        const auto up = hn::BitCast(df, hn::ShiftLeft<23>(hn::Sub(hn::Set(di, 278), mc)));
-        const auto down = hn::BitCast(df, hn::ShiftLeft<23>(hn::Sub(mc, hn::Set(di, 24))));
-        const auto x = hn::Mul(c, up);
-        const auto cq = hn::IfThenZeroElse(hn::Lt(hn::Abs(x), hn::Set(df, 0.5f)), hn::Mul(hn::Floor(x), down));
         hn::Store(hn::Add(prod, cq), df, cp);
         if (HWY_UNLIKELY(!hn::AllFalse(di, hn::RebindMask(di, check)))) {
-          // Lane by lane: (b) again with the products' own lowest set bit L (at least lo_a + lo_b); where only
-          // (b) and (d) failed, the exact sum plus C in FP64 (both below 2^53 in units of 2^(lo_a + lo_b), see
-          // (c)) rounded once to FP32; the rest take the exact step.
-          HWY_ALIGN float cs[N], cqs[N];
-          HWY_ALIGN int32_t ss[N], es[N], ab[N], cm[N];
+          // (b) again with the products' own lowest set bits L (kNoLsb and more where all are zero): the
+          // lanes where only the bound lo_a + lo_b failed keep their result; the others take FixLane.
+          const int16_t* al = &pk.al[((i0 + r) * pk.steps + s) * step];
+          auto low = hn::Set(di, 1 << 20);
+          for (size_t kk = 0; kk < step; ++kk)
+            low = hn::Min(low, hn::Add(hn::PromoteTo(di, hn::Load(dh, bl + kk * kCols + v * N)), hn::Set(di, al[kk])));
+          const auto t_b = hn::Sub(eb, hn::Add(low, hn::Set(di, F + 127)));
+          const auto bad_lanes = hn::Or(hn::Gt(hn::Max(t_ac, t_b), hn::Zero(di)), inexact);
+          HWY_ALIGN float cs[N];
+          HWY_ALIGN int32_t ss[N], es[N], bad[N], lows[N];
           hn::Store(c, df, cs);
-          hn::Store(cq, df, cqs);
           hn::Store(sum, di, ss);
           hn::Store(eb, di, es);
-          hn::Store(hn::Sub(hn::Load(di, bsp + v * N), hn::Set(di, am.thr)), di, ab);
-          hn::Store(hn::Max(t_c, t_m), di, cm);
-          const int16_t* al = &pk.al[((i0 + r) * pk.steps + s) * step];
+          hn::Store(low, di, lows);
+          hn::Store(hn::VecFromMask(di, bad_lanes), di, bad);
           for (size_t l = 0; l < N; ++l) {
-            const size_t i = i0 + r, jj = v * N + l, j = p * kCols + jj;
-            if (i >= g.m || j >= g.n) continue;
-            bool exact = ab[l] <= 0 && cm[l] <= 0;
-            if (exact && es[l] > am.x + blo[jj]) {
-              int low = 30000;
-              for (size_t kk = 0; kk < step; ++kk) low = std::min(low, al[kk] + bl[kk * kCols + jj]);
-              exact = es[l] <= low + F + 127;
-            }
-            if (exact)
-              cp[l] = static_cast<float>(static_cast<double>(ss[l]) * static_cast<double>(bpb[jj]) *
-                                             static_cast<double>(am.pa) +
-                                         static_cast<double>(cqs[l]));
-            else cp[l] = g.slow(g, i, j, k0, k1, cs[l]);
+            const size_t i = i0 + r, jj = v * N + l;
+            if (bad[l] != 0 && i < g.m && p * kCols + jj < g.n)
+              cp[l] = FixLane(g, pk, i, p, jj, s, ss[l], es[l], lows[l], cs[l]);
           }
         }
       }
@@ -484,6 +523,56 @@ Packs Pack(const Cdna3GemmArgs& g) {
     pk.bsplit[pl] = split;
   }
   return pk;
+}
+
+// (b) again with the products' own lowest set bit L (at least lo_a + lo_b): where a product's lies below
+// 2^(E - F), the exact step (Cdna3StepOne); (a): where the int32 sum may have wrapped, the sum again in int64
+// from the split (the exact step where a line does not split); then the reference's tail in FP64 on the exact
+// sum, any C: t = floor(S 2^(31 - M)), C floored into units of 2^(M - 24) unless dropped, their sum (below
+// 2^40 in units of 2^(M - 31)) rounded once.
+float FixLane(const Cdna3GemmArgs& g, const Packs& pk, size_t i, size_t p, size_t jj, size_t s, int32_t sum32, int eb,
+              int low, float c) {
+  const size_t step = static_cast<size_t>(g.step), k0 = s * step, k1 = std::min(g.k, k0 + step);
+  if (!std::isfinite(c)) return c;  // an accumulator that left the finite range stays there
+  const int F = g.frac_bits, e = eb - 127;
+  const size_t at = i * pk.steps + s, pat = p * pk.steps + s;
+  const RowMeta& am = pk.am[at];
+  const uint32_t* br = &pk.b[pat * pk.rb];
+  const int32_t* bbits = reinterpret_cast<const int32_t*>(br + pk.pairs * kCols + step * kCols);
+  const int32_t* blo = bbits + kCols;
+  const int ll = am.x - F - 127 + blo[jj];
+  const size_t j = p * kCols + jj;
+  if (e - F > low) return g.slow(g, i, j, k0, k1, c);
+  double sd = sum32;
+  if (bbits[jj] > am.thr) {
+    if (am.thr < -900 || bbits[jj] >= 1000) return g.slow(g, i, j, k0, k1, c);
+    const uint32_t* as = &pk.as[at * 2 * pk.pairs];
+    const uint32_t* bs = &pk.bs[pat * 2 * pk.pairs * kCols];
+    const auto half = [](uint32_t w, size_t kk) {
+      return static_cast<int64_t>(static_cast<int16_t>(w >> (16 * (kk & 1))));
+    };
+    int64_t sum = 0;
+    for (size_t kk = 0; kk < step; ++kk) {
+      const size_t q = kk / 2;
+      const int64_t x = half(as[q], kk) * 256 + half(as[pk.pairs + q], kk);
+      const int64_t y = half(bs[q * kCols + jj], kk) * 256 + half(bs[(pk.pairs + q) * kCols + jj], kk);
+      sum += x * y;
+    }
+    sd = static_cast<double>(sum);  // below 2^(23 + 23 + 6)
+  }
+  uint32_t cb;
+  std::memcpy(&cb, &c, 4);
+  const int ec = std::max(static_cast<int>((cb >> 23) & 0xFF) - 127, -126);
+  const int mx = std::max(e, ec);
+  const auto pow2 = [](int x) {  // 2^x for -1022 <= x <= 1023 (here within -300 .. 300)
+    const uint64_t bits = static_cast<uint64_t>(x + 1023) << 52;
+    double d;
+    std::memcpy(&d, &bits, 8);
+    return d;
+  };
+  const double t = std::floor(sd * pow2(ll + 31 - mx));
+  const double cq = c != 0 && ec >= mx - 25 ? std::floor(static_cast<double>(c) * pow2(24 - mx)) : 0.0;
+  return static_cast<float>((t + cq * 128.0) * pow2(mx - 31));
 }
 
 }  // namespace cdna3

@@ -551,11 +551,15 @@ float FixLane(const Cdna3GemmArgs& g, const Packs& pk, size_t i, size_t p, size_
     const auto half = [](uint32_t w, size_t kk) {
       return static_cast<int64_t>(static_cast<int16_t>(w >> (16 * (kk & 1))));
     };
+    // x from the hot records where it is an int16 (the split's arrays are seldom in cache).
+    const uint32_t* ax = &pk.a[at * pk.ra];
+    const bool a_split = am.split != 0, b_split = bbits[jj] > 15;
     int64_t sum = 0;
     for (size_t kk = 0; kk < step; ++kk) {
       const size_t q = kk / 2;
-      const int64_t x = half(as[q], kk) * 256 + half(as[pk.pairs + q], kk);
-      const int64_t y = half(bs[q * kCols + jj], kk) * 256 + half(bs[(pk.pairs + q) * kCols + jj], kk);
+      const int64_t x = a_split ? half(as[q], kk) * 256 + half(as[pk.pairs + q], kk) : half(ax[q], kk);
+      const int64_t y = b_split ? half(bs[q * kCols + jj], kk) * 256 + half(bs[(pk.pairs + q) * kCols + jj], kk)
+                                : half(br[q * kCols + jj], kk);
       sum += x * y;
     }
     sd = static_cast<double>(sum);  // below 2^(23 + 23 + 6)

@@ -18,6 +18,7 @@
 #include "qmx/format.h"
 #include "qmx/gemm.h"
 #include "qmx/io.h"
+#include "qmx/testing.h"
 #include "support/hex.h"
 
 namespace cdna3_test {
@@ -157,6 +158,63 @@ TEST_CASE("gemm cdna3: the fast tiles equal the reference where halves, zero ste
         }
       }
   }
+}
+
+// N(0, sigma) codes of f, rows x cols; in every 9th line (a row of A, a column of B) each step of 16 also holds
+// one element of magnitude 2^-t (t by the step), so that its spread needs the 2^8 h + l split (A or B), passes
+// the int32 bound (the int64 sum again) or exceeds even the split (the exact step); every 13th line is zero in
+// every third step.
+GemmOperand Spread(const Format& f, size_t rows, size_t cols, bool is_a, float sigma, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, sigma);
+  std::vector<float> x(rows * cols);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t q = 0; q < cols; ++q) {
+      const size_t kk = is_a ? q : r, line = is_a ? r : q;
+      float v = nd(rng);
+      if (line % 9 == 4 && kk % 16 == (line / 9) % 16) v = std::ldexp(1.0f, -static_cast<int>(4 + 3 * (kk / 16 % 6)));
+      if (line % 13 == 6 && kk / 16 % 3 == 0) v = 0;
+      x[r * cols + q] = v;
+    }
+  std::vector<uint8_t> codes(x.size());
+  ConvertToCodes(DType::kF32, x.data(), x.size(), f, CastOptions{}, codes.data());  // satfinite
+  return OperandFromCodes(f, rows, cols, codes.data());
+}
+
+// The Highway kernel (gemm_cdna3_simd.cc) against the reference on every SIMD target, on operands whose steps
+// take each of its paths (qmx::GemmCdna3StepCounts says which): sums of int16 elements and of the split on
+// either side, outputs that its checks send to the FP64 tail (the bound on L, C far above the products, a sum
+// that is no FP32 number), to the int64 sum and to the exact step; C kept, floored, dropped, zero, subnormal and
+// overflowing.
+TEST_CASE("gemm cdna3: the Highway kernel equals the reference on each of its paths", "[gemm]") {
+  std::mt19937 rng(2026);
+  const size_t m = 37, k = 16 * 9 + 7, n = 70;  // row tiles, a short last step, B's panels of 32 and a part
+  std::normal_distribution<float> nd;
+  std::vector<float> c(m * n);
+  for (size_t i = 0; i < c.size(); ++i) {
+    c[i] = nd(rng) * std::ldexp(1.0f, static_cast<int>(i % 60) - 30);
+    if (i % 11 == 0) c[i] = 0.0f;
+    if (i % 17 == 0) c[i] = std::ldexp(1.0f, -135);  // subnormal
+    if (i % 19 == 0) c[i] = std::ldexp(1.0f, 60);    // far above every product
+    if (i % 31 == 0) c[i] = 0x1.fffffep127f;         // overflows
+  }
+  const Cdna3StepCounts before = GemmCdna3StepCounts();
+  const AccumModel model = AccumModelByName("cdna3-fp8");
+  for (const Format* fa : {&fmt::kE4M3Fnuz, &fmt::kE5M2Fnuz})
+    for (const Format* fb : {&fmt::kE4M3Fnuz, &fmt::kE5M2Fnuz}) {
+      const GemmOperand a = Spread(*fa, m, k, true, 64.0f, rng), b = Spread(*fb, k, n, false, 16.0f, rng);
+      const std::string what = std::string(fa->name) + " x " + fb->name;
+      test::CheckEverywhere(a, b, {}, model, what);
+      test::CheckEverywhere(a, b, c, model, what + " with C");
+    }
+  const Cdna3StepCounts after = GemmCdna3StepCounts();
+  INFO("split a " << after.split_a - before.split_a << ", split b " << after.split_b - before.split_b << ", fp64 "
+                  << after.fp64 - before.fp64 << ", int64 " << after.int64 - before.int64 << ", exact "
+                  << after.exact - before.exact);
+  CHECK(after.split_a > before.split_a);
+  CHECK(after.split_b > before.split_b);
+  CHECK(after.fp64 > before.fp64);
+  CHECK(after.int64 > before.int64);
+  CHECK(after.exact > before.exact);
 }
 
 TEST_CASE("gemm cdna3: the model's parameters, name and refusals", "[gemm]") {

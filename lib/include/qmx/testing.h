@@ -29,4 +29,13 @@ struct FusedStepCounts {
 };
 FusedStepCounts GemmFusedStepCounts();
 
+// cdna3-fp8's Highway kernel since the program started (docs/gemm.md "GEMM fast paths"): tile steps whose sums
+// took the 2^8 h + l split of A's or B's elements (some row or column too wide for an int16), and output steps
+// that the kernel's checks sent on: their FP64 tail (`fp64`), among them those whose int32 sum was formed again
+// in int64 (`int64`), and the exact step (`exact`: a product below the step's cut, or a line too wide to split).
+struct Cdna3StepCounts {
+  uint64_t split_a = 0, split_b = 0, fp64 = 0, int64 = 0, exact = 0;
+};
+Cdna3StepCounts GemmCdna3StepCounts();
+
 }  // namespace qmx

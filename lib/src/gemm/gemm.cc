@@ -686,6 +686,12 @@ FusedStepCounts GemmFusedStepCounts() {
   return c;
 }
 
+Cdna3StepCounts GemmCdna3StepCounts() {
+  uint64_t n[5];
+  simd::Cdna3Counts(n);
+  return {n[0], n[1], n[2], n[3], n[4]};
+}
+
 float GemmAlphaAt(const GemmOperand& a, const GemmOperand& b, AlphaRule rule, size_t i, size_t j) {
   AccumModel m;
   m.alpha = rule;

@@ -19,6 +19,8 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -90,7 +92,10 @@ Packs Pack(const Cdna3GemmArgs& g);
 // Output (i, column jj of panel p), step s, where the kernel's checks failed: sum32 its int32 sum (at lo_a +
 // lo_b), eb its E + 127, low its products' lowest set bit, c its accumulator. Returns the step's result.
 float FixLane(const Cdna3GemmArgs& g, const Packs& pk, size_t i, size_t p, size_t jj, size_t s, int32_t sum32, int eb,
-              int low, float c);
+              int low, float c, uint64_t (&counts)[5]);
+
+// The path counts (Cdna3Counts): split_a, split_b, fp64, int64, exact.
+void AddCounts(const uint64_t (&n)[5]);
 
 }  // namespace qmx::simd::cdna3
 #endif
@@ -259,7 +264,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) HWY_NOI
 // One tile: rows i0 .. i0 + 3 (A padded) by B's panel p, every step; acc holds the tile's accumulators.
 template <class DI>
 HWY_INLINE void Cdna3Tile(const Cdna3GemmArgs& g, const cdna3::Packs& pk, size_t i0, size_t p,
-                          float (&acc)[cdna3::kRows][cdna3::kCols]) {
+                          float (&acc)[cdna3::kRows][cdna3::kCols], uint64_t (&counts)[5]) {
   using namespace cdna3;
   const DI di;
   const hn::Rebind<int16_t, DI> dh;
@@ -290,6 +295,8 @@ HWY_INLINE void Cdna3Tile(const Cdna3GemmArgs& g, const cdna3::Packs& pk, size_t
     bool split_a = false;
     for (size_t r = 0; r < kRows; ++r) split_a = split_a || pk.am[(i0 + r) * pk.steps + s].split != 0;
     const bool split_b = pk.bsplit[p * pk.steps + s] != 0;
+    counts[0] += split_a;
+    counts[1] += split_b;
 #ifdef QMX_CDNA3_VNNI
     if (vnni) {
       if (HWY_LIKELY(!split_a && !split_b)) Cdna3SumsVnni<1, 1>(pk, ar, as, br, bs, sums, exps);
@@ -346,7 +353,7 @@ HWY_INLINE void Cdna3Tile(const Cdna3GemmArgs& g, const cdna3::Packs& pk, size_t
           for (size_t l = 0; l < N; ++l) {
             const size_t i = i0 + r, jj = v * N + l;
             if (bad[l] != 0 && i < g.m && p * kCols + jj < g.n)
-              cp[l] = FixLane(g, pk, i, p, jj, s, ss[l], es[l], lows[l], cs[l]);
+              cp[l] = FixLane(g, pk, i, p, jj, s, ss[l], es[l], lows[l], cs[l], counts);
           }
         }
       }
@@ -367,6 +374,7 @@ bool GemmCdna3T(const Cdna3GemmArgs& g, float* out) {
 #pragma omp parallel for schedule(dynamic) if (g.parallel)
   for (long t = 0; t < tiles; ++t) {
     const detail::ScopedDefaultFpEnv fp_env;
+    uint64_t counts[5] = {0, 0, 0, 0, 0};
     const size_t p = static_cast<size_t>(t) / blocks, r0 = static_cast<size_t>(t) % blocks * kBlockRows;
     const size_t j0 = p * kCols, nc = std::min(kCols, g.n - j0);
     for (size_t i0 = r0; i0 < std::min(g.m, r0 + kBlockRows); i0 += kRows) {
@@ -374,13 +382,14 @@ bool GemmCdna3T(const Cdna3GemmArgs& g, float* out) {
       const size_t rows = std::min(kRows, g.m - i0);
       for (size_t r = 0; r < kRows; ++r)
         for (size_t j = 0; j < kCols; ++j) acc[r][j] = g.c && r < rows && j < nc ? g.c[(i0 + r) * g.n + j0 + j] : 0.0f;
-      Cdna3Tile<DI>(g, pk, i0, p, acc);
+      Cdna3Tile<DI>(g, pk, i0, p, acc, counts);
       for (size_t r = 0; r < rows; ++r)
         for (size_t j = 0; j < nc; ++j) {
           const float x = acc[r][j];
           out[(i0 + r) * g.n + j0 + j] = std::fabs(x) <= 3.40282347e38f ? x : std::numeric_limits<float>::quiet_NaN();
         }
     }
+    AddCounts(counts);
   }
   return true;
 }
@@ -419,25 +428,38 @@ Packs Pack(const Cdna3GemmArgs& g) {
   const auto bits = [](int64_t v) {  // the least b with v < 2^b (v >= 0)
     return v == 0 ? 0 : 64 - __builtin_clzll(static_cast<unsigned long long>(v));
   };
-  const auto line = [&](const int16_t* nom, const int16_t* lsb, const int32_t* sig, const auto& get) {
+  // Per code: its odd significand (0 for zero), nominal exponent and lowest set bit (kNoLsb for zero).
+  struct CodeInfo {
+    int32_t sig;
+    int16_t nom, lsb;
+  };
+  const auto infos = [](const int32_t* sig, const int16_t* nom, const int16_t* lsb) {
+    std::array<CodeInfo, 257> t;  // [256]: past K
+    for (int c = 0; c < 256; ++c) t[c] = {sig[c], nom[c], sig[c] != 0 ? lsb[c] : kNoLsb};
+    t[256] = {0, kZeroExp, kNoLsb};
+    return t;
+  };
+  const std::array<CodeInfo, 257> ia = infos(g.a_sig, g.a_nom, g.a_lsb), ib = infos(g.b_sig, g.b_nom, g.b_lsb);
+  const auto line = [&](const std::array<CodeInfo, 257>& info, const auto& get) {
     Line l;
-    int lo = 1 << 20, code[64];
+    int lo = kNoLsb;
+    const CodeInfo* el[64];
     for (size_t kk = 0; kk < step; ++kk) {
-      code[kk] = get(kk);
-      const bool live = code[kk] >= 0 && sig[code[kk]] != 0;
-      l.e[kk] = code[kk] >= 0 ? nom[code[kk]] : kZeroExp;
-      l.lsb[kk] = live ? lsb[code[kk]] : kNoLsb;
-      if (live) lo = std::min(lo, static_cast<int>(lsb[code[kk]]));
+      el[kk] = &info[get(kk)];
+      l.e[kk] = el[kk]->nom;
+      l.lsb[kk] = el[kk]->lsb;
+      lo = std::min(lo, static_cast<int>(el[kk]->lsb));
     }
-    l.lo = lo == (1 << 20) ? 0 : lo;
+    l.lo = lo == kNoLsb ? 0 : lo;
     int64_t sum = 0, top = 0, v[64];
     bool fits = true;  // h = x >> 8 is an int16
     for (size_t kk = 0; kk < step; ++kk) {
-      const int shift = l.lsb[kk] == kNoLsb ? 0 : l.lsb[kk] - l.lo;
+      const int shift = el[kk]->sig == 0 ? 0 : el[kk]->lsb - l.lo;
       fits = fits && shift <= 24;
-      v[kk] = code[kk] >= 0 && shift <= 24 ? int64_t{sig[code[kk]]} * (int64_t{1} << shift) : 0;
-      sum += v[kk] < 0 ? -v[kk] : v[kk];
-      top = std::max(top, v[kk] < 0 ? -v[kk] : v[kk]);
+      v[kk] = shift <= 24 ? int64_t{el[kk]->sig} * (int64_t{1} << shift) : 0;
+      const int64_t mag = v[kk] < 0 ? -v[kk] : v[kk];
+      sum += mag;
+      top = std::max(top, mag);
     }
     l.bits1 = bits(sum);
     l.bits_max = bits(top);
@@ -452,6 +474,12 @@ Packs Pack(const Cdna3GemmArgs& g) {
     if (!fits) l.bits1 = l.bits_max = 1000;
     return l;
   };
+  const auto pow2f = [](int x) {  // 2^x for -126 <= x <= 127 (an element's lowest set bit)
+    const uint32_t b = static_cast<uint32_t>(x + 127) << 23;
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+  };
   const auto pair_word = [](int16_t lo, int16_t hi) {
     return static_cast<uint32_t>(static_cast<uint16_t>(lo)) | static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16;
   };
@@ -463,9 +491,9 @@ Packs Pack(const Cdna3GemmArgs& g) {
   for (long il = 0; il < static_cast<long>(pk.mp); ++il) {
     const size_t i = static_cast<size_t>(il);
     for (size_t s = 0; s < pk.steps; ++s) {
-      const Line l = line(g.a_nom, g.a_lsb, g.a_sig, [&](size_t kk) {
+      const Line l = line(ia, [&](size_t kk) {
         const size_t k = s * step + kk;
-        return i < g.m && k < g.k ? static_cast<int>(g.a_codes[i * g.k + k]) : -1;
+        return i < g.m && k < g.k ? static_cast<int>(g.a_codes[i * g.k + k]) : 256;
       });
       const size_t at = i * pk.steps + s;
       uint32_t* w = &pk.a[at * pk.ra];
@@ -482,7 +510,7 @@ Packs Pack(const Cdna3GemmArgs& g) {
       RowMeta& m = pk.am[i * pk.steps + s];
       m.thr = 31 - l.bits1;
       m.x = l.lo + g.frac_bits + 127;
-      m.pa = std::ldexp(1.0f, l.lo);
+      m.pa = pow2f(l.lo);
       m.split = l.split;
     }
   }
@@ -502,9 +530,9 @@ Packs Pack(const Cdna3GemmArgs& g) {
     bool split = false;
     for (size_t jj = 0; jj < kCols; ++jj) {
       const size_t j = p * kCols + jj;
-      const Line l = line(g.b_nom, g.b_lsb, g.b_sig, [&](size_t kk) {
+      const Line l = line(ib, [&](size_t kk) {
         const size_t k = s * step + kk;
-        return j < g.n && k < g.k ? static_cast<int>(g.b_codes[k * g.n + j]) : -1;
+        return j < g.n && k < g.k ? static_cast<int>(g.b_codes[k * g.n + j]) : 256;
       });
       for (size_t q = 0; q < pk.pairs; ++q) {
         w[q * kCols + jj] = pair_word(l.x[2 * q], l.x[2 * q + 1]);
@@ -517,7 +545,7 @@ Packs Pack(const Cdna3GemmArgs& g) {
       }
       wbits[jj] = l.bits_max;
       wlo[jj] = l.lo;
-      wpb[jj] = std::ldexp(1.0f, l.lo);
+      wpb[jj] = pow2f(l.lo);
       split = split || l.split;
     }
     pk.bsplit[pl] = split;
@@ -531,7 +559,7 @@ Packs Pack(const Cdna3GemmArgs& g) {
 // sum, any C: t = floor(S 2^(31 - M)), C floored into units of 2^(M - 24) unless dropped, their sum (below
 // 2^40 in units of 2^(M - 31)) rounded once.
 float FixLane(const Cdna3GemmArgs& g, const Packs& pk, size_t i, size_t p, size_t jj, size_t s, int32_t sum32, int eb,
-              int low, float c) {
+              int low, float c, uint64_t (&counts)[5]) {
   const size_t step = static_cast<size_t>(g.step), k0 = s * step, k1 = std::min(g.k, k0 + step);
   if (!std::isfinite(c)) return c;  // an accumulator that left the finite range stays there
   const int F = g.frac_bits, e = eb - 127;
@@ -542,10 +570,17 @@ float FixLane(const Cdna3GemmArgs& g, const Packs& pk, size_t i, size_t p, size_
   const int32_t* blo = bbits + kCols;
   const int ll = am.x - F - 127 + blo[jj];
   const size_t j = p * kCols + jj;
-  if (e - F > low) return g.slow(g, i, j, k0, k1, c);
+  if (e - F > low) {
+    ++counts[4];
+    return g.slow(g, i, j, k0, k1, c);
+  }
   double sd = sum32;
   if (bbits[jj] > am.thr) {
-    if (am.thr < -900 || bbits[jj] >= 1000) return g.slow(g, i, j, k0, k1, c);
+    if (am.thr < -900 || bbits[jj] >= 1000) {
+      ++counts[4];
+      return g.slow(g, i, j, k0, k1, c);
+    }
+    ++counts[3];
     const uint32_t* as = &pk.as[at * 2 * pk.pairs];
     const uint32_t* bs = &pk.bs[pat * 2 * pk.pairs * kCols];
     const auto half = [](uint32_t w, size_t kk) {
@@ -564,6 +599,7 @@ float FixLane(const Cdna3GemmArgs& g, const Packs& pk, size_t i, size_t p, size_
     }
     sd = static_cast<double>(sum);  // below 2^(23 + 23 + 6)
   }
+  ++counts[2];
   uint32_t cb;
   std::memcpy(&cb, &c, 4);
   const int ec = std::max(static_cast<int>((cb >> 23) & 0xFF) - 127, -126);
@@ -579,7 +615,18 @@ float FixLane(const Cdna3GemmArgs& g, const Packs& pk, size_t i, size_t p, size_
   return static_cast<float>((t + cq * 128.0) * pow2(mx - 31));
 }
 
+std::atomic<uint64_t> g_counts[5];
+
+void AddCounts(const uint64_t (&n)[5]) {
+  for (int q = 0; q < 5; ++q)
+    if (n[q] != 0) g_counts[q].fetch_add(n[q], std::memory_order_relaxed);
+}
+
 }  // namespace cdna3
+
+void Cdna3Counts(uint64_t (&counts)[5]) {
+  for (int q = 0; q < 5; ++q) counts[q] = cdna3::g_counts[q].load(std::memory_order_relaxed);
+}
 
 HWY_EXPORT(GemmCdna3T);
 

@@ -161,6 +161,8 @@ struct Cdna3GemmArgs {
   bool parallel = true;
 };
 bool GemmCdna3(const Cdna3GemmArgs& g, float* out);
+// The kernel's path counts since the program started (qmx::Cdna3StepCounts, in this order), for tests.
+void Cdna3Counts(uint64_t (&counts)[5]);
 
 // Whether the CPU has AVX512-FP16, AVX512-VNNI and AVX512BW, and whether the fused kernel may form its
 // products in FP16 lanes there (GemmFusedF32 on an AVX-512 target): yes unless a SIMD target without

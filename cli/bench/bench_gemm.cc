@@ -108,7 +108,8 @@ void RunGemmBench(const BenchArgs& a, nlohmann::json& j) {
       {"rtx-blackwell-f8f6f4 e4m3 tensor", "rtx-blackwell-f8f6f4", "sgemm", 0.2, &fmt::kE4M3, BenchScales::kTensor},
       {"rtx-blackwell-mxf8f6f4 mxfp8", "rtx-blackwell-mxf8f6f4", "sgemm", 0.2, &fmt::kE4M3, BenchScales::kMx},
       {"rtx-blackwell-mxf4nvf4 nvfp4", "rtx-blackwell-mxf4nvf4", "sgemm", 0.2, &fmt::kE2M1, BenchScales::kNvfp4},
-      // AMD MI300's FP8 MFMA on FNUZ operands: the portable CDNA3 tiles (two halves a step, in doubles).
+      // AMD MI300's FP8 MFMA on FNUZ operands: the CDNA3 Highway kernel (exact int32 step sums, one FP32
+      // addition a step where the halves cut nothing).
       {"cdna3-fp8 e4m3fnuz tensor", "cdna3-fp8", "sgemm", 0.2, &fmt::kE4M3Fnuz, BenchScales::kTensor},
       // An FP16 accumulator (elements of spread 1/8, so that sums stay within FP16's range): the portable
       // fused tiles. No target (issue 46 sets the FP32-accumulating ones').

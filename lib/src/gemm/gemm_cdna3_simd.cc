@@ -213,14 +213,14 @@ HWY_NOINLINE void Cdna3Sums(const cdna3::Packs& pk, const uint32_t* const (&ar)[
 // Cdna3Sums with AVX512-VNNI's VPDPWSSD (the pair products and their sum added in one instruction: the same
 // int32 arithmetic), where simd::Fp16Products() says the CPU has it and no target without "_FP16" was forced
 // (so that forcing "AVX3" tests the PMADDWD path on the same CPU).
-template <size_t kPA, size_t kPB>
+template <size_t kPA, size_t kPB, size_t kPairs>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) HWY_NOINLINE void Cdna3SumsVnni(
     const cdna3::Packs& pk, const uint32_t* const (&ar)[cdna3::kRows], const uint32_t* const (&as)[cdna3::kRows],
     const uint32_t* br, const uint32_t* bs, int32_t (&sums)[cdna3::kRows][cdna3::kCols],
     int16_t (&exps)[cdna3::kRows][cdna3::kCols]) {
   using namespace cdna3;
   static_assert(kCols == 32, "two vectors of 16 int32, one of 32 int16");
-  const size_t pairs = pk.pairs;
+  const size_t pairs = kPairs != 0 ? kPairs : pk.pairs;  // (a constant: the loop unrolls, the sums stay put)
   const uint32_t* by = kPB == 1 ? br : bs;
   const int16_t* be = reinterpret_cast<const int16_t*>(br + pairs * kCols);
   __m512i acc[kRows][2][kPA][kPB], e[kRows];
@@ -299,10 +299,17 @@ HWY_INLINE void Cdna3Tile(const Cdna3GemmArgs& g, const cdna3::Packs& pk, size_t
     counts[1] += split_b;
 #ifdef QMX_CDNA3_VNNI
     if (vnni) {
-      if (HWY_LIKELY(!split_a && !split_b)) Cdna3SumsVnni<1, 1>(pk, ar, as, br, bs, sums, exps);
-      else if (!split_b) Cdna3SumsVnni<2, 1>(pk, ar, as, br, bs, sums, exps);
-      else if (!split_a) Cdna3SumsVnni<1, 2>(pk, ar, as, br, bs, sums, exps);
-      else Cdna3SumsVnni<2, 2>(pk, ar, as, br, bs, sums, exps);
+      if (HWY_LIKELY(!split_a && !split_b)) {
+        if (pk.pairs == 8) Cdna3SumsVnni<1, 1, 8>(pk, ar, as, br, bs, sums, exps);
+        else Cdna3SumsVnni<1, 1, 0>(pk, ar, as, br, bs, sums, exps);
+      } else if (!split_b) {
+        Cdna3SumsVnni<2, 1, 0>(pk, ar, as, br, bs, sums, exps);
+      } else if (!split_a) {
+        if (pk.pairs == 8) Cdna3SumsVnni<1, 2, 8>(pk, ar, as, br, bs, sums, exps);
+        else Cdna3SumsVnni<1, 2, 0>(pk, ar, as, br, bs, sums, exps);
+      } else {
+        Cdna3SumsVnni<2, 2, 0>(pk, ar, as, br, bs, sums, exps);
+      }
     } else  // NOLINT(readability/braces)
 #endif
     {
@@ -368,7 +375,7 @@ bool GemmCdna3T(const Cdna3GemmArgs& g, float* out) {
   const Packs pk = Pack(g);
   // Tiles of one panel by up to 256 rows, panel-major: a thread's consecutive row tiles reuse the panel
   // (about 2.4 KB a step) from its cache; rows streamed past it once a panel.
-  constexpr size_t kBlockRows = 256;
+  constexpr size_t kBlockRows = 128;
   const size_t blocks = (g.m + kBlockRows - 1) / kBlockRows;
   const long tiles = static_cast<long>(pk.panels * blocks);
 #pragma omp parallel for schedule(dynamic) if (g.parallel)

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 
 #include "fp_env.h"
@@ -85,6 +86,7 @@ struct Packs {
   PoolArray<int16_t> al;             // A's elements' lowest set bits (kNoLsb for zero)
   PoolArray<RowMeta> am;
   PoolArray<uint8_t> bsplit;
+  PoolArray<int32_t> bmax;  // per panel and step: the largest bits of max |y| among its columns
 };
 
 Packs Pack(const Cdna3GemmArgs& g);
@@ -127,6 +129,11 @@ HWY_INLINE hn::Vec<DI> TruncInt(DI di, VF f) {
 // dropped C. mb = M + 127, ecb = ec + 127, cabs C's bits without the sign. Returns a number that is positive in
 // lanes this cannot compute (none with AVX-512's VSCALEFPS; elsewhere, M below -100 with C nonzero, where
 // 2^(24 - M) is no FP32 number: M is taken at least -100, which changes nothing for C = 0).
+#if HWY_TARGET <= HWY_AVX3
+constexpr bool kCutLimited = false;
+#else
+constexpr bool kCutLimited = true;
+#endif
 template <class DI, class VF, class VI>
 HWY_INLINE VI CutC(DI di, VF c, VI cabs, VI ecb, VI mb, VF& cq) {
   const hn::Rebind<float, DI> df;
@@ -318,7 +325,10 @@ HWY_INLINE void Cdna3Tile(const Cdna3GemmArgs& g, const cdna3::Packs& pk, size_t
       else if (!split_a) Cdna3Sums<DI, 1, 2>(pk, ar, as, br, bs, sums, exps);
       else Cdna3Sums<DI, 2, 2>(pk, ar, as, br, bs, sums, exps);
     }
-    for (size_t r = 0; r < kRows; ++r) {
+    // One row's vectors; kCheckA: whether some column's max |y| may break the row's int32 bound (a) (else the
+    // bound holds for the whole panel step: B's largest bits of max |y| at most the row's thr).
+    const int32_t bmax = pk.bmax[p * pk.steps + s];
+    const auto tail_row = [&](size_t r, auto check_a) {
       const RowMeta& am = pk.am[(i0 + r) * pk.steps + s];
       for (size_t v = 0; v < NS; ++v) {
         const auto sum = hn::Load(di, sums[r] + v * N);
@@ -330,15 +340,17 @@ HWY_INLINE void Cdna3Tile(const Cdna3GemmArgs& g, const cdna3::Packs& pk, size_t
         const auto llx = hn::Add(hn::Load(di, blo + v * N), hn::Set(di, am.x));  // lo_a + lo_b + F + 127
         const auto mb = hn::Max(eb, ecb);                                        // M + 127
         // Each condition as a number that is positive where it fails: (a) bits of max |y| above thr (the sum
-        // not proven within int32); (b) E - F above lo_a + lo_b; (c) ec - 31 above it; M below -100 with C nonzero
-        // (CutC's 2^(24 - M) no FP32 number). One compare for all; (d) the sum no FP32 number.
+        // not proven within int32); (b) E - F above lo_a + lo_b and (c) ec - 31 above it, at once; M below -100
+        // with C nonzero (CutC's 2^(24 - M) no FP32 number, AVX-512 aside). One compare for all; (d) the sum
+        // no FP32 number.
         hn::Vec<decltype(df)> cq;
         const auto t_m = CutC(di, c, cabs, ecb, mb, cq);
-        const auto t_ac = hn::Max(hn::Sub(hn::Load(di, bsp + v * N), hn::Set(di, am.thr)),
-                                  hn::Max(hn::Sub(ecb, hn::Add(llx, hn::Set(di, 31 - F))), t_m));
+        auto t = hn::Sub(hn::Max(eb, hn::Sub(ecb, hn::Set(di, 31 - F))), llx);
+        if constexpr (decltype(check_a)::value) t = hn::Max(t, hn::Sub(hn::Load(di, bsp + v * N), hn::Set(di, am.thr)));
+        if constexpr (kCutLimited) t = hn::Max(t, t_m);
         const auto f = hn::ConvertTo(df, sum);
         const auto inexact = hn::Ne(TruncInt(di, f), sum);
-        const auto check = hn::Or(hn::Gt(hn::Max(t_ac, hn::Sub(eb, llx)), hn::Zero(di)), inexact);
+        const auto check = hn::Or(hn::Gt(t, hn::Zero(di)), inexact);
         const auto prod = hn::Mul(hn::Mul(f, hn::Load(df, bpb + v * N)), hn::Set(df, am.pa));
         hn::Store(hn::Add(prod, cq), df, cp);
         if (HWY_UNLIKELY(!hn::AllFalse(di, hn::RebindMask(di, check)))) {
@@ -348,6 +360,8 @@ HWY_INLINE void Cdna3Tile(const Cdna3GemmArgs& g, const cdna3::Packs& pk, size_t
           auto low = hn::Set(di, 1 << 20);
           for (size_t kk = 0; kk < step; ++kk)
             low = hn::Min(low, hn::Add(hn::PromoteTo(di, hn::Load(dh, bl + kk * kCols + v * N)), hn::Set(di, al[kk])));
+          const auto t_ac = hn::Max(hn::Max(hn::Sub(hn::Load(di, bsp + v * N), hn::Set(di, am.thr)), t_m),
+                                    hn::Sub(ecb, hn::Add(llx, hn::Set(di, 31 - F))));
           const auto t_b = hn::Sub(eb, hn::Add(low, hn::Set(di, F + 127)));
           const auto bad_lanes = hn::Or(hn::Gt(hn::Max(t_ac, t_b), hn::Zero(di)), inexact);
           HWY_ALIGN float cs[N];
@@ -364,6 +378,10 @@ HWY_INLINE void Cdna3Tile(const Cdna3GemmArgs& g, const cdna3::Packs& pk, size_t
           }
         }
       }
+    };
+    for (size_t r = 0; r < kRows; ++r) {
+      if (HWY_LIKELY(pk.am[(i0 + r) * pk.steps + s].thr >= bmax)) tail_row(r, std::false_type{});
+      else tail_row(r, std::true_type{});
     }
   }
 }
@@ -524,6 +542,7 @@ Packs Pack(const Cdna3GemmArgs& g) {
   pk.b = PoolArray<uint32_t>(pk.panels * pk.steps * pk.rb);
   pk.bs = PoolArray<uint32_t>(pk.panels * pk.steps * 2 * pk.pairs * kCols);
   pk.bsplit = PoolArray<uint8_t>(pk.panels * pk.steps);
+  pk.bmax = PoolArray<int32_t>(pk.panels * pk.steps);
 #pragma omp parallel for schedule(static) if (g.parallel)
   for (long pl = 0; pl < static_cast<long>(pk.panels * pk.steps); ++pl) {
     const size_t p = static_cast<size_t>(pl) / pk.steps, s = static_cast<size_t>(pl) % pk.steps;
@@ -535,6 +554,7 @@ Packs Pack(const Cdna3GemmArgs& g) {
     int32_t* wlo = wbits + kCols;
     float* wpb = reinterpret_cast<float*>(wlo + kCols);
     bool split = false;
+    int top_bits = 0;
     for (size_t jj = 0; jj < kCols; ++jj) {
       const size_t j = p * kCols + jj;
       const Line l = line(ib, [&](size_t kk) {
@@ -554,8 +574,10 @@ Packs Pack(const Cdna3GemmArgs& g) {
       wlo[jj] = l.lo;
       wpb[jj] = pow2f(l.lo);
       split = split || l.split;
+      top_bits = std::max(top_bits, l.bits_max);
     }
     pk.bsplit[pl] = split;
+    pk.bmax[pl] = top_bits;
   }
   return pk;
 }

@@ -156,13 +156,13 @@ HWY_INLINE VI CutC(DI di, VF c, VI cabs, VI ecb, VI mb, VF& cq) {
 }
 
 // A tile's step: the int32 sums of rows i0 .. i0 + 3 (A padded) by B's panel (record br) and the largest
-// product exponents + 127 (int16), to memory (so that the sums' registers are free for the tail). kPA and kPB:
+// product exponents + 127 (as int32), to memory (so that the sums' registers are free for the tail). kPA and kPB:
 // 1 for x itself, 2 for its split (h then l); the split's partial sums combine as 2^16 hh + 2^8 (hl + lh) + ll,
 // exact in int32 arithmetic (wrapping) wherever the whole sum lies in int32's range, which (a) checks.
 template <class DI, size_t kPA, size_t kPB>
 HWY_NOINLINE void Cdna3Sums(const cdna3::Packs& pk, const uint32_t* const (&ar)[cdna3::kRows],
                             const uint32_t* const (&as)[cdna3::kRows], const uint32_t* br, const uint32_t* bs,
-                            int32_t (&sums)[cdna3::kRows][cdna3::kCols], int16_t (&exps)[cdna3::kRows][cdna3::kCols]) {
+                            int32_t (&sums)[cdna3::kRows][cdna3::kCols], int32_t (&exps)[cdna3::kRows][cdna3::kCols]) {
   using namespace cdna3;
   const DI di;
   const hn::Repartition<int16_t, DI> d16;
@@ -211,7 +211,11 @@ HWY_NOINLINE void Cdna3Sums(const cdna3::Packs& pk, const uint32_t* const (&ar)[
         }
       hn::Store(sum, di, sums[r] + v * N);
     }
-    for (size_t w = 0; w < NE; ++w) hn::Store(e[r][w], d16, exps[r] + w * 2 * N);
+    for (size_t w = 0; w < NE; ++w) {
+      const hn::Rebind<int16_t, DI> dh;
+      hn::Store(hn::PromoteTo(di, hn::LowerHalf(dh, e[r][w])), di, exps[r] + 2 * w * N);
+      hn::Store(hn::PromoteTo(di, hn::UpperHalf(dh, e[r][w])), di, exps[r] + (2 * w + 1) * N);
+    }
   }
 }
 
@@ -224,7 +228,7 @@ template <size_t kPA, size_t kPB, size_t kPairs>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) HWY_NOINLINE void Cdna3SumsVnni(
     const cdna3::Packs& pk, const uint32_t* const (&ar)[cdna3::kRows], const uint32_t* const (&as)[cdna3::kRows],
     const uint32_t* br, const uint32_t* bs, int32_t (&sums)[cdna3::kRows][cdna3::kCols],
-    int16_t (&exps)[cdna3::kRows][cdna3::kCols]) {
+    int32_t (&exps)[cdna3::kRows][cdna3::kCols]) {
   using namespace cdna3;
   static_assert(kCols == 32, "two vectors of 16 int32, one of 32 int16");
   const size_t pairs = kPairs != 0 ? kPairs : pk.pairs;  // (a constant: the loop unrolls, the sums stay put)
@@ -263,7 +267,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) HWY_NOI
         }
       _mm512_store_si512(sums[r] + 16 * v, sum);
     }
-    _mm512_store_si512(exps[r], e[r]);
+    _mm512_store_si512(exps[r], _mm512_cvtepi16_epi32(_mm512_castsi512_si256(e[r])));
+    _mm512_store_si512(exps[r] + 16, _mm512_cvtepi16_epi32(_mm512_extracti64x4_epi64(e[r], 1)));
   }
 }
 #endif
@@ -298,7 +303,7 @@ HWY_INLINE void Cdna3Tile(const Cdna3GemmArgs& g, const cdna3::Packs& pk, size_t
       as[r] = &pk.as[((i0 + r) * pk.steps + s) * 2 * pk.pairs];
     }
     HWY_ALIGN int32_t sums[kRows][kCols];
-    HWY_ALIGN int16_t exps[kRows][kCols];
+    HWY_ALIGN int32_t exps[kRows][kCols];
     bool split_a = false;
     for (size_t r = 0; r < kRows; ++r) split_a = split_a || pk.am[(i0 + r) * pk.steps + s].split != 0;
     const bool split_b = pk.bsplit[p * pk.steps + s] != 0;
@@ -332,7 +337,7 @@ HWY_INLINE void Cdna3Tile(const Cdna3GemmArgs& g, const cdna3::Packs& pk, size_t
       const RowMeta& am = pk.am[(i0 + r) * pk.steps + s];
       for (size_t v = 0; v < NS; ++v) {
         const auto sum = hn::Load(di, sums[r] + v * N);
-        const auto eb = hn::PromoteTo(di, hn::Load(dh, exps[r] + v * N));
+        const auto eb = hn::Load(di, exps[r] + v * N);
         float* cp = acc[r] + v * N;
         const auto c = hn::Load(df, cp);
         const auto cabs = hn::And(hn::BitCast(di, c), hn::Set(di, 0x7FFFFFFF));

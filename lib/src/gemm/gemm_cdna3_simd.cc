@@ -2,18 +2,20 @@
 // gemm_simd.h), compiled for every target and chosen at run time.
 //
 // A step's products are summed exactly in int32 lanes: each row of A and each column of B is scaled, per
-// step, to its own lowest set bit (lo), so that every element is an integer below 2^(sp + 1), sp = top - lo
-// its spread (top the largest nominal exponent), kept as an int16 where sp <= 14; pairs of K multiply and add
-// in one widening multiply-add (PMADDWD), and `step` products sum below 2^(spa + spb + 2 + log2 step). Beside
-// the sums the kernel keeps each output's largest product exponent E (int16 max-plus). Cdna3Step cuts nothing
-// where (a) spa + spb keeps the int32 sum exact, (b) every product's LSB (at least lo_a + lo_b) lies at or
-// above 2^(E - F), so no half cuts a term and no half sum is floored, (c) that LSB lies at or above
-// 2^(ec - 31), ec C's exponent, so the products' sum is not floored at max(E, ec) - 31, and (d) the sum is an
-// FP32 number; C is kept whole where ec >= E - 1 (its LSB, at least 2^(ec - 23), then lies at or above the
-// cut 2^(max(E, ec) - 24)) and otherwise floored to a multiple of 2^(E - 24) or dropped below E - 25, as the
-// reference does. The step's result is then the exact sum plus C rounded once: one FP32 addition (IEEE's
-// rounding is FusedOut's rule to 24 bits with -126 and 2^128). The outputs where (a) to (d) do not hold, and C
-// cuts below 2^-100, take the caller's exact step (Cdna3StepOne): 0.4 % of N(0, 64) E4M3FNUZ output steps.
+// step, to its own lowest set bit lo, so that every element is an integer x (an int16, or the split 2^8 h + l
+// where it is not), and pairs of K multiply and add in one widening multiply-add (PMADDWD; VPDPWSSD with
+// AVX512-VNNI). Beside the sums the kernel keeps each output's largest product exponent E (int16 max-plus).
+// Cdna3Step cuts nothing where (a) sum |x| max |y| < 2^31, so the int32 sum is exact; (b) every product's LSB
+// (at least lo_a + lo_b) lies at or above 2^(E - F), so no half cuts a term and no half sum is floored; (c)
+// that LSB lies at or above 2^(ec - 31), ec C's exponent, so the products' sum is not floored at
+// max(E, ec) - 31; (d) the sum is an FP32 number. C is kept whole where ec >= E - 1 (its LSB, at least
+// 2^(ec - 23), then lies at or above the cut 2^(max(E, ec) - 24)) and otherwise floored to a multiple of
+// 2^(E - 24) or dropped below E - 25, as the reference does. The step's result is then the exact sum plus C
+// rounded once: one FP32 addition (IEEE's rounding is FusedOut's rule to 24 bits with -126 and 2^128). Where a
+// check fails, (b) is tried again with the products' own lowest set bit, and FixLane takes the rest: the
+// reference's tail in FP64 on the exact sum (formed again in int64 where (a) failed), or the caller's exact
+// step (Cdna3StepOne) where a product lies below the cut or a line does not even split. On N(0, 64) E4M3FNUZ
+// operands 0.2 % of the output steps leave the vector path.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "gemm/gemm_cdna3_simd.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -126,7 +128,7 @@ HWY_INLINE hn::Vec<DI> TruncInt(DI di, VF f) {
 
 // C floored to a multiple of 2^(M - 24) (C itself unless ec < E - 1, whose LSB lies below it) and dropped below
 // M - 25: C 2^(24 - M), below 2^25, floored, times 2^(M - 24); a C 2^(24 - M) below 1/2 in magnitude is a
-// dropped C. mb = M + 127, ecb = ec + 127, cabs C's bits without the sign. Returns a number that is positive in
+// dropped C. mb = M + 127, cabs C's bits without the sign. Returns a number that is positive in
 // lanes this cannot compute (none with AVX-512's VSCALEFPS; elsewhere, M below -100 with C nonzero, where
 // 2^(24 - M) is no FP32 number: M is taken at least -100, which changes nothing for C = 0).
 #if HWY_TARGET <= HWY_AVX3
@@ -135,9 +137,8 @@ constexpr bool kCutLimited = false;
 constexpr bool kCutLimited = true;
 #endif
 template <class DI, class VF, class VI>
-HWY_INLINE VI CutC(DI di, VF c, VI cabs, VI ecb, VI mb, VF& cq) {
+HWY_INLINE VI CutC(DI di, VF c, VI cabs, VI mb, VF& cq) {
   const hn::Rebind<float, DI> df;
-  (void)ecb;
 #if HWY_TARGET <= HWY_AVX3
   const auto n = hn::ConvertTo(df, hn::Sub(hn::Set(di, 151), mb));  // 24 - M
   const auto x = VF{_mm512_scalef_ps(c.raw, n.raw)};
@@ -349,7 +350,7 @@ HWY_INLINE void Cdna3Tile(const Cdna3GemmArgs& g, const cdna3::Packs& pk, size_t
         // with C nonzero (CutC's 2^(24 - M) no FP32 number, AVX-512 aside). One compare for all; (d) the sum
         // no FP32 number.
         hn::Vec<decltype(df)> cq;
-        const auto t_m = CutC(di, c, cabs, ecb, mb, cq);
+        const auto t_m = CutC(di, c, cabs, mb, cq);
         auto t = hn::Sub(hn::Max(eb, hn::Sub(ecb, hn::Set(di, 31 - F))), llx);
         if constexpr (decltype(check_a)::value) t = hn::Max(t, hn::Sub(hn::Load(di, bsp + v * N), hn::Set(di, am.thr)));
         if constexpr (kCutLimited) t = hn::Max(t, t_m);

@@ -242,6 +242,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) HWY_NOI
         for (size_t y = 0; y < kPB; ++y) acc[r][v][x][y] = _mm512_setzero_si512();
     e[r] = _mm512_set1_epi16(-32000);
   }
+#pragma GCC unroll 8
   for (size_t q = 0; q < pairs; ++q) {
     __m512i b[kPB][2];
     for (size_t y = 0; y < kPB; ++y)

@@ -129,11 +129,14 @@ QMX_FP16_TARGET inline void StoreSums(const __m512i (&s)[kFusedMr][2], int32_t* 
 
 // The products of `pairs` pairs of K into the int32 term sums (R rows x 2 vectors of 16 columns): ap holds
 // per pair and row (a'_k, a'_k+1) as FP16 bits, bp per pair 2 vectors of (b'_k, b'_k+1) per column, gbits
-// per row and vector 2^G twice per column, sums the int32 sums, read and written.
-template <bool kRne>
-HWY_NOINLINE QMX_FP16_TARGET void AddTermsF16(const uint32_t* ap, const uint32_t* bp, size_t pairs, const uint32_t* gbits,
-                                              int32_t* sums) {
+// per row and vector 2^G twice per column, sums the int32 sums, read and written. kPairs: `pairs` as a constant
+// (0: not), so that the loop unrolls and GCC keeps each VPDPWSSD accumulator in one register (with a run-time
+// count it carried them through a register copy each, 16 a pair).
+template <bool kRne, size_t kPairs>
+HWY_NOINLINE QMX_FP16_TARGET void AddTermsF16(const uint32_t* ap, const uint32_t* bp, size_t n_pairs,
+                                              const uint32_t* gbits, int32_t* sums) {
   constexpr size_t R = kFusedMr;
+  const size_t pairs = kPairs != 0 ? kPairs : n_pairs;
   __m512i s[R][2], gv[R][2];
   LoadSums(sums, gbits, s, gv);
   const __m512i ones = _mm512_set1_epi16(1);
@@ -141,6 +144,7 @@ HWY_NOINLINE QMX_FP16_TARGET void AddTermsF16(const uint32_t* ap, const uint32_t
     if constexpr (kRne) return _mm512_cvt_roundph_epi16(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     else return _mm512_cvttph_epi16(v);
   };
+#pragma GCC unroll 16
   for (size_t kp = 0; kp < pairs; ++kp) {
     const __m512h b0 = _mm512_castsi512_ph(_mm512_loadu_si512(bp + kp * 32));
     const __m512h b1 = _mm512_castsi512_ph(_mm512_loadu_si512(bp + kp * 32 + 16));
@@ -422,7 +426,10 @@ HWY_INLINE bool Fp16Terms(DF df, const FusedTile<DF>& t, size_t s0, size_t s1, u
   const uint32_t* ap = f16.pa16.get() + (t.p * f16.kpairs + s0 / 2) * R;
   const uint32_t* bp = f16.pb16.get() + (t.q * f16.kpairs + s0 / 2) * nr;
   if (fits) {
-    AddTermsF16<kTermRne>(ap, bp, (s1 - s0 + 1) / 2, gbits, sums);
+    const size_t pairs = (s1 - s0 + 1) / 2;
+    if (pairs == 8) AddTermsF16<kTermRne, 8>(ap, bp, pairs, gbits, sums);
+    else if (pairs == 16) AddTermsF16<kTermRne, 16>(ap, bp, pairs, gbits, sums);
+    else AddTermsF16<kTermRne, 0>(ap, bp, pairs, gbits, sums);
   } else {
     alignas(64) float g2[R * 2 * 16];
     for (size_t r = 0; r < R; ++r)

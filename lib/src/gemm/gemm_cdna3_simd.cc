@@ -332,7 +332,7 @@ HWY_INLINE void Cdna3Tile(const Cdna3GemmArgs& g, const cdna3::Packs& pk, size_t
       else if (!split_a) Cdna3Sums<DI, 1, 2>(pk, ar, as, br, bs, sums, exps);
       else Cdna3Sums<DI, 2, 2>(pk, ar, as, br, bs, sums, exps);
     }
-    // One row's vectors; kCheckA: whether some column's max |y| may break the row's int32 bound (a) (else the
+    // One row's vectors; check_a: whether some column's max |y| may break the row's int32 bound (a) (else the
     // bound holds for the whole panel step: B's largest bits of max |y| at most the row's thr).
     const int32_t bmax = pk.bmax[p * pk.steps + s];
     const auto tail_row = [&](size_t r, auto check_a) {
@@ -398,8 +398,9 @@ bool GemmCdna3T(const Cdna3GemmArgs& g, float* out) {
   using DI = hn::ScalableTag<int32_t>;
   if (kCols % (2 * hn::MaxLanes(DI())) != 0) return false;
   const Packs pk = Pack(g);
-  // Tiles of one panel by up to 256 rows, panel-major: a thread's consecutive row tiles reuse the panel
-  // (about 2.4 KB a step) from its cache; rows streamed past it once a panel.
+  // Tiles of one panel by up to 128 rows, panel-major: a thread's consecutive row tiles reuse the panel's hot
+  // records (about 3.4 KB a step) from its cache, and a block's A records (about 0.75 MB at K = 1024) stay in
+  // L2 beside them.
   constexpr size_t kBlockRows = 128;
   const size_t blocks = (g.m + kBlockRows - 1) / kBlockRows;
   const long tiles = static_cast<long>(pk.panels * blocks);

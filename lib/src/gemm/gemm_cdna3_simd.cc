@@ -27,7 +27,6 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
-#include <utility>
 
 #include "fp_env.h"
 #include "gemm/gemm_simd.h"
@@ -60,35 +59,14 @@ struct RowMeta {
   int32_t split = 0;  // x needs the split
 };
 
-// A 64-byte aligned array from the packing pool (TakeBuffer; stale contents: the packer writes every word).
-template <typename T>
-class PoolArray {
- public:
-  PoolArray() = default;
-  explicit PoolArray(size_t n) : bytes_(std::max<size_t>(1, n) * sizeof(T)), p_(static_cast<T*>(TakeBuffer(bytes_))) {}
-  PoolArray(PoolArray&& o) noexcept : bytes_(o.bytes_), p_(o.p_) { o.p_ = nullptr; }
-  PoolArray& operator=(PoolArray&& o) noexcept {
-    std::swap(bytes_, o.bytes_);
-    std::swap(p_, o.p_);
-    return *this;
-  }
-  ~PoolArray() {
-    if (p_) GiveBuffer(p_, bytes_);
-  }
-  T& operator[](size_t i) const { return p_[i]; }
-
- private:
-  size_t bytes_ = 0;
-  T* p_ = nullptr;
-};
-
 struct Packs {
   size_t steps = 0, pairs = 0, mp = 0, panels = 0, ra = 0, rb = 0;
-  PoolArray<uint32_t> a, b, as, bs;  // the hot records; the split's h and l pairs
-  PoolArray<int16_t> al;             // A's elements' lowest set bits (kNoLsb for zero)
-  PoolArray<RowMeta> am;
-  PoolArray<uint8_t> bsplit;
-  PoolArray<int32_t> bmax;  // per panel and step: the largest bits of max |y| among its columns
+  // From the packing pool (AllocateBuf): 64-byte aligned, every word written by Pack.
+  Buf<uint32_t> a, b, as, bs;  // the hot records; the split's h and l pairs
+  Buf<int16_t> al;             // A's elements' lowest set bits (kNoLsb for zero)
+  Buf<RowMeta> am;
+  Buf<uint8_t> bsplit;
+  Buf<int32_t> bmax;  // per panel and step: the largest bits of max |y| among its columns
 };
 
 Packs Pack(const Cdna3GemmArgs& g);
@@ -452,7 +430,7 @@ Packs Pack(const Cdna3GemmArgs& g) {
   pk.rb = pk.pairs * kCols + step * kCols + 3 * kCols;
   // One line (a row of A or a column of B) over one step: its integers at its lowest set bit lo, their split,
   // its exponents, the bits of sum |x| and of max |x|. get(kk) gives the code of the step's kk-th element, or
-  // -1 past K.
+  // 256 past K or past the last row or column.
   struct Line {
     int16_t x[64], h[64], l[64], e[64], lsb[64];
     int lo = 0, bits1 = 0, bits_max = 0;
@@ -516,10 +494,10 @@ Packs Pack(const Cdna3GemmArgs& g) {
   const auto pair_word = [](int16_t lo, int16_t hi) {
     return static_cast<uint32_t>(static_cast<uint16_t>(lo)) | static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16;
   };
-  pk.a = PoolArray<uint32_t>(pk.mp * pk.steps * pk.ra);
-  pk.as = PoolArray<uint32_t>(pk.mp * pk.steps * 2 * pk.pairs);
-  pk.al = PoolArray<int16_t>(pk.mp * pk.steps * step);
-  pk.am = PoolArray<RowMeta>(pk.mp * pk.steps);
+  pk.a = AllocateBuf<uint32_t>(pk.mp * pk.steps * pk.ra);
+  pk.as = AllocateBuf<uint32_t>(pk.mp * pk.steps * 2 * pk.pairs);
+  pk.al = AllocateBuf<int16_t>(pk.mp * pk.steps * step);
+  pk.am = AllocateBuf<RowMeta>(pk.mp * pk.steps);
 #pragma omp parallel for schedule(static) if (g.parallel)
   for (long il = 0; il < static_cast<long>(pk.mp); ++il) {
     const size_t i = static_cast<size_t>(il);
@@ -547,10 +525,10 @@ Packs Pack(const Cdna3GemmArgs& g) {
       m.split = l.split;
     }
   }
-  pk.b = PoolArray<uint32_t>(pk.panels * pk.steps * pk.rb);
-  pk.bs = PoolArray<uint32_t>(pk.panels * pk.steps * 2 * pk.pairs * kCols);
-  pk.bsplit = PoolArray<uint8_t>(pk.panels * pk.steps);
-  pk.bmax = PoolArray<int32_t>(pk.panels * pk.steps);
+  pk.b = AllocateBuf<uint32_t>(pk.panels * pk.steps * pk.rb);
+  pk.bs = AllocateBuf<uint32_t>(pk.panels * pk.steps * 2 * pk.pairs * kCols);
+  pk.bsplit = AllocateBuf<uint8_t>(pk.panels * pk.steps);
+  pk.bmax = AllocateBuf<int32_t>(pk.panels * pk.steps);
 #pragma omp parallel for schedule(static) if (g.parallel)
   for (long pl = 0; pl < static_cast<long>(pk.panels * pk.steps); ++pl) {
     const size_t p = static_cast<size_t>(pl) / pk.steps, s = static_cast<size_t>(pl) % pk.steps;

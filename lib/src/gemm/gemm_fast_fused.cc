@@ -752,16 +752,28 @@ struct Cdna3Operand {
   std::vector<double> v;
   std::vector<int16_t> e, l;
 };
-Cdna3Operand Cdna3Pack(const GemmOperand& o, size_t rows, size_t cols, size_t ld, bool panels) {
-  std::array<int32_t, 256> nom = NominalExps(o.elem);
-  std::array<double, 256> val = CodeValues(o.elem);
-  std::array<int16_t, 256> lsb{};
-  for (int c = 0; c < 256; ++c) {
-    const bool live = val[c] != 0 && std::isfinite(val[c]);
-    lsb[c] = live ? static_cast<int16_t>(ExactOf(val[c]).lsb) : kCdna3NoLsb;  // ExactOf: an odd significand
-    if (!std::isfinite(val[c])) val[c] = 0.0;
-    if (nom[c] == kZeroE) nom[c] = -126;
+// One operand's code tables, for the portable tiles (Cdna3Pack) and the Highway kernel (simd::Cdna3GemmArgs):
+// values (0 for non-finite codes, which OperandsFinite has excluded), nominal exponents (-126 for zero), lowest
+// set bits (kCdna3NoLsb for zero) and odd significands (the value / 2^lsb; 0 for zero).
+struct Cdna3Tables {
+  std::array<double, 256> val;
+  std::array<int16_t, 256> nom, lsb;
+  std::array<int32_t, 256> sig;
+  explicit Cdna3Tables(const Format& f) : val(CodeValues(f)) {
+    const std::array<int32_t, 256> e = NominalExps(f);
+    for (int c = 0; c < 256; ++c) {
+      if (!std::isfinite(val[c])) val[c] = 0.0;
+      const Exact x = ExactOf(val[c]);  // an odd significand
+      nom[c] = static_cast<int16_t>(e[c] == kZeroE ? -126 : e[c]);
+      lsb[c] = val[c] != 0 ? static_cast<int16_t>(x.lsb) : kCdna3NoLsb;
+      sig[c] =
+          val[c] != 0 ? static_cast<int32_t>(x.neg ? -static_cast<int64_t>(x.mag) : static_cast<int64_t>(x.mag)) : 0;
+    }
   }
+};
+
+Cdna3Operand Cdna3Pack(const GemmOperand& o, size_t rows, size_t cols, size_t ld, bool panels) {
+  const Cdna3Tables t(o.elem);
   Cdna3Operand p;
   p.v.assign(rows * ld, 0.0);
   p.e.assign(rows * ld, -126);
@@ -770,9 +782,9 @@ Cdna3Operand Cdna3Pack(const GemmOperand& o, size_t rows, size_t cols, size_t ld
     for (size_t q = 0; q < cols; ++q) {
       const uint8_t c = o.codes[r * o.cols + q];
       const size_t at = panels ? (q / kCdna3Cols * rows + r) * kCdna3Cols + q % kCdna3Cols : r * ld + q;
-      p.v[at] = val[c];
-      p.e[at] = static_cast<int16_t>(nom[c]);
-      p.l[at] = lsb[c];
+      p.v[at] = t.val[c];
+      p.e[at] = t.nom[c];
+      p.l[at] = t.lsb[c];
     }
   return p;
 }
@@ -867,25 +879,6 @@ QMX_GEMM_CLONES void Cdna3Chunk(const FusedParams& p, size_t k, size_t n, const 
   for (size_t r = 0; r < rows; ++r)
     for (size_t j = 0; j < nc; ++j) out[(i0 + r) * n + j0 + j] = overflow[r][j] ? CanonicalNanF() : acc[r][j];
 }
-
-// The Highway kernel's code tables of one operand (simd::Cdna3GemmArgs): values (0 for non-finite codes,
-// which OperandsFinite has excluded), nominal exponents (-126 for zero) and lowest set bits (0 for zero).
-struct Cdna3Tables {
-  std::array<double, 256> val;
-  std::array<int16_t, 256> nom, lsb;
-  std::array<int32_t, 256> sig;
-  explicit Cdna3Tables(const Format& f) : val(CodeValues(f)) {
-    const std::array<int32_t, 256> e = NominalExps(f);
-    for (int c = 0; c < 256; ++c) {
-      if (!std::isfinite(val[c])) val[c] = 0.0;
-      const Exact x = ExactOf(val[c]);
-      nom[c] = static_cast<int16_t>(e[c] == kZeroE ? -126 : e[c]);
-      lsb[c] = static_cast<int16_t>(val[c] != 0 ? x.lsb : 0);
-      sig[c] =
-          val[c] != 0 ? static_cast<int32_t>(x.neg ? -static_cast<int64_t>(x.mag) : static_cast<int64_t>(x.mag)) : 0;
-    }
-  }
-};
 
 // The Highway kernel's exact step for output (i, j) over K k0 .. k1 (Cdna3StepOne on the elements' values and
 // exponents); an accumulator that left the finite range stays there.

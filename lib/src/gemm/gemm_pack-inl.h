@@ -50,21 +50,6 @@ constexpr size_t kFusedMr = 4;  // rows of a micro-tile with more state per outp
 constexpr size_t kKc = 256;     // K per chunk (rounded to a multiple of the kernel's block)
 constexpr size_t kMcPanels = 16;  // A panels per thread's block, at most (Drive)
 
-// A packing buffer from the pool (gemm_simd.h, TakeBuffer), handed back to it when freed.
-struct PoolFreer {
-  size_t bytes = 0;
-  void operator()(void* p) const noexcept { GiveBuffer(p, bytes); }
-};
-template <typename T>
-using Buf = std::unique_ptr<T[], PoolFreer>;
-template <typename T>
-Buf<T> AllocateBuf(size_t n) {
-  static_assert(std::is_trivially_copyable_v<T>, "plain values only (the pool's blocks are not constructed)");
-  size_t bytes = n * sizeof(T);
-  T* p = static_cast<T*>(TakeBuffer(bytes));
-  return Buf<T>(p, PoolFreer{bytes});
-}
-
 // A rows x cols matrix as panels of w rows: panel p holds, for each column c, value(p*w + r, c) side by
 // side for r < w (zero beyond the last row). fill(row, d) writes row `row`'s values to d[0], d[w], ...
 template <typename T, class Fill>

@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <type_traits>
 
 namespace qmx::simd {
 
@@ -182,5 +184,20 @@ void Fp16StepCounts(uint64_t* taken, uint64_t* declined);
 // which GiveBuffer takes back with it. Both are thread-safe.
 void* TakeBuffer(size_t& bytes);
 void GiveBuffer(void* p, size_t bytes) noexcept;
+
+// A packing buffer from the pool, handed back to it when freed (every kernel's packs; stale contents).
+struct PoolFreer {
+  size_t bytes = 0;
+  void operator()(void* p) const noexcept { GiveBuffer(p, bytes); }
+};
+template <typename T>
+using Buf = std::unique_ptr<T[], PoolFreer>;
+template <typename T>
+Buf<T> AllocateBuf(size_t n) {
+  static_assert(std::is_trivially_copyable_v<T>, "plain values only (the pool's blocks are not constructed)");
+  size_t bytes = n * sizeof(T);
+  T* p = static_cast<T*>(TakeBuffer(bytes));
+  return Buf<T>(p, PoolFreer{bytes});
+}
 
 }  // namespace qmx::simd

@@ -47,7 +47,9 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("--reps", a.reps, "Timed runs per kernel (the median is reported)")->capture_default_str();
   cmd->add_option("--ref-reps", a.ref_reps, "Timed runs of the (slow) scalar reference")->capture_default_str();
   cmd->add_option("--threads", a.threads, "Thread counts to run, e.g. --threads 1 2")->capture_default_str();
-  cmd->add_option("--simd-target,--target", a.target, "(--target: the older spelling) Force a SIMD target (AVX3_FP16 where the CPU has AVX512-FP16, AVX3, AVX2, SSE4, SSSE3, SCALAR; default: the best)");
+  cmd->add_option("--simd-target,--target", a.target,
+                  "(--target: the older spelling) Force a SIMD target (AVX3_FP16 where the CPU has AVX512-FP16, else "
+                  "AVX3_VNNI where it has AVX512-VNNI, AVX3, AVX2, SSE4, SSSE3, SCALAR; default: the best)");
   cmd->add_option("--json", a.json, "Also write the results as JSON to this file");
   cmd->add_flag("--no-ref", a.no_ref, "Skip the scalar reference timings");
   cmd->add_option("--suite", a.suite,

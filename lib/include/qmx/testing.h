@@ -10,7 +10,8 @@
 namespace qmx {
 
 // Every SIMD target compiled into this binary that this CPU can run, best first ("AVX3", "AVX2", ...; a
-// "_FP16" suffix marks the fused GEMM's FP16-product lanes where the CPU has AVX512-FP16).
+// "_FP16" suffix marks the fused GEMM's FP16-product lanes where the CPU has AVX512-FP16, "_VNNI" the CDNA3
+// kernel's VPDPWSSD sums where it has AVX512-VNNI but not FP16).
 std::vector<std::string> SimdTargets();
 
 // Restricts dispatch to one of SimdTargets(); "" restores the default. Throws qmx::Error naming the

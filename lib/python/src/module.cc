@@ -43,7 +43,8 @@ PYBIND11_MODULE(_qmx, m) {
         "Sets the OpenMP threads every parallel call uses (results never depend on the count). A fork() child of a "
         "process that ran threads stays on one (ValueError for more).");
   m.def("get_num_threads", [] { return omp_get_max_threads(); }, "The OpenMP threads parallel calls use.");
-  m.def("simd_target", &qmx::SimdTargetName, "The SIMD target the kernels run on (AVX3_FP16, AVX3, AVX2, SSE4, ...).");
+  m.def("simd_target", &qmx::SimdTargetName,
+        "The SIMD target the kernels run on (AVX3_FP16, AVX3_VNNI, AVX3, AVX2, SSE4, ...).");
   m.def("simd_targets", &qmx::SimdTargets, "Every compiled SIMD target this CPU runs, best first.");
   m.def("force_simd_target", &qmx::ForceSimdTarget, pyb::arg("name"),
         "Runs the kernels on one of simd_targets() ('' restores the best); results are the same on every target.");

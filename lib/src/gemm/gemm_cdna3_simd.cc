@@ -201,8 +201,8 @@ HWY_NOINLINE void Cdna3Sums(const cdna3::Packs& pk, const uint32_t* const (&ar)[
 #if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86_64 && defined(__GNUC__)
 #define QMX_CDNA3_VNNI 1
 // Cdna3Sums with AVX512-VNNI's VPDPWSSD (the pair products and their sum added in one instruction: the same
-// int32 arithmetic), where simd::Fp16Products() says the CPU has it and no target without "_FP16" was forced
-// (so that forcing "AVX3" tests the PMADDWD path on the same CPU).
+// int32 arithmetic), where simd::VnniSums() says the CPU has it and no target without "_VNNI" or "_FP16" was
+// forced (so that forcing "AVX3" tests the PMADDWD path on the same CPU).
 template <size_t kPA, size_t kPB, size_t kPairs>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) HWY_NOINLINE void Cdna3SumsVnni(
     const cdna3::Packs& pk, const uint32_t* const (&ar)[cdna3::kRows], const uint32_t* const (&as)[cdna3::kRows],
@@ -266,7 +266,7 @@ HWY_INLINE void Cdna3Tile(const Cdna3GemmArgs& g, const cdna3::Packs& pk, size_t
   const size_t step = static_cast<size_t>(g.step);
   const int F = g.frac_bits;
 #ifdef QMX_CDNA3_VNNI
-  const bool vnni = N == 16 && Fp16Products();
+  const bool vnni = N == 16 && VnniSums();
 #endif
   for (size_t s = 0; s < pk.steps; ++s) {
     const size_t k0 = s * step, k1 = std::min(g.k, k0 + step);
@@ -284,6 +284,10 @@ HWY_INLINE void Cdna3Tile(const Cdna3GemmArgs& g, const cdna3::Packs& pk, size_t
     }
     HWY_ALIGN int32_t sums[kRows][kCols];
     HWY_ALIGN int32_t exps[kRows][kCols];
+    // A's lowest set bits two steps ahead, for the tail's recheck: a tile that needs them finds them in L1
+    // (they are cold otherwise: the blocks' hot records fill L2).
+    if (s + 2 < pk.steps)
+      for (size_t r = 0; r < kRows; ++r) __builtin_prefetch(&pk.al[((i0 + r) * pk.steps + s + 2) * step]);
     bool split_a = false;
     for (size_t r = 0; r < kRows; ++r) split_a = split_a || pk.am[(i0 + r) * pk.steps + s].split != 0;
     const bool split_b = pk.bsplit[p * pk.steps + s] != 0;
@@ -349,16 +353,20 @@ HWY_INLINE void Cdna3Tile(const Cdna3GemmArgs& g, const cdna3::Packs& pk, size_t
                                     hn::Sub(ecb, hn::Add(llx, hn::Set(di, 31 - F))));
           const auto t_b = hn::Sub(eb, hn::Add(low, hn::Set(di, F + 127)));
           const auto bad_lanes = hn::Or(hn::Gt(hn::Max(t_ac, t_b), hn::Zero(di)), inexact);
+          uint8_t bits[8] = {};
+          hn::StoreMaskBits(di, bad_lanes, bits);
+          uint64_t lanes;
+          std::memcpy(&lanes, bits, 8);
+          if (lanes == 0) continue;
           HWY_ALIGN float cs[N];
-          HWY_ALIGN int32_t ss[N], es[N], bad[N], lows[N];
+          HWY_ALIGN int32_t ss[N], es[N], lows[N];
           hn::Store(c, df, cs);
           hn::Store(sum, di, ss);
           hn::Store(eb, di, es);
           hn::Store(low, di, lows);
-          hn::Store(hn::VecFromMask(di, bad_lanes), di, bad);
-          for (size_t l = 0; l < N; ++l) {
-            const size_t i = i0 + r, jj = v * N + l;
-            if (bad[l] != 0 && i < g.m && p * kCols + jj < g.n)
+          for (; lanes != 0; lanes &= lanes - 1) {  // the bad lanes, lowest first
+            const size_t l = static_cast<size_t>(__builtin_ctzll(lanes)), i = i0 + r, jj = v * N + l;
+            if (i < g.m && p * kCols + jj < g.n)
               cp[l] = FixLane(g, pk, i, p, jj, s, ss[l], es[l], lows[l], cs[l], counts);
           }
         }

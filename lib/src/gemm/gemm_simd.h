@@ -171,6 +171,11 @@ void Cdna3Counts(uint64_t (&counts)[5]);
 // "_FP16" was forced (qmx::ForceSimdTarget; the pseudo-target "AVX3_FP16" lists it).
 bool CpuHasFp16Products();
 bool Fp16Products();
+// Whether the CPU has AVX512-VNNI and AVX512BW, and whether the CDNA3 kernel may sum with VPDPWSSD: yes
+// unless a SIMD target without "_VNNI" or "_FP16" was forced (the pseudo-target "AVX3_VNNI" lists it where the
+// CPU has VNNI but not FP16, as AMD's Zen 4 and 5 and Intel's Ice Lake do; "AVX3_FP16" implies it).
+bool CpuHasVnni();
+bool VnniSums();
 // Fused-kernel steps since the program started that formed their products in FP16 lanes (taken) and
 // that fell back to FP32 lanes because some output's G passed the bound (declined); for tests.
 void CountFp16Steps(uint64_t taken, uint64_t declined);

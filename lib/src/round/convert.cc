@@ -45,11 +45,12 @@ void CheckFast(DType src, const Format& dst, const CastOptions& opt) {
   ValidateCastOptions(dst, opt);
 }
 
-// The test hooks' state (qmx/testing.h): written under target_mutex; fp16_allowed is also read by the
-// kernels, hence atomic.
+// The test hooks' state (qmx/testing.h): written under target_mutex; fp16_allowed and vnni_allowed are also
+// read by the kernels, hence atomic.
 std::mutex target_mutex;
 std::string forced_target;             // "" = the dispatcher's own choice
 std::atomic<bool> fp16_allowed{true};  // false: a target without "_FP16" was forced
+std::atomic<bool> vnni_allowed{true};  // false: a target without "_FP16" or "_VNNI" was forced
 
 }  // namespace
 
@@ -195,13 +196,17 @@ void DecodeToF32(const uint8_t* codes, size_t n, const Format& f, float* out, Ex
 
 namespace {
 
-// Highway's targets, best first, with "<T>_FP16" before an AVX-512 target T where the CPU has
-// AVX512-FP16 (a pseudo-target: T with the GEMM kernels' FP16 products, simd::Fp16Products).
+// Highway's targets, best first, with a pseudo-target before an AVX-512 target T: "<T>_FP16" where the CPU
+// has AVX512-FP16 (T with the GEMM kernels' FP16 products, simd::Fp16Products, and VNNI's sums), else
+// "<T>_VNNI" where it has AVX512-VNNI (T with the CDNA3 kernel's VPDPWSSD sums, simd::VnniSums).
 std::vector<std::string> TargetNames() {
   std::vector<std::string> names;
   for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
     const std::string name = hwy::TargetName(t);
-    if (simd::CpuHasFp16Products() && (t == HWY_AVX3 || t == HWY_AVX3_DL)) names.push_back(name + "_FP16");
+    if (t == HWY_AVX3 || t == HWY_AVX3_DL) {
+      if (simd::CpuHasFp16Products()) names.push_back(name + "_FP16");
+      else if (simd::CpuHasVnni()) names.push_back(name + "_VNNI");
+    }
     names.push_back(name);
   }
   return names;
@@ -223,23 +228,41 @@ bool CpuHasFp16Products() {
 #endif
 }
 bool Fp16Products() { return fp16_allowed && CpuHasFp16Products(); }
+bool CpuHasVnni() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+    return (c >> 11 & 1) != 0 && (b >> 30 & 1) != 0;  // AVX512-VNNI, -BW
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+bool VnniSums() { return vnni_allowed && CpuHasVnni(); }
 }  // namespace simd
 
 namespace {
 void ForceSimdTargetLocked(const std::string& name) {
   hwy::SetSupportedTargetsForTest(0);
   fp16_allowed = true;
+  vnni_allowed = true;
   if (name.empty()) {
     forced_target.clear();
     return;
   }
   const std::vector<std::string> names = TargetNames();
-  const bool fp16 = name.size() > 5 && name.compare(name.size() - 5, 5, "_FP16") == 0;
-  const std::string base = fp16 ? name.substr(0, name.size() - 5) : name;
+  const auto ends = [&](const char* suffix) {
+    return name.size() > 5 && name.compare(name.size() - 5, 5, suffix) == 0;
+  };
+  const bool fp16 = ends("_FP16"), vnni = fp16 || ends("_VNNI");
+  const std::string base = vnni ? name.substr(0, name.size() - 5) : name;
   for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
     if (base == hwy::TargetName(t) && std::find(names.begin(), names.end(), name) != names.end()) {
       hwy::SetSupportedTargetsForTest(t);
       fp16_allowed = fp16;
+      vnni_allowed = vnni;
       forced_target = name;
       return;
     }

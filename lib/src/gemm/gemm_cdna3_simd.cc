@@ -577,8 +577,9 @@ Packs Pack(const Cdna3GemmArgs& g) {
 }
 
 // (b) again with the products' own lowest set bit L (at least lo_a + lo_b): where a product's lies below
-// 2^(E - F), the exact step (Cdna3StepOne); (a): where the int32 sum may have wrapped, the sum again in int64
-// from the split (the exact step where a line does not split); then the reference's tail in FP64 on the exact
+// 2^(E - F), the exact step (Cdna3StepOne, on values rebuilt from the packs, or from the codes where a line
+// does not fit them); (a): where the int32 sum may have wrapped, the sum again in int64 from the split (the
+// exact step where a line does not split); then the reference's tail in FP64 on the exact
 // sum, any C: t = floor(S 2^(31 - M)), C floored into units of 2^(M - 24) unless dropped, their sum (below
 // 2^40 in units of 2^(M - 31)) rounded once.
 float FixLane(const Cdna3GemmArgs& g, const Packs& pk, size_t i, size_t p, size_t jj, size_t s, int32_t sum32, int eb,
@@ -591,35 +592,59 @@ float FixLane(const Cdna3GemmArgs& g, const Packs& pk, size_t i, size_t p, size_
   const uint32_t* br = &pk.b[pat * pk.rb];
   const int32_t* bbits = reinterpret_cast<const int32_t*>(br + pk.pairs * kCols + step * kCols);
   const int32_t* blo = bbits + kCols;
-  const int ll = am.x - F - 127 + blo[jj];
+  const int lo_a = am.x - F - 127, ll = lo_a + blo[jj];
   const size_t j = p * kCols + jj;
+  const bool fits = am.thr > -900 && bbits[jj] < 1000;  // both lines in the packs (as x or as the split)
+  // The step's integers x (A) and y (B) at the lines' lowest set bits: from the hot records where they are int16
+  // (the split's arrays are seldom in cache).
+  const uint32_t* ax = &pk.a[at * pk.ra];
+  const uint32_t* as = &pk.as[at * 2 * pk.pairs];
+  const uint32_t* bs = &pk.bs[pat * 2 * pk.pairs * kCols];
+  const bool a_split = am.split != 0, b_split = bbits[jj] > 15;
+  const auto half = [](uint32_t w, size_t kk) {
+    return static_cast<int64_t>(static_cast<int16_t>(w >> (16 * (kk & 1))));
+  };
+  const auto x_of = [&](size_t kk) {
+    const size_t q = kk / 2;
+    return a_split ? half(as[q], kk) * 256 + half(as[pk.pairs + q], kk) : half(ax[q], kk);
+  };
+  const auto y_of = [&](size_t kk) {
+    const size_t q = kk / 2;
+    return b_split ? half(bs[q * kCols + jj], kk) * 256 + half(bs[(pk.pairs + q) * kCols + jj], kk)
+                   : half(br[q * kCols + jj], kk);
+  };
+  const auto pow2 = [](int x) {  // 2^x for -1022 <= x <= 1023 (here within -300 .. 300)
+    const uint64_t bits = static_cast<uint64_t>(x + 1023) << 52;
+    double d;
+    std::memcpy(&d, &bits, 8);
+    return d;
+  };
   if (e - F > low) {
     ++counts[4];
-    return g.slow(g, i, j, k0, k1, c);
+    if (!fits) return g.slow(g, i, j, k0, k1, c);
+    // The elements' values x 2^lo and nominal exponents from the packs (A's as the int16 pair of its record,
+    // B's plus 127), rather than from the codes, whose B column spans a cache line per element.
+    double xv[64], yv[64];
+    int16_t ex[64], ey[64];
+    const double pa = pow2(lo_a), pb = pow2(blo[jj]);
+    const int16_t* be = reinterpret_cast<const int16_t*>(br + pk.pairs * kCols);
+    for (size_t kk = 0; kk < k1 - k0; ++kk) {
+      xv[kk] = static_cast<double>(x_of(kk)) * pa;
+      yv[kk] = static_cast<double>(y_of(kk)) * pb;
+      ex[kk] = static_cast<int16_t>(ax[pk.pairs + kk] & 0xFFFF);
+      ey[kk] = static_cast<int16_t>(be[kk * kCols + jj] - 127);
+    }
+    return g.exact(F, xv, ex, yv, ey, k1 - k0, c);
   }
   double sd = sum32;
   if (bbits[jj] > am.thr) {
-    if (am.thr < -900 || bbits[jj] >= 1000) {
+    if (!fits) {
       ++counts[4];
       return g.slow(g, i, j, k0, k1, c);
     }
     ++counts[3];
-    const uint32_t* as = &pk.as[at * 2 * pk.pairs];
-    const uint32_t* bs = &pk.bs[pat * 2 * pk.pairs * kCols];
-    const auto half = [](uint32_t w, size_t kk) {
-      return static_cast<int64_t>(static_cast<int16_t>(w >> (16 * (kk & 1))));
-    };
-    // x from the hot records where it is an int16 (the split's arrays are seldom in cache).
-    const uint32_t* ax = &pk.a[at * pk.ra];
-    const bool a_split = am.split != 0, b_split = bbits[jj] > 15;
     int64_t sum = 0;
-    for (size_t kk = 0; kk < step; ++kk) {
-      const size_t q = kk / 2;
-      const int64_t x = a_split ? half(as[q], kk) * 256 + half(as[pk.pairs + q], kk) : half(ax[q], kk);
-      const int64_t y = b_split ? half(bs[q * kCols + jj], kk) * 256 + half(bs[(pk.pairs + q) * kCols + jj], kk)
-                                : half(br[q * kCols + jj], kk);
-      sum += x * y;
-    }
+    for (size_t kk = 0; kk < step; ++kk) sum += x_of(kk) * y_of(kk);
     sd = static_cast<double>(sum);  // below 2^(23 + 23 + 6)
   }
   ++counts[2];
@@ -627,12 +652,6 @@ float FixLane(const Cdna3GemmArgs& g, const Packs& pk, size_t i, size_t p, size_
   std::memcpy(&cb, &c, 4);
   const int ec = std::max(static_cast<int>((cb >> 23) & 0xFF) - 127, -126);
   const int mx = std::max(e, ec);
-  const auto pow2 = [](int x) {  // 2^x for -1022 <= x <= 1023 (here within -300 .. 300)
-    const uint64_t bits = static_cast<uint64_t>(x + 1023) << 52;
-    double d;
-    std::memcpy(&d, &bits, 8);
-    return d;
-  };
   const double t = std::floor(sd * pow2(ll + 31 - mx));
   const double cq = c != 0 && ec >= mx - 25 ? std::floor(static_cast<double>(c) * pow2(24 - mx)) : 0.0;
   return static_cast<float>((t + cq * 128.0) * pow2(mx - 31));

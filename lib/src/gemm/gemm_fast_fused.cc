@@ -880,8 +880,16 @@ QMX_GEMM_CLONES void Cdna3Chunk(const FusedParams& p, size_t k, size_t n, const 
     for (size_t j = 0; j < nc; ++j) out[(i0 + r) * n + j0 + j] = overflow[r][j] ? CanonicalNanF() : acc[r][j];
 }
 
+// The Highway kernel's exact step on values and nominal exponents it rebuilt from its packs (Cdna3StepOne); an
+// accumulator that left the finite range stays there.
+float Cdna3ExactValues(int F, const double* x, const int16_t* ex, const double* y, const int16_t* ey, size_t n,
+                       float c) {
+  if (!std::isfinite(c)) return c;
+  return Cdna3StepOne(F, true, x, ex, 1, y, ey, 1, n, c);
+}
+
 // The Highway kernel's exact step for output (i, j) over K k0 .. k1 (Cdna3StepOne on the elements' values and
-// exponents); an accumulator that left the finite range stays there.
+// exponents from their codes); an accumulator that left the finite range stays there.
 float Cdna3SlowStep(const simd::Cdna3GemmArgs& g, size_t i, size_t j, size_t k0, size_t k1, float c) {
   if (!std::isfinite(c)) return c;
   double x[64], y[64];
@@ -924,6 +932,7 @@ bool Cdna3Fast(const GemmOperand& a, const GemmOperand& b, const float* c_in, co
     g.b_sig = tb.sig.data();
     g.c = c_in;
     g.slow = Cdna3SlowStep;
+    g.exact = Cdna3ExactValues;
     g.parallel = exec == Exec::kParallel;
     if (simd::GemmCdna3(g, out)) return true;
   }

@@ -139,12 +139,16 @@ bool GemmScaledF64(const ScaledFusedArgs& g, float* c);
 // significands (A's row and B's column of the step each scaled to its own lowest set bit) beside their largest
 // nominal exponent E. Where the step provably cuts no product and no bit of C (L >= E - F, C's exponent at
 // least E - 1 or C zero, the products' sum not floored below C) it is that exact sum plus C rounded once; the
-// other outputs' steps (and rows or columns of a step too wide for int16) call `slow`. Codes are row-major
+// other outputs' steps call `exact` on the elements' values rebuilt from the kernel's packs (`slow`, which reads
+// the codes, where a row or column of the step is too wide for the packs). Codes are row-major
 // (A m x k, B k x n); the tables map each code to its value (finite operands only), its nominal exponent (-126
 // for zero), its lowest set bit (any value for zero) and its odd significand. out gets the accumulations; one that left
 // the finite range comes back as NaN for the caller's reference.
 struct Cdna3GemmArgs;
 using Cdna3SlowStep = float (*)(const Cdna3GemmArgs& g, size_t i, size_t j, size_t k0, size_t k1, float c);
+// The exact step on n elements' values x, y and nominal exponents ex, ey (contiguous) from accumulator c.
+using Cdna3ExactStep = float (*)(int frac_bits, const double* x, const int16_t* ex, const double* y, const int16_t* ey,
+                                 size_t n, float c);
 struct Cdna3GemmArgs {
   size_t m = 0, n = 0, k = 0;
   int step = 16, frac_bits = 24;
@@ -160,6 +164,7 @@ struct Cdna3GemmArgs {
   const int32_t* b_sig = nullptr;
   const float* c = nullptr;  // m x n start values, or none (zeros)
   Cdna3SlowStep slow = nullptr;
+  Cdna3ExactStep exact = nullptr;
   bool parallel = true;
 };
 bool GemmCdna3(const Cdna3GemmArgs& g, float* out);

@@ -69,7 +69,15 @@ struct Packs {
   Buf<int32_t> bmax;  // per panel and step: the largest bits of max |y| among its columns
 };
 
+// The packs' sizes and buffers, which the caller's PackA and PackB fill (every word).
 Packs Pack(const Cdna3GemmArgs& g);
+
+// Per code of an operand (index 256: past K, past the last row or column): its odd significand (0 for zero),
+// nominal exponent and lowest set bit (kNoLsb for zero), as int32 for the packs' gathers.
+struct CodeTables32 {
+  alignas(64) int32_t sig[264], nom[264], lsb[264];
+  CodeTables32(const int32_t* s, const int16_t* n, const int16_t* l);
+};
 
 // Output (i, column jj of panel p), step s, where the kernel's checks failed: sum32 its int32 sum (at lo_a +
 // lo_b), eb its E + 127, low its products' lowest set bit, c its accumulator. Returns the step's result.
@@ -379,11 +387,190 @@ HWY_INLINE void Cdna3Tile(const Cdna3GemmArgs& g, const cdna3::Packs& pk, size_t
   }
 }
 
+// The bits of v (the least b with v < 2^b) for 0 <= v < 2^31: FP32's exponent of v, exact where v < 2^24
+// and of v without its low byte above (which keeps its top bit and leaves at most 23 significant bits).
+template <class DI>
+HWY_INLINE hn::Vec<DI> BitsOf(DI di, hn::Vec<DI> v) {
+  const hn::Rebind<float, DI> df;
+  const auto w = hn::IfThenElse(hn::Lt(v, hn::Set(di, 1 << 24)), v, hn::And(v, hn::Set(di, ~0xFF)));
+  const auto e = hn::Sub(hn::ShiftRight<23>(hn::BitCast(di, hn::ConvertTo(df, w))), hn::Set(di, 126));
+  return hn::Max(e, hn::Zero(di));  // 0 for v = 0 (+0.0's exponent field 0)
+}
+
+// Elements (odd significands sig at lowest set bits lsb) as integers at their line's lowest set bit lo: sig
+// shifted left by lsb - lo, 0 where that passes 24 bits (those lanes of wide become all ones: the line does not
+// fit the packs).
+template <class DI>
+HWY_INLINE hn::Vec<DI> AtLowestBit(DI di, hn::Vec<DI> sig, hn::Vec<DI> lsb, hn::Vec<DI> lo, hn::Vec<DI>& wide) {
+  const auto shift = hn::IfThenZeroElse(hn::Eq(sig, hn::Zero(di)), hn::Sub(lsb, lo));
+  const auto far = hn::Gt(shift, hn::Set(di, 24));
+  wide = hn::Or(wide, hn::VecFromMask(di, far));
+  return hn::IfThenZeroElse(far, hn::Shl(sig, hn::Min(shift, hn::Set(di, 24))));
+}
+
+// A's records (Pack's layout) from its codes, a row and step at a time in vectors along K (lanes past the step
+// or past K read as code 256, a zero that changes nothing): the line's lowest set bit lo, its integers
+// x = value / 2^lo (the split h = x >> 8, l = x & 0xFF), its nominal exponents and lowest set bits, and its
+// RowMeta (thr from the bits of sum |x|, -969 where a shift passes 24 bits or max |x| 2^23: the line does not
+// fit the packs).
+template <class DI>
+HWY_NOINLINE void PackA(const Cdna3GemmArgs& g, const cdna3::CodeTables32& t, cdna3::Packs& pk) {
+  using namespace cdna3;
+  const DI di;
+  const hn::Rebind<uint8_t, DI> d8;
+  const hn::Rebind<int16_t, DI> d16;
+  constexpr size_t N = hn::MaxLanes(DI());
+  const size_t step = static_cast<size_t>(g.step), chunks = (step + N - 1) / N;
+#pragma omp parallel for schedule(static) if (g.parallel)
+  for (long il = 0; il < static_cast<long>(pk.mp); ++il) {
+    const size_t i = static_cast<size_t>(il);
+    for (size_t s = 0; s < pk.steps; ++s) {
+      const size_t k0 = s * step, k1 = i < g.m ? std::min(g.k, k0 + step) : k0;  // the row's codes in the step
+      HWY_ALIGN int32_t sig[64 + N], lsb[64 + N], epair[64 + N];
+      HWY_ALIGN int16_t x16[64 + N], h16[64 + N], l16[64 + N], lsb16[64 + N];
+      auto lo = hn::Set(di, kNoLsb);
+      for (size_t c = 0; c < chunks; ++c) {
+        const size_t kc = k0 + c * N;
+        hn::Vec<DI> code;
+        if (kc + N <= k1) {
+          code = hn::PromoteTo(di, hn::LoadU(d8, g.a_codes + i * g.k + kc));
+        } else {
+          HWY_ALIGN int32_t cs[N];
+          for (size_t l = 0; l < N; ++l) cs[l] = kc + l < k1 && c * N + l < step ? g.a_codes[i * g.k + kc + l] : 256;
+          code = hn::Load(di, cs);
+        }
+        const auto lb = hn::GatherIndex(di, t.lsb, code), e = hn::GatherIndex(di, t.nom, code);
+        hn::Store(hn::GatherIndex(di, t.sig, code), di, sig + c * N);
+        hn::Store(lb, di, lsb + c * N);
+        hn::Store(hn::DemoteTo(d16, lb), d16, lsb16 + c * N);
+        hn::Store(hn::Or(hn::And(e, hn::Set(di, 0xFFFF)), hn::ShiftLeft<16>(e)), di, epair + c * N);
+        lo = hn::Min(lo, lb);
+      }
+      int32_t lo1 = hn::GetLane(hn::MinOfLanes(di, lo));
+      if (lo1 == kNoLsb) lo1 = 0;  // a step of zeros
+      const auto vlo = hn::Set(di, lo1);
+      auto sum = hn::Zero(di), top = hn::Zero(di), wide = hn::Zero(di);
+      for (size_t c = 0; c < chunks; ++c) {
+        const auto x = AtLowestBit(di, hn::Load(di, sig + c * N), hn::Load(di, lsb + c * N), vlo, wide);
+        hn::Store(x, di, sig + c * N);
+        sum = hn::Add(sum, hn::Abs(x));  // (wraps only where some |x| passes 2^23: a line that does not fit)
+        top = hn::Max(top, hn::Abs(x));
+      }
+      const int32_t bits_max = hn::GetLane(BitsOf(di, hn::MaxOfLanes(di, top)));
+      const bool split = bits_max > 15;  // x is no int16
+      const bool fits = hn::AllTrue(di, hn::Eq(wide, hn::Zero(di))) && bits_max <= 23;
+      const int32_t bits1 = fits ? hn::GetLane(BitsOf(di, hn::SumOfLanes(di, sum))) : 1000;
+      for (size_t c = 0; c < chunks; ++c) {
+        const auto x = fits ? hn::Load(di, sig + c * N) : hn::Zero(di);
+        hn::Store(hn::DemoteTo(d16, split ? hn::Zero(di) : x), d16, x16 + c * N);
+        hn::Store(hn::DemoteTo(d16, hn::ShiftRight<8>(x)), d16, h16 + c * N);
+        hn::Store(hn::DemoteTo(d16, hn::And(x, hn::Set(di, 0xFF))), d16, l16 + c * N);
+      }
+      const size_t at = i * pk.steps + s;
+      uint32_t* w = &pk.a[at * pk.ra];
+      uint32_t* ws = &pk.as[at * 2 * pk.pairs];
+      std::memcpy(w, x16, step * 2);  // the pairs (x_2q, x_2q+1) as words: int16 in K order
+      std::memcpy(w + pk.pairs, epair, step * 4);
+      std::memcpy(ws, h16, step * 2);
+      std::memcpy(ws + pk.pairs, l16, step * 2);
+      std::memcpy(&pk.al[at * step], lsb16, step * 2);
+      RowMeta& m = pk.am[at];
+      m.thr = 31 - bits1;
+      m.x = lo1 + g.frac_bits + 127;
+      const uint32_t pa_bits = static_cast<uint32_t>(lo1 + 127) << 23;  // 2^lo (-126 <= lo <= 127)
+      std::memcpy(&m.pa, &pa_bits, 4);
+      m.split = split;
+    }
+  }
+}
+
+// B's records (Pack's layout) from its codes, a vector of columns at a time: per column of the panel step the
+// line's lowest set bit lo, its integers x = value / 2^lo (the split h = x >> 8, l = x & 0xFF), the bits of
+// max |x| (1000 where a shift passes 24 bits or max |x| 2^23: the line does not fit the packs), the nominal
+// exponents plus 127 and the lowest set bits; per panel step whether some column splits and its largest bits.
+template <class DI>
+HWY_NOINLINE void PackB(const Cdna3GemmArgs& g, const cdna3::CodeTables32& t, cdna3::Packs& pk) {
+  using namespace cdna3;
+  const DI di;
+  const hn::Rebind<uint8_t, DI> d8;
+  const hn::Rebind<int16_t, DI> d16;
+  const hn::Rebind<float, DI> df;
+  constexpr size_t N = hn::MaxLanes(DI());
+  const size_t step = static_cast<size_t>(g.step);
+#pragma omp parallel for schedule(static) if (g.parallel)
+  for (long pl = 0; pl < static_cast<long>(pk.panels * pk.steps); ++pl) {
+    const size_t p = static_cast<size_t>(pl) / pk.steps, s = static_cast<size_t>(pl) % pk.steps;
+    uint32_t* w = &pk.b[pl * pk.rb];
+    uint32_t* ws = &pk.bs[pl * 2 * pk.pairs * kCols];
+    int16_t* we = reinterpret_cast<int16_t*>(w + pk.pairs * kCols);
+    int16_t* wl = we + step * kCols;
+    int32_t* wbits = reinterpret_cast<int32_t*>(w + pk.pairs * kCols + step * kCols);
+    int32_t* wlo = wbits + kCols;
+    float* wpb = reinterpret_cast<float*>(wlo + kCols);
+    auto split_any = hn::Zero(di), top_bits = hn::Zero(di);
+    for (size_t v = 0; v < kCols / N; ++v) {
+      const size_t j = p * kCols + v * N;
+      HWY_ALIGN int32_t sig[64 * N], lsb[64 * N];
+      auto lo = hn::Set(di, kNoLsb);
+      for (size_t kk = 0; kk < step; ++kk) {
+        const size_t k = s * step + kk;
+        hn::Vec<DI> code;
+        if (k < g.k && j + N <= g.n) {
+          code = hn::PromoteTo(di, hn::LoadU(d8, g.b_codes + k * g.n + j));
+        } else {
+          HWY_ALIGN int32_t c[N];
+          for (size_t l = 0; l < N; ++l) c[l] = k < g.k && j + l < g.n ? g.b_codes[k * g.n + j + l] : 256;
+          code = hn::Load(di, c);
+        }
+        const auto sg = hn::GatherIndex(di, t.sig, code), lb = hn::GatherIndex(di, t.lsb, code);
+        hn::Store(hn::DemoteTo(d16, hn::Add(hn::GatherIndex(di, t.nom, code), hn::Set(di, 127))), d16,
+                  we + kk * kCols + v * N);
+        hn::Store(hn::DemoteTo(d16, lb), d16, wl + kk * kCols + v * N);
+        hn::Store(sg, di, sig + kk * N);
+        hn::Store(lb, di, lsb + kk * N);
+        lo = hn::Min(lo, lb);
+      }
+      lo = hn::IfThenZeroElse(hn::Eq(lo, hn::Set(di, kNoLsb)), lo);  // a line of zeros: lo 0
+      auto top = hn::Zero(di), wide = hn::Zero(di);
+      for (size_t kk = 0; kk < step; ++kk) {
+        const auto x = AtLowestBit(di, hn::Load(di, sig + kk * N), hn::Load(di, lsb + kk * N), lo, wide);
+        hn::Store(x, di, sig + kk * N);
+        top = hn::Max(top, hn::Abs(x));
+      }
+      const auto bits_max = BitsOf(di, top);
+      const auto split = hn::Gt(bits_max, hn::Set(di, 15));  // x is no int16
+      const auto fits = hn::And(hn::Eq(wide, hn::Zero(di)), hn::Lt(bits_max, hn::Set(di, 24)));
+      const auto pair = [&](hn::Vec<DI> a, hn::Vec<DI> b) {
+        return hn::Or(hn::And(a, hn::Set(di, 0xFFFF)), hn::ShiftLeft<16>(b));
+      };
+      for (size_t q = 0; q < pk.pairs; ++q) {
+        const auto x0 = hn::IfThenElseZero(fits, hn::Load(di, sig + 2 * q * N));
+        const auto x1 = hn::IfThenElseZero(fits, hn::Load(di, sig + (2 * q + 1) * N));
+        hn::Store(hn::IfThenZeroElse(split, pair(x0, x1)), di, reinterpret_cast<int32_t*>(w) + q * kCols + v * N);
+        hn::Store(pair(hn::ShiftRight<8>(x0), hn::ShiftRight<8>(x1)), di,
+                  reinterpret_cast<int32_t*>(ws) + q * kCols + v * N);
+        hn::Store(pair(hn::And(x0, hn::Set(di, 0xFF)), hn::And(x1, hn::Set(di, 0xFF))), di,
+                  reinterpret_cast<int32_t*>(ws) + (pk.pairs + q) * kCols + v * N);
+      }
+      const auto bmax = hn::IfThenElse(fits, bits_max, hn::Set(di, 1000));
+      hn::Store(bmax, di, wbits + v * N);
+      hn::Store(lo, di, wlo + v * N);
+      hn::Store(hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(lo, hn::Set(di, 127)))), df, wpb + v * N);
+      split_any = hn::Or(split_any, hn::VecFromMask(di, split));
+      top_bits = hn::Max(top_bits, bmax);
+    }
+    pk.bsplit[pl] = !hn::AllTrue(di, hn::Eq(split_any, hn::Zero(di)));
+    pk.bmax[pl] = hn::GetLane(hn::MaxOfLanes(di, top_bits));
+  }
+}
+
 bool GemmCdna3T(const Cdna3GemmArgs& g, float* out) {
   using namespace cdna3;
   using DI = hn::ScalableTag<int32_t>;
   if (kCols % (2 * hn::MaxLanes(DI())) != 0) return false;
-  const Packs pk = Pack(g);
+  Packs pk = Pack(g);
+  PackA<DI>(g, CodeTables32(g.a_sig, g.a_nom, g.a_lsb), pk);
+  PackB<DI>(g, CodeTables32(g.b_sig, g.b_nom, g.b_lsb), pk);
   // Tiles of one panel by up to 128 rows, panel-major: a thread's consecutive row tiles reuse the panel's hot
   // records (about 3.4 KB a step) from its cache, and a block's A records (about 0.75 MB at K = 1024) stay in
   // L2 beside them.
@@ -436,144 +623,24 @@ Packs Pack(const Cdna3GemmArgs& g) {
   pk.panels = (g.n + kCols - 1) / kCols;
   pk.ra = pk.pairs + step;
   pk.rb = pk.pairs * kCols + step * kCols + 3 * kCols;
-  // One line (a row of A or a column of B) over one step: its integers at its lowest set bit lo, their split,
-  // its exponents, the bits of sum |x| and of max |x|. get(kk) gives the code of the step's kk-th element, or
-  // 256 past K or past the last row or column.
-  struct Line {
-    int16_t x[64], h[64], l[64], e[64], lsb[64];
-    int lo = 0, bits1 = 0, bits_max = 0;
-    bool split = false;
-  };
-  const auto bits = [](int64_t v) {  // the least b with v < 2^b (v >= 0)
-    return v == 0 ? 0 : 64 - __builtin_clzll(static_cast<unsigned long long>(v));
-  };
-  // Per code: its odd significand (0 for zero), nominal exponent and lowest set bit (kNoLsb for zero).
-  struct CodeInfo {
-    int32_t sig;
-    int16_t nom, lsb;
-  };
-  const auto infos = [](const int32_t* sig, const int16_t* nom, const int16_t* lsb) {
-    std::array<CodeInfo, 257> t;  // [256]: past K
-    for (int c = 0; c < 256; ++c) t[c] = {sig[c], nom[c], sig[c] != 0 ? lsb[c] : kNoLsb};
-    t[256] = {0, kZeroExp, kNoLsb};
-    return t;
-  };
-  const std::array<CodeInfo, 257> ia = infos(g.a_sig, g.a_nom, g.a_lsb), ib = infos(g.b_sig, g.b_nom, g.b_lsb);
-  const auto line = [&](const std::array<CodeInfo, 257>& info, const auto& get) {
-    Line l;
-    int lo = kNoLsb;
-    const CodeInfo* el[64];
-    for (size_t kk = 0; kk < step; ++kk) {
-      el[kk] = &info[get(kk)];
-      l.e[kk] = el[kk]->nom;
-      l.lsb[kk] = el[kk]->lsb;
-      lo = std::min(lo, static_cast<int>(el[kk]->lsb));
-    }
-    l.lo = lo == kNoLsb ? 0 : lo;
-    int64_t sum = 0, top = 0, v[64];
-    bool fits = true;  // h = x >> 8 is an int16
-    for (size_t kk = 0; kk < step; ++kk) {
-      const int shift = el[kk]->sig == 0 ? 0 : el[kk]->lsb - l.lo;
-      fits = fits && shift <= 24;
-      v[kk] = shift <= 24 ? int64_t{el[kk]->sig} * (int64_t{1} << shift) : 0;
-      const int64_t mag = v[kk] < 0 ? -v[kk] : v[kk];
-      sum += mag;
-      top = std::max(top, mag);
-    }
-    l.bits1 = bits(sum);
-    l.bits_max = bits(top);
-    l.split = l.bits_max > 15;  // x is no int16
-    fits = fits && l.bits_max <= 23;
-    for (size_t kk = 0; kk < step; ++kk) {
-      const int64_t x = fits ? v[kk] : 0;
-      l.x[kk] = static_cast<int16_t>(l.split ? 0 : x);
-      l.h[kk] = static_cast<int16_t>(x >> 8);
-      l.l[kk] = static_cast<int16_t>(x & 0xFF);
-    }
-    if (!fits) l.bits1 = l.bits_max = 1000;
-    return l;
-  };
-  const auto pow2f = [](int x) {  // 2^x for -126 <= x <= 127 (an element's lowest set bit)
-    const uint32_t b = static_cast<uint32_t>(x + 127) << 23;
-    float f;
-    std::memcpy(&f, &b, 4);
-    return f;
-  };
-  const auto pair_word = [](int16_t lo, int16_t hi) {
-    return static_cast<uint32_t>(static_cast<uint16_t>(lo)) | static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16;
-  };
   pk.a = AllocateBuf<uint32_t>(pk.mp * pk.steps * pk.ra);
   pk.as = AllocateBuf<uint32_t>(pk.mp * pk.steps * 2 * pk.pairs);
   pk.al = AllocateBuf<int16_t>(pk.mp * pk.steps * step);
   pk.am = AllocateBuf<RowMeta>(pk.mp * pk.steps);
-#pragma omp parallel for schedule(static) if (g.parallel)
-  for (long il = 0; il < static_cast<long>(pk.mp); ++il) {
-    const size_t i = static_cast<size_t>(il);
-    for (size_t s = 0; s < pk.steps; ++s) {
-      const Line l = line(ia, [&](size_t kk) {
-        const size_t k = s * step + kk;
-        return i < g.m && k < g.k ? static_cast<int>(g.a_codes[i * g.k + k]) : 256;
-      });
-      const size_t at = i * pk.steps + s;
-      uint32_t* w = &pk.a[at * pk.ra];
-      uint32_t* ws = &pk.as[at * 2 * pk.pairs];
-      for (size_t q = 0; q < pk.pairs; ++q) {
-        w[q] = pair_word(l.x[2 * q], l.x[2 * q + 1]);
-        ws[q] = pair_word(l.h[2 * q], l.h[2 * q + 1]);
-        ws[pk.pairs + q] = pair_word(l.l[2 * q], l.l[2 * q + 1]);
-      }
-      for (size_t kk = 0; kk < step; ++kk) {
-        w[pk.pairs + kk] = pair_word(l.e[kk], l.e[kk]);
-        pk.al[at * step + kk] = l.lsb[kk];
-      }
-      RowMeta& m = pk.am[i * pk.steps + s];
-      m.thr = 31 - l.bits1;
-      m.x = l.lo + g.frac_bits + 127;
-      m.pa = pow2f(l.lo);
-      m.split = l.split;
-    }
-  }
   pk.b = AllocateBuf<uint32_t>(pk.panels * pk.steps * pk.rb);
   pk.bs = AllocateBuf<uint32_t>(pk.panels * pk.steps * 2 * pk.pairs * kCols);
   pk.bsplit = AllocateBuf<uint8_t>(pk.panels * pk.steps);
   pk.bmax = AllocateBuf<int32_t>(pk.panels * pk.steps);
-#pragma omp parallel for schedule(static) if (g.parallel)
-  for (long pl = 0; pl < static_cast<long>(pk.panels * pk.steps); ++pl) {
-    const size_t p = static_cast<size_t>(pl) / pk.steps, s = static_cast<size_t>(pl) % pk.steps;
-    uint32_t* w = &pk.b[pl * pk.rb];
-    uint32_t* ws = &pk.bs[pl * 2 * pk.pairs * kCols];
-    int16_t* we = reinterpret_cast<int16_t*>(w + pk.pairs * kCols);
-    int16_t* wl = we + step * kCols;
-    int32_t* wbits = reinterpret_cast<int32_t*>(w + pk.pairs * kCols + step * kCols);
-    int32_t* wlo = wbits + kCols;
-    float* wpb = reinterpret_cast<float*>(wlo + kCols);
-    bool split = false;
-    int top_bits = 0;
-    for (size_t jj = 0; jj < kCols; ++jj) {
-      const size_t j = p * kCols + jj;
-      const Line l = line(ib, [&](size_t kk) {
-        const size_t k = s * step + kk;
-        return j < g.n && k < g.k ? static_cast<int>(g.b_codes[k * g.n + j]) : 256;
-      });
-      for (size_t q = 0; q < pk.pairs; ++q) {
-        w[q * kCols + jj] = pair_word(l.x[2 * q], l.x[2 * q + 1]);
-        ws[q * kCols + jj] = pair_word(l.h[2 * q], l.h[2 * q + 1]);
-        ws[(pk.pairs + q) * kCols + jj] = pair_word(l.l[2 * q], l.l[2 * q + 1]);
-      }
-      for (size_t kk = 0; kk < step; ++kk) {
-        we[kk * kCols + jj] = static_cast<int16_t>(l.e[kk] + 127);
-        wl[kk * kCols + jj] = l.lsb[kk];
-      }
-      wbits[jj] = l.bits_max;
-      wlo[jj] = l.lo;
-      wpb[jj] = pow2f(l.lo);
-      split = split || l.split;
-      top_bits = std::max(top_bits, l.bits_max);
-    }
-    pk.bsplit[pl] = split;
-    pk.bmax[pl] = top_bits;
-  }
   return pk;
+}
+
+CodeTables32::CodeTables32(const int32_t* s, const int16_t* n, const int16_t* l) {
+  for (int c = 0; c < 264; ++c) {
+    const bool code = c < 256, nonzero = code && s[c] != 0;
+    sig[c] = code ? s[c] : 0;
+    nom[c] = code ? n[c] : kZeroExp;
+    lsb[c] = nonzero ? l[c] : kNoLsb;
+  }
 }
 
 // (b) again with the products' own lowest set bit L (at least lo_a + lo_b): where a product's lies below

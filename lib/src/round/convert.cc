@@ -215,31 +215,32 @@ std::vector<std::string> TargetNames() {
 }  // namespace
 
 namespace simd {
-bool CpuHasFp16Products() {
+namespace {
+// CPUID leaf 7's feature words (ebx, ecx, edx), zero where the CPU has no such leaf or is not x86.
+struct Leaf7 {
+  unsigned b = 0, c = 0, d = 0;
+};
+Leaf7 CpuLeaf7() {
+  Leaf7 l;
 #if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0;
+  if (__get_cpuid_count(7, 0, &a, &l.b, &l.c, &l.d) == 0) return Leaf7{};
+#endif
+  return l;
+}
+}  // namespace
+bool CpuHasVnni() {
   static const bool has = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
-    return (d >> 23 & 1) != 0 && (c >> 11 & 1) != 0 && (b >> 30 & 1) != 0;  // AVX512-FP16, -VNNI, -BW
+    const Leaf7 l = CpuLeaf7();
+    return (l.c >> 11 & 1) != 0 && (l.b >> 30 & 1) != 0;  // AVX512-VNNI, -BW
   }();
   return has;
-#else
-  return false;
-#endif
+}
+bool CpuHasFp16Products() {
+  static const bool has = CpuHasVnni() && (CpuLeaf7().d >> 23 & 1) != 0;  // and AVX512-FP16
+  return has;
 }
 bool Fp16Products() { return fp16_allowed && CpuHasFp16Products(); }
-bool CpuHasVnni() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool has = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
-    return (c >> 11 & 1) != 0 && (b >> 30 & 1) != 0;  // AVX512-VNNI, -BW
-  }();
-  return has;
-#else
-  return false;
-#endif
-}
 bool VnniSums() { return vnni_allowed && CpuHasVnni(); }
 }  // namespace simd
 

@@ -121,7 +121,7 @@ void RunGemmBench(const BenchArgs& a, nlohmann::json& j) {
   for (int n : a.gemm_sizes) {
     const size_t sz = static_cast<size_t>(n);
     std::mt19937 rng(7);
-    std::vector<float> fa(sz * sz), fb(sz * sz), fc(sz * sz);
+    std::vector<float> fa(sz * sz), fb(sz * sz), fc(sz * sz), fd(sz * sz);
     std::vector<double> da(sz * sz), db(sz * sz), dc(sz * sz);
     std::normal_distribution<float> nd;
     for (size_t i = 0; i < fa.size(); ++i) {
@@ -146,7 +146,8 @@ void RunGemmBench(const BenchArgs& a, nlohmann::json& j) {
           fn = [&] { eigen.dgemm(da.data(), db.data(), dc.data(), n, n, n); };
         } else {
           const AccumModel m = AccumModelByName(c.model);
-          fn = [&, m] { (void)Gemm(ops[ci].first, ops[ci].second, nullptr, m); };
+          // (into a buffer of the caller's, as Eigen's rows write into fc: GemmInto, Gemm's bits)
+          fn = [&, m] { GemmInto(ops[ci].first, ops[ci].second, nullptr, m, fd.data()); };
         }
         rows.push_back({c.name, c.baseline, n, t, MedianSeconds(a.gemm_reps, fn), c.target});
       }

@@ -372,8 +372,7 @@ qmx_status qmx_gemm(const char* model, const qmx_operand* a, const qmx_operand* 
     Need(model, "qmx_gemm", "model");
     Need(d, "qmx_gemm", "d");
     const qmx::GemmOperand ga = OperandOf(a, "a"), gb = OperandOf(b, "b");
-    const std::vector<float> out = qmx::Gemm(ga, gb, c, qmx::AccumModelByName(model));
-    std::memcpy(d, out.data(), out.size() * sizeof(float));
+    qmx::GemmInto(ga, gb, c, qmx::AccumModelByName(model), d);
   });
 }
 

@@ -189,6 +189,11 @@ void ValidateAccumModel(const AccumModel& m);
 // block-exact and fp32-seq.
 std::vector<float> Gemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
                         Exec exec = Exec::kParallel);
+// Gemm into the caller's storage: d (M x N, row-major) receives D, bit for bit Gemm's, without the
+// allocation of a result (whose first touch costs a page fault per 4 KiB on some hosts). d may overlap
+// c_in (D = A B + C in place: then through a copy). Throws as Gemm does, and qmx::Error for a null d.
+void GemmInto(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model, float* d,
+              Exec exec = Exec::kParallel);
 // The factor Gemm multiplies output (i, j) by after accumulation under `rule` (1 when none applies).
 float GemmAlphaAt(const GemmOperand& a, const GemmOperand& b, AlphaRule rule, size_t i, size_t j);
 // GemmFusedStepCounts (which path the fused kernel's steps took) is a test hook: qmx/testing.h.

@@ -4,7 +4,9 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -700,6 +702,28 @@ float GemmAlphaAt(const GemmOperand& a, const GemmOperand& b, AlphaRule rule, si
   return plan.has_alpha ? plan.AlphaAt(i, j) : 1.0f;
 }
 
+namespace {
+
+// D into out (plan.m x plan.n, zeroed) for operands and a model past SplitHmma.
+void GemmPlanned(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
+                 const detail::GemmPlan& plan, Exec exec, float* out) {
+  if (detail::GemmFast(a, b, c_in, model, plan, exec, out)) {
+    detail::CanonicalizeNans(model, out, plan.m * plan.n);
+    return;
+  }
+  // Generic path: the reference, rows in parallel (each output is computed alone, so the result does
+  // not depend on the thread count).
+  const size_t rows_per = 4;
+  const long chunks = static_cast<long>((plan.m + rows_per - 1) / rows_per);
+#pragma omp parallel for schedule(dynamic) if (exec == Exec::kParallel)
+  for (long c = 0; c < chunks; ++c) {
+    const size_t i0 = static_cast<size_t>(c) * rows_per;
+    detail::GemmRefRows(a, b, c_in, model, plan, i0, std::min(plan.m, i0 + rows_per), out);
+  }
+}
+
+}  // namespace
+
 std::vector<float> Gemm(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model,
                         Exec exec) {
   {
@@ -710,20 +734,29 @@ std::vector<float> Gemm(const GemmOperand& a, const GemmOperand& b, const float*
   const detail::ScopedDefaultFpEnv fp_env;  // the OpenMP loops below take their own
   const detail::GemmPlan plan = detail::PlanGemm(a, b, c_in, model);
   std::vector<float> out(plan.m * plan.n);
-  if (detail::GemmFast(a, b, c_in, model, plan, exec, out.data())) {
-    detail::CanonicalizeNans(model, out.data(), out.size());
-    return out;
-  }
-  // Generic path: the reference, rows in parallel (each output is computed alone, so the result does
-  // not depend on the thread count).
-  const size_t rows_per = 4;
-  const long chunks = static_cast<long>((plan.m + rows_per - 1) / rows_per);
-#pragma omp parallel for schedule(dynamic) if (exec == Exec::kParallel)
-  for (long c = 0; c < chunks; ++c) {
-    const size_t i0 = static_cast<size_t>(c) * rows_per;
-    detail::GemmRefRows(a, b, c_in, model, plan, i0, std::min(plan.m, i0 + rows_per), out.data());
-  }
+  GemmPlanned(a, b, c_in, model, plan, exec, out.data());
   return out;
+}
+
+void GemmInto(const GemmOperand& a, const GemmOperand& b, const float* c_in, const AccumModel& model, float* d,
+              Exec exec) {
+  if (d == nullptr) throw Error("GemmInto: D is null");
+  {
+    GemmOperand pa, pb;
+    AccumModel pm;
+    if (detail::SplitHmma(a, b, model, pa, pb, pm)) return GemmInto(pa, pb, c_in, pm, d, exec);
+  }
+  const detail::ScopedDefaultFpEnv fp_env;
+  const detail::GemmPlan plan = detail::PlanGemm(a, b, c_in, model);
+  const size_t total = plan.m * plan.n;
+  const auto at = [](const float* p) { return reinterpret_cast<std::uintptr_t>(p); };
+  if (c_in != nullptr && at(c_in) < at(d + total) && at(d) < at(c_in + total)) {  // D over C: through a copy
+    const std::vector<float> out = Gemm(a, b, c_in, model, exec);
+    std::copy(out.begin(), out.end(), d);
+    return;
+  }
+  std::fill(d, d + total, 0.0f);
+  GemmPlanned(a, b, c_in, model, plan, exec, d);
 }
 
 }  // namespace qmx

@@ -237,6 +237,63 @@ TEST_CASE("gemm: the Highway kernels equal the reference on every SIMD target, a
   }
 }
 
+TEST_CASE("gemm: the fused kernel's lean steps and exponent-add terms equal the reference at C's extremes", "[gemm]") {
+  // The exponent-add terms clamp each output's shift at 0 where C dwarfs every product (2^60, 2^100: emax
+  // past F + c) and at 125 where a step has no nonzero product and C is tiny or zero (emax at the -126
+  // floor); the lean steps' one range test sends units below -126 or above 103 to the general rounding
+  // (C near 2^-126, subnormal, and near FP32's top, where some outputs overflow to the reference).
+  // Row 0 of A is zero, row 1 holds only the smallest subnormal; E4M3 and E5M2 give different shifts c.
+  // C's values below the zero rule's reach (2^-118) and near 2^128 send their whole rows to the reference
+  // (ZeroRuleRisks, overflow), so they stay in rows 7 and 8; the kernel decides every other row.
+  std::mt19937 rng(46);
+  const float extremes[] = {0.0f, -0.0f, 0x1p60f, -0x1p100f, 1.0f, 0x1p110f, -0x1p-110f, 0x1.8p-117f};
+  const float referred[] = {0x1p-140f, -0x1p-149f, 0x1p-126f, -0x1.8p-120f, 0x1.fffffep127f, -0x1p127f};
+  // K = 40 as well: two and a half steps, before a wrong term's garbage could grow into an overflow that the
+  // reference would then redo.
+  for (const size_t k : {96, 40})
+    for (const Format* fa : {&fmt::kE4M3, &fmt::kE5M2}) {
+      const size_t m = 9, n = 37;
+      std::vector<uint8_t> ca = RandomCodes(*fa, m * k, rng, false), cb = RandomCodes(fmt::kE4M3, k * n, rng, false);
+      std::fill(ca.begin(), ca.begin() + k, uint8_t{0});
+      std::fill(ca.begin() + k, ca.begin() + 2 * k, uint8_t{0x01});
+      const GemmOperand a = OperandFromCodes(*fa, m, k, ca.data()), b = OperandFromCodes(fmt::kE4M3, k, n, cb.data());
+      std::vector<float> c(m * n);
+      std::normal_distribution<float> nd;
+      for (size_t i = 0; i < c.size(); ++i)
+        c[i] = i / n >= 7   ? referred[rng() % std::size(referred)]
+               : i % 3 == 0 ? nd(rng)
+                            : extremes[rng() % std::size(extremes)];
+      for (const char* name : {"ada-mma-fp8", "ada-mma-fp8-k16", "hopper-fp8-fast", "fused:step=32,F=25,zero-exp=-126",
+                               "fused:step=16,F=13,term=rne,out=rz"})
+        CheckEverywhere(a, b, c, AccumModelByName(name), std::string(fa->name) + " x e4m3, C's extremes");
+    }
+}
+
+TEST_CASE("gemm: GemmInto writes Gemm's bits into the caller's storage, C itself included", "[gemm]") {
+  std::mt19937 rng(47);
+  const GemmOperand a = Codes(fmt::kE4M3, 13, 70, rng), b = Codes(fmt::kE5M2, 70, 21, rng);
+  std::vector<float> c(13 * 21);
+  std::normal_distribution<float> nd;
+  for (float& v : c) v = nd(rng) * 64;
+  for (const char* name : {"ada-mma-fp8", "exact", "fp32-seq", "hopper-fp8"}) {
+    const AccumModel m = AccumModelByName(name);
+    const std::vector<float> want = Gemm(a, b, c.data(), m), plain = Gemm(a, b, nullptr, m);
+    std::vector<float> d(c.size(), std::numeric_limits<float>::quiet_NaN());  // stale contents are overwritten
+    GemmInto(a, b, c.data(), m, d.data());
+    RequireSame(d, want, std::string(name) + " into a buffer");
+    GemmInto(a, b, nullptr, m, d.data());
+    RequireSame(d, plain, std::string(name) + " without C into a used buffer");
+    std::vector<float> inplace = c;  // D = A B + C over C
+    GemmInto(a, b, inplace.data(), m, inplace.data());
+    RequireSame(inplace, want, std::string(name) + " in place");
+  }
+  CHECK_THROWS_WITH(GemmInto(a, b, nullptr, AccumModelByName("exact"), nullptr), Catch::Contains("D is null"));
+  const GemmOperand wrong = Codes(fmt::kE4M3, 71, 5, rng);
+  std::vector<float> d(13 * 5, 7.0f);
+  CHECK_THROWS_AS(GemmInto(a, wrong, nullptr, AccumModelByName("exact"), d.data()), Error);
+  CHECK(d == std::vector<float>(13 * 5, 7.0f));  // a rejected call leaves D alone
+}
+
 TEST_CASE("gemm: block-exact rounds each block once into FP32 where a double sum would round twice", "[gemm]") {
   // Block 2's sum 256*256 + 2^-9*2^-9 = 2^16 + 2^-18 is exact in FP64; scaled, it meets the FP32
   // accumulator of block 1 at a distance the double sum cannot hold, just past an FP32 midpoint:

@@ -7,10 +7,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "gemm/gemm_internal.h"
@@ -306,6 +308,47 @@ inline void ReportFp16Steps(const std::vector<uint64_t>& counts) {
 }
 #endif
 
+// Terms by exponent adds (ShiftPlanFor): where the formats allow, A is packed times 2^-c, so that every
+// nonzero product a' b = a b 2^-c is a normal FP32 number and each output's factor 2^(F - emax) becomes
+// 2^sh, sh = F + c - emax, added to the product's exponent field (an integer add, where a second FP32
+// multiply took a multiplier port). sh is clamped to 0 .. 125: at 125 a zero product's bits (+-0) give
+// +-2^-2, whose term is 0; at 0 (emax > F + c) the true terms are all below 1/2 (c >= EPmax + 3, EPmax
+// the largest sum of two nominal exponents) and so is a' b < 2^(EPmax + 2 - c); sh = 125 clamps only
+// where emax < F + c - 125 <= EPmin, the smallest sum, so every product of the step is zero.
+struct ShiftPlan {
+  bool ok = false;
+  int c = 0;
+};
+
+ShiftPlan ShiftPlanFor(const FusedGemmArgs& g) {
+  ShiftPlan s;
+  if (g.a.scales != nullptr || g.b.scales != nullptr) return s;
+  struct Side {
+    double vmin = HUGE_VAL;         // smallest nonzero finite |value|
+    int emin = 1000, emax = -1000;  // nominal exponents of the nonzero finite codes
+  };
+  const auto measure = [&](const CodeMatrix<float>& v, const CodeMatrix<int32_t>& e, Side& d) {
+    for (int code = 0; code < 256; ++code) {
+      const double x = std::fabs(static_cast<double>(v.table[code]));
+      if (e.table[code] == g.zero_code || x == 0 || !std::isfinite(x)) continue;  // (non-finite: not in the data)
+      if (std::ldexp(x, -e.table[code]) >= 2) return false;                       // significands below 2
+      d.vmin = std::min(d.vmin, x);
+      d.emin = std::min(d.emin, e.table[code]);
+      d.emax = std::max(d.emax, e.table[code]);
+    }
+    return d.emin <= d.emax;
+  };
+  Side a, b;
+  if (!measure(g.a, g.ea, a) || !measure(g.b, g.eb, b)) return s;
+  const int c = std::max(0, a.emax + b.emax + 3);
+  // a 2^-c and a b 2^-c normal (at least 2^-126), and the upper clamp only where every product is zero.
+  const int lo_a = std::ilogb(a.vmin), lo_p = std::ilogb(a.vmin * b.vmin);
+  if (c > 126 + std::min(lo_a, lo_p) || c > 125 + a.emin + b.emin - g.frac_bits || g.frac_bits + 2 > 127) return s;
+  s.ok = true;
+  s.c = c;
+  return s;
+}
+
 // What the fused kernel's tiles read (PackFused): the operands' values, their int8 exponents, the zero flags
 // and the promotion's block scales in panels, and the call's K sizes.
 struct FusedPacks {
@@ -314,6 +357,7 @@ struct FusedPacks {
   // accumulator applies it anyway, and a nonzero one has put emax at -126 or above already. No flags.
   bool zero_floor = false;
   Buf<float> pa, pb;      // the elements in FP32 (F32Terms), where the FP16 products do not apply
+  ShiftPlan shift;        // pa holds A times 2^-shift.c where shift.ok
   Buf<int8_t> pea, peb;   // PackRowsExp8Pairs, PackColsExp8Twice
   Buf<int32_t> pza, pzb;  // some product of the step is zero (StepZeroFlags), where the rule needs flags
   Buf<float> psa, psb;    // the promotion's block scales, where g.sa is given
@@ -341,7 +385,14 @@ FusedPacks PackFused(const FusedGemmArgs& g, size_t lanes, size_t nr) {
   const bool f32_terms = true;
 #endif
   if (f32_terms) {
-    pk.pa = PackRows(g.a, R, par);
+    pk.shift = ShiftPlanFor(g);
+    std::array<float, 256> scaled{};
+    CodeMatrix<float> a = g.a;
+    if (pk.shift.ok) {
+      for (int code = 0; code < 256; ++code) scaled[code] = std::ldexp(g.a.table[code], -pk.shift.c);
+      a.table = scaled.data();
+    }
+    pk.pa = PackRows(a, R, par);
     pk.pb = PackCols(g.b, nr, par);
   }
   pk.pea = PackRowsExp8Pairs(g.ea, R, g.zero_code, par);
@@ -442,19 +493,31 @@ HWY_INLINE bool Fp16Terms(DF df, const FusedTile<DF>& t, size_t s0, size_t s1, u
 }
 #endif
 
-// The step's product terms by FP32 products (AddTermsI32) added to sum.
+// The step's product terms by FP32 products added to sum: by exponent adds where the plan allows
+// (AddTermsShiftI32), else by a second multiply (AddTermsI32).
 template <bool kTermRne, class DF, class VI>
 HWY_INLINE void F32Terms(DF df, const FusedTile<DF>& t, size_t s0, size_t s1, const VI (&emax)[kFusedMr][2],
                          VI (&sum)[kFusedMr][2]) {
   constexpr size_t R = kFusedMr;
+  const hn::RebindToSigned<DF> di;
   const size_t nr = 2 * hn::Lanes(df);
+  const float* ap = t.pk.pa.get() + (t.p * t.g.k + s0) * R;
+  const float* bp = t.pk.pb.get() + (t.q * t.g.k + s0) * nr;
+  if (t.pk.shift.ok) {
+    VI sh[R][2];
+    const VI top = hn::Set(di, t.g.frac_bits + t.pk.shift.c);
+    for (size_t r = 0; r < R; ++r)
+      for (size_t h = 0; h < 2; ++h)
+        sh[r][h] = hn::ShiftLeft<23>(hn::Min(hn::Max(hn::Sub(top, emax[r][h]), hn::Zero(di)), hn::Set(di, 125)));
+    AddTermsShiftI32<kTermRne, R>(df, ap, bp, s1 - s0, sh, sum);
+    return;
+  }
   // Products scale by 2^(F - emax) (clamped: out of range only when every product is zero or too small to
   // leave a bit).
   hn::Vec<DF> g2[R][2];
   for (size_t r = 0; r < R; ++r)
     for (size_t h = 0; h < 2; ++h) g2[r][h] = Pow2OrZero(df, hn::Sub(t.fbits, emax[r][h]));
-  AddTermsI32<kTermRne, R>(df, t.pk.pa.get() + (t.p * t.g.k + s0) * R, t.pk.pb.get() + (t.q * t.g.k + s0) * nr, 0,
-                           s1 - s0, g2, sum);
+  AddTermsI32<kTermRne, R>(df, ap, bp, 0, s1 - s0, g2, sum);
 }
 
 // The step's sum (units of 2^(emax - F), below 2^24: exact in FP32) rounded to out_bits into part; `bad` gains
@@ -495,6 +558,49 @@ HWY_INLINE void FusedStep(DF df, const FusedTile<DF>& t, size_t s0, size_t s1, [
   RoundFusedStep<kOutRne>(df, t, emax, sum, part, bad);
 }
 
+// FusedStep where neither the FP16 products nor the zero flags apply (kFloor: the zero-term rule as the floor
+// zero_exp <= -126 in every lane; else no rule), written for registers: each step's exponents, accumulator
+// terms and rounding unrolled over the tile, and, toward zero, one test per step that every output's unit
+// 2^(emax - F) leaves its rounded sum (below 2^24) a normal number (-126 <= emax - F <= 103), where the
+// scaling alone is the rounding's result (ScaleStepSum's rule); else RoundFusedStep decides.
+template <bool kTermRne, bool kOutRne, bool kFloor, class DF>
+HWY_INLINE void LeanFusedStep(DF df, const FusedTile<DF>& t, size_t s0, size_t s1, hn::Vec<DF> (&part)[kFusedMr][2],
+                              hn::Mask<DF> (&bad)[kFusedMr][2]) {
+  constexpr size_t R = kFusedMr;
+  using VI = hn::Vec<hn::RebindToSigned<DF>>;
+  const hn::RebindToSigned<DF> di;
+  const FusedPacks& pk = t.pk;
+  const size_t nr = 2 * hn::Lanes(df);
+  VI emax[R][2], sum[R][2];
+  MaxProductExps<R>(di, pk.pea.get() + (t.p * t.g.k + s0) * 2 * R, pk.peb.get() + (t.q * t.g.k + s0) * 2 * nr, s1 - s0,
+                    emax);
+  HWY_UNROLL(8)
+  for (size_t x = 0; x < 2 * R; ++x) {  // (one loop over the tile's vectors: GCC unrolls it whole)
+    const size_t r = x / 2, h = x % 2;
+    const VI ep = kFloor ? hn::Max(emax[r][h], t.zero_exp) : emax[r][h];
+    emax[r][h] = MaxAccExp(df, part[r][h], ep);
+    sum[r][h] = AccTermI32<kTermRne>(df, part[r][h], emax[r][h], t.fbits);
+  }
+  F32Terms<kTermRne>(df, t, s0, s1, emax, sum);
+  if constexpr (!kOutRne) {
+    VI lo = emax[0][0], hi = emax[0][0];
+    HWY_UNROLL(8)
+    for (size_t x = 0; x < 2 * R; ++x) lo = hn::Min(lo, emax[x / 2][x % 2]), hi = hn::Max(hi, emax[x / 2][x % 2]);
+    const int32_t f = t.g.frac_bits;
+    if (hn::AllFalse(di, hn::Or(hn::Lt(lo, hn::Set(di, f - 126)), hn::Gt(hi, hn::Set(di, f + 103))))) {
+      HWY_UNROLL(8)
+      for (size_t x = 0; x < 2 * R; ++x) {
+        const size_t r = x / 2, h = x % 2;
+        hn::Mask<DF> ok;
+        const hn::Vec<DF> kept = hn::BitCast(df, hn::And(hn::BitCast(di, hn::ConvertTo(df, sum[r][h])), t.keep));
+        part[r][h] = ScaleStepSum(df, kept, hn::Sub(emax[r][h], t.fbits), ok);  // (ok in every lane)
+      }
+      return;
+    }
+  }
+  RoundFusedStep<kOutRne>(df, t, emax, sum, part, bad);
+}
+
 // The end of a promotion window [w0, ...): its result part added to the FP32 accumulator, times the K block's
 // scales sa * sb where they are given ((part * sa) * sb where they apply separately); without promotion the
 // part is the accumulator. `bad` gains the lanes that left the finite range.
@@ -526,7 +632,7 @@ HWY_INLINE void PromoteWindow(DF df, const FusedTile<DF>& t, size_t w0, const hn
 // A tile's K chunk [k0c, k0c + len): C's outputs loaded into registers with their non-finite lanes (bad),
 // each promotion window's steps (FusedStep) and its promotion, and C stored back with the bad lanes as NaN,
 // which sends those outputs to the reference.
-template <bool kTermRne, bool kOutRne, class DF>
+template <bool kTermRne, bool kOutRne, int kLean, class DF>
 HWY_INLINE void FusedChunk(DF df, const FusedTile<DF>& t, size_t k0c, size_t len, float* ct, size_t ldc) {
   constexpr size_t R = kFusedMr;
   const size_t step = t.pk.step, window = t.pk.window;
@@ -539,8 +645,11 @@ HWY_INLINE void FusedChunk(DF df, const FusedTile<DF>& t, size_t k0c, size_t len
     hn::Vec<DF> part[R][2];
     for (size_t r = 0; r < R; ++r)
       for (size_t h = 0; h < 2; ++h) part[r][h] = t.g.promote ? hn::Zero(df) : acc[r][h];
-    for (size_t s0 = w0; s0 < w1; s0 += step)
-      FusedStep<kTermRne, kOutRne>(df, t, s0, std::min(w1, s0 + step), counts, part, bad);
+    for (size_t s0 = w0; s0 < w1; s0 += step) {
+      const size_t s1 = std::min(w1, s0 + step);
+      if constexpr (kLean == 0) FusedStep<kTermRne, kOutRne>(df, t, s0, s1, counts, part, bad);
+      else LeanFusedStep<kTermRne, kOutRne, kLean == 1>(df, t, s0, s1, part, bad);
+    }
     PromoteWindow(df, t, w0, part, acc, bad);
   }
   StoreTile<R>(df, acc, bad, ct, ldc);
@@ -564,10 +673,19 @@ bool GemmFusedF32Impl(const FusedGemmArgs& g, float* c) {
   if (pk.f16.plan.ok) counts = f16_count.data();
 #endif
   const auto keep = hn::Set(di, static_cast<int32_t>(~((1u << (24 - g.out_bits)) - 1)));
-  const auto run_chunk = [&](const FusedTile<DF>& t, size_t k0c, size_t len, float* ct, size_t ldc) {
-    FusedChunk<kTermRne, kOutRne>(df, t, k0c, len, ct, ldc);
+  const FusedTile<DF> tile{CallTile(df, g, pk), keep, counts};
+  // The lean steps (LeanFusedStep) where no FP16 products and no zero flags apply: 1 with the zero rule's
+  // floor, 2 without a rule.
+  const bool lean = counts == nullptr && (!g.track_zero || pk.zero_floor);
+  const auto run = [&](auto lean_kind) {
+    ForEachTile<kFusedMr>(tile, c, nr, ChunkFor(pk.window),
+                          [&](const FusedTile<DF>& t, size_t k0c, size_t len, float* ct, size_t ldc) {
+                            FusedChunk<kTermRne, kOutRne, decltype(lean_kind)::value>(df, t, k0c, len, ct, ldc);
+                          });
   };
-  ForEachTile<kFusedMr>(FusedTile<DF>{CallTile(df, g, pk), keep, counts}, c, nr, ChunkFor(pk.window), run_chunk);
+  if (!lean) run(std::integral_constant<int, 0>());
+  else if (pk.zero_floor) run(std::integral_constant<int, 1>());
+  else run(std::integral_constant<int, 2>());
 #if QMX_AVX512
   ReportFp16Steps(f16_count);
 #endif

@@ -448,6 +448,31 @@ HWY_INLINE void AddTermsI32(DF df, const float* ap, const float* bp, size_t k0, 
   for (size_t r = 0; r < R; ++r) sum[r][0] = acc[r][0], sum[r][1] = acc[r][1];
 }
 
+// AddTermsI32 with the factor as an exponent add: sh[r][h] holds each output's power of two shifted into
+// FP32's exponent field, added to the product's bits (the caller keeps every nonzero product times 2^sh
+// a normal number and every zero product's bits plus sh below 1/2; gemm_fused_simd.cc's ShiftPlan).
+template <bool kRne, size_t R, class DF>
+HWY_INLINE void AddTermsShiftI32(DF df, const float* ap, const float* bp, size_t len,
+                                 const hn::Vec<hn::RebindToSigned<DF>> (&sh)[R][2],
+                                 hn::Vec<hn::RebindToSigned<DF>> (&sum)[R][2]) {
+  const hn::RebindToSigned<DF> di;
+  const size_t N = hn::Lanes(df), nr = 2 * N;
+  hn::Vec<decltype(di)> acc[R][2];
+  for (size_t r = 0; r < R; ++r) acc[r][0] = sum[r][0], acc[r][1] = sum[r][1];
+  for (size_t kk = 0; kk < len; ++kk) {
+    const auto b0 = hn::LoadU(df, bp + kk * nr), b1 = hn::LoadU(df, bp + kk * nr + N);
+    HWY_UNROLL(4)
+    for (size_t r = 0; r < R; ++r) {
+      const auto x = hn::Set(df, ap[kk * R + r]);
+      const auto p0 = hn::BitCast(df, hn::Add(hn::BitCast(di, hn::Mul(x, b0)), sh[r][0]));
+      const auto p1 = hn::BitCast(df, hn::Add(hn::BitCast(di, hn::Mul(x, b1)), sh[r][1]));
+      acc[r][0] = hn::Add(ToI32InRange<kRne>(di, p0), acc[r][0]);
+      acc[r][1] = hn::Add(ToI32InRange<kRne>(di, p1), acc[r][1]);
+    }
+  }
+  for (size_t r = 0; r < R; ++r) sum[r][0] = acc[r][0], sum[r][1] = acc[r][1];
+}
+
 // ---- The largest nominal exponent of a step's products, two rows per int8 vector --------------------
 //
 // The fused kernels need, per output and step, emax_p = max over k of ea(i, k) + eb(k, j) over the

@@ -635,7 +635,9 @@ HWY_INLINE void PromoteWindow(DF df, const FusedTile<DF>& t, size_t w0, const hn
 template <bool kTermRne, bool kOutRne, int kLean, class DF>
 HWY_INLINE void FusedChunk(DF df, const FusedTile<DF>& t, size_t k0c, size_t len, float* ct, size_t ldc) {
   constexpr size_t R = kFusedMr;
-  const size_t step = t.pk.step, window = t.pk.window;
+  // Without promotion the chunk is one window: PromoteWindow would only copy the part and test it, and every
+  // step that leaves the finite range has marked its lanes already (RoundFusedStep).
+  const size_t step = t.pk.step, window = t.g.promote ? t.pk.window : len;
   hn::Vec<DF> acc[R][2];
   hn::Mask<DF> bad[R][2];  // lanes whose accumulation left the finite range
   LoadTile<R>(df, ct, ldc, acc, bad);

@@ -237,20 +237,24 @@ TEST_CASE("gemm: the Highway kernels equal the reference on every SIMD target, a
   }
 }
 
-TEST_CASE("gemm: the fused kernel's lean steps and exponent-add terms equal the reference at C's extremes", "[gemm]") {
+TEST_CASE("gemm: the fused kernels' lean steps and exponent-add terms equal the reference at C's extremes", "[gemm]") {
   // The exponent-add terms clamp each output's shift at 0 where C dwarfs every product (2^60, 2^100: emax
   // past F + c) and at 125 where a step has no nonzero product and C is tiny or zero (emax at the -126
   // floor); the lean steps' one range test sends units below -126 or above 103 to the general rounding
   // (C near 2^-126, subnormal, and near FP32's top, where some outputs overflow to the reference).
   // Row 0 of A is zero, row 1 holds only the smallest subnormal; E4M3 and E5M2 give different shifts c.
   // C's values below the zero rule's reach (2^-118) and near 2^128 send their whole rows to the reference
-  // (ZeroRuleRisks, overflow), so they stay in rows 7 and 8; the kernel decides every other row.
+  // (ZeroRuleRisks, overflow), so they stay in rows 7 and 8; the kernel decides every other row. F = 25
+  // (rtx-blackwell-f8f6f4, blackwell-mxf8f6f4, the fused: string) runs the scaled kernel's lean steps.
   std::mt19937 rng(46);
   const float extremes[] = {0.0f, -0.0f, 0x1p60f, -0x1p100f, 1.0f, 0x1p110f, -0x1p-110f, 0x1.8p-117f};
   const float referred[] = {0x1p-140f, -0x1p-149f, 0x1p-126f, -0x1.8p-120f, 0x1.fffffep127f, -0x1p127f};
+  const char* models[] = {"ada-mma-fp8",          "ada-mma-fp8-k16",    "hopper-fp8-fast",
+                          "rtx-blackwell-f8f6f4", "blackwell-mxf8f6f4", "fused:step=32,F=25,zero-exp=-126",
+                          "fused:step=16,F=13,term=rne,out=rz"};
   // K = 40 as well: two and a half steps, before a wrong term's garbage could grow into an overflow that the
   // reference would then redo.
-  for (const size_t k : {96, 40})
+  for (const size_t k : {96, 40}) {
     for (const Format* fa : {&fmt::kE4M3, &fmt::kE5M2}) {
       const size_t m = 9, n = 37;
       std::vector<uint8_t> ca = RandomCodes(*fa, m * k, rng, false), cb = RandomCodes(fmt::kE4M3, k * n, rng, false);
@@ -259,14 +263,14 @@ TEST_CASE("gemm: the fused kernel's lean steps and exponent-add terms equal the 
       const GemmOperand a = OperandFromCodes(*fa, m, k, ca.data()), b = OperandFromCodes(fmt::kE4M3, k, n, cb.data());
       std::vector<float> c(m * n);
       std::normal_distribution<float> nd;
-      for (size_t i = 0; i < c.size(); ++i)
-        c[i] = i / n >= 7   ? referred[rng() % std::size(referred)]
-               : i % 3 == 0 ? nd(rng)
-                            : extremes[rng() % std::size(extremes)];
-      for (const char* name : {"ada-mma-fp8", "ada-mma-fp8-k16", "hopper-fp8-fast", "fused:step=32,F=25,zero-exp=-126",
-                               "fused:step=16,F=13,term=rne,out=rz"})
-        CheckEverywhere(a, b, c, AccumModelByName(name), std::string(fa->name) + " x e4m3, C's extremes");
+      for (size_t i = 0; i < c.size(); ++i) {
+        if (i / n >= 7) c[i] = referred[rng() % std::size(referred)];
+        else c[i] = i % 3 == 0 ? nd(rng) : extremes[rng() % std::size(extremes)];
+      }
+      for (const char* name : models)
+        CheckEverywhere(a, b, c, AccumModelByName(name), std::string(fa->name) + " x e4m3, K " + std::to_string(k));
     }
+  }
 }
 
 TEST_CASE("gemm: GemmInto writes Gemm's bits into the caller's storage, C itself included", "[gemm]") {

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "gemm/gemm_internal.h"
@@ -412,9 +413,66 @@ HWY_INLINE void RoundScaledI32Step(DF df, const ScaledI32Tile<DF>& t, const VI (
     }
 }
 
+// One step where the zero-term rule is the floor zero_exp <= -126 (no flags), written for registers as the
+// fused kernel's LeanFusedStep: the exponents and accumulator terms unrolled over the tile, and with 24-bit
+// output one test a step that no int32 total wraps and every unit 2^(emax - F) keeps the rounded total
+// (below 2^31) a normal number (-126 <= emax - F <= 96), where the scaling alone is the rounding's result;
+// else RoundScaledI32Step decides.
+template <bool kTermRne, bool kOutRne, class DF>
+HWY_INLINE void LeanScaledI32Step(DF df, const ScaledI32Tile<DF>& t, size_t s0, size_t s1,
+                                  hn::Vec<DF> (&part)[kFusedMr][2], hn::Mask<DF> (&bad)[kFusedMr][2]) {
+  constexpr size_t R = kFusedMr;
+  using VI = hn::Vec<hn::RebindToSigned<DF>>;
+  const hn::RebindToSigned<DF> di;
+  const ScaledFusedArgs& g = t.g;
+  const ScaledI32Packs& pk = t.pk;
+  const size_t N = hn::Lanes(df), nr = 2 * N, blk = s0 / g.kb;
+  VI emax[R][2], first[R][2], sum[R][2];
+  hn::Vec<DF> gp[R][2];
+  MaxProductExps<R>(di, pk.pea.get() + (t.p * g.k + s0) * 2 * R, pk.peb.get() + (t.q * g.k + s0) * 2 * nr, s1 - s0,
+                    emax);
+  const int32_t* xap = pk.pxa.get() + (t.p * pk.nb + blk) * R;
+  const int32_t* xbp = pk.pxb.get() + (t.q * pk.nb + blk) * nr;
+  HWY_UNROLL(8)
+  for (size_t x = 0; x < 2 * R; ++x) {  // (one loop over the tile's vectors: GCC unrolls it whole)
+    const size_t r = x / 2, h = x % 2;
+    const VI xs = hn::Add(hn::Set(di, xap[r]), hn::LoadU(di, xbp + h * N));
+    // (kNoProduct + xs stays far below every exponent: the floor takes those lanes)
+    emax[r][h] = MaxAccExp(df, part[r][h], hn::Max(hn::Add(emax[r][h], xs), t.zero_exp));
+    gp[r][h] = Pow2Scale(df, hn::Add(hn::Sub(t.fbits, emax[r][h]), xs));
+    sum[r][h] = AccTermI32<kTermRne>(df, part[r][h], emax[r][h], t.fbits);
+  }
+  ScaledI32Terms<kTermRne>(df, t, s0, s1, gp, first, sum);
+  if (g.out_bits == 24) {
+    VI lo = emax[0][0], hi = emax[0][0], total[R][2];
+    auto wrapped = hn::Zero(di);
+    HWY_UNROLL(8)
+    for (size_t x = 0; x < 2 * R; ++x) {
+      const size_t r = x / 2, h = x % 2;
+      total[r][h] = hn::Add(first[r][h], sum[r][h]);
+      // (a total wraps where both sums' signs differ from its own)
+      wrapped = hn::Or(wrapped, hn::And(hn::Xor(first[r][h], total[r][h]), hn::Xor(sum[r][h], total[r][h])));
+      lo = hn::Min(lo, emax[r][h]), hi = hn::Max(hi, emax[r][h]);
+    }
+    const int32_t f = g.frac_bits;
+    const auto out = hn::Or(hn::Lt(wrapped, hn::Zero(di)),
+                            hn::Or(hn::Lt(lo, hn::Set(di, f - 126)), hn::Gt(hi, hn::Set(di, f + 96))));
+    if (hn::AllFalse(di, out)) {
+      HWY_UNROLL(8)
+      for (size_t x = 0; x < 2 * R; ++x) {
+        const size_t r = x / 2, h = x % 2;
+        hn::Mask<DF> ok;
+        part[r][h] = ScaleStepSum(df, I32ToF32<kOutRne>(df, total[r][h]), hn::Sub(emax[r][h], t.fbits), ok);
+      }
+      return;
+    }
+  }
+  RoundScaledI32Step<kOutRne>(df, t, emax, first, sum, part, bad);
+}
+
 // A tile's K chunk [k0c, k0c + len): C's outputs loaded with their non-finite lanes (bad), each step's
 // result (exponents, terms, rounding), and C stored back with the bad lanes as NaN for the reference.
-template <bool kTermRne, bool kOutRne, class DF>
+template <bool kTermRne, bool kOutRne, bool kLean, class DF>
 HWY_INLINE void ScaledI32Chunk(DF df, const ScaledI32Tile<DF>& t, size_t k0c, size_t len, float* ct, size_t ldc) {
   using VI = hn::Vec<hn::RebindToSigned<DF>>;
   constexpr size_t R = kFusedMr;
@@ -424,6 +482,10 @@ HWY_INLINE void ScaledI32Chunk(DF df, const ScaledI32Tile<DF>& t, size_t k0c, si
   LoadTile<R>(df, ct, ldc, part, bad);
   for (size_t s0 = k0c; s0 < k0c + len; s0 += step) {
     const size_t s1 = std::min(k0c + len, s0 + step);
+    if constexpr (kLean) {
+      LeanScaledI32Step<kTermRne, kOutRne>(df, t, s0, s1, part, bad);
+      continue;
+    }
     VI emax[R][2], first[R][2], sum[R][2];
     hn::Vec<DF> gp[R][2];
     ScaledI32StepExps<kTermRne>(df, t, s0, s1, part, emax, gp, sum);
@@ -442,10 +504,15 @@ bool GemmScaledI32Impl(const ScaledFusedArgs& g, float* c, size_t chunk) {
   const size_t N = hn::Lanes(df), nr = 2 * N;
   if (2 * hn::Lanes(hn::ScalableTag<double>()) != N) return false;
   const ScaledI32Packs pk = PackScaledI32(g, nr, chunk);
-  const auto run_chunk = [&](const ScaledI32Tile<DF>& t, size_t k0c, size_t len, float* ct, size_t ldc) {
-    ScaledI32Chunk<kTermRne, kOutRne>(df, t, k0c, len, ct, ldc);
+  // The lean steps (LeanScaledI32Step) where the zero rule is a floor, else the general ones.
+  const auto run = [&](auto lean) {
+    ForEachTile<kFusedMr>(CallTile(df, g, pk), c, nr, ChunkFor(pk.step),
+                          [&](const ScaledI32Tile<DF>& t, size_t k0c, size_t len, float* ct, size_t ldc) {
+                            ScaledI32Chunk<kTermRne, kOutRne, decltype(lean)::value>(df, t, k0c, len, ct, ldc);
+                          });
   };
-  ForEachTile<kFusedMr>(CallTile(df, g, pk), c, nr, ChunkFor(pk.step), run_chunk);
+  if (pk.zero_floor) run(std::true_type());
+  else run(std::false_type());
   return true;
 }
 

@@ -156,3 +156,42 @@ def test_cdna4_is_the_exact_instruction_chained_over_k():
     assert_bits_equal(d, chain, "cdna4-mx")
     assert not np.array_equal(d.view(np.uint32), qmx.gemm(qa, qb, "block-exact").view(np.uint32))
     assert "exact over each 128 K" in qmx.describe_model("cdna4-mx")
+
+
+@pytest.mark.parametrize("model", ["ada-mma-fp8", "exact", "hopper-fp8", "ada-mma-fp8-f16"])
+def test_out_takes_d_into_a_given_array(model):
+    # out= writes gemm's bits into the caller's array (qmx::GemmInto), C itself included (D = A B + C in place).
+    rng = np.random.default_rng(11)
+    ca = rng.integers(0, 0x7E, (20, 96), dtype=np.uint8)
+    cb = rng.integers(0, 0x7E, (96, 24), dtype=np.uint8)
+    fp16 = model.endswith("-f16")
+    dtype = np.float16 if fp16 else np.float32
+    c = (rng.standard_normal((20, 24)) * 8).astype(dtype)
+    want = qmx.gemm(ca, cb, model, c, a_format="e4m3", b_format="e4m3")
+    out = np.full((20, 24), np.nan, dtype)
+    got = qmx.gemm(ca, cb, model, c, a_format="e4m3", b_format="e4m3", out=out)
+    assert got is out
+    assert_bits_equal(out, want, model + " out=")
+    inplace = c.copy()
+    qmx.gemm(ca, cb, model, inplace, a_format="e4m3", b_format="e4m3", out=inplace)
+    assert_bits_equal(inplace, want, model + " out=c")
+    ref = np.empty((20, 24), dtype)
+    qmx.gemm(ca, cb, model, c, a_format="e4m3", b_format="e4m3", reference=True, out=ref)
+    assert_bits_equal(ref, want, model + " reference out=")
+
+
+def test_out_refusals():
+    ca = np.zeros((4, 32), np.uint8)
+    cb = np.zeros((32, 5), np.uint8)
+    with pytest.raises(ValueError, match="out must be float32 4 x 5"):
+        qmx.gemm(ca, cb, "exact", a_format="e4m3", b_format="e4m3", out=np.zeros((5, 4), np.float32))
+    with pytest.raises(TypeError, match="out must be float32"):
+        qmx.gemm(ca, cb, "exact", a_format="e4m3", b_format="e4m3", out=np.zeros((4, 5), np.float64))
+    with pytest.raises(TypeError, match="C-contiguous"):
+        qmx.gemm(ca, cb, "exact", a_format="e4m3", b_format="e4m3", out=np.zeros((5, 4), np.float32).T)
+    ro = np.zeros((4, 5), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        qmx.gemm(ca, cb, "exact", a_format="e4m3", b_format="e4m3", out=ro)
+    with pytest.raises(TypeError, match="float16"):
+        qmx.gemm(ca, cb, "ada-mma-fp8-f16", a_format="e4m3", b_format="e4m3", out=np.zeros((4, 5), np.float32))

@@ -494,7 +494,7 @@ def tensor_amax(x, nan_policy="block-nan", *, src="", reference=False):
     return _qmx.tensor_amax(as_array(x), nan_policy, _src_of(x, src), reference)
 
 
-def gemm(a, b, model="exact", c=None, *, a_format=None, b_format=None, reference=False, alpha="decode"):
+def gemm(a, b, model="exact", c=None, *, a_format=None, b_format=None, reference=False, alpha="decode", out=None):
     """D = A B (+ C) in float32 under an accumulation model (gemm_models(): exact, fp32-seq, block-exact,
     hopper-fp8, hopper-fp8-fast, hopper-fp8-vec, ada-fp8, blackwell-mxf8f6f4, blackwell-mxf4nvf4, or
     "fused:step=..,F=..,..."). A (M x K) and B (K x N) are QuantizedTensors, A quantized along K
@@ -507,9 +507,13 @@ def gemm(a, b, model="exact", c=None, *, a_format=None, b_format=None, reference
     bit for bit as on the CPU, into a float32 CUDA tensor (no c; the engine's models: fused and fp32-seq).
     alpha: how NVFP4's factor after accumulation is formed: "decode" (the product of the decode scales),
     "te" (Transformer Engine's cuBLASLt alpha, fl(fl(amax_a amax_b) fl(1/(36 bound_a bound_b)))) or
-    "te-ref" (TE's reference GEMM, fl(fl(amax_a amax_b) / (36 bound_a bound_b)), per line when row-scaled)."""
+    "te-ref" (TE's reference GEMM, fl(fl(amax_a amax_b) / (36 bound_a bound_b)), per line when row-scaled).
+    out: an array to write D into and return (C-contiguous M x N, float32, or float16 for the FP16-output
+    models), the same bits without a new array each call; it may be c itself (D = A B + C in place)."""
     import numpy as np
     if isinstance(a, CudaQuantizedTensor) or isinstance(b, CudaQuantizedTensor):
+        if out is not None:
+            raise ValueError("gemm: out is for host operands; on CUDA tensors the engine returns a new tensor")
         return _gemm_cuda(a, b, model, c, a_format, b_format, reference, alpha)
     if c is not None:
         c = as_array(c)
@@ -519,8 +523,19 @@ def gemm(a, b, model="exact", c=None, *, a_format=None, b_format=None, reference
         a = as_array(a)
     if not isinstance(b, QuantizedTensor):
         b = as_array(b)
-    d = _qmx.gemm(a, b, model, c, a_format, b_format, reference, alpha)
-    return d.astype(np.float16) if _qmx.model_accumulates_fp16(model) else d
+    fp16 = _qmx.model_accumulates_fp16(model)
+    if out is not None and not isinstance(out, np.ndarray):
+        raise TypeError("gemm: out must be a numpy array, not %s" % type(out).__name__)
+    if out is not None and fp16:
+        if out.dtype != np.float16:
+            raise TypeError("gemm: out must be float16 for %s (an FP16-output model), not %s" % (model, out.dtype))
+        d = _qmx.gemm(a, b, model, c, a_format, b_format, reference, alpha)
+        if out.shape != d.shape:
+            raise ValueError("gemm: out must be %d x %d (M x N), not %s" % (d.shape[0], d.shape[1], out.shape))
+        out[...] = d.astype(np.float16)
+        return out
+    d = _qmx.gemm(a, b, model, c, a_format, b_format, reference, alpha, out)
+    return d.astype(np.float16) if fp16 else d
 
 
 def _gemm_cuda(a, b, model, c, a_format, b_format, reference, alpha, stats=None):

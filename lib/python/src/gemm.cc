@@ -4,6 +4,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -48,7 +49,8 @@ void BindGemm(pyb::module_& m) {
   }, pyb::arg("model"), "Whether a model's accumulator and output are FP16 (the FP16-output mma and wgmma).");
   m.def("gemm", [](const pyb::object& a, const pyb::object& b, const std::string& model,
                    const std::optional<pyb::array>& c, const std::optional<std::string>& a_format,
-                   const std::optional<std::string>& b_format, bool reference, const std::string& alpha) {
+                   const std::optional<std::string>& b_format, bool reference, const std::string& alpha,
+                   const std::optional<pyb::array>& out) -> pyb::object {
     const GemmOperand oa = OperandOf(a, a_format, "a"), ob = OperandOf(b, b_format, "b");
     AccumModel am = AccumModelByName(model);
     am.alpha = ParseAlphaRule(alpha);
@@ -59,6 +61,25 @@ void BindGemm(pyb::module_& m) {
         throw Error("c must be float32 " + std::to_string(oa.rows) + " x " + std::to_string(ob.cols) + " (M x N)");
       cp = static_cast<const float*>(ci.data);
     }
+    if (out) {  // D into the caller's array (GemmInto: D may be C itself)
+      pyb::array dst = *out;
+      const InArray oi = F32Input(dst, "out");
+      if (oi.shape != std::vector<size_t>{oa.rows, ob.cols})
+        throw pyb::value_error("out must be float32 " + std::to_string(oa.rows) + " x " + std::to_string(ob.cols) +
+                               " (M x N)");
+      if (!dst.writeable()) throw pyb::value_error("out is read-only");
+      float* o = static_cast<float*>(dst.mutable_data());
+      {
+        pyb::gil_scoped_release nogil;
+        if (reference) {
+          const std::vector<float> d = GemmRef(oa, ob, cp, am);
+          std::copy(d.begin(), d.end(), o);
+        } else {
+          GemmInto(oa, ob, cp, am, o);
+        }
+      }
+      return dst;
+    }
     std::vector<float> d;
     {
       pyb::gil_scoped_release nogil;
@@ -67,7 +88,7 @@ void BindGemm(pyb::module_& m) {
     return ToArray(std::move(d), {oa.rows, ob.cols});
   }, pyb::arg("a"), pyb::arg("b"), pyb::arg("model") = "exact", pyb::arg("c") = std::nullopt,
         pyb::arg("a_format") = std::nullopt, pyb::arg("b_format") = std::nullopt, pyb::arg("reference") = false,
-        pyb::arg("alpha") = "decode");
+        pyb::arg("alpha") = "decode", pyb::arg("out") = std::nullopt);
 
   m.def("scaled_mm_split_k", [](size_t m, size_t n, size_t k, const std::string& out_dtype) -> pyb::object {
     const int s = CublasLtSplitK(m, n, k, ParseScaledMmOut(out_dtype));

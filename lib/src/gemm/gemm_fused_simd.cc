@@ -50,6 +50,31 @@ HWY_INLINE hn::Vec<DF> FusedOutV(DF df, hn::Vec<DF> s, VI unit, int bits) {
   return hn::IfThenZeroElse(hn::Eq(s, hn::Zero(df)), hn::CopySign(v, s));
 }
 
+// What the plans of the FP32 and FP16 terms (ShiftPlanFor, Fp16PlanFor) read of an operand's codes: over
+// its nonzero finite codes (the others are not in the data: the dispatcher checks), the largest significand
+// at the nominal exponent, the smallest magnitude, the most significant bits, the lowest LSB exponent and the
+// range of nominal exponents. False where some significand is 2 or more.
+struct CodeSide {
+  double sig = 0, vmin = HUGE_VAL;
+  int bits = 0, lsb = 1000, emin = 1000, top = -1000;
+};
+inline bool MeasureCodes(const FusedGemmArgs& g, const CodeMatrix<float>& v, const CodeMatrix<int32_t>& e,
+                         CodeSide& s) {
+  for (int code = 0; code < 256; ++code) {
+    const double x = std::fabs(static_cast<double>(v.table[code]));
+    if (e.table[code] == g.zero_code || x == 0 || !std::isfinite(x)) continue;
+    const double sig = std::ldexp(x, -e.table[code]);
+    if (sig >= 2) return false;
+    s.sig = std::max(s.sig, sig);
+    s.vmin = std::min(s.vmin, x);
+    s.bits = std::max(s.bits, detail::SignificantBits(x));
+    s.lsb = std::min(s.lsb, detail::ExactOf(x).lsb);
+    s.emin = std::min(s.emin, e.table[code]);
+    s.top = std::max(s.top, e.table[code]);
+  }
+  return true;
+}
+
 // ---- FP16 products (AVX512-FP16) ----------------------------------------------------------------
 //
 // Where the CPU has AVX512-FP16 (simd::Fp16Products), each step's products can be formed 32 to a vector
@@ -85,25 +110,8 @@ inline uint32_t HalfBits(float v) {
 Fp16Plan Fp16PlanFor(const FusedGemmArgs& g) {
   Fp16Plan f;
   if (!Fp16Products() || g.step % 2 != 0 || g.a.scales != nullptr || g.b.scales != nullptr) return f;
-  struct Side {
-    double sig = 0;                 // largest significand at the nominal exponent
-    int bits = 0, lsb = 1000, top = -1000;  // most significant bits, lowest LSB exponent, top nominal exponent
-  };
-  const auto measure = [&](const CodeMatrix<float>& v, const CodeMatrix<int32_t>& e, Side& s) {
-    for (int code = 0; code < 256; ++code) {
-      const double x = std::fabs(static_cast<double>(v.table[code]));
-      if (e.table[code] == g.zero_code || x == 0 || !std::isfinite(x)) continue;
-      const double sig = std::ldexp(x, -e.table[code]);
-      if (sig >= 2) return false;
-      s.sig = std::max(s.sig, sig);
-      s.bits = std::max(s.bits, detail::SignificantBits(x));
-      s.lsb = std::min(s.lsb, detail::ExactOf(x).lsb);
-      s.top = std::max(s.top, e.table[code]);
-    }
-    return true;
-  };
-  Side a, b;
-  if (!measure(g.a, g.ea, a) || !measure(g.b, g.eb, b)) return f;
+  CodeSide a, b;
+  if (!MeasureCodes(g, g.a, g.ea, a) || !MeasureCodes(g, g.b, g.eb, b)) return f;
   if (a.bits + b.bits > 11 || a.sig * b.sig * std::ldexp(1.0, g.frac_bits) > 32766) return f;
   // a' LSB >= 2^-24: ca >= top_a - lsb_a - 24; b' likewise with 13 - ca; both shifts within -1 .. 14.
   const int lo = std::max(-1, a.top - a.lsb - 24), hi = std::min(14, 13 - (b.top - b.lsb - 24));
@@ -323,24 +331,9 @@ struct ShiftPlan {
 ShiftPlan ShiftPlanFor(const FusedGemmArgs& g) {
   ShiftPlan s;
   if (g.a.scales != nullptr || g.b.scales != nullptr) return s;
-  struct Side {
-    double vmin = HUGE_VAL;         // smallest nonzero finite |value|
-    int emin = 1000, emax = -1000;  // nominal exponents of the nonzero finite codes
-  };
-  const auto measure = [&](const CodeMatrix<float>& v, const CodeMatrix<int32_t>& e, Side& d) {
-    for (int code = 0; code < 256; ++code) {
-      const double x = std::fabs(static_cast<double>(v.table[code]));
-      if (e.table[code] == g.zero_code || x == 0 || !std::isfinite(x)) continue;  // (non-finite: not in the data)
-      if (std::ldexp(x, -e.table[code]) >= 2) return false;                       // significands below 2
-      d.vmin = std::min(d.vmin, x);
-      d.emin = std::min(d.emin, e.table[code]);
-      d.emax = std::max(d.emax, e.table[code]);
-    }
-    return d.emin <= d.emax;
-  };
-  Side a, b;
-  if (!measure(g.a, g.ea, a) || !measure(g.b, g.eb, b)) return s;
-  const int c = std::max(0, a.emax + b.emax + 3);
+  CodeSide a, b;
+  if (!MeasureCodes(g, g.a, g.ea, a) || !MeasureCodes(g, g.b, g.eb, b) || a.emin > a.top || b.emin > b.top) return s;
+  const int c = std::max(0, a.top + b.top + 3);
   // a 2^-c and a b 2^-c normal (at least 2^-126), and the upper clamp only where every product is zero.
   const int lo_a = std::ilogb(a.vmin), lo_p = std::ilogb(a.vmin * b.vmin);
   if (c > 126 + std::min(lo_a, lo_p) || c > 125 + a.emin + b.emin - g.frac_bits || g.frac_bits + 2 > 127) return s;
@@ -583,11 +576,7 @@ HWY_INLINE void LeanFusedStep(DF df, const FusedTile<DF>& t, size_t s0, size_t s
   }
   F32Terms<kTermRne>(df, t, s0, s1, emax, sum);
   if constexpr (!kOutRne) {
-    VI lo = emax[0][0], hi = emax[0][0];
-    HWY_UNROLL(8)
-    for (size_t x = 0; x < 2 * R; ++x) lo = hn::Min(lo, emax[x / 2][x % 2]), hi = hn::Max(hi, emax[x / 2][x % 2]);
-    const int32_t f = t.g.frac_bits;
-    if (hn::AllFalse(di, hn::Or(hn::Lt(lo, hn::Set(di, f - 126)), hn::Gt(hi, hn::Set(di, f + 103))))) {
+    if (EmaxWithin<R>(di, emax, t.g.frac_bits - 126, t.g.frac_bits + 103)) {
       HWY_UNROLL(8)
       for (size_t x = 0; x < 2 * R; ++x) {
         const size_t r = x / 2, h = x % 2;

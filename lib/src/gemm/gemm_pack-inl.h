@@ -406,6 +406,16 @@ HWY_INLINE hn::Vec<DF> ScaleStepSum(DF df, hn::Vec<DF> f, hn::Vec<hn::RebindToSi
   return hn::IfThenZeroElse(zero, hn::BitCast(df, hn::Add(fb, hn::ShiftLeft<23>(unit))));
 }
 
+// Whether every lane of a tile's emax (R rows x 2 vectors) lies within lo .. hi: the lean steps' one test a
+// step that their scaled sums are normal numbers.
+template <size_t R, class DI>
+HWY_INLINE bool EmaxWithin(DI di, const hn::Vec<DI> (&emax)[R][2], int32_t lo, int32_t hi) {
+  hn::Vec<DI> mn = emax[0][0], mx = emax[0][0];
+  HWY_UNROLL(8)
+  for (size_t x = 0; x < 2 * R; ++x) mn = hn::Min(mn, emax[x / 2][x % 2]), mx = hn::Max(mx, emax[x / 2][x % 2]);
+  return hn::AllFalse(di, hn::Or(hn::Lt(mn, hn::Set(di, lo)), hn::Gt(mx, hn::Set(di, hi))));
+}
+
 // ---- The FP32-lane fused kernels' tile (gemm_fused_simd.cc, gemm_scaled_simd.cc) ---------------------
 
 // An R-row tile of 2 vectors per row of C in registers, with the lanes that are already non-finite
@@ -427,11 +437,11 @@ HWY_INLINE void StoreTile(DF df, const hn::Vec<DF> (&acc)[R][2], const hn::Mask<
     for (size_t h = 0; h < 2; ++h) hn::StoreU(hn::IfThenElse(bad[r][h], nan, acc[r][h]), df, ct + r * ldc + h * N);
 }
 // Products k0 .. k1 - 1 of a step into the int32 term sums: a (R per k) and b (2 vectors per k) packed
-// values, f the per-output factor to units of 2^(emax - F); each product a * b * f truncated (or rounded)
-// by one conversion.
-template <bool kRne, size_t R, class DF>
-HWY_INLINE void AddTermsI32(DF df, const float* ap, const float* bp, size_t k0, size_t k1, const hn::Vec<DF> (&f)[R][2],
-                            hn::Vec<hn::RebindToSigned<DF>> (&sum)[R][2]) {
+// values; scale(a * b, r, h) takes each product to its units of 2^(emax - F), and one conversion truncates
+// (or rounds) it.
+template <bool kRne, size_t R, class DF, class Scale>
+HWY_INLINE void AddTermsWith(DF df, const float* ap, const float* bp, size_t k0, size_t k1, const Scale& scale,
+                             hn::Vec<hn::RebindToSigned<DF>> (&sum)[R][2]) {
   const hn::RebindToSigned<DF> di;
   const size_t N = hn::Lanes(df), nr = 2 * N;
   hn::Vec<decltype(di)> acc[R][2];
@@ -441,36 +451,30 @@ HWY_INLINE void AddTermsI32(DF df, const float* ap, const float* bp, size_t k0, 
     HWY_UNROLL(4)
     for (size_t r = 0; r < R; ++r) {
       const auto x = hn::Set(df, ap[kk * R + r]);
-      acc[r][0] = hn::Add(ToI32InRange<kRne>(di, hn::Mul(hn::Mul(x, b0), f[r][0])), acc[r][0]);
-      acc[r][1] = hn::Add(ToI32InRange<kRne>(di, hn::Mul(hn::Mul(x, b1), f[r][1])), acc[r][1]);
+      acc[r][0] = hn::Add(ToI32InRange<kRne>(di, scale(hn::Mul(x, b0), r, 0)), acc[r][0]);
+      acc[r][1] = hn::Add(ToI32InRange<kRne>(di, scale(hn::Mul(x, b1), r, 1)), acc[r][1]);
     }
   }
   for (size_t r = 0; r < R; ++r) sum[r][0] = acc[r][0], sum[r][1] = acc[r][1];
 }
-
-// AddTermsI32 with the factor as an exponent add: sh[r][h] holds each output's power of two shifted into
-// FP32's exponent field, added to the product's bits (the caller keeps every nonzero product times 2^sh
-// a normal number and every zero product's bits plus sh below 1/2; gemm_fused_simd.cc's ShiftPlan).
+// The factor as a multiply: f[r][h], each output's power of two 2^(F - emax) (with scales where they apply).
+template <bool kRne, size_t R, class DF>
+HWY_INLINE void AddTermsI32(DF df, const float* ap, const float* bp, size_t k0, size_t k1, const hn::Vec<DF> (&f)[R][2],
+                            hn::Vec<hn::RebindToSigned<DF>> (&sum)[R][2]) {
+  AddTermsWith<kRne, R>(
+      df, ap, bp, k0, k1, [&](hn::Vec<DF> p, size_t r, size_t h) { return hn::Mul(p, f[r][h]); }, sum);
+}
+// The factor as an exponent add: sh[r][h] holds each output's power of two shifted into FP32's exponent
+// field, added to the product's bits (the caller keeps every nonzero product times 2^sh a normal number and
+// every zero product's bits plus sh below 1/2; gemm_fused_simd.cc's ShiftPlan).
 template <bool kRne, size_t R, class DF>
 HWY_INLINE void AddTermsShiftI32(DF df, const float* ap, const float* bp, size_t len,
                                  const hn::Vec<hn::RebindToSigned<DF>> (&sh)[R][2],
                                  hn::Vec<hn::RebindToSigned<DF>> (&sum)[R][2]) {
   const hn::RebindToSigned<DF> di;
-  const size_t N = hn::Lanes(df), nr = 2 * N;
-  hn::Vec<decltype(di)> acc[R][2];
-  for (size_t r = 0; r < R; ++r) acc[r][0] = sum[r][0], acc[r][1] = sum[r][1];
-  for (size_t kk = 0; kk < len; ++kk) {
-    const auto b0 = hn::LoadU(df, bp + kk * nr), b1 = hn::LoadU(df, bp + kk * nr + N);
-    HWY_UNROLL(4)
-    for (size_t r = 0; r < R; ++r) {
-      const auto x = hn::Set(df, ap[kk * R + r]);
-      const auto p0 = hn::BitCast(df, hn::Add(hn::BitCast(di, hn::Mul(x, b0)), sh[r][0]));
-      const auto p1 = hn::BitCast(df, hn::Add(hn::BitCast(di, hn::Mul(x, b1)), sh[r][1]));
-      acc[r][0] = hn::Add(ToI32InRange<kRne>(di, p0), acc[r][0]);
-      acc[r][1] = hn::Add(ToI32InRange<kRne>(di, p1), acc[r][1]);
-    }
-  }
-  for (size_t r = 0; r < R; ++r) sum[r][0] = acc[r][0], sum[r][1] = acc[r][1];
+  AddTermsWith<kRne, R>(
+      df, ap, bp, 0, len,
+      [&](hn::Vec<DF> p, size_t r, size_t h) { return hn::BitCast(df, hn::Add(hn::BitCast(di, p), sh[r][h])); }, sum);
 }
 
 // ---- The largest nominal exponent of a step's products, two rows per int8 vector --------------------

@@ -444,7 +444,7 @@ HWY_INLINE void LeanScaledI32Step(DF df, const ScaledI32Tile<DF>& t, size_t s0, 
   }
   ScaledI32Terms<kTermRne>(df, t, s0, s1, gp, first, sum);
   if (g.out_bits == 24) {
-    VI lo = emax[0][0], hi = emax[0][0], total[R][2];
+    VI total[R][2];
     auto wrapped = hn::Zero(di);
     HWY_UNROLL(8)
     for (size_t x = 0; x < 2 * R; ++x) {
@@ -452,12 +452,9 @@ HWY_INLINE void LeanScaledI32Step(DF df, const ScaledI32Tile<DF>& t, size_t s0, 
       total[r][h] = hn::Add(first[r][h], sum[r][h]);
       // (a total wraps where both sums' signs differ from its own)
       wrapped = hn::Or(wrapped, hn::And(hn::Xor(first[r][h], total[r][h]), hn::Xor(sum[r][h], total[r][h])));
-      lo = hn::Min(lo, emax[r][h]), hi = hn::Max(hi, emax[r][h]);
     }
-    const int32_t f = g.frac_bits;
-    const auto out = hn::Or(hn::Lt(wrapped, hn::Zero(di)),
-                            hn::Or(hn::Lt(lo, hn::Set(di, f - 126)), hn::Gt(hi, hn::Set(di, f + 96))));
-    if (hn::AllFalse(di, out)) {
+    if (hn::AllFalse(di, hn::Lt(wrapped, hn::Zero(di))) &&
+        EmaxWithin<R>(di, emax, g.frac_bits - 126, g.frac_bits + 96)) {
       HWY_UNROLL(8)
       for (size_t x = 0; x < 2 * R; ++x) {
         const size_t r = x / 2, h = x % 2;
